@@ -1,0 +1,16 @@
+// Entry points of the CPU kernels. Both are bitwise deterministic for any thread count.
+#pragma once
+#include <c10/core/ScalarType.h>
+
+#include "../params.h"
+
+namespace flashattn::cpu {
+
+// Writes p.o_ptr and p.lse_ptr. dtype: float, double, half or bfloat16 (computed in fp32,
+// double in fp64).
+void run_fwd(const AttnParams& p, c10::ScalarType dtype);
+
+// Writes p.dq_ptr, p.dk_ptr and p.dv_ptr from the saved output and LSE.
+void run_bwd(const AttnBwdParams& p, c10::ScalarType dtype);
+
+}  // namespace flashattn::cpu
