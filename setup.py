@@ -92,13 +92,15 @@ def sources():
 
 
 def extension():
-    cxx = ["-O3", "-std=c++17", "-fopenmp"]
-    define_macros = [("Py_LIMITED_API", "0x03090000")]
+    # No -std here: torch.utils.cpp_extension picks the standard its headers need (C++20 for
+    # torch >= 2.13, C++17 before).
+    cxx = ["-O3", "-fopenmp"]
+    # py_limited_api=True makes torch define Py_LIMITED_API for its minimum Python (3.10).
     common = dict(name="flashattn._C", sources=sources(), include_dirs=[os.path.join(ROOT, "csrc")],
-                  define_macros=define_macros, extra_link_args=["-fopenmp"], py_limited_api=True)
+                  extra_link_args=["-fopenmp"], py_limited_api=True)
     if not USE_CUDA:
         return CppExtension(extra_compile_args={"cxx": cxx}, **common)
-    nvcc = ["-O3", "-std=c++17", "--use_fast_math", "--expt-relaxed-constexpr",
+    nvcc = ["-O3", "--use_fast_math", "--expt-relaxed-constexpr",
             "-Xptxas=-warn-spills,-warn-lmem-usage", *cuda_arch_flags()]
     return CUDAExtension(extra_compile_args={"cxx": cxx + ["-DFLASHATTN_WITH_CUDA"],
                                              "nvcc": nvcc + ["-DFLASHATTN_WITH_CUDA"]},
@@ -108,5 +110,5 @@ def extension():
 setup(
     ext_modules=[extension()],
     cmdclass={"build_ext": TimedBuildExtension},
-    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )
