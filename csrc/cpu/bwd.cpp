@@ -1,0 +1,308 @@
+// Backward attention on CPU: FlashAttention-2's algorithm, recomputing each probability tile
+// P_ij from the saved log-sum-exp instead of storing P.
+//
+// Tiles are held transposed (keys x queries): with Qiᵀ, dOiᵀ and Kjᵀ packed once up front,
+// every product below is a plain row-major GEMM and P_ijᵀ/dS_ijᵀ feed dVj/dKj directly:
+//   S_ijᵀ  = Kj (scale·Qi)ᵀ         P_ijᵀ = exp(S_ijᵀ - lse_i)
+//   dVj   += P_ijᵀ dOi              dP_ijᵀ = Vj dOiᵀ
+//   dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ - D_i)   (then through the softcap)
+//   dKj   += dS_ijᵀ (scale·Qi)      dQiᵀ  += Kjᵀ dS_ijᵀ   (dQi = scale · dQiᵀᵀ at the end)
+//
+// Parallel and deterministic: a task owns (batch, kv head, chunk of key blocks). It alone
+// writes its key blocks' dK/dV (summed over the GQA group and the query blocks in a fixed
+// order) and its chunk's own partial dQ buffer. A last pass sums the chunks' partial dQ in
+// chunk order. The chunk count depends only on the shapes, so results are bitwise identical
+// for any thread count and schedule.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "dtype_dispatch.h"
+#include "kernels.h"
+#include "packing.h"
+#include "softmax_vec.h"
+#include "task_queue.h"
+#include "tile_gemm.h"
+#include "tiling.h"
+
+namespace flashattn::cpu {
+namespace {
+
+// Queries (columns) and keys (rows) of a transposed tile. Every product then has two of its
+// three sizes at 64, where fp32 brgemm runs at 75-87 GFLOP/s per thread on AVX2.
+constexpr int kQueryBlock = 64;
+constexpr int kKeyBlock = 64;
+// Key blocks of one (batch, kv head) are split into chunks until there are about this many
+// tasks, enough to balance 16+ threads; a fixed number, never the thread count, so the dQ
+// summation order does not depend on the machine.
+constexpr int64_t kTargetTasks = 32;
+// ... but the chunks' partial dQ buffers (one fp32 copy of dQ each) may use at most this much.
+constexpr int64_t kMaxPartialDqBytes = int64_t(256) << 20;
+
+template <typename In>
+class BackwardKernel {
+  using T = compute_t<In>;
+
+ public:
+  explicit BackwardKernel(const AttnBwdParams& p)
+      : p_(p),
+        dim_(p.head_dim),
+        num_query_blocks_(num_blocks(p.seqlen_q, kQueryBlock)),
+        num_key_blocks_(num_blocks(p.seqlen_k, kKeyBlock)),
+        dq_panel_elements_(int64_t(num_query_blocks_) * kQueryBlock * p.head_dim),
+        num_chunks_(choose_num_chunks()) {}
+
+  void run() {
+    if (int64_t(p_.batch) * p_.heads_q == 0) return;
+    pack_operands();
+    compute_row_terms();
+    alloc_workspace<T>(dq_partial_storage_,
+                       num_chunks_ * p_.batch * p_.heads_q * dq_panel_elements_);
+    dq_partial_ = dq_partial_storage_.template data_ptr<T>();
+    const int64_t num_tasks = int64_t(p_.batch) * p_.heads_kv * num_chunks_;
+    auto cost = [&](int64_t task) { return count_visible_tiles(task); };
+    run_task_queue(num_tasks, cost, [&](const auto& claim) {
+      Scratch scratch(dim_, p_.softcap > 0);
+      for (int64_t task = claim(); task >= 0; task = claim()) run_key_chunk(task, scratch);
+      release_tile_gemm();
+    });
+    reduce_dq();
+  }
+
+ private:
+  struct Scratch {
+    Scratch(int dim, bool softcap)
+        : probs_t(size_t(kKeyBlock) * kQueryBlock),
+          grad_t(size_t(kKeyBlock) * kQueryBlock),
+          tanh_t(softcap ? size_t(kKeyBlock) * kQueryBlock : 0),
+          dk_acc(size_t(kKeyBlock) * dim),
+          dv_acc(size_t(kKeyBlock) * dim) {}
+    std::vector<T> probs_t;  // S_ijᵀ, then P_ijᵀ; row stride kQueryBlock
+    std::vector<T> grad_t;   // dP_ijᵀ, then dS_ijᵀ
+    std::vector<T> tanh_t;   // tanh of the soft-capped scores, for the chain rule
+    std::vector<T> dk_acc;   // dKj in the compute type
+    std::vector<T> dv_acc;   // dVj
+  };
+
+  struct Task {
+    int b, kv_head, chunk;
+  };
+
+  int64_t choose_num_chunks() const {
+    const int64_t kv_heads = std::max<int64_t>(int64_t(p_.batch) * p_.heads_kv, 1);
+    int64_t chunks = std::min<int64_t>((kTargetTasks + kv_heads - 1) / kv_heads, num_key_blocks_);
+    const int64_t chunk_bytes =
+        std::max<int64_t>(int64_t(p_.batch) * p_.heads_q * dq_panel_elements_ * sizeof(T), 1);
+    chunks = std::min(chunks, kMaxPartialDqBytes / chunk_bytes);
+    return std::max<int64_t>(chunks, 1);
+  }
+
+  Task task_of(int64_t task) const {
+    const int chunk = static_cast<int>(task % num_chunks_);
+    const int64_t bh = task / num_chunks_;
+    return {static_cast<int>(bh / p_.heads_kv), static_cast<int>(bh % p_.heads_kv), chunk};
+  }
+
+  int rows_of(int query_block) const {
+    return std::min(kQueryBlock, p_.seqlen_q - query_block * kQueryBlock);
+  }
+  int cols_of(int key_block) const {
+    return std::min(kKeyBlock, p_.seqlen_k - key_block * kKeyBlock);
+  }
+  TileVisibility visibility(int query_block, int key_block) const {
+    const int row_begin = query_block * kQueryBlock, key_begin = key_block * kKeyBlock;
+    return tile_visibility(p_, row_begin, row_begin + rows_of(query_block), key_begin,
+                           key_begin + cols_of(key_block));
+  }
+
+  int64_t count_visible_tiles(int64_t task) const {
+    int64_t tiles = 0;
+    for (int kb = task_of(task).chunk; kb < num_key_blocks_; kb += num_chunks_)
+      for (int qb = 0; qb < num_query_blocks_; ++qb)
+        tiles += visibility(qb, kb) != TileVisibility::kNone;
+    return tiles;
+  }
+
+  void pack_operands() {
+    const int B = p_.batch, Sq = p_.seqlen_q, Sk = p_.seqlen_k;
+    const auto q = strided_heads<const In>(p_.q_ptr, p_.q_batch_stride, p_.q_row_stride,
+                                           p_.q_head_stride);
+    const auto dout = strided_heads<const In>(p_.do_ptr, p_.do_batch_stride, p_.do_row_stride,
+                                              p_.do_head_stride);
+    const auto k = strided_heads<const In>(p_.k_ptr, p_.k_batch_stride, p_.k_row_stride,
+                                           p_.k_head_stride);
+    const auto v = strided_heads<const In>(p_.v_ptr, p_.v_batch_stride, p_.v_row_stride,
+                                           p_.v_head_stride);
+    const T scale = static_cast<T>(p_.scale);
+    const int Hq = p_.heads_q, Hkv = p_.heads_kv, D = dim_;
+    q_rows_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, scale);
+    q_panels_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kTransposedPanels, kQueryBlock, scale);
+    do_rows_ = pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, T(1));
+    do_panels_ =
+        pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kTransposedPanels, kQueryBlock, T(1));
+    k_rows_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
+    k_panels_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kTransposedPanels, kKeyBlock, T(1));
+    v_rows_ = pack_heads<T>(v, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
+  }
+
+  // Per query row: D_i = rowsum(dO_i ∘ O_i) - dlse_i, and the shift that recomputes P_ij from
+  // S_ij. A row that saw no key has lse = -inf; shifting by +inf instead makes its P row 0.
+  void compute_row_terms() {
+    const int64_t rows_total = int64_t(p_.batch) * p_.heads_q * p_.seqlen_q;
+    d_terms_ = alloc_workspace<T>(d_terms_storage_, rows_total);
+    lse_shift_ = alloc_workspace<T>(lse_shift_storage_, rows_total);
+    const auto out = strided_heads<const In>(p_.o_ptr, p_.o_batch_stride, p_.o_row_stride,
+                                             p_.o_head_stride);
+    const auto dout = strided_heads<const In>(p_.do_ptr, p_.do_batch_stride, p_.do_row_stride,
+                                              p_.do_head_stride);
+    at::parallel_for(0, rows_total, 1024, [&](int64_t begin, int64_t end) {
+      for (int64_t idx = begin; idx < end; ++idx) {
+        const int i = static_cast<int>(idx % p_.seqlen_q);
+        const int64_t bh = idx / p_.seqlen_q;
+        const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
+        const In* o_row = out.row(b, h, i);
+        const In* do_row = dout.row(b, h, i);
+        T dot = 0;
+        for (int d = 0; d < dim_; ++d) dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
+        d_terms_[idx] = dot - (p_.dlse_ptr ? static_cast<T>(p_.dlse_ptr[idx]) : T(0));
+        const float lse = p_.lse_ptr[idx];
+        lse_shift_[idx] = lse == -std::numeric_limits<float>::infinity()
+                              ? std::numeric_limits<T>::infinity()
+                              : static_cast<T>(lse);
+      }
+    });
+  }
+
+  T* dq_partial(int chunk, int b, int h, int query_block) const {
+    return dq_partial_ + ((int64_t(chunk) * p_.batch + b) * p_.heads_q + h) * dq_panel_elements_ +
+           int64_t(query_block) * dim_ * kQueryBlock;
+  }
+
+  void run_key_chunk(int64_t task_index, Scratch& s) {
+    const Task task = task_of(task_index);
+    const int first_head = task.kv_head * p_.head_group;
+    for (int g = 0; g < p_.head_group; ++g)
+      std::fill_n(dq_partial(task.chunk, task.b, first_head + g, 0), dq_panel_elements_, T(0));
+    for (int kb = task.chunk; kb < num_key_blocks_; kb += num_chunks_) {
+      std::fill(s.dk_acc.begin(), s.dk_acc.end(), T(0));
+      std::fill(s.dv_acc.begin(), s.dv_acc.end(), T(0));
+      for (int g = 0; g < p_.head_group; ++g)
+        for (int qb = 0; qb < num_query_blocks_; ++qb)
+          accumulate_tile(task, first_head + g, qb, kb, s);
+      store_dk_dv(task, kb, s);
+    }
+  }
+
+  void accumulate_tile(const Task& task, int h, int qb, int kb, Scratch& s) {
+    const TileVisibility vis = visibility(qb, kb);
+    if (vis == TileVisibility::kNone) return;
+    const int b = task.b, D = dim_;
+    const int row_begin = qb * kQueryBlock, rows = rows_of(qb);
+    const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
+    const T* k_rows = k_rows_.head(b, task.kv_head) + int64_t(key_begin) * D;
+    const T* v_rows = v_rows_.head(b, task.kv_head) + int64_t(key_begin) * D;
+    const T* q_rows = q_rows_.head(b, h) + int64_t(row_begin) * D;
+    const T* do_rows = do_rows_.head(b, h) + int64_t(row_begin) * D;
+    const int64_t row_terms = (int64_t(b) * p_.heads_q + h) * p_.seqlen_q + row_begin;
+    T* probs = s.probs_t.data();
+    T* grads = s.grad_t.data();
+
+    // S_ijᵀ = Kj (scale·Qi)ᵀ, then P_ijᵀ row by row (a row is one key, across the queries).
+    tile_gemm(cols, rows, D, k_rows, D, q_panels_.head(b, h) + int64_t(qb) * D * kQueryBlock,
+              kQueryBlock, probs, kQueryBlock, /*accumulate=*/false);
+    const T slope = p_.alibi_ptr ? p_.alibi_ptr[b * p_.alibi_batch_stride + h] : T(0);
+    for (int c = 0; c < cols; ++c) {
+      T* row = probs + size_t(c) * kQueryBlock;
+      const int key = key_begin + c;
+      if (p_.softcap > 0)
+        apply_softcap(row, rows, static_cast<T>(p_.softcap),
+                      s.tanh_t.data() + size_t(c) * kQueryBlock);
+      if (p_.alibi_ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
+      if (vis == TileVisibility::kPartial)
+        for (int r = 0; r < rows; ++r)
+          if (!key_visible(p_, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
+      exp_shifted_by(row, lse_shift_ + row_terms, rows);
+    }
+    // dVj += P_ijᵀ dOi
+    tile_gemm(cols, D, rows, probs, kQueryBlock, do_rows, D, s.dv_acc.data(), D, true);
+    // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ in place.
+    tile_gemm(cols, rows, D, v_rows, D, do_panels_.head(b, h) + int64_t(qb) * D * kQueryBlock,
+              kQueryBlock, grads, kQueryBlock, /*accumulate=*/false);
+    for (int c = 0; c < cols; ++c) {
+      T* row = grads + size_t(c) * kQueryBlock;
+      softmax_grad(row, probs + size_t(c) * kQueryBlock, d_terms_ + row_terms, rows);
+      if (p_.softcap > 0) mul_softcap_grad(row, s.tanh_t.data() + size_t(c) * kQueryBlock, rows);
+    }
+    // dKj += dS_ijᵀ (scale·Qi)
+    tile_gemm(cols, D, rows, grads, kQueryBlock, q_rows, D, s.dk_acc.data(), D, true);
+    // dQiᵀ += Kjᵀ dS_ijᵀ, into this chunk's partial buffer.
+    tile_gemm(D, rows, cols, k_panels_.head(b, task.kv_head) + int64_t(kb) * D * kKeyBlock,
+              kKeyBlock, grads, kQueryBlock, dq_partial(task.chunk, b, h, qb), kQueryBlock, true);
+  }
+
+  void store_dk_dv(const Task& task, int kb, const Scratch& s) const {
+    const auto dk = strided_heads<In>(p_.dk_ptr, p_.dk_batch_stride, p_.dk_row_stride,
+                                      p_.dk_head_stride);
+    const auto dv = strided_heads<In>(p_.dv_ptr, p_.dv_batch_stride, p_.dv_row_stride,
+                                      p_.dv_head_stride);
+    for (int c = 0; c < cols_of(kb); ++c) {
+      In* dk_row = dk.row(task.b, task.kv_head, kb * kKeyBlock + c);
+      In* dv_row = dv.row(task.b, task.kv_head, kb * kKeyBlock + c);
+      for (int d = 0; d < dim_; ++d) {
+        dk_row[d] = static_cast<In>(s.dk_acc[size_t(c) * dim_ + d]);
+        dv_row[d] = static_cast<In>(s.dv_acc[size_t(c) * dim_ + d]);
+      }
+    }
+  }
+
+  // dQ_i = scale · (sum over chunks, in chunk order, of the partial dQiᵀ)ᵀ.
+  void reduce_dq() {
+    const auto dq = strided_heads<In>(p_.dq_ptr, p_.dq_batch_stride, p_.dq_row_stride,
+                                      p_.dq_head_stride);
+    const int64_t num_tiles = int64_t(p_.batch) * p_.heads_q * num_query_blocks_;
+    const int64_t tile_elements = int64_t(dim_) * kQueryBlock;
+    at::parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> sum(tile_elements);
+      for (int64_t t = begin; t < end; ++t) {
+        const int qb = static_cast<int>(t % num_query_blocks_);
+        const int64_t bh = t / num_query_blocks_;
+        const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
+        std::copy_n(dq_partial(0, b, h, qb), tile_elements, sum.data());
+        for (int chunk = 1; chunk < num_chunks_; ++chunk) {
+          const T* part = dq_partial(chunk, b, h, qb);
+          for (int64_t e = 0; e < tile_elements; ++e) sum[e] += part[e];
+        }
+        const T scale = static_cast<T>(p_.scale);
+        for (int r = 0; r < rows_of(qb); ++r) {
+          In* dq_row = dq.row(b, h, qb * kQueryBlock + r);
+          for (int d = 0; d < dim_; ++d)
+            dq_row[d] = static_cast<In>(scale * sum[size_t(d) * kQueryBlock + r]);
+        }
+      }
+    });
+  }
+
+  const AttnBwdParams& p_;
+  const int dim_;
+  const int num_query_blocks_;
+  const int num_key_blocks_;
+  const int64_t dq_panel_elements_;  // one head's partial dQᵀ: [query block][D][kQueryBlock]
+  const int64_t num_chunks_;
+  PackedHeads<T> q_rows_, q_panels_, do_rows_, do_panels_, k_rows_, k_panels_, v_rows_;
+  at::Tensor d_terms_storage_, lse_shift_storage_, dq_partial_storage_;
+  T* d_terms_ = nullptr;
+  T* lse_shift_ = nullptr;
+  T* dq_partial_ = nullptr;
+};
+
+}  // namespace
+
+void run_bwd(const AttnBwdParams& p, c10::ScalarType dtype) {
+  dispatch_input_dtype(dtype, [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    BackwardKernel<In>(p).run();
+  });
+}
+
+}  // namespace flashattn::cpu

@@ -1,0 +1,178 @@
+// Forward attention on CPU: FlashAttention-2's algorithm. Each task takes one block of query
+// rows Qi of one head and streams the visible key/value tiles Kj, Vj past it, keeping only one
+// score tile S_ij = Qi Kjᵀ, the running row maximum m_i and row sum l_i, and the unnormalized
+// output accumulator O_i. Memory is O(S·D): nothing of size Sq x Sk is ever allocated.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "dtype_dispatch.h"
+#include "kernels.h"
+#include "packing.h"
+#include "softmax_vec.h"
+#include "task_queue.h"
+#include "tile_gemm.h"
+#include "tiling.h"
+
+namespace flashattn::cpu {
+namespace {
+
+// Query rows per task and keys per tile. A 64 x 128 x 64 product is where fp32 brgemm peaks on
+// AVX2 (measured: 85 GFLOP/s per thread, vs 75 for 64 x 64 x 64 and 54 for 64 x 256 x 64), and
+// the tiles (scores 32 KB, Qi and O_i 16 KB each at d = 64) stay in L2.
+constexpr int kQueryBlock = 64;
+constexpr int kKeyBlock = 128;
+
+template <typename In>
+class ForwardKernel {
+  using T = compute_t<In>;
+
+ public:
+  explicit ForwardKernel(const AttnParams& p)
+      : p_(p),
+        dim_(p.head_dim),
+        num_query_blocks_(num_blocks(p.seqlen_q, kQueryBlock)),
+        q_(strided_heads<const In>(p.q_ptr, p.q_batch_stride, p.q_row_stride, p.q_head_stride)),
+        out_(strided_heads<In>(p.o_ptr, p.o_batch_stride, p.o_row_stride, p.o_head_stride)) {}
+
+  void run() {
+    const int64_t num_tasks = int64_t(p_.batch) * p_.heads_q * num_query_blocks_;
+    if (num_tasks == 0) return;
+    // Kj enters the score product transposed; Vj as it is.
+    k_panels_ = pack_heads<T>(
+        strided_heads<const In>(p_.k_ptr, p_.k_batch_stride, p_.k_row_stride, p_.k_head_stride),
+        p_.batch, p_.heads_kv, p_.seqlen_k, dim_, PackLayout::kTransposedPanels, kKeyBlock, T(1));
+    v_rows_ = pack_heads<T>(
+        strided_heads<const In>(p_.v_ptr, p_.v_batch_stride, p_.v_row_stride, p_.v_head_stride),
+        p_.batch, p_.heads_kv, p_.seqlen_k, dim_, PackLayout::kRows, kKeyBlock, T(1));
+    auto cost = [&](int64_t task) {
+      const int row_begin = query_block_of(task) * kQueryBlock;
+      const BlockRange keys = visible_key_blocks(p_, row_begin, row_end(row_begin), kKeyBlock);
+      return int64_t(keys.last - keys.first);
+    };
+    run_task_queue(num_tasks, cost, [&](const auto& claim) {
+      Scratch scratch(dim_);
+      for (int64_t task = claim(); task >= 0; task = claim()) run_query_block(task, scratch);
+      release_tile_gemm();
+    });
+  }
+
+ private:
+  // One worker thread's tiles, reused across its tasks.
+  struct Scratch {
+    explicit Scratch(int dim)
+        : q_tile(size_t(kQueryBlock) * dim),
+          scores(size_t(kQueryBlock) * kKeyBlock),
+          out_acc(size_t(kQueryBlock) * dim),
+          row_max(kQueryBlock),
+          row_sum(kQueryBlock) {}
+    std::vector<T> q_tile;   // Qi, pre-multiplied by the softmax scale
+    std::vector<T> scores;   // S_ij, then P_ij, row stride kKeyBlock
+    std::vector<T> out_acc;  // O_i before division by l_i
+    std::vector<T> row_max;  // m_i
+    std::vector<T> row_sum;  // l_i
+  };
+
+  int query_block_of(int64_t task) const { return static_cast<int>(task % num_query_blocks_); }
+  int row_end(int row_begin) const { return std::min(row_begin + kQueryBlock, p_.seqlen_q); }
+
+  void run_query_block(int64_t task, Scratch& s) {
+    const int64_t bh = task / num_query_blocks_;
+    const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
+    const int kv_head = h / p_.head_group;
+    const int row_begin = query_block_of(task) * kQueryBlock;
+    const int rows = row_end(row_begin) - row_begin;
+    const T slope = p_.alibi_ptr ? p_.alibi_ptr[b * p_.alibi_batch_stride + h] : T(0);
+
+    for (int r = 0; r < rows; ++r) {
+      const In* q_row = q_.row(b, h, row_begin + r);
+      for (int d = 0; d < dim_; ++d)
+        s.q_tile[size_t(r) * dim_ + d] = static_cast<T>(q_row[d]) * static_cast<T>(p_.scale);
+    }
+    std::fill(s.out_acc.begin(), s.out_acc.end(), T(0));
+    std::fill(s.row_max.begin(), s.row_max.end(), -std::numeric_limits<T>::infinity());
+    std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
+
+    const BlockRange key_blocks = visible_key_blocks(p_, row_begin, row_begin + rows, kKeyBlock);
+    for (int kb = key_blocks.first; kb < key_blocks.last; ++kb) {
+      const int key_begin = kb * kKeyBlock;
+      const int cols = std::min(kKeyBlock, p_.seqlen_k - key_begin);
+      const TileVisibility visibility =
+          tile_visibility(p_, row_begin, row_begin + rows, key_begin, key_begin + cols);
+      if (visibility == TileVisibility::kNone) continue;
+      // S_ij = (scale · Qi) Kjᵀ
+      tile_gemm(rows, cols, dim_, s.q_tile.data(), dim_,
+                k_panels_.head(b, kv_head) + int64_t(kb) * dim_ * kKeyBlock, kKeyBlock,
+                s.scores.data(), kKeyBlock, /*accumulate=*/false);
+      for (int r = 0; r < rows; ++r) {
+        T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
+        const int row = row_begin + r;
+        if (p_.softcap > 0) apply_softcap(score_row, cols, static_cast<T>(p_.softcap), nullptr);
+        if (p_.alibi_ptr) add_alibi(score_row, cols, slope, row + p_.diag_offset - key_begin, -1);
+        if (visibility == TileVisibility::kPartial) mask_row(score_row, cols, row, key_begin);
+        online_softmax_row(score_row, cols, s, r);
+      }
+      // O_i += P_ij Vj
+      tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
+                v_rows_.head(b, kv_head) + int64_t(key_begin) * dim_, dim_, s.out_acc.data(),
+                dim_, /*accumulate=*/true);
+    }
+    store_output(b, h, row_begin, rows, s);
+  }
+
+  // Keys of the tile that `row` may not see become -inf.
+  void mask_row(T* score_row, int cols, int row, int key_begin) const {
+    const int visible_begin = std::clamp(first_visible_key(p_, row) - key_begin, 0, cols);
+    const int visible_end = std::clamp(visible_key_end(p_, row) - key_begin, visible_begin, cols);
+    std::fill(score_row, score_row + visible_begin, -std::numeric_limits<T>::infinity());
+    std::fill(score_row + visible_end, score_row + cols, -std::numeric_limits<T>::infinity());
+  }
+
+  // Folds one row of S_ij into m_i, l_i and O_i, and turns it into P_ij (unnormalized).
+  void online_softmax_row(T* score_row, int cols, Scratch& s, int r) const {
+    const T previous_max = s.row_max[r];
+    const T new_max = std::max(previous_max, max_of(score_row, cols));
+    if (new_max == -std::numeric_limits<T>::infinity()) {
+      // The row has seen no key yet: contribute nothing (exp(-inf - -inf) would be NaN).
+      std::fill(score_row, score_row + cols, T(0));
+      return;
+    }
+    const T rescale = std::exp(previous_max - new_max);  // 0 on the first visible tile
+    s.row_sum[r] = s.row_sum[r] * rescale + exp_shifted_sum(score_row, cols, new_max);
+    if (rescale != T(1)) scale_by(s.out_acc.data() + size_t(r) * dim_, dim_, rescale);
+    s.row_max[r] = new_max;
+  }
+
+  // out_i = O_i / l_i and lse_i = m_i + log(l_i); a row that saw no key gets 0 and -inf.
+  void store_output(int b, int h, int row_begin, int rows, const Scratch& s) const {
+    float* lse = p_.lse_ptr + (int64_t(b) * p_.heads_q + h) * p_.seqlen_q + row_begin;
+    for (int r = 0; r < rows; ++r) {
+      const T sum = s.row_sum[r];
+      const T inv_sum = sum > T(0) ? T(1) / sum : T(0);
+      const T* acc = s.out_acc.data() + size_t(r) * dim_;
+      In* out_row = out_.row(b, h, row_begin + r);
+      for (int d = 0; d < dim_; ++d) out_row[d] = static_cast<In>(acc[d] * inv_sum);
+      lse[r] = sum > T(0) ? static_cast<float>(s.row_max[r] + std::log(sum))
+                          : -std::numeric_limits<float>::infinity();
+    }
+  }
+
+  const AttnParams& p_;
+  const int dim_;
+  const int num_query_blocks_;
+  const StridedHeads<const In> q_;
+  const StridedHeads<In> out_;
+  PackedHeads<T> k_panels_;
+  PackedHeads<T> v_rows_;
+};
+
+}  // namespace
+
+void run_fwd(const AttnParams& p, c10::ScalarType dtype) {
+  dispatch_input_dtype(dtype, [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    ForwardKernel<In>(p).run();
+  });
+}
+
+}  // namespace flashattn::cpu

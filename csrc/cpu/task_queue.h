@@ -1,0 +1,41 @@
+// Dynamic scheduling of independent tasks over at::parallel_for's threads.
+//
+// Attention tasks are uneven (a causal query block near the top sees a few key blocks, one near
+// the bottom sees them all), and at::parallel_for hands each thread one fixed, contiguous range.
+// Here every worker thread claims the next task from a shared counter, heaviest tasks first,
+// which keeps the threads busy until the end. Each task writes only its own outputs, so which
+// thread runs it never changes a result.
+#pragma once
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace flashattn::cpu {
+
+// Runs worker(claim) on each thread; claim() returns the next task index, heaviest first by
+// cost(task), or -1 when none is left. A worker sets up its scratch space once, then loops.
+template <typename CostFn, typename WorkerFn>
+void run_task_queue(int64_t num_tasks, const CostFn& cost, const WorkerFn& worker) {
+  if (num_tasks <= 0) return;
+  std::vector<int64_t> order(num_tasks);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<int64_t> task_cost(num_tasks);
+  for (int64_t t = 0; t < num_tasks; ++t) task_cost[t] = cost(t);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return task_cost[a] > task_cost[b]; });
+  std::atomic<int64_t> next{0};
+  auto claim = [&]() -> int64_t {
+    const int64_t slot = next.fetch_add(1, std::memory_order_relaxed);
+    return slot < num_tasks ? order[slot] : -1;
+  };
+  const int64_t num_workers = std::min<int64_t>(at::get_num_threads(), num_tasks);
+  at::parallel_for(0, num_workers, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t w = begin; w < end; ++w) worker(claim);
+  });
+}
+
+}  // namespace flashattn::cpu
