@@ -117,17 +117,16 @@ def test_backward_is_bitwise_deterministic(executor, mask):
 
 
 def test_gradcheck_float64():
+    """Numerical vs analytical Jacobians in float64. Only `out` is checked here: the LSE output
+    is float32 by contract, too coarse for finite differences with eps=1e-6; its gradient is
+    checked against float64 autograd in test_lse_gradient instead."""
     q, k, v = (t.requires_grad_() for t in make_qkv(1, 6, 9, 2, 1, 4, torch.float64, "cpu"))
     alibi = torch.tensor([0.3, 0.7])
-
-    def fn(q, k, v):
-        out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=True, softcap=1.5,
-                                                window_size=(4, -1), alibi_slopes=alibi,
-                                                return_attn_probs=True)
-        return out, torch.where(torch.isfinite(lse), lse, 0)
-
-    assert torch.autograd.gradcheck(fn, (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True, softcap=1.5,
+                                                  window_size=(4, -1), alibi_slopes=alibi),
+        (q, k, v))
     assert torch.autograd.gradcheck(
         lambda q, k, v: flashattn.scaled_dot_product_attention(q, k, v, is_causal=True,
                                                                enable_gqa=True),
-        tuple(t.detach().transpose(1, 2).requires_grad_() for t in (q, k, k)))
+        tuple(t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v)))
