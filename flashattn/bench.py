@@ -22,7 +22,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import __version__
 from . import _bench_measure as measure
-from ._bench_plot import Panel, write_line_plot
 from .interface import scaled_dot_product_attention as flashattn_sdpa
 
 FLASHATTN = "flashattn"
@@ -260,7 +259,7 @@ def table_row(r):
         head = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, COLUMNS))
         return f"{head}  {NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
     cells += [_fmt(r.max_err, ".1e"), _fmt(r.dq_err, ".1e"), _fmt(r.time_ms, ".3f"),
-              _fmt(r.tflops, ".3f"), "-" if r.speedup is None else f"{r.speedup:.2f}x",
+              _fmt(r.tflops, ".3g"), "-" if r.speedup is None else f"{r.speedup:.2f}x",
               _fmt(r.peak_mb, ".1f")]
     return "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, COLUMNS))
 
@@ -282,6 +281,9 @@ def summary_lines(summary):
 
 
 def plot_results(path, results, device_name, settings):
+    # Imported here so that only --plot needs numpy.
+    from ._bench_plot import Panel, write_line_plot
+
     panels = []
     groups = dict.fromkeys((r.dtype, r.mode, r.causal) for r in results)
     for dtype, mode, causal in groups:
@@ -336,20 +338,22 @@ def _dtype_list(text):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        prog="python -m flashattn.bench", description=__doc__.split("\n\n")[0],
+        prog="python -m flashattn.bench",
+        description="Compare flashattn with every F.scaled_dot_product_attention backend of the "
+                    "device: error against float64, median time, TFLOP/s, speedup, peak memory.",
         epilog="Defaults depend on the device: CPU float32, batch 1, 8 heads of 64, seqlen "
                "512-4096; CUDA bfloat16, 16 heads of 128, 16k tokens per batch, seqlen 1k-16k.")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available")
-    p.add_argument("--dtype", type=_dtype_list, dest="dtypes",
+    p.add_argument("--dtype", type=_dtype_list, dest="dtypes", metavar="LIST",
                    help="comma list: float32, bfloat16, float16, float64 (or fp32, bf16, ...)")
     p.add_argument("--batch", type=_positive_int, help="default: cpu 1, cuda 16k tokens / seqlen")
     p.add_argument("--heads", type=_positive_int)
     p.add_argument("--head-dim", type=_positive_int, dest="head_dim")
-    p.add_argument("--seqlens", type=_int_list, help="comma list, e.g. 512,1024")
+    p.add_argument("--seqlens", type=_int_list, metavar="LIST", help="comma list, e.g. 512,1024")
     p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     p.add_argument("--mode", choices=("fwd", "fwdbwd", "both"), default="both")
-    p.add_argument("--repeats", type=_repeats, help=f"timed calls each, >= {MIN_REPEATS}")
-    p.add_argument("--threads", type=_positive_int, help="CPU threads (torch.set_num_threads)")
+    p.add_argument("--repeats", type=_repeats, metavar="N", help=f"timed calls each, >= {MIN_REPEATS}")
+    p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads (torch.set_num_threads)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds (CI)")
     p.add_argument("--plot", metavar="FILE.png", help="draw time and memory against seqlen")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
