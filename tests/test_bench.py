@@ -9,6 +9,7 @@ import sys
 import zlib
 
 import pytest
+import torch
 
 import flashattn
 
@@ -93,3 +94,36 @@ def test_plot_is_a_valid_png(quick_run):
     assert width > 0 and height > 0 and (bit_depth, color_type) == (8, 2)  # 8-bit RGB
     pixels = zlib.decompress(b"".join(body for tag, body in chunks if tag == b"IDAT"))
     assert len(pixels) == height * (1 + width * RGB_BYTES_PER_PIXEL)  # a filter byte per row
+
+
+def test_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch, tmp_path):
+    # As on a GPU before the CUDA kernels exist: flashattn raises, the SDPA backends still run.
+    from flashattn import bench
+
+    def not_built(*args, **kwargs):
+        raise NotImplementedError("flashattn::fwd: no kernel for this device\nsecond line")
+
+    monkeypatch.setattr(bench, "flashattn_sdpa", not_built)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--device", "cpu", "--quick", "--seqlens", "64", "--mode", "fwd",
+                       "--causal", "no", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    by_impl = {r["impl"]: r for r in report["results"]}
+    assert by_impl["flashattn"]["status"] == "n/a"
+    assert by_impl["flashattn"]["reason"] == "flashattn::fwd: no kernel for this device"
+    assert by_impl["sdpa-math"]["status"] == "ok" and by_impl["sdpa-math"]["speedup"] is None
+    assert report["summary"] == [{"mode": "fwd", "dtype": "float32", "cases": 0,
+                                  "geomean_speedup_vs_best_sdpa": None}]
+
+
+def test_flops_follow_the_flashattention_convention():
+    from flashattn.bench import Case
+
+    def flops(mode, causal):
+        return Case(mode, torch.float32, causal, seqlen=1024, batch=2, heads=4,
+                    head_dim=64).flops()
+
+    forward = 4 * 2 * 4 * 1024 * 1024 * 64
+    assert flops("fwd", False) == forward
+    assert flops("fwd", True) == forward / 2
+    assert flops("fwdbwd", False) == 3.5 * forward
