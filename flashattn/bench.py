@@ -352,8 +352,10 @@ def parse_args(argv):
     p.add_argument("--seqlens", type=_int_list, metavar="LIST", help="comma list, e.g. 512,1024")
     p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     p.add_argument("--mode", choices=("fwd", "fwdbwd", "both"), default="both")
-    p.add_argument("--repeats", type=_repeats, metavar="N", help=f"timed calls each, >= {MIN_REPEATS}")
-    p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads (torch.set_num_threads)")
+    p.add_argument("--repeats", type=_repeats, metavar="N",
+                   help=f"timed calls each, >= {MIN_REPEATS}")
+    p.add_argument("--threads", type=_positive_int, metavar="N",
+                   help="CPU threads (torch.set_num_threads)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds (CI)")
     p.add_argument("--plot", metavar="FILE.png", help="draw time and memory against seqlen")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
