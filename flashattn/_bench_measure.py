@@ -1,0 +1,185 @@
+"""Measuring primitives of `python -m flashattn.bench`: per-device timers and peak-memory probes,
+and the error against the float64 reference.
+
+Nothing here knows about implementations or tables; bench.py composes these pieces.
+"""
+import ctypes
+import gc
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .reference import attention_reference
+
+BYTES_PER_MB = 1024 * 1024
+KB_PER_MB = 1024
+MS_PER_S = 1e3
+
+# The float64 reference materializes (rows x seqlen) scores, so for long sequences only this many
+# query rows at each end are checked. Attention rows are independent, so a row block is exact;
+# the first rows see the fewest keys under a causal mask and the last ones the most.
+CHECKED_ROWS_PER_END = 128
+
+# Writing this to /proc/self/clear_refs resets the process's peak RSS (VmHWM) to its current RSS.
+_RESET_PEAK_RSS = "5"
+
+
+class CpuProbe:
+    """Wall-clock timing and Linux peak-RSS measurement for CPU kernels."""
+
+    def __init__(self):
+        self.memory_note = None if _can_reset_peak_rss() else "no writable /proc/self/clear_refs"
+
+    def describe(self):
+        return f"{_cpu_model()}, {torch.get_num_threads()} threads"
+
+    def time_ms(self, step):
+        start = time.perf_counter()
+        result = step()
+        elapsed = time.perf_counter() - start
+        del result  # freed outside the timed region, like the output of a real caller
+        return elapsed * MS_PER_S
+
+    def peak_extra_mb(self, step):
+        """Peak RSS during one call above the RSS before it (inputs included there), or None."""
+        if self.memory_note:
+            return None
+        _return_free_heap_to_os()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write(_RESET_PEAK_RSS)
+        baseline_kb = _proc_status_kb("VmHWM")
+        result = step()
+        peak_kb = _proc_status_kb("VmHWM")
+        del result
+        return (peak_kb - baseline_kb) / KB_PER_MB
+
+    def after_failure(self):
+        # The failure's traceback forms reference cycles that keep its tensors alive.
+        gc.collect()
+
+
+class CudaProbe:
+    """CUDA-event timing and caching-allocator peak memory for CUDA kernels."""
+
+    memory_note = None
+
+    def __init__(self, device):
+        self.device = device
+
+    def describe(self):
+        return torch.cuda.get_device_name(self.device)
+
+    def time_ms(self, step):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        result = step()
+        end.record()
+        end.synchronize()
+        del result
+        return start.elapsed_time(end)
+
+    def peak_extra_mb(self, step):
+        """Peak allocated memory during one call above what was allocated before (the inputs)."""
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        baseline = torch.cuda.memory_allocated(self.device)
+        result = step()
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        del result
+        return (peak - baseline) / BYTES_PER_MB
+
+    def after_failure(self):
+        # The failure's traceback forms reference cycles that keep its tensors alive, and the
+        # caching allocator keeps their blocks: free both before the next case.
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def make_probe(device):
+    return CudaProbe(device) if device.type == "cuda" else CpuProbe()
+
+
+def _can_reset_peak_rss():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write(_RESET_PEAK_RSS)
+        _proc_status_kb("VmHWM")
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _proc_status_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise ValueError(f"{field} missing from /proc/self/status")
+
+
+def _return_free_heap_to_os():
+    # glibc keeps freed blocks mapped (its mmap threshold grows after big frees), so the next
+    # call could reuse resident pages and look free of cost. malloc_trim hands them back.
+    libc = ctypes.CDLL(None)
+    if hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+@dataclass
+class ReferenceRows:
+    """Float64 reference output (and dq) for one block of query rows, layout (B, H, rows, D)."""
+    rows: slice
+    out: torch.Tensor
+    dq: torch.Tensor = None
+
+
+def checked_row_blocks(seqlen):
+    """(rows, align_bottom_right) pairs whose causal diagonal the reference places correctly.
+
+    The bench uses seqlen_q == seqlen_k, where query i sees key j <= i. A block of rows starting
+    at 0 gets that from the top-left alignment; a block ending at seqlen from the bottom-right.
+    """
+    if seqlen <= 2 * CHECKED_ROWS_PER_END:
+        return [(slice(0, seqlen), False)]
+    return [(slice(0, CHECKED_ROWS_PER_END), False),
+            (slice(seqlen - CHECKED_ROWS_PER_END, seqlen), True)]
+
+
+def reference_rows(q, k, v, dout, causal, with_dq):
+    """Float64 reference for the checked rows; q, k, v, dout in (B, H, S, D) layout."""
+    # attention_reference takes (B, S, H, D): transposing is a view, the cast makes the copy.
+    k64, v64 = (t.detach().transpose(1, 2).double() for t in (k, v))
+    blocks = []
+    for rows, align_bottom_right in checked_row_blocks(q.shape[2]):
+        q64 = q.detach()[:, :, rows].transpose(1, 2).double().requires_grad_(with_dq)
+        with torch.enable_grad():
+            out, _ = attention_reference(q64, k64, v64, causal=causal,
+                                         align_bottom_right=align_bottom_right)
+        dq = None
+        if with_dq:
+            # Row i of dq depends only on row i of q and dout, so a row block is exact.
+            (dq,) = torch.autograd.grad(out, q64, dout[:, :, rows].transpose(1, 2).double())
+            dq = dq.transpose(1, 2)
+        blocks.append(ReferenceRows(rows, out.detach().transpose(1, 2), dq))
+    return blocks
+
+
+def max_error(tensor, blocks, field):
+    """max |tensor - reference| over the checked rows; field is "out" or "dq"."""
+    errors = [(tensor[:, :, b.rows].double() - getattr(b, field)).abs().max().item()
+              for b in blocks]
+    return max(errors)

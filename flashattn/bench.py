@@ -1,0 +1,446 @@
+"""`python -m flashattn.bench`: flashattn against torch.nn.functional.scaled_dot_product_attention.
+
+Runs on the best device present (CUDA, else CPU) and, for every SDPA backend that device has,
+measures forward and forward+backward over a few sequence lengths: max error against a float64
+reference, median time, TFLOP/s, flashattn's speedup and peak memory. Every implementation is
+called on the same (batch, heads, seqlen, head_dim) tensors, and timed in alternation within one
+process, so each speedup is a ratio of calls made back to back. `--help` lists the options.
+"""
+import argparse
+import datetime
+import json
+import math
+import statistics
+import sys
+import warnings
+from dataclasses import asdict, dataclass, replace
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from . import __version__
+from . import _bench_measure as measure
+from .interface import scaled_dot_product_attention as flashattn_sdpa
+
+FLASHATTN = "flashattn"
+MODES = ("fwd", "fwdbwd")
+MODE_TITLES = {"fwd": "forward", "fwdbwd": "forward+backward"}
+NOT_AVAILABLE = "n/a"
+MIN_REPEATS = 5
+
+# FlashAttention's FLOP convention: the forward is two (Sq x Sk x d) matmuls of 2 FLOPs per
+# multiply-add, halved under a causal mask when Sq == Sk; the backward does 2.5x the forward.
+FWD_FLOPS_PER_QKD = 4
+BWD_FLOPS_PER_FWD = 2.5
+FLOPS_PER_TFLOP = 1e12
+
+SDPA_BACKENDS = {
+    "cuda": (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+             ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)),
+    "cpu": (("flash", SDPBackend.FLASH_ATTENTION), ("math", SDPBackend.MATH)),
+}
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+          "float64": torch.float64, "fp64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Settings:
+    dtypes: tuple
+    batch: Optional[int]             # None: tokens_per_batch // seqlen sequences per batch
+    tokens_per_batch: Optional[int]
+    heads: int
+    head_dim: int
+    seqlens: tuple
+    repeats: int
+    warmup: int
+
+    def batch_for(self, seqlen):
+        return self.batch if self.batch else max(1, self.tokens_per_batch // seqlen)
+
+
+# CPU: a default run of a few minutes on two cores. CUDA: a 2048-wide model (16 heads of 128)
+# at 16k tokens per batch, FlashAttention-2's benchmark setting. Warm-up is longer on CUDA,
+# where first calls pay for autotuning and cuDNN graph building.
+DEFAULTS = {
+    "cpu": Settings(dtypes=(torch.float32,), batch=1, tokens_per_batch=None, heads=8,
+                    head_dim=64, seqlens=(512, 1024, 2048, 4096), repeats=5, warmup=1),
+    "cuda": Settings(dtypes=(torch.bfloat16,), batch=None, tokens_per_batch=16 * 1024, heads=16,
+                     head_dim=128, seqlens=(1024, 2048, 4096, 8192, 16384), repeats=10,
+                     warmup=3),
+}
+# --quick: small enough for CI, a few seconds in all.
+QUICK = {
+    "cpu": dict(heads=2, head_dim=32, seqlens=(128, 256)),
+    "cuda": dict(batch=1, heads=4, head_dim=64, seqlens=(256, 512)),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    mode: str
+    dtype: torch.dtype
+    causal: bool
+    seqlen: int
+    batch: int
+    heads: int
+    head_dim: int
+
+    def flops(self):
+        forward = FWD_FLOPS_PER_QKD * self.batch * self.heads * self.seqlen ** 2 * self.head_dim
+        if self.causal:
+            forward /= 2
+        return forward * (1 + BWD_FLOPS_PER_FWD) if self.mode == "fwdbwd" else forward
+
+
+@dataclass
+class Result:
+    mode: str
+    dtype: str
+    causal: bool
+    seqlen: int
+    batch: int
+    heads: int
+    head_dim: int
+    impl: str
+    status: str = "ok"                # or NOT_AVAILABLE, with the reason
+    reason: Optional[str] = None
+    max_err: Optional[float] = None   # max |out - float64 reference| over the checked rows
+    dq_err: Optional[float] = None    # same for dq, forward+backward only
+    time_ms: Optional[float] = None   # median of times_ms
+    times_ms: Optional[list] = None
+    tflops: Optional[float] = None
+    speedup: Optional[float] = None   # flashattn vs this: median over repeats of t_this / t_fa
+    peak_mb: Optional[float] = None   # memory above the inputs at the peak of one call
+
+
+@dataclass(frozen=True)
+class Impl:
+    name: str
+    attend: Callable  # (q, k, v, causal) -> out, all (batch, heads, seqlen, head_dim)
+
+
+def implementations(device_type):
+    impls = [Impl(FLASHATTN, lambda q, k, v, causal: flashattn_sdpa(q, k, v, is_causal=causal))]
+    impls += [Impl(f"sdpa-{label}", _sdpa_forced_to(backend))
+              for label, backend in SDPA_BACKENDS[device_type]]
+    return impls
+
+
+def _sdpa_forced_to(backend):
+    def attend(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return attend
+
+
+def make_inputs(case, device):
+    """Fresh random q, k, v (and dout for the backward): zeros would hide masking bugs."""
+    shape = (case.batch, case.heads, case.seqlen, case.head_dim)
+    with_grad = case.mode == "fwdbwd"
+    q, k, v = (torch.randn(shape, dtype=case.dtype, device=device, requires_grad=with_grad)
+               for _ in range(3))
+    dout = torch.randn(shape, dtype=case.dtype, device=device) if with_grad else None
+    return q, k, v, dout
+
+
+def make_step(impl, case, q, k, v, dout):
+    """One timed call: returns (out, grads or None) so the caller frees them after the clock."""
+    if case.mode == "fwd":
+        return lambda: (impl.attend(q, k, v, case.causal), None)
+
+    def forward_backward():
+        out = impl.attend(q, k, v, case.causal)
+        return out, torch.autograd.grad(out, (q, k, v), dout)
+    return forward_backward
+
+
+def measure_case(case, impls, probe, settings, device):
+    q, k, v, dout = make_inputs(case, device)
+    references = measure.reference_rows(q, k, v, dout, case.causal,
+                                        with_dq=case.mode == "fwdbwd")
+    results, runnable = {}, {}
+    for impl in impls:
+        result = Result(case.mode, _dtype_name(case.dtype), case.causal, case.seqlen, case.batch,
+                        case.heads, case.head_dim, impl.name)
+        step = make_step(impl, case, q, k, v, dout)
+        reason = _warm_up_check_and_profile(result, step, references, probe, settings.warmup)
+        if reason:
+            result.status, result.reason = NOT_AVAILABLE, reason
+            probe.after_failure()
+        else:
+            runnable[impl.name] = step
+        results[impl.name] = result
+    _time_in_alternation(runnable, results, probe, settings.repeats, case)
+    return list(results.values())
+
+
+def _warm_up_check_and_profile(result, step, references, probe, warmup):
+    """Fills errors and peak memory; returns why the implementation cannot run this case, if so."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # SDPA says why it rejects a backend only in warnings
+        try:
+            for _ in range(warmup):
+                out, grads = step()
+            result.max_err = measure.max_error(out, references, "out")
+            if grads is not None:
+                result.dq_err = measure.max_error(grads[0], references, "dq")
+            del out, grads
+            result.peak_mb = probe.peak_extra_mb(step)
+        except (RuntimeError, MemoryError) as err:  # NotImplementedError and OOM included
+            return "; ".join(_first_line(e) for e in [err, *(w.message for w in caught)])
+    return None
+
+
+def _time_in_alternation(steps, results, probe, repeats, case):
+    names = list(steps)
+    times = {name: [] for name in names}
+    for repeat in range(repeats if names else 0):
+        # Rotating who goes first spreads order effects (caches, clocks) over all of them.
+        first = repeat % len(names)
+        for name in names[first:] + names[:first]:
+            times[name].append(probe.time_ms(steps[name]))
+    for name, samples in times.items():
+        result = results[name]
+        result.times_ms = samples
+        result.time_ms = statistics.median(samples)
+        result.tflops = case.flops() / (result.time_ms / measure.MS_PER_S) / FLOPS_PER_TFLOP
+    if FLASHATTN in times:
+        for name, samples in times.items():
+            if name != FLASHATTN:
+                results[name].speedup = statistics.median(
+                    t / t_fa for t, t_fa in zip(samples, times[FLASHATTN]))
+
+
+def _first_line(message):
+    return str(message).strip().splitlines()[0] if str(message).strip() else type(message).__name__
+
+
+def _dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def summarize(results):
+    """Per (mode, dtype): geometric mean over cases of flashattn's speedup against the fastest
+    SDPA backend of each case (the smallest of its speedups)."""
+    per_case = {}
+    for r in results:
+        per_case.setdefault((r.mode, r.dtype, r.causal, r.seqlen), []).append(r.speedup)
+    per_group = {}
+    for (mode, dtype, _, _), speedups in per_case.items():
+        known = [s for s in speedups if s is not None]
+        per_group.setdefault((mode, dtype), [])
+        if known:
+            per_group[(mode, dtype)].append(min(known))
+    return [{"mode": mode, "dtype": dtype, "cases": len(s),
+             "geomean_speedup_vs_best_sdpa":
+                 math.exp(statistics.fmean(math.log(x) for x in s)) if s else None}
+            for (mode, dtype), s in per_group.items()]
+
+
+COLUMNS = (("causal", 6), ("seqlen", 6), ("batch", 5), ("impl", 14), ("max_err", 8),
+           ("dq_err", 8), ("time_ms", 10), ("TFLOP/s", 8), ("fa_speedup", 10), ("peak_MB", 9))
+REASON_WIDTH = 70
+
+
+def table_header(mode, dtype_name, settings):
+    title = (f"{MODE_TITLES[mode]}, {dtype_name}, heads={settings.heads}, "
+             f"head_dim={settings.head_dim}")
+    names = "  ".join(name.rjust(width) for name, width in COLUMNS)
+    return f"\n{title}\n{names}\n{'-' * len(names)}"
+
+
+def table_row(r):
+    cells = ["yes" if r.causal else "no", r.seqlen, r.batch, r.impl]
+    if r.status == NOT_AVAILABLE:
+        head = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, COLUMNS))
+        return f"{head}  {NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
+    cells += [_fmt(r.max_err, ".1e"), _fmt(r.dq_err, ".1e"), _fmt(r.time_ms, ".3f"),
+              _fmt(r.tflops, ".3g"), "-" if r.speedup is None else f"{r.speedup:.2f}x",
+              _fmt(r.peak_mb, ".1f")]
+    return "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, COLUMNS))
+
+
+def _fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def summary_lines(summary):
+    lines = ["", "fa_speedup = t_sdpa / t_flashattn per back-to-back pair, median; > 1: "
+                 "flashattn is faster. peak_MB: memory above the inputs at the peak of one call."]
+    for s in summary:
+        value = s["geomean_speedup_vs_best_sdpa"]
+        verdict = (f"{value:.2f}x (geometric mean over {s['cases']} cases)" if value
+                   else "n/a (flashattn or every SDPA backend could not run)")
+        lines.append(f"{MODE_TITLES[s['mode']]:>16}, {s['dtype']}: flashattn vs the best SDPA "
+                     f"backend: {verdict}")
+    return lines
+
+
+def plot_results(path, results, device_name, settings):
+    # Imported here so that only --plot needs numpy.
+    from ._bench_plot import Panel, write_line_plot
+
+    panels = []
+    groups = dict.fromkeys((r.dtype, r.mode, r.causal) for r in results)
+    for dtype, mode, causal in groups:
+        rows = [r for r in results if (r.dtype, r.mode, r.causal) == (dtype, mode, causal)]
+        label = f"{mode} {'causal' if causal else 'full'} {dtype}"
+        for metric, unit in (("time_ms", "time ms"), ("peak_mb", "peak MB")):
+            series = {}
+            for r in rows:
+                if getattr(r, metric) is not None:
+                    series.setdefault(r.impl, []).append((r.seqlen, getattr(r, metric)))
+            panels.append(Panel(f"{label}: {unit}", series))
+    title = (f"flashattn vs sdpa on {device_name}  h={settings.heads} d={settings.head_dim}  "
+             f"x: seqlen")
+    write_line_plot(path, title, panels)
+
+
+def _json_safe(value):
+    # NaN and infinity are not JSON: spell them out rather than hide a broken result.
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    return value
+
+
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _repeats(text):
+    value = int(text)
+    if value < MIN_REPEATS:
+        raise argparse.ArgumentTypeError(f"medians need at least {MIN_REPEATS} repeats")
+    return value
+
+
+def _int_list(text):
+    return tuple(_positive_int(part) for part in text.split(","))
+
+
+def _dtype_list(text):
+    try:
+        return tuple(DTYPES[part.strip().lower()] for part in text.split(","))
+    except KeyError as err:
+        raise argparse.ArgumentTypeError(f"unknown dtype {err}; choose from {', '.join(DTYPES)}")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m flashattn.bench",
+        description="Compare flashattn with every F.scaled_dot_product_attention backend of the "
+                    "device: error against float64, median time, TFLOP/s, speedup, peak memory.",
+        epilog="Defaults depend on the device: CPU float32, batch 1, 8 heads of 64, seqlen "
+               "512-4096; CUDA bfloat16, 16 heads of 128, 16k tokens per batch, seqlen 1k-16k.")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available")
+    p.add_argument("--dtype", type=_dtype_list, dest="dtypes", metavar="LIST",
+                   help="comma list: float32, bfloat16, float16, float64 (or fp32, bf16, ...)")
+    p.add_argument("--batch", type=_positive_int, help="default: cpu 1, cuda 16k tokens / seqlen")
+    p.add_argument("--heads", type=_positive_int)
+    p.add_argument("--head-dim", type=_positive_int, dest="head_dim")
+    p.add_argument("--seqlens", type=_int_list, metavar="LIST", help="comma list, e.g. 512,1024")
+    p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    p.add_argument("--mode", choices=("fwd", "fwdbwd", "both"), default="both")
+    p.add_argument("--repeats", type=_repeats, metavar="N",
+                   help=f"timed calls each, >= {MIN_REPEATS}")
+    p.add_argument("--threads", type=_positive_int, metavar="N",
+                   help="CPU threads (torch.set_num_threads)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds (CI)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw time and memory against seqlen")
+    p.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                   help="machine-readable results to FILE, or to stdout (the table then goes "
+                        "to stderr)")
+    return p, p.parse_args(argv)
+
+
+def resolve_settings(args, device_type):
+    settings = DEFAULTS[device_type]
+    if args.quick:
+        settings = replace(settings, **QUICK[device_type])
+    overrides = {name: getattr(args, name)
+                 for name in ("dtypes", "batch", "heads", "head_dim", "seqlens", "repeats")
+                 if getattr(args, name) is not None}
+    return replace(settings, **overrides)
+
+
+def enumerate_cases(args, settings):
+    modes = MODES if args.mode == "both" else (args.mode,)
+    causal_flags = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    return [Case(mode, dtype, causal, seqlen, settings.batch_for(seqlen), settings.heads,
+                 settings.head_dim)
+            for mode in modes for dtype in settings.dtypes for causal in causal_flags
+            for seqlen in settings.seqlens]
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser, args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = resolve_settings(args, device.type)
+    probe = measure.make_probe(device)
+    impls = implementations(device.type)
+    table = sys.stderr if args.json == "-" else sys.stdout
+
+    print(f"flashattn {__version__} vs F.scaled_dot_product_attention, torch {torch.__version__}"
+          f", {device.type} ({probe.describe()}), {settings.repeats} timed repeats", file=table)
+    results, group = [], None
+    for case in enumerate_cases(args, settings):
+        if (case.mode, case.dtype) != group:
+            group = (case.mode, case.dtype)
+            print(table_header(case.mode, _dtype_name(case.dtype), settings), file=table)
+        for result in measure_case(case, impls, probe, settings, device):
+            print(table_row(result), file=table, flush=True)
+            results.append(result)
+    summary = summarize(results)
+    print("\n".join(summary_lines(summary)), file=table)
+
+    if args.plot:
+        plot_results(args.plot, results, probe.describe(), settings)
+    if args.json:
+        report = {"meta": _meta(argv, device, probe, settings, args), "summary": summary,
+                  "results": [asdict(r) for r in results]}
+        text = json.dumps(_json_safe(report), indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    return 0
+
+
+def _meta(argv, device, probe, settings, args):
+    return {
+        "command": " ".join(["python -m flashattn.bench", *argv]),
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "flashattn": __version__, "torch": torch.__version__,
+        "device": device.type, "device_name": probe.describe(),
+        "threads": torch.get_num_threads(),
+        "dtypes": [_dtype_name(d) for d in settings.dtypes], "heads": settings.heads,
+        "head_dim": settings.head_dim, "seqlens": list(settings.seqlens),
+        "batch": settings.batch, "tokens_per_batch": settings.tokens_per_batch,
+        "causal": args.causal, "mode": args.mode,
+        "repeats": settings.repeats, "warmup": settings.warmup,
+        "checked_rows_per_end": measure.CHECKED_ROWS_PER_END,
+        "peak_memory": ("CUDA max_memory_allocated above the inputs" if device.type == "cuda"
+                        else "Linux peak RSS (VmHWM) above the RSS before the call"),
+        "peak_memory_unavailable": probe.memory_note,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""`python -m flashattn.bench` runs end to end: its JSON has the promised structure with small,
+finite errors, and `--plot` writes a valid PNG. Speed is not tested here, only that it runs."""
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+import torch
+
+import flashattn
+
+# --quick takes seconds on an idle machine; this bound only stops a hung run.
+BENCH_TIMEOUT_S = 600
+# The quick preset runs float32; every implementation is far more accurate than this bound, so
+# exceeding it means a broken kernel or a broken reference, not rounding.
+MAX_FLOAT32_ERROR = 1e-3
+CPU_IMPLS = {"flashattn", "sdpa-flash", "sdpa-math"}
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+RGB_BYTES_PER_PIXEL = 3
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One --quick run shared by the tests: JSON on stdout, table on stderr, plot to a file."""
+    plot = tmp_path_factory.mktemp("bench") / "bench.png"
+    # The subprocess must import the flashattn under test (source tree or installed wheel).
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(flashattn.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [package_parent, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(
+        [sys.executable, "-m", "flashattn.bench", "--quick", "--device", "cpu", "--json",
+         "--plot", str(plot)],
+        capture_output=True, text=True, env=env, timeout=BENCH_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr, plot
+
+
+def test_json_structure(quick_run):
+    report, _, _ = quick_run
+    assert {"meta", "summary", "results"} <= report.keys()
+    assert report["meta"]["device"] == "cpu"
+    assert report["meta"]["repeats"] >= 5
+    cases = {}
+    for r in report["results"]:
+        cases.setdefault((r["mode"], r["causal"], r["seqlen"]), set()).add(r["impl"])
+    assert {mode for mode, _, _ in cases} == {"fwd", "fwdbwd"}
+    assert {causal for _, causal, _ in cases} == {False, True}
+    assert all(impls == CPU_IMPLS for impls in cases.values()), cases
+
+
+def test_every_implementation_ran_with_small_finite_errors(quick_run):
+    report, _, _ = quick_run
+    for r in report["results"]:
+        where = f"{r['impl']} {r['mode']} causal={r['causal']} seqlen={r['seqlen']}"
+        assert r["status"] == "ok", f"{where}: {r['reason']}"
+        errors = [r["max_err"]] + ([r["dq_err"]] if r["mode"] == "fwdbwd" else [])
+        for err in errors:
+            assert isinstance(err, float) and math.isfinite(err), f"{where}: error {err}"
+            assert err < MAX_FLOAT32_ERROR, f"{where}: error {err}"
+        assert len(r["times_ms"]) == report["meta"]["repeats"]
+        assert r["time_ms"] > 0 and r["tflops"] > 0, where
+        assert (r["speedup"] is None) == (r["impl"] == "flashattn"), where
+        assert r["speedup"] is None or r["speedup"] > 0, where
+
+
+def test_summary_per_mode(quick_run):
+    report, table, _ = quick_run
+    summary = {s["mode"]: s for s in report["summary"]}
+    assert summary.keys() == {"fwd", "fwdbwd"}
+    for s in summary.values():
+        assert s["cases"] > 0 and s["geomean_speedup_vs_best_sdpa"] > 0
+    # The table went to stderr because the JSON took stdout; it ends with the summary lines.
+    assert table.rstrip().splitlines()[-1].startswith("forward+backward, float32: flashattn vs")
+
+
+def test_plot_is_a_valid_png(quick_run):
+    _, _, plot = quick_run
+    data = plot.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    chunks, pos = [], len(PNG_SIGNATURE)
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        tag, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        assert crc == zlib.crc32(tag + body) & 0xFFFFFFFF, tag
+        chunks.append((tag, body))
+        pos += 12 + length
+    assert chunks[0][0] == b"IHDR" and chunks[-1][0] == b"IEND"
+    width, height, bit_depth, color_type = struct.unpack(">IIBB", chunks[0][1][:10])
+    assert width > 0 and height > 0 and (bit_depth, color_type) == (8, 2)  # 8-bit RGB
+    pixels = zlib.decompress(b"".join(body for tag, body in chunks if tag == b"IDAT"))
+    assert len(pixels) == height * (1 + width * RGB_BYTES_PER_PIXEL)  # a filter byte per row
+
+
+def test_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch, tmp_path):
+    # As on a GPU before the CUDA kernels exist: flashattn raises, the SDPA backends still run.
+    from flashattn import bench
+
+    def not_built(*args, **kwargs):
+        raise NotImplementedError("flashattn::fwd: no kernel for this device\nsecond line")
+
+    monkeypatch.setattr(bench, "flashattn_sdpa", not_built)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--device", "cpu", "--quick", "--seqlens", "64", "--mode", "fwd",
+                       "--causal", "no", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    by_impl = {r["impl"]: r for r in report["results"]}
+    assert by_impl["flashattn"]["status"] == "n/a"
+    assert by_impl["flashattn"]["reason"] == "flashattn::fwd: no kernel for this device"
+    assert by_impl["sdpa-math"]["status"] == "ok" and by_impl["sdpa-math"]["speedup"] is None
+    assert report["summary"] == [{"mode": "fwd", "dtype": "float32", "cases": 0,
+                                  "geomean_speedup_vs_best_sdpa": None}]
+
+
+def test_flops_follow_the_flashattention_convention():
+    from flashattn.bench import Case
+
+    def flops(mode, causal):
+        return Case(mode, torch.float32, causal, seqlen=1024, batch=2, heads=4,
+                    head_dim=64).flops()
+
+    forward = 4 * 2 * 4 * 1024 * 1024 * 64
+    assert flops("fwd", False) == forward
+    assert flops("fwd", True) == forward / 2
+    assert flops("fwdbwd", False) == 3.5 * forward
