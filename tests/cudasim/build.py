@@ -1,0 +1,112 @@
+"""Compile the CPU shim (tests/cudasim) and programs built on it with g++.
+
+Used by the shim's self-tests; a build of the CUDA kernel source against the shim (for
+example the `sim` torch extension) needs the same SHIM_SOURCES and compile_flags().
+
+Environment: CXX (default g++), CUDA_HOME (for cuda_fp16.h & co; else /usr/local/cuda, else
+the headers of the nvidia-cuda-runtime wheel that a CUDA build of torch installs).
+"""
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
+
+SHIM_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(SHIM_DIR))
+SHIM_SOURCES = sorted(glob.glob(os.path.join(SHIM_DIR, "src", "*.cpp")))
+CXX = os.environ.get("CXX", "g++")
+# Fibers switch stacks; frame pointers keep backtraces and ASan reports readable.
+BASE_FLAGS = ["-std=c++17", "-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-Wextra",
+              "-DFLASHATTN_CUDASIM=1"]
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
+
+
+def cuda_include_dir():
+    """Folder holding cuda_fp16.h, cuda_bf16.h and vector_types.h, or None."""
+    candidates = [os.path.join(os.environ[v], "include") for v in ("CUDA_HOME", "CUDA_PATH")
+                  if os.environ.get(v)]
+    candidates.append("/usr/local/cuda/include")
+    site = sysconfig.get_paths()["purelib"]
+    candidates += sorted(glob.glob(os.path.join(site, "nvidia", "cu*", "include")), reverse=True)
+    candidates += [os.path.join(site, "nvidia", "cuda_runtime", "include")]
+    for path in candidates:
+        if os.path.isfile(os.path.join(path, "cuda_fp16.h")) and os.path.isfile(
+                os.path.join(path, "vector_types.h")):
+            return path
+    return None
+
+
+def compile_flags(sanitize=False):
+    """Flags for every translation unit compiled against the shim (kernels, host code, shim)."""
+    cuda = cuda_include_dir()
+    if cuda is None:
+        raise RuntimeError("cudasim needs cuda_fp16.h / vector_types.h: set CUDA_HOME")
+    flags = BASE_FLAGS + ["-I", SHIM_DIR, "-I", os.path.join(REPO_ROOT, "csrc"),
+                          "-isystem", cuda]
+    return flags + (SANITIZE_FLAGS if sanitize else [])
+
+
+def link_flags(sanitize=False):
+    return SANITIZE_FLAGS if sanitize else []
+
+
+def sanitizer_available():
+    """True when g++ can link an ASan+UBSan program here."""
+    probe = subprocess.run([CXX, *SANITIZE_FLAGS, "-x", "c++", "-", "-o", os.devnull],
+                           input="int main() { return 0; }", text=True, capture_output=True)
+    return probe.returncode == 0
+
+
+def _digest(paths, flags):
+    h = hashlib.sha256(" ".join(flags).encode())
+    for path in paths:
+        with open(path, "rb") as f:
+            h.update(path.encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
+
+
+def _shim_headers():
+    return sorted(glob.glob(os.path.join(SHIM_DIR, "*.h")) +
+                  glob.glob(os.path.join(SHIM_DIR, "src", "*.h")) +
+                  glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*.cuh")))
+
+
+def _run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"compile failed: {' '.join(cmd)}\n{result.stdout}{result.stderr}")
+
+
+def build_program(sources, name, build_dir, sanitize=False, extra_flags=(), jobs=2):
+    """Compiles `sources` plus the shim into build_dir/<name>; reuses an up-to-date build.
+
+    Objects are cached by the hash of their source, every shim header and the flags, so a
+    second session (or a second program) recompiles only what changed."""
+    flags = compile_flags(sanitize) + list(extra_flags)
+    headers = _shim_headers()
+    mode = "asan" if sanitize else "plain"
+    obj_dir = os.path.join(build_dir, "obj-" + mode)
+    os.makedirs(obj_dir, exist_ok=True)
+
+    def compile_one(src):
+        obj = os.path.join(obj_dir, f"{os.path.basename(src)}.{_digest([src] + headers, flags)}.o")
+        if not os.path.exists(obj):
+            tmp = obj + f".tmp{os.getpid()}"
+            _run([CXX, *flags, "-c", src, "-o", tmp])
+            os.replace(tmp, obj)
+        return obj
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        objects = list(pool.map(compile_one, list(sources) + SHIM_SOURCES))
+    exe = os.path.join(build_dir, f"{name}-{mode}")
+    tmp = exe + f".tmp{os.getpid()}"
+    _run([CXX, *objects, *link_flags(sanitize), "-o", tmp])
+    os.replace(tmp, exe)
+    return exe
+
+
+def clean(build_dir):
+    shutil.rmtree(build_dir, ignore_errors=True)
