@@ -9,7 +9,6 @@ the headers of the nvidia-cuda-runtime wheel that a CUDA build of torch installs
 import glob
 import hashlib
 import os
-import shutil
 import subprocess
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
@@ -44,13 +43,14 @@ def compile_flags(sanitize=False):
     cuda = cuda_include_dir()
     if cuda is None:
         raise RuntimeError("cudasim needs cuda_fp16.h / vector_types.h: set CUDA_HOME")
-    flags = BASE_FLAGS + ["-I", SHIM_DIR, "-I", os.path.join(REPO_ROOT, "csrc"),
-                          "-isystem", cuda]
+    flags = BASE_FLAGS + ["-include", os.path.join(SHIM_DIR, "cudasim.h"), "-I", SHIM_DIR,
+                          "-I", os.path.join(REPO_ROOT, "csrc"), "-isystem", cuda]
     return flags + (SANITIZE_FLAGS if sanitize else [])
 
 
 def link_flags(sanitize=False):
-    return SANITIZE_FLAGS if sanitize else []
+    # -rdynamic: kernels' symbols reach the dynamic table, so messages can name them.
+    return ["-rdynamic"] + (SANITIZE_FLAGS if sanitize else [])
 
 
 def sanitizer_available():
@@ -107,6 +107,3 @@ def build_program(sources, name, build_dir, sanitize=False, extra_flags=(), jobs
     os.replace(tmp, exe)
     return exe
 
-
-def clean(build_dir):
-    shutil.rmtree(build_dir, ignore_errors=True)

@@ -70,7 +70,8 @@ void set_schedule(const Schedule& schedule);  // used by every later launch on a
 void clear_schedule();                        // back to CUDASIM_SCHEDULE, else forward
 Schedule active_schedule();
 
-// The launch, as kernel<<<grid, block, smem_bytes>>>(args...) would do it. Throws SimError.
+// The launch, as kernel<<<grid, block, smem_bytes>>>(args...) would do it, run to completion on
+// the calling host thread. Throws SimError. kernel_name may be null (looked up, for messages).
 namespace detail {
 void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 block,
               size_t smem_bytes, const std::function<void()>& run_one_thread);
@@ -86,7 +87,8 @@ void launch_named(const char* kernel_name, void (*kernel)(Params...), dim3 grid,
 }
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, Args&&... args) {
-  launch_named("kernel", kernel, grid, block, smem_bytes, std::forward<Args>(args)...);
+  // No name: the shim looks the symbol up (shared objects export it; executables need -rdynamic).
+  launch_named(nullptr, kernel, grid, block, smem_bytes, std::forward<Args>(args)...);
 }
 
 // Largest dynamic shared memory a block may request on sm_90 (227 KB).

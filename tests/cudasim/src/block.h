@@ -77,7 +77,7 @@ struct SimWarp {
 };
 
 struct SimBlock {
-  const char* kernel_name = "";
+  std::string kernel_name;
   dim3 grid_dim, block_dim;
   uint3 idx{};
   unsigned char* smem = nullptr;  // exact-size heap buffer, so ASan sees overruns
@@ -99,7 +99,8 @@ class ActiveBlockGuard {
   ~ActiveBlockGuard();
 };
 
-// Throws SimError "file:line: message [kernel, block (..), thread (..)]" for the current thread.
+// Throws SimError "file:line: message [kernel, block (..), thread (..)]" for the current thread;
+// a site with line 0 (the thread's return) is left out.
 [[noreturn]] void fail(const Site& site, const std::string& message);
 // Blocks the current thread in `op` at `site` until the scheduler resumes it.
 void block_current_thread(ThreadStatus status, const char* op, const Site& site);

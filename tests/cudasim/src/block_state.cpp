@@ -42,7 +42,7 @@ SimThread& current_thread(const char* what) {
 
 ActiveBlockGuard::ActiveBlockGuard(SimBlock& block) {
   if (active != nullptr) {
-    throw SimError(std::string("cudasim: kernel ") + block.kernel_name +
+    throw SimError("cudasim: kernel " + block.kernel_name +
                    " launched from inside kernel " + active->kernel_name +
                    " (dynamic parallelism is not simulated)");
   }
@@ -54,7 +54,8 @@ ActiveBlockGuard::~ActiveBlockGuard() { active = nullptr; }
 void fail(const Site& site, const std::string& message) {
   const SimBlock& block = active_block("fail");
   std::ostringstream out;
-  out << describe(site) << ": " << message << " [kernel " << block.kernel_name << ", block "
+  if (site.line != 0) out << describe(site) << ": ";
+  out << message << " [kernel " << block.kernel_name << ", block "
       << coords(block.idx);
   if (block.current != nullptr) {
     out << ", thread " << coords(block.current->idx) << " = warp " << block.current->warp

@@ -1,4 +1,7 @@
 // A launch: validate it as the driver would, then run every block in the schedule's order.
+#include <cxxabi.h>
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -42,14 +45,29 @@ size_t fiber_stack_bytes() {
   return kib * 1024;
 }
 
+// The kernel's name for messages, demangled, when the dynamic symbol table has it.
+std::string kernel_symbol(const void* kernel_id) {
+  Dl_info info{};
+  if (dladdr(kernel_id, &info) != 0 && info.dli_sname != nullptr) {
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    std::string name = status == 0 ? demangled : info.dli_sname;
+    std::free(demangled);
+    return name;
+  }
+  char text[48];
+  std::snprintf(text, sizeof text, "<kernel at %p>", kernel_id);
+  return text;
+}
+
 std::string dims(const dim3& d) {
   std::ostringstream out;
   out << "(" << d.x << "," << d.y << "," << d.z << ")";
   return out.str();
 }
 
-void validate_launch(const char* name, const void* kernel_id, dim3 grid, dim3 block, size_t smem) {
-  const std::string where = std::string("cudasim: launch of ") + name + " with grid " + dims(grid) +
+void validate_launch(const std::string& name, const void* kernel_id, dim3 grid, dim3 block, size_t smem) {
+  const std::string where = "cudasim: launch of " + name + " with grid " + dims(grid) +
                             ", block " + dims(block) + ": ";
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
   if (threads == 0 || threads > kMaxThreadsPerBlock || block.z > kMaxBlockDimZ) {
@@ -95,13 +113,14 @@ namespace detail {
 
 void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 block_dim,
               size_t smem_bytes, const std::function<void()>& run_one_thread) {
-  validate_launch(kernel_name, kernel_id, grid, block_dim, smem_bytes);
+  const std::string name = kernel_name != nullptr ? kernel_name : kernel_symbol(kernel_id);
+  validate_launch(name, kernel_id, grid, block_dim, smem_bytes);
   const Schedule schedule = active_schedule();
   const size_t stack_bytes = fiber_stack_bytes();
   SmemBuffer smem(smem_bytes);
 
   SimBlock block;
-  block.kernel_name = kernel_name;
+  block.kernel_name = name;
   block.grid_dim = grid;
   block.block_dim = block_dim;
   block.smem = static_cast<unsigned char*>(smem.ptr);

@@ -12,7 +12,7 @@ namespace {
 
 // Checks a returning thread leaves nothing behind that its warp or shared memory awaits.
 void check_thread_exit(SimBlock& block, SimThread& self) {
-  const Site exit_site{"<kernel return>", 0};
+  const Site exit_site{"", 0};
   const std::vector<PendingCopy>* pending = nullptr;
   if (!self.uncommitted_copies.empty()) pending = &self.uncommitted_copies;
   if (!self.copy_groups.empty()) pending = &self.copy_groups.front();
@@ -98,7 +98,8 @@ std::string describe_waiters(const SimBlock& block) {
     if (head.status == ThreadStatus::Exited) {
       out << " returned";
     } else {
-      out << " wait in " << head.wait_op << " at " << describe(head.wait_site);
+      out << (first == last ? " waits in " : " wait in ") << head.wait_op << " at "
+          << describe(head.wait_site);
     }
     first = last + 1;
   }
