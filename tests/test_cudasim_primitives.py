@@ -15,7 +15,8 @@ CASES = (
     + [f"{op}_{ty}" for op in ("shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync")
        for ty in ("float", "int", "double")]
     + ["shfl_xor_width16_mask_0000ffff", "shfl_xor_width16_mask_ffff0000",
-       "vote_mask_ffffffff", "vote_mask_0f0f00ff", "cp_async_groups_and_zero_fill"]
+       "vote_mask_ffffffff", "vote_mask_0f0f00ff", "cp_async_groups_and_zero_fill",
+       "exp2_approx"]
 )
 
 _results = {}

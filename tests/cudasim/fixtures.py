@@ -1,6 +1,6 @@
 """Builds and runs the shim's self-test programs for tests/test_cudasim_*.py.
 
-Programs are compiled once per process and cached on disk (build/cudasim-selftest, keyed by
+Programs are compiled once per process and cached on disk (build/cudasim, keyed by
 the hash of sources and flags), so a rerun only relinks."""
 import os
 import shutil
@@ -10,7 +10,7 @@ import pytest
 
 import build
 
-BUILD_DIR = os.path.join(build.REPO_ROOT, "build", "cudasim-selftest")
+BUILD_DIR = build.DEFAULT_BUILD_DIR
 SELFTEST_DIR = os.path.join(build.SHIM_DIR, "selftest")
 RUN_TIMEOUT_S = 60
 

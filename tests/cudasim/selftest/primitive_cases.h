@@ -3,6 +3,7 @@
 // own terms, independently of the shim's code). Shared by the shim self-test and the GPU
 // layout check, which must see identical inputs: all randomness comes from a fixed splitmix64.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -283,6 +284,20 @@ inline CaseResult cp_async_case(Rng& rng) {
   return {"cp_async_groups_and_zero_fill", GpuCompare::Bitwise, actual, expected, portable};
 }
 
+// ex2.approx.ftz.f32: about 2 ulp on hardware; the shim's exp2f is exact. Inputs stay well
+// inside the normal range, where flush-to-zero changes nothing.
+inline CaseResult exp2_case(Rng& rng) {
+  std::vector<float> in(kLanes), expected(kLanes);
+  for (int lane = 0; lane < kLanes; ++lane) {
+    in[lane] = rng.uniform(-30.f, 30.f);
+    expected[lane] = std::exp2(in[lane]);
+  }
+  DeviceArray<float> in_d(in), out_d{std::vector<float>(kLanes)};
+  launch_one_block(exp2_kernel, kLanes, 0, static_cast<const float*>(in_d.get()), out_d.get());
+  const auto actual = bytes_of(out_d.read());
+  return {"exp2_approx", GpuCompare::CloseF32, actual, bytes_of(expected), actual};
+}
+
 // Every case, in a fixed order. hardware_safe: give ignored ldmatrix lanes valid addresses too.
 inline std::vector<CaseResult> run_all_cases(uint64_t seed, bool hardware_safe) {
   Rng rng(seed);
@@ -306,6 +321,7 @@ inline std::vector<CaseResult> run_all_cases(uint64_t seed, bool hardware_safe) 
   results.push_back(vote_case(0xffffffffu, rng));
   results.push_back(vote_case(0x0f0f00ffu, rng));
   results.push_back(cp_async_case(rng));
+  results.push_back(exp2_case(rng));
   return results;
 }
 

@@ -102,6 +102,10 @@ __global__ void vote_kernel(unsigned mask, const int* pred, unsigned* out) {
   out[lane * 3 + 2] = all;
 }
 
+__global__ void exp2_kernel(const float* in, float* out) {
+  out[threadIdx.x] = flashattn::ptx::exp2_approx(in[threadIdx.x]);
+}
+
 // Lane L issues one 16-byte copy per group g into slot g*32+L, reading src_bytes[g*32+L] bytes
 // from src + (g*32+L)*16 (nullptr when 0: a zero-byte copy must not read). Groups 0-2 are
 // committed, group 3 is not. After each step it snapshots its own 4 slots:

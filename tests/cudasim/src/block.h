@@ -109,7 +109,11 @@ void block_current_thread(ThreadStatus status, const char* op, const Site& site)
 class Permuter;
 void run_block(SimBlock& block, Permuter& order);
 
+// True if [ptr, ptr + bytes) lies inside the block's dynamic shared memory.
+bool in_smem(const SimBlock& block, const void* ptr, size_t bytes);
+
 std::string hex(uint32_t mask);
+std::string format_address(const void* ptr);
 std::string lane_list(uint32_t lanes);  // "0-3,7"
 
 }  // namespace cudasim::detail

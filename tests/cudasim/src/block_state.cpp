@@ -1,4 +1,5 @@
 // The active block, error reporting and small formatting helpers shared by the shim.
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -71,6 +72,17 @@ void block_current_thread(ThreadStatus status, const char* op, const Site& site)
   self.wait_op = op;
   self.wait_site = site;
   self.fiber->suspend();
+}
+
+bool in_smem(const SimBlock& block, const void* ptr, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(ptr);
+  return p >= block.smem && bytes <= block.smem_bytes && p <= block.smem + block.smem_bytes - bytes;
+}
+
+std::string format_address(const void* ptr) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", ptr);
+  return text;
 }
 
 std::string hex(uint32_t mask) {

@@ -15,17 +15,6 @@ bool overlaps_smem(const SimBlock& block, const void* ptr, size_t bytes) {
   return p < block.smem + block.smem_bytes && p + bytes > block.smem;
 }
 
-bool inside_smem(const SimBlock& block, const void* ptr, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(ptr);
-  return p >= block.smem && block.smem_bytes >= bytes && p <= block.smem + block.smem_bytes - bytes;
-}
-
-std::string address(const void* ptr) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%p", ptr);
-  return text;
-}
-
 void retire(std::vector<PendingCopy>& copies) {
   for (const PendingCopy& copy : copies) std::memcpy(copy.dst, copy.bytes, kCopyBytes);
   copies.clear();
@@ -41,18 +30,18 @@ void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, const char
     fail(site, "cp.async: src_bytes = " + std::to_string(src_bytes) + " is outside [0, 16]");
   }
   if (reinterpret_cast<uintptr_t>(smem_dst) % kCopyBytes != 0 ||
-      !inside_smem(block, smem_dst, kCopyBytes)) {
-    fail(site, "cp.async: destination " + address(smem_dst) +
+      !in_smem(block, smem_dst, kCopyBytes)) {
+    fail(site, "cp.async: destination " + format_address(smem_dst) +
                    " is not a 16-byte aligned 16-byte slot inside dynamic shared memory [" +
-                   address(block.smem) + ", +" + std::to_string(block.smem_bytes) + ")");
+                   format_address(block.smem) + ", +" + std::to_string(block.smem_bytes) + ")");
   }
   PendingCopy copy{static_cast<unsigned char*>(smem_dst), {}, site};
   if (src_bytes > 0) {
     if (reinterpret_cast<uintptr_t>(gmem_src) % kCopyBytes != 0) {
-      fail(site, "cp.async: source " + address(gmem_src) + " is not 16-byte aligned");
+      fail(site, "cp.async: source " + format_address(gmem_src) + " is not 16-byte aligned");
     }
     if (overlaps_smem(block, gmem_src, static_cast<size_t>(src_bytes))) {
-      fail(site, "cp.async: source " + address(gmem_src) + " lies in shared memory, not global");
+      fail(site, "cp.async: source " + format_address(gmem_src) + " lies in shared memory, not global");
     }
     // Only src_bytes are read (an overrun here is the kernel's, and ASan reports it); the rest
     // of the 16 bytes is zero-filled, as cp.async's src-size operand specifies.

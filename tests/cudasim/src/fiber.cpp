@@ -20,10 +20,10 @@
 namespace cudasim::detail {
 namespace {
 
-// makecontext passes only ints, so the fiber being started is handed over here.
+// The entry function takes no arguments, so the fiber being started is handed over here.
 thread_local Fiber* starting_fiber = nullptr;
 
-// ASan tracks one stack per host thread; every swapcontext must be bracketed by these calls
+// ASan tracks one stack per host thread; every stack switch must be bracketed by these calls
 // or it reports false stack-buffer errors (and use-after-return fake stacks get lost).
 void start_switch(void** fake_stack_save, const void* bottom, size_t size) {
 #if CUDASIM_ASAN
@@ -76,11 +76,7 @@ void Fiber::reset(void (*body)(void*), void* arg) {
   unpoison(stack_, stack_bytes_);
   body_ = body;
   arg_ = arg;
-  getcontext(&context_);
-  context_.uc_stack.ss_sp = stack_;
-  context_.uc_stack.ss_size = stack_bytes_;
-  context_.uc_link = nullptr;
-  makecontext(&context_, &Fiber::trampoline, 0);
+  context_.prepare(stack_, stack_bytes_, &Fiber::trampoline);
 }
 
 void Fiber::trampoline() {
@@ -92,20 +88,20 @@ void Fiber::trampoline() {
 void Fiber::resume() {
   starting_fiber = this;
   start_switch(&host_fake_stack_, stack_, stack_bytes_);
-  swapcontext(&host_, &context_);
+  host_.switch_to(context_);
   finish_switch(host_fake_stack_, nullptr, nullptr);
 }
 
 void Fiber::suspend() {
   start_switch(&fiber_fake_stack_, host_stack_bottom_, host_stack_size_);
-  swapcontext(&context_, &host_);
+  context_.switch_to(host_);
   finish_switch(fiber_fake_stack_, &host_stack_bottom_, &host_stack_size_);
 }
 
 void Fiber::finish() {
   // nullptr: this stack is done, ASan may drop its fake frames.
   start_switch(nullptr, host_stack_bottom_, host_stack_size_);
-  setcontext(&host_);
+  context_.switch_to(host_);
   __builtin_unreachable();
 }
 

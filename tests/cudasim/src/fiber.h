@@ -1,8 +1,8 @@
-// A fiber: one CUDA thread's own stack and saved registers, switched with ucontext.
+// A fiber: one CUDA thread's own stack and saved registers.
 #pragma once
-#include <ucontext.h>
-
 #include <cstddef>
+
+#include "machine_context.h"
 
 namespace cudasim::detail {
 
@@ -30,8 +30,8 @@ class Fiber {
   size_t mapping_bytes_ = 0;
   void* stack_ = nullptr;    // lowest usable address
   size_t stack_bytes_ = 0;
-  ucontext_t context_{};
-  ucontext_t host_{};
+  MachineContext context_;
+  MachineContext host_;  // whoever called resume()
   void (*body_)(void*) = nullptr;
   void* arg_ = nullptr;
   // AddressSanitizer bookkeeping for stack switches (unused in plain builds).

@@ -18,24 +18,12 @@ const char* ldmatrix_name(int num, bool transpose) {
   return names[transpose ? 1 : 0][num];
 }
 
-bool in_smem(const SimBlock& block, const void* ptr, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(ptr);
-  return p >= block.smem && bytes <= block.smem_bytes &&
-         p <= block.smem + block.smem_bytes - bytes;
-}
-
-std::string address(const void* ptr) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%p", ptr);
-  return text;
-}
-
 }  // namespace
 
 uint32_t smem_offset(const void* ptr, const char* file, int line) {
   const SimBlock& block = active_block("smem_u32addr");
   if (!in_smem(block, ptr, 0)) {
-    fail(Site{file, line}, "smem_u32addr(" + address(ptr) +
+    fail(Site{file, line}, "smem_u32addr(" + format_address(ptr) +
                                "): not a dynamic shared memory address (FLASHATTN_DYNAMIC_SMEM)");
   }
   return static_cast<uint32_t>(static_cast<const unsigned char*>(ptr) - block.smem);
@@ -59,12 +47,12 @@ void ldmatrix(int num_matrices, bool transpose, uint32_t* regs, const void* row_
         const void* row = lanes[lane]->mailbox.row;
         if (reinterpret_cast<uintptr_t>(row) % kRowBytes != 0) {
           fail(call.site, std::string(call.op) + ": lane " + std::to_string(lane) + "'s row address " +
-                              address(row) + " is not 16-byte aligned");
+                              format_address(row) + " is not 16-byte aligned");
         }
         if (!in_smem(block, row, kRowBytes)) {
           fail(call.site, std::string(call.op) + ": lane " + std::to_string(lane) + "'s row address " +
-                              address(row) + " is not a 16-byte row inside dynamic shared memory [" +
-                              address(block.smem) + ", +" + std::to_string(block.smem_bytes) + ")");
+                              format_address(row) + " is not a 16-byte row inside dynamic shared memory [" +
+                              format_address(block.smem) + ", +" + std::to_string(block.smem_bytes) + ")");
         }
         std::memcpy(tiles[m][r], row, kRowBytes);
       }
