@@ -5,7 +5,6 @@
 #include <deque>
 #include <exception>
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,7 +50,7 @@ struct PendingCopy {
 struct SimThread {
   uint3 idx{};
   unsigned linear = 0, warp = 0, lane = 0;
-  std::unique_ptr<Fiber> fiber;
+  Fiber* fiber = nullptr;  // borrowed from the host thread's pool (grid.cpp)
   ThreadStatus status = ThreadStatus::Ready;
   Site wait_site;                 // where it is blocked (barrier or collective)
   const char* wait_op = "";       // what it is blocked in
@@ -92,6 +91,8 @@ struct SimBlock {
 // The block being run on this host thread; throws SimError outside a kernel.
 SimBlock& active_block(const char* what);
 SimThread& current_thread(const char* what);
+// Throws SimError if a kernel is already running on this host thread (a launch from a kernel).
+void check_not_in_kernel(const std::string& kernel_name);
 // Makes `block` the active one for the lifetime of the guard.
 class ActiveBlockGuard {
  public:

@@ -41,14 +41,14 @@ SimThread& current_thread(const char* what) {
   return *block.current;
 }
 
-ActiveBlockGuard::ActiveBlockGuard(SimBlock& block) {
+void check_not_in_kernel(const std::string& kernel_name) {
   if (active != nullptr) {
-    throw SimError("cudasim: kernel " + block.kernel_name +
-                   " launched from inside kernel " + active->kernel_name +
-                   " (dynamic parallelism is not simulated)");
+    throw SimError("cudasim: kernel " + kernel_name + " launched from inside kernel " +
+                   active->kernel_name + " (dynamic parallelism is not simulated)");
   }
-  active = &block;
 }
+
+ActiveBlockGuard::ActiveBlockGuard(SimBlock& block) { active = &block; }
 
 ActiveBlockGuard::~ActiveBlockGuard() { active = nullptr; }
 

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 
@@ -85,6 +86,20 @@ void validate_launch(const std::string& name, const void* kernel_id, dim3 grid, 
   }
 }
 
+// Fibers outlive launches: mapping and first touching 128 fresh stacks cost ~6 ms per launch,
+// which dominated tests that launch many small grids. One pool per host thread, since each
+// host thread runs its own launches.
+thread_local std::vector<std::unique_ptr<detail::Fiber>> fiber_pool;
+thread_local size_t fiber_pool_stack_bytes = 0;
+
+void fill_fiber_pool(size_t count, size_t stack_bytes) {
+  if (stack_bytes != fiber_pool_stack_bytes) {
+    fiber_pool.clear();
+    fiber_pool_stack_bytes = stack_bytes;
+  }
+  while (fiber_pool.size() < count) fiber_pool.push_back(std::make_unique<detail::Fiber>(stack_bytes));
+}
+
 struct SmemBuffer {
   explicit SmemBuffer(size_t bytes) {
     // Exactly `bytes` long (at least 1, so the pointer is distinct), so ASan flags overruns.
@@ -114,9 +129,11 @@ namespace detail {
 void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 block_dim,
               size_t smem_bytes, const std::function<void()>& run_one_thread) {
   const std::string name = kernel_name != nullptr ? kernel_name : kernel_symbol(kernel_id);
+  check_not_in_kernel(name);  // before the fiber pool, which the running kernel is using
   validate_launch(name, kernel_id, grid, block_dim, smem_bytes);
   const Schedule schedule = active_schedule();
-  const size_t stack_bytes = fiber_stack_bytes();
+  const unsigned num_threads = block_dim.x * block_dim.y * block_dim.z;
+  fill_fiber_pool(num_threads, fiber_stack_bytes());
   SmemBuffer smem(smem_bytes);
 
   SimBlock block;
@@ -126,7 +143,6 @@ void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 bl
   block.smem = static_cast<unsigned char*>(smem.ptr);
   block.smem_bytes = smem_bytes;
   block.run_one_thread = &run_one_thread;
-  const unsigned num_threads = block_dim.x * block_dim.y * block_dim.z;
   block.threads.resize(num_threads);
   for (unsigned t = 0; t < num_threads; ++t) {
     SimThread& thread = block.threads[t];
@@ -134,7 +150,7 @@ void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 bl
     thread.idx = uint3{t % block_dim.x, t / block_dim.x % block_dim.y, t / (block_dim.x * block_dim.y)};
     thread.warp = t / kWarpSize;
     thread.lane = t % kWarpSize;
-    thread.fiber = std::make_unique<Fiber>(stack_bytes);
+    thread.fiber = fiber_pool[t].get();
   }
   for (unsigned first = 0; first < num_threads; first += kWarpSize) {
     SimWarp warp;
