@@ -22,13 +22,13 @@ CASES = (
 _results = {}
 
 
-def results_for(seed):
-    if seed not in _results:
-        out = run(program("primitives_test"), str(seed))
+def results_for(seed, *flags):
+    if (seed, flags) not in _results:
+        out = run(program("primitives_test"), *flags, str(seed))
         lines = [line for line in out.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
         assert lines, f"primitives_test printed nothing\n{out.stdout}\n{out.stderr}"
-        _results[seed] = {line.split()[1].rstrip(":"): line for line in lines}
-    return _results[seed]
+        _results[seed, flags] = {line.split()[1].rstrip(":"): line for line in lines}
+    return _results[seed, flags]
 
 
 @pytest.mark.parametrize("seed", [20261129, 7])
@@ -42,3 +42,11 @@ def test_primitive_matches_reference(case, seed):
 
 def test_no_unlisted_cases():
     assert set(results_for(20261129)) == set(CASES)
+
+
+def test_hardware_safe_inputs_pass_too():
+    """The shim side of the GPU layout check (valid addresses on lanes ldmatrix ignores and for
+    zero-byte copies) must itself match the reference."""
+    results = results_for(20261129, "--hardware-safe")
+    assert set(results) == set(CASES)
+    assert all(line.startswith("PASS") for line in results.values()), results

@@ -20,8 +20,7 @@ SHIM_SOURCES = sorted(glob.glob(os.path.join(SHIM_DIR, "src", "*.cpp")))
 DEFAULT_BUILD_DIR = os.path.join(REPO_ROOT, "build", "cudasim")
 CXX = os.environ.get("CXX", "g++")
 # Fibers switch stacks; frame pointers keep backtraces and ASan reports readable.
-BASE_FLAGS = ["-std=c++17", "-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-Wextra",
-              "-DFLASHATTN_CUDASIM=1"]
+BASE_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-DFLASHATTN_CUDASIM=1"]
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
 
 
@@ -40,13 +39,17 @@ def cuda_include_dir():
     return None
 
 
-def compile_flags(sanitize=False):
-    """Flags for every translation unit compiled against the shim (kernels, host code, shim)."""
+def compile_flags(sanitize=False, cxx_std="c++17"):
+    """Flags for every translation unit compiled against the shim (kernels, host code, shim).
+
+    The shim builds as C++17 and C++20; pass cxx_std=None where the build adds its own
+    (torch 2.14's headers require C++20)."""
     cuda = cuda_include_dir()
     if cuda is None:
         raise RuntimeError("cudasim needs cuda_fp16.h / vector_types.h: set CUDA_HOME")
-    flags = BASE_FLAGS + ["-include", os.path.join(SHIM_DIR, "cudasim.h"), "-I", SHIM_DIR,
-                          "-I", os.path.join(REPO_ROOT, "csrc"), "-isystem", cuda]
+    flags = ([f"-std={cxx_std}"] if cxx_std else []) + BASE_FLAGS + [
+        "-include", os.path.join(SHIM_DIR, "cudasim.h"), "-I", SHIM_DIR,
+        "-I", os.path.join(REPO_ROOT, "csrc"), "-isystem", cuda]
     return flags + (SANITIZE_FLAGS if sanitize else [])
 
 

@@ -71,23 +71,23 @@ void clear_schedule();                        // back to CUDASIM_SCHEDULE, else 
 Schedule active_schedule();
 
 // The launch, as kernel<<<grid, block, smem_bytes>>>(args...) would do it, run to completion on
-// the calling host thread. Throws SimError. kernel_name may be null (looked up, for messages).
+// the calling host thread. Throws SimError. Messages name the kernel by its symbol when the
+// dynamic symbol table has it, else by name_hint (may be null), else by address.
 namespace detail {
-void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 block,
+void run_grid(const char* name_hint, const void* kernel_id, dim3 grid, dim3 block,
               size_t smem_bytes, const std::function<void()>& run_one_thread);
 }
 template <class... Params, class... Args>
-void launch_named(const char* kernel_name, void (*kernel)(Params...), dim3 grid, dim3 block,
+void launch_named(const char* name_hint, void (*kernel)(Params...), dim3 grid, dim3 block,
                   size_t smem_bytes, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "wrong number of kernel arguments");
   // Converted once, like CUDA's parameter buffer; every thread gets its own by-value copy.
   std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
-  detail::run_grid(kernel_name, reinterpret_cast<const void*>(kernel), grid, block, smem_bytes,
+  detail::run_grid(name_hint, reinterpret_cast<const void*>(kernel), grid, block, smem_bytes,
                    [&] { std::apply(kernel, params); });
 }
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, Args&&... args) {
-  // No name: the shim looks the symbol up (shared objects export it; executables need -rdynamic).
   launch_named(nullptr, kernel, grid, block, smem_bytes, std::forward<Args>(args)...);
 }
 

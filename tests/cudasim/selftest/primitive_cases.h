@@ -244,7 +244,7 @@ inline CaseResult vote_case(unsigned mask, Rng& rng) {
 
 // ---- cp.async: src_bytes read, the rest zero-filled; a group lands at the wait that retires
 // it (and not before, on the shim: unlanded slots keep the 0xFF poison). ----
-inline CaseResult cp_async_case(Rng& rng) {
+inline CaseResult cp_async_case(Rng& rng, bool hardware_safe) {
   const int copies = kCopyGroups * kLanes;
   std::vector<uint4> src(copies);
   std::vector<int> src_bytes(copies);
@@ -274,7 +274,8 @@ inline CaseResult cp_async_case(Rng& rng) {
   }
   DeviceArray<uint4> src_d(src), out_d{std::vector<uint4>(slot_count)};
   DeviceArray<int> bytes_d(src_bytes);
-  launch_one_block(cp_async_kernel, kLanes, copies * 16, static_cast<const uint4*>(src_d.get()),
+  const uint4* src_ptr = src_d.get();
+  launch_one_block(cp_async_kernel, kLanes, copies * 16, src_ptr, hardware_safe ? src_ptr : nullptr,
                    static_cast<const int*>(bytes_d.get()), out_d.get());
   const auto actual = bytes_of(out_d.read());
   std::vector<unsigned char> portable;
@@ -298,7 +299,8 @@ inline CaseResult exp2_case(Rng& rng) {
   return {"exp2_approx", GpuCompare::CloseF32, actual, bytes_of(expected), actual};
 }
 
-// Every case, in a fixed order. hardware_safe: give ignored ldmatrix lanes valid addresses too.
+// Every case, in a fixed order. hardware_safe: give ignored ldmatrix lanes, and zero-byte
+// cp.async sources, valid addresses (the shim test uses invalid ones to prove they go unread).
 inline std::vector<CaseResult> run_all_cases(uint64_t seed, bool hardware_safe) {
   Rng rng(seed);
   std::vector<CaseResult> results;
@@ -320,7 +322,7 @@ inline std::vector<CaseResult> run_all_cases(uint64_t seed, bool hardware_safe) 
   results.push_back(partial_mask_shuffle_case(0xffff0000u, rng));
   results.push_back(vote_case(0xffffffffu, rng));
   results.push_back(vote_case(0x0f0f00ffu, rng));
-  results.push_back(cp_async_case(rng));
+  results.push_back(cp_async_case(rng, hardware_safe));
   results.push_back(exp2_case(rng));
   return results;
 }

@@ -107,18 +107,19 @@ __global__ void exp2_kernel(const float* in, float* out) {
 }
 
 // Lane L issues one 16-byte copy per group g into slot g*32+L, reading src_bytes[g*32+L] bytes
-// from src + (g*32+L)*16 (nullptr when 0: a zero-byte copy must not read). Groups 0-2 are
-// committed, group 3 is not. After each step it snapshots its own 4 slots:
+// from src + (g*32+L)*16, or from empty_source when that is 0 (the shim test passes nullptr: a
+// zero-byte copy must not read). Groups 0-2 are committed, group 3 is not. After each step it snapshots its own 4 slots:
 //   0: before any wait   1: wait_group 2   2: wait_group 1   3: wait_group 0   4: wait_all
 // out: [kCopySnapshots][32 lanes][kCopyGroups] 16-byte slots.
-__global__ void cp_async_kernel(const uint4* src, const int* src_bytes, uint4* out) {
+__global__ void cp_async_kernel(const uint4* src, const uint4* empty_source, const int* src_bytes,
+                                uint4* out) {
   FLASHATTN_DYNAMIC_SMEM(uint4, smem);
   const int lane = threadIdx.x;
   using namespace flashattn::ptx;
   for (int g = 0; g < kCopyGroups; ++g) {
     const int slot = g * kLanes + lane;
     const int bytes = src_bytes[slot];
-    cp_async_16(&smem[slot], bytes > 0 ? static_cast<const void*>(&src[slot]) : nullptr, bytes);
+    cp_async_16(&smem[slot], bytes > 0 ? &src[slot] : empty_source, bytes);
     if (g + 1 < kCopyGroups) cp_async_commit();
   }
   auto snapshot = [&](int s) {

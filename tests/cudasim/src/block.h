@@ -100,9 +100,10 @@ class ActiveBlockGuard {
   ~ActiveBlockGuard();
 };
 
-// Throws SimError "file:line: message [kernel, block (..), thread (..)]" for the current thread;
-// a site with line 0 (the thread's return) is left out.
-[[noreturn]] void fail(const Site& site, const std::string& message);
+// Throws SimError "file:line: message [kernel, block (..), thread (..)]" naming `culprit`, by
+// default the current thread; a site with line 0 (the thread's return) is left out.
+[[noreturn]] void fail(const Site& site, const std::string& message,
+                       const SimThread* culprit = nullptr);
 // Blocks the current thread in `op` at `site` until the scheduler resumes it.
 void block_current_thread(ThreadStatus status, const char* op, const Site& site);
 

@@ -52,15 +52,16 @@ ActiveBlockGuard::ActiveBlockGuard(SimBlock& block) { active = &block; }
 
 ActiveBlockGuard::~ActiveBlockGuard() { active = nullptr; }
 
-void fail(const Site& site, const std::string& message) {
+void fail(const Site& site, const std::string& message, const SimThread* culprit) {
   const SimBlock& block = active_block("fail");
+  if (culprit == nullptr) culprit = block.current;
   std::ostringstream out;
   if (site.line != 0) out << describe(site) << ": ";
   out << message << " [kernel " << block.kernel_name << ", block "
       << coords(block.idx);
-  if (block.current != nullptr) {
-    out << ", thread " << coords(block.current->idx) << " = warp " << block.current->warp
-        << " lane " << block.current->lane;
+  if (culprit != nullptr) {
+    out << ", thread " << coords(culprit->idx) << " = warp " << culprit->warp << " lane "
+        << culprit->lane;
   }
   out << "]";
   throw SimError(out.str());

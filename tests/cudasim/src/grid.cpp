@@ -46,16 +46,19 @@ size_t fiber_stack_bytes() {
   return kib * 1024;
 }
 
-// The kernel's name for messages, demangled, when the dynamic symbol table has it.
-std::string kernel_symbol(const void* kernel_id) {
+// The kernel's name for messages: its demangled symbol where the dynamic symbol table has it
+// (shared objects, executables linked with -rdynamic), else the caller's hint, else its address.
+std::string kernel_name(const void* kernel_id, const char* name_hint) {
   Dl_info info{};
-  if (dladdr(kernel_id, &info) != 0 && info.dli_sname != nullptr) {
+  // dladdr reports the nearest symbol below the address: only an exact match is the kernel.
+  if (dladdr(kernel_id, &info) != 0 && info.dli_sname != nullptr && info.dli_saddr == kernel_id) {
     int status = 0;
     char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
     std::string name = status == 0 ? demangled : info.dli_sname;
     std::free(demangled);
     return name;
   }
+  if (name_hint != nullptr) return name_hint;
   char text[48];
   std::snprintf(text, sizeof text, "<kernel at %p>", kernel_id);
   return text;
@@ -126,9 +129,9 @@ void* dynamic_smem() { return detail::active_block("dynamic_smem()").smem; }
 
 namespace detail {
 
-void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 block_dim,
+void run_grid(const char* name_hint, const void* kernel_id, dim3 grid, dim3 block_dim,
               size_t smem_bytes, const std::function<void()>& run_one_thread) {
-  const std::string name = kernel_name != nullptr ? kernel_name : kernel_symbol(kernel_id);
+  const std::string name = kernel_name(kernel_id, name_hint);
   check_not_in_kernel(name);  // before the fiber pool, which the running kernel is using
   validate_launch(name, kernel_id, grid, block_dim, smem_bytes);
   const Schedule schedule = active_schedule();

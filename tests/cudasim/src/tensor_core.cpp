@@ -47,12 +47,14 @@ void ldmatrix(int num_matrices, bool transpose, uint32_t* regs, const void* row_
         const void* row = lanes[lane]->mailbox.row;
         if (reinterpret_cast<uintptr_t>(row) % kRowBytes != 0) {
           fail(call.site, std::string(call.op) + ": lane " + std::to_string(lane) + "'s row address " +
-                              format_address(row) + " is not 16-byte aligned");
+                              format_address(row) + " is not 16-byte aligned",
+               lanes[lane]);
         }
         if (!in_smem(block, row, kRowBytes)) {
           fail(call.site, std::string(call.op) + ": lane " + std::to_string(lane) + "'s row address " +
                               format_address(row) + " is not a 16-byte row inside dynamic shared memory [" +
-                              format_address(block.smem) + ", +" + std::to_string(block.smem_bytes) + ")");
+                              format_address(block.smem) + ", +" + std::to_string(block.smem_bytes) + ")",
+               lanes[lane]);
         }
         std::memcpy(tiles[m][r], row, kRowBytes);
       }

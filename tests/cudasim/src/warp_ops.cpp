@@ -69,7 +69,8 @@ uint64_t shuffle(ShuffleMode mode, unsigned mask, uint64_t bits, int lane_arg, i
       if (!(lanes_in >> source & 1u)) {
         fail(call.site, std::string(call.op) + ": lane " + std::to_string(lane) + " reads lane " +
                             std::to_string(source) + ", which is not in mask " + hex(lanes_in) +
-                            " (the value would be undefined)");
+                            " (the value would be undefined)",
+             lanes[lane]);
       }
     }
     // Read every operand before writing any result: a lane's result overwrites nothing it feeds.
