@@ -1,12 +1,14 @@
 """Schedules (CUDASIM_SCHEDULE and cudasim::set_schedule), built-in variables, static shared
 memory, atomics and the f16/bf16 intrinsics kernels use (tests/cudasim/selftest/scheduling_test.cpp)."""
 import os
+import subprocess
 import sys
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
-from fixtures import program, run  # noqa: E402
+import build  # noqa: E402
+from fixtures import SELFTEST_DIR, program, run  # noqa: E402
 
 THREADS, BLOCKS = 64, 2
 FORWARD = [(b, t) for b in range(BLOCKS) for t in range(THREADS)]
@@ -53,3 +55,12 @@ def test_set_schedule_overrides_environment():
 def test_builtins_atomics_and_conversions(schedule):
     out = run(program("scheduling_test"), "builtins", schedule=schedule)
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stdout + out.stderr
+
+
+def test_kernel_source_compiles_as_cxx20():
+    """torch 2.14 extensions compile as C++20; the shim header and kernel idioms must too."""
+    program("scheduling_test")  # skips where the toolchain is missing
+    source = os.path.join(SELFTEST_DIR, "scheduling_test.cpp")
+    out = subprocess.run([build.CXX, *build.compile_flags(cxx_std="c++20"), "-Werror",
+                          "-fsyntax-only", source], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

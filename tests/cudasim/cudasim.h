@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -41,6 +42,11 @@
 #define __shared__ static
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
+#endif
+// An nvcc keyword. libstdc++ spells __attribute__((__noinline__)) in <memory>'s internals,
+// which this macro would break: <memory> is included above, before it is defined.
+#ifndef __noinline__
+#define __noinline__ __attribute__((noinline))
 #endif
 
 // Host code under the shim needs no cuda_runtime.h; this typedef matches driver_types.h's.
