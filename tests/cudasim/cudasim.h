@@ -34,12 +34,12 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
-// Blocks run one after another, so a function-local static is exactly one block's shared
-// array. It is neither poisoned nor reset between blocks or launches: kernels should declare
-// shared memory with FLASHATTN_DYNAMIC_SMEM (csrc/cuda/ptx.cuh), which is, and which is the
-// only memory ldmatrix and cp.async accept as shared.
+// Blocks run one after another on one host thread, so a static (thread_local, in case two host
+// threads launch at once) is exactly one block's shared array. It is neither poisoned nor reset
+// between blocks or launches: kernels should declare shared memory with FLASHATTN_DYNAMIC_SMEM
+// (csrc/cuda/ptx.cuh), which is, and which is the only memory ldmatrix and cp.async accept.
 #undef __shared__
-#define __shared__ static
+#define __shared__ static thread_local
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
