@@ -64,3 +64,12 @@ def test_opted_in_large_smem_launches():
 def test_bad_schedule_is_reported():
     out = run(program("misuse_test"), "smem_over_48k_with_opt_in", schedule="sideways")
     assert "bad schedule 'sideways'" in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_error_paths_are_clean_under_asan(case):
+    """Threads abandoned by an error never return: the shim must leave nothing on their stacks
+    that owns memory, or every failing sim test would also report leaks."""
+    out = run(program("misuse_test", sanitize=True), case)
+    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
+    assert "Sanitizer" not in out.stderr and "runtime error" not in out.stderr, out.stderr

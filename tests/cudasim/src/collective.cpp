@@ -31,8 +31,7 @@ void validate_mask(const CollectiveCall& call, const SimWarp& warp, const SimThr
 
 }  // namespace
 
-void rendezvous(const CollectiveCall& call,
-                const std::function<void(SimThread* const* lanes, uint32_t mask)>& compute) {
+bool arrive(const CollectiveCall& call, SimThread* (&lanes)[kWarpSize]) {
   SimBlock& block = active_block(call.op);
   SimThread& self = current_thread(call.op);
   SimWarp& warp = block.warps[self.warp];
@@ -54,16 +53,19 @@ void rendezvous(const CollectiveCall& call,
   warp.open[slot].arrived |= 1u << self.lane;
   if (warp.open[slot].arrived != call.mask) {
     block_current_thread(ThreadStatus::InCollective, call.op, call.site);
-    return;  // the last lane has filled our mailbox
+    return false;  // the last lane has filled our mailbox
   }
   warp.open.erase(warp.open.begin() + static_cast<long>(slot));
-  SimThread* lanes[kWarpSize] = {};
   for (unsigned lane = 0; lane < warp.num_lanes; ++lane) {
     lanes[lane] = &block.threads[warp.first_thread + lane];
   }
-  compute(lanes, call.mask);
-  for (unsigned lane = 0; lane < warp.num_lanes; ++lane) {
-    if ((call.mask >> lane & 1u) && lane != self.lane) lanes[lane]->status = ThreadStatus::Ready;
+  return true;
+}
+
+void release(const CollectiveCall& call, SimThread* const* lanes) {
+  const unsigned self = current_thread(call.op).lane;
+  for (unsigned lane = 0; lane < kWarpSize; ++lane) {
+    if ((call.mask >> lane & 1u) && lane != self) lanes[lane]->status = ThreadStatus::Ready;
   }
 }
 
