@@ -81,6 +81,9 @@ void validate_launch(const std::string& name, const void* kernel_id, dim3 grid, 
       grid.y > kMaxGridDimYZ || grid.z > kMaxGridDimYZ) {
     throw SimError(where + "grid dims must be >= 1, gridDim.x <= 2^31-1, gridDim.y/z <= 65535");
   }
+  if (1ull * grid.x * grid.y * grid.z > UINT32_MAX) {
+    throw SimError(where + "more than 2^32 blocks is more than the shim can run");
+  }
   const size_t limit = dynamic_smem_limit(kernel_id);
   if (smem > limit) {
     throw SimError(where + std::to_string(smem) + " bytes of dynamic shared memory exceed this "
