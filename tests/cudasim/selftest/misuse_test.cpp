@@ -140,6 +140,7 @@ const std::map<std::string, std::function<void()>> kCases = {
        auto kernel = &uses_smem;
        flashattn::set_max_dynamic_smem(kernel, 64 * 1024);
        FLASHATTN_LAUNCH_KERNEL(kernel, kOneBlock, dim3(32), 64 * 1024, cudaStream_t{}, ints.data());
+       FLASHATTN_LAUNCH_CHECK();
      }},
     {"smem_opt_in_above_227k", [] { flashattn::set_max_dynamic_smem(&uses_smem, 228 * 1024); }},
     {"smem_overrun", [] { cudasim::launch(smem_overrun, kOneBlock, dim3(32), 32 * sizeof(int), ints.data()); }},

@@ -32,6 +32,7 @@ torch::Tensor double_it(const torch::Tensor& x, bool diverge) {
   FLASHATTN_LAUNCH_KERNEL(kernel, dim3((n + kThreads - 1) / kThreads), dim3(kThreads),
                           kThreads * sizeof(float), cudaStream_t{}, x.data_ptr<float>(),
                           y.data_ptr<float>(), n, diverge);
+  FLASHATTN_LAUNCH_CHECK();
   return y;
 }
 
