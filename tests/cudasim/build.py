@@ -67,7 +67,8 @@ def sanitizer_available():
     return probe.returncode == 0
 
 
-def _digest(paths, flags):
+def digest(paths, flags):
+    """Short content hash of files and flags, for cache names."""
     h = hashlib.sha256(" ".join(flags).encode())
     for path in paths:
         with open(path, "rb") as f:
@@ -111,7 +112,7 @@ def build_program(sources, name, build_dir=DEFAULT_BUILD_DIR, sanitize=False, ex
 
     def compile_one(src_and_deps):
         src, deps = src_and_deps
-        obj = os.path.join(obj_dir, f"{os.path.basename(src)}.{_digest(deps + headers, flags)}.o")
+        obj = os.path.join(obj_dir, f"{os.path.basename(src)}.{digest(deps + headers, flags)}.o")
         if not os.path.exists(obj):
             tmp = obj + f".tmp{os.getpid()}"
             _run([CXX, *flags, "-c", src, "-o", tmp])

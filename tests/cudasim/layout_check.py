@@ -15,6 +15,7 @@ Prints PASS/FAIL per primitive; exit status 1 if any fails. --compile-only build
 and stops (what a machine without a GPU can check).
 """
 import argparse
+import glob
 import os
 import shutil
 import struct
@@ -37,15 +38,21 @@ def nvcc_path():
 
 
 def build_gpu_side(arch):
+    """nvcc build of layout_check.cu, reused while its sources and flags are unchanged."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise SystemExit("nvcc not found: set CUDA_HOME")
+    source = os.path.join(build.SHIM_DIR, "layout_check.cu")
+    flags = [f"-arch=sm_{arch}", "-std=c++17", "-O2", "-I", build.SHIM_DIR,
+             "-I", os.path.join(build.SHIM_DIR, "selftest"), "-I", os.path.join(build.REPO_ROOT, "csrc")]
+    inputs = [source] + sorted(glob.glob(os.path.join(build.SHIM_DIR, "selftest", "*.h")) +
+                               glob.glob(os.path.join(build.SHIM_DIR, "selftest", "*.cuh")) +
+                               glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "*.cuh")))
     os.makedirs(BUILD_DIR, exist_ok=True)
-    exe = os.path.join(BUILD_DIR, f"layout_check_gpu_sm{arch}")
-    cmd = [nvcc, f"-arch=sm_{arch}", "-std=c++17", "-O2", "-I", build.SHIM_DIR,
-           "-I", os.path.join(build.SHIM_DIR, "selftest"), "-I", os.path.join(build.REPO_ROOT, "csrc"),
-           os.path.join(build.SHIM_DIR, "layout_check.cu"), "-o", exe]
-    subprocess.run(cmd, check=True)
+    exe = os.path.join(BUILD_DIR, f"layout_check_gpu_sm{arch}.{build.digest(inputs, [nvcc] + flags)}")
+    if not os.path.exists(exe):
+        subprocess.run([nvcc, *flags, source, "-o", exe + ".tmp"], check=True)
+        os.replace(exe + ".tmp", exe)
     return exe
 
 
