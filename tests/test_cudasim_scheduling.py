@@ -14,10 +14,17 @@ THREADS, BLOCKS = 64, 2
 FORWARD = [(b, t) for b in range(BLOCKS) for t in range(THREADS)]
 
 
-def first_run_order(schedule, mode="order"):
+def first_run_orders(schedule, mode="order"):
+    """One first-run order per line the program prints."""
     out = run(program("scheduling_test"), mode, schedule=schedule)
     assert out.returncode == 0, out.stdout + out.stderr
-    return [tuple(int(x) for x in pair.split(":")) for pair in out.stdout.split()]
+    return [[tuple(int(x) for x in pair.split(":")) for pair in line.split()]
+            for line in out.stdout.splitlines()]
+
+
+def first_run_order(schedule):
+    (order,) = first_run_orders(schedule)
+    return order
 
 
 def test_forward_runs_blocks_warps_and_lanes_in_order():
@@ -47,8 +54,15 @@ def test_warps_run_one_at_a_time():
     assert len(runs) == len(set(runs)) == BLOCKS * THREADS // 32
 
 
-def test_set_schedule_overrides_environment():
-    assert first_run_order("forward", mode="api_order") == FORWARD[::-1]
+def test_set_schedule_overrides_environment_until_cleared():
+    overridden, cleared = first_run_orders("forward", mode="api_order")
+    assert overridden == FORWARD[::-1]
+    assert cleared == FORWARD
+
+
+def test_schedule_names_round_trip():
+    out = run(program("scheduling_test"), "names")
+    assert out.stdout.split() == ["forward", "reverse", "random:0", "random:18446744073709551615"]
 
 
 @pytest.mark.parametrize("schedule", ["forward", "random:4"])

@@ -2,7 +2,8 @@
 //   scheduling_test order       prints the order in which the threads of a 2-block, 2-warp
 //                               grid first ran, as "block:thread" pairs (CUDASIM_SCHEDULE decides)
 //   scheduling_test api_order   the same after cudasim::set_schedule(reverse), which must win
-//                               over CUDASIM_SCHEDULE
+//                               over CUDASIM_SCHEDULE, then again after clear_schedule()
+//   scheduling_test names       parse_schedule / to_string round trips, one per line
 //   scheduling_test builtins    a 3-D grid of 2-D blocks: checks threadIdx/blockIdx/blockDim/
 //                               gridDim, static __shared__, atomicAdd and conversions; prints OK
 #include <cstdio>
@@ -105,13 +106,21 @@ int main(int argc, char** argv) {
     if (mode == "order") return print_order();
     if (mode == "api_order") {
       cudasim::set_schedule(cudasim::parse_schedule("reverse"));
+      print_order();
+      cudasim::clear_schedule();
       return print_order();
+    }
+    if (mode == "names") {
+      for (const char* name : {"forward", "reverse", "random:0", "random:18446744073709551615"}) {
+        std::printf("%s\n", cudasim::to_string(cudasim::parse_schedule(name)).c_str());
+      }
+      return 0;
     }
     if (mode == "builtins") return check_builtins();
   } catch (const cudasim::SimError& e) {
     std::printf("SimError: %s\n", e.what());
     return 3;
   }
-  std::fprintf(stderr, "usage: %s order|api_order|builtins\n", argv[0]);
+  std::fprintf(stderr, "usage: %s order|api_order|names|builtins\n", argv[0]);
   return 64;
 }

@@ -49,7 +49,7 @@ struct PendingCopy {
 
 struct SimThread {
   uint3 idx{};
-  unsigned linear = 0, warp = 0, lane = 0;
+  unsigned warp = 0, lane = 0;
   Fiber* fiber = nullptr;  // borrowed from the host thread's pool (grid.cpp)
   ThreadStatus status = ThreadStatus::Ready;
   Site wait_site;                 // where it is blocked (barrier or collective)
@@ -77,7 +77,6 @@ struct SimWarp {
 
 struct SimBlock {
   std::string kernel_name;
-  dim3 grid_dim, block_dim;
   uint3 idx{};
   unsigned char* smem = nullptr;  // exact-size heap buffer, so ASan sees overruns
   size_t smem_bytes = 0;

@@ -144,15 +144,12 @@ void run_grid(const char* name_hint, const void* kernel_id, dim3 grid, dim3 bloc
 
   SimBlock block;
   block.kernel_name = name;
-  block.grid_dim = grid;
-  block.block_dim = block_dim;
   block.smem = static_cast<unsigned char*>(smem.ptr);
   block.smem_bytes = smem_bytes;
   block.run_one_thread = &run_one_thread;
   block.threads.resize(num_threads);
   for (unsigned t = 0; t < num_threads; ++t) {
     SimThread& thread = block.threads[t];
-    thread.linear = t;
     thread.idx = uint3{t % block_dim.x, t / block_dim.x % block_dim.y, t / (block_dim.x * block_dim.y)};
     thread.warp = t / kWarpSize;
     thread.lane = t % kWarpSize;
