@@ -1,7 +1,7 @@
 // The saved registers of a suspended flow of control, and the switch between two of them.
 // x86-64 uses a hand-written switch: glibc's swapcontext also saves the signal mask with a
-// system call on every switch, which made a warp collective (64 switches) cost ~40 us instead
-// of ~2 us. Other targets use ucontext.
+// system call on every switch. Measured on the 2-core dev machine (busy), a warp collective
+// (64 switches) took 34-50 us with swapcontext and 5-8 us with this. Other targets use ucontext.
 #pragma once
 #include <cstddef>
 
