@@ -7,7 +7,9 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
-from fixtures import program, run  # noqa: E402
+from fixtures import SELFTEST_DIR, program, run, source_line  # noqa: E402
+
+KERNEL = os.path.join(SELFTEST_DIR, "tile_gemm_kernel.cuh")
 
 SCHEDULES = ["forward", "reverse", "random:1", "random:2"]
 MATCHES, WRONG, SIM_ERROR = 0, 1, 3
@@ -59,6 +61,7 @@ def test_tail_overread_is_caught_by_asan():
     assert out.returncode != MATCHES
     assert "heap-buffer-overflow" in out.stderr
     assert "cp_async_16" in out.stderr and "tile_gemm_kernel" in out.stderr
+    assert f"tile_gemm_kernel.cuh:{source_line(KERNEL, 'tail_copy')}: cp.async reads" in out.stderr
 
 
 def test_shared_memory_overrun_is_caught_by_asan():

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads)
     const int row = c / (kDepth / kChunk), col = c % (kDepth / kChunk) * kChunk;
     const bool valid = row < valid_rows;
     const int bytes = (valid || kBug == PlantedBug::TailOverread) ? 16 : 0;
-    cp_async_16(&s.a[row * kDepth + col], A + row * kDepth + col, bytes);
+    cp_async_16(&s.a[row * kDepth + col], A + row * kDepth + col, bytes);  // SITE:tail_copy
   }
   for (int c = tid; c < kCols * kCols / kChunk; c += kThreads) {
     const int row = c / (kCols / kChunk), col = c % (kCols / kChunk) * kChunk;

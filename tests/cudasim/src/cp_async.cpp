@@ -1,9 +1,14 @@
 // cp.async.cg.shared.global (16 bytes) with commit groups. The source is read when the copy
 // is issued; shared memory is written only when a wait retires the copy's group, so a kernel
 // that reads its tile without waiting sees the 0xFF poison (or a stale tile).
+#include <cstdio>
 #include <cstring>
 
 #include "block.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 namespace cudasim::detail {
 namespace {
@@ -45,6 +50,13 @@ void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, const char
     }
     // Only src_bytes are read (an overrun here is the kernel's, and ASan reports it); the rest
     // of the 16 bytes is zero-filled, as cp.async's src-size operand specifies.
+#if defined(__SANITIZE_ADDRESS__)
+    // ASan's report names this file; say first which kernel line issued the copy.
+    if (__asan_region_is_poisoned(const_cast<void*>(gmem_src), static_cast<size_t>(src_bytes))) {
+      std::fprintf(stderr, "cudasim: %s: cp.async reads %d bytes at %p, which ASan reports below\n",
+                   describe(site).c_str(), src_bytes, gmem_src);
+    }
+#endif
     std::memcpy(copy.bytes, gmem_src, static_cast<size_t>(src_bytes));
   }
   self.uncommitted_copies.push_back(copy);
