@@ -23,7 +23,8 @@ def pytest_configure(config):
     # CI installs the wheel into a fresh venv and must test that, not the source tree.
     if os.environ.get("FLASHATTN_TEST_INSTALLED") == "1":
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        assert not os.path.abspath(flashattn.__file__).startswith(repo + os.sep), (
+        source_package = os.path.join(repo, "flashattn")
+        assert os.path.dirname(os.path.abspath(flashattn.__file__)) != source_package, (
             f"tests imported flashattn from the source tree ({flashattn.__file__}), "
             f"not the installed wheel")
 
