@@ -1,13 +1,15 @@
-// exp for fp32 written so that GCC vectorizes a loop of it at any ISA level (no libm call, no
-// table): Cephes' expf. exp(x) = 2^n · exp(r) with n = round(x / ln2) and |r| <= ln2 / 2;
-// exp(r) from a degree-6 polynomial; about 1 ulp over the whole range. Results below FLT_MIN
-// are flushed to 0 (softmax weights that small do not change a fp32 sum), so exp(-inf) = 0.
+// exp for fp32 built from plain arithmetic (no libm call, no table), so it vectorizes on any
+// ISA: Cephes' expf. exp(x) = 2^n · exp(r) with n = round(x / ln2) and |r| <= ln2 / 2; exp(r)
+// from a degree-6 polynomial; about 1 ulp over the whole range. Results below FLT_MIN are
+// flushed to 0 (softmax weights that small do not change a fp32 sum), so exp(-inf) = 0.
+// F is float or VecF (simd.h).
 #pragma once
-#include <cstdint>
+#include "simd.h"
 
 namespace flashattn::cpu {
 
-inline float fast_exp(float x) {
+template <typename F>
+inline F fast_exp(F x) {
   constexpr float kLog2e = 1.44269504088896341f;
   // ln2 split in a high part with few mantissa bits (n * kLn2High is exact) and the rest.
   constexpr float kLn2High = 0.693359375f;
@@ -20,19 +22,19 @@ inline float fast_exp(float x) {
   constexpr int kExponentBias = 127;
   constexpr int kMantissaBits = 23;
 
-  const float clamped = x > kMaxInput ? kMaxInput : (x < kMinInput ? kMinInput : x);
-  const float n = (clamped * kLog2e + kRoundMagic) - kRoundMagic;
-  const float r = (clamped - n * kLn2High) - n * kLn2Low;
-  float poly = 1.9875691500e-4f;
+  const F zero = F{};
+  const F clamped = select_min(select_max(x, zero + kMinInput), zero + kMaxInput);
+  const F n = (clamped * kLog2e + kRoundMagic) - kRoundMagic;
+  const F r = (clamped - n * kLn2High) - n * kLn2Low;
+  F poly = zero + 1.9875691500e-4f;
   poly = poly * r + 1.3981999507e-3f;
   poly = poly * r + 8.3334519073e-3f;
   poly = poly * r + 4.1665795894e-2f;
   poly = poly * r + 1.6666665459e-1f;
   poly = poly * r + 5.0000001201e-1f;
-  const float exp_r = poly * r * r + r + 1.f;
-  const int32_t pow2_bits = (static_cast<int32_t>(n) + kExponentBias) << kMantissaBits;
-  const float result = exp_r * __builtin_bit_cast(float, pow2_bits);
-  return x < kMinInput ? 0.f : result;
+  const F exp_r = poly * r * r + r + 1.f;
+  const F result = exp_r * bits_to_float((to_int32(n) + kExponentBias) << kMantissaBits);
+  return x < zero + kMinInput ? zero : result;
 }
 
 }  // namespace flashattn::cpu
