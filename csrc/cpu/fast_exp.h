@@ -2,7 +2,8 @@
 // ISA: Cephes' expf. exp(x) = 2^n · exp(r) with n = round(x / ln2) and |r| <= ln2 / 2; exp(r)
 // from a degree-6 polynomial; about 1 ulp over the whole range. Results below FLT_MIN are
 // flushed to 0 (softmax weights that small do not change a fp32 sum), so exp(-inf) = 0.
-// F is float or VecF (simd.h).
+// Inputs must be <= kMaxInput: the kernels only take exp of scores minus their maximum or
+// their log-sum-exp, which are <= 0 (up to rounding). F is float or VecF (simd.h).
 #pragma once
 #include "simd.h"
 
@@ -15,7 +16,7 @@ inline F fast_exp(F x) {
   constexpr float kLn2High = 0.693359375f;
   constexpr float kLn2Low = -2.12194440e-4f;
   // Beyond these, 2^n leaves the range of normal floats.
-  constexpr float kMaxInput = 88.3762626647949f;
+  [[maybe_unused]] constexpr float kMaxInput = 88.3762626647949f;
   constexpr float kMinInput = -87.3365447504019f;
   // Adding and subtracting 1.5 · 2^23 rounds a float of magnitude < 2^22 to an integer.
   constexpr float kRoundMagic = 12582912.f;
@@ -23,7 +24,8 @@ inline F fast_exp(F x) {
   constexpr int kMantissaBits = 23;
 
   const F zero = F{};
-  const F clamped = select_min(select_max(x, zero + kMinInput), zero + kMaxInput);
+  // Clamped below so -inf gives a defined integer n; the result is flushed to 0 at the end.
+  const F clamped = select_max(x, zero + kMinInput);
   const F n = (clamped * kLog2e + kRoundMagic) - kRoundMagic;
   const F r = (clamped - n * kLn2High) - n * kLn2Low;
   F poly = zero + 1.9875691500e-4f;
