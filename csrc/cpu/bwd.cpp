@@ -134,7 +134,7 @@ class BackwardKernel {
                                            p_.k_head_stride);
     const auto v = strided_heads<const In>(p_.v_ptr, p_.v_batch_stride, p_.v_row_stride,
                                            p_.v_head_stride);
-    const T scale = static_cast<T>(p_.scale);
+    const T scale = softmax_scale<T>(p_);
     const int Hq = p_.heads_q, Hkv = p_.heads_kv, D = dim_;
     q_rows_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, scale);
     q_panels_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kTransposedPanels, kQueryBlock, scale);
@@ -216,7 +216,7 @@ class BackwardKernel {
       T* row = probs + size_t(c) * kQueryBlock;
       const int key = key_begin + c;
       if (p_.softcap > 0)
-        apply_softcap(row, rows, static_cast<T>(p_.softcap),
+        apply_softcap(row, rows, softcap<T>(p_),
                       s.tanh_t.data() + size_t(c) * kQueryBlock);
       if (p_.alibi_ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
       if (vis == TileVisibility::kPartial)
@@ -273,7 +273,7 @@ class BackwardKernel {
           const T* part = dq_partial(chunk, b, h, qb);
           for (int64_t e = 0; e < tile_elements; ++e) sum[e] += part[e];
         }
-        const T scale = static_cast<T>(p_.scale);
+        const T scale = softmax_scale<T>(p_);
         for (int r = 0; r < rows_of(qb); ++r) {
           In* dq_row = dq.row(b, h, qb * kQueryBlock + r);
           for (int d = 0; d < dim_; ++d)
