@@ -38,7 +38,9 @@ constexpr int kKeyBlock = 128;
 // summation order does not depend on the machine.
 constexpr int64_t kTargetTasks = 32;
 // ... but the chunks' partial dQ buffers (one fp32 copy of dQ each) may use at most this much.
-constexpr int64_t kMaxPartialDqBytes = int64_t(256) << 20;
+// With 256 MB, fwd+bwd at N=32768, 2 heads, d=64 raised peak RSS by 472 MB (tests/
+// test_memory.py, limit 512); the packed operands need 7 more fp32 copies of q/k/v.
+constexpr int64_t kMaxPartialDqBytes = int64_t(64) << 20;
 
 template <typename In>
 class BackwardKernel {

@@ -1,8 +1,9 @@
 // A fixed-width float vector in GCC/Clang's vector extension. The extension is built for
-// baseline x86-64, and the compiler lowers each operation to the widest registers of the
-// function's target: one zmm in an AVX-512 clone, two ymm in an AVX2 clone, four xmm in the
-// baseline. Code written once on these types is vectorized for every target, with no reliance
-// on the auto-vectorizer and no reassociation of sums (results are reproducible).
+// baseline x86-64, and the compiler lowers each operation to the registers of the function's
+// target: one ymm in the AVX2 and AVX-512 clones, two xmm in the baseline. Code written once on
+// these types is vectorized for every target, with no reliance on the auto-vectorizer and no
+// reassociation of sums (results are reproducible). 8 lanes, not 16: GCC 12 turned the
+// 16-lane compare-and-select of max/exp into scalar code in the AVX2 clone (objdump).
 #pragma once
 #include <cstdint>
 #include <cstring>
