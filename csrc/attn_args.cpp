@@ -185,6 +185,8 @@ AttnParams make_fwd_params(const at::Tensor& q, const at::Tensor& k, const at::T
   p.head_dim = static_cast<int>(q.size(3));
   p.scale = static_cast<float>(mask.softmax_scale);
   p.softcap = static_cast<float>(mask.softcap);
+  p.scale_fp64 = mask.softmax_scale;
+  p.softcap_fp64 = mask.softcap;
   // FA2's convention: causal is a window whose right edge is the diagonal.
   p.window_left = clip_window(mask.window_left, p.seqlen_q, p.seqlen_k);
   p.window_right = mask.causal ? 0 : clip_window(mask.window_right, p.seqlen_q, p.seqlen_k);

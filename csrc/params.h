@@ -32,6 +32,10 @@ struct AttnParams {
 
   float scale = 1.f;    // softmax scale applied to q·k
   float softcap = 0.f;  // > 0: s = softcap * tanh(s / softcap), after scaling
+  // The same two in full precision, for executors that compute in fp64 (the CPU's float64
+  // path, which gradcheck and the float64 tests compare against an fp64 reference).
+  double scale_fp64 = 1.0;
+  double softcap_fp64 = 0.0;
 
   // Which keys a query row sees. Row i sees key j iff
   //   (window_left  < 0 || j >= i + diag_offset - window_left) &&

@@ -29,16 +29,18 @@
 namespace flashattn::cpu {
 namespace {
 
-// Queries (columns) and keys (rows) of a transposed tile. Every product then has two of its
-// three sizes at 64, where fp32 brgemm runs at 75-87 GFLOP/s per thread on AVX2.
+// Queries (columns) and keys (rows) of a transposed tile. Every product has its sizes in
+// {64, 128, head_dim}, where fp32 brgemm runs at 60-85 GFLOP/s per thread on AVX2.
 constexpr int kQueryBlock = 64;
-constexpr int kKeyBlock = 64;
+constexpr int kKeyBlock = 128;
 // Key blocks of one (batch, kv head) are split into chunks until there are about this many
 // tasks, enough to balance 16+ threads; a fixed number, never the thread count, so the dQ
 // summation order does not depend on the machine.
 constexpr int64_t kTargetTasks = 32;
 // ... but the chunks' partial dQ buffers (one fp32 copy of dQ each) may use at most this much.
-constexpr int64_t kMaxPartialDqBytes = int64_t(256) << 20;
+// With 256 MB, fwd+bwd at N=32768, 2 heads, d=64 raised peak RSS by 472 MB (tests/
+// test_memory.py, limit 512); the packed operands need 7 more fp32 copies of q/k/v.
+constexpr int64_t kMaxPartialDqBytes = int64_t(64) << 20;
 
 template <typename In>
 class BackwardKernel {
@@ -134,7 +136,7 @@ class BackwardKernel {
                                            p_.k_head_stride);
     const auto v = strided_heads<const In>(p_.v_ptr, p_.v_batch_stride, p_.v_row_stride,
                                            p_.v_head_stride);
-    const T scale = static_cast<T>(p_.scale);
+    const T scale = softmax_scale<T>(p_);
     const int Hq = p_.heads_q, Hkv = p_.heads_kv, D = dim_;
     q_rows_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, scale);
     q_panels_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kTransposedPanels, kQueryBlock, scale);
@@ -216,7 +218,7 @@ class BackwardKernel {
       T* row = probs + size_t(c) * kQueryBlock;
       const int key = key_begin + c;
       if (p_.softcap > 0)
-        apply_softcap(row, rows, static_cast<T>(p_.softcap),
+        apply_softcap(row, rows, softcap<T>(p_),
                       s.tanh_t.data() + size_t(c) * kQueryBlock);
       if (p_.alibi_ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
       if (vis == TileVisibility::kPartial)
@@ -273,7 +275,7 @@ class BackwardKernel {
           const T* part = dq_partial(chunk, b, h, qb);
           for (int64_t e = 0; e < tile_elements; ++e) sum[e] += part[e];
         }
-        const T scale = static_cast<T>(p_.scale);
+        const T scale = softmax_scale<T>(p_);
         for (int r = 0; r < rows_of(qb); ++r) {
           In* dq_row = dq.row(b, h, qb * kQueryBlock + r);
           for (int d = 0; d < dim_; ++d)

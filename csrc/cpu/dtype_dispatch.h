@@ -8,10 +8,22 @@
 
 #include <type_traits>
 
+#include "../params.h"
+
 namespace flashattn::cpu {
 
 template <typename In>
 using compute_t = std::conditional_t<std::is_same_v<In, double>, double, float>;
+
+// The softmax scale and softcap in the compute type T (fp64 keeps every bit of the caller's).
+template <typename T>
+T softmax_scale(const AttnParams& p) {
+  return std::is_same_v<T, double> ? static_cast<T>(p.scale_fp64) : static_cast<T>(p.scale);
+}
+template <typename T>
+T softcap(const AttnParams& p) {
+  return std::is_same_v<T, double> ? static_cast<T>(p.softcap_fp64) : static_cast<T>(p.softcap);
+}
 
 template <typename In>
 struct DtypeTag {

@@ -87,7 +87,7 @@ class ForwardKernel {
     for (int r = 0; r < rows; ++r) {
       const In* q_row = q_.row(b, h, row_begin + r);
       for (int d = 0; d < dim_; ++d)
-        s.q_tile[size_t(r) * dim_ + d] = static_cast<T>(q_row[d]) * static_cast<T>(p_.scale);
+        s.q_tile[size_t(r) * dim_ + d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
     }
     std::fill(s.out_acc.begin(), s.out_acc.end(), T(0));
     std::fill(s.row_max.begin(), s.row_max.end(), -std::numeric_limits<T>::infinity());
@@ -107,7 +107,7 @@ class ForwardKernel {
       for (int r = 0; r < rows; ++r) {
         T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
         const int row = row_begin + r;
-        if (p_.softcap > 0) apply_softcap(score_row, cols, static_cast<T>(p_.softcap), nullptr);
+        if (p_.softcap > 0) apply_softcap(score_row, cols, softcap<T>(p_), nullptr);
         if (p_.alibi_ptr) add_alibi(score_row, cols, slope, row + p_.diag_offset - key_begin, -1);
         if (visibility == TileVisibility::kPartial) mask_row(score_row, cols, row, key_begin);
         online_softmax_row(score_row, cols, s, r);

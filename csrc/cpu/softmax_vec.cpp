@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "fast_exp.h"
+#include "simd.h"
 
 // The extension is built for baseline x86-64 (it must load on any machine), so the fp32 loops
 // are compiled three times, for AVX-512, AVX2+FMA and the baseline, and the loader picks the
@@ -18,130 +19,148 @@
 namespace flashattn::cpu {
 namespace {
 
-// Reductions keep this many independent partial results, so the compiler can use full vector
-// registers without reassociating (the sum order is fixed: results are reproducible). 16 fills
-// one AVX-512 register or two AVX2 ones.
-constexpr int kLanes = 16;
-
-inline float exp_of(float x) { return fast_exp(x); }
-inline double exp_of(double x) { return std::exp(x); }
-
-template <typename T>
-inline T max_of_impl(const T* x, int n) {
-  T lane_max[kLanes];
-  for (int k = 0; k < kLanes; ++k) lane_max[k] = -std::numeric_limits<T>::infinity();
-  int c = 0;
-  for (; c + kLanes <= n; c += kLanes)
-    for (int k = 0; k < kLanes; ++k) lane_max[k] = x[c + k] > lane_max[k] ? x[c + k] : lane_max[k];
-  for (; c < n; ++c) lane_max[0] = x[c] > lane_max[0] ? x[c] : lane_max[0];
-  T result = lane_max[0];
-  for (int k = 1; k < kLanes; ++k) result = lane_max[k] > result ? lane_max[k] : result;
+// Sum of the lanes in a fixed order, so the result does not depend on the target.
+inline float reduce_add(VecF v) {
+  float result = 0.f;
+  for (int k = 0; k < kVecWidth; ++k) result += v[k];
   return result;
 }
 
-template <typename T>
-inline T exp_shifted_sum_impl(T* x, int n, T shift) {
-  T lane_sum[kLanes] = {};
-  int c = 0;
-  for (; c + kLanes <= n; c += kLanes)
-    for (int k = 0; k < kLanes; ++k) {
-      x[c + k] = exp_of(x[c + k] - shift);
-      lane_sum[k] += x[c + k];
-    }
-  for (; c < n; ++c) {
-    x[c] = exp_of(x[c] - shift);
-    lane_sum[0] += x[c];
-  }
-  T result = 0;
-  for (int k = 0; k < kLanes; ++k) result += lane_sum[k];
+inline float reduce_max(VecF v) {
+  float result = v[0];
+  for (int k = 1; k < kVecWidth; ++k) result = select_max(result, v[k]);
   return result;
 }
 
-template <typename T>
-inline void exp_shifted_by_impl(T* x, const T* shift, int n) {
-  for (int c = 0; c < n; ++c) x[c] = exp_of(x[c] - shift[c]);
+// Each fp32 kernel is a vector loop over whole VecF plus a scalar loop over the remainder.
+template <typename VecOp, typename ScalarOp>
+inline void for_each_chunk(int n, const VecOp& vec_op, const ScalarOp& scalar_op) {
+  int c = 0;
+  for (; c + kVecWidth <= n; c += kVecWidth) vec_op(c);
+  for (; c < n; ++c) scalar_op(c);
 }
 
-template <typename T>
-inline void scale_by_impl(T* x, int n, T factor) {
-  for (int c = 0; c < n; ++c) x[c] *= factor;
+}  // namespace
+
+FLASHATTN_VECTOR_CLONES float max_of(const float* x, int n) {
+  VecF lane_max = splat(-std::numeric_limits<float>::infinity());
+  float tail_max = -std::numeric_limits<float>::infinity();
+  for_each_chunk(
+      n, [&](int c) { lane_max = select_max(lane_max, load_vec(x + c)); },
+      [&](int c) { tail_max = select_max(tail_max, x[c]); });
+  return select_max(reduce_max(lane_max), tail_max);
 }
 
-template <typename T>
-inline void apply_softcap_impl(T* x, int n, T softcap, T* tanh_out) {
-  const T inv_softcap = T(1) / softcap;
+FLASHATTN_VECTOR_CLONES float exp_shifted_sum(float* x, int n, float shift) {
+  VecF lane_sum = VecF{};
+  float tail_sum = 0.f;
+  for_each_chunk(
+      n,
+      [&](int c) {
+        const VecF e = fast_exp(load_vec(x + c) - shift);
+        store_vec(x + c, e);
+        lane_sum += e;
+      },
+      [&](int c) {
+        x[c] = fast_exp(x[c] - shift);
+        tail_sum += x[c];
+      });
+  return reduce_add(lane_sum) + tail_sum;
+}
+
+FLASHATTN_VECTOR_CLONES void exp_shifted_by(float* x, const float* shift, int n) {
+  for_each_chunk(
+      n, [&](int c) { store_vec(x + c, fast_exp(load_vec(x + c) - load_vec(shift + c))); },
+      [&](int c) { x[c] = fast_exp(x[c] - shift[c]); });
+}
+
+FLASHATTN_VECTOR_CLONES void scale_by(float* x, int n, float factor) {
+  for_each_chunk(
+      n, [&](int c) { store_vec(x + c, load_vec(x + c) * factor); },
+      [&](int c) { x[c] *= factor; });
+}
+
+// tanh has no cheap vector form here; softcap is off the hot path of most models.
+void apply_softcap(float* x, int n, float softcap, float* tanh_out) {
+  const float inv_softcap = 1.f / softcap;
   for (int c = 0; c < n; ++c) {
-    const T t = std::tanh(x[c] * inv_softcap);
+    const float t = std::tanh(x[c] * inv_softcap);
     x[c] = softcap * t;
     if (tanh_out != nullptr) tanh_out[c] = t;
   }
 }
 
-template <typename T>
-inline void add_alibi_impl(T* x, int n, T slope, int first_distance, int distance_step) {
+FLASHATTN_VECTOR_CLONES void add_alibi(float* x, int n, float slope, int first_distance,
+                                       int distance_step) {
   for (int c = 0; c < n; ++c) {
     const int dist = first_distance + c * distance_step;
-    x[c] -= slope * static_cast<T>(dist < 0 ? -dist : dist);
+    x[c] -= slope * static_cast<float>(dist < 0 ? -dist : dist);
   }
 }
 
-template <typename T>
-inline void softmax_grad_impl(T* dp, const T* p, const T* d, int n) {
-  for (int c = 0; c < n; ++c) dp[c] = p[c] * (dp[c] - d[c]);
-}
-
-template <typename T>
-inline void mul_softcap_grad_impl(T* ds, const T* t, int n) {
-  for (int c = 0; c < n; ++c) ds[c] *= T(1) - t[c] * t[c];
-}
-
-}  // namespace
-
-FLASHATTN_VECTOR_CLONES float max_of(const float* x, int n) { return max_of_impl(x, n); }
-double max_of(const double* x, int n) { return max_of_impl(x, n); }
-
-FLASHATTN_VECTOR_CLONES float exp_shifted_sum(float* x, int n, float shift) {
-  return exp_shifted_sum_impl(x, n, shift);
-}
-double exp_shifted_sum(double* x, int n, double shift) {
-  return exp_shifted_sum_impl(x, n, shift);
-}
-
-FLASHATTN_VECTOR_CLONES void exp_shifted_by(float* x, const float* shift, int n) {
-  exp_shifted_by_impl(x, shift, n);
-}
-void exp_shifted_by(double* x, const double* shift, int n) { exp_shifted_by_impl(x, shift, n); }
-
-FLASHATTN_VECTOR_CLONES void scale_by(float* x, int n, float factor) {
-  scale_by_impl(x, n, factor);
-}
-void scale_by(double* x, int n, double factor) { scale_by_impl(x, n, factor); }
-
-FLASHATTN_VECTOR_CLONES void apply_softcap(float* x, int n, float softcap, float* tanh_out) {
-  apply_softcap_impl(x, n, softcap, tanh_out);
-}
-void apply_softcap(double* x, int n, double softcap, double* tanh_out) {
-  apply_softcap_impl(x, n, softcap, tanh_out);
-}
-
-FLASHATTN_VECTOR_CLONES void add_alibi(float* x, int n, float slope, int first_distance,
-                                       int distance_step) {
-  add_alibi_impl(x, n, slope, first_distance, distance_step);
-}
-void add_alibi(double* x, int n, double slope, int first_distance, int distance_step) {
-  add_alibi_impl(x, n, slope, first_distance, distance_step);
-}
-
 FLASHATTN_VECTOR_CLONES void softmax_grad(float* dp, const float* p, const float* d, int n) {
-  softmax_grad_impl(dp, p, d, n);
-}
-void softmax_grad(double* dp, const double* p, const double* d, int n) {
-  softmax_grad_impl(dp, p, d, n);
+  for_each_chunk(
+      n,
+      [&](int c) {
+        store_vec(dp + c, load_vec(p + c) * (load_vec(dp + c) - load_vec(d + c)));
+      },
+      [&](int c) { dp[c] = p[c] * (dp[c] - d[c]); });
 }
 
 FLASHATTN_VECTOR_CLONES void mul_softcap_grad(float* ds, const float* t, int n) {
-  mul_softcap_grad_impl(ds, t, n);
+  for_each_chunk(
+      n,
+      [&](int c) {
+        const VecF tv = load_vec(t + c);
+        store_vec(ds + c, load_vec(ds + c) * (1.f - tv * tv));
+      },
+      [&](int c) { ds[c] *= 1.f - t[c] * t[c]; });
 }
-void mul_softcap_grad(double* ds, const double* t, int n) { mul_softcap_grad_impl(ds, t, n); }
+
+double max_of(const double* x, int n) {
+  double result = -std::numeric_limits<double>::infinity();
+  for (int c = 0; c < n; ++c) result = select_max(result, x[c]);
+  return result;
+}
+
+double exp_shifted_sum(double* x, int n, double shift) {
+  double sum = 0;
+  for (int c = 0; c < n; ++c) {
+    x[c] = std::exp(x[c] - shift);
+    sum += x[c];
+  }
+  return sum;
+}
+
+void exp_shifted_by(double* x, const double* shift, int n) {
+  for (int c = 0; c < n; ++c) x[c] = std::exp(x[c] - shift[c]);
+}
+
+void scale_by(double* x, int n, double factor) {
+  for (int c = 0; c < n; ++c) x[c] *= factor;
+}
+
+void apply_softcap(double* x, int n, double softcap, double* tanh_out) {
+  for (int c = 0; c < n; ++c) {
+    const double t = std::tanh(x[c] / softcap);
+    x[c] = softcap * t;
+    if (tanh_out != nullptr) tanh_out[c] = t;
+  }
+}
+
+void add_alibi(double* x, int n, double slope, int first_distance, int distance_step) {
+  for (int c = 0; c < n; ++c) {
+    const int dist = first_distance + c * distance_step;
+    x[c] -= slope * static_cast<double>(dist < 0 ? -dist : dist);
+  }
+}
+
+void softmax_grad(double* dp, const double* p, const double* d, int n) {
+  for (int c = 0; c < n; ++c) dp[c] = p[c] * (dp[c] - d[c]);
+}
+
+void mul_softcap_grad(double* ds, const double* t, int n) {
+  for (int c = 0; c < n; ++c) ds[c] *= 1.0 - t[c] * t[c];
+}
 
 }  // namespace flashattn::cpu
