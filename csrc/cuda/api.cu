@@ -1,0 +1,91 @@
+// TORCH_LIBRARY_IMPL(flashattn, CUDA): the torch glue around the CUDA kernels. Validation and
+// parameter setup are shared with every executor (attn_args.h); the choice of kernel, grid and
+// launch are in headers the CPU shim compiles too (dispatch.h, launch_*.cuh). What is left
+// here: device guard, current stream, launch error checks, and refusing what is not built.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "../attn_args.h"
+#include "dispatch.h"
+#include "kernels.h"
+#include "traits.h"
+
+namespace flashattn::cuda {
+namespace {
+
+const ExecutorLimits kCudaLimits{"CUDA", {at::kHalf, at::kBFloat16, at::kFloat}, kMaxHeadDim};
+
+ElementType element_type(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf:
+      return ElementType::kHalf;
+    case at::kBFloat16:
+      return ElementType::kBFloat16;
+    default:
+      return ElementType::kFloat;
+  }
+}
+
+void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
+
+void check_smem_fits(int64_t needed_bytes, int device) {
+  int optin_bytes = 0;
+  C10_CUDA_CHECK(
+      cudaDeviceGetAttribute(&optin_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  TORCH_CHECK(needed_bytes <= optin_bytes, "flashattn: this head dim needs ", needed_bytes,
+              " bytes of shared memory per block, but the GPU allows ", optin_bytes);
+}
+
+std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor& v, double softmax_scale,
+                                            bool causal, int64_t window_left,
+                                            int64_t window_right, double softcap,
+                                            const std::optional<at::Tensor>& alibi_slopes,
+                                            bool align_bottom_right, bool /*deterministic*/) {
+  const MaskOptions mask{softmax_scale, causal,       window_left,       window_right,
+                         softcap,       alibi_slopes, align_bottom_right};
+  auto [out, lse] = check_and_alloc_fwd(q, k, v, mask, kCudaLimits);
+  const c10::cuda::CUDAGuard guard(q.device());
+  const AttnParams p = make_fwd_params(q, k, v, out, lse, mask);
+  TORCH_CHECK(q.scalar_type() != at::kFloat,
+              "flashattn: the CUDA forward kernel for float32 is not built yet; use float16 or "
+              "bfloat16 inputs, or the CPU executor");
+  if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0) return {out, lse};
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  const bool dispatched = dispatch_16bit(element_type(q.scalar_type()), [&](auto element) {
+    using Element = decltype(element);
+    dispatch_head_dim(CompiledHeadDimTiles{}, p.head_dim, [&](auto head_dim_tile) {
+      constexpr int kTile = decltype(head_dim_tile)::value;
+      check_smem_fits(FwdTraits<kTile>::kSmemBytes, q.get_device());
+      run_fwd_16bit<Element, kTile>(p, stream, &check_launch);
+    });
+  });
+  TORCH_CHECK(dispatched, "flashattn: no CUDA forward kernel for dtype ", q.scalar_type());
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& dlse,
+    double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
+    const std::optional<at::Tensor>& alibi_slopes, bool align_bottom_right,
+    bool /*deterministic*/) {
+  const MaskOptions mask{softmax_scale, causal,       window_left,       window_right,
+                         softcap,       alibi_slopes, align_bottom_right};
+  auto [dq, dk, dv] = check_and_alloc_bwd(dout, q, k, v, out, lse, dlse, mask, kCudaLimits);
+  TORCH_CHECK(false, "flashattn: the CUDA backward kernels are not built yet (dtype ",
+              q.scalar_type(), "); run the backward on the CPU executor");
+  return {dq, dk, dv};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
+  m.impl("fwd", &fwd_cuda);
+  m.impl("bwd", &bwd_cuda);
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,27 @@
+// Grid layout shared by the attention kernels.
+//
+// grid.x = query tiles: up to 2^31 - 1, so Sq up to 2^20 and beyond is never a limit.
+// grid.y x grid.z = batch * heads, folded: grid.y and grid.z are each capped at 65535, so
+// B * H >= 65536 is split as ceil(BH / 65535) slices of at most 65535; kernels read
+// batch_head = blockIdx.z * gridDim.y + blockIdx.y and return when it is >= B * H (at most
+// grid.z - 1 idle rows of CTAs).
+#pragma once
+#include <cstdint>
+
+#include "launch.cuh"
+
+namespace flashattn::cuda {
+
+// Called by the launch templates right after each launch (api.cu: C10_CUDA_KERNEL_LAUNCH_CHECK).
+using LaunchCheck = void (*)();
+
+constexpr int64_t kMaxGridYZ = 65535;
+
+inline dim3 attention_grid(int seqlen_q, int block_m, int64_t batch_heads) {
+  const int64_t z = (batch_heads + kMaxGridYZ - 1) / kMaxGridYZ;
+  const int64_t y = (batch_heads + z - 1) / z;
+  const int64_t x = (static_cast<int64_t>(seqlen_q) + block_m - 1) / block_m;
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
+}
+
+}  // namespace flashattn::cuda

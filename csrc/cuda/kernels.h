@@ -1,0 +1,15 @@
+// The launch templates api.cu calls; each instantiation is compiled once, in inst/*.cu.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "../params.h"
+#include "grid.h"
+
+namespace flashattn::cuda {
+
+template <typename Element, int kHeadDim>
+void run_fwd_16bit(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
+
+}  // namespace flashattn::cuda
