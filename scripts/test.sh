@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs everything, builds flashattn once as a wheel, installs that wheel into a fresh venv
+# and runs the test suite against the installed package, as a user would have it.
+#
+#   bash scripts/test.sh [pytest args...]      e.g.  bash scripts/test.sh -m slow
+#
+# PYTHON picks the interpreter (default python3). FLASHATTN_CUDA / FLASHATTN_CUDA_ARCHS /
+# MAX_JOBS are passed to the build (see setup.py); the CUDA sources are compiled whenever a
+# toolkit is found, even on a machine without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+BUILD_VENV=.venv-build
+TEST_VENV=.venv-test
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "build environment ($BUILD_VENV)"
+[ -x "$BUILD_VENV/bin/python" ] || "$PYTHON" -m venv "$BUILD_VENV"
+"$BUILD_VENV/bin/python" -m pip install -q --upgrade pip
+"$BUILD_VENV/bin/python" -m pip install -q "torch>=2.11" ninja "setuptools>=64" wheel numpy
+TORCH_VERSION=$("$BUILD_VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
+
+step "build the wheel (torch $TORCH_VERSION)"
+rm -rf dist
+start=$(date +%s)
+mkdir -p build
+if ! MAX_JOBS=${MAX_JOBS:-$(nproc)} "$BUILD_VENV/bin/python" -m pip wheel -v --no-build-isolation \
+    --no-deps -w dist . >build/wheel.log 2>&1; then
+  tail -n 60 build/wheel.log
+  echo "wheel build failed; full log in build/wheel.log" >&2
+  exit 1
+fi
+grep -E "flashattn: .* build of _C took" build/wheel.log || true
+WHEEL=$(ls dist/flashattn-*.whl)
+echo "built $WHEEL in $(( $(date +%s) - start )) s"
+
+step "fresh test environment ($TEST_VENV) with the installed wheel"
+rm -rf "$TEST_VENV"
+"$PYTHON" -m venv "$TEST_VENV"
+"$TEST_VENV/bin/python" -m pip install -q --upgrade pip
+"$TEST_VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" ninja "setuptools>=64" numpy pytest
+"$TEST_VENV/bin/python" -m pip install -q --no-deps "$WHEEL"
+
+step "tests"
+# Run from tests/ so `import flashattn` can only find the installed wheel; conftest asserts it.
+cd tests
+FLASHATTN_TEST_INSTALLED=1 "../$TEST_VENV/bin/python" -m pytest -c ../pyproject.toml --rootdir .. "$@"

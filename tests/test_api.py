@@ -1,0 +1,172 @@
+"""The public API: FA2's and SDPA's signatures and semantics, and clear errors for bad input."""
+import inspect
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import flashattn
+from flashattn.reference import attention_reference
+from test_forward import make_qkv
+from tolerance import assert_within_torch_error
+
+
+def test_flash_attn_func_signature_matches_fa2():
+    params = inspect.signature(flashattn.flash_attn_func).parameters
+    expected = dict(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False)
+    assert list(params) == ["q", "k", "v", *expected]
+    assert {name: params[name].default for name in expected} == expected
+
+
+def test_sdpa_signature_matches_torch():
+    ours = inspect.signature(flashattn.scaled_dot_product_attention).parameters
+    expected = dict(attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False)
+    assert list(ours) == ["query", "key", "value", *expected]
+    assert {name: ours[name].default for name in expected} == expected
+
+
+def test_return_attn_probs_gives_lse():
+    q, k, v = make_qkv(2, 33, 40, 4, 2, 16, torch.float32, "cpu")
+    out, lse, dropout_mask = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    ref_out, ref_lse = attention_reference(q.double(), k.double(), v.double(), causal=True)
+    assert dropout_mask is None and lse.dtype == torch.float32 and lse.shape == (2, 4, 33)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.double(), ref_out, rtol=0, atol=1e-5)
+    assert torch.equal(flashattn.flash_attn_func(q, k, v, causal=True), out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("seqlens", [(64, 64), (17, 130), (130, 17)], ids=str)
+def test_sdpa_matches_torch_sdpa(dtype, is_causal, seqlens):
+    """Same call, same numbers as F.scaled_dot_product_attention (top-left causal)."""
+    seqlen_q, seqlen_k = seqlens
+    q = torch.randn(2, 4, seqlen_q, 48, dtype=dtype)
+    k = torch.randn(2, 2, seqlen_k, 48, dtype=dtype)
+    v = torch.randn(2, 2, seqlen_k, 48, dtype=dtype)
+    ours = flashattn.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.3,
+                                                  enable_gqa=True)
+    theirs = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.3,
+                                            enable_gqa=True)
+    ref, _ = attention_reference(*(t.transpose(1, 2).double() for t in (q, k, v)),
+                                 softmax_scale=0.3, causal=is_causal, align_bottom_right=False)
+    assert ours.shape == theirs.shape
+    assert_within_torch_error("sdpa out", ours, ref.transpose(1, 2), theirs)
+
+
+def test_sdpa_passes_views_without_copying():
+    """No copy, contiguous() or clone between the SDPA front end and the kernel."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class RecordOps(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = (torch.randn(2, 3, 50, 32) for _ in range(3))
+    with RecordOps() as rec:
+        flashattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert "flashattn.fwd.default" in rec.ops
+    assert all(op in ("aten.transpose.int", "flashattn.fwd.default") for op in rec.ops), rec.ops
+
+
+def test_default_scale_is_inverse_sqrt_head_dim():
+    q, k, v = make_qkv(1, 20, 20, 2, 2, 25, torch.float32, "cpu")
+    torch.testing.assert_close(flashattn.flash_attn_func(q, k, v),
+                               flashattn.flash_attn_func(q, k, v, softmax_scale=1 / math.sqrt(25)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input: a clear error naming the argument, expected vs given.
+
+def qkv(**overrides):
+    base = dict(q=torch.randn(2, 10, 4, 16), k=torch.randn(2, 12, 2, 16),
+                v=torch.randn(2, 12, 2, 16))
+    base.update(overrides)
+    return base
+
+
+BAD_INPUTS = {
+    "rank": (qkv(q=torch.randn(10, 4, 16)), r"q must be a 4-D tensor.*got 3-D"),
+    "batch": (qkv(k=torch.randn(3, 12, 2, 16), v=torch.randn(3, 12, 2, 16)),
+              r"same batch size, got 2, 3 and 3"),
+    "head_dim": (qkv(k=torch.randn(2, 12, 2, 8)), r"same head dim, got 16, 8 and 16"),
+    "kv_heads": (qkv(v=torch.randn(2, 12, 1, 16)), r"k and v must have the same number of heads"),
+    "kv_seqlen": (qkv(v=torch.randn(2, 11, 2, 16)), r"same sequence length, got 12 and 11"),
+    "gqa_multiple": (qkv(k=torch.randn(2, 12, 3, 16), v=torch.randn(2, 12, 3, 16)),
+                     r"multiple of the number of key/value heads.*got 4 query heads and 3"),
+    "dtype_mismatch": (qkv(k=torch.randn(2, 12, 2, 16, dtype=torch.float16)),
+                       r"same dtype, got float, c10::Half and float|same dtype"),
+    "unsupported_dtype": (qkv(q=torch.randint(0, 5, (2, 10, 4, 16)),
+                              k=torch.randint(0, 5, (2, 12, 2, 16)),
+                              v=torch.randint(0, 5, (2, 12, 2, 16))),
+                          r"q has dtype Long, which the CPU kernels do not support"),
+    "last_dim_stride": (qkv(q=torch.randn(2, 10, 4, 32)[..., ::2]),
+                        r"q must be contiguous in its last \(head_dim\) dimension"),
+    "meta_device": (qkv(k=torch.randn(2, 12, 2, 16, device="meta")),
+                    r"k must be on the same device as q"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_errors(case):
+    tensors, message = BAD_INPUTS[case]
+    with pytest.raises(RuntimeError, match=message):
+        flashattn.flash_attn_func(**tensors)
+
+
+@pytest.mark.parametrize("window,message", [
+    ((-2, 0), r"window_size\[0\] \(left\) must be -1 \(unbounded\) or >= 0, got -2"),
+    ((0, -5), r"window_size\[1\] \(right\) must be -1 \(unbounded\) or >= 0, got -5"),
+])
+def test_malformed_window(window, message):
+    with pytest.raises(RuntimeError, match=message):
+        flashattn.flash_attn_func(**qkv(), window_size=window)
+
+
+@pytest.mark.parametrize("window", [(1,), (1, 2, 3), (1.5, 2), "ab"])
+def test_window_must_be_int_pair(window):
+    with pytest.raises(ValueError, match=r"window_size must be a pair of ints"):
+        flashattn.flash_attn_func(**qkv(), window_size=window)
+
+
+@pytest.mark.parametrize("slopes,message", [
+    (torch.rand(3), r"alibi_slopes must have shape \[4\] or \[2, 4\].*got \[3\]"),
+    (torch.rand(4, 2), r"alibi_slopes must have shape \[4\] or \[2, 4\].*got \[4, 2\]"),
+    (torch.rand(4, dtype=torch.float64), r"alibi_slopes must be float32, got Double"),
+])
+def test_alibi_slopes_validation(slopes, message):
+    with pytest.raises(RuntimeError, match=message):
+        flashattn.flash_attn_func(**qkv(), alibi_slopes=slopes)
+
+
+def test_dropout_is_not_implemented():
+    with pytest.raises(NotImplementedError, match=r"flash_attn_func: dropout_p > 0.*0.1"):
+        flashattn.flash_attn_func(**qkv(), dropout_p=0.1)
+    q, k, v = (t.transpose(1, 2) for t in qkv().values())
+    with pytest.raises(NotImplementedError, match=r"scaled_dot_product_attention: dropout_p"):
+        flashattn.scaled_dot_product_attention(q, k, k, dropout_p=0.5, enable_gqa=True)
+
+
+def test_sdpa_unsupported_arguments():
+    q, k, v = (torch.randn(2, 4, 10, 16) for _ in range(3))
+    with pytest.raises(NotImplementedError, match=r"attn_mask is not supported"):
+        flashattn.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(10, 10, dtype=bool))
+    with pytest.raises(ValueError, match=r"query must be 4-D \(batch, heads, seqlen, head_dim\)"):
+        flashattn.scaled_dot_product_attention(q[0], k, v)
+    with pytest.raises(ValueError, match=r"query has 4 heads but key has 2; pass enable_gqa"):
+        flashattn.scaled_dot_product_attention(q, k[:, :2], v[:, :2])
+
+
+def test_cuda_inputs_give_a_clear_error_when_mixed_with_cpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    t = qkv()
+    with pytest.raises(RuntimeError, match=r"must be on the same device as q"):
+        flashattn.flash_attn_func(t["q"], t["k"].cuda(), t["v"])

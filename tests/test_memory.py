@@ -1,0 +1,43 @@
+"""Memory grows with N, not N^2: forward+backward at long sequence lengths on the CPU, measured
+as the rise of the process's peak RSS in a fresh subprocess."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+MEASURE = r"""
+import json, sys, torch, flashattn
+
+def rss_kb(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field))
+
+seqlen, heads, head_dim = map(int, sys.argv[1:4])
+q, k, v = (torch.randn(1, seqlen, heads, head_dim).requires_grad_() for _ in range(3))
+dout = torch.randn(1, seqlen, heads, head_dim)
+baseline = rss_kb("VmRSS:")
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # resets VmHWM (the peak) to the current RSS
+out = flashattn.flash_attn_func(q, k, v, causal=False)
+out.backward(dout)
+peak = rss_kb("VmHWM:")
+print(json.dumps({"rise_mb": (peak - baseline) / 1024, "finite": bool(q.grad.isfinite().all())}))
+"""
+
+
+def peak_rss_rise_mb(seqlen, heads, head_dim):
+    result = subprocess.run([sys.executable, "-c", MEASURE, str(seqlen), str(heads), str(head_dim)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["finite"]
+    return report["rise_mb"]
+
+
+@pytest.mark.parametrize("seqlen,heads,limit_mb", [(16384, 1, 300), (32768, 2, 512)])
+def test_forward_backward_memory_is_linear(seqlen, heads, limit_mb):
+    # One fp32 score matrix alone would be seqlen^2 * 4 bytes: 1 GiB at 16k, 4 GiB at 32k.
+    rise = peak_rss_rise_mb(seqlen, heads, 64)
+    print(f"seqlen={seqlen} heads={heads}: peak RSS rose {rise:.0f} MB (limit {limit_mb} MB)")
+    assert rise < limit_mb
