@@ -9,8 +9,7 @@
 #include <torch/library.h>
 
 #include "../attn_args.h"
-#include "dispatch.h"
-#include "kernels.h"
+#include "entry.h"
 #include "traits.h"
 
 namespace flashattn::cuda {
@@ -57,18 +56,13 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q, const at::Tenso
   auto [out, lse] = check_and_alloc_fwd(q, k, v, mask, kCudaLimits);
   const c10::cuda::CUDAGuard guard(q.device());
   const AttnParams p = make_fwd_params(q, k, v, out, lse, mask);
-  if (q.scalar_type() == at::kFloat) not_built_yet("fwd", q.scalar_type());
+  const ElementType type = element_type(q.scalar_type());
+  const int smem_bytes = fwd_smem_bytes(type, p.head_dim);
+  if (smem_bytes == 0) not_built_yet("fwd", q.scalar_type());
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0) return {out, lse};
+  check_smem_fits(smem_bytes, q.get_device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  const bool dispatched = dispatch_16bit(element_type(q.scalar_type()), [&](auto element) {
-    using Element = decltype(element);
-    dispatch_head_dim(CompiledHeadDimTiles{}, p.head_dim, [&](auto head_dim_tile) {
-      constexpr int kTile = decltype(head_dim_tile)::value;
-      check_smem_fits(FwdTraits<kTile>::kSmemBytes, q.get_device());
-      run_fwd_16bit<Element, kTile>(p, stream, &check_launch);
-    });
-  });
-  TORCH_CHECK(dispatched, "flashattn: no CUDA forward kernel for dtype ", q.scalar_type());
+  launch_fwd(p, type, stream, &check_launch);
   return {out, lse};
 }
 

@@ -1,8 +1,8 @@
-// The launch templates api.cu calls; each instantiation is compiled once, in inst/*.cu.
+// The launch templates. Under nvcc each instantiation is compiled once, in inst/*.cu; the
+// CPU-shim build includes their definitions (launch_*.cuh) and instantiates what it uses.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_runtime.h>
 
 #include "../params.h"
 #include "grid.h"

@@ -1,0 +1,93 @@
+// torch.ops.flashattn_sim: the CUDA kernels' own source, compiled by g++ against the CPU shim
+// (tests/cudasim), behind the same schemas, input checks, parameter setup, dispatch, grid and
+// launch code as torch.ops.flashattn on CUDA. Tensors are CPU tensors and the kernels' "device"
+// pointers are host pointers. Test-only; see build.py.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "attn_args.h"
+#include "cuda/launch_fwd.cuh"
+#include "cuda/entry.h"
+
+namespace flashattn::cuda {
+namespace {
+
+// The same limits as the CUDA executor (api.cu), under a name that says where it ran.
+const ExecutorLimits kSimLimits{"CUDA (cudasim)", {at::kHalf, at::kBFloat16, at::kFloat},
+                                kMaxHeadDim};
+
+ElementType element_type(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf:
+      return ElementType::kHalf;
+    case at::kBFloat16:
+      return ElementType::kBFloat16;
+    default:
+      return ElementType::kFloat;
+  }
+}
+
+// The shim throws cudasim::SimError on any launch error; there is nothing left to check.
+void no_launch_check() {}
+
+[[noreturn]] void not_built_yet(const char* op, at::ScalarType dtype) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "flashattn_sim.", op, ": the CUDA kernel for ", dtype,
+                              " is not built yet");
+}
+
+std::tuple<at::Tensor, at::Tensor> fwd_sim(const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v, double softmax_scale, bool causal,
+                                           int64_t window_left, int64_t window_right,
+                                           double softcap,
+                                           const std::optional<at::Tensor>& alibi_slopes,
+                                           bool align_bottom_right, bool /*deterministic*/) {
+  const MaskOptions mask{softmax_scale, causal,       window_left,       window_right,
+                         softcap,       alibi_slopes, align_bottom_right};
+  auto [out, lse] = check_and_alloc_fwd(q, k, v, mask, kSimLimits);
+  const AttnParams p = make_fwd_params(q, k, v, out, lse, mask);
+  const ElementType type = element_type(q.scalar_type());
+  if (fwd_smem_bytes(type, p.head_dim) == 0) not_built_yet("fwd", q.scalar_type());
+  if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0) return {out, lse};
+  launch_fwd(p, type, /*stream=*/nullptr, &no_launch_check);
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_sim(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& dlse,
+    double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
+    const std::optional<at::Tensor>& alibi_slopes, bool align_bottom_right,
+    bool /*deterministic*/) {
+  const MaskOptions mask{softmax_scale, causal,       window_left,       window_right,
+                         softcap,       alibi_slopes, align_bottom_right};
+  check_and_alloc_bwd(dout, q, k, v, out, lse, dlse, mask, kSimLimits);
+  not_built_yet("bwd", q.scalar_type());
+}
+
+// "forward", "reverse" or "random:SEED": the order warps run in between barriers.
+void set_schedule(const std::string& schedule) {
+  ::cudasim::set_schedule(::cudasim::parse_schedule(schedule));
+}
+
+}  // namespace
+}  // namespace flashattn::cuda
+
+// Schemas copied from csrc/flashattn.cpp (a test checks they stay identical), plus the shim's
+// schedule switch.
+TORCH_LIBRARY(flashattn_sim, m) {
+  m.def(
+      "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
+      "int window_right, float softcap, Tensor? alibi_slopes, bool align_bottom_right, "
+      "bool deterministic) -> (Tensor out, Tensor lse)");
+  m.def(
+      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse, "
+      "float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+      "Tensor? alibi_slopes, bool align_bottom_right, bool deterministic) "
+      "-> (Tensor dq, Tensor dk, Tensor dv)");
+  m.def("set_schedule(str schedule) -> ()", &flashattn::cuda::set_schedule);
+}
+
+TORCH_LIBRARY_IMPL(flashattn_sim, CPU, m) {
+  m.impl("fwd", &flashattn::cuda::fwd_sim);
+  m.impl("bwd", &flashattn::cuda::bwd_sim);
+}
