@@ -70,12 +70,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& dlse,
     double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
-    const std::optional<at::Tensor>& alibi_slopes, bool align_bottom_right,
-    bool /*deterministic*/) {
+    const std::optional<at::Tensor>& alibi_slopes, bool align_bottom_right, bool deterministic) {
   const MaskOptions mask{softmax_scale, causal,       window_left,       window_right,
                          softcap,       alibi_slopes, align_bottom_right};
-  check_and_alloc_bwd(dout, q, k, v, out, lse, dlse, mask, kCudaLimits);
-  not_built_yet("bwd", q.scalar_type());
+  auto [dq, dk, dv] = check_and_alloc_bwd(dout, q, k, v, out, lse, dlse, mask, kCudaLimits);
+  const c10::cuda::CUDAGuard guard(q.device());
+  const AttnBwdParams p =
+      make_bwd_params(dout, q, k, v, out, lse, dlse, dq, dk, dv, mask, deterministic);
+  const ElementType type = element_type(q.scalar_type());
+  const int tile = bwd_head_dim_tile(type, p.head_dim);
+  if (tile == 0) not_built_yet("bwd", q.scalar_type());
+  if (p.batch == 0 || p.heads_q == 0) return {dq, dk, dv};
+  check_smem_fits(bwd_smem_bytes(tile), q.get_device());
+  const at::Tensor workspace =
+      at::empty({bwd_workspace_floats(p, tile)}, q.options().dtype(at::kFloat));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  launch_bwd(p, type, workspace.data_ptr<float>(), stream, &check_launch);
+  return {dq, dk, dv};
 }
 
 }  // namespace

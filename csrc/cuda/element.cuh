@@ -49,4 +49,18 @@ __device__ __forceinline__ uint32_t pack_rn(float lo, float hi) {
   return bits;
 }
 
+// The value of one element stored as raw bits.
+template <typename Element>
+__device__ __forceinline__ float to_float(uint16_t bits) {
+  static_assert(kIs16BitElement<Element>, "tensor-core path takes fp16 or bf16");
+  Element value;
+  static_assert(sizeof(value) == sizeof(bits), "16-bit element");
+  memcpy(&value, &bits, sizeof(bits));
+  if constexpr (std::is_same_v<Element, __half>) {
+    return __half2float(value);
+  } else {
+    return __bfloat162float(value);
+  }
+}
+
 }  // namespace flashattn::cuda

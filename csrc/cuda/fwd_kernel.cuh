@@ -14,17 +14,14 @@
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
+#include "grid.h"
+#include "logit.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
 #include "traits.h"
 
 namespace flashattn::cuda {
-
-// (batch * heads) is spread over grid.y and grid.z (each <= 65535); see launch_fwd.cuh.
-__device__ __forceinline__ int64_t folded_batch_head() {
-  return static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
-}
 
 template <typename Traits, typename Element>
 __global__ void __launch_bounds__(Traits::kNThreads)
@@ -55,8 +52,6 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                            batch * p.k_batch_stride + head_kv * p.k_head_stride;
   const uint16_t* v_gmem = static_cast<const uint16_t*>(p.v_ptr) +
                            batch * p.v_batch_stride + head_kv * p.v_head_stride;
-  uint16_t* o_gmem = static_cast<uint16_t*>(p.o_ptr) + batch * p.o_batch_stride +
-                     head * p.o_head_stride;
   float* lse_gmem = p.lse_ptr + batch_head * p.seqlen_q;  // [Sq] of LSE [B, Hq, Sq]
 
   const bool aligned =
@@ -214,27 +209,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // Epilogue: O_i / l_i, and LSE_i.
   float inv_l[kRowsPerThread], lse[kRowsPerThread];
   stats.finalize(rules.to_log2, inv_l, lse);
-  const bool o_aligned = p.o_row_stride % 2 == 0 &&
-                         reinterpret_cast<uintptr_t>(p.o_ptr) % sizeof(uint32_t) == 0 &&
-                         p.o_batch_stride % 2 == 0 && p.o_head_stride % 2 == 0;
+  store_accumulator_rows<Element, kNTilesD>(o_rmem, row, inv_l, p.seqlen_q, p.head_dim, lane_col,
+                                            p.o_ptr, batch, head, p.o_batch_stride,
+                                            p.o_row_stride, p.o_head_stride);
+  if (lane % 4 == 0) {
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    if (row[r] >= p.seqlen_q) continue;
-    uint16_t* o_row = o_gmem + row[r] * p.o_row_stride;
-#pragma unroll
-    for (int d = 0; d < kNTilesD; ++d) {
-      const int col = d * kMmaN + lane_col;
-      if (col >= p.head_dim) continue;
-      const uint32_t pair =
-          pack_rn<Element>(o_rmem[d][2 * r] * inv_l[r], o_rmem[d][2 * r + 1] * inv_l[r]);
-      if (o_aligned && col + 1 < p.head_dim) {
-        *reinterpret_cast<uint32_t*>(o_row + col) = pair;
-      } else {
-        o_row[col] = static_cast<uint16_t>(pair);
-        if (col + 1 < p.head_dim) o_row[col + 1] = static_cast<uint16_t>(pair >> 16);
-      }
-    }
-    if (lane % 4 == 0) lse_gmem[row[r]] = lse[r];
+    for (int r = 0; r < kRowsPerThread; ++r)
+      if (row[r] < p.seqlen_q) lse_gmem[row[r]] = lse[r];
   }
 }
 

@@ -12,4 +12,8 @@ namespace flashattn::cuda {
 template <typename Element, int kHeadDim>
 void run_fwd_16bit(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
 
+template <typename Element, int kHeadDim>
+void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
+                   LaunchCheck after_launch);
+
 }  // namespace flashattn::cuda

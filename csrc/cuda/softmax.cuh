@@ -7,8 +7,6 @@
 #pragma once
 #include <cmath>
 
-#include "../mask.h"
-#include "../params.h"
 #include "ptx.cuh"
 #include "traits.h"
 
@@ -16,7 +14,6 @@ namespace flashattn::cuda {
 
 constexpr int kRowsPerThread = 2;  // rows L/4 and L/4 + 8 of the warp's 16
 constexpr int kRowOffsetHi = kMmaM / 2;
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr unsigned kFullWarpMask = 0xffffffffu;
 
@@ -29,39 +26,6 @@ __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(kFullWarpMask, x, 1);
   return x + __shfl_xor_sync(kFullWarpMask, x, 2);
 }
-
-// How a raw score q_i . k_j becomes a logit, and the factor from the accumulator's units to
-// log2 units. Plain attention keeps raw scores in the accumulator and folds log2(e) * scale
-// into the exp2 FMA (FA2's trick); softcap, ALiBi or a non-positive scale first turn the
-// accumulator into natural-log logits, since max() does not commute with those.
-struct LogitRules {
-  bool keep_raw;      // no per-element transform
-  float scale;        // softmax scale
-  float softcap;      // > 0: logit = softcap * tanh(scale * s / softcap)
-  float scale_over_cap;
-  float alibi_slope;  // 0 without ALiBi
-  int diag_offset;
-  float to_log2;      // accumulator units -> log2 units
-
-  __device__ __forceinline__ static LogitRules make(const AttnParams& p, int batch, int head) {
-    LogitRules r;
-    r.alibi_slope =
-        p.alibi_ptr != nullptr ? p.alibi_ptr[batch * p.alibi_batch_stride + head] : 0.f;
-    r.keep_raw = p.softcap <= 0.f && p.alibi_ptr == nullptr && p.scale > 0.f;
-    r.scale = p.scale;
-    r.softcap = p.softcap;
-    r.scale_over_cap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
-    r.diag_offset = p.diag_offset;
-    r.to_log2 = r.keep_raw ? p.scale * kLog2e : kLog2e;
-    return r;
-  }
-
-  // Raw score -> natural-log logit (only called when !keep_raw).
-  __device__ __forceinline__ float logit(float s, int row, int key) const {
-    const float x = softcap > 0.f ? softcap * tanhf(s * scale_over_cap) : s * scale;
-    return x + alibi_bias(alibi_slope, diag_offset, row, key);
-  }
-};
 
 // Running row statistics m_i (max, accumulator units) and l_i (this lane's partial sum of
 // exp2 terms; the quad's partial sums are added once, in finalize()).

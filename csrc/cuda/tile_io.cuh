@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 
+#include "element.cuh"
 #include "ptx.cuh"
 #include "traits.h"
 
@@ -50,6 +51,39 @@ __device__ __forceinline__ void load_tile_async(uint16_t* tile_smem,        // [
     } else {
 #pragma unroll
       for (int e = 0; e < kChunkElems; ++e) dst[e] = e < n_valid ? src[e] : uint16_t{0};
+    }
+  }
+}
+
+// Stores a warp's mma accumulator (16 rows x kNTilesD 8-column n-tiles; this lane holds rows
+// row[0], row[1] and columns lane_col, lane_col + 1 of each n-tile) times row_scale[r] as
+// Element into rows [0, rows_valid) x columns [0, cols_valid) of a [B, S, H, D] tensor.
+template <typename Element, int kNTilesD>
+__device__ __forceinline__ void store_accumulator_rows(
+    const float (&acc)[kNTilesD][4], const int (&row)[2], const float (&row_scale)[2],
+    int rows_valid, int cols_valid, int lane_col,
+    void* base,  // [B, S, H, D], last dim contiguous
+    int batch, int head, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+  uint16_t* out = static_cast<uint16_t*>(base) + batch * batch_stride + head * head_stride;
+  // Two neighbouring elements go out as one 32-bit store when every row start is 4-byte aligned.
+  const bool pair_aligned = reinterpret_cast<uintptr_t>(base) % sizeof(uint32_t) == 0 &&
+                            batch_stride % 2 == 0 && row_stride % 2 == 0 && head_stride % 2 == 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= rows_valid) continue;
+    uint16_t* out_row = out + row[r] * row_stride;
+#pragma unroll
+    for (int d = 0; d < kNTilesD; ++d) {
+      const int col = d * kMmaN + lane_col;
+      if (col >= cols_valid) continue;
+      const uint32_t pair =
+          pack_rn<Element>(acc[d][2 * r] * row_scale[r], acc[d][2 * r + 1] * row_scale[r]);
+      if (pair_aligned && col + 1 < cols_valid) {
+        *reinterpret_cast<uint32_t*>(out_row + col) = pair;
+      } else {
+        out_row[col] = static_cast<uint16_t>(pair);
+        if (col + 1 < cols_valid) out_row[col + 1] = static_cast<uint16_t>(pair >> 16);
+      }
     }
   }
 }

@@ -11,7 +11,10 @@
 //   template flags: a mask-free tile takes the same path as non-causal attention, and only the
 //   boundary tiles pay for per-element masking, so a template flag would double the build for a
 //   few percent.
-//   The 16-bit backward and the fp32 kernels are not built yet (api.cu says so at run time).
+// 16-bit backward: per (head-dim tile, dtype) the dK/dV kernel (two variants, dK+dQ and dV only,
+//   for tiles > 128), the deterministic dQ kernel and two row kernels (D_i, dQ conversion):
+//   every tile of the forward, so every d <= 256 has a backward.
+//   The fp32 kernels are not built yet (api.cu says so at run time).
 #pragma once
 
 namespace flashattn::cuda {
@@ -67,5 +70,61 @@ struct FwdTraits {
                 "row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
   static_assert(kStages >= 2, "need at least double buffering");
 };
+
+// Backward dK/dV kernel for fp16/bf16 (bwd_dkdv_kernel.cuh). Each warp owns 16 keys of Kj/Vj
+// and keeps their dK_j/dV_j rows in registers (d/2 floats each per thread), so the key tile is
+// kNWarps x 16 = 64 keys and the query tile shrinks as d grows to bound the S/dP registers.
+// Above d = 128, dK and dV together would need > 255 registers: that tile runs two passes,
+// one for dK (with dQ) and one for dV, recomputing S_ij in the second.
+template <int kHeadDim_>
+struct BwdTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kNWarps = 4;
+  static constexpr int kNThreads = kNWarps * kWarpSize;
+  static constexpr int kBlockN = kNWarps * kMmaM;
+  static constexpr int kBlockM = kHeadDim <= 64 ? 64 : 32;
+  static constexpr bool kSplitDkDv = kHeadDim > 128;
+  // (Qi, dOi, LSE_i, D_i) tiles in flight: block i+1 is copied while block i is used.
+  static constexpr int kStages = 2;
+
+  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;
+  static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;
+  static constexpr int kQTileSmemElems = kBlockM * kSmemStride;
+  // dS_ij (kBlockM x kBlockN), the A operand of dQ += dS_ij Kj, padded like the other tiles.
+  static constexpr int kDsSmemStride = kBlockN + kSmemPadElems;
+  static constexpr int kDsSmemElems = kBlockM * kDsSmemStride;
+  // Warps split dQ's kBlockM x d tile as (kBlockM / 16 row groups) x (column parts).
+  static constexpr int kDqRowGroups = kBlockM / kMmaM;
+  static constexpr int kDqColParts = kNWarps / kDqRowGroups;
+  static constexpr int kDqColsPerWarp = kHeadDim / kDqColParts;
+  // K, V; kStages x (Qi, dOi); dS; kStages x (LSE_i, D_i) in fp32.
+  static constexpr int kSmem16BitElems =
+      2 * kKVTileSmemElems + 2 * kStages * kQTileSmemElems + kDsSmemElems;
+  static constexpr int kSmemBytes =
+      kSmem16BitElems * kElemBytes16 + 2 * kStages * kBlockM * static_cast<int>(sizeof(float));
+
+  static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim, "bad head-dim tile");
+  static_assert(kBlockM % (2 * kMmaN) == 0, "Q tiles are loaded 16 rows per ldmatrix.x4");
+  static_assert(kNWarps % kDqRowGroups == 0 && kDqColsPerWarp % (2 * kMmaN) == 0,
+                "dQ columns per warp must be whole 16-column ldmatrix.x4.trans loads");
+  static_assert(kSmem16BitElems * kElemBytes16 % kChunkBytes == 0, "fp32 tail must stay aligned");
+  static_assert(kSmemBytes <= kMaxSmemBytesSm80, "backward tile exceeds sm_80 shared memory");
+  static_assert((kDsSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
+                "dS row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
+};
+
+// Deterministic dQ kernel (bwd_dq_kernel.cuh): the forward's shape, with dQ_i in registers
+// where the forward keeps O_i, and dOi in smem next to Qi.
+template <int kHeadDim_>
+struct BwdDqTraits : FwdTraits<kHeadDim_> {
+  using Base = FwdTraits<kHeadDim_>;
+  static constexpr int kSmemBytes = Base::kSmemBytes + Base::kQSmemElems * kElemBytes16;
+  static_assert(kSmemBytes <= kMaxSmemBytesSm80, "dQ tile exceeds sm_80 shared memory");
+};
+
+// The small SIMT kernels of the backward (D_i = rowsum(dO_i * O_i) - dLSE_i; dQ fp32 -> 16-bit):
+// one warp per row.
+constexpr int kRowKernelWarps = 4;
+constexpr int kRowKernelThreads = kRowKernelWarps * kWarpSize;
 
 }  // namespace flashattn::cuda

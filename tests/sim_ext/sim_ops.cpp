@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include "attn_args.h"
+#include "cuda/launch_bwd.cuh"
 #include "cuda/launch_fwd.cuh"
 #include "cuda/entry.h"
 
@@ -56,12 +57,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_sim(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& dlse,
     double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
-    const std::optional<at::Tensor>& alibi_slopes, bool align_bottom_right,
-    bool /*deterministic*/) {
+    const std::optional<at::Tensor>& alibi_slopes, bool align_bottom_right, bool deterministic) {
   const MaskOptions mask{softmax_scale, causal,       window_left,       window_right,
                          softcap,       alibi_slopes, align_bottom_right};
-  check_and_alloc_bwd(dout, q, k, v, out, lse, dlse, mask, kSimLimits);
-  not_built_yet("bwd", q.scalar_type());
+  auto [dq, dk, dv] = check_and_alloc_bwd(dout, q, k, v, out, lse, dlse, mask, kSimLimits);
+  const AttnBwdParams p =
+      make_bwd_params(dout, q, k, v, out, lse, dlse, dq, dk, dv, mask, deterministic);
+  const ElementType type = element_type(q.scalar_type());
+  const int tile = bwd_head_dim_tile(type, p.head_dim);
+  if (tile == 0) not_built_yet("bwd", q.scalar_type());
+  if (p.batch == 0 || p.heads_q == 0) return {dq, dk, dv};
+  at::Tensor workspace = at::empty({bwd_workspace_floats(p, tile)}, q.options().dtype(at::kFloat));
+  // The kernels must not depend on the scratch's initial contents: poison it too.
+  poison_if_debugging(workspace);
+  launch_bwd(p, type, workspace.data_ptr<float>(), /*stream=*/nullptr, &no_launch_check);
+  return {dq, dk, dv};
 }
 
 // "forward", "reverse" or "random:SEED": the order warps run in between barriers.
