@@ -174,10 +174,9 @@ def test_not_built_yet_raises(sim):
     q, k, v = make_qkv(1, 4, 4, 1, 1, 32, torch.float32)
     with pytest.raises(NotImplementedError, match="not built yet"):
         sim.fwd(q, k, v, 0.5, False, -1, -1, 0.0, None, True, False)
-    q, k, v = make_qkv(1, 4, 4, 1, 1, 32, torch.float16)
-    out, lse = sim.fwd(q, k, v, 0.5, False, -1, -1, 0.0, None, True, False)
+    lse = torch.zeros(1, 1, 4)
     with pytest.raises(NotImplementedError, match="not built yet"):
-        sim.bwd(out, q, k, v, out, lse, None, 0.5, False, -1, -1, 0.0, None, True, False)
+        sim.bwd(q, q, k, v, q, lse, None, 0.5, False, -1, -1, 0.0, None, True, False)
 
 
 def test_schemas_match_flashattn(sim):
@@ -189,3 +188,116 @@ def test_schemas_match_flashattn(sim):
         ours = str(getattr(sim, name).default._schema).replace("flashattn_sim::", "")
         theirs = str(getattr(torch.ops.flashattn, name).default._schema).replace("flashattn::", "")
         assert ours == theirs
+
+
+# ---- backward ----
+
+def reference_grads(q, k, v, dout, dlse, dtype, mask):
+    """(dq, dk, dv) of sum(out * dout) + sum(lse * dlse) through the reference in `dtype`."""
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    alibi = mask.get("alibi_slopes")
+    options = {**mask, "alibi_slopes": None if alibi is None else alibi.to(
+        torch.float64 if dtype == torch.float64 else torch.float32)}
+    out, lse = attention_reference(*leaves, **options)
+    loss = (out * dout.to(dtype)).sum()
+    if dlse is not None:
+        # Rows that see no key have lse = -inf and no gradient; leave them out of the loss.
+        loss = loss + torch.where(torch.isfinite(lse), lse * dlse.to(lse.dtype), 0).sum()
+    return torch.autograd.grad(loss, leaves)
+
+
+def check_bwd(sim, q, k, v, causal=False, window=(-1, -1), softcap=0.0, alibi=None,
+              align_bottom_right=True, scale=None, deterministic=False, with_dlse=False):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    args = (scale, causal, window[0], window[1], softcap, alibi, align_bottom_right)
+    out, lse = sim.fwd(q, k, v, *args, False)
+    dout = torch.randn_like(out)
+    dlse = torch.randn_like(lse) if with_dlse else None
+    grads = sim.bwd(dout, q, k, v, out, lse, dlse, *args, deterministic)
+    mask = dict(softmax_scale=scale, causal=causal, window_size=window, softcap=softcap,
+                alibi_slopes=alibi, align_bottom_right=align_bottom_right)
+    grads64 = reference_grads(q, k, v, dout, dlse, torch.float64, mask)
+    grads_lowp = reference_grads(q, k, v, dout, dlse, q.dtype, mask)
+    for name, actual, ref64, lowp in zip(("dq", "dk", "dv"), grads, grads64, grads_lowp):
+        assert_within_torch_error(name, actual, ref64, lowp, factor=3.0)
+    return (out, lse, dout, dlse), grads
+
+
+@pytest.mark.parametrize("dtype", HALF_TYPES, ids=str)
+@pytest.mark.parametrize("head_dim", HEAD_DIM_PER_TILE)
+def test_bwd_every_head_dim_tile(sim, dtype, head_dim):
+    check_bwd(sim, *make_qkv(2, 65, 129, 2, 1, head_dim, dtype), causal=True)
+
+
+@pytest.mark.parametrize("mask", MASKS, ids=str)
+@pytest.mark.parametrize("seqlens", [(7, 65), (65, 7), (129, 129)], ids=str)
+def test_bwd_mask_features(sim, mask, seqlens):
+    options = dict(MASKS[mask])
+    batch, heads = 2, 2
+    if options.get("alibi") == "head":
+        options["alibi"] = torch.rand(heads)
+    elif options.get("alibi") == "batch":
+        options["alibi"] = torch.rand(batch, heads)
+    dtype = torch.bfloat16 if "alibi" in mask else torch.float16
+    check_bwd(sim, *make_qkv(batch, *seqlens, heads, heads, 64, dtype), **options)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q", [1, 7, 65, 129])
+@pytest.mark.parametrize("seqlen_k", [1, 7, 65, 129])
+def test_bwd_tails(sim, seqlen_q, seqlen_k, causal):
+    check_bwd(sim, *make_qkv(1, seqlen_q, seqlen_k, 2, 1, 32, torch.float16), causal=causal)
+
+
+@pytest.mark.parametrize("heads_kv", [1, 2, 3, 6])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_bwd_gqa_and_dlse(sim, heads_kv, deterministic):
+    check_bwd(sim, *make_qkv(2, 33, 47, 6, heads_kv, 64, torch.bfloat16), causal=True,
+              deterministic=deterministic, with_dlse=True)
+
+
+@pytest.mark.parametrize("head_dim", [7, 100, 200])
+def test_bwd_unaligned_head_dim(sim, head_dim):
+    check_bwd(sim, *make_qkv(1, 40, 70, 2, 1, head_dim, torch.float16), window=(20, 5),
+              softcap=5.0)
+
+
+def test_bwd_strided_layouts(sim):
+    q, k, v = torch.randn(2, 37, 3, 4, 64, dtype=torch.float16).unbind(2)
+    check_bwd(sim, q, k, v, causal=True)
+    q, k, v = (torch.randn(1, s, 2, 65, dtype=torch.bfloat16)[..., 1:] for s in (30, 45, 45))
+    check_bwd(sim, q, k, v, causal=True, deterministic=True)
+
+
+@pytest.mark.parametrize("head_dim", [64, 192])
+def test_bwd_deterministic_same_bits_under_every_schedule(sim, schedule, head_dim):
+    """deterministic=True must give the same bits every run and under any warp order; the
+    default (atomic dQ) must be correct under any warp order."""
+    torch.manual_seed(11)
+    q, k, v = make_qkv(1, 97, 80, 4, 2, head_dim, torch.bfloat16)
+    (out, lse, dout, dlse), grads = check_bwd(sim, q, k, v, causal=True, deterministic=True,
+                                              with_dlse=True)
+    sim.set_schedule("forward")
+    again = sim.bwd(dout, q, k, v, out, lse, dlse, 1 / math.sqrt(head_dim), True, -1, -1, 0.0,
+                    None, True, True)
+    assert all(torch.equal(a, b) for a, b in zip(grads, again)), schedule
+    sim.set_schedule(schedule)
+    check_bwd(sim, q, k, v, causal=True, deterministic=False)
+
+
+def test_bwd_rows_that_see_nothing(sim):
+    q, k, v = make_qkv(1, 70, 10, 2, 2, 64, torch.float16)
+    _, (dq, dk, dv) = check_bwd(sim, q, k, v, causal=True, with_dlse=True)
+    assert torch.all(dq[:, :60] == 0)
+
+
+@pytest.mark.parametrize("shape", [(0, 5, 3), (2, 0, 3), (2, 5, 0)], ids=str)
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_bwd_empty(sim, shape, deterministic):
+    batch, seqlen_q, seqlen_k = shape
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 2, 2, 32, torch.float16)
+    out, lse = sim.fwd(q, k, v, 0.5, False, -1, -1, 0.0, None, True, False)
+    grads = sim.bwd(torch.randn_like(out), q, k, v, out, lse, None, 0.5, False, -1, -1, 0.0,
+                    None, True, deterministic)
+    for grad, like in zip(grads, (q, k, v)):
+        assert grad.shape == like.shape and torch.all(grad == 0)
