@@ -2,6 +2,11 @@
 // parameter setup are shared with every executor (attn_args.h); the choice of kernel, grid and
 // launch are in headers the CPU shim compiles too (dispatch.h, launch_*.cuh). What is left
 // here: device guard, current stream, launch error checks, and refusing what is not built.
+//
+// This file holds no device code: the kernels are compiled in inst/*.cu. Skipping it in
+// nvcc's device passes (one per architecture) spares them from parsing ATen, which was most
+// of the CUDA build time.
+#if !defined(__CUDA_ARCH__)
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -97,3 +102,5 @@ TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
 }
 
 }  // namespace flashattn::cuda
+
+#endif  // !defined(__CUDA_ARCH__)
