@@ -170,13 +170,26 @@ def test_fwd_empty(sim, shape):
     assert torch.all(out == 0) and torch.all(lse == float("-inf"))
 
 
-def test_not_built_yet_raises(sim):
-    q, k, v = make_qkv(1, 4, 4, 1, 1, 32, torch.float32)
-    with pytest.raises(NotImplementedError, match="not built yet"):
-        sim.fwd(q, k, v, 0.5, False, -1, -1, 0.0, None, True, False)
-    lse = torch.zeros(1, 1, 4)
-    with pytest.raises(NotImplementedError, match="not built yet"):
-        sim.bwd(q, q, k, v, q, lse, None, 0.5, False, -1, -1, 0.0, None, True, False)
+# fp32 runs on the SIMT kernels: one head dim per fp32 tile (64, 128, 256).
+FP32_HEAD_DIMS = [24, 100, 256]
+FP32_MASKS = ["none", "causal", "window", "softcap_causal", "alibi_batch_causal",
+              "top_left_window_alibi"]
+
+
+def mask_options(mask, batch, heads):
+    options = dict(MASKS[mask])
+    if options.get("alibi") == "head":
+        options["alibi"] = torch.rand(heads)
+    elif options.get("alibi") == "batch":
+        options["alibi"] = torch.rand(batch, heads)
+    return options
+
+
+@pytest.mark.parametrize("head_dim", FP32_HEAD_DIMS)
+@pytest.mark.parametrize("mask", FP32_MASKS)
+def test_fwd_fp32(sim, head_dim, mask):
+    check_fwd(sim, *make_qkv(2, 40, 70, 4, 2, head_dim, torch.float32),
+              **mask_options(mask, 2, 4))
 
 
 def test_schemas_match_flashattn(sim):
@@ -301,3 +314,24 @@ def test_bwd_empty(sim, shape, deterministic):
                     None, True, deterministic)
     for grad, like in zip(grads, (q, k, v)):
         assert grad.shape == like.shape and torch.all(grad == 0)
+
+
+@pytest.mark.parametrize("head_dim", FP32_HEAD_DIMS)
+@pytest.mark.parametrize("mask", FP32_MASKS)
+def test_bwd_fp32(sim, head_dim, mask):
+    check_bwd(sim, *make_qkv(2, 40, 70, 4, 2, head_dim, torch.float32),
+              with_dlse=True, **mask_options(mask, 2, 4))
+
+
+@pytest.mark.parametrize("seqlens", [(1, 1), (7, 65), (65, 7), (0, 5), (5, 0)], ids=str)
+def test_fp32_tails_and_strides(sim, seqlens):
+    q, k, v = (torch.randn(1, s, 3, 2, 33, dtype=torch.float32)[:, :, 1]
+               for s in (seqlens[0], seqlens[1], seqlens[1]))
+    if 0 in seqlens:
+        out, lse = sim.fwd(q, k, v, 0.3, True, -1, -1, 0.0, None, True, False)
+        grads = sim.bwd(torch.randn_like(out), q, k, v, out, lse, None, 0.3, True, -1, -1, 0.0,
+                        None, True, False)
+        assert torch.all(out == 0) and all(torch.all(g == 0) for g in grads)
+        return
+    check_fwd(sim, q, k, v, causal=True)
+    check_bwd(sim, q, k, v, causal=True)

@@ -28,8 +28,10 @@ ElementType element_type(at::ScalarType t) {
       return ElementType::kHalf;
     case at::kBFloat16:
       return ElementType::kBFloat16;
-    default:
+    case at::kFloat:
       return ElementType::kFloat;
+    default:
+      TORCH_CHECK(false, "flashattn: no CUDA kernels for dtype ", t);
   }
 }
 
@@ -61,13 +63,12 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q, const at::Tenso
   auto [out, lse] = check_and_alloc_fwd(q, k, v, mask, kCudaLimits);
   const c10::cuda::CUDAGuard guard(q.device());
   const AttnParams p = make_fwd_params(q, k, v, out, lse, mask);
-  const ElementType type = element_type(q.scalar_type());
-  const int smem_bytes = fwd_smem_bytes(type, p.head_dim);
-  if (smem_bytes == 0) not_built_yet("fwd", q.scalar_type());
+  const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
+  if (choice.head_dim_tile == 0) not_built_yet("fwd", q.scalar_type());
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0) return {out, lse};
-  check_smem_fits(smem_bytes, q.get_device());
+  check_smem_fits(fwd_smem_bytes(choice), q.get_device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  launch_fwd(p, type, stream, &check_launch);
+  launch_fwd(p, choice, stream, &check_launch);
   return {out, lse};
 }
 
@@ -82,15 +83,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   const c10::cuda::CUDAGuard guard(q.device());
   const AttnBwdParams p =
       make_bwd_params(dout, q, k, v, out, lse, dlse, dq, dk, dv, mask, deterministic);
-  const ElementType type = element_type(q.scalar_type());
-  const int tile = bwd_head_dim_tile(type, p.head_dim);
-  if (tile == 0) not_built_yet("bwd", q.scalar_type());
+  const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
+  if (choice.head_dim_tile == 0) not_built_yet("bwd", q.scalar_type());
   if (p.batch == 0 || p.heads_q == 0) return {dq, dk, dv};
-  check_smem_fits(bwd_smem_bytes(tile), q.get_device());
+  check_smem_fits(bwd_smem_bytes(choice), q.get_device());
   const at::Tensor workspace =
-      at::empty({bwd_workspace_floats(p, tile)}, q.options().dtype(at::kFloat));
+      at::empty({bwd_workspace_floats(p, choice)}, q.options().dtype(at::kFloat));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  launch_bwd(p, type, workspace.data_ptr<float>(), stream, &check_launch);
+  launch_bwd(p, choice, workspace.data_ptr<float>(), stream, &check_launch);
   return {dq, dk, dv};
 }
 

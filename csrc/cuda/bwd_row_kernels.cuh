@@ -4,6 +4,7 @@
 //   bwd_convert_dq_kernel dQ fp32 accumulator -> dQ in the input dtype and strides.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "../params.h"
 #include "element.cuh"
@@ -21,6 +22,20 @@ __device__ __forceinline__ int64_t row_kernel_row(const AttnParams& p, int& row)
   return batch_head;
 }
 
+// Element as stored: raw 16-bit bits, or float.
+template <typename Element>
+using Storage = std::conditional_t<std::is_same_v<Element, float>, float, uint16_t>;
+
+template <typename Element>
+__device__ __forceinline__ float load_as_float(const Storage<Element>* ptr) {
+  if constexpr (std::is_same_v<Element, float>) {
+    return *ptr;
+  } else {
+    return to_float<Element>(*ptr);
+  }
+}
+
+// Element: __half, __nv_bfloat16 or float.
 template <typename Element>
 __global__ void __launch_bounds__(kRowKernelThreads)
     bwd_dot_do_o_kernel(const AttnBwdParams p,
@@ -34,13 +49,15 @@ __global__ void __launch_bounds__(kRowKernelThreads)
   const int head = static_cast<int>(batch_head % p.heads_q);
   const int lane = threadIdx.x % kWarpSize;
   // [D] rows of O and dO.
-  const uint16_t* o_row = static_cast<const uint16_t*>(p.o_ptr) + batch * p.o_batch_stride +
-                          row * p.o_row_stride + head * p.o_head_stride;
-  const uint16_t* do_row = static_cast<const uint16_t*>(p.do_ptr) + batch * p.do_batch_stride +
-                           row * p.do_row_stride + head * p.do_head_stride;
+  const Storage<Element>* o_row = static_cast<const Storage<Element>*>(p.o_ptr) +
+                                  batch * p.o_batch_stride + row * p.o_row_stride +
+                                  head * p.o_head_stride;
+  const Storage<Element>* do_row = static_cast<const Storage<Element>*>(p.do_ptr) +
+                                   batch * p.do_batch_stride + row * p.do_row_stride +
+                                   head * p.do_head_stride;
   float sum = 0.f;
   for (int c = lane; c < p.head_dim; c += kWarpSize)
-    sum += to_float<Element>(o_row[c]) * to_float<Element>(do_row[c]);
+    sum += load_as_float<Element>(o_row + c) * load_as_float<Element>(do_row + c);
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     sum += __shfl_xor_sync(kFullWarpMask, sum, offset);

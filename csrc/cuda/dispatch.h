@@ -15,6 +15,8 @@ enum class ElementType { kHalf, kBFloat16, kFloat };
 template <int... kTiles>
 struct HeadDimTiles {};
 using CompiledHeadDimTiles = HeadDimTiles<32, 64, 96, 128, 192, 256>;
+// The head-dim tiles of the fp32 SIMT kernels.
+using SimtHeadDimTiles = HeadDimTiles<64, 128, 256>;
 
 // Calls f(std::integral_constant<int, tile>) for the smallest tile >= head_dim; returns false
 // when no tile is large enough.
@@ -31,19 +33,26 @@ bool dispatch_head_dim(HeadDimTiles<kFirst, kRest...>, int head_dim, F&& f) {
   }
 }
 
-// Calls f(Element{}) with __half or __nv_bfloat16; returns false for any other type.
+// Calls f(Element{}) with __half, __nv_bfloat16 or float.
 template <typename F>
-bool dispatch_16bit(ElementType type, F&& f) {
+void dispatch_element(ElementType type, F&& f) {
   switch (type) {
     case ElementType::kHalf:
       f(__half{});
-      return true;
+      return;
     case ElementType::kBFloat16:
       f(__nv_bfloat16{});
-      return true;
-    default:
-      return false;
+      return;
+    case ElementType::kFloat:
+      f(float{});
+      return;
   }
 }
+
+// The head-dim tiles compiled for an element type: tensor-core kernels for 16-bit types, SIMT
+// kernels for fp32.
+template <typename Element>
+using HeadDimTilesFor =
+    std::conditional_t<std::is_same_v<Element, float>, SimtHeadDimTiles, CompiledHeadDimTiles>;
 
 }  // namespace flashattn::cuda

@@ -16,4 +16,11 @@ template <typename Element, int kHeadDim>
 void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                    LaunchCheck after_launch);
 
+template <int kHeadDim>
+void run_fwd_simt(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
+
+template <int kHeadDim>
+void run_bwd_simt(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
+                  LaunchCheck after_launch);
+
 }  // namespace flashattn::cuda

@@ -14,7 +14,9 @@
 // 16-bit backward: per (head-dim tile, dtype) the dK/dV kernel (two variants, dK+dQ and dV only,
 //   for tiles > 128), the deterministic dQ kernel and two row kernels (D_i, dQ conversion):
 //   every tile of the forward, so every d <= 256 has a backward.
-//   The fp32 kernels are not built yet (api.cu says so at run time).
+// fp32: SIMT kernels (no tensor cores; fp32 inputs are for accuracy, not speed), forward, dK/dV
+//   and dQ, on three head-dim tiles {64, 128, 256}: each lane owns d/32 columns, so a tile
+//   costs registers and loop trips, not correctness. Two .cu files (fwd, bwd) hold all six.
 #pragma once
 
 namespace flashattn::cuda {
@@ -120,6 +122,30 @@ struct BwdDqTraits : FwdTraits<kHeadDim_> {
   using Base = FwdTraits<kHeadDim_>;
   static constexpr int kSmemBytes = Base::kSmemBytes + Base::kQSmemElems * kElemBytes16;
   static_assert(kSmemBytes <= kMaxSmemBytesSm80, "dQ tile exceeds sm_80 shared memory");
+};
+
+// fp32 SIMT kernels (simt_kernels.cuh): one warp per query row (forward, dQ) or per key row
+// (dK/dV); a tile of 32 keys / 32 queries, one per lane, is staged in smem with rows padded by
+// one float so lane-strided reads hit 32 different banks.
+template <int kHeadDim_>
+struct SimtTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kNWarps = 8;  // rows of the CTA
+  static constexpr int kNThreads = kNWarps * kWarpSize;
+  static constexpr int kTileRows = kWarpSize;  // streamed keys (or queries), one per lane
+  static constexpr int kColsPerLane = kHeadDim / kWarpSize;
+  static constexpr int kSmemStride = kHeadDim + 1;  // floats
+  // Forward / dQ: the CTA's query rows (Q, dO) and one key tile (K, V).
+  static constexpr int kRowSmemFloats = kNWarps * kSmemStride;
+  static constexpr int kTileSmemFloats = kTileRows * kSmemStride;
+  static constexpr int kSmemBytes =
+      (2 * kRowSmemFloats + 2 * kTileSmemFloats) * static_cast<int>(sizeof(float));
+  // dK/dV: the CTA's key rows (K, V), one query tile (Q, dO) and its LSE_i, D_i.
+  static constexpr int kDkdvSmemBytes =
+      (2 * kRowSmemFloats + 2 * kTileSmemFloats + 2 * kTileRows) * static_cast<int>(sizeof(float));
+
+  static_assert(kHeadDim % kWarpSize == 0 && kHeadDim <= kMaxHeadDim, "bad fp32 head-dim tile");
+  static_assert(kDkdvSmemBytes <= kMaxSmemBytesSm80, "fp32 tile exceeds sm_80 shared memory");
 };
 
 // The small SIMT kernels of the backward (D_i = rowsum(dO_i * O_i) - dLSE_i; dQ fp32 -> 16-bit):

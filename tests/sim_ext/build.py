@@ -5,7 +5,7 @@ torch.utils.cpp_extension.load and returns the loaded module.
 
 The build is cached by torch under TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions);
 a rebuild happens only when a source or header changes. Two translation units carry the
-kernels' instantiations, so 2 cores compile it in parallel.
+kernels' instantiations (forward, backward), so 2 cores compile them in parallel.
 """
 import importlib.util
 import os
@@ -34,8 +34,9 @@ def load(verbose=False):
     cuda_include = cudasim_build.cuda_include_dir()
     if cuda_include is None:
         raise RuntimeError("the sim executor needs cuda_fp16.h / vector_types.h: set CUDA_HOME")
-    sources = [os.path.join(HERE, "sim_ops.cpp"), os.path.join(REPO, "csrc", "attn_args.cpp"),
-               *cudasim_build.SHIM_SOURCES]
+    sources = [os.path.join(HERE, name) for name in
+               ("sim_kernels_fwd.cpp", "sim_kernels_bwd.cpp", "sim_ops.cpp")]
+    sources += [os.path.join(REPO, "csrc", "attn_args.cpp"), *cudasim_build.SHIM_SOURCES]
     # torch adds -std=c++20 (ATen needs it); -O1 keeps the kernels' unrolled loops cheap to
     # compile while the shim's fibers stay fast enough.
     flags = ["-O1", "-g0", "-DFLASHATTN_CUDASIM=1", "-fno-omit-frame-pointer"]

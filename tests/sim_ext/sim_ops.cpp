@@ -1,14 +1,14 @@
 // torch.ops.flashattn_sim: the CUDA kernels' own source, compiled by g++ against the CPU shim
 // (tests/cudasim), behind the same schemas, input checks, parameter setup, dispatch, grid and
 // launch code as torch.ops.flashattn on CUDA. Tensors are CPU tensors and the kernels' "device"
-// pointers are host pointers. Test-only; see build.py.
+// pointers are host pointers. Test-only; see build.py. The kernels themselves are instantiated
+// in sim_kernels_fwd.cpp / sim_kernels_bwd.cpp, as inst/*.cu are for nvcc.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include "attn_args.h"
-#include "cuda/launch_bwd.cuh"
-#include "cuda/launch_fwd.cuh"
 #include "cuda/entry.h"
+#include "cudasim.h"
 
 namespace flashattn::cuda {
 namespace {
@@ -23,8 +23,10 @@ ElementType element_type(at::ScalarType t) {
       return ElementType::kHalf;
     case at::kBFloat16:
       return ElementType::kBFloat16;
-    default:
+    case at::kFloat:
       return ElementType::kFloat;
+    default:
+      TORCH_CHECK(false, "flashattn_sim: no kernels for dtype ", t);
   }
 }
 
@@ -46,10 +48,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_sim(const at::Tensor& q, const at::Tensor
                          softcap,       alibi_slopes, align_bottom_right};
   auto [out, lse] = check_and_alloc_fwd(q, k, v, mask, kSimLimits);
   const AttnParams p = make_fwd_params(q, k, v, out, lse, mask);
-  const ElementType type = element_type(q.scalar_type());
-  if (fwd_smem_bytes(type, p.head_dim) == 0) not_built_yet("fwd", q.scalar_type());
+  const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
+  if (choice.head_dim_tile == 0) not_built_yet("fwd", q.scalar_type());
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0) return {out, lse};
-  launch_fwd(p, type, /*stream=*/nullptr, &no_launch_check);
+  launch_fwd(p, choice, /*stream=*/nullptr, &no_launch_check);
   return {out, lse};
 }
 
@@ -63,14 +65,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_sim(
   auto [dq, dk, dv] = check_and_alloc_bwd(dout, q, k, v, out, lse, dlse, mask, kSimLimits);
   const AttnBwdParams p =
       make_bwd_params(dout, q, k, v, out, lse, dlse, dq, dk, dv, mask, deterministic);
-  const ElementType type = element_type(q.scalar_type());
-  const int tile = bwd_head_dim_tile(type, p.head_dim);
-  if (tile == 0) not_built_yet("bwd", q.scalar_type());
+  const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
+  if (choice.head_dim_tile == 0) not_built_yet("bwd", q.scalar_type());
   if (p.batch == 0 || p.heads_q == 0) return {dq, dk, dv};
-  at::Tensor workspace = at::empty({bwd_workspace_floats(p, tile)}, q.options().dtype(at::kFloat));
+  at::Tensor workspace = at::empty({bwd_workspace_floats(p, choice)}, q.options().dtype(at::kFloat));
   // The kernels must not depend on the scratch's initial contents: poison it too.
   poison_if_debugging(workspace);
-  launch_bwd(p, type, workspace.data_ptr<float>(), /*stream=*/nullptr, &no_launch_check);
+  launch_bwd(p, choice, workspace.data_ptr<float>(), /*stream=*/nullptr, &no_launch_check);
   return {dq, dk, dv};
 }
 
