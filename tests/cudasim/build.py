@@ -1,0 +1,128 @@
+"""Compile the CPU shim (tests/cudasim) and programs built on it with g++.
+
+Used by the shim's self-tests; a build of the CUDA kernel source against the shim (for
+example the `sim` torch extension) needs the same SHIM_SOURCES and compile_flags().
+
+Environment: CXX (default g++), CUDA_HOME (for cuda_fp16.h & co; else /usr/local/cuda, else
+the headers of the nvidia-cuda-runtime wheel that a CUDA build of torch installs).
+"""
+import glob
+import hashlib
+import os
+import subprocess
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
+
+SHIM_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(SHIM_DIR))
+SHIM_SOURCES = sorted(glob.glob(os.path.join(SHIM_DIR, "src", "*.cpp")))
+# Objects are cached here by content hash, so every user of the shim can share the folder.
+DEFAULT_BUILD_DIR = os.path.join(REPO_ROOT, "build", "cudasim")
+CXX = os.environ.get("CXX", "g++")
+# Fibers switch stacks; frame pointers keep backtraces and ASan reports readable. g++ does not
+# know nvcc's `#pragma unroll`, which kernels use everywhere.
+BASE_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-Wno-unknown-pragmas",
+              "-DFLASHATTN_CUDASIM=1"]
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
+
+
+def cuda_include_dir():
+    """Folder holding cuda_fp16.h, cuda_bf16.h and vector_types.h, or None."""
+    candidates = [os.path.join(os.environ[v], "include") for v in ("CUDA_HOME", "CUDA_PATH")
+                  if os.environ.get(v)]
+    candidates.append("/usr/local/cuda/include")
+    site = sysconfig.get_paths()["purelib"]
+    candidates += sorted(glob.glob(os.path.join(site, "nvidia", "cu*", "include")), reverse=True)
+    candidates += [os.path.join(site, "nvidia", "cuda_runtime", "include")]
+    for path in candidates:
+        if os.path.isfile(os.path.join(path, "cuda_fp16.h")) and os.path.isfile(
+                os.path.join(path, "vector_types.h")):
+            return path
+    return None
+
+
+def compile_flags(sanitize=False, cxx_std="c++17"):
+    """Flags for every translation unit compiled against the shim (kernels, host code, shim).
+
+    The shim builds as C++17 and C++20; pass cxx_std=None where the build adds its own
+    (torch 2.14's headers require C++20)."""
+    cuda = cuda_include_dir()
+    if cuda is None:
+        raise RuntimeError("cudasim needs cuda_fp16.h / vector_types.h: set CUDA_HOME")
+    flags = ([f"-std={cxx_std}"] if cxx_std else []) + BASE_FLAGS + [
+        "-include", os.path.join(SHIM_DIR, "cudasim.h"), "-I", SHIM_DIR,
+        "-I", os.path.join(REPO_ROOT, "csrc"), "-isystem", cuda]
+    return flags + (SANITIZE_FLAGS if sanitize else [])
+
+
+def link_flags(sanitize=False):
+    # -rdynamic: kernels' symbols reach the dynamic table, so messages can name them.
+    return ["-rdynamic"] + (SANITIZE_FLAGS if sanitize else [])
+
+
+def sanitizer_available():
+    """True when g++ can link an ASan+UBSan program here."""
+    probe = subprocess.run([CXX, *SANITIZE_FLAGS, "-x", "c++", "-", "-o", os.devnull],
+                           input="int main() { return 0; }", text=True, capture_output=True)
+    return probe.returncode == 0
+
+
+def _digest(paths, flags):
+    h = hashlib.sha256(" ".join(flags).encode())
+    for path in paths:
+        with open(path, "rb") as f:
+            h.update(path.encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
+
+
+def _shim_headers():
+    return sorted(glob.glob(os.path.join(SHIM_DIR, "*.h")) +
+                  glob.glob(os.path.join(SHIM_DIR, "src", "*.h")) +
+                  glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*.cuh")))
+
+
+def _run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"compile failed: {' '.join(cmd)}\n{result.stdout}{result.stderr}")
+
+
+def _write_if_changed(path, text):
+    if not os.path.exists(path) or open(path).read() != text:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def build_program(sources, name, build_dir=DEFAULT_BUILD_DIR, sanitize=False, extra_flags=(),
+                  jobs=2):
+    """Compiles `sources` plus the shim into build_dir/<name>-plain (or -asan); reuses objects.
+
+    Objects are cached by the hash of their source, every shim header and the flags, so a
+    second session (or a second program) recompiles only what changed. The shim's own sources
+    are compiled as one translation unit: parsing the headers they share dominates their
+    compile time."""
+    flags = compile_flags(sanitize) + list(extra_flags)
+    headers = _shim_headers()
+    mode = "asan" if sanitize else "plain"
+    obj_dir = os.path.join(build_dir, "obj-" + mode)
+    os.makedirs(obj_dir, exist_ok=True)
+    shim_unit = os.path.join(obj_dir, "cudasim_runtime.cpp")
+    _write_if_changed(shim_unit, "".join(f'#include "{src}"\n' for src in SHIM_SOURCES))
+
+    def compile_one(src_and_deps):
+        src, deps = src_and_deps
+        obj = os.path.join(obj_dir, f"{os.path.basename(src)}.{_digest(deps + headers, flags)}.o")
+        if not os.path.exists(obj):
+            tmp = obj + f".tmp{os.getpid()}"
+            _run([CXX, *flags, "-c", src, "-o", tmp])
+            os.replace(tmp, obj)
+        return obj
+
+    units = [(src, [src]) for src in sources] + [(shim_unit, SHIM_SOURCES)]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        objects = list(pool.map(compile_one, units))
+    exe = os.path.join(build_dir, f"{name}-{mode}")
+    tmp = exe + f".tmp{os.getpid()}"
+    _run([CXX, *objects, *link_flags(sanitize), "-o", tmp])
+    os.replace(tmp, exe)
+    return exe

@@ -1,0 +1,285 @@
+// cudasim.h: what CUDA kernel source sees when g++ compiles it against the CPU shim.
+//
+// Compile kernel source with
+//   g++ -std=c++17 -DFLASHATTN_CUDASIM -include tests/cudasim/cudasim.h
+//       -I tests/cudasim -I csrc -I /usr/local/cuda/include  <kernel + host files>  <shim sources>
+// (tests/cudasim/build.py lists the shim sources and flags). One fiber runs per CUDA thread,
+// blocks run one after another; see tests/cudasim/README.md for the execution model.
+//
+// Only the PTX wrappers in csrc/cuda/ptx.cuh call the tensor-core and cp.async entry points
+// below; kernels call the wrappers, so one source compiles under nvcc and under this shim.
+#pragma once
+
+#ifndef FLASHATTN_CUDASIM
+#define FLASHATTN_CUDASIM 1
+#endif
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// In host mode the toolkit headers define __host__/__device__/__global__/__shared__ as nothing,
+// __forceinline__ and __align__ as GNU attributes, and give host-usable dim3, uint4, float4 and
+// the __half/__nv_bfloat16 types with their conversions.
+#include <vector_types.h>
+#include <vector_functions.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// Blocks run one after another on one host thread, so a static (thread_local, in case two host
+// threads launch at once) is exactly one block's shared array. It is neither poisoned nor reset
+// between blocks or launches: kernels should declare shared memory with FLASHATTN_DYNAMIC_SMEM
+// (csrc/cuda/ptx.cuh), which is, and which is the only memory ldmatrix and cp.async accept.
+#undef __shared__
+#define __shared__ static thread_local
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+// An nvcc keyword. libstdc++ spells __attribute__((__noinline__)) in <memory>'s internals,
+// which this macro would break: <memory> is included above, before it is defined.
+#ifndef __noinline__
+#define __noinline__ __attribute__((noinline))
+#endif
+
+// Host code under the shim needs no cuda_runtime.h; this typedef matches driver_types.h's.
+struct CUstream_st;
+typedef struct CUstream_st* cudaStream_t;
+
+namespace cudasim {
+
+// Every failure the shim detects: a bad launch, a divergent barrier, a deadlock, a misaligned
+// ldmatrix row, a pending cp.async at thread exit... The message names the kernel's call site
+// and the CUDA thread. A torch extension built on the shim surfaces it as a RuntimeError.
+class SimError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Warp and block order between barriers. See README.md; the env var CUDASIM_SCHEDULE takes
+// "forward", "reverse" or "random:SEED", and set_schedule() overrides it.
+enum class Order { Forward, Reverse, Random };
+struct Schedule {
+  Order order = Order::Forward;
+  uint64_t seed = 0;
+};
+Schedule parse_schedule(const std::string& text);  // throws SimError on a malformed string
+std::string to_string(const Schedule& schedule);
+void set_schedule(const Schedule& schedule);  // used by every later launch on any host thread
+void clear_schedule();                        // back to CUDASIM_SCHEDULE, else forward
+Schedule active_schedule();
+
+// The launch, as kernel<<<grid, block, smem_bytes>>>(args...) would do it, run to completion on
+// the calling host thread. Throws SimError. Messages name the kernel by its symbol when the
+// dynamic symbol table has it, else by name_hint (may be null), else by address.
+namespace detail {
+void run_grid(const char* name_hint, const void* kernel_id, dim3 grid, dim3 block,
+              size_t smem_bytes, const std::function<void()>& run_one_thread);
+}
+template <class... Params, class... Args>
+void launch_named(const char* name_hint, void (*kernel)(Params...), dim3 grid, dim3 block,
+                  size_t smem_bytes, Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "wrong number of kernel arguments");
+  // Converted once, like CUDA's parameter buffer; every thread gets its own by-value copy.
+  std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+  detail::run_grid(name_hint, reinterpret_cast<const void*>(kernel), grid, block, smem_bytes,
+                   [&] { std::apply(kernel, params); });
+}
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, Args&&... args) {
+  launch_named(nullptr, kernel, grid, block, smem_bytes, std::forward<Args>(args)...);
+}
+
+// Largest dynamic shared memory a block may request on sm_90 (227 KB).
+constexpr size_t kMaxDynamicSmemBytes = 227 * 1024;
+// What a launch gets without opting in, as on hardware.
+constexpr size_t kDefaultDynamicSmemBytes = 48 * 1024;
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
+void set_max_dynamic_smem(const void* kernel_id, size_t bytes);
+
+// ---- Device side: only valid while a kernel runs. ----
+void* dynamic_smem();  // 128-byte aligned, exact size, refilled with 0xFF before each block
+
+namespace detail {
+enum class ShuffleMode { Idx, Up, Down, Xor };
+enum class VoteMode { Ballot, Any, All };
+enum class MmaInput { F16, BF16 };
+void syncthreads(const char* file, int line);
+void syncwarp(unsigned mask, const char* file, int line);
+uint64_t shuffle(ShuffleMode mode, unsigned mask, uint64_t bits, int lane_arg, int width,
+                 const char* file, int line);
+unsigned vote(VoteMode mode, unsigned mask, bool predicate, const char* file, int line);
+void ldmatrix(int num_matrices, bool transpose, uint32_t* regs, const void* row_addr,
+              const char* file, int line);
+void mma_m16n8k16(MmaInput input, float* d, const uint32_t* a, const uint32_t* b,
+                  const char* file, int line);
+void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, const char* file, int line);
+void cp_async_commit(const char* file, int line);
+void cp_async_wait_group(int pending_groups_allowed, const char* file, int line);
+void cp_async_wait_all(const char* file, int line);
+uint32_t smem_offset(const void* ptr, const char* file, int line);
+
+template <class T>
+uint64_t to_bits(T value) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8,
+                "warp shuffles move values of at most 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  return bits;
+}
+template <class T>
+T from_bits(uint64_t bits) {
+  T value;
+  std::memcpy(&value, &bits, sizeof(T));
+  return value;
+}
+}  // namespace detail
+}  // namespace cudasim
+
+// Built-in variables. Blocks and threads run on fibers of one host thread, and the scheduler
+// writes these before it resumes each CUDA thread.
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
+constexpr int warpSize = 32;
+
+// Defaulted __builtin_FILE()/__builtin_LINE() arguments record the kernel's call site.
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  cudasim::detail::syncthreads(file, line);
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu, const char* file = __builtin_FILE(),
+                       int line = __builtin_LINE()) {
+  cudasim::detail::syncwarp(mask, file, line);
+}
+// Nothing runs concurrently, so fences order nothing.
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+
+template <class T>
+T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize,
+              const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  using namespace cudasim::detail;
+  return from_bits<T>(shuffle(ShuffleMode::Idx, mask, to_bits(var), src_lane, width, file, line));
+}
+template <class T>
+T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize,
+                 const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  using namespace cudasim::detail;
+  return from_bits<T>(shuffle(ShuffleMode::Up, mask, to_bits(var), static_cast<int>(delta), width,
+                              file, line));
+}
+template <class T>
+T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize,
+                   const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  using namespace cudasim::detail;
+  return from_bits<T>(shuffle(ShuffleMode::Down, mask, to_bits(var), static_cast<int>(delta),
+                              width, file, line));
+}
+template <class T>
+T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize,
+                  const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  using namespace cudasim::detail;
+  return from_bits<T>(shuffle(ShuffleMode::Xor, mask, to_bits(var), lane_mask, width, file, line));
+}
+inline unsigned __ballot_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(),
+                              int line = __builtin_LINE()) {
+  using namespace cudasim::detail;
+  return vote(VoteMode::Ballot, mask, predicate != 0, file, line);
+}
+inline int __any_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(),
+                      int line = __builtin_LINE()) {
+  using namespace cudasim::detail;
+  return static_cast<int>(vote(VoteMode::Any, mask, predicate != 0, file, line));
+}
+inline int __all_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(),
+                      int line = __builtin_LINE()) {
+  using namespace cudasim::detail;
+  return static_cast<int>(vote(VoteMode::All, mask, predicate != 0, file, line));
+}
+
+// Atomics are plain read-modify-write: only one CUDA thread runs at any moment.
+template <class T>
+T atomicAdd(T* address, T value) {
+  static_assert(std::is_arithmetic_v<T>, "atomicAdd on a non-arithmetic type");
+  T old = *address;
+  *address = old + value;
+  return old;
+}
+template <class T>
+T atomicSub(T* address, T value) {
+  static_assert(std::is_arithmetic_v<T>, "atomicSub on a non-arithmetic type");
+  T old = *address;
+  *address = old - value;
+  return old;
+}
+template <class T>
+T atomicMax(T* address, T value) {
+  T old = *address;
+  *address = old < value ? value : old;
+  return old;
+}
+template <class T>
+T atomicMin(T* address, T value) {
+  T old = *address;
+  *address = value < old ? value : old;
+  return old;
+}
+template <class T>
+T atomicExch(T* address, T value) {
+  T old = *address;
+  *address = value;
+  return old;
+}
+template <class T>
+T atomicCAS(T* address, T compare, T value) {
+  T old = *address;
+  if (old == compare) *address = value;
+  return old;
+}
+
+// Device-only math intrinsics, with their IEEE host counterparts (the fast-math error of the
+// hardware versions is not modelled).
+inline float __expf(float x) { return std::exp(x); }
+inline float __exp10f(float x) { return std::pow(10.f, x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __log2f(float x) { return std::log2(x); }
+inline float __powf(float x, float y) { return std::pow(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float __frcp_rn(float x) { return 1.f / x; }
+inline float __fsqrt_rn(float x) { return std::sqrt(x); }
+inline float __fmaf_rn(float x, float y, float z) { return std::fma(x, y, z); }
+inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
+inline int __float2int_rz(float x) { return static_cast<int>(x); }
+inline float __int2float_rn(int x) { return static_cast<float>(x); }
+inline int __float_as_int(float x) { return cudasim::detail::from_bits<int>(cudasim::detail::to_bits(x)); }
+inline unsigned __float_as_uint(float x) { return cudasim::detail::from_bits<unsigned>(cudasim::detail::to_bits(x)); }
+inline float __int_as_float(int x) { return cudasim::detail::from_bits<float>(cudasim::detail::to_bits(x)); }
+inline float __uint_as_float(unsigned x) { return cudasim::detail::from_bits<float>(cudasim::detail::to_bits(x)); }
+template <class T>
+T __ldg(const T* address) {
+  return *address;
+}
+
+// CUDA's global max/min overloads.
+inline int max(int a, int b) { return a < b ? b : a; }
+inline unsigned max(unsigned a, unsigned b) { return a < b ? b : a; }
+inline long long max(long long a, long long b) { return a < b ? b : a; }
+inline unsigned long long max(unsigned long long a, unsigned long long b) { return a < b ? b : a; }
+inline float max(float a, float b) { return std::fmax(a, b); }
+inline double max(double a, double b) { return std::fmax(a, b); }
+inline int min(int a, int b) { return b < a ? b : a; }
+inline unsigned min(unsigned a, unsigned b) { return b < a ? b : a; }
+inline long long min(long long a, long long b) { return b < a ? b : a; }
+inline unsigned long long min(unsigned long long a, unsigned long long b) { return b < a ? b : a; }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline double min(double a, double b) { return std::fmin(a, b); }

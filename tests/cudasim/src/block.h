@@ -1,0 +1,121 @@
+// The state of the one block being simulated: its CUDA threads, warps and shared memory.
+// Internal to the shim.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cudasim.h"
+#include "fiber.h"
+
+namespace cudasim::detail {
+
+constexpr unsigned kWarpSize = 32;
+constexpr uint32_t kFullWarp = 0xffffffffu;
+
+// A place in the kernel source, recorded from the call site of a wrapper or intrinsic.
+struct Site {
+  const char* file = "?";
+  int line = 0;
+};
+bool same_site(const Site& a, const Site& b);
+std::string describe(const Site& site);  // "file:line"
+
+enum class ThreadStatus { Ready, AtBarrier, InCollective, Exited };
+
+// What a lane posts to a warp collective and what it reads back.
+struct LaneMailbox {
+  uint64_t value = 0;       // shuffle operand
+  int lane_arg = 0;         // shuffle source lane / delta / xor mask
+  int width = 0;            // shuffle segment width
+  bool predicate = false;   // vote operand
+  const void* row = nullptr;  // ldmatrix row address
+  uint32_t a[4] = {}, b[2] = {};  // mma operands
+  float c[4] = {};
+  uint64_t result = 0;      // shuffle / vote result
+  uint32_t regs[4] = {};    // ldmatrix result
+  float d[4] = {};          // mma result
+};
+
+// One 16-byte cp.async: the source was read at issue; dst is written when its group completes.
+struct PendingCopy {
+  unsigned char* dst;
+  unsigned char bytes[16];
+  Site site;
+};
+
+struct SimThread {
+  uint3 idx{};
+  unsigned linear = 0, warp = 0, lane = 0;
+  Fiber* fiber = nullptr;  // borrowed from the host thread's pool (grid.cpp)
+  ThreadStatus status = ThreadStatus::Ready;
+  Site wait_site;                 // where it is blocked (barrier or collective)
+  const char* wait_op = "";       // what it is blocked in
+  LaneMailbox mailbox;
+  std::vector<PendingCopy> uncommitted_copies;
+  std::deque<std::vector<PendingCopy>> copy_groups;  // committed, oldest first
+};
+
+// A warp collective that some lanes of `mask` have reached and others not yet.
+struct OpenCollective {
+  const char* op;
+  Site site;
+  uint32_t mask;
+  uint32_t arrived;
+};
+
+struct SimWarp {
+  unsigned first_thread = 0;
+  unsigned num_lanes = 0;      // fewer than 32 in a block's last, partial warp
+  uint32_t exited = 0;         // lanes whose thread has returned
+  std::vector<OpenCollective> open;
+  uint32_t existing() const { return num_lanes == kWarpSize ? kFullWarp : (1u << num_lanes) - 1; }
+};
+
+struct SimBlock {
+  std::string kernel_name;
+  dim3 grid_dim, block_dim;
+  uint3 idx{};
+  unsigned char* smem = nullptr;  // exact-size heap buffer, so ASan sees overruns
+  size_t smem_bytes = 0;
+  std::vector<SimThread> threads;
+  std::vector<SimWarp> warps;
+  SimThread* current = nullptr;  // the thread whose fiber runs now
+  std::exception_ptr error;      // thrown on a fiber, rethrown by the scheduler
+  const std::function<void()>* run_one_thread = nullptr;
+};
+
+// The block being run on this host thread; throws SimError outside a kernel.
+SimBlock& active_block(const char* what);
+SimThread& current_thread(const char* what);
+// Throws SimError if a kernel is already running on this host thread (a launch from a kernel).
+void check_not_in_kernel(const std::string& kernel_name);
+// Makes `block` the active one for the lifetime of the guard.
+class ActiveBlockGuard {
+ public:
+  explicit ActiveBlockGuard(SimBlock& block);
+  ~ActiveBlockGuard();
+};
+
+// Throws SimError "file:line: message [kernel, block (..), thread (..)]" naming `culprit`, by
+// default the current thread; a site with line 0 (the thread's return) is left out.
+[[noreturn]] void fail(const Site& site, const std::string& message,
+                       const SimThread* culprit = nullptr);
+// Blocks the current thread in `op` at `site` until the scheduler resumes it.
+void block_current_thread(ThreadStatus status, const char* op, const Site& site);
+
+// Host side: run every thread of `block` to completion (scheduler.cpp).
+class Permuter;
+void run_block(SimBlock& block, Permuter& order);
+
+// True if [ptr, ptr + bytes) lies inside the block's dynamic shared memory.
+bool in_smem(const SimBlock& block, const void* ptr, size_t bytes);
+
+std::string hex(uint32_t mask);
+std::string format_address(const void* ptr);
+std::string lane_list(uint32_t lanes);  // "0-3,7"
+
+}  // namespace cudasim::detail

@@ -1,0 +1,24 @@
+// Orders in which the scheduler visits blocks, warps and lanes. Internal to the shim.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "cudasim.h"
+
+namespace cudasim::detail {
+
+// Produces permutations of 0..n-1 under one schedule: identity, reversed, or a reproducible
+// pseudo-random shuffle (splitmix64 + Fisher-Yates, so the same seed gives the same runs on
+// every machine, unlike std::shuffle whose algorithm is unspecified).
+class Permuter {
+ public:
+  Permuter(const Schedule& schedule, uint64_t stream);
+  std::vector<unsigned> permutation(unsigned n);
+
+ private:
+  uint64_t next();
+  Order order_;
+  uint64_t state_;
+};
+
+}  // namespace cudasim::detail
