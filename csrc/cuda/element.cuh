@@ -53,13 +53,14 @@ __device__ __forceinline__ uint32_t pack_rn(float lo, float hi) {
 template <typename Element>
 __device__ __forceinline__ float to_float(uint16_t bits) {
   static_assert(kIs16BitElement<Element>, "tensor-core path takes fp16 or bf16");
-  Element value;
-  static_assert(sizeof(value) == sizeof(bits), "16-bit element");
-  memcpy(&value, &bits, sizeof(bits));
   if constexpr (std::is_same_v<Element, __half>) {
-    return __half2float(value);
+    __half_raw raw;
+    raw.x = bits;
+    return __half2float(__half(raw));
   } else {
-    return __bfloat162float(value);
+    __nv_bfloat16_raw raw;
+    raw.x = bits;
+    return __bfloat162float(__nv_bfloat16(raw));
   }
 }
 

@@ -31,20 +31,19 @@ cudasim_build = _load_cudasim_build()
 def load(verbose=False):
     from torch.utils.cpp_extension import load as torch_load
 
-    cuda_include = cudasim_build.cuda_include_dir()
-    if cuda_include is None:
+    if cudasim_build.cuda_include_dir() is None:
         raise RuntimeError("the sim executor needs cuda_fp16.h / vector_types.h: set CUDA_HOME")
     sources = [os.path.join(HERE, name) for name in
                ("sim_kernels_fwd.cpp", "sim_kernels_bwd.cpp", "sim_ops.cpp")]
     sources += [os.path.join(REPO, "csrc", "attn_args.cpp"), *cudasim_build.SHIM_SOURCES]
-    # torch adds -std=c++20 (ATen needs it); -O1 keeps the kernels' unrolled loops cheap to
-    # compile while the shim's fibers stay fast enough.
-    flags = ["-O1", "-g0", "-DFLASHATTN_CUDASIM=1", "-fno-omit-frame-pointer"]
+    # The shim's own flags (includes, -DFLASHATTN_CUDASIM, -O1: the kernels' unrolled loops stay
+    # cheap to compile and the fibers fast enough), with torch's C++ standard (2.14 needs C++20).
+    # No debug info: it doubles the compile time of the kernel translation units.
+    flags = cudasim_build.compile_flags(cxx_std=None) + ["-g0"]
     return torch_load(
         name="flashattn_sim",
         sources=sources,
         extra_cflags=flags,
-        extra_include_paths=[os.path.join(REPO, "csrc"), cudasim_build.SHIM_DIR, cuda_include],
         is_python_module=False,
         verbose=verbose,
     )
