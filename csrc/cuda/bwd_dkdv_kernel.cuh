@@ -59,8 +59,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;        // [kBlockN, kStride]
   uint16_t* qdo_smem = v_smem + Traits::kKVTileSmemElems;      // kStages x (Qi, dOi)
   uint16_t* ds_smem = qdo_smem + 2 * kStages * Traits::kQTileSmemElems;  // [kBlockM, kDsStride]
-  float* lse_smem = reinterpret_cast<float*>(smem + Traits::kSmem16BitElems);  // kStages x [kBlockM]
-  float* dsum_smem = lse_smem + kStages * kBlockM;                            // kStages x [kBlockM]
+  // kStages x [kBlockM] each: LSE_i in log2 units, D_i.
+  float* lse_smem = reinterpret_cast<float*>(smem + Traits::kSmem16BitElems);
+  float* dsum_smem = lse_smem + kStages * kBlockM;
   auto q_smem = [&](int stage) { return qdo_smem + (2 * stage) * Traits::kQTileSmemElems; };
   auto do_smem = [&](int stage) { return qdo_smem + (2 * stage + 1) * Traits::kQTileSmemElems; };
 
@@ -128,7 +129,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int warp_key0 = warp * kMmaM;  // first of this warp's 16 keys within Kj
   int key[kRowsPerThread];             // this lane's two keys (accumulator rows)
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) key[r] = n_start + warp_key0 + lane / 4 + r * kRowOffsetHi;
+  for (int r = 0; r < kRowsPerThread; ++r)
+    key[r] = n_start + warp_key0 + lane / 4 + r * kRowOffsetHi;
   const int lane_col = 2 * (lane % 4);
   // ldmatrix lane -> row/column maps, as in fwd_kernel.cuh.
   const int a_row = lane % 16, a_col = (lane / 16) * 8;
@@ -207,10 +209,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         const bool visible = !needs_mask || (query < p.seqlen_q &&
                                              kv >= first_visible_key(p, query) &&
                                              kv < visible_key_end(p, query));
-        float dlogit_ds = rules.scale;
-        const float x = rules.keep_raw
-                            ? s_rmem[j][c] * rules.to_log2
-                            : rules.logit(s_rmem[j][c], query, kv, dlogit_ds) * kLog2e;
+        float dlogit_ds;
+        const float x = rules.log2_logit(s_rmem[j][c], query, kv, dlogit_ds);
         const float prob = visible ? ptx::exp2_approx(x - lse_log2[col]) : 0.f;
         s_rmem[j][c] = prob;
         if constexpr (ComputeDk) dp_rmem[j][c] = prob * (dp_rmem[j][c] - dsum[col]) * dlogit_ds;
@@ -256,9 +256,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #pragma unroll
       for (int j = 0; j < kNTilesM; ++j)
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-          ds_smem[(j * kMmaN + lane_col + c % 2) * kDsStride + warp_key0 + lane / 4 +
-                  (c / 2) * kRowOffsetHi] = static_cast<uint16_t>(pack_rn<Element>(dp_rmem[j][c], 0.f));
+        for (int c = 0; c < 4; ++c) {
+          const int query = j * kMmaN + lane_col + c % 2;
+          const int kv = warp_key0 + lane / 4 + (c / 2) * kRowOffsetHi;
+          ds_smem[query * kDsStride + kv] =
+              static_cast<uint16_t>(pack_rn<Element>(dp_rmem[j][c], 0.f));
+        }
       __syncthreads();
       // dQ_i += dS_ij Kj: warp = (row group of 16 queries, column part); 16 columns at a time
       // so the partial sums stay small, each added to the fp32 accumulator right away.

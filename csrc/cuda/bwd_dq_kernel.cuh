@@ -165,10 +165,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         const int r = c / 2;
         const int kv = n_start + j * kMmaN + lane_col + c % 2;
         const bool visible = !needs_mask || (kv >= row_first_key[r] && kv < row_key_end[r]);
-        float dlogit_ds = rules.scale;
-        const float x = rules.keep_raw
-                            ? s_rmem[j][c] * rules.to_log2
-                            : rules.logit(s_rmem[j][c], row[r], kv, dlogit_ds) * kLog2e;
+        float dlogit_ds;
+        const float x = rules.log2_logit(s_rmem[j][c], row[r], kv, dlogit_ds);
         const float prob = visible ? ptx::exp2_approx(x - lse_log2[r]) : 0.f;
         dp_rmem[j][c] = prob * (dp_rmem[j][c] - dsum[r]) * dlogit_ds;
       }

@@ -167,8 +167,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #pragma unroll
       for (int j = 0; j < kNTilesN; ++j)
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-          s_rmem[j][c] = rules.logit(s_rmem[j][c], row[c / 2], n_start + j * kMmaN + lane_col + c % 2);
+        for (int c = 0; c < 4; ++c) {
+          const int key = n_start + j * kMmaN + lane_col + c % 2;
+          s_rmem[j][c] = rules.logit(s_rmem[j][c], row[c / 2], key);
+        }
     }
     const bool needs_mask = n_start < unmasked_from || n_start + kBlockN > unmasked_to;
     if (needs_mask) {

@@ -9,11 +9,18 @@
 #include <cstdint>
 
 #include "launch.cuh"
+#include "traits.h"
 
 namespace flashattn::cuda {
 
 // Called by the launch templates right after each launch (api.cu: C10_CUDA_KERNEL_LAUNCH_CHECK).
 using LaunchCheck = void (*)();
+
+// Opts a kernel in to more than the default 48 KB of dynamic shared memory when it needs it.
+template <typename Kernel>
+void allow_smem(Kernel* kernel, int bytes) {
+  if (bytes > kDefaultSmemBytes) set_max_dynamic_smem(kernel, bytes);
+}
 
 constexpr int64_t kMaxGridYZ = 65535;
 

@@ -40,7 +40,7 @@ void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream
   if (p.seqlen_k > 0) {
     const dim3 grid = attention_grid(p.seqlen_k, Traits::kBlockN, batch_heads_kv);
     auto launch_dkdv = [&](auto* kernel, float* accum) {
-      if (Traits::kSmemBytes > kDefaultSmemBytes) set_max_dynamic_smem(kernel, Traits::kSmemBytes);
+      allow_smem(kernel, Traits::kSmemBytes);
       FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream,
                               p, d_gmem, accum, kHeadDim);
       after_launch();
@@ -55,7 +55,7 @@ void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream
   if (p.seqlen_q == 0) return;
   if (p.deterministic) {
     auto* kernel = &bwd_dq_kernel_16bit<DqTraits, Element>;
-    if (DqTraits::kSmemBytes > kDefaultSmemBytes) set_max_dynamic_smem(kernel, DqTraits::kSmemBytes);
+    allow_smem(kernel, DqTraits::kSmemBytes);
     FLASHATTN_LAUNCH_KERNEL(kernel, attention_grid(p.seqlen_q, DqTraits::kBlockM, batch_heads),
                             dim3(DqTraits::kNThreads), DqTraits::kSmemBytes, stream, p, d_gmem);
   } else {

@@ -18,7 +18,7 @@ void run_fwd_16bit(const AttnParams& p, cudaStream_t stream, LaunchCheck after_l
   const dim3 grid = attention_grid(p.seqlen_q, Traits::kBlockM,
                                    static_cast<int64_t>(p.batch) * p.heads_q);
   auto* kernel = &fwd_kernel_16bit<Traits, Element>;
-  if (Traits::kSmemBytes > kDefaultSmemBytes) set_max_dynamic_smem(kernel, Traits::kSmemBytes);
+  allow_smem(kernel, Traits::kSmemBytes);
   FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p);
   after_launch();
 }

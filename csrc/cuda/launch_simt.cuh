@@ -10,11 +10,6 @@
 
 namespace flashattn::cuda {
 
-template <typename Kernel>
-void allow_smem(Kernel* kernel, int bytes) {
-  if (bytes > kDefaultSmemBytes) set_max_dynamic_smem(kernel, bytes);
-}
-
 // Forward for fp32 inputs on a head-dim tile >= p.head_dim; batch, heads, seqlen_q > 0.
 template <int kHeadDim>
 void run_fwd_simt(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch) {
@@ -45,9 +40,10 @@ void run_bwd_simt(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
   if (p.seqlen_k > 0) {
     auto* kernel = &simt_dkdv_kernel<Traits>;
     allow_smem(kernel, Traits::kDkdvSmemBytes);
-    FLASHATTN_LAUNCH_KERNEL(
-        kernel, attention_grid(p.seqlen_k, Traits::kNWarps, static_cast<int64_t>(p.batch) * p.heads_kv),
-        dim3(Traits::kNThreads), Traits::kDkdvSmemBytes, stream, p, workspace);
+    const dim3 grid = attention_grid(p.seqlen_k, Traits::kNWarps,
+                                     static_cast<int64_t>(p.batch) * p.heads_kv);
+    FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kDkdvSmemBytes, stream,
+                            p, workspace);
     after_launch();
   }
   if (p.seqlen_q > 0) {

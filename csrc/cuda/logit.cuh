@@ -42,8 +42,22 @@ struct LogitRules {
     return x + alibi_bias(alibi_slope, diag_offset, row, key);
   }
 
-  // Like logit(), and also d logit / d s: scale, times 1 - tanh^2 under a softcap (the
-  // chain rule the backward applies to dS).
+  // The logit in log2 units.
+  __device__ __forceinline__ float log2_logit(float s, int row, int key) const {
+    return keep_raw ? s * to_log2 : logit(s, row, key) * kLog2e;
+  }
+
+  // The logit in log2 units, and d logit / d s (natural units): scale, times 1 - tanh^2 under
+  // a softcap; the chain rule the backward applies to dS.
+  __device__ __forceinline__ float log2_logit(float s, int row, int key, float& dlogit_ds) const {
+    if (keep_raw) {
+      dlogit_ds = scale;
+      return s * to_log2;
+    }
+    return logit(s, row, key, dlogit_ds) * kLog2e;
+  }
+
+  // Like logit(), and also d logit / d s.
   __device__ __forceinline__ float logit(float s, int row, int key, float& dlogit_ds) const {
     if (softcap > 0.f) {
       const float t = tanhf(s * scale_over_cap);

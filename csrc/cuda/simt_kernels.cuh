@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) simt_fwd_kernel(const AttnP
     __syncthreads();
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
-    const float x_raw = rules.keep_raw ? s * rules.to_log2 : rules.logit(s, row, key) * kLog2e;
+    const float x_raw = rules.log2_logit(s, row, key);
     const bool visible = row < p.seqlen_q && key >= row_first && key < row_end;
     const float x = visible ? x_raw : -INFINITY;
     const float m_new = fmaxf(m_i, warp_max(x));
@@ -206,8 +206,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
     const float dp = dot_row<kHeadDim>(do_smem + warp * kStride, v_smem + lane * kStride);
-    float dlogit_ds = rules.scale;
-    const float x = rules.keep_raw ? s * rules.to_log2 : rules.logit(s, row, key, dlogit_ds) * kLog2e;
+    float dlogit_ds;
+    const float x = rules.log2_logit(s, row, key, dlogit_ds);
     const bool visible = row_valid && key >= row_first && key < row_end;
     const float prob = visible ? exp2f(x - lse_log2) : 0.f;
     accumulate_rows<kCols, kStride>(dq, prob * (dp - dsum) * dlogit_ds, k_smem, lane);
@@ -262,7 +262,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   for (int it = 0; it < tiles * p.head_group; ++it) {
     const int head = head_kv * p.head_group + it / tiles;
     const int m_start = (tile_begin + it % tiles) * kWarpSize;
-    const int64_t lse_row0 = (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + m_start;
+    const int64_t lse_row0 =
+        (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + m_start;  // [32] of LSE
     __syncthreads();  // every warp is done with the previous query tile
     load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
         q_smem,
@@ -284,8 +285,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const int query = m_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + lane * kStride, k_smem + warp * kStride);
     const float dp = dot_row<kHeadDim>(do_smem + lane * kStride, v_smem + warp * kStride);
-    float dlogit_ds = rules.scale;
-    const float x = rules.keep_raw ? s * rules.to_log2 : rules.logit(s, query, key, dlogit_ds) * kLog2e;
+    float dlogit_ds;
+    const float x = rules.log2_logit(s, query, key, dlogit_ds);
     const bool visible = query < p.seqlen_q && key < p.seqlen_k && key_visible(p, query, key);
     const float prob = visible ? exp2f(x - lse_smem[lane]) : 0.f;
     accumulate_rows<kCols, kStride>(dv, prob, do_smem, lane);

@@ -30,10 +30,10 @@ __device__ __forceinline__ bool rows_are_16b_aligned(const void* ptr, int64_t ba
 // kSmemStride elements; rows >= rows_valid and columns >= cols_valid become zero.
 // Must be called by all kNThreads threads of the CTA.
 template <int kRows, int kCols, int kSmemStride, int kNThreads>
-__device__ __forceinline__ void load_tile_async(uint16_t* tile_smem,        // [kRows, kSmemStride]
-                                                const uint16_t* tile_gmem,  // [rows_valid, cols_valid]
-                                                int64_t row_stride, int rows_valid,
-                                                int cols_valid, bool aligned) {
+__device__ __forceinline__ void load_tile_async(
+    uint16_t* tile_smem,        // [kRows, kSmemStride]
+    const uint16_t* tile_gmem,  // [rows_valid, cols_valid], rows row_stride apart
+    int64_t row_stride, int rows_valid, int cols_valid, bool aligned) {
   constexpr int kChunksPerRow = kCols / kChunkElems;
   constexpr int kChunks = kRows * kChunksPerRow;
   static_assert(kCols % kChunkElems == 0, "tile width must be whole 16-byte chunks");

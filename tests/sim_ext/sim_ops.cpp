@@ -68,7 +68,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_sim(
   const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
   if (choice.head_dim_tile == 0) not_built_yet("bwd", q.scalar_type());
   if (p.batch == 0 || p.heads_q == 0) return {dq, dk, dv};
-  at::Tensor workspace = at::empty({bwd_workspace_floats(p, choice)}, q.options().dtype(at::kFloat));
+  at::Tensor workspace =
+      at::empty({bwd_workspace_floats(p, choice)}, q.options().dtype(at::kFloat));
   // The kernels must not depend on the scratch's initial contents: poison it too.
   poison_if_debugging(workspace);
   launch_bwd(p, choice, workspace.data_ptr<float>(), /*stream=*/nullptr, &no_launch_check);
