@@ -296,11 +296,12 @@ def test_bwd_rows_that_see_nothing(sim):
     assert torch.all(dq[:, :60] == 0)
 
 
-@pytest.mark.parametrize("shape", [(0, 5, 3), (2, 0, 3), (2, 5, 0)], ids=str)
+@pytest.mark.parametrize("shape", [(0, 5, 3, 2), (2, 0, 3, 2), (2, 5, 0, 2), (2, 5, 3, 0)],
+                         ids=str)
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_bwd_empty(sim, shape, deterministic):
-    batch, seqlen_q, seqlen_k = shape
-    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 2, 2, 32, torch.float16)
+    batch, seqlen_q, seqlen_k, heads_q = shape
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, heads_q, 2, 32, torch.float16)
     out, lse = sim.fwd(q, k, v, 0.5, False, -1, -1, 0.0, None, True, False)
     grads = sim.bwd(torch.randn_like(out), q, k, v, out, lse, None, 0.5, False, -1, -1, 0.0,
                     None, True, deterministic)

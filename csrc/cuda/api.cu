@@ -85,7 +85,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
       make_bwd_params(dout, q, k, v, out, lse, dlse, dq, dk, dv, mask, deterministic);
   const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
   if (choice.head_dim_tile == 0) not_built_yet("bwd", q.scalar_type());
-  if (p.batch == 0 || p.heads_q == 0) return {dq, dk, dv};
+  if (p.batch == 0 || p.heads_q == 0) {
+    // No query head reads k and v (heads_q = 0 with heads_kv > 0 is a valid GQA shape).
+    dk.zero_();
+    dv.zero_();
+    return {dq, dk, dv};
+  }
   check_smem_fits(bwd_smem_bytes(choice), q.get_device());
   const at::Tensor workspace =
       at::empty({bwd_workspace_floats(p, choice)}, q.options().dtype(at::kFloat));
