@@ -70,6 +70,10 @@ __device__ __forceinline__ void accumulate_rows(float (&acc)[kColsPerLane], floa
   }
 }
 
+// One CTA per SM is all the launch bounds promise, so ptxas may use up to 255 registers: with
+// the default it capped these kernels near 64 and spilled (sm_90, d = 128 and 256).
+constexpr int kSimtMinBlocksPerSm = 1;
+
 // The CTA's query rows [m_start, m_start + kNWarps) and the 32-key tiles they see.
 struct SimtRowBlock {
   int tile_begin, tile_end;
@@ -83,7 +87,7 @@ struct SimtRowBlock {
 };
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kNThreads) simt_fwd_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_fwd_kernel(const AttnParams p) {
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kCols = Traits::kColsPerLane;
@@ -152,7 +156,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) simt_fwd_kernel(const AttnP
 }
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kNThreads)
+__global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     simt_dq_kernel(const AttnBwdParams p, const float* d_gmem /* [B, Hq, Sq] D_i */) {
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
@@ -221,7 +225,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 }
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kNThreads)
+__global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     simt_dkdv_kernel(const AttnBwdParams p, const float* d_gmem /* [B, Hq, Sq] D_i */) {
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
