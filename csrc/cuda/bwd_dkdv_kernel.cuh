@@ -1,0 +1,318 @@
+// Backward attention for fp16/bf16 on tensor cores: dK and dV (FlashAttention-2, Algorithm 2).
+//
+// One CTA owns a key tile Kj, Vj of one (batch, kv head) and keeps dK_j, dV_j in registers
+// while it walks every query tile Qi that sees it, for every query head of the GQA group, so
+// the group's sum is formed in registers in a fixed order. Each warp owns 16 keys and computes
+// the transposed tiles, whose rows are its keys:
+//   S_ij^T  = Kj Qi^T                 P_ij^T = exp2(S^T * log2e - LSE_i)   (LSE from the forward)
+//   dP_ij^T = Vj dOi^T                dS_ij^T = P_ij^T * (dP_ij^T - D_i) * dlogit/ds
+//   dV_j   += P_ij^T dOi              dK_j   += dS_ij^T Qi
+// with P^T and dS^T re-packed from accumulators straight into A fragments. For dQ, dS_ij goes
+// through shared memory and dQ_i += dS_ij Kj is added with fp32 atomics into an accumulator
+// (bwd_row_kernels.cuh converts it), unless the deterministic dQ kernel runs instead.
+// Qi, dOi, LSE_i and D_i are streamed through a kStages-deep cp.async ring.
+#pragma once
+#include <cstdint>
+
+#include "../mask.h"
+#include "../params.h"
+#include "element.cuh"
+#include "grid.h"
+#include "logit.cuh"
+#include "mask_range.cuh"
+#include "ptx.cuh"
+#include "softmax.cuh"
+#include "tile_io.cuh"
+#include "traits.h"
+
+namespace flashattn::cuda {
+
+template <typename Traits, typename Element, bool ComputeDk, bool ComputeDv>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    bwd_dkdv_kernel_16bit(const AttnBwdParams p,
+                          const float* d_gmem,   // [B, Hq, Sq] D_i
+                          float* dq_accum_gmem,  // [B, Hq, Sq, kHeadDim] or nullptr: no dQ
+                          int dq_accum_cols) {
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStride = Traits::kSmemStride;
+  constexpr int kDsStride = Traits::kDsSmemStride;
+  constexpr int kStages = Traits::kStages;
+  constexpr int kNThreads = Traits::kNThreads;
+  constexpr int kNTilesM = kBlockM / kMmaN;  // 8-query n-tiles of S^T
+  constexpr int kNTilesD = kHeadDim / kMmaN;
+  constexpr int kKStepsD = kHeadDim / kMmaK;
+  constexpr int kKStepsM = kBlockM / kMmaK;
+  constexpr int kKStepsN = kBlockN / kMmaK;
+  static_assert(ComputeDk || ComputeDv, "nothing to compute");
+
+  const int64_t batch_head_kv = folded_batch_head();
+  if (batch_head_kv >= static_cast<int64_t>(p.batch) * p.heads_kv) return;
+  const int batch = static_cast<int>(batch_head_kv / p.heads_kv);
+  const int head_kv = static_cast<int>(batch_head_kv % p.heads_kv);
+  const int n_start = blockIdx.x * kBlockN;
+  const bool want_dq = ComputeDk && dq_accum_gmem != nullptr;
+
+  FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
+  uint16_t* k_smem = smem;                                     // [kBlockN, kStride]
+  uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;        // [kBlockN, kStride]
+  uint16_t* qdo_smem = v_smem + Traits::kKVTileSmemElems;      // kStages x (Qi, dOi)
+  uint16_t* ds_smem = qdo_smem + 2 * kStages * Traits::kQTileSmemElems;  // [kBlockM, kDsStride]
+  // kStages x [kBlockM] each: LSE_i in log2 units, D_i.
+  float* lse_smem = reinterpret_cast<float*>(smem + Traits::kSmem16BitElems);
+  float* dsum_smem = lse_smem + kStages * kBlockM;
+  auto q_smem = [&](int stage) { return qdo_smem + (2 * stage) * Traits::kQTileSmemElems; };
+  auto do_smem = [&](int stage) { return qdo_smem + (2 * stage + 1) * Traits::kQTileSmemElems; };
+
+  const bool aligned =
+      p.head_dim % kChunkElems == 0 &&
+      rows_are_16b_aligned(p.q_ptr, p.q_batch_stride, p.q_row_stride, p.q_head_stride) &&
+      rows_are_16b_aligned(p.k_ptr, p.k_batch_stride, p.k_row_stride, p.k_head_stride) &&
+      rows_are_16b_aligned(p.v_ptr, p.v_batch_stride, p.v_row_stride, p.v_head_stride) &&
+      rows_are_16b_aligned(p.do_ptr, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+
+  // Query tiles that see this key tile; the same for every head of the group.
+  const int key_last = min(n_start + kBlockN, p.seqlen_k) - 1;
+  int row_begin, row_end;
+  rows_seeing_keys(p, n_start, key_last, row_begin, row_end);
+  const int m_block_begin = row_begin / kBlockM;
+  const int m_blocks = row_end > row_begin ? (row_end + kBlockM - 1) / kBlockM - m_block_begin : 0;
+  const int iterations = m_blocks * p.head_group;  // (head in group) x (query tile)
+
+  auto head_of = [&](int it) { return head_kv * p.head_group + it / m_blocks; };
+  auto m_start_of = [&](int it) { return (m_block_begin + it % m_blocks) * kBlockM; };
+  auto load_q_do = [&](int it) {
+    const int stage = it % kStages;
+    const int head = head_of(it);
+    const int m_start = m_start_of(it);
+    const int rows_valid = p.seqlen_q - m_start;
+    load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
+        q_smem(stage),
+        static_cast<const uint16_t*>(p.q_ptr) + batch * p.q_batch_stride +
+            head * p.q_head_stride + m_start * p.q_row_stride,
+        p.q_row_stride, rows_valid, p.head_dim, aligned);
+    load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
+        do_smem(stage),
+        static_cast<const uint16_t*>(p.do_ptr) + batch * p.do_batch_stride +
+            head * p.do_head_stride + m_start * p.do_row_stride,
+        p.do_row_stride, rows_valid, p.head_dim, aligned);
+    // LSE_i (in log2 units) and D_i: a few floats, plain loads; rows past Sq are masked.
+    const int64_t row0 = (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + m_start;
+    for (int i = threadIdx.x; i < kBlockM; i += kNThreads) {
+      const bool valid = i < rows_valid;
+      lse_smem[stage * kBlockM + i] = valid ? p.lse_ptr[row0 + i] * kLog2e : 0.f;
+      dsum_smem[stage * kBlockM + i] = valid ? d_gmem[row0 + i] : 0.f;
+    }
+  };
+
+  // Prologue: Kj, Vj and the first kStages - 1 query tiles, one cp.async group per tile.
+  const int keys_valid = p.seqlen_k - n_start;
+  load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
+      k_smem,
+      static_cast<const uint16_t*>(p.k_ptr) + batch * p.k_batch_stride +
+          head_kv * p.k_head_stride + n_start * p.k_row_stride,
+      p.k_row_stride, keys_valid, p.head_dim, aligned);
+  load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
+      v_smem,
+      static_cast<const uint16_t*>(p.v_ptr) + batch * p.v_batch_stride +
+          head_kv * p.v_head_stride + n_start * p.v_row_stride,
+      p.v_row_stride, keys_valid, p.head_dim, aligned);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < iterations) load_q_do(s);
+    ptx::cp_async_commit();
+  }
+
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp_key0 = warp * kMmaM;  // first of this warp's 16 keys within Kj
+  int key[kRowsPerThread];             // this lane's two keys (accumulator rows)
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r)
+    key[r] = n_start + warp_key0 + lane / 4 + r * kRowOffsetHi;
+  const int lane_col = 2 * (lane % 4);
+  // ldmatrix lane -> row/column maps, as in fwd_kernel.cuh.
+  const int a_row = lane % 16, a_col = (lane / 16) * 8;
+  const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
+  const bool tail_keys = n_start + kBlockN > p.seqlen_k;
+
+  float dk_rmem[kNTilesD][4], dv_rmem[kNTilesD][4];
+#pragma unroll
+  for (int d = 0; d < kNTilesD; ++d)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dk_rmem[d][c] = 0.f, dv_rmem[d][c] = 0.f;
+
+  for (int it = 0; it < iterations; ++it) {
+    ptx::cp_async_wait<kStages - 2>();
+    // Tile `it` (and Kj, Vj) are in smem for every thread; every warp is done with the stage
+    // the next copy overwrites and with dS of the previous tile.
+    __syncthreads();
+    if (it + kStages - 1 < iterations) load_q_do(it + kStages - 1);
+    ptx::cp_async_commit();
+
+    const int stage = it % kStages;
+    const int head = head_of(it);
+    const int m_start = m_start_of(it);
+    const uint16_t* qi_smem = q_smem(stage);
+    const uint16_t* doi_smem = do_smem(stage);
+    const float* lse_log2 = lse_smem + stage * kBlockM;
+    const float* dsum = dsum_smem + stage * kBlockM;
+    const LogitRules rules = LogitRules::make(p, batch, head);
+
+    // S^T = Kj Qi^T and dP^T = Vj dOi^T for this warp's 16 keys.
+    float s_rmem[kNTilesM][4], dp_rmem[kNTilesM][4];
+#pragma unroll
+    for (int j = 0; j < kNTilesM; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s_rmem[j][c] = 0.f, dp_rmem[j][c] = 0.f;
+#pragma unroll
+    for (int k = 0; k < kKStepsD; ++k) {
+      uint32_t a[4];
+      ptx::ldmatrix_x4(a[0], a[1], a[2], a[3],
+                       k_smem + (warp_key0 + a_row) * kStride + k * kMmaK + a_col);
+#pragma unroll
+      for (int j = 0; j < kNTilesM; j += 2) {
+        uint32_t b[2][2];
+        ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
+                         qi_smem + (j * kMmaN + b_row) * kStride + k * kMmaK + b_col);
+        mma_16816<Element>(s_rmem[j], a, b[0]);
+        mma_16816<Element>(s_rmem[j + 1], a, b[1]);
+      }
+      if constexpr (ComputeDk) {
+        ptx::ldmatrix_x4(a[0], a[1], a[2], a[3],
+                         v_smem + (warp_key0 + a_row) * kStride + k * kMmaK + a_col);
+#pragma unroll
+        for (int j = 0; j < kNTilesM; j += 2) {
+          uint32_t b[2][2];
+          ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
+                           doi_smem + (j * kMmaN + b_row) * kStride + k * kMmaK + b_col);
+          mma_16816<Element>(dp_rmem[j], a, b[0]);
+          mma_16816<Element>(dp_rmem[j + 1], a, b[1]);
+        }
+      }
+    }
+
+    // P^T and dS^T, element by element. Only tiles some query of which misses some key (or
+    // that hang over Sq or Sk) pay for the mask.
+    const int m_last = m_start + kBlockM - 1;
+    const bool needs_mask = tail_keys || m_last >= p.seqlen_q ||
+                            first_visible_key(p, m_last) > n_start ||
+                            visible_key_end(p, m_start) < n_start + kBlockN;
+#pragma unroll
+    for (int j = 0; j < kNTilesM; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int col = j * kMmaN + lane_col + c % 2;  // query within Qi
+        const int query = m_start + col;
+        const int kv = key[c / 2];
+        const bool visible = !needs_mask || (query < p.seqlen_q &&
+                                             kv >= first_visible_key(p, query) &&
+                                             kv < visible_key_end(p, query));
+        float dlogit_ds;
+        const float x = rules.log2_logit(s_rmem[j][c], query, kv, dlogit_ds);
+        const float prob = visible ? ptx::exp2_approx(x - lse_log2[col]) : 0.f;
+        s_rmem[j][c] = prob;
+        if constexpr (ComputeDk) dp_rmem[j][c] = prob * (dp_rmem[j][c] - dsum[col]) * dlogit_ds;
+      }
+    }
+
+    // dV_j += P^T dOi and dK_j += dS^T Qi: accumulator pairs (2k, 2k+1) are the A fragment of
+    // k-step k (16 queries), the B operand is the query tile through ldmatrix.trans.
+#pragma unroll
+    for (int k = 0; k < kKStepsM; ++k) {
+      if constexpr (ComputeDv) {
+        const uint32_t a[4] = {pack_rn<Element>(s_rmem[2 * k][0], s_rmem[2 * k][1]),
+                               pack_rn<Element>(s_rmem[2 * k][2], s_rmem[2 * k][3]),
+                               pack_rn<Element>(s_rmem[2 * k + 1][0], s_rmem[2 * k + 1][1]),
+                               pack_rn<Element>(s_rmem[2 * k + 1][2], s_rmem[2 * k + 1][3])};
+#pragma unroll
+        for (int d = 0; d < kNTilesD; d += 2) {
+          uint32_t b[2][2];
+          ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
+                                 doi_smem + (k * kMmaK + a_row) * kStride + d * kMmaN + a_col);
+          mma_16816<Element>(dv_rmem[d], a, b[0]);
+          mma_16816<Element>(dv_rmem[d + 1], a, b[1]);
+        }
+      }
+      if constexpr (ComputeDk) {
+        const uint32_t a[4] = {pack_rn<Element>(dp_rmem[2 * k][0], dp_rmem[2 * k][1]),
+                               pack_rn<Element>(dp_rmem[2 * k][2], dp_rmem[2 * k][3]),
+                               pack_rn<Element>(dp_rmem[2 * k + 1][0], dp_rmem[2 * k + 1][1]),
+                               pack_rn<Element>(dp_rmem[2 * k + 1][2], dp_rmem[2 * k + 1][3])};
+#pragma unroll
+        for (int d = 0; d < kNTilesD; d += 2) {
+          uint32_t b[2][2];
+          ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
+                                 qi_smem + (k * kMmaK + a_row) * kStride + d * kMmaN + a_col);
+          mma_16816<Element>(dk_rmem[d], a, b[0]);
+          mma_16816<Element>(dk_rmem[d + 1], a, b[1]);
+        }
+      }
+    }
+
+    if (want_dq) {
+      // dS_ij (query-major) into smem: dS^T's rows are this warp's keys.
+#pragma unroll
+      for (int j = 0; j < kNTilesM; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int query = j * kMmaN + lane_col + c % 2;
+          const int kv = warp_key0 + lane / 4 + (c / 2) * kRowOffsetHi;
+          ds_smem[query * kDsStride + kv] =
+              static_cast<uint16_t>(pack_rn<Element>(dp_rmem[j][c], 0.f));
+        }
+      __syncthreads();
+      // dQ_i += dS_ij Kj: warp = (row group of 16 queries, column part); 16 columns at a time
+      // so the partial sums stay small, each added to the fp32 accumulator right away.
+      const int row_group = warp % Traits::kDqRowGroups;
+      const int col_part = warp / Traits::kDqRowGroups;
+      float* dq_accum = dq_accum_gmem +
+                        ((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q) *
+                            dq_accum_cols;  // [Sq, dq_accum_cols]
+#pragma unroll
+      for (int c0 = 0; c0 < Traits::kDqColsPerWarp; c0 += 2 * kMmaN) {
+        const int col0 = col_part * Traits::kDqColsPerWarp + c0;
+        float acc[2][4] = {};
+#pragma unroll
+        for (int k = 0; k < kKStepsN; ++k) {
+          uint32_t a[4];
+          ptx::ldmatrix_x4(a[0], a[1], a[2], a[3],
+                           ds_smem + (row_group * kMmaM + a_row) * kDsStride + k * kMmaK + a_col);
+          uint32_t b[2][2];
+          ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
+                                 k_smem + (k * kMmaK + a_row) * kStride + col0 + a_col);
+          mma_16816<Element>(acc[0], a, b[0]);
+          mma_16816<Element>(acc[1], a, b[1]);
+        }
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int row = m_start + row_group * kMmaM + lane / 4 + (c / 2) * kRowOffsetHi;
+            const int col = col0 + t * kMmaN + lane_col + c % 2;
+            if (row < p.seqlen_q && col < p.head_dim)
+              atomicAdd(dq_accum + static_cast<int64_t>(row) * dq_accum_cols + col, acc[t][c]);
+          }
+      }
+    }
+  }
+  // Only empty groups can be pending here, unless no query sees this key tile and the loop
+  // never ran, leaving Kj and Vj in flight.
+  ptx::cp_async_wait_all();
+
+  // Epilogue: dK_j, dV_j (already summed over the GQA group).
+  const float unit[kRowsPerThread] = {1.f, 1.f};
+  if constexpr (ComputeDk)
+    store_accumulator_rows<Element, kNTilesD>(dk_rmem, key, unit, p.seqlen_k, p.head_dim,
+                                              lane_col, p.dk_ptr, batch, head_kv,
+                                              p.dk_batch_stride, p.dk_row_stride,
+                                              p.dk_head_stride);
+  if constexpr (ComputeDv)
+    store_accumulator_rows<Element, kNTilesD>(dv_rmem, key, unit, p.seqlen_k, p.head_dim,
+                                              lane_col, p.dv_ptr, batch, head_kv,
+                                              p.dv_batch_stride, p.dv_row_stride,
+                                              p.dv_head_stride);
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,200 @@
+// Deterministic dQ for fp16/bf16 (used when deterministic=True): the forward's shape, with
+// dQ_i in registers where the forward keeps O_i. One CTA owns a query tile Qi (and dOi) and
+// walks the key tiles it sees in a fixed order, so dQ is bitwise reproducible:
+//   S_ij = Qi Kj^T,  dP_ij = dOi Vj^T,  P_ij = exp2(S * log2e - LSE_i),
+//   dS_ij = P_ij * (dP_ij - D_i) * dlogit/ds,  dQ_i += dS_ij Kj.
+// It recomputes S and dP, which the dK/dV kernel's atomic dQ path avoids.
+#pragma once
+#include <cstdint>
+
+#include "../mask.h"
+#include "../params.h"
+#include "element.cuh"
+#include "grid.h"
+#include "logit.cuh"
+#include "ptx.cuh"
+#include "softmax.cuh"
+#include "tile_io.cuh"
+#include "traits.h"
+
+namespace flashattn::cuda {
+
+template <typename Traits, typename Element>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    bwd_dq_kernel_16bit(const AttnBwdParams p, const float* d_gmem /* [B, Hq, Sq] D_i */) {
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStride = Traits::kSmemStride;
+  constexpr int kStages = Traits::kStages;
+  constexpr int kNThreads = Traits::kNThreads;
+  constexpr int kNTilesN = kBlockN / kMmaN;
+  constexpr int kNTilesD = kHeadDim / kMmaN;
+  constexpr int kKStepsD = kHeadDim / kMmaK;
+  constexpr int kKStepsN = kBlockN / kMmaK;
+
+  const int64_t batch_head = folded_batch_head();
+  if (batch_head >= static_cast<int64_t>(p.batch) * p.heads_q) return;
+  const int batch = static_cast<int>(batch_head / p.heads_q);
+  const int head = static_cast<int>(batch_head % p.heads_q);
+  const int head_kv = head / p.head_group;
+  const int m_start = blockIdx.x * kBlockM;
+
+  const bool aligned =
+      p.head_dim % kChunkElems == 0 &&
+      rows_are_16b_aligned(p.q_ptr, p.q_batch_stride, p.q_row_stride, p.q_head_stride) &&
+      rows_are_16b_aligned(p.k_ptr, p.k_batch_stride, p.k_row_stride, p.k_head_stride) &&
+      rows_are_16b_aligned(p.v_ptr, p.v_batch_stride, p.v_row_stride, p.v_head_stride) &&
+      rows_are_16b_aligned(p.do_ptr, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+  // [Sk, D] views of this (batch, kv head).
+  const uint16_t* k_gmem = static_cast<const uint16_t*>(p.k_ptr) +
+                           batch * p.k_batch_stride + head_kv * p.k_head_stride;
+  const uint16_t* v_gmem = static_cast<const uint16_t*>(p.v_ptr) +
+                           batch * p.v_batch_stride + head_kv * p.v_head_stride;
+
+  FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
+  uint16_t* q_smem = smem;                                   // [kBlockM, kStride]
+  uint16_t* do_smem = q_smem + Traits::kQSmemElems;          // [kBlockM, kStride]
+  uint16_t* kv_smem = do_smem + Traits::kQSmemElems;         // kStages x (K, V tiles)
+  auto k_smem = [&](int stage) { return kv_smem + (2 * stage) * Traits::kKVTileSmemElems; };
+  auto v_smem = [&](int stage) { return kv_smem + (2 * stage + 1) * Traits::kKVTileSmemElems; };
+
+  const int m_last = min(m_start + kBlockM, p.seqlen_q) - 1;
+  const int key_begin = first_visible_key(p, m_start);
+  const int key_end = visible_key_end(p, m_last);
+  const int tile_begin = key_begin / kBlockN;
+  const int tile_end = key_end > key_begin ? (key_end + kBlockN - 1) / kBlockN : tile_begin;
+  const int unmasked_from = first_visible_key(p, m_last);
+  const int unmasked_to = visible_key_end(p, m_start);
+
+  auto load_kv = [&](int tile) {
+    const int stage = (tile - tile_begin) % kStages;
+    const int n_start = tile * kBlockN;
+    load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
+        k_smem(stage), k_gmem + n_start * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_start,
+        p.head_dim, aligned);
+    load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
+        v_smem(stage), v_gmem + n_start * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_start,
+        p.head_dim, aligned);
+  };
+
+  const int rows_valid = p.seqlen_q - m_start;
+  load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
+      q_smem,
+      static_cast<const uint16_t*>(p.q_ptr) + batch * p.q_batch_stride + head * p.q_head_stride +
+          m_start * p.q_row_stride,
+      p.q_row_stride, rows_valid, p.head_dim, aligned);
+  load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
+      do_smem,
+      static_cast<const uint16_t*>(p.do_ptr) + batch * p.do_batch_stride +
+          head * p.do_head_stride + m_start * p.do_row_stride,
+      p.do_row_stride, rows_valid, p.head_dim, aligned);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (tile_begin + s < tile_end) load_kv(tile_begin + s);
+    ptx::cp_async_commit();
+  }
+
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp_row0 = warp * kMmaM;
+  int row[kRowsPerThread], row_first_key[kRowsPerThread], row_key_end[kRowsPerThread];
+  float lse_log2[kRowsPerThread], dsum[kRowsPerThread];
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    row[r] = m_start + warp_row0 + lane / 4 + r * kRowOffsetHi;
+    row_first_key[r] = first_visible_key(p, row[r]);
+    row_key_end[r] = visible_key_end(p, row[r]);
+    const bool valid = row[r] < p.seqlen_q;
+    lse_log2[r] = valid ? p.lse_ptr[batch_head * p.seqlen_q + row[r]] * kLog2e : 0.f;
+    dsum[r] = valid ? d_gmem[batch_head * p.seqlen_q + row[r]] : 0.f;
+  }
+  const int lane_col = 2 * (lane % 4);
+  const int a_row = lane % 16, a_col = (lane / 16) * 8;
+  const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
+  const LogitRules rules = LogitRules::make(p, batch, head);
+
+  float dq_rmem[kNTilesD][4];
+#pragma unroll
+  for (int d = 0; d < kNTilesD; ++d)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dq_rmem[d][c] = 0.f;
+
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    ptx::cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile ready for all; the stage the next copy overwrites is free
+    if (tile + kStages - 1 < tile_end) load_kv(tile + kStages - 1);
+    ptx::cp_async_commit();
+
+    const int stage = (tile - tile_begin) % kStages;
+    const uint16_t* kj_smem = k_smem(stage);
+    const uint16_t* vj_smem = v_smem(stage);
+
+    float s_rmem[kNTilesN][4], dp_rmem[kNTilesN][4];
+#pragma unroll
+    for (int j = 0; j < kNTilesN; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s_rmem[j][c] = 0.f, dp_rmem[j][c] = 0.f;
+#pragma unroll
+    for (int k = 0; k < kKStepsD; ++k) {
+      uint32_t a_q[4], a_do[4];
+      ptx::ldmatrix_x4(a_q[0], a_q[1], a_q[2], a_q[3],
+                       q_smem + (warp_row0 + a_row) * kStride + k * kMmaK + a_col);
+      ptx::ldmatrix_x4(a_do[0], a_do[1], a_do[2], a_do[3],
+                       do_smem + (warp_row0 + a_row) * kStride + k * kMmaK + a_col);
+#pragma unroll
+      for (int j = 0; j < kNTilesN; j += 2) {
+        uint32_t b[2][2];
+        ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
+                         kj_smem + (j * kMmaN + b_row) * kStride + k * kMmaK + b_col);
+        mma_16816<Element>(s_rmem[j], a_q, b[0]);
+        mma_16816<Element>(s_rmem[j + 1], a_q, b[1]);
+        ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
+                         vj_smem + (j * kMmaN + b_row) * kStride + k * kMmaK + b_col);
+        mma_16816<Element>(dp_rmem[j], a_do, b[0]);
+        mma_16816<Element>(dp_rmem[j + 1], a_do, b[1]);
+      }
+    }
+
+    const int n_start = tile * kBlockN;
+    const bool needs_mask = n_start < unmasked_from || n_start + kBlockN > unmasked_to;
+#pragma unroll
+    for (int j = 0; j < kNTilesN; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = c / 2;
+        const int kv = n_start + j * kMmaN + lane_col + c % 2;
+        const bool visible = !needs_mask || (kv >= row_first_key[r] && kv < row_key_end[r]);
+        float dlogit_ds;
+        const float x = rules.log2_logit(s_rmem[j][c], row[r], kv, dlogit_ds);
+        const float prob = visible ? ptx::exp2_approx(x - lse_log2[r]) : 0.f;
+        dp_rmem[j][c] = prob * (dp_rmem[j][c] - dsum[r]) * dlogit_ds;
+      }
+    }
+
+    // dQ_i += dS_ij Kj: dS from the accumulator as A fragments, Kj through ldmatrix.trans.
+#pragma unroll
+    for (int k = 0; k < kKStepsN; ++k) {
+      const uint32_t a[4] = {pack_rn<Element>(dp_rmem[2 * k][0], dp_rmem[2 * k][1]),
+                             pack_rn<Element>(dp_rmem[2 * k][2], dp_rmem[2 * k][3]),
+                             pack_rn<Element>(dp_rmem[2 * k + 1][0], dp_rmem[2 * k + 1][1]),
+                             pack_rn<Element>(dp_rmem[2 * k + 1][2], dp_rmem[2 * k + 1][3])};
+#pragma unroll
+      for (int d = 0; d < kNTilesD; d += 2) {
+        uint32_t b[2][2];
+        ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
+                               kj_smem + (k * kMmaK + a_row) * kStride + d * kMmaN + a_col);
+        mma_16816<Element>(dq_rmem[d], a, b[0]);
+        mma_16816<Element>(dq_rmem[d + 1], a, b[1]);
+      }
+    }
+  }
+  ptx::cp_async_wait_all();
+
+  const float unit[kRowsPerThread] = {1.f, 1.f};
+  store_accumulator_rows<Element, kNTilesD>(dq_rmem, row, unit, p.seqlen_q, p.head_dim, lane_col,
+                                            p.dq_ptr, batch, head, p.dq_batch_stride,
+                                            p.dq_row_stride, p.dq_head_stride);
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,110 @@
+// Which kernels run for an input, written once for api.cu and for the CPU-shim test
+// extension: the element type picks the family (tensor cores for fp16/bf16, SIMT for fp32),
+// the head dim picks the smallest compiled tile that holds it.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+#include "../params.h"
+#include "dispatch.h"
+#include "grid.h"
+#include "kernels.h"
+#include "traits.h"
+
+namespace flashattn::cuda {
+
+struct KernelChoice {
+  ElementType type;
+  int head_dim_tile;  // 0: no kernel is built for this head dim
+};
+
+inline KernelChoice choose_kernels(ElementType type, int head_dim) {
+  KernelChoice choice{type, 0};
+  dispatch_element(type, [&](auto element) {
+    dispatch_head_dim(HeadDimTilesFor<decltype(element)>{}, head_dim,
+                      [&](auto tile) { choice.head_dim_tile = decltype(tile)::value; });
+  });
+  return choice;
+}
+
+// Calls f(Element{}, std::integral_constant<int, tile>{}) for a choice with a tile.
+template <typename F>
+void dispatch_choice(const KernelChoice& choice, F&& f) {
+  dispatch_element(choice.type, [&](auto element) {
+    dispatch_head_dim(HeadDimTilesFor<decltype(element)>{}, choice.head_dim_tile,
+                      [&](auto tile) { f(element, tile); });
+  });
+}
+
+template <typename Element>
+inline constexpr bool kIsFloat = std::is_same_v<Element, float>;
+
+// Largest dynamic shared memory any kernel of the forward / backward asks for.
+inline int fwd_smem_bytes(const KernelChoice& choice) {
+  int bytes = 0;
+  dispatch_choice(choice, [&](auto element, auto tile) {
+    constexpr int kTile = decltype(tile)::value;
+    if constexpr (kIsFloat<decltype(element)>) {
+      bytes = SimtTraits<kTile>::kSmemBytes;
+    } else {
+      bytes = FwdTraits<kTile>::kSmemBytes;
+    }
+  });
+  return bytes;
+}
+
+inline int bwd_smem_bytes(const KernelChoice& choice) {
+  int bytes = 0;
+  dispatch_choice(choice, [&](auto element, auto tile) {
+    constexpr int kTile = decltype(tile)::value;
+    if constexpr (kIsFloat<decltype(element)>) {
+      bytes = SimtTraits<kTile>::kDkdvSmemBytes > SimtTraits<kTile>::kSmemBytes
+                  ? SimtTraits<kTile>::kDkdvSmemBytes
+                  : SimtTraits<kTile>::kSmemBytes;
+    } else {
+      bytes = BwdTraits<kTile>::kSmemBytes > BwdDqTraits<kTile>::kSmemBytes
+                  ? BwdTraits<kTile>::kSmemBytes
+                  : BwdDqTraits<kTile>::kSmemBytes;
+    }
+  });
+  return bytes;
+}
+
+// fp32 scratch of the backward, in floats: D_i [B, Hq, Sq], then, for the 16-bit kernels
+// unless deterministic, the dQ accumulator [B, Hq, Sq, head_dim_tile].
+inline int64_t bwd_workspace_floats(const AttnBwdParams& p, const KernelChoice& choice) {
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+  const bool dq_accum = choice.type != ElementType::kFloat && !p.deterministic;
+  return rows * (1 + (dq_accum ? choice.head_dim_tile : 0));
+}
+
+// Launches the forward for p on `stream`. p must have batch, heads and seqlen_q > 0 and
+// choice a tile.
+inline void launch_fwd(const AttnParams& p, const KernelChoice& choice, cudaStream_t stream,
+                       LaunchCheck after_launch) {
+  dispatch_choice(choice, [&](auto element, auto tile) {
+    using Element = decltype(element);
+    constexpr int kTile = decltype(tile)::value;
+    if constexpr (kIsFloat<Element>) {
+      run_fwd_simt<kTile>(p, stream, after_launch);
+    } else {
+      run_fwd_16bit<Element, kTile>(p, stream, after_launch);
+    }
+  });
+}
+
+// Launches the backward for p; workspace: bwd_workspace_floats(p, choice) floats.
+inline void launch_bwd(const AttnBwdParams& p, const KernelChoice& choice, float* workspace,
+                       cudaStream_t stream, LaunchCheck after_launch) {
+  dispatch_choice(choice, [&](auto element, auto tile) {
+    using Element = decltype(element);
+    constexpr int kTile = decltype(tile)::value;
+    if constexpr (kIsFloat<Element>) {
+      run_bwd_simt<kTile>(p, workspace, stream, after_launch);
+    } else {
+      run_bwd_16bit<Element, kTile>(p, workspace, stream, after_launch);
+    }
+  });
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,40 @@
+// Grid layout shared by the attention kernels.
+//
+// grid.x = query (or key) tiles: up to 2^31 - 1, so S up to 2^20 and beyond is never a limit.
+// grid.y x grid.z = batch * heads, folded: grid.y and grid.z are each capped at 65535, so
+// B * H >= 65536 is split as ceil(BH / 65535) slices of at most 65535; kernels read
+// batch_head = blockIdx.z * gridDim.y + blockIdx.y and return when it is >= B * H (at most
+// grid.z - 1 idle rows of CTAs).
+#pragma once
+#include <cstdint>
+
+#include "launch.cuh"
+#include "traits.h"
+
+namespace flashattn::cuda {
+
+// Called by the launch templates right after each launch (api.cu: C10_CUDA_KERNEL_LAUNCH_CHECK).
+using LaunchCheck = void (*)();
+
+// Opts a kernel in to more than the default 48 KB of dynamic shared memory when it needs it.
+template <typename Kernel>
+void allow_smem(Kernel* kernel, int bytes) {
+  if (bytes > kDefaultSmemBytes) set_max_dynamic_smem(kernel, bytes);
+}
+
+constexpr int64_t kMaxGridYZ = 65535;
+
+// grid.x = ceil(seqlen / block), grid.y x grid.z >= batch_heads.
+inline dim3 attention_grid(int seqlen, int block, int64_t batch_heads) {
+  const int64_t z = (batch_heads + kMaxGridYZ - 1) / kMaxGridYZ;
+  const int64_t y = (batch_heads + z - 1) / z;
+  const int64_t x = (static_cast<int64_t>(seqlen) + block - 1) / block;
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
+}
+
+// The (batch, head) index of this CTA in a grid laid out by attention_grid().
+__device__ __forceinline__ int64_t folded_batch_head() {
+  return static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,26 @@
+// The launch templates. Under nvcc each instantiation is compiled once, in inst/*.cu; the
+// CPU-shim build includes their definitions (launch_*.cuh) and instantiates what it uses.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../params.h"
+#include "grid.h"
+
+namespace flashattn::cuda {
+
+template <typename Element, int kHeadDim>
+void run_fwd_16bit(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
+
+template <typename Element, int kHeadDim>
+void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
+                   LaunchCheck after_launch);
+
+template <int kHeadDim>
+void run_fwd_simt(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
+
+template <int kHeadDim>
+void run_bwd_simt(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
+                  LaunchCheck after_launch);
+
+}  // namespace flashattn::cuda

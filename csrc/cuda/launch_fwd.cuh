@@ -1,0 +1,26 @@
+// Host side of the forward launch: grid, shared-memory opt-in, launch. Compiles under nvcc and
+// under the CPU shim alike; the torch glue (device guard, stream, error check) is in api.cu.
+#pragma once
+#include "../params.h"
+#include "fwd_kernel.cuh"
+#include "grid.h"
+#include "launch.cuh"
+#include "traits.h"
+
+namespace flashattn::cuda {
+
+// Runs fwd_kernel_16bit for an Element (__half or __nv_bfloat16) and a head-dim tile
+// >= p.head_dim. p.seqlen_q, p.batch and p.heads_q must be > 0. Calls after_launch() right
+// after the launch so the caller can check it.
+template <typename Element, int kHeadDim>
+void run_fwd_16bit(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch) {
+  using Traits = FwdTraits<kHeadDim>;
+  const dim3 grid = attention_grid(p.seqlen_q, Traits::kBlockM,
+                                   static_cast<int64_t>(p.batch) * p.heads_q);
+  auto* kernel = &fwd_kernel_16bit<Traits, Element>;
+  allow_smem(kernel, Traits::kSmemBytes);
+  FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p);
+  after_launch();
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,311 @@
+// fp32 attention on CUDA cores (no tensor cores take fp32 without rounding it to tf32, and
+// fp32 callers ask for accuracy). Same algorithm as the 16-bit kernels, in a SIMT layout:
+//   simt_fwd_kernel   warp = query row i; lane = key j of a 32-key tile for S_ij and P_ij,
+//                     lane = columns {lane, lane + 32, ...} for O_i (P_ij broadcast by shuffle)
+//   simt_dq_kernel    the same shape: dQ_i += dS_ij Kj
+//   simt_dkdv_kernel  warp = key row j (all query heads of its GQA group); lane = query i of a
+//                     32-query tile: dV_j += P_ij dO_i, dK_j += dS_ij Q_i
+// Every tile is staged in smem with rows of kHeadDim + 1 floats: lane-strided row reads then
+// fall into 32 different banks.
+#pragma once
+#include <cstdint>
+
+#include "../mask.h"
+#include "../params.h"
+#include "grid.h"
+#include "logit.cuh"
+#include "mask_range.cuh"
+#include "ptx.cuh"
+#include "softmax.cuh"
+#include "traits.h"
+
+namespace flashattn::cuda {
+
+// Rows [0, kRows) x columns [0, kHeadDim) of a row-major fp32 view into smem (pitch kStride);
+// rows >= rows_valid and columns >= cols_valid become 0. All kNThreads threads call it.
+template <int kRows, int kHeadDim, int kStride, int kNThreads>
+__device__ __forceinline__ void load_rows_f32(float* rows_smem,        // [kRows, kStride]
+                                              const float* rows_gmem,  // [rows_valid, cols_valid]
+                                              int64_t row_stride, int rows_valid,
+                                              int cols_valid) {
+  for (int i = threadIdx.x; i < kRows * kHeadDim; i += kNThreads) {
+    const int r = i / kHeadDim, c = i % kHeadDim;
+    rows_smem[r * kStride + c] =
+        r < rows_valid && c < cols_valid ? rows_gmem[r * row_stride + c] : 0.f;
+  }
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    x = fmaxf(x, __shfl_xor_sync(kFullWarpMask, x, offset));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    x += __shfl_xor_sync(kFullWarpMask, x, offset);
+  return x;
+}
+
+// Dot product of two smem rows of kHeadDim floats.
+template <int kHeadDim>
+__device__ __forceinline__ float dot_row(const float* a, const float* b) {
+  float sum = 0.f;
+#pragma unroll 8
+  for (int c = 0; c < kHeadDim; ++c) sum = fmaf(a[c], b[c], sum);
+  return sum;
+}
+
+// acc[t] += sum over lanes j of coef_j * rows_smem[j][lane + 32 t]  (coef_j is lane j's coef).
+template <int kColsPerLane, int kStride>
+__device__ __forceinline__ void accumulate_rows(float (&acc)[kColsPerLane], float coef,
+                                                const float* rows_smem, int lane) {
+  for (int j = 0; j < kWarpSize; ++j) {
+    const float coef_j = __shfl_sync(kFullWarpMask, coef, j);
+#pragma unroll
+    for (int t = 0; t < kColsPerLane; ++t)
+      acc[t] = fmaf(coef_j, rows_smem[j * kStride + lane + t * kWarpSize], acc[t]);
+  }
+}
+
+// One CTA per SM is all the launch bounds promise, so ptxas may use up to 255 registers: with
+// the default it capped these kernels near 64 and spilled (sm_90, d = 128 and 256).
+constexpr int kSimtMinBlocksPerSm = 1;
+
+// The CTA's query rows [m_start, m_start + kNWarps) and the 32-key tiles they see.
+struct SimtRowBlock {
+  int tile_begin, tile_end;
+  __device__ __forceinline__ SimtRowBlock(const AttnParams& p, int m_start, int rows) {
+    const int m_last = min(m_start + rows, p.seqlen_q) - 1;
+    const int key_begin = first_visible_key(p, m_start);
+    const int key_end = visible_key_end(p, m_last);
+    tile_begin = key_begin / kWarpSize;
+    tile_end = key_end > key_begin ? (key_end + kWarpSize - 1) / kWarpSize : tile_begin;
+  }
+};
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_fwd_kernel(const AttnParams p) {
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStride = Traits::kSmemStride;
+  constexpr int kCols = Traits::kColsPerLane;
+  const int64_t batch_head = folded_batch_head();
+  if (batch_head >= static_cast<int64_t>(p.batch) * p.heads_q) return;
+  const int batch = static_cast<int>(batch_head / p.heads_q);
+  const int head = static_cast<int>(batch_head % p.heads_q);
+  const int head_kv = head / p.head_group;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int m_start = blockIdx.x * Traits::kNWarps;
+  const int row = m_start + warp;
+
+  FLASHATTN_DYNAMIC_SMEM(float, smem);
+  float* q_smem = smem;                              // [kNWarps, kStride]
+  float* k_smem = q_smem + 2 * Traits::kRowSmemFloats;  // [32, kStride]
+  float* v_smem = k_smem + Traits::kTileSmemFloats;     // [32, kStride]
+  const float* k_gmem = static_cast<const float*>(p.k_ptr) + batch * p.k_batch_stride +
+                        head_kv * p.k_head_stride;  // [Sk, D]
+  const float* v_gmem = static_cast<const float*>(p.v_ptr) + batch * p.v_batch_stride +
+                        head_kv * p.v_head_stride;  // [Sk, D]
+  load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
+      q_smem,
+      static_cast<const float*>(p.q_ptr) + batch * p.q_batch_stride + head * p.q_head_stride +
+          m_start * p.q_row_stride,
+      p.q_row_stride, p.seqlen_q - m_start, p.head_dim);
+
+  const LogitRules rules = LogitRules::make(p, batch, head);
+  const int row_first = first_visible_key(p, row), row_end = visible_key_end(p, row);
+  const SimtRowBlock block(p, m_start, Traits::kNWarps);
+  float m_i = -INFINITY, l_i = 0.f;  // log2 units
+  float o[kCols] = {};
+  for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
+    const int n_start = tile * kWarpSize;
+    __syncthreads();  // every warp is done with the previous tile
+    load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
+        k_smem, k_gmem + n_start * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_start,
+        p.head_dim);
+    load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
+        v_smem, v_gmem + n_start * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_start,
+        p.head_dim);
+    __syncthreads();
+    const int key = n_start + lane;
+    const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
+    const float x_raw = rules.log2_logit(s, row, key);
+    const bool visible = row < p.seqlen_q && key >= row_first && key < row_end;
+    const float x = visible ? x_raw : -INFINITY;
+    const float m_new = fmaxf(m_i, warp_max(x));
+    const float base = m_new == -INFINITY ? 0.f : m_new;  // no -inf - -inf for empty rows
+    const float correction = exp2f(m_i - base);
+    const float prob = exp2f(x - base);
+    l_i = l_i * correction + warp_sum(prob);
+    m_i = m_new;
+#pragma unroll
+    for (int t = 0; t < kCols; ++t) o[t] *= correction;
+    accumulate_rows<kCols, kStride>(o, prob, v_smem, lane);
+  }
+  if (row >= p.seqlen_q) return;
+  const float inv_l = l_i > 0.f ? 1.f / l_i : 0.f;
+  float* o_row = static_cast<float*>(p.o_ptr) + batch * p.o_batch_stride +
+                 head * p.o_head_stride + row * p.o_row_stride;  // [D]
+#pragma unroll
+  for (int t = 0; t < kCols; ++t)
+    if (lane + t * kWarpSize < p.head_dim) o_row[lane + t * kWarpSize] = o[t] * inv_l;
+  if (lane == 0)
+    p.lse_ptr[batch_head * p.seqlen_q + row] = l_i > 0.f ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
+    simt_dq_kernel(const AttnBwdParams p, const float* d_gmem /* [B, Hq, Sq] D_i */) {
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStride = Traits::kSmemStride;
+  constexpr int kCols = Traits::kColsPerLane;
+  const int64_t batch_head = folded_batch_head();
+  if (batch_head >= static_cast<int64_t>(p.batch) * p.heads_q) return;
+  const int batch = static_cast<int>(batch_head / p.heads_q);
+  const int head = static_cast<int>(batch_head % p.heads_q);
+  const int head_kv = head / p.head_group;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int m_start = blockIdx.x * Traits::kNWarps;
+  const int row = m_start + warp;
+
+  FLASHATTN_DYNAMIC_SMEM(float, smem);
+  float* q_smem = smem;                                  // [kNWarps, kStride]
+  float* do_smem = q_smem + Traits::kRowSmemFloats;      // [kNWarps, kStride]
+  float* k_smem = do_smem + Traits::kRowSmemFloats;      // [32, kStride]
+  float* v_smem = k_smem + Traits::kTileSmemFloats;      // [32, kStride]
+  const float* k_gmem = static_cast<const float*>(p.k_ptr) + batch * p.k_batch_stride +
+                        head_kv * p.k_head_stride;
+  const float* v_gmem = static_cast<const float*>(p.v_ptr) + batch * p.v_batch_stride +
+                        head_kv * p.v_head_stride;
+  load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
+      q_smem,
+      static_cast<const float*>(p.q_ptr) + batch * p.q_batch_stride + head * p.q_head_stride +
+          m_start * p.q_row_stride,
+      p.q_row_stride, p.seqlen_q - m_start, p.head_dim);
+  load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
+      do_smem,
+      static_cast<const float*>(p.do_ptr) + batch * p.do_batch_stride + head * p.do_head_stride +
+          m_start * p.do_row_stride,
+      p.do_row_stride, p.seqlen_q - m_start, p.head_dim);
+
+  const LogitRules rules = LogitRules::make(p, batch, head);
+  const int row_first = first_visible_key(p, row), row_end = visible_key_end(p, row);
+  const bool row_valid = row < p.seqlen_q;
+  const float lse_log2 = row_valid ? p.lse_ptr[batch_head * p.seqlen_q + row] * kLog2e : 0.f;
+  const float dsum = row_valid ? d_gmem[batch_head * p.seqlen_q + row] : 0.f;
+  const SimtRowBlock block(p, m_start, Traits::kNWarps);
+  float dq[kCols] = {};
+  for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
+    const int n_start = tile * kWarpSize;
+    __syncthreads();
+    load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
+        k_smem, k_gmem + n_start * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_start,
+        p.head_dim);
+    load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
+        v_smem, v_gmem + n_start * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_start,
+        p.head_dim);
+    __syncthreads();
+    const int key = n_start + lane;
+    const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
+    const float dp = dot_row<kHeadDim>(do_smem + warp * kStride, v_smem + lane * kStride);
+    float dlogit_ds;
+    const float x = rules.log2_logit(s, row, key, dlogit_ds);
+    const bool visible = row_valid && key >= row_first && key < row_end;
+    const float prob = visible ? exp2f(x - lse_log2) : 0.f;
+    accumulate_rows<kCols, kStride>(dq, prob * (dp - dsum) * dlogit_ds, k_smem, lane);
+  }
+  if (!row_valid) return;
+  float* dq_row = static_cast<float*>(p.dq_ptr) + batch * p.dq_batch_stride +
+                  head * p.dq_head_stride + row * p.dq_row_stride;  // [D]
+#pragma unroll
+  for (int t = 0; t < kCols; ++t)
+    if (lane + t * kWarpSize < p.head_dim) dq_row[lane + t * kWarpSize] = dq[t];
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
+    simt_dkdv_kernel(const AttnBwdParams p, const float* d_gmem /* [B, Hq, Sq] D_i */) {
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStride = Traits::kSmemStride;
+  constexpr int kCols = Traits::kColsPerLane;
+  constexpr int kNThreads = Traits::kNThreads;
+  const int64_t batch_head_kv = folded_batch_head();
+  if (batch_head_kv >= static_cast<int64_t>(p.batch) * p.heads_kv) return;
+  const int batch = static_cast<int>(batch_head_kv / p.heads_kv);
+  const int head_kv = static_cast<int>(batch_head_kv % p.heads_kv);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int n_start = blockIdx.x * Traits::kNWarps;
+  const int key = n_start + warp;
+
+  FLASHATTN_DYNAMIC_SMEM(float, smem);
+  float* k_smem = smem;                                  // [kNWarps, kStride]
+  float* v_smem = k_smem + Traits::kRowSmemFloats;       // [kNWarps, kStride]
+  float* q_smem = v_smem + Traits::kRowSmemFloats;       // [32, kStride]
+  float* do_smem = q_smem + Traits::kTileSmemFloats;     // [32, kStride]
+  float* lse_smem = do_smem + Traits::kTileSmemFloats;   // [32] LSE_i in log2 units
+  float* dsum_smem = lse_smem + kWarpSize;               // [32] D_i
+  load_rows_f32<Traits::kNWarps, kHeadDim, kStride, kNThreads>(
+      k_smem,
+      static_cast<const float*>(p.k_ptr) + batch * p.k_batch_stride +
+          head_kv * p.k_head_stride + n_start * p.k_row_stride,
+      p.k_row_stride, p.seqlen_k - n_start, p.head_dim);
+  load_rows_f32<Traits::kNWarps, kHeadDim, kStride, kNThreads>(
+      v_smem,
+      static_cast<const float*>(p.v_ptr) + batch * p.v_batch_stride +
+          head_kv * p.v_head_stride + n_start * p.v_row_stride,
+      p.v_row_stride, p.seqlen_k - n_start, p.head_dim);
+
+  const int key_last = min(n_start + Traits::kNWarps, p.seqlen_k) - 1;
+  int row_begin, row_end;
+  rows_seeing_keys(p, n_start, key_last, row_begin, row_end);
+  const int tile_begin = row_begin / kWarpSize;
+  const int tiles = row_end > row_begin ? (row_end + kWarpSize - 1) / kWarpSize - tile_begin : 0;
+  float dk[kCols] = {}, dv[kCols] = {};
+  for (int it = 0; it < tiles * p.head_group; ++it) {
+    const int head = head_kv * p.head_group + it / tiles;
+    const int m_start = (tile_begin + it % tiles) * kWarpSize;
+    const int64_t lse_row0 =
+        (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + m_start;  // [32] of LSE
+    __syncthreads();  // every warp is done with the previous query tile
+    load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
+        q_smem,
+        static_cast<const float*>(p.q_ptr) + batch * p.q_batch_stride + head * p.q_head_stride +
+            m_start * p.q_row_stride,
+        p.q_row_stride, p.seqlen_q - m_start, p.head_dim);
+    load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
+        do_smem,
+        static_cast<const float*>(p.do_ptr) + batch * p.do_batch_stride +
+            head * p.do_head_stride + m_start * p.do_row_stride,
+        p.do_row_stride, p.seqlen_q - m_start, p.head_dim);
+    for (int i = threadIdx.x; i < kWarpSize; i += kNThreads) {
+      const bool valid = m_start + i < p.seqlen_q;
+      lse_smem[i] = valid ? p.lse_ptr[lse_row0 + i] * kLog2e : 0.f;
+      dsum_smem[i] = valid ? d_gmem[lse_row0 + i] : 0.f;
+    }
+    __syncthreads();
+    const LogitRules rules = LogitRules::make(p, batch, head);
+    const int query = m_start + lane;
+    const float s = dot_row<kHeadDim>(q_smem + lane * kStride, k_smem + warp * kStride);
+    const float dp = dot_row<kHeadDim>(do_smem + lane * kStride, v_smem + warp * kStride);
+    float dlogit_ds;
+    const float x = rules.log2_logit(s, query, key, dlogit_ds);
+    const bool visible = query < p.seqlen_q && key < p.seqlen_k && key_visible(p, query, key);
+    const float prob = visible ? exp2f(x - lse_smem[lane]) : 0.f;
+    accumulate_rows<kCols, kStride>(dv, prob, do_smem, lane);
+    accumulate_rows<kCols, kStride>(dk, prob * (dp - dsum_smem[lane]) * dlogit_ds, q_smem, lane);
+  }
+  if (key >= p.seqlen_k) return;
+  float* dk_row = static_cast<float*>(p.dk_ptr) + batch * p.dk_batch_stride +
+                  head_kv * p.dk_head_stride + key * p.dk_row_stride;  // [D]
+  float* dv_row = static_cast<float*>(p.dv_ptr) + batch * p.dv_batch_stride +
+                  head_kv * p.dv_head_stride + key * p.dv_row_stride;  // [D]
+#pragma unroll
+  for (int t = 0; t < kCols; ++t) {
+    const int col = lane + t * kWarpSize;
+    if (col < p.head_dim) dk_row[col] = dk[t], dv_row[col] = dv[t];
+  }
+}
+
+}  // namespace flashattn::cuda

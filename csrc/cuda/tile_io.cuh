@@ -1,0 +1,91 @@
+// Global -> shared copies of a [rows x head-dim tile] block of 16-bit elements.
+//
+// The fast path is cp.async, 16 bytes per thread per copy, issued by the whole CTA. Rows past
+// the sequence end and columns past the real head dim are zero-filled by the copy itself (the
+// src-size operand), so tails and padded head dims need no masking of the loaded data and no
+// copy of the input. Zeros matter: a masked P_ij is 0 and 0 * NaN would still poison O.
+//
+// cp.async needs 16-byte aligned sources. Tensors whose base pointer, row stride or head dim
+// break that (a head dim that is not a multiple of 8, a slice of packed QKV at an odd offset)
+// take the slow path: plain loads and stores of the same bytes, synchronous, which the
+// callers' barriers order exactly like a completed cp.async.
+#pragma once
+#include <cstdint>
+
+#include "element.cuh"
+#include "ptx.cuh"
+#include "traits.h"
+
+namespace flashattn::cuda {
+
+// Whether every row of a [rows, head_dim] 16-bit tensor view starts 16-byte aligned.
+__device__ __forceinline__ bool rows_are_16b_aligned(const void* ptr, int64_t batch_stride,
+                                                     int64_t row_stride, int64_t head_stride) {
+  const bool base_aligned = reinterpret_cast<uintptr_t>(ptr) % kChunkBytes == 0;
+  return base_aligned && batch_stride % kChunkElems == 0 && row_stride % kChunkElems == 0 &&
+         head_stride % kChunkElems == 0;
+}
+
+// Copies rows [0, kRows) x columns [0, kCols) of a row-major source into smem with row pitch
+// kSmemStride elements; rows >= rows_valid and columns >= cols_valid become zero.
+// Must be called by all kNThreads threads of the CTA.
+template <int kRows, int kCols, int kSmemStride, int kNThreads>
+__device__ __forceinline__ void load_tile_async(
+    uint16_t* tile_smem,        // [kRows, kSmemStride]
+    const uint16_t* tile_gmem,  // [rows_valid, cols_valid], rows row_stride apart
+    int64_t row_stride, int rows_valid, int cols_valid, bool aligned) {
+  constexpr int kChunksPerRow = kCols / kChunkElems;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kCols % kChunkElems == 0, "tile width must be whole 16-byte chunks");
+  for (int chunk = threadIdx.x; chunk < kChunks; chunk += kNThreads) {
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * kChunkElems;
+    const int cols_left = row < rows_valid ? cols_valid - col : 0;
+    const int n_valid = cols_left < 0 ? 0 : (cols_left < kChunkElems ? cols_left : kChunkElems);
+    uint16_t* dst = tile_smem + row * kSmemStride + col;
+    // An invalid chunk reads nothing; point it at the tile start so no out-of-range address
+    // is ever formed.
+    const uint16_t* src = n_valid > 0 ? tile_gmem + row * row_stride + col : tile_gmem;
+    if (aligned) {
+      ptx::cp_async_16(dst, src, n_valid * kElemBytes16);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kChunkElems; ++e) dst[e] = e < n_valid ? src[e] : uint16_t{0};
+    }
+  }
+}
+
+// Stores a warp's mma accumulator (16 rows x kNTilesD 8-column n-tiles; this lane holds rows
+// row[0], row[1] and columns lane_col, lane_col + 1 of each n-tile) times row_scale[r] as
+// Element into rows [0, rows_valid) x columns [0, cols_valid) of a [B, S, H, D] tensor.
+template <typename Element, int kNTilesD>
+__device__ __forceinline__ void store_accumulator_rows(
+    const float (&acc)[kNTilesD][4], const int (&row)[2], const float (&row_scale)[2],
+    int rows_valid, int cols_valid, int lane_col,
+    void* base,  // [B, S, H, D], last dim contiguous
+    int batch, int head, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+  uint16_t* out = static_cast<uint16_t*>(base) + batch * batch_stride + head * head_stride;
+  // Two neighbouring elements go out as one 32-bit store when every row start is 4-byte aligned.
+  const bool pair_aligned = reinterpret_cast<uintptr_t>(base) % sizeof(uint32_t) == 0 &&
+                            batch_stride % 2 == 0 && row_stride % 2 == 0 && head_stride % 2 == 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= rows_valid) continue;
+    uint16_t* out_row = out + row[r] * row_stride;
+#pragma unroll
+    for (int d = 0; d < kNTilesD; ++d) {
+      const int col = d * kMmaN + lane_col;
+      if (col >= cols_valid) continue;
+      const uint32_t pair =
+          pack_rn<Element>(acc[d][2 * r] * row_scale[r], acc[d][2 * r + 1] * row_scale[r]);
+      if (pair_aligned && col + 1 < cols_valid) {
+        *reinterpret_cast<uint32_t*>(out_row + col) = pair;
+      } else {
+        out_row[col] = static_cast<uint16_t>(pair);
+        if (col + 1 < cols_valid) out_row[col + 1] = static_cast<uint16_t>(pair >> 16);
+      }
+    }
+  }
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,55 @@
+"""Builds torch.ops.flashattn_sim (sim_ops.cpp + csrc/attn_args.cpp + the CPU shim) with
+torch.utils.cpp_extension.load and returns the loaded module.
+
+    python tests/sim_ext/build.py        # build (or reuse the cached build) and print the time
+
+The build is cached by torch under TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions);
+a rebuild happens only when a source or header changes. Two translation units carry the
+kernels' instantiations (forward, backward), so 2 cores compile them in parallel.
+"""
+import importlib.util
+import os
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def _load_cudasim_build():
+    """tests/cudasim/build.py (the shim's sources and include dirs), imported by path: it is
+    also called build.py, so a plain import would find this file."""
+    path = os.path.join(REPO, "tests", "cudasim", "build.py")
+    spec = importlib.util.spec_from_file_location("cudasim_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cudasim_build = _load_cudasim_build()
+
+
+def load(verbose=False):
+    from torch.utils.cpp_extension import load as torch_load
+
+    if cudasim_build.cuda_include_dir() is None:
+        raise RuntimeError("the sim executor needs cuda_fp16.h / vector_types.h: set CUDA_HOME")
+    sources = [os.path.join(HERE, name) for name in
+               ("sim_kernels_fwd.cpp", "sim_kernels_bwd.cpp", "sim_ops.cpp")]
+    sources += [os.path.join(REPO, "csrc", "attn_args.cpp"), *cudasim_build.SHIM_SOURCES]
+    # The shim's own flags (includes, -DFLASHATTN_CUDASIM, -O1: the kernels' unrolled loops stay
+    # cheap to compile and the fibers fast enough), with torch's C++ standard (2.14 needs C++20).
+    # No debug info: it doubles the compile time of the kernel translation units.
+    flags = cudasim_build.compile_flags(cxx_std=None) + ["-g0"]
+    return torch_load(
+        name="flashattn_sim",
+        sources=sources,
+        extra_cflags=flags,
+        is_python_module=False,
+        verbose=verbose,
+    )
+
+
+if __name__ == "__main__":
+    start = time.time()
+    load(verbose=True)
+    print(f"flashattn_sim: built/loaded in {time.time() - start:.1f} s")
