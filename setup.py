@@ -7,6 +7,8 @@ Environment variables:
                           is embedded too, so newer GPUs can JIT it.
   CUDA_HOME               the toolkit; else /usr/local/cuda; else the folder above nvcc on PATH.
   MAX_JOBS                parallel compile jobs (ninja), honoured by torch.utils.cpp_extension.
+  FLASHATTN_PTXAS_STRICT=1  register spills or local memory in a kernel fail the build, and ptxas
+                          reports every kernel's registers and shared memory.
 """
 import glob
 import os
@@ -60,6 +62,15 @@ def cuda_arch_flags():
     return flags
 
 
+def ptxas_flags():
+    """Spills and local memory always warn. FLASHATTN_PTXAS_STRICT=1 (the test script sets it)
+    makes them errors and prints each kernel's registers and shared memory, which
+    .ci/cuda_gates.py reads from the build log: the gates check the build of record itself."""
+    if os.environ.get("FLASHATTN_PTXAS_STRICT") == "1":
+        return "-Xptxas=-v,-warn-spills,-warn-lmem-usage,-Werror"
+    return "-Xptxas=-warn-spills,-warn-lmem-usage"
+
+
 CUDA_HOME = find_cuda_home()
 USE_CUDA = want_cuda(CUDA_HOME)
 if USE_CUDA:
@@ -100,8 +111,8 @@ def extension():
                   extra_link_args=["-fopenmp"], py_limited_api=True)
     if not USE_CUDA:
         return CppExtension(extra_compile_args={"cxx": cxx}, **common)
-    nvcc = ["-O3", "--use_fast_math", "--expt-relaxed-constexpr",
-            "-Xptxas=-warn-spills,-warn-lmem-usage", *cuda_arch_flags()]
+    nvcc = ["-O3", "--use_fast_math", "--expt-relaxed-constexpr", ptxas_flags(),
+            *cuda_arch_flags()]
     return CUDAExtension(extra_compile_args={"cxx": cxx + ["-DFLASHATTN_WITH_CUDA"],
                                              "nvcc": nvcc + ["-DFLASHATTN_WITH_CUDA"]},
                          **common)

@@ -22,6 +22,8 @@ step "build environment ($BUILD_VENV)"
 TORCH_VERSION=$("$BUILD_VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
 
 step "build the wheel (torch $TORCH_VERSION)"
+# Spills or local memory in a CUDA kernel fail the build; ptxas reports feed the gates below.
+export FLASHATTN_PTXAS_STRICT=${FLASHATTN_PTXAS_STRICT:-1}
 rm -rf dist
 start=$(date +%s)
 mkdir -p build
@@ -41,6 +43,12 @@ rm -rf "$TEST_VENV"
 "$TEST_VENV/bin/python" -m pip install -q --upgrade pip
 "$TEST_VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" ninja "setuptools>=64" numpy pytest
 "$TEST_VENV/bin/python" -m pip install -q --no-deps "$WHEEL"
+
+if grep -q "flashattn: CUDA build of _C" build/wheel.log; then
+  step "CUDA gates on the built library (registers, SASS: HMMA/LDSM/LDGSTS, no local memory)"
+  INSTALLED_LIB=$(ls "$TEST_VENV"/lib/python3*/site-packages/flashattn/_C*.so)
+  "$BUILD_VENV/bin/python" .ci/cuda_gates.py --build-log build/wheel.log --binary "$INSTALLED_LIB"
+fi
 
 step "tests"
 # Run from tests/ so `import flashattn` can only find the installed wheel; conftest asserts it.

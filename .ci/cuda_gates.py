@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Compile gates for the CUDA kernels, no GPU needed.
+"""Gates on the CUDA kernels of the build of record, no GPU needed, nothing compiled twice.
 
-Compiles every csrc/cuda/**/*.cu for sm_80 and sm_90 with the flags of the build of record
-plus -Xptxas -v,-warn-spills,-warn-lmem-usage,-Werror (so any spill or local-memory use fails),
-prints each kernel's registers / shared memory / spills, and checks the SASS with cuobjdump:
-  - the 16-bit tensor-core kernels contain HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async);
-  - no kernel contains LDL/STL (local memory).
-Prints the wall time of the compile. Exit status 0 when every gate passes.
+Reads what the wheel build already produced:
+  - its log, built with FLASHATTN_PTXAS_STRICT=1 (ptxas -v, and -Werror on spills and local
+    memory, so a spill has already failed the build): prints each kernel's registers, shared
+    memory and stack per architecture;
+  - the built library: checks its SASS with cuobjdump, that the 16-bit tensor-core kernels
+    contain HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async) and no kernel contains LDL/STL
+    (local memory), for every architecture built.
+Exit status 0 when every gate passes.
 
-    python .ci/cuda_compile_gates.py [--jobs 2] [--archs 80;90] [--cuobjdump PATH]
+    python .ci/cuda_gates.py --build-log build/wheel.log --binary path/to/flashattn/_C.abi3.so
 
 cuobjdump and the nvdisasm it runs are not in the toolkit here: the script looks for them on
 PATH, in $CUOBJDUMP/$NVDISASM, in any site-packages' nvidia/cu13/bin, and otherwise
@@ -22,9 +24,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # cuobjdump --dump-sass runs nvdisasm; neither is in this machine's toolkit. Each comes from
@@ -44,7 +43,7 @@ def find_nvcc():
             return os.path.join(home, "bin", "nvcc")
     nvcc = shutil.which("nvcc")
     if nvcc is None:
-        sys.exit("cuda_compile_gates: nvcc not found (set CUDA_HOME)")
+        sys.exit("cuda_gates: nvcc not found (set CUDA_HOME)")
     return nvcc
 
 
@@ -61,34 +60,13 @@ def find_tool(tool, explicit=None):
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c
-    print(f"cuda_compile_gates: installing {TOOLS[tool]} into {home}", flush=True)
+    print(f"cuda_gates: installing {TOOLS[tool]} into {home}", flush=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", home, TOOLS[tool]],
                    check=True)
     found = glob.glob(os.path.join(home, pattern))
     if not found:
-        sys.exit(f"cuda_compile_gates: {TOOLS[tool]} has no {tool} binary")
+        sys.exit(f"cuda_gates: {TOOLS[tool]} has no {tool} binary")
     return found[0]
-
-
-def nvcc_flags(archs):
-    # The build of record's nvcc flags (setup.py) and what torch's CUDAExtension adds.
-    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS, include_paths
-    flags = ["-std=c++20", "-O3", "--use_fast_math", *COMMON_NVCC_FLAGS,
-             "-Xptxas=-v,-warn-spills,-warn-lmem-usage,-Werror", "-DFLASHATTN_WITH_CUDA",
-             "-Xcompiler", "-fPIC", "-I", os.path.join(REPO, "csrc")]
-    for inc in include_paths("cuda"):
-        flags += ["-isystem", inc]
-    for arch in archs:
-        flags.append(f"-gencode=arch=compute_{arch},code=sm_{arch}")
-    return flags
-
-
-def compile_one(nvcc, flags, source, out_dir):
-    obj = os.path.join(out_dir, os.path.relpath(source, REPO).replace(os.sep, "_") + ".o")
-    start = time.time()
-    result = subprocess.run([nvcc, *flags, "-c", source, "-o", obj], capture_output=True,
-                            text=True)
-    return source, obj, result.returncode, result.stdout + result.stderr, time.time() - start
 
 
 PTXAS_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
@@ -139,56 +117,44 @@ def sass_by_kernel(cuobjdump, nvdisasm, obj):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=int(os.environ.get("MAX_JOBS", "2")))
-    parser.add_argument("--archs", default=os.environ.get("FLASHATTN_CUDA_ARCHS", "80;90"))
+    parser.add_argument("--build-log", required=True, help="log of the FLASHATTN_PTXAS_STRICT=1 build")
+    parser.add_argument("--binary", required=True, help="the built flashattn/_C*.so")
     parser.add_argument("--cuobjdump", default=None)
     parser.add_argument("--nvdisasm", default=None)
-    parser.add_argument("--only", default="", help="compile only sources whose path contains this")
     args = parser.parse_args()
-    archs = [a for a in args.archs.split(";") if a]
 
-    nvcc = find_nvcc()
+    with open(args.build_log, errors="replace") as f:
+        rows = parse_ptxas(f.read())
+    if not rows:
+        print("cuda_gates: the build log has no ptxas report; build with FLASHATTN_PTXAS_STRICT=1")
+        return 1
     cuobjdump = find_tool("cuobjdump", args.cuobjdump)
     nvdisasm = find_tool("nvdisasm", args.nvdisasm)
-    flags = nvcc_flags(archs)
-    sources = sorted(s for s in glob.glob(os.path.join(REPO, "csrc", "cuda", "**", "*.cu"),
-                                          recursive=True) if args.only in s)
     failures = []
-    with tempfile.TemporaryDirectory(prefix="flashattn-gates-") as out_dir:
-        start = time.time()
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(lambda s: compile_one(nvcc, flags, s, out_dir), sources))
-        build_s = time.time() - start
-
-        rows = []
-        for source, obj, rc, log, seconds in results:
-            rel = os.path.relpath(source, REPO)
-            if rc != 0:
-                failures.append(f"{rel}: nvcc failed (exit {rc}; spills/local memory fail too)\n{log}")
-                continue
-            print(f"compiled {rel} in {seconds:.1f} s")
-            rows += parse_ptxas(log)
-            for (arch, kernel), opcodes in sass_by_kernel(cuobjdump, nvdisasm, obj).items():
-                if bad := sorted(o for o in opcodes if o in FORBIDDEN_SASS):
-                    failures.append(f"{kernel} ({arch}): local memory in SASS: {bad}")
-                if TENSOR_CORE_KERNEL.search(kernel):
-                    missing = [o for o in REQUIRED_16BIT_SASS if o not in opcodes]
-                    if missing:
-                        failures.append(f"{kernel} ({arch}): SASS lacks "
-                                        + ", ".join(f"{o} ({REQUIRED_16BIT_SASS[o]})" for o in missing))
+    kernels = sass_by_kernel(cuobjdump, nvdisasm, args.binary)
+    for (arch, kernel), opcodes in kernels.items():
+        if bad := sorted(o for o in opcodes if o in FORBIDDEN_SASS):
+            failures.append(f"{kernel} ({arch}): local memory in SASS: {bad}")
+        if TENSOR_CORE_KERNEL.search(kernel):
+            missing = [o for o in REQUIRED_16BIT_SASS if o not in opcodes]
+            if missing:
+                failures.append(f"{kernel} ({arch}): SASS lacks "
+                                + ", ".join(f"{o} ({REQUIRED_16BIT_SASS[o]})" for o in missing))
+    archs = sorted({arch for arch, _ in kernels})
+    tensor_core = sum(1 for _, k in kernels if TENSOR_CORE_KERNEL.search(k))
+    if not tensor_core:
+        failures.append("no 16-bit tensor-core kernel found in the binary")
 
     print(f"\n{'arch':<6} {'regs':>4} {'smem':>5} {'stack':>5} {'spill st/ld':>11}  kernel")
     for row, name in zip(rows, demangle([r["kernel"] for r in rows])):
         name = re.sub(r"\(.*\)$", "", name.replace("void ", "", 1)).replace("flashattn::cuda::", "")
         print(f"{row['arch']:<6} {row['regs']:>4} {row['smem']:>5} {row.get('stack', 0):>5} "
               f"{row.get('spill_st', 0):>5}/{row.get('spill_ld', 0):<5}  {name}")
-    print(f"\nnvcc build of {len(sources)} files for sm_{', sm_'.join(archs)} with {args.jobs} "
-          f"jobs: {build_s:.1f} s wall")
     if failures:
         print("\nFAILED gates:\n" + "\n".join(failures))
         return 1
-    print(f"all gates passed: {len(rows)} kernel builds, no spills or local memory; 16-bit kernels "
-          f"use {', '.join(REQUIRED_16BIT_SASS)}")
+    print(f"all gates passed: {len(kernels)} kernels in SASS for {', '.join(archs)}, no local "
+          f"memory; the {tensor_core} 16-bit kernel builds use {', '.join(REQUIRED_16BIT_SASS)}")
     return 0
 
 
