@@ -9,7 +9,7 @@ _SUPPORT = """
     Supported inputs:
       device  dtypes                          head_dim
       CPU     float32, float64, float16, bf16  any (16-bit inputs are computed in float32)
-      CUDA    not built yet in this version: calls raise NotImplementedError
+      CUDA    float16, bf16, float32           <= 256
     Any strides are accepted as long as the last (head_dim) dimension is contiguous.
 """
 
