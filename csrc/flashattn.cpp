@@ -1,25 +1,12 @@
-// The op schemas: the single definition of torch.ops.flashattn.*.
+// Registers the op schemas (schema.h): the single definition of torch.ops.flashattn.*.
 //
 // Implementations register per dispatch key next to their kernels (cpu/api.cpp, cuda/api.cu);
 // fake (meta) kernels and autograd are registered once, in Python (flashattn/ops.py).
 #include <torch/library.h>
 
+#include "schema.h"
+
 TORCH_LIBRARY(flashattn, m) {
-  // q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D], any strides with a contiguous last dim.
-  // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq] (fp32, natural log, -inf for a row that
-  // sees no key). window_* = -1 is unbounded; causal forces window_right = 0.
-  // deterministic is unused by the forward; it rides along so autograd can hand it to bwd.
-  // align_bottom_right: the diagonal of causal/window/alibi sits at i + Sk - Sq (FA2) when
-  // true, at i (F.scaled_dot_product_attention's is_causal) when false.
-  m.def(
-      "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
-      "int window_right, float softcap, Tensor? alibi_slopes, bool align_bottom_right, "
-      "bool deterministic) -> (Tensor out, Tensor lse)");
-  // Gradients of fwd. dlse is the gradient of the lse output (None if it has none); it folds
-  // into D = rowsum(dout * out) - dlse so the LSE is differentiable.
-  m.def(
-      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse, "
-      "float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-      "Tensor? alibi_slopes, bool align_bottom_right, bool deterministic) "
-      "-> (Tensor dq, Tensor dk, Tensor dv)");
+  m.def(flashattn::kFwdSchema);
+  m.def(flashattn::kBwdSchema);
 }

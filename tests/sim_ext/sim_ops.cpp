@@ -7,6 +7,7 @@
 #include <torch/library.h>
 
 #include "attn_args.h"
+#include "schema.h"
 #include "cuda/entry.h"
 #include "cudasim.h"
 
@@ -89,18 +90,11 @@ void set_schedule(const std::string& schedule) {
 }  // namespace
 }  // namespace flashattn::cuda
 
-// Schemas copied from csrc/flashattn.cpp (a test checks they stay identical), plus the shim's
-// schedule switch.
+// The same schema strings as torch.ops.flashattn (csrc/schema.h), plus the shim's schedule
+// switch.
 TORCH_LIBRARY(flashattn_sim, m) {
-  m.def(
-      "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
-      "int window_right, float softcap, Tensor? alibi_slopes, bool align_bottom_right, "
-      "bool deterministic) -> (Tensor out, Tensor lse)");
-  m.def(
-      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse, "
-      "float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-      "Tensor? alibi_slopes, bool align_bottom_right, bool deterministic) "
-      "-> (Tensor dq, Tensor dk, Tensor dv)");
+  m.def(flashattn::kFwdSchema);
+  m.def(flashattn::kBwdSchema);
   m.def("set_schedule(str schedule) -> ()", &flashattn::cuda::set_schedule);
 }
 
