@@ -43,7 +43,7 @@ def test_torch_compile_fullgraph_forward_and_backward():
                                                       enable_gqa=True)
         return (out.square().sum() + sdpa.sum() + torch.where(lse.isfinite(), lse, 0).sum())
 
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(step, fullgraph=True)
     loss = compiled(q, k, v)
     grads = torch.autograd.grad(loss, (q, k, v))
     eager_loss = step(q, k, v)
