@@ -2,6 +2,13 @@
 // rows Qi of one head and streams the visible key/value tiles Kj, Vj past it, keeping only one
 // score tile S_ij = Qi Kjᵀ, the running row maximum m_i and row sum l_i, and the unnormalized
 // output accumulator O_i. Memory is O(S·D): nothing of size Sq x Sk is ever allocated.
+//
+// The tile products take their operands in one of two forms (OperandPath):
+//   kCompute  everything packed once into the compute type (fp32, or fp64 for gradcheck), with
+//             the softmax scale folded into Qi;
+//   kNative16 bf16/fp16 inputs kept in 16 bits (panels16.h) and multiplied with fp32
+//             accumulation, P_ij rounded to 16 bits for P·V, as FlashAttention does on GPUs. On
+//             AMX this is several times the fp32 rate; the scale is applied to each fp32 S_ij.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -9,6 +16,7 @@
 #include "dtype_dispatch.h"
 #include "kernels.h"
 #include "packing.h"
+#include "panels16.h"
 #include "softmax_vec.h"
 #include "task_queue.h"
 #include "tile_gemm.h"
@@ -23,14 +31,23 @@ namespace {
 constexpr int kQueryBlock = 64;
 constexpr int kKeyBlock = 128;
 
-template <typename In>
+enum class OperandPath { kCompute, kNative16 };
+
+template <typename In, OperandPath kPath>
 class ForwardKernel {
   using T = compute_t<In>;
+  static constexpr bool kNative16 = kPath == OperandPath::kNative16;
+  // The element type of the products' A and B operands.
+  using Operand = std::conditional_t<kNative16, In, T>;
 
  public:
-  explicit ForwardKernel(const AttnParams& p)
+  ForwardKernel(const AttnParams& p, bool vnni)
       : p_(p),
         dim_(p.head_dim),
+        // 16-bit products run over whole zero-padded panels: K even, O_i in 64-wide panels.
+        gemm_dim_(kNative16 ? round_up(p.head_dim, 2) : p.head_dim),
+        out_stride_(kNative16 ? round_up(p.head_dim, kPanelWidth) : p.head_dim),
+        vnni_(vnni),
         num_query_blocks_(num_blocks(p.seqlen_q, kQueryBlock)),
         q_(strided_heads<const In>(p.q_ptr, p.q_batch_stride, p.q_row_stride, p.q_head_stride)),
         out_(strided_heads<In>(p.o_ptr, p.o_batch_stride, p.o_row_stride, p.o_head_stride)) {}
@@ -38,40 +55,55 @@ class ForwardKernel {
   void run() {
     const int64_t num_tasks = int64_t(p_.batch) * p_.heads_q * num_query_blocks_;
     if (num_tasks == 0) return;
-    // Kj enters the score product transposed; Vj as it is.
-    k_panels_ = pack_heads<T>(
-        strided_heads<const In>(p_.k_ptr, p_.k_batch_stride, p_.k_row_stride, p_.k_head_stride),
-        p_.batch, p_.heads_kv, p_.seqlen_k, dim_, PackLayout::kTransposedPanels, kKeyBlock, T(1));
-    v_rows_ = pack_heads<T>(
-        strided_heads<const In>(p_.v_ptr, p_.v_batch_stride, p_.v_row_stride, p_.v_head_stride),
-        p_.batch, p_.heads_kv, p_.seqlen_k, dim_, PackLayout::kRows, kKeyBlock, T(1));
+    pack_keys_and_values();
     auto cost = [&](int64_t task) {
       const int row_begin = query_block_of(task) * kQueryBlock;
       const BlockRange keys = visible_key_blocks(p_, row_begin, row_end(row_begin), kKeyBlock);
       return int64_t(keys.last - keys.first);
     };
     run_task_queue(num_tasks, cost, [&](const auto& claim) {
-      Scratch scratch(dim_);
+      Scratch scratch(gemm_dim_, out_stride_);
       for (int64_t task = claim(); task >= 0; task = claim()) run_query_block(task, scratch);
-      release_tile_gemm();
+      release_tile_gemm(vnni_);
     });
   }
 
  private:
   // One worker thread's tiles, reused across its tasks.
   struct Scratch {
-    explicit Scratch(int dim)
-        : q_tile(size_t(kQueryBlock) * dim),
+    Scratch(int gemm_dim, int out_stride)
+        : q_tile(size_t(kQueryBlock) * gemm_dim, Operand(0.f)),
           scores(size_t(kQueryBlock) * kKeyBlock),
-          out_acc(size_t(kQueryBlock) * dim),
+          probs16(kNative16 ? size_t(kQueryBlock) * kKeyBlock : 0),
+          out_acc(size_t(kQueryBlock) * out_stride),
           row_max(kQueryBlock),
           row_sum(kQueryBlock) {}
-    std::vector<T> q_tile;   // Qi, pre-multiplied by the softmax scale
-    std::vector<T> scores;   // S_ij, then P_ij, row stride kKeyBlock
-    std::vector<T> out_acc;  // O_i before division by l_i
-    std::vector<T> row_max;  // m_i
-    std::vector<T> row_sum;  // l_i
+    std::vector<Operand> q_tile;  // Qi; scaled by the softmax scale on the kCompute path
+    std::vector<T> scores;        // S_ij, then P_ij, row stride kKeyBlock
+    std::vector<In> probs16;      // kNative16: P_ij in 16 bits, zero past the tile's keys
+    std::vector<T> out_acc;       // O_i before division by l_i, row stride out_stride_
+    std::vector<T> row_max;       // m_i
+    std::vector<T> row_sum;       // l_i
   };
+
+  void pack_keys_and_values() {
+    const auto keys =
+        strided_heads<const In>(p_.k_ptr, p_.k_batch_stride, p_.k_row_stride, p_.k_head_stride);
+    const auto values =
+        strided_heads<const In>(p_.v_ptr, p_.v_batch_stride, p_.v_row_stride, p_.v_head_stride);
+    if constexpr (kNative16) {
+      k_panels16_ = pack_key_panels(keys, p_.batch, p_.heads_kv, p_.seqlen_k, dim_, kKeyBlock,
+                                    vnni_);
+      v_panels16_ = pack_value_panels(values, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
+                                      kKeyBlock, vnni_);
+    } else {
+      // Kj enters the score product transposed; Vj as it is.
+      k_panels_ = pack_heads<T>(keys, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
+                                PackLayout::kTransposedPanels, kKeyBlock, T(1));
+      v_rows_ = pack_heads<T>(values, p_.batch, p_.heads_kv, p_.seqlen_k, dim_, PackLayout::kRows,
+                              kKeyBlock, T(1));
+    }
+  }
 
   int query_block_of(int64_t task) const { return static_cast<int>(task % num_query_blocks_); }
   int row_end(int row_begin) const { return std::min(row_begin + kQueryBlock, p_.seqlen_q); }
@@ -86,8 +118,11 @@ class ForwardKernel {
 
     for (int r = 0; r < rows; ++r) {
       const In* q_row = q_.row(b, h, row_begin + r);
-      for (int d = 0; d < dim_; ++d)
-        s.q_tile[size_t(r) * dim_ + d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
+      Operand* tile_row = s.q_tile.data() + size_t(r) * gemm_dim_;
+      if constexpr (kNative16)
+        std::copy_n(q_row, dim_, tile_row);  // a column padding dim_ to even stays 0
+      else
+        for (int d = 0; d < dim_; ++d) tile_row[d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
     }
     std::fill(s.out_acc.begin(), s.out_acc.end(), T(0));
     std::fill(s.row_max.begin(), s.row_max.end(), -std::numeric_limits<T>::infinity());
@@ -100,24 +135,56 @@ class ForwardKernel {
       const TileVisibility visibility =
           tile_visibility(p_, row_begin, row_begin + rows, key_begin, key_begin + cols);
       if (visibility == TileVisibility::kNone) continue;
-      // S_ij = (scale · Qi) Kjᵀ
-      tile_gemm(rows, cols, dim_, s.q_tile.data(), dim_,
-                k_panels_.head(b, kv_head) + int64_t(kb) * dim_ * kKeyBlock, kKeyBlock,
-                s.scores.data(), kKeyBlock, /*accumulate=*/false);
+      multiply_q_kt(b, kv_head, kb, rows, cols, s);  // S_ij = scale · Qi Kjᵀ
       for (int r = 0; r < rows; ++r) {
         T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
         const int row = row_begin + r;
+        if (kNative16) scale_by(score_row, cols, softmax_scale<T>(p_));
         if (p_.softcap > 0) apply_softcap(score_row, cols, softcap<T>(p_), nullptr);
         if (p_.alibi_ptr) add_alibi(score_row, cols, slope, row + p_.diag_offset - key_begin, -1);
         if (visibility == TileVisibility::kPartial) mask_row(score_row, cols, row, key_begin);
         online_softmax_row(score_row, cols, s, r);
+        if constexpr (kNative16) {
+          In* probs_row = s.probs16.data() + size_t(r) * kKeyBlock;
+          round_to_16bit(score_row, probs_row, cols);
+          std::fill(probs_row + cols, probs_row + kKeyBlock, In(0.f));
+        }
       }
-      // O_i += P_ij Vj
-      tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
-                v_rows_.head(b, kv_head) + int64_t(key_begin) * dim_, dim_, s.out_acc.data(),
-                dim_, /*accumulate=*/true);
+      multiply_p_v(b, kv_head, kb, rows, cols, s);  // O_i += P_ij Vj
     }
     store_output(b, h, row_begin, rows, s);
+  }
+
+  // S_ij = scale · Qi Kjᵀ into s.scores (the kNative16 path applies the scale afterwards).
+  void multiply_q_kt(int b, int kv_head, int kb, int rows, int cols, Scratch& s) const {
+    if constexpr (kNative16) {
+      const int64_t head = int64_t(b) * p_.heads_kv + kv_head;
+      for (int panel = 0; panel * kPanelWidth < cols; ++panel)
+        tile_gemm(rows, kPanelWidth, gemm_dim_, s.q_tile.data(), gemm_dim_,
+                  k_panels16_.panel(head, kb, panel), kPanelWidth,
+                  s.scores.data() + panel * kPanelWidth, kKeyBlock, /*accumulate=*/false, vnni_);
+    } else {
+      tile_gemm(rows, cols, dim_, s.q_tile.data(), dim_,
+                k_panels_.head(b, kv_head) + int64_t(kb) * dim_ * kKeyBlock, kKeyBlock,
+                s.scores.data(), kKeyBlock, /*accumulate=*/false);
+    }
+  }
+
+  // O_i += P_ij Vj. The 16-bit product runs over the whole key block: P_ij and Vj are zero
+  // past the last key.
+  void multiply_p_v(int b, int kv_head, int kb, int rows, int cols, Scratch& s) const {
+    if constexpr (kNative16) {
+      const int64_t head = int64_t(b) * p_.heads_kv + kv_head;
+      for (int panel = 0; panel < v_panels16_.panels_per_block; ++panel)
+        tile_gemm(rows, kPanelWidth, kKeyBlock, s.probs16.data(), kKeyBlock,
+                  v_panels16_.panel(head, kb, panel), kPanelWidth,
+                  s.out_acc.data() + panel * kPanelWidth, out_stride_, /*accumulate=*/true,
+                  vnni_);
+    } else {
+      tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
+                v_rows_.head(b, kv_head) + int64_t(kb) * kKeyBlock * dim_, dim_,
+                s.out_acc.data(), dim_, /*accumulate=*/true);
+    }
   }
 
   // Keys of the tile that `row` may not see become -inf.
@@ -139,7 +206,7 @@ class ForwardKernel {
     }
     const T rescale = std::exp(previous_max - new_max);  // 0 on the first visible tile
     s.row_sum[r] = s.row_sum[r] * rescale + exp_shifted_sum(score_row, cols, new_max);
-    if (rescale != T(1)) scale_by(s.out_acc.data() + size_t(r) * dim_, dim_, rescale);
+    if (rescale != T(1)) scale_by(s.out_acc.data() + size_t(r) * out_stride_, dim_, rescale);
     s.row_max[r] = new_max;
   }
 
@@ -149,7 +216,7 @@ class ForwardKernel {
     for (int r = 0; r < rows; ++r) {
       const T sum = s.row_sum[r];
       const T inv_sum = sum > T(0) ? T(1) / sum : T(0);
-      const T* acc = s.out_acc.data() + size_t(r) * dim_;
+      const T* acc = s.out_acc.data() + size_t(r) * out_stride_;
       In* out_row = out_.row(b, h, row_begin + r);
       for (int d = 0; d < dim_; ++d) out_row[d] = static_cast<In>(acc[d] * inv_sum);
       lse[r] = sum > T(0) ? static_cast<float>(s.row_max[r] + std::log(sum))
@@ -159,11 +226,16 @@ class ForwardKernel {
 
   const AttnParams& p_;
   const int dim_;
+  const int gemm_dim_;    // the K of the score product: dim_, or dim_ rounded up to even
+  const int out_stride_;  // row stride of O_i: dim_, or dim_ rounded up to whole panels
+  const bool vnni_;       // kNative16: B panels are VNNI-packed
   const int num_query_blocks_;
   const StridedHeads<const In> q_;
   const StridedHeads<In> out_;
-  PackedHeads<T> k_panels_;
+  PackedHeads<T> k_panels_;  // kCompute operands
   PackedHeads<T> v_rows_;
+  Panels16<In> k_panels16_;  // kNative16 operands (unused on the kCompute path)
+  Panels16<In> v_panels16_;
 };
 
 }  // namespace
@@ -171,7 +243,13 @@ class ForwardKernel {
 void run_fwd(const AttnParams& p, c10::ScalarType dtype) {
   dispatch_input_dtype(dtype, [&](auto tag) {
     using In = typename decltype(tag)::type;
-    ForwardKernel<In>(p).run();
+    if constexpr (std::is_same_v<In, c10::BFloat16> || std::is_same_v<In, c10::Half>) {
+      if (use_native_16bit_products(dtype)) {
+        ForwardKernel<In, OperandPath::kNative16>(p, cpu_packs_vnni(dtype)).run();
+        return;
+      }
+    }
+    ForwardKernel<In, OperandPath::kCompute>(p, /*vnni=*/false).run();
   });
 }
 

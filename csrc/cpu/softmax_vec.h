@@ -2,6 +2,8 @@
 // online softmax (forward) and of its gradient (backward). Each has an fp32 overload,
 // vectorized for the running CPU (softmax_vec.cpp), and an fp64 one, plain loops for gradcheck.
 #pragma once
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 namespace flashattn::cpu {
 
@@ -37,5 +39,9 @@ void softmax_grad(double* dp, const double* p, const double* d, int n);
 // Chain rule through the softcap: ds[c] *= 1 - t[c]^2.
 void mul_softcap_grad(float* ds, const float* t, int n);
 void mul_softcap_grad(double* ds, const double* t, int n);
+
+// out[c] = x[c] rounded to nearest even in 16 bits (the A operand of the 16-bit P·V product).
+void round_to_16bit(const float* x, c10::BFloat16* out, int n);
+void round_to_16bit(const float* x, c10::Half* out, int n);
 
 }  // namespace flashattn::cpu

@@ -4,7 +4,11 @@
 #pragma once
 #include <ATen/native/CPUBlas.h>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <cstdint>
+#include <type_traits>
 
 namespace flashattn::cpu {
 
@@ -37,8 +41,19 @@ inline void tile_gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t 
   }
 }
 
+// bf16/fp16 operands with fp32 accumulation: oneDNN's 16-bit brgemm (AMX or AVX-512 BF16/FP16
+// where the CPU has them, converted internally elsewhere). B is row-major or, when `vnni`, a
+// panel that pack_vnni_panel() (panels16.h) rearranged for AMX.
+template <typename In16>
+inline void tile_gemm(int64_t M, int64_t N, int64_t K, const In16* A, int64_t lda, const In16* B,
+                      int64_t ldb, float* C, int64_t ldc, bool accumulate, bool vnni) {
+  static_assert(std::is_same_v<In16, c10::BFloat16> || std::is_same_v<In16, c10::Half>);
+  if (M == 0 || N == 0) return;
+  at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, accumulate, A, B, C, vnni);
+}
+
 // brgemm keeps per-thread hardware state (AMX tile configuration); each worker thread calls
-// this once when it has finished its tiles.
-inline void release_tile_gemm() { at::native::cpublas::brgemm_release(/*is_vnni=*/false); }
+// this once when it has finished its tiles, with the `vnni` its products used.
+inline void release_tile_gemm(bool vnni = false) { at::native::cpublas::brgemm_release(vnni); }
 
 }  // namespace flashattn::cpu

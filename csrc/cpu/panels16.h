@@ -1,0 +1,136 @@
+// B operands of the 16-bit tile products: the caller's bf16/fp16 values, never converted,
+// cut into panels of kPanelWidth columns with an even number of rows.
+//
+// Why panels: on CPUs with AMX, oneDNN's brgemm wants B in VNNI order (pairs of rows
+// interleaved), which ATen's pack() produces only for an even row count and at most 64 columns
+// at a time. Every product of the 16-bit path therefore runs over whole, zero-padded panels. On
+// other CPUs the same panels are used row-major (vnni = false), so one code path, and the tests
+// that run it on any machine, serve both.
+#pragma once
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "packing.h"
+#include "tiling.h"
+
+namespace flashattn::cpu {
+
+constexpr int kPanelWidth = 64;
+
+inline int round_up(int value, int multiple) { return num_blocks(value, multiple) * multiple; }
+
+// Whether this CPU takes 16-bit B operands in VNNI order (AMX and AVX-512 BF16/FP16 machines).
+inline bool cpu_packs_vnni(c10::ScalarType dtype) {
+  return at::native::cpublas::could_pack(dtype);
+}
+
+// Whether bf16/fp16 attention multiplies its tiles in 16 bits (the kNative16 operand path) or
+// converts its inputs to fp32 first. FLASHATTN_CPU_16BIT_PRODUCTS=1 or 0 forces either (the tests
+// run both); by default the 16-bit path is taken where the CPU packs VNNI, i.e. has native
+// 16-bit dot products, the only place it is faster.
+inline bool use_native_16bit_products(c10::ScalarType dtype) {
+  const char* forced = std::getenv("FLASHATTN_CPU_16BIT_PRODUCTS");
+  if (forced != nullptr && forced[0] != '\0') {
+    const std::string value(forced);
+    TORCH_CHECK(value == "0" || value == "1",
+                "flashattn: FLASHATTN_CPU_16BIT_PRODUCTS must be 0 or 1 (or unset), got '", value,
+                "'");
+    return value == "1";
+  }
+  return cpu_packs_vnni(dtype);
+}
+
+// panels[head][block][index], each [panel_rows][kPanelWidth], row-major or VNNI-packed.
+template <typename In16>
+struct Panels16 {
+  at::Tensor storage;
+  const In16* data = nullptr;
+  int panel_rows = 0;  // the K of every product on a panel; even
+  int panels_per_block = 0;
+  int blocks_per_head = 0;
+
+  int64_t panel_elements() const { return int64_t(panel_rows) * kPanelWidth; }
+  const In16* panel(int64_t head, int block, int index) const {
+    return data + ((head * blocks_per_head + block) * panels_per_block + index) * panel_elements();
+  }
+};
+
+// Calls fill(head, block, index, panel) for every panel, on a zeroed row-major panel, then
+// VNNI-packs it when `vnni`; in parallel over heads.
+template <typename In16, typename Fill>
+Panels16<In16> build_panels(int64_t heads, int blocks_per_head, int panels_per_block,
+                            int panel_rows, bool vnni, const Fill& fill) {
+  Panels16<In16> panels;
+  panels.panel_rows = panel_rows;
+  panels.panels_per_block = panels_per_block;
+  panels.blocks_per_head = blocks_per_head;
+  const int64_t per_head = int64_t(blocks_per_head) * panels_per_block * panels.panel_elements();
+  panels.storage = at::empty({heads * per_head}, at::TensorOptions().dtype(
+                                                     c10::CppTypeToScalarType<In16>::value));
+  In16* data = panels.storage.template data_ptr<In16>();
+  panels.data = data;
+  at::parallel_for(0, heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<In16> row_major(vnni ? panels.panel_elements() : 0);
+    for (int64_t head = begin; head < end; ++head)
+      for (int block = 0; block < blocks_per_head; ++block)
+        for (int index = 0; index < panels_per_block; ++index) {
+          In16* dst = const_cast<In16*>(panels.panel(head, block, index));
+          In16* staging = vnni ? row_major.data() : dst;
+          std::fill_n(staging, panels.panel_elements(), In16(0.f));
+          fill(head, block, index, staging);
+          if (vnni) {
+            const auto dtype = c10::CppTypeToScalarType<In16>::value;
+            at::native::cpublas::pack(panel_rows, kPanelWidth, kPanelWidth, kPanelWidth, dtype,
+                                      dtype, staging, dst);
+          }
+        }
+  });
+  return panels;
+}
+
+// Kᵀ for S = Q Kᵀ: block kb holds keys [kb·key_block, +key_block) as key_block / kPanelWidth
+// panels; panel p is [dim rounded up to even][kPanelWidth], column j = key kb·key_block + p·64 + j.
+template <typename In16>
+Panels16<In16> pack_key_panels(const StridedHeads<const In16>& keys, int batch, int heads,
+                               int seqlen, int dim, int key_block, bool vnni) {
+  const int blocks = num_blocks(seqlen, key_block);
+  return build_panels<In16>(
+      int64_t(batch) * heads, blocks, key_block / kPanelWidth, round_up(dim, 2), vnni,
+      [&](int64_t bh, int block, int index, In16* panel) {
+        const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
+        const int first = block * key_block + index * kPanelWidth;
+        const int count = std::clamp(seqlen - first, 0, kPanelWidth);
+        for (int j = 0; j < count; ++j) {
+          const In16* key = keys.row(b, h, first + j);
+          for (int d = 0; d < dim; ++d) panel[int64_t(d) * kPanelWidth + j] = key[d];
+        }
+      });
+}
+
+// V for O += P V: block kb holds rows [kb·key_block, +key_block) (key_block is even) as
+// ceil(dim / 64) panels; panel c is [key_block][kPanelWidth], columns c·64 ... c·64 + 63 of V.
+template <typename In16>
+Panels16<In16> pack_value_panels(const StridedHeads<const In16>& values, int batch, int heads,
+                                 int seqlen, int dim, int key_block, bool vnni) {
+  const int blocks = num_blocks(seqlen, key_block);
+  return build_panels<In16>(
+      int64_t(batch) * heads, blocks, num_blocks(dim, kPanelWidth), key_block, vnni,
+      [&](int64_t bh, int block, int index, In16* panel) {
+        const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
+        const int rows = std::min(key_block, seqlen - block * key_block);
+        const int first_col = index * kPanelWidth;
+        const int cols = std::min(kPanelWidth, dim - first_col);
+        for (int j = 0; j < rows; ++j)
+          std::copy_n(values.row(b, h, block * key_block + j) + first_col, cols,
+                      panel + int64_t(j) * kPanelWidth);
+      });
+}
+
+}  // namespace flashattn::cpu
