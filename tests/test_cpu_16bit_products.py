@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from executors import make_executor
+from test_backward import assert_bitwise_deterministic, check_backward
 from test_forward import MASKS, check_forward, make_qkv
 
 FORCE = "FLASHATTN_CPU_16BIT_PRODUCTS"
@@ -36,9 +37,30 @@ def test_head_dims_16bit_products(cpu16, head_dim, dtype):
                   MASKS["causal"])
 
 
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
+@pytest.mark.parametrize("seqlens", [(1, 1), (7, 65), (65, 7), (63, 129), (129, 63), (257, 257)],
+                         ids=lambda s: f"sq{s[0]}-sk{s[1]}")
+@pytest.mark.parametrize("mask", ["none", "causal", "window_causal", "softcap_causal",
+                                  "alibi_batch_causal", "causal_top_left", "all"])
+def test_backward_16bit_products(cpu16, dtype, seqlens, mask):
+    check_backward(cpu16, *make_qkv(2, *seqlens, 2, 2, 32, dtype, cpu16.device), MASKS[mask])
+
+
+@pytest.mark.parametrize("head_dim", [1, 7, 63, 65, 130, 256])
+@pytest.mark.parametrize("heads,heads_kv", [(2, 2), (6, 2)])
+def test_backward_head_dims_and_gqa_16bit_products(cpu16, head_dim, heads, heads_kv):
+    q, k, v = make_qkv(1, 70, 150, heads, heads_kv, head_dim, torch.bfloat16, cpu16.device)
+    check_backward(cpu16, q, k, v, MASKS["causal"], with_dlse=True)
+
+
+def test_backward_16bit_products_deterministic(cpu16):
+    assert_bitwise_deterministic(cpu16, torch.bfloat16, "all")
+
+
 def test_strided_inputs_16bit_products(cpu16):
     q, k, v = torch.randn(2, 77, 3, 3, 40, dtype=torch.bfloat16).unbind(2)
     check_forward(cpu16, q, k, v, MASKS["causal"])
+    check_backward(cpu16, q, k, v, MASKS["causal"])
 
 
 def test_same_result_as_fp32_products_up_to_rounding_of_p(monkeypatch):

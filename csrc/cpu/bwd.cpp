@@ -13,6 +13,12 @@
 // order) and its chunk's own partial dQ buffer. A last pass sums the chunks' partial dQ in
 // chunk order. The chunk count depends only on the shapes, so results are bitwise identical
 // for any thread count and schedule.
+//
+// Operands: as in fwd.cpp, either packed once into the compute type with the softmax scale
+// folded into Q (kCompute), or, for bf16/fp16 on CPUs with native 16-bit products, kept in 16
+// bits (kNative16, panels16.h): P_ijᵀ and dS_ijᵀ are rounded to 16 bits for the products they
+// feed, the scale is applied to S_ijᵀ and to dKj at the end, and every product runs over whole
+// zero-padded panels (queries in blocks of kQueryBlock == kPanelWidth).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,6 +27,7 @@
 #include "dtype_dispatch.h"
 #include "kernels.h"
 #include "packing.h"
+#include "panels16.h"
 #include "softmax_vec.h"
 #include "task_queue.h"
 #include "tile_gemm.h"
@@ -42,14 +49,20 @@ constexpr int64_t kTargetTasks = 32;
 // test_memory.py, limit 512); the packed operands need 7 more fp32 copies of q/k/v.
 constexpr int64_t kMaxPartialDqBytes = int64_t(64) << 20;
 
-template <typename In>
+static_assert(kQueryBlock == kPanelWidth, "16-bit products take a query block as one panel");
+
+template <typename In, OperandPath kPath>
 class BackwardKernel {
   using T = compute_t<In>;
+  static constexpr bool kNative16 = kPath == OperandPath::kNative16;
 
  public:
-  explicit BackwardKernel(const AttnBwdParams& p)
+  BackwardKernel(const AttnBwdParams& p, bool vnni)
       : p_(p),
         dim_(p.head_dim),
+        gemm_dim_(kNative16 ? round_up(p.head_dim, 2) : p.head_dim),
+        acc_stride_(kNative16 ? round_up(p.head_dim, kPanelWidth) : p.head_dim),
+        vnni_(vnni),
         num_query_blocks_(num_blocks(p.seqlen_q, kQueryBlock)),
         num_key_blocks_(num_blocks(p.seqlen_k, kKeyBlock)),
         dq_panel_elements_(int64_t(num_query_blocks_) * kQueryBlock * p.head_dim),
@@ -65,26 +78,32 @@ class BackwardKernel {
     const int64_t num_tasks = int64_t(p_.batch) * p_.heads_kv * num_chunks_;
     auto cost = [&](int64_t task) { return count_visible_tiles(task); };
     run_task_queue(num_tasks, cost, [&](const auto& claim) {
-      Scratch scratch(dim_, p_.softcap > 0);
+      Scratch scratch(acc_stride_, p_.softcap > 0);
       for (int64_t task = claim(); task >= 0; task = claim()) run_key_chunk(task, scratch);
-      release_tile_gemm();
+      release_tile_gemm(vnni_);
     });
     reduce_dq();
   }
 
  private:
   struct Scratch {
-    Scratch(int dim, bool softcap)
+    Scratch(int acc_stride, bool softcap)
         : probs_t(size_t(kKeyBlock) * kQueryBlock),
           grad_t(size_t(kKeyBlock) * kQueryBlock),
           tanh_t(softcap ? size_t(kKeyBlock) * kQueryBlock : 0),
-          dk_acc(size_t(kKeyBlock) * dim),
-          dv_acc(size_t(kKeyBlock) * dim) {}
+          dk_acc(size_t(kKeyBlock) * acc_stride),
+          dv_acc(size_t(kKeyBlock) * acc_stride),
+          probs16_t(kNative16 ? size_t(kKeyBlock) * kQueryBlock : 0, In(0.f)),
+          grad16_t(kNative16 ? size_t(kKeyBlock) * kQueryBlock : 0, In(0.f)),
+          grad16_vnni(kNative16 ? size_t(kKeyBlock) * kQueryBlock : 0) {}
     std::vector<T> probs_t;  // S_ijᵀ, then P_ijᵀ; row stride kQueryBlock
     std::vector<T> grad_t;   // dP_ijᵀ, then dS_ijᵀ
     std::vector<T> tanh_t;   // tanh of the soft-capped scores, for the chain rule
-    std::vector<T> dk_acc;   // dKj in the compute type
+    std::vector<T> dk_acc;   // dKj in the compute type, row stride acc_stride_
     std::vector<T> dv_acc;   // dVj
+    // kNative16: P_ijᵀ and dS_ijᵀ rounded to 16 bits, zero outside the tile's keys x queries,
+    // and dS_ijᵀ VNNI-packed as the B operand of dQ.
+    std::vector<In> probs16_t, grad16_t, grad16_vnni;
   };
 
   struct Task {
@@ -136,8 +155,18 @@ class BackwardKernel {
                                            p_.k_head_stride);
     const auto v = strided_heads<const In>(p_.v_ptr, p_.v_batch_stride, p_.v_row_stride,
                                            p_.v_head_stride);
-    const T scale = softmax_scale<T>(p_);
     const int Hq = p_.heads_q, Hkv = p_.heads_kv, D = dim_;
+    if constexpr (kNative16) {
+      q_t16_ = pack_key_panels(q, B, Hq, Sq, D, kQueryBlock, vnni_);
+      q_rows16_ = pack_value_panels(q, B, Hq, Sq, D, kQueryBlock, vnni_);
+      do_t16_ = pack_key_panels(dout, B, Hq, Sq, D, kQueryBlock, vnni_);
+      do_rows16_ = pack_value_panels(dout, B, Hq, Sq, D, kQueryBlock, vnni_);
+      k_rows16_ = pack_row_tiles(k, B, Hkv, Sk, D, kKeyBlock);
+      k_t16_ = pack_transposed_tiles(k, B, Hkv, Sk, D, kKeyBlock);
+      v_rows16_ = pack_row_tiles(v, B, Hkv, Sk, D, kKeyBlock);
+      return;
+    }
+    const T scale = softmax_scale<T>(p_);
     q_rows_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, scale);
     q_panels_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kTransposedPanels, kQueryBlock, scale);
     do_rows_ = pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, T(1));
@@ -199,6 +228,100 @@ class BackwardKernel {
   void accumulate_tile(const Task& task, int h, int qb, int kb, Scratch& s) {
     const TileVisibility vis = visibility(qb, kb);
     if (vis == TileVisibility::kNone) return;
+    if constexpr (kNative16)
+      accumulate_tile_16bit(task, h, qb, kb, vis, s);
+    else
+      accumulate_tile_compute(task, h, qb, kb, vis, s);
+  }
+
+  // S_ijᵀ (in probs, row stride kQueryBlock) -> P_ijᵀ in place: softcap, ALiBi, mask, exp.
+  void scores_to_probs(const Task& task, int h, int qb, int kb, TileVisibility vis, T* probs,
+                       Scratch& s) const {
+    const int row_begin = qb * kQueryBlock, rows = rows_of(qb);
+    const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
+    const int64_t row_terms = (int64_t(task.b) * p_.heads_q + h) * p_.seqlen_q + row_begin;
+    const T slope = p_.alibi_ptr ? p_.alibi_ptr[task.b * p_.alibi_batch_stride + h] : T(0);
+    for (int c = 0; c < cols; ++c) {
+      T* row = probs + size_t(c) * kQueryBlock;
+      const int key = key_begin + c;
+      if (kNative16) scale_by(row, rows, softmax_scale<T>(p_));
+      if (p_.softcap > 0)
+        apply_softcap(row, rows, softcap<T>(p_), s.tanh_t.data() + size_t(c) * kQueryBlock);
+      if (p_.alibi_ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
+      if (vis == TileVisibility::kPartial)
+        for (int r = 0; r < rows; ++r)
+          if (!key_visible(p_, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
+      exp_shifted_by(row, lse_shift_ + row_terms, rows);
+    }
+  }
+
+  // dP_ijᵀ (in grads) -> dS_ijᵀ in place, through the softmax and the softcap.
+  void probs_grad_to_scores_grad(const Task& task, int h, int qb, int kb, const T* probs,
+                                 T* grads, const Scratch& s) const {
+    const int rows = rows_of(qb);
+    const int64_t row_terms = (int64_t(task.b) * p_.heads_q + h) * p_.seqlen_q + qb * kQueryBlock;
+    for (int c = 0; c < cols_of(kb); ++c) {
+      T* row = grads + size_t(c) * kQueryBlock;
+      softmax_grad(row, probs + size_t(c) * kQueryBlock, d_terms_ + row_terms, rows);
+      if (p_.softcap > 0) mul_softcap_grad(row, s.tanh_t.data() + size_t(c) * kQueryBlock, rows);
+    }
+  }
+
+  // Rounds the tile's cols x rows corner of `tile` to 16 bits; the rest of `tile16` stays 0.
+  void round_tile_to_16bit(const T* tile, int rows, int cols, std::vector<In>& tile16) const {
+    if constexpr (kNative16) {
+      for (int c = 0; c < kKeyBlock; ++c) {
+        In* row16 = tile16.data() + size_t(c) * kQueryBlock;
+        const int valid = c < cols ? rows : 0;
+        round_to_16bit(tile + size_t(c) * kQueryBlock, row16, valid);
+        std::fill(row16 + valid, row16 + kQueryBlock, In(0.f));
+      }
+    }
+  }
+
+  void accumulate_tile_16bit(const Task& task, int h, int qb, int kb, TileVisibility vis,
+                             Scratch& s) {
+    if constexpr (kNative16) {
+      const int b = task.b, rows = rows_of(qb), cols = cols_of(kb);
+      const int64_t q_head = int64_t(b) * p_.heads_q + h;
+      const int64_t kv_head = int64_t(b) * p_.heads_kv + task.kv_head;
+      const int value_panels = q_rows16_.panels_per_block;
+      T* probs = s.probs_t.data();
+      T* grads = s.grad_t.data();
+
+      // S_ijᵀ = Kj Qiᵀ (unscaled), then P_ijᵀ.
+      tile_gemm(cols, kQueryBlock, gemm_dim_, k_rows16_.panel(kv_head, kb, 0), gemm_dim_,
+                q_t16_.panel(q_head, qb, 0), kPanelWidth, probs, kQueryBlock, false, vnni_);
+      scores_to_probs(task, h, qb, kb, vis, probs, s);
+      round_tile_to_16bit(probs, rows, cols, s.probs16_t);
+      // dVj += P_ijᵀ dOi
+      for (int panel = 0; panel < value_panels; ++panel)
+        tile_gemm(cols, kPanelWidth, kQueryBlock, s.probs16_t.data(), kQueryBlock,
+                  do_rows16_.panel(q_head, qb, panel), kPanelWidth,
+                  s.dv_acc.data() + panel * kPanelWidth, acc_stride_, true, vnni_);
+      // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ.
+      tile_gemm(cols, kQueryBlock, gemm_dim_, v_rows16_.panel(kv_head, kb, 0), gemm_dim_,
+                do_t16_.panel(q_head, qb, 0), kPanelWidth, grads, kQueryBlock, false, vnni_);
+      probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
+      round_tile_to_16bit(grads, rows, cols, s.grad16_t);
+      // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
+      for (int panel = 0; panel < value_panels; ++panel)
+        tile_gemm(cols, kPanelWidth, kQueryBlock, s.grad16_t.data(), kQueryBlock,
+                  q_rows16_.panel(q_head, qb, panel), kPanelWidth,
+                  s.dk_acc.data() + panel * kPanelWidth, acc_stride_, true, vnni_);
+      // dQiᵀ += Kjᵀ dS_ijᵀ over the whole key block (dS_ijᵀ is 0 past the last key).
+      const In* grads_b = s.grad16_t.data();
+      if (vnni_) {
+        pack_vnni_panel(grads_b, s.grad16_vnni.data(), kKeyBlock);
+        grads_b = s.grad16_vnni.data();
+      }
+      tile_gemm(dim_, kQueryBlock, kKeyBlock, k_t16_.panel(kv_head, kb, 0), kKeyBlock, grads_b,
+                kPanelWidth, dq_partial(task.chunk, b, h, qb), kQueryBlock, true, vnni_);
+    }
+  }
+
+  void accumulate_tile_compute(const Task& task, int h, int qb, int kb, TileVisibility vis,
+                               Scratch& s) {
     const int b = task.b, D = dim_;
     const int row_begin = qb * kQueryBlock, rows = rows_of(qb);
     const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
@@ -206,36 +329,19 @@ class BackwardKernel {
     const T* v_rows = v_rows_.head(b, task.kv_head) + int64_t(key_begin) * D;
     const T* q_rows = q_rows_.head(b, h) + int64_t(row_begin) * D;
     const T* do_rows = do_rows_.head(b, h) + int64_t(row_begin) * D;
-    const int64_t row_terms = (int64_t(b) * p_.heads_q + h) * p_.seqlen_q + row_begin;
     T* probs = s.probs_t.data();
     T* grads = s.grad_t.data();
 
     // S_ijᵀ = Kj (scale·Qi)ᵀ, then P_ijᵀ row by row (a row is one key, across the queries).
     tile_gemm(cols, rows, D, k_rows, D, q_panels_.head(b, h) + int64_t(qb) * D * kQueryBlock,
               kQueryBlock, probs, kQueryBlock, /*accumulate=*/false);
-    const T slope = p_.alibi_ptr ? p_.alibi_ptr[b * p_.alibi_batch_stride + h] : T(0);
-    for (int c = 0; c < cols; ++c) {
-      T* row = probs + size_t(c) * kQueryBlock;
-      const int key = key_begin + c;
-      if (p_.softcap > 0)
-        apply_softcap(row, rows, softcap<T>(p_),
-                      s.tanh_t.data() + size_t(c) * kQueryBlock);
-      if (p_.alibi_ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
-      if (vis == TileVisibility::kPartial)
-        for (int r = 0; r < rows; ++r)
-          if (!key_visible(p_, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
-      exp_shifted_by(row, lse_shift_ + row_terms, rows);
-    }
+    scores_to_probs(task, h, qb, kb, vis, probs, s);
     // dVj += P_ijᵀ dOi
     tile_gemm(cols, D, rows, probs, kQueryBlock, do_rows, D, s.dv_acc.data(), D, true);
     // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ in place.
     tile_gemm(cols, rows, D, v_rows, D, do_panels_.head(b, h) + int64_t(qb) * D * kQueryBlock,
               kQueryBlock, grads, kQueryBlock, /*accumulate=*/false);
-    for (int c = 0; c < cols; ++c) {
-      T* row = grads + size_t(c) * kQueryBlock;
-      softmax_grad(row, probs + size_t(c) * kQueryBlock, d_terms_ + row_terms, rows);
-      if (p_.softcap > 0) mul_softcap_grad(row, s.tanh_t.data() + size_t(c) * kQueryBlock, rows);
-    }
+    probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
     // dKj += dS_ijᵀ (scale·Qi)
     tile_gemm(cols, D, rows, grads, kQueryBlock, q_rows, D, s.dk_acc.data(), D, true);
     // dQiᵀ += Kjᵀ dS_ijᵀ, into this chunk's partial buffer.
@@ -248,12 +354,14 @@ class BackwardKernel {
                                       p_.dk_head_stride);
     const auto dv = strided_heads<In>(p_.dv_ptr, p_.dv_batch_stride, p_.dv_row_stride,
                                       p_.dv_head_stride);
+    // The kCompute path folded the scale into Q already.
+    const T dk_scale = kNative16 ? softmax_scale<T>(p_) : T(1);
     for (int c = 0; c < cols_of(kb); ++c) {
       In* dk_row = dk.row(task.b, task.kv_head, kb * kKeyBlock + c);
       In* dv_row = dv.row(task.b, task.kv_head, kb * kKeyBlock + c);
       for (int d = 0; d < dim_; ++d) {
-        dk_row[d] = static_cast<In>(s.dk_acc[size_t(c) * dim_ + d]);
-        dv_row[d] = static_cast<In>(s.dv_acc[size_t(c) * dim_ + d]);
+        dk_row[d] = static_cast<In>(dk_scale * s.dk_acc[size_t(c) * acc_stride_ + d]);
+        dv_row[d] = static_cast<In>(s.dv_acc[size_t(c) * acc_stride_ + d]);
       }
     }
   }
@@ -287,11 +395,16 @@ class BackwardKernel {
 
   const AttnBwdParams& p_;
   const int dim_;
+  const int gemm_dim_;    // K of the products over the head dim: dim_, or rounded up to even
+  const int acc_stride_;  // row stride of dKj/dVj: dim_, or rounded up to whole panels
+  const bool vnni_;       // kNative16: B panels are VNNI-packed
   const int num_query_blocks_;
   const int num_key_blocks_;
   const int64_t dq_panel_elements_;  // one head's partial dQᵀ: [query block][D][kQueryBlock]
   const int64_t num_chunks_;
   PackedHeads<T> q_rows_, q_panels_, do_rows_, do_panels_, k_rows_, k_panels_, v_rows_;
+  // kNative16 operands: B panels of Qiᵀ, Qi, dOiᵀ, dOi; A tiles of Kj, Kjᵀ, Vj.
+  Panels16<In> q_t16_, q_rows16_, do_t16_, do_rows16_, k_rows16_, k_t16_, v_rows16_;
   at::Tensor d_terms_storage_, lse_shift_storage_, dq_partial_storage_;
   T* d_terms_ = nullptr;
   T* lse_shift_ = nullptr;
@@ -303,7 +416,13 @@ class BackwardKernel {
 void run_bwd(const AttnBwdParams& p, c10::ScalarType dtype) {
   dispatch_input_dtype(dtype, [&](auto tag) {
     using In = typename decltype(tag)::type;
-    BackwardKernel<In>(p).run();
+    if constexpr (std::is_same_v<In, c10::BFloat16> || std::is_same_v<In, c10::Half>) {
+      if (use_native_16bit_products(dtype)) {
+        BackwardKernel<In, OperandPath::kNative16>(p, cpu_packs_vnni(dtype)).run();
+        return;
+      }
+    }
+    BackwardKernel<In, OperandPath::kCompute>(p, /*vnni=*/false).run();
   });
 }
 

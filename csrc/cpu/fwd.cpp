@@ -31,8 +31,6 @@ namespace {
 constexpr int kQueryBlock = 64;
 constexpr int kKeyBlock = 128;
 
-enum class OperandPath { kCompute, kNative16 };
-
 template <typename In, OperandPath kPath>
 class ForwardKernel {
   using T = compute_t<In>;

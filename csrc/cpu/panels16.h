@@ -31,6 +31,10 @@ inline bool cpu_packs_vnni(c10::ScalarType dtype) {
   return at::native::cpublas::could_pack(dtype);
 }
 
+// How a kernel feeds its tile products: packed into the compute type (fp32/fp64), or bf16/fp16
+// kept in 16 bits in the panels below.
+enum class OperandPath { kCompute, kNative16 };
+
 // Whether bf16/fp16 attention multiplies its tiles in 16 bits (the kNative16 operand path) or
 // converts its inputs to fp32 first. FLASHATTN_CPU_16BIT_PRODUCTS=1 or 0 forces either (the tests
 // run both); by default the 16-bit path is taken where the CPU packs VNNI, i.e. has native
@@ -47,16 +51,26 @@ inline bool use_native_16bit_products(c10::ScalarType dtype) {
   return cpu_packs_vnni(dtype);
 }
 
-// panels[head][block][index], each [panel_rows][kPanelWidth], row-major or VNNI-packed.
+// Rearranges a row-major [rows][kPanelWidth] B panel into the VNNI order brgemm takes with
+// is_vnni = true; rows even. `in` and `out` must not overlap.
+template <typename In16>
+void pack_vnni_panel(const In16* in, In16* out, int rows) {
+  const auto dtype = c10::CppTypeToScalarType<In16>::value;
+  at::native::cpublas::pack(rows, kPanelWidth, kPanelWidth, kPanelWidth, dtype, dtype, in, out);
+}
+
+// panels[head][block][index], each [panel_rows][panel_width], row-major or VNNI-packed. B
+// operands are kPanelWidth wide with an even row count; A operands (never VNNI) may be any shape.
 template <typename In16>
 struct Panels16 {
   at::Tensor storage;
   const In16* data = nullptr;
-  int panel_rows = 0;  // the K of every product on a panel; even
+  int panel_rows = 0;
+  int panel_width = kPanelWidth;
   int panels_per_block = 0;
   int blocks_per_head = 0;
 
-  int64_t panel_elements() const { return int64_t(panel_rows) * kPanelWidth; }
+  int64_t panel_elements() const { return int64_t(panel_rows) * panel_width; }
   const In16* panel(int64_t head, int block, int index) const {
     return data + ((head * blocks_per_head + block) * panels_per_block + index) * panel_elements();
   }
@@ -66,9 +80,12 @@ struct Panels16 {
 // VNNI-packs it when `vnni`; in parallel over heads.
 template <typename In16, typename Fill>
 Panels16<In16> build_panels(int64_t heads, int blocks_per_head, int panels_per_block,
-                            int panel_rows, bool vnni, const Fill& fill) {
+                            int panel_rows, int panel_width, bool vnni, const Fill& fill) {
+  TORCH_CHECK(!vnni || (panel_width == kPanelWidth && panel_rows % 2 == 0),
+              "flashattn: internal error: VNNI panels must be 64 wide with an even row count");
   Panels16<In16> panels;
   panels.panel_rows = panel_rows;
+  panels.panel_width = panel_width;
   panels.panels_per_block = panels_per_block;
   panels.blocks_per_head = blocks_per_head;
   const int64_t per_head = int64_t(blocks_per_head) * panels_per_block * panels.panel_elements();
@@ -81,15 +98,12 @@ Panels16<In16> build_panels(int64_t heads, int blocks_per_head, int panels_per_b
     for (int64_t head = begin; head < end; ++head)
       for (int block = 0; block < blocks_per_head; ++block)
         for (int index = 0; index < panels_per_block; ++index) {
-          In16* dst = const_cast<In16*>(panels.panel(head, block, index));
+          In16* dst = data + ((head * blocks_per_head + block) * panels_per_block + index) *
+                                 panels.panel_elements();
           In16* staging = vnni ? row_major.data() : dst;
-          std::fill_n(staging, panels.panel_elements(), In16(0.f));
+          std::fill_n(staging, panels.panel_elements(), In16(0.f));  // padding must be 0, not NaN
           fill(head, block, index, staging);
-          if (vnni) {
-            const auto dtype = c10::CppTypeToScalarType<In16>::value;
-            at::native::cpublas::pack(panel_rows, kPanelWidth, kPanelWidth, kPanelWidth, dtype,
-                                      dtype, staging, dst);
-          }
+          if (vnni) pack_vnni_panel(staging, dst, panel_rows);
         }
   });
   return panels;
@@ -102,7 +116,7 @@ Panels16<In16> pack_key_panels(const StridedHeads<const In16>& keys, int batch, 
                                int seqlen, int dim, int key_block, bool vnni) {
   const int blocks = num_blocks(seqlen, key_block);
   return build_panels<In16>(
-      int64_t(batch) * heads, blocks, key_block / kPanelWidth, round_up(dim, 2), vnni,
+      int64_t(batch) * heads, blocks, key_block / kPanelWidth, round_up(dim, 2), kPanelWidth, vnni,
       [&](int64_t bh, int block, int index, In16* panel) {
         const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
         const int first = block * key_block + index * kPanelWidth;
@@ -121,7 +135,7 @@ Panels16<In16> pack_value_panels(const StridedHeads<const In16>& values, int bat
                                  int seqlen, int dim, int key_block, bool vnni) {
   const int blocks = num_blocks(seqlen, key_block);
   return build_panels<In16>(
-      int64_t(batch) * heads, blocks, num_blocks(dim, kPanelWidth), key_block, vnni,
+      int64_t(batch) * heads, blocks, num_blocks(dim, kPanelWidth), key_block, kPanelWidth, vnni,
       [&](int64_t bh, int block, int index, In16* panel) {
         const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
         const int rows = std::min(key_block, seqlen - block * key_block);
@@ -130,6 +144,39 @@ Panels16<In16> pack_value_panels(const StridedHeads<const In16>& values, int bat
         for (int j = 0; j < rows; ++j)
           std::copy_n(values.row(b, h, block * key_block + j) + first_col, cols,
                       panel + int64_t(j) * kPanelWidth);
+      });
+}
+
+// A operands (row-major): block kb is rows [kb·block_rows, +block_rows) of `src` as a
+// [block_rows][dim rounded up to even] tile, the K of a product with pack_key_panels' panels.
+template <typename In16>
+Panels16<In16> pack_row_tiles(const StridedHeads<const In16>& src, int batch, int heads,
+                              int seqlen, int dim, int block_rows) {
+  return build_panels<In16>(
+      int64_t(batch) * heads, num_blocks(seqlen, block_rows), 1, block_rows, round_up(dim, 2),
+      /*vnni=*/false, [&](int64_t bh, int block, int, In16* tile) {
+        const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
+        const int rows = std::min(block_rows, seqlen - block * block_rows);
+        const int width = round_up(dim, 2);
+        for (int j = 0; j < rows; ++j)
+          std::copy_n(src.row(b, h, block * block_rows + j), dim, tile + int64_t(j) * width);
+      });
+}
+
+// A operands (row-major): block kb is the transpose of rows [kb·block_rows, +block_rows) of
+// `src`, a [dim][block_rows] tile with zero columns past the last row.
+template <typename In16>
+Panels16<In16> pack_transposed_tiles(const StridedHeads<const In16>& src, int batch, int heads,
+                                     int seqlen, int dim, int block_rows) {
+  return build_panels<In16>(
+      int64_t(batch) * heads, num_blocks(seqlen, block_rows), 1, dim, block_rows, /*vnni=*/false,
+      [&](int64_t bh, int block, int, In16* tile) {
+        const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
+        const int rows = std::min(block_rows, seqlen - block * block_rows);
+        for (int j = 0; j < rows; ++j) {
+          const In16* row = src.row(b, h, block * block_rows + j);
+          for (int d = 0; d < dim; ++d) tile[int64_t(d) * block_rows + j] = row[d];
+        }
       });
 }
 
