@@ -5,6 +5,7 @@ Nothing here knows about implementations or tables; bench.py composes these piec
 """
 import ctypes
 import gc
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -96,6 +97,15 @@ class CudaProbe:
         # caching allocator keeps their blocks: free both before the next case.
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def matmul_tflops(dtype, size, probe, repeats, device):
+    """The machine's matmul rate in dtype: median TFLOP/s of a (size x size) @ (size x size)
+    product, the ceiling attention's two tile products work against."""
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
+    probe.time_ms(lambda: a @ b)  # warm-up: BLAS handles, kernel selection, page faults
+    median_ms = statistics.median(probe.time_ms(lambda: a @ b) for _ in range(repeats))
+    return 2 * size ** 3 / (median_ms / MS_PER_S) / 1e12
 
 
 def make_probe(device):

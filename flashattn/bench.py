@@ -72,6 +72,10 @@ DEFAULTS = {
                      head_dim=128, seqlens=(1024, 2048, 4096, 8192, 16384), repeats=10,
                      warmup=3),
 }
+# The square matmul whose rate is reported as the ceiling ("matmul ceiling" in the summary).
+MATMUL_SIZE = {"cpu": 2048, "cuda": 8192}
+QUICK_MATMUL_SIZE = 256
+
 # --quick: small enough for CI, a few seconds in all.
 QUICK = {
     "cpu": dict(heads=2, head_dim=32, seqlens=(128, 256)),
@@ -268,6 +272,22 @@ def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
+def add_matmul_ceilings(summary, results, ceilings, size):
+    """Adds to each dtype's forward summary the matmul rate and the share of it that flashattn's
+    non-causal forward reaches (attention is two matmuls plus a softmax: the share is how little
+    the softmax and the tiling cost)."""
+    for s in summary:
+        tflops = ceilings.get(s["dtype"])
+        if s["mode"] != "fwd" or tflops is None:
+            continue
+        shares = [r.tflops / tflops for r in results
+                  if (r.impl, r.mode, r.dtype, r.causal) == (FLASHATTN, "fwd", s["dtype"], False)
+                  and r.tflops is not None]
+        s["matmul_size"] = size
+        s["matmul_tflops"] = tflops
+        s["noncausal_fwd_share_of_matmul"] = [min(shares), max(shares)] if shares else None
+
+
 def summary_lines(summary):
     lines = ["", "fa_speedup = t_sdpa / t_flashattn per back-to-back pair, median; > 1: "
                  "flashattn is faster. peak_MB: memory above the inputs at the peak of one call."]
@@ -277,6 +297,13 @@ def summary_lines(summary):
                    else "n/a (flashattn or every SDPA backend could not run)")
         lines.append(f"{MODE_TITLES[s['mode']]:>16}, {s['dtype']}: flashattn vs the best SDPA "
                      f"backend: {verdict}")
+        if s.get("matmul_tflops"):
+            size, shares = s["matmul_size"], s["noncausal_fwd_share_of_matmul"]
+            reached = (f"flashattn's non-causal forward reaches {100 * shares[0]:.0f}%"
+                       f"{'' if shares[0] == shares[1] else f'-{100 * shares[1]:.0f}%'} of it"
+                       if shares else "no non-causal forward in this run")
+            lines.append(f"{'':>16}  matmul ceiling ({size}x{size}x{size}, {s['dtype']}): "
+                         f"{1e3 * s['matmul_tflops']:.0f} GFLOP/s; {reached}")
     return lines
 
 
@@ -407,6 +434,12 @@ def main(argv=None):
             print(table_row(result), file=table, flush=True)
             results.append(result)
     summary = summarize(results)
+    if "fwd" in (MODES if args.mode == "both" else (args.mode,)):
+        size = QUICK_MATMUL_SIZE if args.quick else MATMUL_SIZE[device.type]
+        ceilings = {_dtype_name(dtype): measure.matmul_tflops(dtype, size, probe,
+                                                              settings.repeats, device)
+                    for dtype in settings.dtypes}
+        add_matmul_ceilings(summary, results, ceilings, size)
     print("\n".join(summary_lines(summary)), file=table)
 
     if args.plot:
