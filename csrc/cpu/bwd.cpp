@@ -279,13 +279,21 @@ class BackwardKernel {
     }
   }
 
+  // acc (cols x whole panels, row stride acc_stride_) += a (cols x kQueryBlock, 16-bit) times
+  // the panels of query block qb, one 64-column panel at a time.
+  void accumulate_panel_products(int cols, const In* a, const Panels16<In>& panels,
+                                 int64_t head, int qb, T* acc) const {
+    for (int panel = 0; panel < panels.panels_per_block; ++panel)
+      tile_gemm(cols, kPanelWidth, kQueryBlock, a, kQueryBlock, panels.panel(head, qb, panel),
+                kPanelWidth, acc + panel * kPanelWidth, acc_stride_, /*accumulate=*/true, vnni_);
+  }
+
   void accumulate_tile_16bit(const Task& task, int h, int qb, int kb, TileVisibility vis,
                              Scratch& s) {
     if constexpr (kNative16) {
       const int b = task.b, rows = rows_of(qb), cols = cols_of(kb);
       const int64_t q_head = int64_t(b) * p_.heads_q + h;
       const int64_t kv_head = int64_t(b) * p_.heads_kv + task.kv_head;
-      const int value_panels = q_rows16_.panels_per_block;
       T* probs = s.probs_t.data();
       T* grads = s.grad_t.data();
 
@@ -295,20 +303,16 @@ class BackwardKernel {
       scores_to_probs(task, h, qb, kb, vis, probs, s);
       round_tile_to_16bit(probs, rows, cols, s.probs16_t);
       // dVj += P_ijᵀ dOi
-      for (int panel = 0; panel < value_panels; ++panel)
-        tile_gemm(cols, kPanelWidth, kQueryBlock, s.probs16_t.data(), kQueryBlock,
-                  do_rows16_.panel(q_head, qb, panel), kPanelWidth,
-                  s.dv_acc.data() + panel * kPanelWidth, acc_stride_, true, vnni_);
+      accumulate_panel_products(cols, s.probs16_t.data(), do_rows16_, q_head, qb,
+                                s.dv_acc.data());
       // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ.
       tile_gemm(cols, kQueryBlock, gemm_dim_, v_rows16_.panel(kv_head, kb, 0), gemm_dim_,
                 do_t16_.panel(q_head, qb, 0), kPanelWidth, grads, kQueryBlock, false, vnni_);
       probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
       round_tile_to_16bit(grads, rows, cols, s.grad16_t);
       // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
-      for (int panel = 0; panel < value_panels; ++panel)
-        tile_gemm(cols, kPanelWidth, kQueryBlock, s.grad16_t.data(), kQueryBlock,
-                  q_rows16_.panel(q_head, qb, panel), kPanelWidth,
-                  s.dk_acc.data() + panel * kPanelWidth, acc_stride_, true, vnni_);
+      accumulate_panel_products(cols, s.grad16_t.data(), q_rows16_, q_head, qb,
+                                s.dk_acc.data());
       // dQiᵀ += Kjᵀ dS_ijᵀ over the whole key block (dS_ijᵀ is 0 past the last key).
       const In* grads_b = s.grad16_t.data();
       if (vnni_) {

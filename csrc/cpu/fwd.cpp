@@ -120,7 +120,8 @@ class ForwardKernel {
       if constexpr (kNative16)
         std::copy_n(q_row, dim_, tile_row);  // a column padding dim_ to even stays 0
       else
-        for (int d = 0; d < dim_; ++d) tile_row[d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
+        for (int d = 0; d < dim_; ++d)
+          tile_row[d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
     }
     std::fill(s.out_acc.begin(), s.out_acc.end(), T(0));
     std::fill(s.row_max.begin(), s.row_max.end(), -std::numeric_limits<T>::infinity());
