@@ -15,18 +15,21 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 SEQLENS = [(1, 1), (7, 7), (1, 129), (129, 1), (63, 65), (65, 63), (127, 257), (257, 127), (129, 129)]
 
 # name -> keyword arguments of Executor.fwd/bwd, resolved by mask_arguments(): "alibi" names the
-# slopes' shape.
+# slopes' shape, "scale" replaces the default softmax scale 1/sqrt(head_dim).
 MASKS = {
     "none": {},
     "causal": dict(causal=True),
     "causal_top_left": dict(causal=True, align_bottom_right=False),
     "window": dict(window=(16, 5)),
     "window_left_only": dict(window=(9, -1)),
+    "window_right_only": dict(window=(-1, 3)),
     "window_causal": dict(window=(20, -1), causal=True),
+    "window_alibi_top_left": dict(window=(6, 2), alibi="heads", align_bottom_right=False),
     "softcap": dict(softcap=2.5),
     "softcap_causal": dict(softcap=2.5, causal=True),
     "alibi": dict(alibi="heads"),
     "alibi_batch_causal": dict(alibi="batch_heads", causal=True),
+    "negative_scale": dict(scale=-0.2),
     "all": dict(alibi="heads", softcap=5.0, window=(33, 2), causal=True),
 }
 
@@ -48,11 +51,12 @@ def make_alibi(kind, batch, heads, device):
 def mask_arguments(mask, q, scale=None):
     """A MASKS entry for inputs shaped like q -> (softmax scale, keyword arguments of
     Executor.fwd/bwd, keyword arguments of attention_reference). Draws the alibi slopes, so
-    the executor and the reference see the same ones. scale defaults to 1/sqrt(head_dim)."""
+    the executor and the reference see the same ones. scale, if given, wins over the mask's."""
     mask = dict(mask)
     alibi = make_alibi(mask.pop("alibi", None), q.shape[0], q.shape[2], q.device)
     window = mask.pop("window", (-1, -1))
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    mask_scale = mask.pop("scale", 1.0 / math.sqrt(q.shape[-1]))
+    scale = mask_scale if scale is None else scale
     # What is left (causal, softcap, align_bottom_right) has the same name in both.
     op_kwargs = dict(window=window, alibi_slopes=alibi, **mask)
     ref_kwargs = dict(softmax_scale=scale, window_size=window,
