@@ -1,11 +1,18 @@
-"""The executors the correctness matrix runs on.
+"""The executors the correctness checks run on.
 
 cpu   torch.ops.flashattn on CPU tensors (the CPU kernels)
 cuda  torch.ops.flashattn on CUDA tensors; skipped without a GPU
+sim   torch.ops.flashattn_sim on CPU tensors: the CUDA kernels' own source on the CPU shim
+      (tests/cudasim), built by tests/sim_ext/build.py on first use; skipped without the CUDA
+      headers. Every CUDA thread is a fiber, so it only affords small sizes: it is not in
+      EXECUTORS, and test_cuda_kernels_sim.py runs it through the same checks at its own sizes.
 """
+import functools
+
 import pytest
 import torch
 
+# The executors of the big matrices in test_forward.py and test_backward.py.
 EXECUTORS = ["cpu", "cuda"]
 
 
@@ -24,6 +31,28 @@ class Executor:
                             window[1], softcap, alibi_slopes, align_bottom_right, deterministic)
 
 
+class SimExecutor(Executor):
+    def set_schedule(self, schedule):
+        """The order the shim runs warps in between barriers, for every later launch:
+        "forward", "reverse" or "random:SEED"."""
+        self.ops.set_schedule(schedule)
+
+
+@functools.cache
+def _load_sim_ops():
+    """Builds the sim extension (or reuses torch's cached build) once per process. The library
+    reads FLASHATTN_POISON_OUTPUTS when it loads; conftest.py sets it before any test runs.
+    A skip or a failed build is not cached: callers that must not retry it per test hold the
+    executor in a module-scoped fixture, as test_cuda_kernels_sim.py does."""
+    from sim_ext import build  # tests/ is on sys.path, as for this module
+
+    if build.cudasim_build.cuda_include_dir() is None:
+        pytest.skip("the sim executor compiles the CUDA kernels against cuda_fp16.h and "
+                    "vector_types.h: set CUDA_HOME to a CUDA toolkit")
+    build.load()
+    return torch.ops.flashattn_sim
+
+
 def make_executor(name):
     if name == "cpu":
         return Executor("cpu", torch.device("cpu"), torch.ops.flashattn)
@@ -31,4 +60,6 @@ def make_executor(name):
         if not torch.cuda.is_available():
             pytest.skip("no CUDA GPU on this machine")
         return Executor("cuda", torch.device("cuda"), torch.ops.flashattn)
+    if name == "sim":
+        return SimExecutor("sim", torch.device("cpu"), _load_sim_ops())
     raise ValueError(name)

@@ -1,6 +1,5 @@
 """Backward: gradients against float64 autograd through the reference, gradcheck, the LSE
 gradient, masked rows, GQA and bitwise determinism."""
-import math
 
 import pytest
 import torch
@@ -8,7 +7,7 @@ import torch
 import flashattn
 from executors import EXECUTORS, make_executor
 from flashattn.reference import attention_reference
-from test_forward import MASKS, make_alibi, make_qkv
+from test_forward import MASKS, make_qkv, mask_arguments
 from tolerance import assert_within_torch_error
 
 
@@ -24,20 +23,14 @@ def reference_grads(q, k, v, dout, dlse, ref_kwargs):
 
 
 def check_backward(ex, q, k, v, mask, with_dlse=False, deterministic=False):
-    mask = dict(mask)
-    alibi = make_alibi(mask.pop("alibi", None), q.shape[0], q.shape[2], q.device)
-    window = mask.pop("window", (-1, -1))
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    kwargs = dict(window=window, alibi_slopes=alibi, **mask)
-    out, lse = ex.fwd(q, k, v, scale, **kwargs)
+    """Runs executor ex forward and backward with a random dout (and dlse) and compares dq, dk,
+    dv with float64 autograd through the reference."""
+    scale, op_kwargs, ref_kwargs = mask_arguments(mask, q)
+    out, lse = ex.fwd(q, k, v, scale, **op_kwargs)
     dout = torch.randn_like(out)
     dlse = torch.randn_like(lse) if with_dlse else None
     dq, dk, dv = ex.bwd(dout, q, k, v, out, lse, dlse, scale, deterministic=deterministic,
-                        **kwargs)
-    ref_kwargs = dict(softmax_scale=scale, window_size=window,
-                      alibi_slopes=None if alibi is None else alibi.cpu(),
-                      causal=mask.get("causal", False), softcap=mask.get("softcap", 0.0),
-                      align_bottom_right=mask.get("align_bottom_right", True))
+                        **op_kwargs)
     to64 = lambda t: t.detach().cpu().double()  # noqa: E731
     ref = reference_grads(to64(q), to64(k), to64(v), dout.double(),
                           None if dlse is None else dlse.double(), ref_kwargs)

@@ -14,18 +14,22 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # (seqlen_q, seqlen_k): awkward sizes around tile edges, Sq != Sk both ways.
 SEQLENS = [(1, 1), (7, 7), (1, 129), (129, 1), (63, 65), (65, 63), (127, 257), (257, 127), (129, 129)]
 
-# name -> keyword arguments of the op and of the reference
+# name -> keyword arguments of Executor.fwd/bwd, resolved by mask_arguments(): "alibi" names the
+# slopes' shape, "scale" replaces the default softmax scale 1/sqrt(head_dim).
 MASKS = {
     "none": {},
     "causal": dict(causal=True),
     "causal_top_left": dict(causal=True, align_bottom_right=False),
     "window": dict(window=(16, 5)),
     "window_left_only": dict(window=(9, -1)),
+    "window_right_only": dict(window=(-1, 3)),
     "window_causal": dict(window=(20, -1), causal=True),
+    "window_alibi_top_left": dict(window=(6, 2), alibi="heads", align_bottom_right=False),
     "softcap": dict(softcap=2.5),
     "softcap_causal": dict(softcap=2.5, causal=True),
     "alibi": dict(alibi="heads"),
     "alibi_batch_causal": dict(alibi="batch_heads", causal=True),
+    "negative_scale": dict(scale=-0.2),
     "all": dict(alibi="heads", softcap=5.0, window=(33, 2), causal=True),
 }
 
@@ -44,21 +48,29 @@ def make_alibi(kind, batch, heads, device):
     return (torch.rand(shape, device=device) * 0.5 + 0.01).float()
 
 
-def check_forward(ex, q, k, v, mask, scale=None):
-    """Runs executor ex and compares out and lse with the float64 reference."""
+def mask_arguments(mask, q, scale=None):
+    """A MASKS entry for inputs shaped like q -> (softmax scale, keyword arguments of
+    Executor.fwd/bwd, keyword arguments of attention_reference). Draws the alibi slopes, so
+    the executor and the reference see the same ones. scale, if given, wins over the mask's."""
     mask = dict(mask)
     alibi = make_alibi(mask.pop("alibi", None), q.shape[0], q.shape[2], q.device)
     window = mask.pop("window", (-1, -1))
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    out, lse = ex.fwd(q, k, v, scale, window=window, alibi_slopes=alibi, **mask)
-    ref_kwargs = dict(softmax_scale=scale, window_size=window, alibi_slopes=alibi,
-                      causal=mask.get("causal", False), softcap=mask.get("softcap", 0.0),
-                      align_bottom_right=mask.get("align_bottom_right", True))
+    mask_scale = mask.pop("scale", 1.0 / math.sqrt(q.shape[-1]))
+    scale = mask_scale if scale is None else scale
+    # What is left (causal, softcap, align_bottom_right) has the same name in both.
+    op_kwargs = dict(window=window, alibi_slopes=alibi, **mask)
+    ref_kwargs = dict(softmax_scale=scale, window_size=window,
+                      alibi_slopes=None if alibi is None else alibi.cpu(), **mask)
+    return scale, op_kwargs, ref_kwargs
+
+
+def check_forward(ex, q, k, v, mask, scale=None):
+    """Runs executor ex and compares out and lse with the float64 reference."""
+    scale, op_kwargs, ref_kwargs = mask_arguments(mask, q, scale)
+    out, lse = ex.fwd(q, k, v, scale, **op_kwargs)
     to64 = lambda t: t.detach().cpu().double()  # noqa: E731
-    ref_out, ref_lse = attention_reference(to64(q), to64(k), to64(v), **{
-        **ref_kwargs, "alibi_slopes": None if alibi is None else alibi.cpu()})
-    low_out, low_lse = attention_reference(q.cpu(), k.cpu(), v.cpu(), **{
-        **ref_kwargs, "alibi_slopes": None if alibi is None else alibi.cpu()})
+    ref_out, ref_lse = attention_reference(to64(q), to64(k), to64(v), **ref_kwargs)
+    low_out, low_lse = attention_reference(q.cpu(), k.cpu(), v.cpu(), **ref_kwargs)
     assert out.dtype == q.dtype and lse.dtype == torch.float32
     assert_within_torch_error("out", out.cpu(), ref_out, low_out)
     assert_within_torch_error("lse", lse.cpu(), ref_lse, low_lse.float())
