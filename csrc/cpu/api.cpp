@@ -1,47 +1,33 @@
-// TORCH_LIBRARY_IMPL(flashattn, CPU): validate, allocate, fill AttnParams, run the CPU kernels.
+// TORCH_LIBRARY_IMPL(flashattn, CPU): the CPU executor behind the shared op glue (op_glue.h).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "../attn_args.h"
+#include "../op_glue.h"
 #include "kernels.h"
 
 namespace flashattn {
 namespace {
 
-const ExecutorLimits kCpuLimits{"CPU", {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}, -1};
-
-std::tuple<at::Tensor, at::Tensor> fwd_cpu(const at::Tensor& q, const at::Tensor& k,
-                                           const at::Tensor& v, double softmax_scale, bool causal,
-                                           int64_t window_left, int64_t window_right,
-                                           double softcap,
-                                           const std::optional<at::Tensor>& alibi_slopes,
-                                           bool align_bottom_right, bool /*deterministic*/) {
-  const MaskOptions mask{softmax_scale, causal,       window_left,       window_right,
-                         softcap,       alibi_slopes, align_bottom_right};
-  auto [out, lse] = check_and_alloc_fwd(q, k, v, mask, kCpuLimits);
-  cpu::run_fwd(make_fwd_params(q, k, v, out, lse, mask), q.scalar_type());
-  return {out, lse};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cpu(
-    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& dlse,
-    double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
-    const std::optional<at::Tensor>& alibi_slopes, bool align_bottom_right,
-    bool deterministic) {
-  const MaskOptions mask{softmax_scale, causal,       window_left,       window_right,
-                         softcap,       alibi_slopes, align_bottom_right};
-  auto [dq, dk, dv] = check_and_alloc_bwd(dout, q, k, v, out, lse, dlse, mask, kCpuLimits);
-  cpu::run_bwd(make_bwd_params(dout, q, k, v, out, lse, dlse, dq, dk, dv, mask, deterministic),
-               q.scalar_type());
-  return {dq, dk, dv};
-}
+struct CpuExecutor {
+  static const ExecutorLimits& limits() {
+    static const ExecutorLimits cpu_limits{
+        "CPU", {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}, -1};
+    return cpu_limits;
+  }
+  static void run_fwd(const at::Tensor& q, const AttnParams& p) {
+    cpu::run_fwd(p, q.scalar_type());
+  }
+  static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& /*dk*/,
+                      at::Tensor& /*dv*/) {
+    cpu::run_bwd(p, q.scalar_type());
+  }
+};
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(flashattn, CPU, m) {
-  m.impl("fwd", &fwd_cpu);
-  m.impl("bwd", &bwd_cpu);
+  m.impl("fwd", &fwd_op<CpuExecutor>);
+  m.impl("bwd", &bwd_op<CpuExecutor>);
 }
 
 }  // namespace flashattn

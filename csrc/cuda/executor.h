@@ -1,0 +1,77 @@
+// The CUDA executor of op_glue.h, written once for the GPU (api.cu) and for the CPU shim
+// (tests/sim_ext/sim_ops.cpp): kernel choice, the shapes with nothing to launch, shared memory,
+// the backward's workspace and the launch. What differs between the two is the Device policy:
+//   Device::kExecutorName, Device::kOpPrefix    how errors name the executor and the ops
+//   typename Device::Guard(at::Device)          makes q's device current during the launch
+//   Device::stream(q)                           the stream to launch on
+//   Device::check_smem_fits(bytes, q)           refuses what the device cannot hold
+//   Device::check_launch()                      called after every launch
+// Host code only: nvcc's device passes never see it (api.cu).
+#pragma once
+#include <ATen/ATen.h>
+
+#include "../attn_args.h"
+#include "entry.h"
+#include "traits.h"
+
+namespace flashattn::cuda {
+
+inline ElementType element_type(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf:
+      return ElementType::kHalf;
+    case at::kBFloat16:
+      return ElementType::kBFloat16;
+    case at::kFloat:
+      return ElementType::kFloat;
+    default:
+      TORCH_CHECK(false, "flashattn: no CUDA kernels for dtype ", t);
+  }
+}
+
+template <typename Device>
+struct CudaExecutor {
+  static const ExecutorLimits& limits() {
+    static const ExecutorLimits cuda_limits{
+        Device::kExecutorName, {at::kHalf, at::kBFloat16, at::kFloat}, kMaxHeadDim};
+    return cuda_limits;
+  }
+
+  static void run_fwd(const at::Tensor& q, const AttnParams& p) {
+    const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
+    if (choice.head_dim_tile == 0) not_built_yet("fwd", q.scalar_type());
+    if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0) return;
+    const typename Device::Guard guard(q.device());
+    Device::check_smem_fits(fwd_smem_bytes(choice), q);
+    launch_fwd(p, choice, Device::stream(q), &Device::check_launch);
+  }
+
+  static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& dk,
+                      at::Tensor& dv) {
+    const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
+    if (choice.head_dim_tile == 0) not_built_yet("bwd", q.scalar_type());
+    if (p.batch == 0 || p.heads_q == 0) {
+      // No query head reads k and v (heads_q = 0 with heads_kv > 0 is a valid GQA shape).
+      dk.zero_();
+      dv.zero_();
+      return;
+    }
+    const typename Device::Guard guard(q.device());
+    Device::check_smem_fits(bwd_smem_bytes(choice), q);
+    at::Tensor workspace =
+        at::empty({bwd_workspace_floats(p, choice)}, q.options().dtype(at::kFloat));
+    // The kernels must not depend on the scratch's initial contents: tests poison it too.
+    poison_if_debugging(workspace);
+    launch_bwd(p, choice, workspace.data_ptr<float>(), Device::stream(q), &Device::check_launch);
+  }
+
+ private:
+  // NotImplementedError, never a made-up result, for a kernel that is not compiled.
+  [[noreturn]] static void not_built_yet(const char* op, at::ScalarType dtype) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, Device::kOpPrefix, ".", op, ": the CUDA kernel for ",
+                                dtype, " is not built yet in this version; move the tensors "
+                                "to the CPU (q.cpu()) to use the CPU kernels");
+  }
+};
+
+}  // namespace flashattn::cuda
