@@ -99,13 +99,22 @@ class CudaProbe:
         torch.cuda.empty_cache()
 
 
-def matmul_tflops(dtype, size, probe, repeats, device):
-    """The machine's matmul rate in dtype: median TFLOP/s of a (size x size) @ (size x size)
-    product, the ceiling attention's two tile products work against."""
-    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
-    probe.time_ms(lambda: a @ b)  # warm-up: BLAS handles, kernel selection, page faults
+def matmul_tflops(dtype, max_size, probe, repeats, device, slow_call_ms=100):
+    """The machine's matmul rate in dtype: median TFLOP/s of an (n x n) @ (n x n) product, the
+    ceiling attention's two tile products work against. Returns (tflops, n).
+
+    n doubles from 256 up to max_size while one product takes under slow_call_ms, so a dtype
+    the machine multiplies slowly (bf16 without native support: under 1 GFLOP/s) costs
+    seconds, not minutes."""
+    size = min(256, max_size)
+    while True:
+        a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
+        first_ms = probe.time_ms(lambda: a @ b)  # also the warm-up: BLAS handles, page faults
+        if size * 2 > max_size or first_ms > slow_call_ms:
+            break
+        size *= 2
     median_ms = statistics.median(probe.time_ms(lambda: a @ b) for _ in range(repeats))
-    return 2 * size ** 3 / (median_ms / MS_PER_S) / 1e12
+    return 2 * size ** 3 / (median_ms / MS_PER_S) / 1e12, size
 
 
 def make_probe(device):

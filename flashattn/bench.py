@@ -72,7 +72,8 @@ DEFAULTS = {
                      head_dim=128, seqlens=(1024, 2048, 4096, 8192, 16384), repeats=10,
                      warmup=3),
 }
-# The square matmul whose rate is reported as the ceiling ("matmul ceiling" in the summary).
+# The largest square matmul whose rate is reported as the ceiling ("matmul ceiling" in the
+# summary); smaller where the dtype is slow on the machine (see measure.matmul_tflops).
 MATMUL_SIZE = {"cpu": 2048, "cuda": 8192}
 QUICK_MATMUL_SIZE = 256
 
@@ -272,14 +273,14 @@ def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
-def add_matmul_ceilings(summary, results, ceilings, size):
+def add_matmul_ceilings(summary, results, ceilings):
     """Adds to each dtype's forward summary the matmul rate and the share of it that flashattn's
     non-causal forward reaches (attention is two matmuls plus a softmax: the share is how little
     the softmax and the tiling cost)."""
     for s in summary:
-        tflops = ceilings.get(s["dtype"])
-        if s["mode"] != "fwd" or tflops is None:
+        if s["mode"] != "fwd" or s["dtype"] not in ceilings:
             continue
+        tflops, size = ceilings[s["dtype"]]
         shares = [r.tflops / tflops for r in results
                   if (r.impl, r.mode, r.dtype, r.causal) == (FLASHATTN, "fwd", s["dtype"], False)
                   and r.tflops is not None]
@@ -303,7 +304,7 @@ def summary_lines(summary):
                        f"{'' if shares[0] == shares[1] else f'-{100 * shares[1]:.0f}%'} of it"
                        if shares else "no non-causal forward in this run")
             lines.append(f"{'':>16}  matmul ceiling ({size}x{size}x{size}, {s['dtype']}): "
-                         f"{1e3 * s['matmul_tflops']:.0f} GFLOP/s; {reached}")
+                         f"{1e3 * s['matmul_tflops']:.3g} GFLOP/s; {reached}")
     return lines
 
 
@@ -435,11 +436,11 @@ def main(argv=None):
             results.append(result)
     summary = summarize(results)
     if "fwd" in (MODES if args.mode == "both" else (args.mode,)):
-        size = QUICK_MATMUL_SIZE if args.quick else MATMUL_SIZE[device.type]
-        ceilings = {_dtype_name(dtype): measure.matmul_tflops(dtype, size, probe,
+        max_size = QUICK_MATMUL_SIZE if args.quick else MATMUL_SIZE[device.type]
+        ceilings = {_dtype_name(dtype): measure.matmul_tflops(dtype, max_size, probe,
                                                               settings.repeats, device)
                     for dtype in settings.dtypes}
-        add_matmul_ceilings(summary, results, ceilings, size)
+        add_matmul_ceilings(summary, results, ceilings)
     print("\n".join(summary_lines(summary)), file=table)
 
     if args.plot:
