@@ -37,6 +37,8 @@ class ForwardKernel {
   static constexpr bool kNative16 = kPath == OperandPath::kNative16;
   // The element type of the products' A and B operands.
   using Operand = std::conditional_t<kNative16, In, T>;
+  // Inputs already in the compute type need no copy of V.
+  static constexpr bool kValuesInPlace = !kNative16 && std::is_same_v<In, T>;
 
  public:
   ForwardKernel(const AttnParams& p, bool vnni)
@@ -48,6 +50,8 @@ class ForwardKernel {
         vnni_(vnni),
         num_query_blocks_(num_blocks(p.seqlen_q, kQueryBlock)),
         q_(strided_heads<const In>(p.q_ptr, p.q_batch_stride, p.q_row_stride, p.q_head_stride)),
+        values_(
+            strided_heads<const In>(p.v_ptr, p.v_batch_stride, p.v_row_stride, p.v_head_stride)),
         out_(strided_heads<In>(p.o_ptr, p.o_batch_stride, p.o_row_stride, p.o_head_stride)) {}
 
   void run() {
@@ -87,19 +91,19 @@ class ForwardKernel {
   void pack_keys_and_values() {
     const auto keys =
         strided_heads<const In>(p_.k_ptr, p_.k_batch_stride, p_.k_row_stride, p_.k_head_stride);
-    const auto values =
-        strided_heads<const In>(p_.v_ptr, p_.v_batch_stride, p_.v_row_stride, p_.v_head_stride);
     if constexpr (kNative16) {
       k_panels16_ = pack_key_panels(keys, p_.batch, p_.heads_kv, p_.seqlen_k, dim_, kKeyBlock,
                                     vnni_);
-      v_panels16_ = pack_value_panels(values, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
+      v_panels16_ = pack_value_panels(values_, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
                                       kKeyBlock, vnni_);
     } else {
-      // Kj enters the score product transposed; Vj as it is.
+      // Kj enters the score product transposed; Vj as it is, so V already in the compute type
+      // is read in place (any row stride) and only a converted V is copied.
       k_panels_ = pack_heads<T>(keys, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
                                 PackLayout::kTransposedPanels, kKeyBlock, T(1));
-      v_rows_ = pack_heads<T>(values, p_.batch, p_.heads_kv, p_.seqlen_k, dim_, PackLayout::kRows,
-                              kKeyBlock, T(1));
+      if constexpr (!kValuesInPlace)
+        v_rows_ = pack_heads<T>(values_, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
+                                PackLayout::kRows, kKeyBlock, T(1));
     }
   }
 
@@ -179,6 +183,10 @@ class ForwardKernel {
                   v_panels16_.panel(head, kb, panel), kPanelWidth,
                   s.out_acc.data() + panel * kPanelWidth, out_stride_, /*accumulate=*/true,
                   vnni_);
+    } else if constexpr (kValuesInPlace) {
+      tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
+                values_.row(b, kv_head, kb * kKeyBlock), p_.v_row_stride, s.out_acc.data(), dim_,
+                /*accumulate=*/true);
     } else {
       tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
                 v_rows_.head(b, kv_head) + int64_t(kb) * kKeyBlock * dim_, dim_,
@@ -230,9 +238,10 @@ class ForwardKernel {
   const bool vnni_;       // kNative16: B panels are VNNI-packed
   const int num_query_blocks_;
   const StridedHeads<const In> q_;
+  const StridedHeads<const In> values_;
   const StridedHeads<In> out_;
   PackedHeads<T> k_panels_;  // kCompute operands
-  PackedHeads<T> v_rows_;
+  PackedHeads<T> v_rows_;   // unused when kValuesInPlace
   Panels16<In> k_panels16_;  // kNative16 operands (unused on the kCompute path)
   Panels16<In> v_panels16_;
 };
