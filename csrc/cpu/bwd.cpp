@@ -6,7 +6,7 @@
 //   S_ijᵀ  = Kj (scale·Qi)ᵀ         P_ijᵀ = exp(S_ijᵀ - lse_i)
 //   dVj   += P_ijᵀ dOi              dP_ijᵀ = Vj dOiᵀ
 //   dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ - D_i)   (then through the softcap)
-//   dKj   += dS_ijᵀ (scale·Qi)      dQiᵀ  += Kjᵀ dS_ijᵀ   (dQi = scale · dQiᵀᵀ at the end)
+//   dKj   += dS_ijᵀ Qi              dQiᵀ  += Kjᵀ dS_ijᵀ   (dKj, dQi times scale at the end)
 //
 // Parallel and deterministic: a task owns (batch, kv head, chunk of key blocks). It alone
 // writes its key blocks' dK/dV (summed over the GQA group and the query blocks in a fixed
@@ -14,8 +14,9 @@
 // chunk order. The chunk count depends only on the shapes, so results are bitwise identical
 // for any thread count and schedule.
 //
-// Operands: as in fwd.cpp, either packed once into the compute type with the softmax scale
-// folded into Q (kCompute), or, for bf16/fp16 on CPUs with native 16-bit products, kept in 16
+// Operands: as in fwd.cpp, either in the compute type (kCompute: the transposes packed once,
+// Qiᵀ with the softmax scale folded in; rows read in place when the input is in the compute
+// type already, else packed), or, for bf16/fp16 on CPUs with native 16-bit products, kept in 16
 // bits (kNative16, panels16.h): P_ijᵀ and dS_ijᵀ are rounded to 16 bits for the products they
 // feed, the scale is applied to S_ijᵀ and to dKj at the end, and every product runs over whole
 // zero-padded panels (queries in blocks of kQueryBlock == kPanelWidth).
@@ -55,6 +56,8 @@ template <typename In, OperandPath kPath>
 class BackwardKernel {
   using T = compute_t<In>;
   static constexpr bool kNative16 = kPath == OperandPath::kNative16;
+  // Inputs already in the compute type need no copies of their rows (only of transposes).
+  static constexpr bool kRowsInPlace = !kNative16 && std::is_same_v<In, T>;
 
  public:
   BackwardKernel(const AttnBwdParams& p, bool vnni)
@@ -167,14 +170,32 @@ class BackwardKernel {
       return;
     }
     const T scale = softmax_scale<T>(p_);
-    q_rows_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, scale);
     q_panels_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kTransposedPanels, kQueryBlock, scale);
-    do_rows_ = pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, T(1));
     do_panels_ =
         pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kTransposedPanels, kQueryBlock, T(1));
-    k_rows_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
     k_panels_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kTransposedPanels, kKeyBlock, T(1));
-    v_rows_ = pack_heads<T>(v, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
+    // Row-major operands in the compute type already are read in place (any row stride).
+    if constexpr (!kRowsInPlace) {
+      q_rows_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, T(1));
+      do_rows_ = pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, T(1));
+      k_rows_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
+      v_rows_ = pack_heads<T>(v, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
+    }
+  }
+
+  // Rows [first_row, ...) of one head of a row-major operand: the input itself when it is in
+  // the compute type, else its packed copy. Returns the pointer; *ld gets the row stride.
+  const T* operand_rows(const PackedHeads<T>& packed, const void* input, int64_t batch_stride,
+                        int64_t row_stride, int64_t head_stride, int b, int head, int first_row,
+                        int64_t* ld) const {
+    if constexpr (kRowsInPlace) {
+      *ld = row_stride;
+      return strided_heads<const T>(input, batch_stride, row_stride, head_stride)
+          .row(b, head, first_row);
+    } else {
+      *ld = dim_;
+      return packed.head(b, head) + int64_t(first_row) * dim_;
+    }
   }
 
   // Per query row: D_i = rowsum(dO_i ∘ O_i) - dlse_i, and the shift that recomputes P_ij from
@@ -329,25 +350,30 @@ class BackwardKernel {
     const int b = task.b, D = dim_;
     const int row_begin = qb * kQueryBlock, rows = rows_of(qb);
     const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
-    const T* k_rows = k_rows_.head(b, task.kv_head) + int64_t(key_begin) * D;
-    const T* v_rows = v_rows_.head(b, task.kv_head) + int64_t(key_begin) * D;
-    const T* q_rows = q_rows_.head(b, h) + int64_t(row_begin) * D;
-    const T* do_rows = do_rows_.head(b, h) + int64_t(row_begin) * D;
+    int64_t ld_k, ld_v, ld_q, ld_do;
+    const T* k_rows = operand_rows(k_rows_, p_.k_ptr, p_.k_batch_stride, p_.k_row_stride,
+                                   p_.k_head_stride, b, task.kv_head, key_begin, &ld_k);
+    const T* v_rows = operand_rows(v_rows_, p_.v_ptr, p_.v_batch_stride, p_.v_row_stride,
+                                   p_.v_head_stride, b, task.kv_head, key_begin, &ld_v);
+    const T* q_rows = operand_rows(q_rows_, p_.q_ptr, p_.q_batch_stride, p_.q_row_stride,
+                                   p_.q_head_stride, b, h, row_begin, &ld_q);
+    const T* do_rows = operand_rows(do_rows_, p_.do_ptr, p_.do_batch_stride, p_.do_row_stride,
+                                    p_.do_head_stride, b, h, row_begin, &ld_do);
     T* probs = s.probs_t.data();
     T* grads = s.grad_t.data();
 
     // S_ijᵀ = Kj (scale·Qi)ᵀ, then P_ijᵀ row by row (a row is one key, across the queries).
-    tile_gemm(cols, rows, D, k_rows, D, q_panels_.head(b, h) + int64_t(qb) * D * kQueryBlock,
+    tile_gemm(cols, rows, D, k_rows, ld_k, q_panels_.head(b, h) + int64_t(qb) * D * kQueryBlock,
               kQueryBlock, probs, kQueryBlock, /*accumulate=*/false);
     scores_to_probs(task, h, qb, kb, vis, probs, s);
     // dVj += P_ijᵀ dOi
-    tile_gemm(cols, D, rows, probs, kQueryBlock, do_rows, D, s.dv_acc.data(), D, true);
+    tile_gemm(cols, D, rows, probs, kQueryBlock, do_rows, ld_do, s.dv_acc.data(), D, true);
     // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ in place.
-    tile_gemm(cols, rows, D, v_rows, D, do_panels_.head(b, h) + int64_t(qb) * D * kQueryBlock,
+    tile_gemm(cols, rows, D, v_rows, ld_v, do_panels_.head(b, h) + int64_t(qb) * D * kQueryBlock,
               kQueryBlock, grads, kQueryBlock, /*accumulate=*/false);
     probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
-    // dKj += dS_ijᵀ (scale·Qi)
-    tile_gemm(cols, D, rows, grads, kQueryBlock, q_rows, D, s.dk_acc.data(), D, true);
+    // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
+    tile_gemm(cols, D, rows, grads, kQueryBlock, q_rows, ld_q, s.dk_acc.data(), D, true);
     // dQiᵀ += Kjᵀ dS_ijᵀ, into this chunk's partial buffer.
     tile_gemm(D, rows, cols, k_panels_.head(b, task.kv_head) + int64_t(kb) * D * kKeyBlock,
               kKeyBlock, grads, kQueryBlock, dq_partial(task.chunk, b, h, qb), kQueryBlock, true);
@@ -358,8 +384,8 @@ class BackwardKernel {
                                       p_.dk_head_stride);
     const auto dv = strided_heads<In>(p_.dv_ptr, p_.dv_batch_stride, p_.dv_row_stride,
                                       p_.dv_head_stride);
-    // The kCompute path folded the scale into Q already.
-    const T dk_scale = kNative16 ? softmax_scale<T>(p_) : T(1);
+    // dK = scale · Σ dS_ijᵀ Qi: Qi enters that product unscaled on both paths.
+    const T dk_scale = softmax_scale<T>(p_);
     for (int c = 0; c < cols_of(kb); ++c) {
       In* dk_row = dk.row(task.b, task.kv_head, kb * kKeyBlock + c);
       In* dv_row = dv.row(task.b, task.kv_head, kb * kKeyBlock + c);
