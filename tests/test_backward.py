@@ -7,7 +7,7 @@ import torch
 import flashattn
 from executors import EXECUTORS, make_executor
 from flashattn.reference import attention_reference
-from test_forward import MASKS, make_qkv, mask_arguments
+from test_forward import MASKS, check_forward, make_qkv, mask_arguments
 from tolerance import assert_within_torch_error
 
 
@@ -84,6 +84,22 @@ def test_fully_masked_rows_have_zero_gradient(executor):
     q, k, v = make_qkv(1, 60, 25, 2, 2, 16, torch.float32, ex.device)
     dq, _, _ = check_backward(ex, q, k, v, MASKS["causal"], with_dlse=True)
     assert torch.equal(dq[:, :35], torch.zeros_like(dq[:, :35]))
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_overlapping_rows(executor, dtype):
+    """Inputs expanded along the sequence (row stride 0, e.g. one key broadcast to every
+    position) and q with a row stride below head_dim: rows overlap, so kernels that read rows
+    in place must not take the stride as a GEMM leading dimension."""
+    ex = make_executor(executor)
+    k, v = (torch.randn(2, 1, 2, 48, dtype=dtype, device=ex.device).expand(2, 90, 2, 48)
+            for _ in range(2))
+    q = torch.randn(2, 70 * 16 + 48, dtype=dtype, device=ex.device).as_strided(
+        (2, 70, 2, 48), (70 * 16 + 48, 16, 8, 1))
+    assert k.stride(1) == 0 and q.stride(1) < q.shape[-1]
+    check_forward(ex, q, k, v, MASKS["causal"])
+    check_backward(ex, q, k, v, MASKS["causal"])
 
 
 def assert_bitwise_deterministic(ex, dtype, mask):

@@ -174,28 +174,33 @@ class BackwardKernel {
     do_panels_ =
         pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kTransposedPanels, kQueryBlock, T(1));
     k_panels_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kTransposedPanels, kKeyBlock, T(1));
-    // Row-major operands in the compute type already are read in place (any row stride).
-    if constexpr (!kRowsInPlace) {
+    // Row-major operands are read in place where rows_in_place() allows.
+    if (!rows_in_place(p_.q_row_stride))
       q_rows_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, T(1));
+    if (!rows_in_place(p_.do_row_stride))
       do_rows_ = pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, T(1));
+    if (!rows_in_place(p_.k_row_stride))
       k_rows_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
+    if (!rows_in_place(p_.v_row_stride))
       v_rows_ = pack_heads<T>(v, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
-    }
   }
 
-  // Rows [first_row, ...) of one head of a row-major operand: the input itself when it is in
-  // the compute type, else its packed copy. Returns the pointer; *ld gets the row stride.
+  // An input already in the compute type, with rows that do not overlap (row stride >= head
+  // dim, the leading dimension brgemm accepts; an expanded tensor has stride 0), needs no copy.
+  bool rows_in_place(int64_t row_stride) const { return kRowsInPlace && row_stride >= dim_; }
+
+  // Rows [first_row, ...) of one head of a row-major operand: the input itself where
+  // rows_in_place(), else its packed copy. Returns the pointer; *ld gets the row stride.
   const T* operand_rows(const PackedHeads<T>& packed, const void* input, int64_t batch_stride,
                         int64_t row_stride, int64_t head_stride, int b, int head, int first_row,
                         int64_t* ld) const {
-    if constexpr (kRowsInPlace) {
+    if (rows_in_place(row_stride)) {
       *ld = row_stride;
       return strided_heads<const T>(input, batch_stride, row_stride, head_stride)
           .row(b, head, first_row);
-    } else {
-      *ld = dim_;
-      return packed.head(b, head) + int64_t(first_row) * dim_;
     }
+    *ld = dim_;
+    return packed.head(b, head) + int64_t(first_row) * dim_;
   }
 
   // Per query row: D_i = rowsum(dO_i ∘ O_i) - dlse_i, and the shift that recomputes P_ij from

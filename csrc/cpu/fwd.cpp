@@ -4,8 +4,8 @@
 // output accumulator O_i. Memory is O(S·D): nothing of size Sq x Sk is ever allocated.
 //
 // The tile products take their operands in one of two forms (OperandPath):
-//   kCompute  everything packed once into the compute type (fp32, or fp64 for gradcheck), with
-//             the softmax scale folded into Qi;
+//   kCompute  the compute type (fp32, or fp64 for gradcheck): Kjᵀ packed once, V read in place
+//             when it is in that type already, the softmax scale folded into Qi;
 //   kNative16 bf16/fp16 inputs kept in 16 bits (panels16.h) and multiplied with fp32
 //             accumulation, P_ij rounded to 16 bits for P·V, as FlashAttention does on GPUs. On
 //             AMX this is several times the fp32 rate; the scale is applied to each fp32 S_ij.
@@ -37,8 +37,6 @@ class ForwardKernel {
   static constexpr bool kNative16 = kPath == OperandPath::kNative16;
   // The element type of the products' A and B operands.
   using Operand = std::conditional_t<kNative16, In, T>;
-  // Inputs already in the compute type need no copy of V.
-  static constexpr bool kValuesInPlace = !kNative16 && std::is_same_v<In, T>;
 
  public:
   ForwardKernel(const AttnParams& p, bool vnni)
@@ -52,7 +50,8 @@ class ForwardKernel {
         q_(strided_heads<const In>(p.q_ptr, p.q_batch_stride, p.q_row_stride, p.q_head_stride)),
         values_(
             strided_heads<const In>(p.v_ptr, p.v_batch_stride, p.v_row_stride, p.v_head_stride)),
-        out_(strided_heads<In>(p.o_ptr, p.o_batch_stride, p.o_row_stride, p.o_head_stride)) {}
+        out_(strided_heads<In>(p.o_ptr, p.o_batch_stride, p.o_row_stride, p.o_head_stride)),
+        values_in_place_(!kNative16 && std::is_same_v<In, T> && p.v_row_stride >= p.head_dim) {}
 
   void run() {
     const int64_t num_tasks = int64_t(p_.batch) * p_.heads_q * num_query_blocks_;
@@ -97,11 +96,11 @@ class ForwardKernel {
       v_panels16_ = pack_value_panels(values_, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
                                       kKeyBlock, vnni_);
     } else {
-      // Kj enters the score product transposed; Vj as it is, so V already in the compute type
-      // is read in place (any row stride) and only a converted V is copied.
+      // Kj enters the score product transposed; Vj as it is, so only a V that needs converting
+      // (or has overlapping rows) is copied.
       k_panels_ = pack_heads<T>(keys, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
                                 PackLayout::kTransposedPanels, kKeyBlock, T(1));
-      if constexpr (!kValuesInPlace)
+      if (!values_in_place_)
         v_rows_ = pack_heads<T>(values_, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
                                 PackLayout::kRows, kKeyBlock, T(1));
     }
@@ -183,10 +182,10 @@ class ForwardKernel {
                   v_panels16_.panel(head, kb, panel), kPanelWidth,
                   s.out_acc.data() + panel * kPanelWidth, out_stride_, /*accumulate=*/true,
                   vnni_);
-    } else if constexpr (kValuesInPlace) {
+    } else if (values_in_place_) {
       tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
-                values_.row(b, kv_head, kb * kKeyBlock), p_.v_row_stride, s.out_acc.data(), dim_,
-                /*accumulate=*/true);
+                reinterpret_cast<const T*>(values_.row(b, kv_head, kb * kKeyBlock)),
+                p_.v_row_stride, s.out_acc.data(), dim_, /*accumulate=*/true);
     } else {
       tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
                 v_rows_.head(b, kv_head) + int64_t(kb) * kKeyBlock * dim_, dim_,
@@ -240,8 +239,11 @@ class ForwardKernel {
   const StridedHeads<const In> q_;
   const StridedHeads<const In> values_;
   const StridedHeads<In> out_;
+  // V in the compute type with rows that do not overlap (row stride >= head_dim, the leading
+  // dimension brgemm accepts; an expanded V has stride 0) is read in place.
+  const bool values_in_place_;
   PackedHeads<T> k_panels_;  // kCompute operands
-  PackedHeads<T> v_rows_;   // unused when kValuesInPlace
+  PackedHeads<T> v_rows_;    // unless values_in_place_
   Panels16<In> k_panels16_;  // kNative16 operands (unused on the kCompute path)
   Panels16<In> v_panels16_;
 };
