@@ -1,5 +1,6 @@
-// B operands of the 16-bit tile products: the caller's bf16/fp16 values, never converted,
-// cut into panels of kPanelWidth columns with an even number of rows.
+// The 16-bit operand path of the CPU kernels (kNative16): when it is taken, and its operands,
+// the caller's bf16/fp16 values never converted. B operands are cut into panels of
+// kPanelWidth columns with an even number of rows; A operands are zero-padded row-major tiles.
 //
 // Why panels: on CPUs with AMX, oneDNN's brgemm wants B in VNNI order (pairs of rows
 // interleaved), which ATen's pack() produces only for an even row count and at most 64 columns
