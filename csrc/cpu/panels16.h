@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "packing.h"
+#include "tile_gemm.h"
 #include "tiling.h"
 
 namespace flashattn::cpu {
@@ -27,9 +28,53 @@ constexpr int kPanelWidth = 64;
 
 inline int round_up(int value, int multiple) { return num_blocks(value, multiple) * multiple; }
 
-// Whether this CPU takes 16-bit B operands in VNNI order (AMX and AVX-512 BF16/FP16 machines).
+template <typename In16>
+void pack_vnni_panel(const In16* in, In16* out, int rows);
+
+// One small product through pack() and brgemm(is_vnni) against the same product in plain
+// loops, on integers that bf16/fp16 and fp32 hold exactly. The VNNI layout is private to
+// oneDNN and this code had not run on a CPU with AMX when it was written, so a CPU or library
+// where it does not multiply as expected falls back (with a warning), never gives wrong results.
+template <typename In16>
+bool vnni_panels_multiply_correctly() {
+  constexpr int kRows = 16, kDepth = 32;
+  try {
+    std::vector<In16> a(kRows * kDepth), b(kDepth * kPanelWidth), packed(b.size());
+    std::vector<float> expected(kRows * kPanelWidth, 0.f), actual(expected.size());
+    for (size_t i = 0; i < a.size(); ++i) a[i] = In16(float(int(i * 7 % 5) - 2));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = In16(float(int(i * 3 % 7) - 3));
+    for (int m = 0; m < kRows; ++m)
+      for (int k = 0; k < kDepth; ++k)
+        for (int n = 0; n < kPanelWidth; ++n)
+          expected[m * kPanelWidth + n] +=
+              float(a[m * kDepth + k]) * float(b[k * kPanelWidth + n]);
+    pack_vnni_panel(b.data(), packed.data(), kDepth);
+    tile_gemm(kRows, kPanelWidth, kDepth, a.data(), kDepth, packed.data(), kPanelWidth,
+              actual.data(), kPanelWidth, /*accumulate=*/false, /*vnni=*/true);
+    release_tile_gemm(/*vnni=*/true);
+    return actual == expected;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Whether this CPU takes 16-bit B operands in VNNI order (AMX and AVX-512 BF16/FP16 machines)
+// and they multiply correctly; checked once per dtype.
 inline bool cpu_packs_vnni(c10::ScalarType dtype) {
-  return at::native::cpublas::could_pack(dtype);
+  if (!at::native::cpublas::could_pack(dtype)) return false;
+  bool works = false;
+  if (dtype == c10::kBFloat16) {
+    static const bool bf16_works = vnni_panels_multiply_correctly<c10::BFloat16>();
+    works = bf16_works;
+  } else if (dtype == c10::kHalf) {
+    static const bool fp16_works = vnni_panels_multiply_correctly<c10::Half>();
+    works = fp16_works;
+  }
+  if (!works)
+    TORCH_WARN_ONCE("flashattn: this CPU offers VNNI-packed 16-bit products, but a check of "
+                    "pack() + brgemm gave wrong results; bf16/fp16 attention uses fp32 products "
+                    "instead (slower, still exact)");
+  return works;
 }
 
 // How a kernel feeds its tile products: packed into the compute type (fp32/fp64), or bf16/fp16
