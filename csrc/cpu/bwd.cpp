@@ -449,16 +449,7 @@ class BackwardKernel {
 }  // namespace
 
 void run_bwd(const AttnBwdParams& p, c10::ScalarType dtype) {
-  dispatch_input_dtype(dtype, [&](auto tag) {
-    using In = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<In, c10::BFloat16> || std::is_same_v<In, c10::Half>) {
-      if (use_native_16bit_products(dtype)) {
-        BackwardKernel<In, OperandPath::kNative16>(p, cpu_packs_vnni(dtype)).run();
-        return;
-      }
-    }
-    BackwardKernel<In, OperandPath::kCompute>(p, /*vnni=*/false).run();
-  });
+  run_on_operand_path<BackwardKernel>(p, dtype);
 }
 
 }  // namespace flashattn::cpu

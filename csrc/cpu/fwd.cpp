@@ -251,16 +251,7 @@ class ForwardKernel {
 }  // namespace
 
 void run_fwd(const AttnParams& p, c10::ScalarType dtype) {
-  dispatch_input_dtype(dtype, [&](auto tag) {
-    using In = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<In, c10::BFloat16> || std::is_same_v<In, c10::Half>) {
-      if (use_native_16bit_products(dtype)) {
-        ForwardKernel<In, OperandPath::kNative16>(p, cpu_packs_vnni(dtype)).run();
-        return;
-      }
-    }
-    ForwardKernel<In, OperandPath::kCompute>(p, /*vnni=*/false).run();
-  });
+  run_on_operand_path<ForwardKernel>(p, dtype);
 }
 
 }  // namespace flashattn::cpu

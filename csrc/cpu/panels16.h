@@ -16,8 +16,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "dtype_dispatch.h"
 #include "packing.h"
 #include "tile_gemm.h"
 #include "tiling.h"
@@ -95,6 +97,23 @@ inline bool use_native_16bit_products(c10::ScalarType dtype) {
     return value == "1";
   }
   return cpu_packs_vnni(dtype);
+}
+
+// Runs Kernel<In, path>(p, vnni).run() for an input of `dtype` on the operand path it takes:
+// kNative16 (VNNI panels where the CPU packs them) for bf16/fp16 when
+// use_native_16bit_products() says so, else kCompute. The one place fwd.cpp and bwd.cpp decide.
+template <template <typename, OperandPath> class Kernel, typename Params>
+void run_on_operand_path(const Params& p, c10::ScalarType dtype) {
+  dispatch_input_dtype(dtype, [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<In, c10::BFloat16> || std::is_same_v<In, c10::Half>) {
+      if (use_native_16bit_products(dtype)) {
+        Kernel<In, OperandPath::kNative16>(p, cpu_packs_vnni(dtype)).run();
+        return;
+      }
+    }
+    Kernel<In, OperandPath::kCompute>(p, /*vnni=*/false).run();
+  });
 }
 
 // Rearranges a row-major [rows][kPanelWidth] B panel into the VNNI order brgemm takes with
