@@ -267,18 +267,19 @@ class BackwardKernel {
     const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
     const int64_t row_terms = (int64_t(task.b) * p_.heads_q + h) * p_.seqlen_q + row_begin;
     const T slope = p_.alibi_ptr ? p_.alibi_ptr[task.b * p_.alibi_batch_stride + h] : T(0);
-    for (int c = 0; c < cols; ++c) {
-      T* row = probs + size_t(c) * kQueryBlock;
-      const int key = key_begin + c;
-      if (kNative16) scale_by(row, rows, softmax_scale<T>(p_));
-      if (p_.softcap > 0)
-        apply_softcap(row, rows, softcap<T>(p_), s.tanh_t.data() + size_t(c) * kQueryBlock);
-      if (p_.alibi_ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
-      if (vis == TileVisibility::kPartial)
-        for (int r = 0; r < rows; ++r)
-          if (!key_visible(p_, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
-      exp_shifted_by(row, lse_shift_ + row_terms, rows);
-    }
+    if (kNative16 || p_.softcap > 0 || p_.alibi_ptr || vis == TileVisibility::kPartial)
+      for (int c = 0; c < cols; ++c) {
+        T* row = probs + size_t(c) * kQueryBlock;
+        const int key = key_begin + c;
+        if (kNative16) scale_by(row, rows, softmax_scale<T>(p_));
+        if (p_.softcap > 0)
+          apply_softcap(row, rows, softcap<T>(p_), s.tanh_t.data() + size_t(c) * kQueryBlock);
+        if (p_.alibi_ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
+        if (vis == TileVisibility::kPartial)
+          for (int r = 0; r < rows; ++r)
+            if (!key_visible(p_, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
+      }
+    exp_shifted_by_tile(probs, cols, rows, kQueryBlock, lse_shift_ + row_terms);
   }
 
   // dP_ijᵀ (in grads) -> dS_ijᵀ in place, through the softmax and the softcap.
@@ -286,11 +287,11 @@ class BackwardKernel {
                                  T* grads, const Scratch& s) const {
     const int rows = rows_of(qb);
     const int64_t row_terms = (int64_t(task.b) * p_.heads_q + h) * p_.seqlen_q + qb * kQueryBlock;
-    for (int c = 0; c < cols_of(kb); ++c) {
-      T* row = grads + size_t(c) * kQueryBlock;
-      softmax_grad(row, probs + size_t(c) * kQueryBlock, d_terms_ + row_terms, rows);
-      if (p_.softcap > 0) mul_softcap_grad(row, s.tanh_t.data() + size_t(c) * kQueryBlock, rows);
-    }
+    softmax_grad_tile(grads, probs, cols_of(kb), rows, kQueryBlock, d_terms_ + row_terms);
+    if (p_.softcap > 0)
+      for (int c = 0; c < cols_of(kb); ++c)
+        mul_softcap_grad(grads + size_t(c) * kQueryBlock,
+                         s.tanh_t.data() + size_t(c) * kQueryBlock, rows);
   }
 
   // Rounds the tile's cols x rows corner of `tile` to 16 bits; the rest of `tile16` stays 0.

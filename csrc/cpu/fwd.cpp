@@ -138,20 +138,25 @@ class ForwardKernel {
           tile_visibility(p_, row_begin, row_begin + rows, key_begin, key_begin + cols);
       if (visibility == TileVisibility::kNone) continue;
       multiply_q_kt(b, kv_head, kb, rows, cols, s);  // S_ij = scale · Qi Kjᵀ
-      for (int r = 0; r < rows; ++r) {
-        T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
-        const int row = row_begin + r;
-        if (kNative16) scale_by(score_row, cols, softmax_scale<T>(p_));
-        if (p_.softcap > 0) apply_softcap(score_row, cols, softcap<T>(p_), nullptr);
-        if (p_.alibi_ptr) add_alibi(score_row, cols, slope, row + p_.diag_offset - key_begin, -1);
-        if (visibility == TileVisibility::kPartial) mask_row(score_row, cols, row, key_begin);
-        online_softmax_row(score_row, cols, s, r);
-        if constexpr (kNative16) {
+      if (kNative16 || p_.softcap > 0 || p_.alibi_ptr || visibility == TileVisibility::kPartial)
+        for (int r = 0; r < rows; ++r) {
+          T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
+          const int row = row_begin + r;
+          if (kNative16) scale_by(score_row, cols, softmax_scale<T>(p_));
+          if (p_.softcap > 0) apply_softcap(score_row, cols, softcap<T>(p_), nullptr);
+          if (p_.alibi_ptr)
+            add_alibi(score_row, cols, slope, row + p_.diag_offset - key_begin, -1);
+          if (visibility == TileVisibility::kPartial) mask_row(score_row, cols, row, key_begin);
+        }
+      // Folds S_ij into m_i, l_i and O_i, and turns it into P_ij (unnormalized).
+      online_softmax_tile(s.scores.data(), rows, cols, kKeyBlock, s.row_max.data(),
+                          s.row_sum.data(), s.out_acc.data(), out_stride_, dim_);
+      if constexpr (kNative16)
+        for (int r = 0; r < rows; ++r) {
           In* probs_row = s.probs16.data() + size_t(r) * kKeyBlock;
-          round_to_16bit(score_row, probs_row, cols);
+          round_to_16bit(s.scores.data() + size_t(r) * kKeyBlock, probs_row, cols);
           std::fill(probs_row + cols, probs_row + kKeyBlock, In(0.f));
         }
-      }
       multiply_p_v(b, kv_head, kb, rows, cols, s);  // O_i += P_ij Vj
     }
     store_output(b, h, row_begin, rows, s);
@@ -199,21 +204,6 @@ class ForwardKernel {
     const int visible_end = std::clamp(visible_key_end(p_, row) - key_begin, visible_begin, cols);
     std::fill(score_row, score_row + visible_begin, -std::numeric_limits<T>::infinity());
     std::fill(score_row + visible_end, score_row + cols, -std::numeric_limits<T>::infinity());
-  }
-
-  // Folds one row of S_ij into m_i, l_i and O_i, and turns it into P_ij (unnormalized).
-  void online_softmax_row(T* score_row, int cols, Scratch& s, int r) const {
-    const T previous_max = s.row_max[r];
-    const T new_max = std::max(previous_max, max_of(score_row, cols));
-    if (new_max == -std::numeric_limits<T>::infinity()) {
-      // The row has seen no key yet: contribute nothing (exp(-inf - -inf) would be NaN).
-      std::fill(score_row, score_row + cols, T(0));
-      return;
-    }
-    const T rescale = std::exp(previous_max - new_max);  // 0 on the first visible tile
-    s.row_sum[r] = s.row_sum[r] * rescale + exp_shifted_sum(score_row, cols, new_max);
-    if (rescale != T(1)) scale_by(s.out_acc.data() + size_t(r) * out_stride_, dim_, rescale);
-    s.row_max[r] = new_max;
   }
 
   // out_i = O_i / l_i and lse_i = m_i + log(l_i); a row that saw no key gets 0 and -inf.

@@ -23,10 +23,10 @@ inline void store_vec(float* p, VecF v) { std::memcpy(p, &v, sizeof(v)); }
 inline VecF splat(float value) { return VecF{} + value; }
 
 // The same few operations on a plain float, so that one template serves vector and scalar tail.
-inline int32_t to_int32(float x) { return static_cast<int32_t>(x); }
-inline VecI to_int32(VecF x) { return __builtin_convertvector(x, VecI); }
 inline float bits_to_float(int32_t bits) { return __builtin_bit_cast(float, bits); }
 inline VecF bits_to_float(VecI bits) { return reinterpret_cast<VecF>(bits); }
+inline int32_t float_to_bits(float x) { return __builtin_bit_cast(int32_t, x); }
+inline VecI float_to_bits(VecF x) { return reinterpret_cast<VecI>(x); }
 template <typename F>
 inline F select_max(F a, F b) { return a > b ? a : b; }
 template <typename F>

@@ -1,5 +1,6 @@
 #include "softmax_vec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +18,10 @@
 #else
 #define FLASHATTN_VECTOR_CLONES
 #endif
+
+// Row steps are forced inline into the tile functions: only there are they compiled for the
+// clone's target. (GCC left exp_shifted_sum_row out of line once, as baseline code, 7x slower.)
+#define FLASHATTN_ROW_STEP __attribute__((always_inline)) inline
 
 namespace flashattn::cpu {
 namespace {
@@ -36,15 +41,14 @@ inline float reduce_max(VecF v) {
 
 // Each fp32 kernel is a vector loop over whole VecF plus a scalar loop over the remainder.
 template <typename VecOp, typename ScalarOp>
-inline void for_each_chunk(int n, const VecOp& vec_op, const ScalarOp& scalar_op) {
+FLASHATTN_ROW_STEP void for_each_chunk(int n, const VecOp& vec_op, const ScalarOp& scalar_op) {
   int c = 0;
   for (; c + kVecWidth <= n; c += kVecWidth) vec_op(c);
   for (; c < n; ++c) scalar_op(c);
 }
 
-}  // namespace
-
-FLASHATTN_VECTOR_CLONES float max_of(const float* x, int n) {
+// The row steps below are inlined into each tile function, and so compiled for its target.
+FLASHATTN_ROW_STEP float max_of_row(const float* x, int n) {
   VecF lane_max = splat(-std::numeric_limits<float>::infinity());
   float tail_max = -std::numeric_limits<float>::infinity();
   for_each_chunk(
@@ -53,7 +57,8 @@ FLASHATTN_VECTOR_CLONES float max_of(const float* x, int n) {
   return select_max(reduce_max(lane_max), tail_max);
 }
 
-FLASHATTN_VECTOR_CLONES float exp_shifted_sum(float* x, int n, float shift) {
+// x[c] = exp(x[c] - shift); returns the sum of the new x.
+FLASHATTN_ROW_STEP float exp_shifted_sum_row(float* x, int n, float shift) {
   VecF lane_sum = VecF{};
   float tail_sum = 0.f;
   for_each_chunk(
@@ -70,10 +75,41 @@ FLASHATTN_VECTOR_CLONES float exp_shifted_sum(float* x, int n, float shift) {
   return reduce_add(lane_sum) + tail_sum;
 }
 
-FLASHATTN_VECTOR_CLONES void exp_shifted_by(float* x, const float* shift, int n) {
+FLASHATTN_ROW_STEP void scale_row(float* x, int n, float factor) {
   for_each_chunk(
-      n, [&](int c) { store_vec(x + c, fast_exp(load_vec(x + c) - load_vec(shift + c))); },
-      [&](int c) { x[c] = fast_exp(x[c] - shift[c]); });
+      n, [&](int c) { store_vec(x + c, load_vec(x + c) * factor); },
+      [&](int c) { x[c] *= factor; });
+}
+
+}  // namespace
+
+FLASHATTN_VECTOR_CLONES void online_softmax_tile(float* scores, int rows, int cols, int64_t ld,
+                                                 float* row_max, float* row_sum, float* out,
+                                                 int64_t out_ld, int dim) {
+  for (int r = 0; r < rows; ++r) {
+    float* x = scores + r * ld;
+    const float previous_max = row_max[r];
+    const float new_max = select_max(previous_max, max_of_row(x, cols));
+    if (new_max == -std::numeric_limits<float>::infinity()) {
+      // No key seen yet: contribute nothing (exp(-inf - -inf) would be NaN).
+      std::fill(x, x + cols, 0.f);
+      continue;
+    }
+    const float rescale = fast_exp(previous_max - new_max);  // 0 on the first visible tile
+    row_sum[r] = row_sum[r] * rescale + exp_shifted_sum_row(x, cols, new_max);
+    if (rescale != 1.f) scale_row(out + r * out_ld, dim, rescale);
+    row_max[r] = new_max;
+  }
+}
+
+FLASHATTN_VECTOR_CLONES void exp_shifted_by_tile(float* x, int rows, int cols, int64_t ld,
+                                                 const float* shift) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = x + r * ld;
+    for_each_chunk(
+        cols, [&](int c) { store_vec(row + c, fast_exp(load_vec(row + c) - load_vec(shift + c))); },
+        [&](int c) { row[c] = fast_exp(row[c] - shift[c]); });
+  }
 }
 
 FLASHATTN_VECTOR_CLONES void scale_by(float* x, int n, float factor) {
@@ -100,13 +136,18 @@ FLASHATTN_VECTOR_CLONES void add_alibi(float* x, int n, float slope, int first_d
   }
 }
 
-FLASHATTN_VECTOR_CLONES void softmax_grad(float* dp, const float* p, const float* d, int n) {
-  for_each_chunk(
-      n,
-      [&](int c) {
-        store_vec(dp + c, load_vec(p + c) * (load_vec(dp + c) - load_vec(d + c)));
-      },
-      [&](int c) { dp[c] = p[c] * (dp[c] - d[c]); });
+FLASHATTN_VECTOR_CLONES void softmax_grad_tile(float* dp, const float* p, int rows, int cols,
+                                               int64_t ld, const float* d) {
+  for (int r = 0; r < rows; ++r) {
+    float* dp_row = dp + r * ld;
+    const float* p_row = p + r * ld;
+    for_each_chunk(
+        cols,
+        [&](int c) {
+          store_vec(dp_row + c, load_vec(p_row + c) * (load_vec(dp_row + c) - load_vec(d + c)));
+        },
+        [&](int c) { dp_row[c] = p_row[c] * (dp_row[c] - d[c]); });
+  }
 }
 
 FLASHATTN_VECTOR_CLONES void mul_softcap_grad(float* ds, const float* t, int n) {
@@ -139,23 +180,32 @@ void round_to_16bit(const float* x, c10::Half* out, int n) {
   for (int c = 0; c < n; ++c) out[c] = c10::Half(x[c]);
 }
 
-double max_of(const double* x, int n) {
-  double result = -std::numeric_limits<double>::infinity();
-  for (int c = 0; c < n; ++c) result = select_max(result, x[c]);
-  return result;
-}
-
-double exp_shifted_sum(double* x, int n, double shift) {
-  double sum = 0;
-  for (int c = 0; c < n; ++c) {
-    x[c] = std::exp(x[c] - shift);
-    sum += x[c];
+void online_softmax_tile(double* scores, int rows, int cols, int64_t ld, double* row_max,
+                         double* row_sum, double* out, int64_t out_ld, int dim) {
+  for (int r = 0; r < rows; ++r) {
+    double* x = scores + r * ld;
+    double new_max = row_max[r];
+    for (int c = 0; c < cols; ++c) new_max = select_max(new_max, x[c]);
+    if (new_max == -std::numeric_limits<double>::infinity()) {
+      std::fill(x, x + cols, 0.0);
+      continue;
+    }
+    const double rescale = std::exp(row_max[r] - new_max);
+    double sum = 0;
+    for (int c = 0; c < cols; ++c) {
+      x[c] = std::exp(x[c] - new_max);
+      sum += x[c];
+    }
+    row_sum[r] = row_sum[r] * rescale + sum;
+    if (rescale != 1.0)
+      for (int d = 0; d < dim; ++d) out[r * out_ld + d] *= rescale;
+    row_max[r] = new_max;
   }
-  return sum;
 }
 
-void exp_shifted_by(double* x, const double* shift, int n) {
-  for (int c = 0; c < n; ++c) x[c] = std::exp(x[c] - shift[c]);
+void exp_shifted_by_tile(double* x, int rows, int cols, int64_t ld, const double* shift) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) x[r * ld + c] = std::exp(x[r * ld + c] - shift[c]);
 }
 
 void scale_by(double* x, int n, double factor) {
@@ -177,8 +227,10 @@ void add_alibi(double* x, int n, double slope, int first_distance, int distance_
   }
 }
 
-void softmax_grad(double* dp, const double* p, const double* d, int n) {
-  for (int c = 0; c < n; ++c) dp[c] = p[c] * (dp[c] - d[c]);
+void softmax_grad_tile(double* dp, const double* p, int rows, int cols, int64_t ld,
+                       const double* d) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) dp[r * ld + c] = p[r * ld + c] * (dp[r * ld + c] - d[c]);
 }
 
 void mul_softcap_grad(double* ds, const double* t, int n) {

@@ -1,23 +1,31 @@
-// Element-wise and reduction kernels on one row of a score tile: the non-GEMM part of the
-// online softmax (forward) and of its gradient (backward). Each has an fp32 overload,
-// vectorized for the running CPU (softmax_vec.cpp), and an fp64 one, plain loops for gradcheck.
+// Element-wise and reduction kernels on the score tiles: the non-GEMM part of the online
+// softmax (forward) and of its gradient (backward). Each has an fp32 overload, vectorized for
+// the running CPU (softmax_vec.cpp), and an fp64 one, plain loops for gradcheck. The hot steps
+// (the forward's online-softmax step, the backward's exp and softmax gradient) take a whole
+// tile per call; the rarer per-row steps (scaling, softcap, ALiBi) run before them.
+// tests/cpp/softmax_vec_test.cpp checks the fp32 ones against double precision.
 #pragma once
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <cstdint>
+
 namespace flashattn::cpu {
 
-// Largest of x[0..n); -inf when n == 0.
-float max_of(const float* x, int n);
-double max_of(const double* x, int n);
+// One online-softmax step of the forward (FlashAttention-2) on a rows x cols tile of scores
+// (row stride ld). For each row r, with m' = max(row_max[r], max_c S[r][c]):
+//   S[r][c] = exp(S[r][c] - m'),  row_sum[r] = row_sum[r] * exp(row_max[r] - m') + sum_c S[r][c],
+//   out[r][0..dim) *= exp(row_max[r] - m')  (out row stride out_ld),  row_max[r] = m'.
+// A row that has seen no key yet (m' = -inf) becomes zeros and keeps its state.
+void online_softmax_tile(float* scores, int rows, int cols, int64_t ld, float* row_max,
+                         float* row_sum, float* out, int64_t out_ld, int dim);
+void online_softmax_tile(double* scores, int rows, int cols, int64_t ld, double* row_max,
+                         double* row_sum, double* out, int64_t out_ld, int dim);
 
-// x[c] = exp(x[c] - shift); returns the sum of the new x.
-float exp_shifted_sum(float* x, int n, float shift);
-double exp_shifted_sum(double* x, int n, double shift);
-
-// x[c] = exp(x[c] - shift[c]).
-void exp_shifted_by(float* x, const float* shift, int n);
-void exp_shifted_by(double* x, const double* shift, int n);
+// x[r][c] = exp(x[r][c] - shift[c]) on a rows x cols tile (row stride ld): the backward's
+// transposed tile, a row per key and a column per query with its own log-sum-exp.
+void exp_shifted_by_tile(float* x, int rows, int cols, int64_t ld, const float* shift);
+void exp_shifted_by_tile(double* x, int rows, int cols, int64_t ld, const double* shift);
 
 // x[c] *= factor.
 void scale_by(float* x, int n, float factor);
@@ -32,9 +40,11 @@ void apply_softcap(double* x, int n, double softcap, double* tanh_out);
 void add_alibi(float* x, int n, float slope, int first_distance, int distance_step);
 void add_alibi(double* x, int n, double slope, int first_distance, int distance_step);
 
-// dP -> dS in place: dp[c] = p[c] * (dp[c] - d[c]).
-void softmax_grad(float* dp, const float* p, const float* d, int n);
-void softmax_grad(double* dp, const double* p, const double* d, int n);
+// dP -> dS in place on a rows x cols tile (row stride ld of both): dp[r][c] = p[r][c] *
+// (dp[r][c] - d[c]).
+void softmax_grad_tile(float* dp, const float* p, int rows, int cols, int64_t ld, const float* d);
+void softmax_grad_tile(double* dp, const double* p, int rows, int cols, int64_t ld,
+                       const double* d);
 
 // Chain rule through the softcap: ds[c] *= 1 - t[c]^2.
 void mul_softcap_grad(float* ds, const float* t, int n);
