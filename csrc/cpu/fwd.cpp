@@ -25,10 +25,12 @@
 namespace flashattn::cpu {
 namespace {
 
-// Query rows per task and keys per tile. A 64 x 128 x 64 product is where fp32 brgemm peaks on
-// AVX2 (measured: 85 GFLOP/s per thread, vs 75 for 64 x 64 x 64 and 54 for 64 x 256 x 64), and
-// the tiles (scores 32 KB, Qi and O_i 16 KB each at d = 64) stay in L2.
-constexpr int kQueryBlock = 64;
+// Query rows per task and keys per tile. 128 x 128 beat 64 x 128, 256 x 128 and 128 x 256 on
+// AVX2 in one-process A/B runs of the issue-5 shapes (2 threads: up to 10% faster than
+// 64 x 128, causal most, never more than 3% slower): each Kj, Vj tile loaded into cache serves
+// twice the rows. The tiles (scores 64 KB, Qi and O_i 32 KB each at d = 64, 64 KB at d = 128)
+// stay in L2.
+constexpr int kQueryBlock = 128;
 constexpr int kKeyBlock = 128;
 
 template <typename In, OperandPath kPath>
