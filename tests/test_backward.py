@@ -62,6 +62,19 @@ def test_backward_head_dims(executor, head_dim):
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("seqlens", [(33, 129), (129, 33), (97, 97)],
+                         ids=lambda s: f"sq{s[0]}-sk{s[1]}")
+@pytest.mark.parametrize("mask", ["none", "causal", "window_causal", "softcap_causal",
+                                  "alibi_batch_causal"])
+def test_backward_wide_heads(executor, seqlens, mask):
+    """From head_dim 128 the CPU backward tiles 32 queries, not 64 (bwd.cpp): query counts
+    across that boundary, with GQA, in fp32."""
+    ex = make_executor(executor)
+    q, k, v = make_qkv(1, *seqlens, 2, 1, 128, torch.float32, ex.device)
+    check_backward(ex, q, k, v, MASKS[mask])
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("heads,heads_kv", [(6, 2), (4, 1)])
 def test_backward_gqa(executor, heads, heads_kv):
     ex = make_executor(executor)

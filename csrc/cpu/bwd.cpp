@@ -19,7 +19,7 @@
 // type already, else packed), or, for bf16/fp16 on CPUs with native 16-bit products, kept in 16
 // bits (kNative16, panels16.h): P_ijᵀ and dS_ijᵀ are rounded to 16 bits for the products they
 // feed, the scale is applied to S_ijᵀ and to dKj at the end, and every product runs over whole
-// zero-padded panels (queries in blocks of kQueryBlock == kPanelWidth).
+// zero-padded panels (queries in blocks of one panel, kPanelWidth).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -37,9 +37,9 @@
 namespace flashattn::cpu {
 namespace {
 
-// Queries (columns) and keys (rows) of a transposed tile. Every product has its sizes in
-// {64, 128, head_dim}, where fp32 brgemm runs at 60-85 GFLOP/s per thread on AVX2.
-constexpr int kQueryBlock = 64;
+// Keys (rows) of a transposed tile; its queries (columns) are query_block_, below. Every
+// product has its sizes in {32, 64, 128, head_dim}, where fp32 brgemm runs at 60-90 GFLOP/s
+// per thread on AVX2.
 constexpr int kKeyBlock = 128;
 // Key blocks of one (batch, kv head) are split into chunks until there are about this many
 // tasks, enough to balance 16+ threads; a fixed number, never the thread count, so the dQ
@@ -50,7 +50,6 @@ constexpr int64_t kTargetTasks = 32;
 // test_memory.py, limit 512); the packed operands need 7 more fp32 copies of q/k/v.
 constexpr int64_t kMaxPartialDqBytes = int64_t(64) << 20;
 
-static_assert(kQueryBlock == kPanelWidth, "16-bit products take a query block as one panel");
 
 template <typename In, OperandPath kPath>
 class BackwardKernel {
@@ -66,9 +65,10 @@ class BackwardKernel {
         gemm_dim_(kNative16 ? round_up(p.head_dim, 2) : p.head_dim),
         acc_stride_(kNative16 ? round_up(p.head_dim, kPanelWidth) : p.head_dim),
         vnni_(vnni),
-        num_query_blocks_(num_blocks(p.seqlen_q, kQueryBlock)),
+        query_block_(choose_query_block(p.head_dim)),
+        num_query_blocks_(num_blocks(p.seqlen_q, query_block_)),
         num_key_blocks_(num_blocks(p.seqlen_k, kKeyBlock)),
-        dq_panel_elements_(int64_t(num_query_blocks_) * kQueryBlock * p.head_dim),
+        dq_panel_elements_(int64_t(num_query_blocks_) * query_block_ * p.head_dim),
         num_chunks_(choose_num_chunks()) {}
 
   void run() {
@@ -81,7 +81,7 @@ class BackwardKernel {
     const int64_t num_tasks = int64_t(p_.batch) * p_.heads_kv * num_chunks_;
     auto cost = [&](int64_t task) { return count_visible_tiles(task); };
     run_task_queue(num_tasks, cost, [&](const auto& claim) {
-      Scratch scratch(acc_stride_, p_.softcap > 0);
+      Scratch scratch(query_block_, acc_stride_, p_.softcap > 0);
       for (int64_t task = claim(); task >= 0; task = claim()) run_key_chunk(task, scratch);
       release_tile_gemm(vnni_);
     });
@@ -90,16 +90,16 @@ class BackwardKernel {
 
  private:
   struct Scratch {
-    Scratch(int acc_stride, bool softcap)
-        : probs_t(size_t(kKeyBlock) * kQueryBlock),
-          grad_t(size_t(kKeyBlock) * kQueryBlock),
-          tanh_t(softcap ? size_t(kKeyBlock) * kQueryBlock : 0),
+    Scratch(int query_block, int acc_stride, bool softcap)
+        : probs_t(size_t(kKeyBlock) * query_block),
+          grad_t(size_t(kKeyBlock) * query_block),
+          tanh_t(softcap ? size_t(kKeyBlock) * query_block : 0),
           dk_acc(size_t(kKeyBlock) * acc_stride),
           dv_acc(size_t(kKeyBlock) * acc_stride),
-          probs16_t(kNative16 ? size_t(kKeyBlock) * kQueryBlock : 0, In(0.f)),
-          grad16_t(kNative16 ? size_t(kKeyBlock) * kQueryBlock : 0, In(0.f)),
-          grad16_vnni(kNative16 ? size_t(kKeyBlock) * kQueryBlock : 0) {}
-    std::vector<T> probs_t;  // S_ijᵀ, then P_ijᵀ; row stride kQueryBlock
+          probs16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0, In(0.f)),
+          grad16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0, In(0.f)),
+          grad16_vnni(kNative16 ? size_t(kKeyBlock) * query_block : 0) {}
+    std::vector<T> probs_t;  // S_ijᵀ, then P_ijᵀ; row stride query_block_
     std::vector<T> grad_t;   // dP_ijᵀ, then dS_ijᵀ
     std::vector<T> tanh_t;   // tanh of the soft-capped scores, for the chain rule
     std::vector<T> dk_acc;   // dKj in the compute type, row stride acc_stride_
@@ -112,6 +112,15 @@ class BackwardKernel {
   struct Task {
     int b, kv_head, chunk;
   };
+
+  // Queries per tile: one 64-wide panel for the 16-bit products; 32 on the kCompute path from
+  // head_dim 128 up, where a 128-key tile's resident operands (Kj, Vj, Kjᵀ, dKj, dVj: 320 KB
+  // at d = 128) and 64 queries' streamed ones (224 KB) overflow a 512 KB L2. In one-process
+  // A/B runs (2 threads, N = 2048, d = 128) 32 made fwd+bwd 7-9% faster; at d = 64 it was
+  // 1% slower, so 64 stays there.
+  static int choose_query_block(int head_dim) {
+    return !kNative16 && head_dim >= 128 ? 32 : kPanelWidth;
+  }
 
   int64_t choose_num_chunks() const {
     const int64_t kv_heads = std::max<int64_t>(int64_t(p_.batch) * p_.heads_kv, 1);
@@ -129,13 +138,13 @@ class BackwardKernel {
   }
 
   int rows_of(int query_block) const {
-    return std::min(kQueryBlock, p_.seqlen_q - query_block * kQueryBlock);
+    return std::min(query_block_, p_.seqlen_q - query_block * query_block_);
   }
   int cols_of(int key_block) const {
     return std::min(kKeyBlock, p_.seqlen_k - key_block * kKeyBlock);
   }
   TileVisibility visibility(int query_block, int key_block) const {
-    const int row_begin = query_block * kQueryBlock, key_begin = key_block * kKeyBlock;
+    const int row_begin = query_block * query_block_, key_begin = key_block * kKeyBlock;
     return tile_visibility(p_, row_begin, row_begin + rows_of(query_block), key_begin,
                            key_begin + cols_of(key_block));
   }
@@ -160,25 +169,25 @@ class BackwardKernel {
                                            p_.v_head_stride);
     const int Hq = p_.heads_q, Hkv = p_.heads_kv, D = dim_;
     if constexpr (kNative16) {
-      q_t16_ = pack_key_panels(q, B, Hq, Sq, D, kQueryBlock, vnni_);
-      q_rows16_ = pack_value_panels(q, B, Hq, Sq, D, kQueryBlock, vnni_);
-      do_t16_ = pack_key_panels(dout, B, Hq, Sq, D, kQueryBlock, vnni_);
-      do_rows16_ = pack_value_panels(dout, B, Hq, Sq, D, kQueryBlock, vnni_);
+      q_t16_ = pack_key_panels(q, B, Hq, Sq, D, query_block_, vnni_);
+      q_rows16_ = pack_value_panels(q, B, Hq, Sq, D, query_block_, vnni_);
+      do_t16_ = pack_key_panels(dout, B, Hq, Sq, D, query_block_, vnni_);
+      do_rows16_ = pack_value_panels(dout, B, Hq, Sq, D, query_block_, vnni_);
       k_rows16_ = pack_row_tiles(k, B, Hkv, Sk, D, kKeyBlock);
       k_t16_ = pack_transposed_tiles(k, B, Hkv, Sk, D, kKeyBlock);
       v_rows16_ = pack_row_tiles(v, B, Hkv, Sk, D, kKeyBlock);
       return;
     }
     const T scale = softmax_scale<T>(p_);
-    q_panels_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kTransposedPanels, kQueryBlock, scale);
+    q_panels_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kTransposedPanels, query_block_, scale);
     do_panels_ =
-        pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kTransposedPanels, kQueryBlock, T(1));
+        pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kTransposedPanels, query_block_, T(1));
     k_panels_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kTransposedPanels, kKeyBlock, T(1));
     // Row-major operands are read in place where rows_in_place() allows.
     if (!rows_in_place(p_.q_row_stride))
-      q_rows_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, T(1));
+      q_rows_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kRows, query_block_, T(1));
     if (!rows_in_place(p_.do_row_stride))
-      do_rows_ = pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kRows, kQueryBlock, T(1));
+      do_rows_ = pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kRows, query_block_, T(1));
     if (!rows_in_place(p_.k_row_stride))
       k_rows_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
     if (!rows_in_place(p_.v_row_stride))
@@ -233,7 +242,7 @@ class BackwardKernel {
 
   T* dq_partial(int chunk, int b, int h, int query_block) const {
     return dq_partial_ + ((int64_t(chunk) * p_.batch + b) * p_.heads_q + h) * dq_panel_elements_ +
-           int64_t(query_block) * dim_ * kQueryBlock;
+           int64_t(query_block) * dim_ * query_block_;
   }
 
   void run_key_chunk(int64_t task_index, Scratch& s) {
@@ -260,58 +269,58 @@ class BackwardKernel {
       accumulate_tile_compute(task, h, qb, kb, vis, s);
   }
 
-  // S_ijᵀ (in probs, row stride kQueryBlock) -> P_ijᵀ in place: softcap, ALiBi, mask, exp.
+  // S_ijᵀ (in probs, row stride query_block_) -> P_ijᵀ in place: softcap, ALiBi, mask, exp.
   void scores_to_probs(const Task& task, int h, int qb, int kb, TileVisibility vis, T* probs,
                        Scratch& s) const {
-    const int row_begin = qb * kQueryBlock, rows = rows_of(qb);
+    const int row_begin = qb * query_block_, rows = rows_of(qb);
     const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
     const int64_t row_terms = (int64_t(task.b) * p_.heads_q + h) * p_.seqlen_q + row_begin;
     const T slope = p_.alibi_ptr ? p_.alibi_ptr[task.b * p_.alibi_batch_stride + h] : T(0);
     if (kNative16 || p_.softcap > 0 || p_.alibi_ptr || vis == TileVisibility::kPartial)
       for (int c = 0; c < cols; ++c) {
-        T* row = probs + size_t(c) * kQueryBlock;
+        T* row = probs + size_t(c) * query_block_;
         const int key = key_begin + c;
         if (kNative16) scale_by(row, rows, softmax_scale<T>(p_));
         if (p_.softcap > 0)
-          apply_softcap(row, rows, softcap<T>(p_), s.tanh_t.data() + size_t(c) * kQueryBlock);
+          apply_softcap(row, rows, softcap<T>(p_), s.tanh_t.data() + size_t(c) * query_block_);
         if (p_.alibi_ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
         if (vis == TileVisibility::kPartial)
           for (int r = 0; r < rows; ++r)
             if (!key_visible(p_, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
       }
-    exp_shifted_by_tile(probs, cols, rows, kQueryBlock, lse_shift_ + row_terms);
+    exp_shifted_by_tile(probs, cols, rows, query_block_, lse_shift_ + row_terms);
   }
 
   // dP_ijᵀ (in grads) -> dS_ijᵀ in place, through the softmax and the softcap.
   void probs_grad_to_scores_grad(const Task& task, int h, int qb, int kb, const T* probs,
                                  T* grads, const Scratch& s) const {
     const int rows = rows_of(qb);
-    const int64_t row_terms = (int64_t(task.b) * p_.heads_q + h) * p_.seqlen_q + qb * kQueryBlock;
-    softmax_grad_tile(grads, probs, cols_of(kb), rows, kQueryBlock, d_terms_ + row_terms);
+    const int64_t row_terms = (int64_t(task.b) * p_.heads_q + h) * p_.seqlen_q + qb * query_block_;
+    softmax_grad_tile(grads, probs, cols_of(kb), rows, query_block_, d_terms_ + row_terms);
     if (p_.softcap > 0)
       for (int c = 0; c < cols_of(kb); ++c)
-        mul_softcap_grad(grads + size_t(c) * kQueryBlock,
-                         s.tanh_t.data() + size_t(c) * kQueryBlock, rows);
+        mul_softcap_grad(grads + size_t(c) * query_block_,
+                         s.tanh_t.data() + size_t(c) * query_block_, rows);
   }
 
   // Rounds the tile's cols x rows corner of `tile` to 16 bits; the rest of `tile16` stays 0.
   void round_tile_to_16bit(const T* tile, int rows, int cols, std::vector<In>& tile16) const {
     if constexpr (kNative16) {
       for (int c = 0; c < kKeyBlock; ++c) {
-        In* row16 = tile16.data() + size_t(c) * kQueryBlock;
+        In* row16 = tile16.data() + size_t(c) * query_block_;
         const int valid = c < cols ? rows : 0;
-        round_to_16bit(tile + size_t(c) * kQueryBlock, row16, valid);
-        std::fill(row16 + valid, row16 + kQueryBlock, In(0.f));
+        round_to_16bit(tile + size_t(c) * query_block_, row16, valid);
+        std::fill(row16 + valid, row16 + query_block_, In(0.f));
       }
     }
   }
 
-  // acc (cols x whole panels, row stride acc_stride_) += a (cols x kQueryBlock, 16-bit) times
+  // acc (cols x whole panels, row stride acc_stride_) += a (cols x query_block_, 16-bit) times
   // the panels of query block qb, one 64-column panel at a time.
   void accumulate_panel_products(int cols, const In* a, const Panels16<In>& panels,
                                  int64_t head, int qb, T* acc) const {
     for (int panel = 0; panel < panels.panels_per_block; ++panel)
-      tile_gemm(cols, kPanelWidth, kQueryBlock, a, kQueryBlock, panels.panel(head, qb, panel),
+      tile_gemm(cols, kPanelWidth, query_block_, a, query_block_, panels.panel(head, qb, panel),
                 kPanelWidth, acc + panel * kPanelWidth, acc_stride_, /*accumulate=*/true, vnni_);
   }
 
@@ -325,16 +334,16 @@ class BackwardKernel {
       T* grads = s.grad_t.data();
 
       // S_ijᵀ = Kj Qiᵀ (unscaled), then P_ijᵀ.
-      tile_gemm(cols, kQueryBlock, gemm_dim_, k_rows16_.panel(kv_head, kb, 0), gemm_dim_,
-                q_t16_.panel(q_head, qb, 0), kPanelWidth, probs, kQueryBlock, false, vnni_);
+      tile_gemm(cols, query_block_, gemm_dim_, k_rows16_.panel(kv_head, kb, 0), gemm_dim_,
+                q_t16_.panel(q_head, qb, 0), kPanelWidth, probs, query_block_, false, vnni_);
       scores_to_probs(task, h, qb, kb, vis, probs, s);
       round_tile_to_16bit(probs, rows, cols, s.probs16_t);
       // dVj += P_ijᵀ dOi
       accumulate_panel_products(cols, s.probs16_t.data(), do_rows16_, q_head, qb,
                                 s.dv_acc.data());
       // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ.
-      tile_gemm(cols, kQueryBlock, gemm_dim_, v_rows16_.panel(kv_head, kb, 0), gemm_dim_,
-                do_t16_.panel(q_head, qb, 0), kPanelWidth, grads, kQueryBlock, false, vnni_);
+      tile_gemm(cols, query_block_, gemm_dim_, v_rows16_.panel(kv_head, kb, 0), gemm_dim_,
+                do_t16_.panel(q_head, qb, 0), kPanelWidth, grads, query_block_, false, vnni_);
       probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
       round_tile_to_16bit(grads, rows, cols, s.grad16_t);
       // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
@@ -346,15 +355,15 @@ class BackwardKernel {
         pack_vnni_panel(grads_b, s.grad16_vnni.data(), kKeyBlock);
         grads_b = s.grad16_vnni.data();
       }
-      tile_gemm(dim_, kQueryBlock, kKeyBlock, k_t16_.panel(kv_head, kb, 0), kKeyBlock, grads_b,
-                kPanelWidth, dq_partial(task.chunk, b, h, qb), kQueryBlock, true, vnni_);
+      tile_gemm(dim_, query_block_, kKeyBlock, k_t16_.panel(kv_head, kb, 0), kKeyBlock, grads_b,
+                kPanelWidth, dq_partial(task.chunk, b, h, qb), query_block_, true, vnni_);
     }
   }
 
   void accumulate_tile_compute(const Task& task, int h, int qb, int kb, TileVisibility vis,
                                Scratch& s) {
     const int b = task.b, D = dim_;
-    const int row_begin = qb * kQueryBlock, rows = rows_of(qb);
+    const int row_begin = qb * query_block_, rows = rows_of(qb);
     const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
     int64_t ld_k, ld_v, ld_q, ld_do;
     const T* k_rows = operand_rows(k_rows_, p_.k_ptr, p_.k_batch_stride, p_.k_row_stride,
@@ -369,20 +378,20 @@ class BackwardKernel {
     T* grads = s.grad_t.data();
 
     // S_ijᵀ = Kj (scale·Qi)ᵀ, then P_ijᵀ row by row (a row is one key, across the queries).
-    tile_gemm(cols, rows, D, k_rows, ld_k, q_panels_.head(b, h) + int64_t(qb) * D * kQueryBlock,
-              kQueryBlock, probs, kQueryBlock, /*accumulate=*/false);
+    tile_gemm(cols, rows, D, k_rows, ld_k, q_panels_.head(b, h) + int64_t(qb) * D * query_block_,
+              query_block_, probs, query_block_, /*accumulate=*/false);
     scores_to_probs(task, h, qb, kb, vis, probs, s);
     // dVj += P_ijᵀ dOi
-    tile_gemm(cols, D, rows, probs, kQueryBlock, do_rows, ld_do, s.dv_acc.data(), D, true);
+    tile_gemm(cols, D, rows, probs, query_block_, do_rows, ld_do, s.dv_acc.data(), D, true);
     // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ in place.
-    tile_gemm(cols, rows, D, v_rows, ld_v, do_panels_.head(b, h) + int64_t(qb) * D * kQueryBlock,
-              kQueryBlock, grads, kQueryBlock, /*accumulate=*/false);
+    tile_gemm(cols, rows, D, v_rows, ld_v, do_panels_.head(b, h) + int64_t(qb) * D * query_block_,
+              query_block_, grads, query_block_, /*accumulate=*/false);
     probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
     // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
-    tile_gemm(cols, D, rows, grads, kQueryBlock, q_rows, ld_q, s.dk_acc.data(), D, true);
+    tile_gemm(cols, D, rows, grads, query_block_, q_rows, ld_q, s.dk_acc.data(), D, true);
     // dQiᵀ += Kjᵀ dS_ijᵀ, into this chunk's partial buffer.
     tile_gemm(D, rows, cols, k_panels_.head(b, task.kv_head) + int64_t(kb) * D * kKeyBlock,
-              kKeyBlock, grads, kQueryBlock, dq_partial(task.chunk, b, h, qb), kQueryBlock, true);
+              kKeyBlock, grads, query_block_, dq_partial(task.chunk, b, h, qb), query_block_, true);
   }
 
   void store_dk_dv(const Task& task, int kb, const Scratch& s) const {
@@ -407,7 +416,7 @@ class BackwardKernel {
     const auto dq = strided_heads<In>(p_.dq_ptr, p_.dq_batch_stride, p_.dq_row_stride,
                                       p_.dq_head_stride);
     const int64_t num_tiles = int64_t(p_.batch) * p_.heads_q * num_query_blocks_;
-    const int64_t tile_elements = int64_t(dim_) * kQueryBlock;
+    const int64_t tile_elements = int64_t(dim_) * query_block_;
     at::parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end) {
       std::vector<T> sum(tile_elements);
       for (int64_t t = begin; t < end; ++t) {
@@ -421,9 +430,9 @@ class BackwardKernel {
         }
         const T scale = softmax_scale<T>(p_);
         for (int r = 0; r < rows_of(qb); ++r) {
-          In* dq_row = dq.row(b, h, qb * kQueryBlock + r);
+          In* dq_row = dq.row(b, h, qb * query_block_ + r);
           for (int d = 0; d < dim_; ++d)
-            dq_row[d] = static_cast<In>(scale * sum[size_t(d) * kQueryBlock + r]);
+            dq_row[d] = static_cast<In>(scale * sum[size_t(d) * query_block_ + r]);
         }
       }
     });
@@ -434,9 +443,10 @@ class BackwardKernel {
   const int gemm_dim_;    // K of the products over the head dim: dim_, or rounded up to even
   const int acc_stride_;  // row stride of dKj/dVj: dim_, or rounded up to whole panels
   const bool vnni_;       // kNative16: B panels are VNNI-packed
+  const int query_block_;
   const int num_query_blocks_;
   const int num_key_blocks_;
-  const int64_t dq_panel_elements_;  // one head's partial dQᵀ: [query block][D][kQueryBlock]
+  const int64_t dq_panel_elements_;  // one head's partial dQᵀ: [query block][D][query_block_]
   const int64_t num_chunks_;
   PackedHeads<T> q_rows_, q_panels_, do_rows_, do_panels_, k_rows_, k_panels_, v_rows_;
   // kNative16 operands: B panels of Qiᵀ, Qi, dOiᵀ, dOi; A tiles of Kj, Kjᵀ, Vj.
