@@ -61,7 +61,7 @@ def attention_reference(q, k, v, softmax_scale=None, causal=False, window_size=(
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
     weights = torch.exp(scores - row_max)
     row_sum = weights.sum(dim=-1, keepdim=True)
-    seen = row_sum > 0
+    seen = row_sum != 0  # a NaN sum (NaN inputs) counts as seen: NaN out and NaN lse
     safe_sum = torch.where(seen, row_sum, torch.ones_like(row_sum))
     out = torch.matmul(weights / safe_sum, vh)                   # (B, Hq, Sq, D)
     lse = torch.where(seen, row_max + torch.log(safe_sum), torch.full_like(row_sum, float("-inf")))

@@ -14,7 +14,7 @@ import torch
 
 from executors import make_executor
 from test_backward import check_backward
-from test_forward import MASKS, check_forward, make_qkv
+from test_forward import MASKS, NAN_CASES, check_forward, check_nan_propagation, make_qkv
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +112,12 @@ def test_fwd_rows_that_see_nothing(sim):
     q, k, v = make_qkv(1, 70, 10, 2, 2, 64, torch.float16, sim.device)
     out, lse = check_forward(sim, q, k, v, MASKS["causal"])
     assert torch.all(out[:, :60] == 0) and torch.all(lse[:, :, :60] == float("-inf"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("where,mask", NAN_CASES)
+def test_fwd_nan_inputs_propagate(sim, dtype, where, mask):
+    check_nan_propagation(sim, *make_qkv(1, 40, 35, 2, 2, 32, dtype, sim.device), where, mask)
 
 
 @pytest.mark.parametrize("shape", [(0, 5, 3), (2, 0, 3), (2, 5, 0)], ids=str)

@@ -161,3 +161,34 @@ def test_fully_masked_rows_are_zero(executor):
     assert torch.equal(out[:, :30].float(), torch.zeros_like(out[:, :30].float()))
     assert torch.isneginf(lse[:, :, :30]).all()
     assert torch.isfinite(lse[:, :, 30:]).all()
+
+
+# (input that gets the NaN, mask). A NaN in v is checked without a mask: behind one, which rows
+# it reaches depends on tiling (0 · NaN is NaN inside a tile, a skipped tile multiplies nothing).
+NAN_CASES = [("q", "none"), ("q", "causal"), ("k", "none"), ("k", "causal"),
+             ("k", "window_causal"), ("v", "none")]
+
+
+def check_nan_propagation(ex, q, k, v, where, mask):
+    """Puts a NaN into one element of q, k or v (in the middle of the sequence) and checks that
+    exactly the outputs and LSEs whose softmax sees it are NaN, as in the float64 reference and
+    F.scaled_dot_product_attention: never dropped, never spread further."""
+    x = {"q": q, "k": k, "v": v}[where]
+    x[0, x.shape[1] // 2, x.shape[2] - 1, min(5, x.shape[3] - 1)] = float("nan")
+    scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q)
+    out, lse = ex.fwd(q, k, v, scale, **op_kwargs)
+    to64 = lambda t: t.detach().cpu().double()  # noqa: E731
+    ref_out, ref_lse = attention_reference(to64(q), to64(k), to64(v), **ref_kwargs)
+    assert ref_out.isnan().any()
+    assert torch.equal(out.isnan().cpu(), ref_out.isnan())
+    assert torch.equal(lse.isnan().cpu(), ref_lse.isnan())
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("where,mask", NAN_CASES)
+def test_nan_inputs_propagate(executor, dtype, where, mask):
+    ex = make_executor(executor)
+    if dtype == torch.float64 and ex.device != "cpu":
+        pytest.skip("float64 is a CPU dtype")
+    check_nan_propagation(ex, *make_qkv(1, 150, 140, 2, 2, 64, dtype, ex.device), where, mask)

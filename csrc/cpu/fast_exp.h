@@ -4,9 +4,9 @@
 // double exp at 8.7 million points; Horner's order gave 1.02 ulp but took about a quarter
 // more time in the softmax loops).
 // From -88.03 (-127 ln2) down, including -inf, the result is exactly 0; softmax weights that
-// small do not change a fp32 sum. Inputs must stay below 88.7, where 2^n overflows: the
-// kernels only take exp of scores minus their maximum or their log-sum-exp, which are <= 0
-// (up to rounding). F is float or VecF (simd.h).
+// small do not change a fp32 sum. exp(NaN) is NaN. Inputs must stay below 88.7, where 2^n
+// overflows: the kernels only take exp of scores minus their maximum or their log-sum-exp,
+// which are <= 0 (up to rounding). F is float or VecF (simd.h).
 #pragma once
 #include "simd.h"
 
@@ -27,7 +27,8 @@ __attribute__((always_inline)) inline F fast_exp(F x) {
   constexpr int kMantissaBits = 23;
 
   const F zero = F{};
-  const F clamped = select_max(x, zero + kFlushBelow);
+  // In this order a NaN passes through (and makes a NaN result), as in exp.
+  const F clamped = select_max(zero + kFlushBelow, x);
   // x / ln2 + kRoundMagic holds n = round(x / ln2) in its low mantissa bits.
   const F shifted_n = clamped * kLog2e + kRoundMagic;
   const F n = shifted_n - kRoundMagic;

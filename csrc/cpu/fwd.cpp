@@ -213,11 +213,13 @@ class ForwardKernel {
     float* lse = p_.lse_ptr + (int64_t(b) * p_.heads_q + h) * p_.seqlen_q + row_begin;
     for (int r = 0; r < rows; ++r) {
       const T sum = s.row_sum[r];
-      const T inv_sum = sum > T(0) ? T(1) / sum : T(0);
+      // sum is 0 only for a row that saw no key; a NaN sum (NaN inputs) goes on into out, lse.
+      const bool saw_keys = !(sum == T(0));
+      const T inv_sum = saw_keys ? T(1) / sum : T(0);
       const T* acc = s.out_acc.data() + size_t(r) * out_stride_;
       In* out_row = out_.row(b, h, row_begin + r);
       for (int d = 0; d < dim_; ++d) out_row[d] = static_cast<In>(acc[d] * inv_sum);
-      lse[r] = sum > T(0) ? static_cast<float>(s.row_max[r] + std::log(sum))
+      lse[r] = saw_keys ? static_cast<float>(s.row_max[r] + std::log(sum))
                           : -std::numeric_limits<float>::infinity();
     }
   }

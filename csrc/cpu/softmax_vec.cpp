@@ -81,6 +81,16 @@ FLASHATTN_ROW_STEP void scale_row(float* x, int n, float factor) {
       [&](int c) { x[c] *= factor; });
 }
 
+// A row of only -inf and NaN scores (a NaN in q or k) has no maximum; softmax makes all its
+// weights NaN, and so does this. Returns whether it found a NaN.
+template <typename T>
+bool poison_if_nan(T* x, int n, T& row_sum) {
+  if (std::none_of(x, x + n, [](T v) { return std::isnan(v); })) return false;
+  std::fill(x, x + n, std::numeric_limits<T>::quiet_NaN());
+  row_sum = std::numeric_limits<T>::quiet_NaN();
+  return true;
+}
+
 }  // namespace
 
 FLASHATTN_VECTOR_CLONES void online_softmax_tile(float* scores, int rows, int cols, int64_t ld,
@@ -89,8 +99,10 @@ FLASHATTN_VECTOR_CLONES void online_softmax_tile(float* scores, int rows, int co
   for (int r = 0; r < rows; ++r) {
     float* x = scores + r * ld;
     const float previous_max = row_max[r];
+    // The maximum skips NaN scores; exp(NaN - m) then puts the NaN into P, the sum and O.
     const float new_max = select_max(previous_max, max_of_row(x, cols));
     if (new_max == -std::numeric_limits<float>::infinity()) {
+      if (poison_if_nan(x, cols, row_sum[r])) continue;
       // No key seen yet: contribute nothing (exp(-inf - -inf) would be NaN).
       std::fill(x, x + cols, 0.f);
       continue;
@@ -187,6 +199,7 @@ void online_softmax_tile(double* scores, int rows, int cols, int64_t ld, double*
     double new_max = row_max[r];
     for (int c = 0; c < cols; ++c) new_max = select_max(new_max, x[c]);
     if (new_max == -std::numeric_limits<double>::infinity()) {
+      if (poison_if_nan(x, cols, row_sum[r])) continue;
       std::fill(x, x + cols, 0.0);
       continue;
     }

@@ -145,14 +145,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     accumulate_rows<kCols, kStride>(o, prob, v_smem, lane);
   }
   if (row >= p.seqlen_q) return;
-  const float inv_l = l_i > 0.f ? 1.f / l_i : 0.f;
+  // l_i is 0 only for a row that saw no key; a NaN l_i (NaN inputs) goes on into out and lse.
+  const bool saw_keys = l_i != 0.f;
+  const float inv_l = saw_keys ? 1.f / l_i : 0.f;
   float* o_row = static_cast<float*>(p.o_ptr) + batch * p.o_batch_stride +
                  head * p.o_head_stride + row * p.o_row_stride;  // [D]
 #pragma unroll
   for (int t = 0; t < kCols; ++t)
     if (lane + t * kWarpSize < p.head_dim) o_row[lane + t * kWarpSize] = o[t] * inv_l;
   if (lane == 0)
-    p.lse_ptr[batch_head * p.seqlen_q + row] = l_i > 0.f ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
+    p.lse_ptr[batch_head * p.seqlen_q + row] = saw_keys ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
 }
 
 template <typename Traits>

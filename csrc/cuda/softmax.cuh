@@ -75,13 +75,14 @@ struct RowStats {
   }
 
   // Reduces l_i over the quad and returns 1 / l_i (0 for a row that saw no key) and the
-  // natural-log LSE (-inf for such a row).
+  // natural-log LSE (-inf for such a row). l_i is 0 only there; a NaN l_i (NaN inputs) goes on
+  // into out and the LSE, as softmax would.
   __device__ __forceinline__ void finalize(float to_log2, float (&inv_l)[kRowsPerThread],
                                            float (&lse)[kRowsPerThread]) const {
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
       const float l_total = quad_sum(l[r]);
-      const bool any = l_total > 0.f;
+      const bool any = l_total != 0.f;
       inv_l[r] = any ? 1.f / l_total : 0.f;
       lse[r] = any ? (m[r] * to_log2 + log2f(l_total)) * kLn2 : -INFINITY;
     }
