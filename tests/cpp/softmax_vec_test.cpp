@@ -40,6 +40,9 @@ void check_fast_exp() {
   expect(worst_vector <= kMaxUlps, "fast_exp(VecF) worst ulps", worst_vector, kMaxUlps);
   expect(fast_exp(0.f) == 1.f, "fast_exp(0)", fast_exp(0.f), 1.0);
   const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  expect(std::isnan(fast_exp(nan)) && std::isnan(fast_exp(splat(nan))[0]), "fast_exp(NaN)",
+         fast_exp(nan), nan);
   for (float x : {-inf, -1e30f, -1000.f, -88.03f, -88.1f})
     expect(fast_exp(x) == 0.f && fast_exp(splat(x))[0] == 0.f, "fast_exp(x <= -127 ln2) == 0",
            fast_exp(x), x);
@@ -132,10 +135,30 @@ void check_backward_tiles(int cols) {
     }
 }
 
+// A NaN score poisons its row (as softmax does), whether or not the row has finite scores.
+void check_nan_rows() {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int cols = 20;
+  std::vector<float> scores(3 * cols, 1.f), row_max(3, -inf), row_sum(3, 0.f), out(3, 1.f);
+  scores[0 * cols + 4] = nan;                                   // NaN among finite scores
+  for (int c = 0; c < cols; ++c) scores[1 * cols + c] = c == 7 ? nan : -inf;  // NaN, masked
+  online_softmax_tile(scores.data(), 3, cols, cols, row_max.data(), row_sum.data(), out.data(),
+                      1, 1);
+  for (int r = 0; r < 2; ++r)
+    expect(std::isnan(row_sum[r]), "row sum of a row with a NaN score", row_sum[r], nan);
+  expect(std::isnan(scores[4]), "P at the NaN score", scores[4], nan);
+  expect(std::isnan(scores[cols + 0]) && std::isnan(scores[cols + 7]),
+         "P of a row of -inf and NaN", scores[cols], nan);
+  expect(std::isfinite(row_sum[2]) && row_sum[2] == float(cols), "row without NaN", row_sum[2],
+         cols);
+}
+
 }  // namespace
 
 int main() {
   check_fast_exp();
+  check_nan_rows();
   for (int cols : {1, 7, 8, 9, 63, 64, 65, 128, 130}) {
     check_online_softmax_tile(cols);
     check_backward_tiles(cols);
