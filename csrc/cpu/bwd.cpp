@@ -50,7 +50,6 @@ constexpr int64_t kTargetTasks = 32;
 // test_memory.py, limit 512); the packed operands need 7 more fp32 copies of q/k/v.
 constexpr int64_t kMaxPartialDqBytes = int64_t(64) << 20;
 
-
 template <typename In, OperandPath kPath>
 class BackwardKernel {
   using T = compute_t<In>;
@@ -69,7 +68,10 @@ class BackwardKernel {
         num_query_blocks_(num_blocks(p.seqlen_q, query_block_)),
         num_key_blocks_(num_blocks(p.seqlen_k, kKeyBlock)),
         dq_panel_elements_(int64_t(num_query_blocks_) * query_block_ * p.head_dim),
-        num_chunks_(choose_num_chunks()) {}
+        num_chunks_(choose_num_chunks()) {
+    // The 16-bit products take a query block as one panel.
+    TORCH_INTERNAL_ASSERT(!kNative16 || query_block_ == kPanelWidth);
+  }
 
   void run() {
     if (int64_t(p_.batch) * p_.heads_q == 0) return;
