@@ -81,8 +81,8 @@ FLASHATTN_ROW_STEP void scale_row(float* x, int n, float factor) {
       [&](int c) { x[c] *= factor; });
 }
 
-// A row of only -inf and NaN scores (a NaN in q or k) has no maximum; softmax makes all its
-// weights NaN, and so does this. Returns whether it found a NaN.
+// A row of only -inf and NaN scores (a NaN in q or k behind a mask) may get -inf as its
+// maximum; softmax makes all its weights NaN, and so does this. Returns whether it found a NaN.
 template <typename T>
 bool poison_if_nan(T* x, int n, T& row_sum) {
   if (std::none_of(x, x + n, [](T v) { return std::isnan(v); })) return false;
@@ -99,7 +99,9 @@ FLASHATTN_VECTOR_CLONES void online_softmax_tile(float* scores, int rows, int co
   for (int r = 0; r < rows; ++r) {
     float* x = scores + r * ld;
     const float previous_max = row_max[r];
-    // The maximum skips NaN scores; exp(NaN - m) then puts the NaN into P, the sum and O.
+    // A NaN score may or may not end up as the maximum (select_max is order-dependent with
+    // NaN); either way exp() below puts the NaN into P, the sum and O. Only beside scores that
+    // are all -inf can it leave the maximum at -inf: poison_if_nan handles that row.
     const float new_max = select_max(previous_max, max_of_row(x, cols));
     if (new_max == -std::numeric_limits<float>::infinity()) {
       if (poison_if_nan(x, cols, row_sum[r])) continue;
