@@ -126,11 +126,7 @@ FLASHATTN_VECTOR_CLONES void exp_shifted_by_tile(float* x, int rows, int cols, i
   }
 }
 
-FLASHATTN_VECTOR_CLONES void scale_by(float* x, int n, float factor) {
-  for_each_chunk(
-      n, [&](int c) { store_vec(x + c, load_vec(x + c) * factor); },
-      [&](int c) { x[c] *= factor; });
-}
+FLASHATTN_VECTOR_CLONES void scale_by(float* x, int n, float factor) { scale_row(x, n, factor); }
 
 // tanh has no cheap vector form here; softcap is off the hot path of most models.
 void apply_softcap(float* x, int n, float softcap, float* tanh_out) {
