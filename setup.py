@@ -113,9 +113,7 @@ def extension():
         return CppExtension(extra_compile_args={"cxx": cxx}, **common)
     nvcc = ["-O3", "--use_fast_math", "--expt-relaxed-constexpr", ptxas_flags(),
             *cuda_arch_flags()]
-    return CUDAExtension(extra_compile_args={"cxx": cxx + ["-DFLASHATTN_WITH_CUDA"],
-                                             "nvcc": nvcc + ["-DFLASHATTN_WITH_CUDA"]},
-                         **common)
+    return CUDAExtension(extra_compile_args={"cxx": cxx, "nvcc": nvcc}, **common)
 
 
 setup(

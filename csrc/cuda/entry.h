@@ -15,15 +15,19 @@ namespace flashattn::cuda {
 
 struct KernelChoice {
   ElementType type;
-  int head_dim_tile;  // 0: no kernel is built for this head dim
+  int head_dim_tile;
 };
 
+// head_dim <= kMaxHeadDim, which the shared input checks enforce (ExecutorLimits); every
+// element type has a tile that large.
 inline KernelChoice choose_kernels(ElementType type, int head_dim) {
   KernelChoice choice{type, 0};
   dispatch_element(type, [&](auto element) {
     dispatch_head_dim(HeadDimTilesFor<decltype(element)>{}, head_dim,
                       [&](auto tile) { choice.head_dim_tile = decltype(tile)::value; });
   });
+  TORCH_INTERNAL_ASSERT(choice.head_dim_tile != 0, "flashattn: no CUDA tile for head_dim ",
+                        head_dim);
   return choice;
 }
 

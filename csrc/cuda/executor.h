@@ -1,7 +1,7 @@
 // The CUDA executor of op_glue.h, written once for the GPU (api.cu) and for the CPU shim
 // (tests/sim_ext/sim_ops.cpp): kernel choice, the shapes with nothing to launch, shared memory,
 // the backward's workspace and the launch. What differs between the two is the Device policy:
-//   Device::kExecutorName, Device::kOpPrefix    how errors name the executor and the ops
+//   Device::kExecutorName                       how errors name the executor
 //   typename Device::Guard(at::Device)          makes q's device current during the launch
 //   Device::stream(q)                           the stream to launch on
 //   Device::check_smem_fits(bytes, q)           refuses what the device cannot hold
@@ -39,7 +39,6 @@ struct CudaExecutor {
 
   static void run_fwd(const at::Tensor& q, const AttnParams& p) {
     const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
-    if (choice.head_dim_tile == 0) not_built_yet("fwd", q.scalar_type());
     if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0) return;
     const typename Device::Guard guard(q.device());
     Device::check_smem_fits(fwd_smem_bytes(choice), q);
@@ -49,7 +48,6 @@ struct CudaExecutor {
   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& dk,
                       at::Tensor& dv) {
     const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
-    if (choice.head_dim_tile == 0) not_built_yet("bwd", q.scalar_type());
     if (p.batch == 0 || p.heads_q == 0) {
       // No query head reads k and v (heads_q = 0 with heads_kv > 0 is a valid GQA shape).
       dk.zero_();
@@ -63,14 +61,6 @@ struct CudaExecutor {
     // The kernels must not depend on the scratch's initial contents: tests poison it too.
     poison_if_debugging(workspace);
     launch_bwd(p, choice, workspace.data_ptr<float>(), Device::stream(q), &Device::check_launch);
-  }
-
- private:
-  // NotImplementedError, never a made-up result, for a kernel that is not compiled.
-  [[noreturn]] static void not_built_yet(const char* op, at::ScalarType dtype) {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, Device::kOpPrefix, ".", op, ": the CUDA kernel for ",
-                                dtype, " is not built yet in this version; move the tensors "
-                                "to the CPU (q.cpu()) to use the CPU kernels");
   }
 };
 

@@ -1,6 +1,6 @@
 // Host-side launch helpers, so the host glue compiles under nvcc and under the CPU shim.
 //
-//   auto kernel = &fwd_kernel<Traits, IsCausal>;   // a variable: template-ids hold commas
+//   auto kernel = &fwd_kernel_16bit<Traits, Element>;   // a variable: template-ids hold commas
 //   flashattn::set_max_dynamic_smem(kernel, smem_bytes);
 //   FLASHATTN_LAUNCH_KERNEL(kernel, grid, block, smem_bytes, stream, params);
 //   FLASHATTN_LAUNCH_CHECK();   // C10_CUDA_KERNEL_LAUNCH_CHECK() under nvcc, nothing on the shim
