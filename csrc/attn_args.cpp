@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
@@ -46,18 +47,25 @@ int clip_window(int64_t w, int64_t seqlen_q, int64_t seqlen_k) {
   return w > seqlen_q + seqlen_k ? -1 : static_cast<int>(w);
 }
 
-void check_mask_options(const at::Tensor& q, const at::Tensor& k, const MaskOptions& mask) {
-  TORCH_CHECK(mask.window_left >= -1, "flashattn: window_size[0] (left) must be -1 (unbounded) "
-              "or >= 0, got ", mask.window_left);
-  TORCH_CHECK(mask.window_right >= -1, "flashattn: window_size[1] (right) must be -1 "
-              "(unbounded) or >= 0, got ", mask.window_right);
-  TORCH_CHECK(std::isfinite(mask.softmax_scale), "flashattn: softmax_scale must be finite, got ",
-              mask.softmax_scale);
-  TORCH_CHECK(mask.softcap >= 0 && std::isfinite(mask.softcap),
-              "flashattn: softcap must be >= 0 (0 disables it), got ", mask.softcap);
-  if (mask.alibi_slopes.has_value()) {
-    const at::Tensor& s = *mask.alibi_slopes;
+// The softmax scale the caller asked for, or FA2's and SDPA's default 1 / sqrt(head_dim).
+double resolved_scale(const AttnInputs& in) {
+  return in.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(in.q.size(3))));
+}
+
+void check_mask_options(const AttnInputs& in) {
+  const at::Tensor& q = in.q;
+  TORCH_CHECK(in.window_left >= -1, "flashattn: window_size[0] (left) must be -1 (unbounded) "
+              "or >= 0, got ", in.window_left);
+  TORCH_CHECK(in.window_right >= -1, "flashattn: window_size[1] (right) must be -1 "
+              "(unbounded) or >= 0, got ", in.window_right);
+  TORCH_CHECK(std::isfinite(resolved_scale(in)), "flashattn: softmax_scale must be finite, got ",
+              resolved_scale(in));
+  TORCH_CHECK(in.softcap >= 0 && std::isfinite(in.softcap),
+              "flashattn: softcap must be >= 0 (0 disables it), got ", in.softcap);
+  if (in.alibi_slopes.has_value()) {
+    const at::Tensor& s = *in.alibi_slopes;
     const int64_t batch = q.size(0), heads = q.size(2);
+    // FA2 takes fp32 slopes only; converting would be a silent copy.
     TORCH_CHECK(s.scalar_type() == at::kFloat, "flashattn: alibi_slopes must be float32, got ",
                 s.scalar_type());
     check_same_device(s, "alibi_slopes", q);
@@ -66,10 +74,7 @@ void check_mask_options(const at::Tensor& q, const at::Tensor& k, const MaskOpti
     TORCH_CHECK(per_head || per_batch_head, "flashattn: alibi_slopes must have shape [",
                 heads, "] or [", batch, ", ", heads, "] (nheads or batch x nheads of q), got ",
                 s.sizes());
-    TORCH_CHECK(s.is_contiguous(), "flashattn: alibi_slopes must be contiguous, got strides ",
-                s.strides());
   }
-  (void)k;
 }
 
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -130,9 +135,24 @@ void check_lse_like(const at::Tensor& t, const char* name, const at::Tensor& q) 
               ", got ", t.sizes());
   TORCH_CHECK(t.scalar_type() == at::kFloat, "flashattn: ", name, " must be float32, got ",
               t.scalar_type());
-  TORCH_CHECK(t.is_contiguous(), "flashattn: ", name, " must be contiguous, got strides ",
-              t.strides());
   check_same_device(t, name, q);
+}
+
+// [batch, seqlen, heads, dim] rows.
+TensorView rows_view(const at::Tensor& t) {
+  return {const_cast<void*>(t.data_ptr()), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// Per-row statistics [batch, heads, seqlen].
+TensorView stats_view(const at::Tensor& t) {
+  return {const_cast<void*>(t.data_ptr()), t.stride(0), t.stride(2), t.stride(1)};
+}
+
+// ALiBi slopes [heads] or [batch, heads]: one element per (batch, head).
+TensorView slopes_view(const at::Tensor& s) {
+  const bool per_batch = s.dim() == 2;
+  return {const_cast<void*>(s.data_ptr()), per_batch ? s.stride(0) : 0, 0,
+          s.stride(per_batch ? 1 : 0)};
 }
 
 bool poisoning_enabled() {
@@ -149,12 +169,11 @@ void poison_if_debugging(at::Tensor& t) {
   if (poisoning_enabled()) t.fill_(std::numeric_limits<double>::quiet_NaN());
 }
 
-std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const at::Tensor& q, const at::Tensor& k,
-                                                       const at::Tensor& v,
-                                                       const MaskOptions& mask,
+std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits) {
-  check_qkv(q, k, v, limits);
-  check_mask_options(q, k, mask);
+  const at::Tensor& q = in.q;
+  check_qkv(q, in.k, in.v, limits);
+  check_mask_options(in);
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
   poison_if_debugging(out);
@@ -162,20 +181,14 @@ std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const at::Tensor& q, cons
   return {out, lse};
 }
 
-AttnParams make_fwd_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const at::Tensor& out, const at::Tensor& lse,
-                           const MaskOptions& mask) {
+AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at::Tensor& lse) {
+  const at::Tensor &q = in.q, &k = in.k;
   AttnParams p;
-  p.q_ptr = q.data_ptr();
-  p.k_ptr = k.data_ptr();
-  p.v_ptr = v.data_ptr();
-  p.o_ptr = out.data_ptr();
-  p.lse_ptr = lse.data_ptr<float>();
-  p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
-  p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
-  p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
-  p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1),
-  p.o_head_stride = out.stride(2);
+  p.q = rows_view(q);
+  p.k = rows_view(k);
+  p.v = rows_view(in.v);
+  p.o = rows_view(out);
+  p.lse = stats_view(lse);
   p.batch = static_cast<int>(q.size(0));
   p.seqlen_q = static_cast<int>(q.size(1));
   p.seqlen_k = static_cast<int>(k.size(1));
@@ -183,28 +196,24 @@ AttnParams make_fwd_params(const at::Tensor& q, const at::Tensor& k, const at::T
   p.heads_kv = static_cast<int>(k.size(2));
   p.head_group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1;
   p.head_dim = static_cast<int>(q.size(3));
-  p.scale = static_cast<float>(mask.softmax_scale);
-  p.softcap = static_cast<float>(mask.softcap);
-  p.scale_fp64 = mask.softmax_scale;
-  p.softcap_fp64 = mask.softcap;
+  p.scale_fp64 = resolved_scale(in);
+  p.softcap_fp64 = in.softcap;
+  p.scale = static_cast<float>(p.scale_fp64);
+  p.softcap = static_cast<float>(p.softcap_fp64);
   // FA2's convention: causal is a window whose right edge is the diagonal.
-  p.window_left = clip_window(mask.window_left, p.seqlen_q, p.seqlen_k);
-  p.window_right = mask.causal ? 0 : clip_window(mask.window_right, p.seqlen_q, p.seqlen_k);
-  p.is_causal = p.window_right == 0;
-  p.diag_offset = mask.align_bottom_right ? p.seqlen_k - p.seqlen_q : 0;
-  if (mask.alibi_slopes.has_value()) {
-    p.alibi_ptr = mask.alibi_slopes->data_ptr<float>();
-    p.alibi_batch_stride = mask.alibi_slopes->dim() == 2 ? mask.alibi_slopes->stride(0) : 0;
-  }
+  p.window_left = clip_window(in.window_left, p.seqlen_q, p.seqlen_k);
+  p.window_right = in.causal ? 0 : clip_window(in.window_right, p.seqlen_q, p.seqlen_k);
+  p.diag_offset = in.align_bottom_right ? p.seqlen_k - p.seqlen_q : 0;
+  if (in.alibi_slopes.has_value()) p.alibi = slopes_view(*in.alibi_slopes);
   return p;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(
-    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& dlse,
-    const MaskOptions& mask, const ExecutorLimits& limits) {
-  check_qkv(q, k, v, limits);
-  check_mask_options(q, k, mask);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInputs& in,
+                                                                   const BwdInputs& grads,
+                                                                   const ExecutorLimits& limits) {
+  const at::Tensor &q = in.q, &out = grads.out, &dout = grads.dout;
+  check_qkv(q, in.k, in.v, limits);
+  check_mask_options(in);
   check_rank4(out, "out");
   check_rank4(dout, "dout");
   check_shape_like(out, "out", q, "q");
@@ -216,38 +225,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(
   check_same_device(dout, "dout", q);
   check_last_dim_contiguous(out, "out");
   check_last_dim_contiguous(dout, "dout");
-  check_lse_like(lse, "lse", q);
-  if (dlse.has_value()) check_lse_like(*dlse, "dlse", q);
+  check_lse_like(grads.lse, "lse", q);
+  if (grads.dlse.has_value()) check_lse_like(*grads.dlse, "dlse", q);
   at::Tensor dq = at::empty(q.sizes(), q.options());
-  at::Tensor dk = at::empty(k.sizes(), k.options());
-  at::Tensor dv = at::empty(v.sizes(), v.options());
+  at::Tensor dk = at::empty(in.k.sizes(), in.k.options());
+  at::Tensor dv = at::empty(in.v.sizes(), in.v.options());
   poison_if_debugging(dq);
   poison_if_debugging(dk);
   poison_if_debugging(dv);
   return {dq, dk, dv};
 }
 
-AttnBwdParams make_bwd_params(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
-                              const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                              const std::optional<at::Tensor>& dlse, const at::Tensor& dq,
-                              const at::Tensor& dk, const at::Tensor& dv,
-                              const MaskOptions& mask, bool deterministic) {
+AttnBwdParams make_bwd_params(const AttnInputs& in, const BwdInputs& grads, const at::Tensor& dq,
+                              const at::Tensor& dk, const at::Tensor& dv) {
   AttnBwdParams p;
-  static_cast<AttnParams&>(p) = make_fwd_params(q, k, v, out, lse, mask);
-  p.do_ptr = dout.data_ptr();
-  p.do_batch_stride = dout.stride(0), p.do_row_stride = dout.stride(1),
-  p.do_head_stride = dout.stride(2);
-  p.dlse_ptr = dlse.has_value() ? dlse->data_ptr<float>() : nullptr;
-  p.dq_ptr = dq.data_ptr();
-  p.dk_ptr = dk.data_ptr();
-  p.dv_ptr = dv.data_ptr();
-  p.dq_batch_stride = dq.stride(0), p.dq_row_stride = dq.stride(1),
-  p.dq_head_stride = dq.stride(2);
-  p.dk_batch_stride = dk.stride(0), p.dk_row_stride = dk.stride(1),
-  p.dk_head_stride = dk.stride(2);
-  p.dv_batch_stride = dv.stride(0), p.dv_row_stride = dv.stride(1),
-  p.dv_head_stride = dv.stride(2);
-  p.deterministic = deterministic;
+  static_cast<AttnParams&>(p) = make_fwd_params(in, grads.out, grads.lse);
+  p.dout = rows_view(grads.dout);
+  if (grads.dlse.has_value()) p.dlse = stats_view(*grads.dlse);
+  p.dq = rows_view(dq);
+  p.dk = rows_view(dk);
+  p.dv = rows_view(dv);
+  p.deterministic = in.deterministic;
   return p;
 }
 

@@ -14,15 +14,23 @@
 
 namespace flashattn {
 
-// Mask and score options exactly as they arrive through the op schema.
-struct MaskOptions {
-  double softmax_scale;
-  bool causal;
-  int64_t window_left;
-  int64_t window_right;
-  double softcap;
-  const std::optional<at::Tensor>& alibi_slopes;
-  bool align_bottom_right;
+// The forward's arguments (schema.h's kAttnArguments), which the backward repeats by name.
+struct AttnInputs {
+  at::Tensor q, k, v;
+  std::optional<double> softmax_scale;  // none: 1 / sqrt(head_dim)
+  bool causal = false;
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  double softcap = 0.0;
+  std::optional<at::Tensor> alibi_slopes;
+  bool align_bottom_right = true;
+  bool deterministic = false;
+};
+
+// What the backward takes besides the forward's arguments.
+struct BwdInputs {
+  at::Tensor dout, out, lse;
+  std::optional<at::Tensor> dlse;
 };
 
 // What one executor accepts; checked up front so an unsupported input is an error, never a
@@ -33,29 +41,21 @@ struct ExecutorLimits {
   int64_t max_head_dim;                     // inclusive; -1 = any
 };
 
-// Validates q/k/v (and the mask options) and returns freshly allocated (out, lse):
-// out [B, Sq, Hq, D] contiguous in q's dtype, lse [B, Hq, Sq] fp32.
-std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const at::Tensor& q, const at::Tensor& k,
-                                                       const at::Tensor& v,
-                                                       const MaskOptions& mask,
+// Validates the inputs and returns freshly allocated (out, lse): out [B, Sq, Hq, D]
+// contiguous in q's dtype, lse [B, Hq, Sq] fp32.
+std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits);
 
-AttnParams make_fwd_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const at::Tensor& out, const at::Tensor& lse,
-                           const MaskOptions& mask);
+AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at::Tensor& lse);
 
 // Validates the backward inputs against the forward ones and returns freshly allocated
 // (dq, dk, dv), each contiguous with the shape of its input.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(
-    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& dlse,
-    const MaskOptions& mask, const ExecutorLimits& limits);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInputs& in,
+                                                                   const BwdInputs& grads,
+                                                                   const ExecutorLimits& limits);
 
-AttnBwdParams make_bwd_params(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
-                              const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                              const std::optional<at::Tensor>& dlse, const at::Tensor& dq,
-                              const at::Tensor& dk, const at::Tensor& dv,
-                              const MaskOptions& mask, bool deterministic);
+AttnBwdParams make_bwd_params(const AttnInputs& in, const BwdInputs& grads, const at::Tensor& dq,
+                              const at::Tensor& dk, const at::Tensor& dv);
 
 // With FLASHATTN_POISON_OUTPUTS=1 in the environment (read once), freshly allocated outputs are
 // filled with NaN before a kernel writes them, so tests see any element a kernel forgot.

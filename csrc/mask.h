@@ -5,12 +5,6 @@
 
 #include "params.h"
 
-#if defined(__CUDACC__)
-#define FLASHATTN_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define FLASHATTN_HOST_DEVICE inline
-#endif
-
 namespace flashattn {
 
 // First key index row i may see (clipped at 0).
@@ -30,6 +24,11 @@ FLASHATTN_HOST_DEVICE int visible_key_end(const AttnParams& p, int row) {
 
 FLASHATTN_HOST_DEVICE bool key_visible(const AttnParams& p, int row, int key) {
   return key >= first_visible_key(p, row) && key < visible_key_end(p, row);
+}
+
+// The ALiBi slope of query head h in batch b; 0 when there is no ALiBi.
+FLASHATTN_HOST_DEVICE float alibi_slope(const AttnParams& p, int b, int h) {
+  return p.alibi.ptr != nullptr ? *p.alibi.row<const float>(b, h, 0) : 0.f;
 }
 
 // -slope * |i + diag_offset - j|; slope 0 when there is no ALiBi.

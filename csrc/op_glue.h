@@ -1,50 +1,66 @@
-// The ops' C++ signatures (schema.h), written once for every executor: the schema's arguments
-// become MaskOptions, the shared checks validate the inputs and allocate the outputs
+// The ops' kernels, written once for every executor: the arguments are read by name
+// (op_args.h, schema.h), the shared checks validate them and allocate the outputs
 // (attn_args.h), and the executor runs on the filled parameter struct. An executor is a type
 // with
 //   static const ExecutorLimits& limits();
 //   static void run_fwd(const at::Tensor& q, const AttnParams& p);
 //   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& dk,
 //                       at::Tensor& dv);
-// and registers fwd_op<Executor> / bwd_op<Executor> for its dispatch key.
+// and registers them for its dispatch key with register_attention_ops<Executor>(m).
 #pragma once
 #include <ATen/core/Tensor.h>
-
-#include <optional>
-#include <tuple>
+#include <torch/library.h>
 
 #include "attn_args.h"
+#include "op_args.h"
 
 namespace flashattn {
 
-template <typename Executor>
-std::tuple<at::Tensor, at::Tensor> fwd_op(const at::Tensor& q, const at::Tensor& k,
-                                          const at::Tensor& v, double softmax_scale, bool causal,
-                                          int64_t window_left, int64_t window_right,
-                                          double softcap,
-                                          const std::optional<at::Tensor>& alibi_slopes,
-                                          bool align_bottom_right, bool /*deterministic*/) {
-  const MaskOptions mask{softmax_scale, causal,       window_left,       window_right,
-                         softcap,       alibi_slopes, align_bottom_right};
-  auto [out, lse] = check_and_alloc_fwd(q, k, v, mask, Executor::limits());
-  Executor::run_fwd(q, make_fwd_params(q, k, v, out, lse, mask));
-  return {out, lse};
+inline AttnInputs read_attn_inputs(const OpArguments& args) {
+  AttnInputs in;
+  in.q = args.tensor("q");
+  in.k = args.tensor("k");
+  in.v = args.tensor("v");
+  in.softmax_scale = args.optional_double("softmax_scale");
+  in.causal = args["causal"].toBool();
+  in.window_left = args["window_left"].toInt();
+  in.window_right = args["window_right"].toInt();
+  in.softcap = args["softcap"].toDouble();
+  in.alibi_slopes = args.optional_tensor("alibi_slopes");
+  in.align_bottom_right = args["align_bottom_right"].toBool();
+  in.deterministic = args["deterministic"].toBool();
+  return in;
+}
+
+inline BwdInputs read_bwd_inputs(const OpArguments& args) {
+  return {args.tensor("dout"), args.tensor("out"), args.tensor("lse"),
+          args.optional_tensor("dlse")};
 }
 
 template <typename Executor>
-std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_op(
-    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& dlse,
-    double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
-    const std::optional<at::Tensor>& alibi_slopes, bool align_bottom_right, bool deterministic) {
-  const MaskOptions mask{softmax_scale, causal,       window_left,       window_right,
-                         softcap,       alibi_slopes, align_bottom_right};
-  auto [dq, dk, dv] =
-      check_and_alloc_bwd(dout, q, k, v, out, lse, dlse, mask, Executor::limits());
-  Executor::run_bwd(
-      q, make_bwd_params(dout, q, k, v, out, lse, dlse, dq, dk, dv, mask, deterministic), dk,
-      dv);
-  return {dq, dk, dv};
+void fwd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpArguments args(op, stack);
+  const AttnInputs in = read_attn_inputs(args);
+  auto [out, lse] = check_and_alloc_fwd(in, Executor::limits());
+  Executor::run_fwd(in.q, make_fwd_params(in, out, lse));
+  args.set_results(std::move(out), std::move(lse));
+}
+
+template <typename Executor>
+void bwd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpArguments args(op, stack);
+  const AttnInputs in = read_attn_inputs(args);
+  const BwdInputs grads = read_bwd_inputs(args);
+  auto [dq, dk, dv] = check_and_alloc_bwd(in, grads, Executor::limits());
+  Executor::run_bwd(in.q, make_bwd_params(in, grads, dq, dk, dv), dk, dv);
+  args.set_results(std::move(dq), std::move(dk), std::move(dv));
+}
+
+// Registers fwd and bwd of Executor in a TORCH_LIBRARY_IMPL block.
+template <typename Executor>
+void register_attention_ops(torch::Library& m) {
+  m.impl("fwd", torch::CppFunction::makeFromBoxedFunction<&fwd_kernel<Executor>>());
+  m.impl("bwd", torch::CppFunction::makeFromBoxedFunction<&bwd_kernel<Executor>>());
 }
 
 }  // namespace flashattn

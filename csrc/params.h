@@ -5,22 +5,43 @@
 #pragma once
 #include <cstdint>
 
+#if defined(__CUDACC__)
+#define FLASHATTN_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FLASHATTN_HOST_DEVICE inline
+#endif
+
 namespace flashattn {
 
-struct AttnParams {
-  // Q [B, Sq, Hq, D], K/V [B, Sk, Hkv, D], O [B, Sq, Hq, D]; last dim contiguous.
-  const void* q_ptr = nullptr;
-  const void* k_ptr = nullptr;
-  const void* v_ptr = nullptr;
-  void* o_ptr = nullptr;
-  // LSE [B, Hq, Sq], fp32, contiguous. Natural-log log-sum-exp of the scores; -inf for a row
-  // that sees no key.
-  float* lse_ptr = nullptr;
+// One tensor of attention rows, [batch, seqlen, heads, dim] with a contiguous last dim, seen
+// through its element strides: any layout ((B, S, H, D), (B, H, S, D), a slice of packed QKV,
+// an expanded tensor) reaches the kernels without a copy. The same view serves the per-row
+// statistics [batch, heads, seqlen] (LSE, dLSE; row_stride 1, no dim) and the ALiBi slopes
+// ([batch, heads] or [heads], batch_stride 0; one "row" each).
+struct TensorView {
+  void* ptr = nullptr;
+  int64_t batch_stride = 0, row_stride = 0, head_stride = 0;
 
-  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
-  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
-  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
-  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  // Row s of head h in batch b. T is the element type, const for an input.
+  template <typename T>
+  FLASHATTN_HOST_DEVICE T* row(int64_t b, int64_t h, int64_t s) const {
+    return static_cast<T*>(ptr) + b * batch_stride + h * head_stride + s * row_stride;
+  }
+  // Row 0 of head h in batch b: the [seqlen, dim] matrix of one head, rows row_stride apart.
+  template <typename T>
+  FLASHATTN_HOST_DEVICE T* head(int64_t b, int64_t h) const {
+    return row<T>(b, h, 0);
+  }
+};
+
+struct AttnParams {
+  TensorView q;  // [B, Sq, Hq, D]
+  TensorView k;  // [B, Sk, Hkv, D]
+  TensorView v;  // [B, Sk, Hkv, D]
+  TensorView o;  // [B, Sq, Hq, D], written
+  // LSE [B, Hq, Sq], fp32, written. Natural-log log-sum-exp of the scores; -inf for a row that
+  // sees no key.
+  TensorView lse;
 
   int batch = 0;
   int seqlen_q = 0;
@@ -45,28 +66,21 @@ struct AttnParams {
   int window_left = -1;
   int window_right = -1;
   int diag_offset = 0;
-  bool is_causal = false;  // == (window_right == 0); lets kernels pick the causal instantiation
 
-  // ALiBi slopes, fp32, [B, Hq] (alibi_batch_stride = Hq) or [Hq] (alibi_batch_stride = 0).
-  // Adds -slope * |i + diag_offset - j| to the (soft-capped) score.
-  const float* alibi_ptr = nullptr;
-  int64_t alibi_batch_stride = 0;
+  // ALiBi slopes, fp32, [B, Hq] or [Hq] (batch_stride 0); ptr is null without ALiBi. Adds
+  // -slope * |i + diag_offset - j| to the (soft-capped) score. alibi_slope() in mask.h reads it.
+  TensorView alibi;
 };
 
 struct AttnBwdParams : AttnParams {
-  // dO [B, Sq, Hq, D], last dim contiguous.
-  const void* do_ptr = nullptr;
-  int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
-  // dLSE [B, Hq, Sq] fp32 contiguous, or nullptr when the LSE output has no gradient.
-  const float* dlse_ptr = nullptr;
+  TensorView dout;  // [B, Sq, Hq, D]
+  // dLSE [B, Hq, Sq] fp32, or ptr null when the LSE output has no gradient.
+  TensorView dlse;
 
-  // dQ [B, Sq, Hq, D], dK/dV [B, Sk, Hkv, D]; freshly allocated, last dim contiguous.
-  void* dq_ptr = nullptr;
-  void* dk_ptr = nullptr;
-  void* dv_ptr = nullptr;
-  int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
-  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
-  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+  // Freshly allocated, written: dQ [B, Sq, Hq, D], dK/dV [B, Sk, Hkv, D].
+  TensorView dq;
+  TensorView dk;
+  TensorView dv;
 
   bool deterministic = false;
 };

@@ -1,27 +1,50 @@
 """The one Python registration layer: fake (meta) kernels and autograd for torch.ops.flashattn.
 
-The schemas themselves are defined once, in C++ (csrc/flashattn.cpp). Registering fake kernels
-makes the ops traceable by torch.compile / torch.export; registering autograd makes them
-trainable, including through the LSE output.
+The schemas themselves are defined once, in C++ (csrc/schema.h), and are the only place the
+ops' arguments are listed: everything here reads them by name from the registered schema.
+Registering fake kernels makes the ops traceable by torch.compile / torch.export; registering
+autograd makes them trainable, including through the LSE output.
 """
 import torch
 
 from . import _C  # noqa: F401  the schemas must exist before we register against them
 
+_FWD = torch.ops.flashattn.fwd.default
+_BWD = torch.ops.flashattn.bwd.default
+# The forward's argument names, in schema order; the backward takes them too, by name.
+FWD_ARGUMENTS = tuple(a.name for a in _FWD._schema.arguments)
+# The inputs the forward differentiates, and the bwd outputs that are their gradients.
+_GRADIENTS = {"q": "dq", "k": "dk", "v": "dv"}
 
-def _check_same_device(q, **others):
+
+def bind_arguments(op, args, kwargs):
+    """The arguments of a call of `op` as a dict by schema name, defaults filled in (the
+    dispatcher drops arguments equal to their defaults before calling a Python kernel)."""
+    bound = {}
+    for i, arg in enumerate(op._schema.arguments):
+        if i < len(args):
+            bound[arg.name] = args[i]
+        elif arg.name in kwargs:
+            bound[arg.name] = kwargs[arg.name]
+        else:
+            bound[arg.name] = arg.default_value
+    return bound
+
+
+def _check_same_device(q, tensors):
     # The real kernels check this too; the fake kernels must, or a mixed-device call would
     # dispatch to the fake (Meta) kernel and quietly "succeed".
-    for name, t in others.items():
-        if t is not None and t.device != q.device:
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.device != q.device:
             raise RuntimeError(f"flashattn: {name} must be on the same device as q ({q.device}), "
                                f"got {t.device}")
 
 
 @torch.library.register_fake("flashattn::fwd")
-def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
-              align_bottom_right, deterministic):
-    _check_same_device(q, k=k, v=v, alibi_slopes=alibi_slopes)
+def _fwd_fake(*args, **kwargs):
+    a = bind_arguments(_FWD, args, kwargs)
+    q = a["q"]
+    _check_same_device(q, a)
     batch, seqlen_q, heads, _ = q.shape
     out = q.new_empty(q.shape)
     lse = q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
@@ -29,21 +52,21 @@ def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap
 
 
 @torch.library.register_fake("flashattn::bwd")
-def _bwd_fake(dout, q, k, v, out, lse, dlse, softmax_scale, causal, window_left, window_right,
-              softcap, alibi_slopes, align_bottom_right, deterministic):
-    _check_same_device(q, dout=dout, k=k, v=v, out=out, lse=lse, dlse=dlse,
-                       alibi_slopes=alibi_slopes)
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+def _bwd_fake(*args, **kwargs):
+    a = bind_arguments(_BWD, args, kwargs)
+    _check_same_device(a["q"], a)
+    return tuple(a[name].new_empty(a[name].shape) for name in _GRADIENTS)
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    (q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
-     align_bottom_right, deterministic) = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes)
-    ctx.mask_args = (softmax_scale, causal, window_left, window_right, softcap)
-    ctx.align_bottom_right = align_bottom_right
-    ctx.deterministic = deterministic
+    # inputs: every forward argument in schema order, defaults filled in. Tensors are saved
+    # through save_for_backward (version-checked), the rest kept as they are.
+    arguments = dict(zip(FWD_ARGUMENTS, inputs))
+    ctx.tensor_names = [name for name, value in arguments.items()
+                        if isinstance(value, torch.Tensor)]
+    ctx.save_for_backward(*(arguments[name] for name in ctx.tensor_names), *output)
+    ctx.other_arguments = {name: value for name, value in arguments.items()
+                           if name not in ctx.tensor_names}
 
 
 def _last_dim_contiguous(t):
@@ -53,12 +76,12 @@ def _last_dim_contiguous(t):
 
 
 def _fwd_backward(ctx, dout, dlse):
-    q, k, v, out, lse, alibi_slopes = ctx.saved_tensors
-    dq, dk, dv = torch.ops.flashattn.bwd(
-        _last_dim_contiguous(dout), q, k, v, out, lse,
-        None if dlse is None else dlse.contiguous(),
-        *ctx.mask_args, alibi_slopes, ctx.align_bottom_right, ctx.deterministic)
-    return dq, dk, dv, None, None, None, None, None, None, None, None
+    *saved, out, lse = ctx.saved_tensors
+    arguments = dict(zip(ctx.tensor_names, saved), **ctx.other_arguments)
+    grads = torch.ops.flashattn.bwd(dout=_last_dim_contiguous(dout), out=out, lse=lse,
+                                    dlse=dlse, **arguments)
+    by_input = dict(zip(_GRADIENTS, grads))
+    return tuple(by_input.get(name) for name in FWD_ARGUMENTS)
 
 
 torch.library.register_autograd("flashattn::fwd", _fwd_backward, setup_context=_fwd_setup_context)

@@ -20,15 +20,15 @@ class Executor:
     def __init__(self, name, device, ops):
         self.name, self.device, self.ops = name, device, ops
 
-    def fwd(self, q, k, v, softmax_scale, causal=False, window=(-1, -1), softcap=0.0,
-            alibi_slopes=None, align_bottom_right=True):
-        return self.ops.fwd(q, k, v, softmax_scale, causal, window[0], window[1], softcap,
-                            alibi_slopes, align_bottom_right, False)
+    # The ops' arguments by name (csrc/schema.h); window=(left, right) is the one shorthand.
+    def fwd(self, q, k, v, softmax_scale, window=(-1, -1), **arguments):
+        return self.ops.fwd(q, k, v, softmax_scale=softmax_scale, window_left=window[0],
+                            window_right=window[1], **arguments)
 
-    def bwd(self, dout, q, k, v, out, lse, dlse, softmax_scale, causal=False, window=(-1, -1),
-            softcap=0.0, alibi_slopes=None, align_bottom_right=True, deterministic=False):
-        return self.ops.bwd(dout, q, k, v, out, lse, dlse, softmax_scale, causal, window[0],
-                            window[1], softcap, alibi_slopes, align_bottom_right, deterministic)
+    def bwd(self, dout, q, k, v, out, lse, dlse, softmax_scale, window=(-1, -1), **arguments):
+        return self.ops.bwd(dout=dout, out=out, lse=lse, dlse=dlse, q=q, k=k, v=v,
+                            softmax_scale=softmax_scale, window_left=window[0],
+                            window_right=window[1], **arguments)
 
 
 class SimExecutor(Executor):

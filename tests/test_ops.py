@@ -1,4 +1,5 @@
-"""torch.library integration: opcheck on both ops and torch.compile(fullgraph=True)."""
+"""torch.library integration: opcheck on both ops, calls by argument name with the schema's
+defaults, and torch.compile(fullgraph=True)."""
 import pytest
 import torch
 
@@ -7,28 +8,56 @@ from test_forward import make_qkv
 
 
 def fwd_samples():
-    yield make_qkv(2, 9, 13, 4, 2, 8, torch.float32, "cpu"), (0.3, True, -1, -1, 0.0, None, True, False)
-    yield make_qkv(1, 16, 11, 2, 2, 16, torch.bfloat16, "cpu"), (0.25, False, 4, 2, 3.0, torch.rand(1, 2), False, True)
+    """(q, k, v) and the other forward arguments by name."""
+    yield make_qkv(2, 9, 13, 4, 2, 8, torch.float32, "cpu"), dict(
+        softmax_scale=0.3, causal=True)
+    yield make_qkv(1, 16, 11, 2, 2, 16, torch.bfloat16, "cpu"), dict(
+        softmax_scale=0.25, window_left=4, window_right=2, softcap=3.0,
+        alibi_slopes=torch.rand(1, 2), align_bottom_right=False, deterministic=True)
     packed = torch.randn(2, 10, 3, 2, 8, dtype=torch.float64)
-    yield packed.unbind(2), (0.5, True, 3, -1, 0.0, torch.rand(2), True, False)
+    yield packed.unbind(2), dict(causal=True, window_left=3, alibi_slopes=torch.rand(2))
 
 
 @pytest.mark.parametrize("index", range(3))
 def test_opcheck_fwd(index):
-    (q, k, v), args = list(fwd_samples())[index]
+    (q, k, v), arguments = list(fwd_samples())[index]
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    torch.library.opcheck(torch.ops.flashattn.fwd.default, (q, k, v, *args))
+    torch.library.opcheck(torch.ops.flashattn.fwd.default, (q, k, v), arguments)
 
 
 @pytest.mark.parametrize("index", range(3))
 def test_opcheck_bwd(index):
-    (q, k, v), args = list(fwd_samples())[index]
-    scale, causal, left, right, softcap, alibi, bottom_right, deterministic = args
-    out, lse = torch.ops.flashattn.fwd(q, k, v, *args)
-    dout, dlse = torch.randn_like(out), torch.randn_like(lse)
-    torch.library.opcheck(torch.ops.flashattn.bwd.default,
-                          (dout, q, k, v, out, lse, dlse, scale, causal, left, right, softcap,
-                           alibi, bottom_right, deterministic))
+    (q, k, v), arguments = list(fwd_samples())[index]
+    out, lse = torch.ops.flashattn.fwd(q, k, v, **arguments)
+    grads = dict(dout=torch.randn_like(out), out=out, lse=lse, dlse=torch.randn_like(lse))
+    torch.library.opcheck(torch.ops.flashattn.bwd.default, (),
+                          dict(grads, q=q, k=k, v=v, **arguments))
+
+
+def test_schema_defaults_are_flash_attn_funcs():
+    """Every argument but q, k, v has a default, and the defaults are FA2's: calling the op with
+    q, k, v alone is flash_attn_func(q, k, v)."""
+    q, k, v = make_qkv(1, 21, 30, 2, 1, 16, torch.float32, "cpu")
+    out, lse = torch.ops.flashattn.fwd(q, k, v)
+    assert torch.equal(out, flashattn.flash_attn_func(q, k, v))
+    for op in (torch.ops.flashattn.fwd, torch.ops.flashattn.bwd):
+        required = [a.name for a in op.default._schema.arguments if not a.has_default_value()]
+        assert required == (["q", "k", "v"] if op is torch.ops.flashattn.fwd
+                            else ["dout", "out", "lse", "dlse", "q", "k", "v"])
+
+
+def test_bwd_takes_the_forward_arguments_by_the_same_names():
+    def described(op):
+        return [(a.name, str(a.type), a.default_value) for a in op.default._schema.arguments]
+
+    fwd_args, bwd_args = described(torch.ops.flashattn.fwd), described(torch.ops.flashattn.bwd)
+    assert bwd_args[-len(fwd_args):] == fwd_args
+
+
+def test_unknown_argument_name_is_an_error():
+    q, k, v = make_qkv(1, 5, 5, 1, 1, 4, torch.float32, "cpu")
+    with pytest.raises(RuntimeError, match="Unknown keyword argument .window. for operator"):
+        torch.ops.flashattn.fwd(q, k, v, window=(1, 1))
 
 
 def test_torch_compile_fullgraph_forward_and_backward():
@@ -55,5 +84,5 @@ def test_torch_compile_fullgraph_forward_and_backward():
 
 def test_torch_ops_namespace():
     q, k, v = make_qkv(1, 5, 5, 1, 1, 4, torch.float32, "cpu")
-    out, lse = torch.ops.flashattn.fwd(q, k, v, 0.5, False, -1, -1, 0.0, None, True, False)
+    out, lse = torch.ops.flashattn.fwd(q, k, v, softmax_scale=0.5)
     assert out.shape == q.shape and lse.shape == (1, 1, 5)

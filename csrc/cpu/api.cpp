@@ -25,9 +25,6 @@ struct CpuExecutor {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(flashattn, CPU, m) {
-  m.impl("fwd", &fwd_op<CpuExecutor>);
-  m.impl("bwd", &bwd_op<CpuExecutor>);
-}
+TORCH_LIBRARY_IMPL(flashattn, CPU, m) { register_attention_ops<CpuExecutor>(m); }
 
 }  // namespace flashattn

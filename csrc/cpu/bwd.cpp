@@ -161,39 +161,32 @@ class BackwardKernel {
 
   void pack_operands() {
     const int B = p_.batch, Sq = p_.seqlen_q, Sk = p_.seqlen_k;
-    const auto q = strided_heads<const In>(p_.q_ptr, p_.q_batch_stride, p_.q_row_stride,
-                                           p_.q_head_stride);
-    const auto dout = strided_heads<const In>(p_.do_ptr, p_.do_batch_stride, p_.do_row_stride,
-                                              p_.do_head_stride);
-    const auto k = strided_heads<const In>(p_.k_ptr, p_.k_batch_stride, p_.k_row_stride,
-                                           p_.k_head_stride);
-    const auto v = strided_heads<const In>(p_.v_ptr, p_.v_batch_stride, p_.v_row_stride,
-                                           p_.v_head_stride);
+    const TensorView &q = p_.q, &dout = p_.dout, &k = p_.k, &v = p_.v;
     const int Hq = p_.heads_q, Hkv = p_.heads_kv, D = dim_;
     if constexpr (kNative16) {
-      q_t16_ = pack_key_panels(q, B, Hq, Sq, D, query_block_, vnni_);
-      q_rows16_ = pack_value_panels(q, B, Hq, Sq, D, query_block_, vnni_);
-      do_t16_ = pack_key_panels(dout, B, Hq, Sq, D, query_block_, vnni_);
-      do_rows16_ = pack_value_panels(dout, B, Hq, Sq, D, query_block_, vnni_);
-      k_rows16_ = pack_row_tiles(k, B, Hkv, Sk, D, kKeyBlock);
-      k_t16_ = pack_transposed_tiles(k, B, Hkv, Sk, D, kKeyBlock);
-      v_rows16_ = pack_row_tiles(v, B, Hkv, Sk, D, kKeyBlock);
+      q_t16_ = pack_key_panels<In>(q, B, Hq, Sq, D, query_block_, vnni_);
+      q_rows16_ = pack_value_panels<In>(q, B, Hq, Sq, D, query_block_, vnni_);
+      do_t16_ = pack_key_panels<In>(dout, B, Hq, Sq, D, query_block_, vnni_);
+      do_rows16_ = pack_value_panels<In>(dout, B, Hq, Sq, D, query_block_, vnni_);
+      k_rows16_ = pack_row_tiles<In>(k, B, Hkv, Sk, D, kKeyBlock);
+      k_t16_ = pack_transposed_tiles<In>(k, B, Hkv, Sk, D, kKeyBlock);
+      v_rows16_ = pack_row_tiles<In>(v, B, Hkv, Sk, D, kKeyBlock);
       return;
     }
     const T scale = softmax_scale<T>(p_);
-    q_panels_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kTransposedPanels, query_block_, scale);
+    q_panels_ = pack_heads<T, In>(q, B, Hq, Sq, D, PackLayout::kTransposedPanels, query_block_, scale);
     do_panels_ =
-        pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kTransposedPanels, query_block_, T(1));
-    k_panels_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kTransposedPanels, kKeyBlock, T(1));
+        pack_heads<T, In>(dout, B, Hq, Sq, D, PackLayout::kTransposedPanels, query_block_, T(1));
+    k_panels_ = pack_heads<T, In>(k, B, Hkv, Sk, D, PackLayout::kTransposedPanels, kKeyBlock, T(1));
     // Row-major operands are read in place where rows_in_place() allows.
-    if (!rows_in_place(p_.q_row_stride))
-      q_rows_ = pack_heads<T>(q, B, Hq, Sq, D, PackLayout::kRows, query_block_, T(1));
-    if (!rows_in_place(p_.do_row_stride))
-      do_rows_ = pack_heads<T>(dout, B, Hq, Sq, D, PackLayout::kRows, query_block_, T(1));
-    if (!rows_in_place(p_.k_row_stride))
-      k_rows_ = pack_heads<T>(k, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
-    if (!rows_in_place(p_.v_row_stride))
-      v_rows_ = pack_heads<T>(v, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
+    if (!rows_in_place(p_.q.row_stride))
+      q_rows_ = pack_heads<T, In>(q, B, Hq, Sq, D, PackLayout::kRows, query_block_, T(1));
+    if (!rows_in_place(p_.dout.row_stride))
+      do_rows_ = pack_heads<T, In>(dout, B, Hq, Sq, D, PackLayout::kRows, query_block_, T(1));
+    if (!rows_in_place(p_.k.row_stride))
+      k_rows_ = pack_heads<T, In>(k, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
+    if (!rows_in_place(p_.v.row_stride))
+      v_rows_ = pack_heads<T, In>(v, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
   }
 
   // An input already in the compute type, with rows that do not overlap (row stride >= head
@@ -202,13 +195,11 @@ class BackwardKernel {
 
   // Rows [first_row, ...) of one head of a row-major operand: the input itself where
   // rows_in_place(), else its packed copy. Returns the pointer; *ld gets the row stride.
-  const T* operand_rows(const PackedHeads<T>& packed, const void* input, int64_t batch_stride,
-                        int64_t row_stride, int64_t head_stride, int b, int head, int first_row,
-                        int64_t* ld) const {
-    if (rows_in_place(row_stride)) {
-      *ld = row_stride;
-      return strided_heads<const T>(input, batch_stride, row_stride, head_stride)
-          .row(b, head, first_row);
+  const T* operand_rows(const PackedHeads<T>& packed, const TensorView& input, int b, int head,
+                        int first_row, int64_t* ld) const {
+    if (rows_in_place(input.row_stride)) {
+      *ld = input.row_stride;
+      return input.row<const T>(b, head, first_row);
     }
     *ld = dim_;
     return packed.head(b, head) + int64_t(first_row) * dim_;
@@ -220,21 +211,18 @@ class BackwardKernel {
     const int64_t rows_total = int64_t(p_.batch) * p_.heads_q * p_.seqlen_q;
     d_terms_ = alloc_workspace<T>(d_terms_storage_, rows_total);
     lse_shift_ = alloc_workspace<T>(lse_shift_storage_, rows_total);
-    const auto out = strided_heads<const In>(p_.o_ptr, p_.o_batch_stride, p_.o_row_stride,
-                                             p_.o_head_stride);
-    const auto dout = strided_heads<const In>(p_.do_ptr, p_.do_batch_stride, p_.do_row_stride,
-                                              p_.do_head_stride);
     at::parallel_for(0, rows_total, 1024, [&](int64_t begin, int64_t end) {
       for (int64_t idx = begin; idx < end; ++idx) {
         const int i = static_cast<int>(idx % p_.seqlen_q);
         const int64_t bh = idx / p_.seqlen_q;
         const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
-        const In* o_row = out.row(b, h, i);
-        const In* do_row = dout.row(b, h, i);
+        const In* o_row = p_.o.row<const In>(b, h, i);
+        const In* do_row = p_.dout.row<const In>(b, h, i);
         T dot = 0;
         for (int d = 0; d < dim_; ++d) dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
-        d_terms_[idx] = dot - (p_.dlse_ptr ? static_cast<T>(p_.dlse_ptr[idx]) : T(0));
-        const float lse = p_.lse_ptr[idx];
+        const T dlse = p_.dlse.ptr ? static_cast<T>(*p_.dlse.row<const float>(b, h, i)) : T(0);
+        d_terms_[idx] = dot - dlse;
+        const float lse = *p_.lse.row<const float>(b, h, i);
         lse_shift_[idx] = lse == -std::numeric_limits<float>::infinity()
                               ? std::numeric_limits<T>::infinity()
                               : static_cast<T>(lse);
@@ -277,15 +265,15 @@ class BackwardKernel {
     const int row_begin = qb * query_block_, rows = rows_of(qb);
     const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
     const int64_t row_terms = (int64_t(task.b) * p_.heads_q + h) * p_.seqlen_q + row_begin;
-    const T slope = p_.alibi_ptr ? p_.alibi_ptr[task.b * p_.alibi_batch_stride + h] : T(0);
-    if (kNative16 || p_.softcap > 0 || p_.alibi_ptr || vis == TileVisibility::kPartial)
+    const T slope = alibi_slope(p_, task.b, h);
+    if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || vis == TileVisibility::kPartial)
       for (int c = 0; c < cols; ++c) {
         T* row = probs + size_t(c) * query_block_;
         const int key = key_begin + c;
         if (kNative16) scale_by(row, rows, softmax_scale<T>(p_));
         if (p_.softcap > 0)
           apply_softcap(row, rows, softcap<T>(p_), s.tanh_t.data() + size_t(c) * query_block_);
-        if (p_.alibi_ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
+        if (p_.alibi.ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
         if (vis == TileVisibility::kPartial)
           for (int r = 0; r < rows; ++r)
             if (!key_visible(p_, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
@@ -368,14 +356,10 @@ class BackwardKernel {
     const int row_begin = qb * query_block_, rows = rows_of(qb);
     const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
     int64_t ld_k, ld_v, ld_q, ld_do;
-    const T* k_rows = operand_rows(k_rows_, p_.k_ptr, p_.k_batch_stride, p_.k_row_stride,
-                                   p_.k_head_stride, b, task.kv_head, key_begin, &ld_k);
-    const T* v_rows = operand_rows(v_rows_, p_.v_ptr, p_.v_batch_stride, p_.v_row_stride,
-                                   p_.v_head_stride, b, task.kv_head, key_begin, &ld_v);
-    const T* q_rows = operand_rows(q_rows_, p_.q_ptr, p_.q_batch_stride, p_.q_row_stride,
-                                   p_.q_head_stride, b, h, row_begin, &ld_q);
-    const T* do_rows = operand_rows(do_rows_, p_.do_ptr, p_.do_batch_stride, p_.do_row_stride,
-                                    p_.do_head_stride, b, h, row_begin, &ld_do);
+    const T* k_rows = operand_rows(k_rows_, p_.k, b, task.kv_head, key_begin, &ld_k);
+    const T* v_rows = operand_rows(v_rows_, p_.v, b, task.kv_head, key_begin, &ld_v);
+    const T* q_rows = operand_rows(q_rows_, p_.q, b, h, row_begin, &ld_q);
+    const T* do_rows = operand_rows(do_rows_, p_.dout, b, h, row_begin, &ld_do);
     T* probs = s.probs_t.data();
     T* grads = s.grad_t.data();
 
@@ -397,15 +381,11 @@ class BackwardKernel {
   }
 
   void store_dk_dv(const Task& task, int kb, const Scratch& s) const {
-    const auto dk = strided_heads<In>(p_.dk_ptr, p_.dk_batch_stride, p_.dk_row_stride,
-                                      p_.dk_head_stride);
-    const auto dv = strided_heads<In>(p_.dv_ptr, p_.dv_batch_stride, p_.dv_row_stride,
-                                      p_.dv_head_stride);
     // dK = scale · Σ dS_ijᵀ Qi: Qi enters that product unscaled on both paths.
     const T dk_scale = softmax_scale<T>(p_);
     for (int c = 0; c < cols_of(kb); ++c) {
-      In* dk_row = dk.row(task.b, task.kv_head, kb * kKeyBlock + c);
-      In* dv_row = dv.row(task.b, task.kv_head, kb * kKeyBlock + c);
+      In* dk_row = p_.dk.row<In>(task.b, task.kv_head, kb * kKeyBlock + c);
+      In* dv_row = p_.dv.row<In>(task.b, task.kv_head, kb * kKeyBlock + c);
       for (int d = 0; d < dim_; ++d) {
         dk_row[d] = static_cast<In>(dk_scale * s.dk_acc[size_t(c) * acc_stride_ + d]);
         dv_row[d] = static_cast<In>(s.dv_acc[size_t(c) * acc_stride_ + d]);
@@ -415,8 +395,6 @@ class BackwardKernel {
 
   // dQ_i = scale · (sum over chunks, in chunk order, of the partial dQiᵀ)ᵀ.
   void reduce_dq() {
-    const auto dq = strided_heads<In>(p_.dq_ptr, p_.dq_batch_stride, p_.dq_row_stride,
-                                      p_.dq_head_stride);
     const int64_t num_tiles = int64_t(p_.batch) * p_.heads_q * num_query_blocks_;
     const int64_t tile_elements = int64_t(dim_) * query_block_;
     at::parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end) {
@@ -432,7 +410,7 @@ class BackwardKernel {
         }
         const T scale = softmax_scale<T>(p_);
         for (int r = 0; r < rows_of(qb); ++r) {
-          In* dq_row = dq.row(b, h, qb * query_block_ + r);
+          In* dq_row = p_.dq.row<In>(b, h, qb * query_block_ + r);
           for (int d = 0; d < dim_; ++d)
             dq_row[d] = static_cast<In>(scale * sum[size_t(d) * query_block_ + r]);
         }

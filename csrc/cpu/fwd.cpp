@@ -49,11 +49,7 @@ class ForwardKernel {
         out_stride_(kNative16 ? round_up(p.head_dim, kPanelWidth) : p.head_dim),
         vnni_(vnni),
         num_query_blocks_(num_blocks(p.seqlen_q, kQueryBlock)),
-        q_(strided_heads<const In>(p.q_ptr, p.q_batch_stride, p.q_row_stride, p.q_head_stride)),
-        values_(
-            strided_heads<const In>(p.v_ptr, p.v_batch_stride, p.v_row_stride, p.v_head_stride)),
-        out_(strided_heads<In>(p.o_ptr, p.o_batch_stride, p.o_row_stride, p.o_head_stride)),
-        values_in_place_(!kNative16 && std::is_same_v<In, T> && p.v_row_stride >= p.head_dim) {}
+        values_in_place_(!kNative16 && std::is_same_v<In, T> && p.v.row_stride >= p.head_dim) {}
 
   void run() {
     const int64_t num_tasks = int64_t(p_.batch) * p_.heads_q * num_query_blocks_;
@@ -90,21 +86,19 @@ class ForwardKernel {
   };
 
   void pack_keys_and_values() {
-    const auto keys =
-        strided_heads<const In>(p_.k_ptr, p_.k_batch_stride, p_.k_row_stride, p_.k_head_stride);
     if constexpr (kNative16) {
-      k_panels16_ = pack_key_panels(keys, p_.batch, p_.heads_kv, p_.seqlen_k, dim_, kKeyBlock,
-                                    vnni_);
-      v_panels16_ = pack_value_panels(values_, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
-                                      kKeyBlock, vnni_);
+      k_panels16_ = pack_key_panels<In>(p_.k, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
+                                        kKeyBlock, vnni_);
+      v_panels16_ = pack_value_panels<In>(p_.v, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
+                                          kKeyBlock, vnni_);
     } else {
       // Kj enters the score product transposed; Vj as it is, so only a V that needs converting
       // (or has overlapping rows) is copied.
-      k_panels_ = pack_heads<T>(keys, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
-                                PackLayout::kTransposedPanels, kKeyBlock, T(1));
+      k_panels_ = pack_heads<T, In>(p_.k, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
+                                    PackLayout::kTransposedPanels, kKeyBlock, T(1));
       if (!values_in_place_)
-        v_rows_ = pack_heads<T>(values_, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
-                                PackLayout::kRows, kKeyBlock, T(1));
+        v_rows_ = pack_heads<T, In>(p_.v, p_.batch, p_.heads_kv, p_.seqlen_k, dim_,
+                                    PackLayout::kRows, kKeyBlock, T(1));
     }
   }
 
@@ -117,10 +111,10 @@ class ForwardKernel {
     const int kv_head = h / p_.head_group;
     const int row_begin = query_block_of(task) * kQueryBlock;
     const int rows = row_end(row_begin) - row_begin;
-    const T slope = p_.alibi_ptr ? p_.alibi_ptr[b * p_.alibi_batch_stride + h] : T(0);
+    const T slope = alibi_slope(p_, b, h);
 
     for (int r = 0; r < rows; ++r) {
-      const In* q_row = q_.row(b, h, row_begin + r);
+      const In* q_row = p_.q.row<const In>(b, h, row_begin + r);
       Operand* tile_row = s.q_tile.data() + size_t(r) * gemm_dim_;
       if constexpr (kNative16)
         std::copy_n(q_row, dim_, tile_row);  // a column padding dim_ to even stays 0
@@ -140,13 +134,13 @@ class ForwardKernel {
           tile_visibility(p_, row_begin, row_begin + rows, key_begin, key_begin + cols);
       if (visibility == TileVisibility::kNone) continue;
       multiply_q_kt(b, kv_head, kb, rows, cols, s);  // S_ij = scale · Qi Kjᵀ
-      if (kNative16 || p_.softcap > 0 || p_.alibi_ptr || visibility == TileVisibility::kPartial)
+      if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || visibility == TileVisibility::kPartial)
         for (int r = 0; r < rows; ++r) {
           T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
           const int row = row_begin + r;
           if (kNative16) scale_by(score_row, cols, softmax_scale<T>(p_));
           if (p_.softcap > 0) apply_softcap(score_row, cols, softcap<T>(p_), nullptr);
-          if (p_.alibi_ptr)
+          if (p_.alibi.ptr)
             add_alibi(score_row, cols, slope, row + p_.diag_offset - key_begin, -1);
           if (visibility == TileVisibility::kPartial) mask_row(score_row, cols, row, key_begin);
         }
@@ -191,8 +185,7 @@ class ForwardKernel {
                   vnni_);
     } else if (values_in_place_) {
       tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
-                reinterpret_cast<const T*>(values_.row(b, kv_head, kb * kKeyBlock)),
-                p_.v_row_stride, s.out_acc.data(), dim_, /*accumulate=*/true);
+                p_.v.row<const T>(b, kv_head, kb * kKeyBlock), p_.v.row_stride, s.out_acc.data(), dim_, /*accumulate=*/true);
     } else {
       tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
                 v_rows_.head(b, kv_head) + int64_t(kb) * kKeyBlock * dim_, dim_,
@@ -210,16 +203,15 @@ class ForwardKernel {
 
   // out_i = O_i / l_i and lse_i = m_i + log(l_i); a row that saw no key gets 0 and -inf.
   void store_output(int b, int h, int row_begin, int rows, const Scratch& s) const {
-    float* lse = p_.lse_ptr + (int64_t(b) * p_.heads_q + h) * p_.seqlen_q + row_begin;
     for (int r = 0; r < rows; ++r) {
       const T sum = s.row_sum[r];
       // sum is 0 only for a row that saw no key; a NaN sum (NaN inputs) goes on into out, lse.
       const bool saw_keys = !(sum == T(0));
       const T inv_sum = saw_keys ? T(1) / sum : T(0);
       const T* acc = s.out_acc.data() + size_t(r) * out_stride_;
-      In* out_row = out_.row(b, h, row_begin + r);
+      In* out_row = p_.o.row<In>(b, h, row_begin + r);
       for (int d = 0; d < dim_; ++d) out_row[d] = static_cast<In>(acc[d] * inv_sum);
-      lse[r] = saw_keys ? static_cast<float>(s.row_max[r] + std::log(sum))
+      *p_.lse.row<float>(b, h, row_begin + r) = saw_keys ? static_cast<float>(s.row_max[r] + std::log(sum))
                           : -std::numeric_limits<float>::infinity();
     }
   }
@@ -230,9 +222,6 @@ class ForwardKernel {
   const int out_stride_;  // row stride of O_i: dim_, or dim_ rounded up to whole panels
   const bool vnni_;       // kNative16: B panels are VNNI-packed
   const int num_query_blocks_;
-  const StridedHeads<const In> q_;
-  const StridedHeads<const In> values_;
-  const StridedHeads<In> out_;
   // V in the compute type with rows that do not overlap (row stride >= head_dim, the leading
   // dimension brgemm accepts; an expanded V has stride 0) is read in place.
   const bool values_in_place_;

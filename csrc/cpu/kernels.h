@@ -6,11 +6,11 @@
 
 namespace flashattn::cpu {
 
-// Writes p.o_ptr and p.lse_ptr. dtype: float, double, half or bfloat16 (computed in fp32,
+// Writes p.o and p.lse. dtype: float, double, half or bfloat16 (computed in fp32,
 // double in fp64).
 void run_fwd(const AttnParams& p, c10::ScalarType dtype);
 
-// Writes p.dq_ptr, p.dk_ptr and p.dv_ptr from the saved output and LSE.
+// Writes p.dq, p.dk and p.dv from the saved output and LSE.
 void run_bwd(const AttnBwdParams& p, c10::ScalarType dtype);
 
 }  // namespace flashattn::cpu

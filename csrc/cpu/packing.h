@@ -7,26 +7,10 @@
 
 #include <cstdint>
 
+#include "../params.h"
 #include "tiling.h"
 
 namespace flashattn::cpu {
-
-// One [B, S, H, D] tensor as the params describe it; the last dimension is contiguous.
-template <typename In>
-struct StridedHeads {
-  In* data;
-  int64_t batch_stride, row_stride, head_stride;
-
-  In* row(int b, int h, int s) const {
-    return data + b * batch_stride + s * row_stride + h * head_stride;
-  }
-};
-
-template <typename In>
-StridedHeads<In> strided_heads(const void* data, int64_t batch_stride, int64_t row_stride,
-                               int64_t head_stride) {
-  return {static_cast<In*>(const_cast<void*>(data)), batch_stride, row_stride, head_stride};
-}
 
 enum class PackLayout {
   kRows,              // [S, D]: tiles of rows are GEMM operands as they are
@@ -51,10 +35,10 @@ struct PackedHeads {
   const T* head(int b, int h) const { return data + (int64_t(b) * heads + h) * head_elements; }
 };
 
-// Packs `src` (B x rows x heads x dim), multiplied by `factor` (1 copies exactly), in parallel
-// over heads. panel_width is the block height W of kTransposedPanels.
+// Packs `src` (B x rows x heads x dim of In), multiplied by `factor` (1 copies exactly), in
+// parallel over heads. panel_width is the block height W of kTransposedPanels.
 template <typename T, typename In>
-PackedHeads<T> pack_heads(const StridedHeads<const In>& src, int batch, int heads, int rows,
+PackedHeads<T> pack_heads(const TensorView& src, int batch, int heads, int rows,
                           int dim, PackLayout layout, int panel_width, T factor) {
   PackedHeads<T> packed;
   packed.heads = heads;
@@ -67,7 +51,7 @@ PackedHeads<T> pack_heads(const StridedHeads<const In>& src, int batch, int head
       const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
       T* dst = packed.data + bh * packed.head_elements;
       for (int s = 0; s < rows; ++s) {
-        const In* in = src.row(b, h, s);
+        const In* in = src.row<const In>(b, h, s);
         if (layout == PackLayout::kRows) {
           for (int d = 0; d < dim; ++d) dst[int64_t(s) * dim + d] = static_cast<T>(in[d]) * factor;
         } else {

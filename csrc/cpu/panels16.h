@@ -177,7 +177,7 @@ Panels16<In16> build_panels(int64_t heads, int blocks_per_head, int panels_per_b
 // Kᵀ for S = Q Kᵀ: block kb holds keys [kb·key_block, +key_block) as key_block / kPanelWidth
 // panels; panel p is [dim rounded up to even][kPanelWidth], column j = key kb·key_block + p·64 + j.
 template <typename In16>
-Panels16<In16> pack_key_panels(const StridedHeads<const In16>& keys, int batch, int heads,
+Panels16<In16> pack_key_panels(const TensorView& keys, int batch, int heads,
                                int seqlen, int dim, int key_block, bool vnni) {
   const int blocks = num_blocks(seqlen, key_block);
   return build_panels<In16>(
@@ -187,7 +187,7 @@ Panels16<In16> pack_key_panels(const StridedHeads<const In16>& keys, int batch, 
         const int first = block * key_block + index * kPanelWidth;
         const int count = std::clamp(seqlen - first, 0, kPanelWidth);
         for (int j = 0; j < count; ++j) {
-          const In16* key = keys.row(b, h, first + j);
+          const In16* key = keys.row<const In16>(b, h, first + j);
           for (int d = 0; d < dim; ++d) panel[int64_t(d) * kPanelWidth + j] = key[d];
         }
       });
@@ -196,7 +196,7 @@ Panels16<In16> pack_key_panels(const StridedHeads<const In16>& keys, int batch, 
 // V for O += P V: block kb holds rows [kb·key_block, +key_block) (key_block is even) as
 // ceil(dim / 64) panels; panel c is [key_block][kPanelWidth], columns c·64 ... c·64 + 63 of V.
 template <typename In16>
-Panels16<In16> pack_value_panels(const StridedHeads<const In16>& values, int batch, int heads,
+Panels16<In16> pack_value_panels(const TensorView& values, int batch, int heads,
                                  int seqlen, int dim, int key_block, bool vnni) {
   const int blocks = num_blocks(seqlen, key_block);
   return build_panels<In16>(
@@ -207,7 +207,7 @@ Panels16<In16> pack_value_panels(const StridedHeads<const In16>& values, int bat
         const int first_col = index * kPanelWidth;
         const int cols = std::min(kPanelWidth, dim - first_col);
         for (int j = 0; j < rows; ++j)
-          std::copy_n(values.row(b, h, block * key_block + j) + first_col, cols,
+          std::copy_n(values.row<const In16>(b, h, block * key_block + j) + first_col, cols,
                       panel + int64_t(j) * kPanelWidth);
       });
 }
@@ -215,7 +215,7 @@ Panels16<In16> pack_value_panels(const StridedHeads<const In16>& values, int bat
 // A operands (row-major): block kb is rows [kb·block_rows, +block_rows) of `src` as a
 // [block_rows][dim rounded up to even] tile, the K of a product with pack_key_panels' panels.
 template <typename In16>
-Panels16<In16> pack_row_tiles(const StridedHeads<const In16>& src, int batch, int heads,
+Panels16<In16> pack_row_tiles(const TensorView& src, int batch, int heads,
                               int seqlen, int dim, int block_rows) {
   return build_panels<In16>(
       int64_t(batch) * heads, num_blocks(seqlen, block_rows), 1, block_rows, round_up(dim, 2),
@@ -224,14 +224,14 @@ Panels16<In16> pack_row_tiles(const StridedHeads<const In16>& src, int batch, in
         const int rows = std::min(block_rows, seqlen - block * block_rows);
         const int width = round_up(dim, 2);
         for (int j = 0; j < rows; ++j)
-          std::copy_n(src.row(b, h, block * block_rows + j), dim, tile + int64_t(j) * width);
+          std::copy_n(src.row<const In16>(b, h, block * block_rows + j), dim, tile + int64_t(j) * width);
       });
 }
 
 // A operands (row-major): block kb is the transpose of rows [kb·block_rows, +block_rows) of
 // `src`, a [dim][block_rows] tile with zero columns past the last row.
 template <typename In16>
-Panels16<In16> pack_transposed_tiles(const StridedHeads<const In16>& src, int batch, int heads,
+Panels16<In16> pack_transposed_tiles(const TensorView& src, int batch, int heads,
                                      int seqlen, int dim, int block_rows) {
   return build_panels<In16>(
       int64_t(batch) * heads, num_blocks(seqlen, block_rows), 1, dim, block_rows, /*vnni=*/false,
@@ -239,7 +239,7 @@ Panels16<In16> pack_transposed_tiles(const StridedHeads<const In16>& src, int ba
         const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
         const int rows = std::min(block_rows, seqlen - block * block_rows);
         for (int j = 0; j < rows; ++j) {
-          const In16* row = src.row(b, h, block * block_rows + j);
+          const In16* row = src.row<const In16>(b, h, block * block_rows + j);
           for (int d = 0; d < dim; ++d) tile[int64_t(d) * block_rows + j] = row[d];
         }
       });

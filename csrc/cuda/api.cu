@@ -21,7 +21,6 @@ namespace {
 
 struct Gpu {
   static constexpr const char* kExecutorName = "CUDA";
-  static constexpr const char* kOpPrefix = "flashattn";
   using Guard = c10::cuda::CUDAGuard;
 
   static cudaStream_t stream(const at::Tensor& q) {
@@ -43,10 +42,7 @@ struct Gpu {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
-  m.impl("fwd", &fwd_op<CudaExecutor<Gpu>>);
-  m.impl("bwd", &bwd_op<CudaExecutor<Gpu>>);
-}
+TORCH_LIBRARY_IMPL(flashattn, CUDA, m) { register_attention_ops<CudaExecutor<Gpu>>(m); }
 
 }  // namespace flashattn::cuda
 

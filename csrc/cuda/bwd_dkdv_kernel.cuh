@@ -67,10 +67,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 &&
-      rows_are_16b_aligned(p.q_ptr, p.q_batch_stride, p.q_row_stride, p.q_head_stride) &&
-      rows_are_16b_aligned(p.k_ptr, p.k_batch_stride, p.k_row_stride, p.k_head_stride) &&
-      rows_are_16b_aligned(p.v_ptr, p.v_batch_stride, p.v_row_stride, p.v_head_stride) &&
-      rows_are_16b_aligned(p.do_ptr, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+      rows_are_16b_aligned(p.q) && rows_are_16b_aligned(p.k) && rows_are_16b_aligned(p.v) &&
+      rows_are_16b_aligned(p.dout);
 
   // Query tiles that see this key tile; the same for every head of the group.
   const int key_last = min(n_start + kBlockN, p.seqlen_k) - 1;
@@ -88,36 +86,29 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const int m_start = m_start_of(it);
     const int rows_valid = p.seqlen_q - m_start;
     load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-        q_smem(stage),
-        static_cast<const uint16_t*>(p.q_ptr) + batch * p.q_batch_stride +
-            head * p.q_head_stride + m_start * p.q_row_stride,
-        p.q_row_stride, rows_valid, p.head_dim, aligned);
+        q_smem(stage), p.q.row<const uint16_t>(batch, head, m_start), p.q.row_stride,
+        rows_valid, p.head_dim, aligned);
     load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-        do_smem(stage),
-        static_cast<const uint16_t*>(p.do_ptr) + batch * p.do_batch_stride +
-            head * p.do_head_stride + m_start * p.do_row_stride,
-        p.do_row_stride, rows_valid, p.head_dim, aligned);
+        do_smem(stage), p.dout.row<const uint16_t>(batch, head, m_start), p.dout.row_stride,
+        rows_valid, p.head_dim, aligned);
     // LSE_i (in log2 units) and D_i: a few floats, plain loads; rows past Sq are masked.
-    const int64_t row0 = (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + m_start;
+    const int64_t d_row0 = (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + m_start;
     for (int i = threadIdx.x; i < kBlockM; i += kNThreads) {
       const bool valid = i < rows_valid;
-      lse_smem[stage * kBlockM + i] = valid ? p.lse_ptr[row0 + i] * kLog2e : 0.f;
-      dsum_smem[stage * kBlockM + i] = valid ? d_gmem[row0 + i] : 0.f;
+      lse_smem[stage * kBlockM + i] =
+          valid ? *p.lse.row<const float>(batch, head, m_start + i) * kLog2e : 0.f;
+      dsum_smem[stage * kBlockM + i] = valid ? d_gmem[d_row0 + i] : 0.f;
     }
   };
 
   // Prologue: Kj, Vj and the first kStages - 1 query tiles, one cp.async group per tile.
   const int keys_valid = p.seqlen_k - n_start;
   load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-      k_smem,
-      static_cast<const uint16_t*>(p.k_ptr) + batch * p.k_batch_stride +
-          head_kv * p.k_head_stride + n_start * p.k_row_stride,
-      p.k_row_stride, keys_valid, p.head_dim, aligned);
+      k_smem, p.k.row<const uint16_t>(batch, head_kv, n_start), p.k.row_stride, keys_valid,
+      p.head_dim, aligned);
   load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-      v_smem,
-      static_cast<const uint16_t*>(p.v_ptr) + batch * p.v_batch_stride +
-          head_kv * p.v_head_stride + n_start * p.v_row_stride,
-      p.v_row_stride, keys_valid, p.head_dim, aligned);
+      v_smem, p.v.row<const uint16_t>(batch, head_kv, n_start), p.v.row_stride, keys_valid,
+      p.head_dim, aligned);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < iterations) load_q_do(s);
@@ -305,14 +296,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const float unit[kRowsPerThread] = {1.f, 1.f};
   if constexpr (ComputeDk)
     store_accumulator_rows<Element, kNTilesD>(dk_rmem, key, unit, p.seqlen_k, p.head_dim,
-                                              lane_col, p.dk_ptr, batch, head_kv,
-                                              p.dk_batch_stride, p.dk_row_stride,
-                                              p.dk_head_stride);
+                                              lane_col, p.dk, batch, head_kv);
   if constexpr (ComputeDv)
     store_accumulator_rows<Element, kNTilesD>(dv_rmem, key, unit, p.seqlen_k, p.head_dim,
-                                              lane_col, p.dv_ptr, batch, head_kv,
-                                              p.dv_batch_stride, p.dv_row_stride,
-                                              p.dv_head_stride);
+                                              lane_col, p.dv, batch, head_kv);
 }
 
 }  // namespace flashattn::cuda

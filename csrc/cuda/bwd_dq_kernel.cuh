@@ -42,15 +42,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 &&
-      rows_are_16b_aligned(p.q_ptr, p.q_batch_stride, p.q_row_stride, p.q_head_stride) &&
-      rows_are_16b_aligned(p.k_ptr, p.k_batch_stride, p.k_row_stride, p.k_head_stride) &&
-      rows_are_16b_aligned(p.v_ptr, p.v_batch_stride, p.v_row_stride, p.v_head_stride) &&
-      rows_are_16b_aligned(p.do_ptr, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+      rows_are_16b_aligned(p.q) && rows_are_16b_aligned(p.k) && rows_are_16b_aligned(p.v) &&
+      rows_are_16b_aligned(p.dout);
   // [Sk, D] views of this (batch, kv head).
-  const uint16_t* k_gmem = static_cast<const uint16_t*>(p.k_ptr) +
-                           batch * p.k_batch_stride + head_kv * p.k_head_stride;
-  const uint16_t* v_gmem = static_cast<const uint16_t*>(p.v_ptr) +
-                           batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  const uint16_t* k_gmem = p.k.head<const uint16_t>(batch, head_kv);
+  const uint16_t* v_gmem = p.v.head<const uint16_t>(batch, head_kv);
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
   uint16_t* q_smem = smem;                                   // [kBlockM, kStride]
@@ -71,24 +67,20 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const int stage = (tile - tile_begin) % kStages;
     const int n_start = tile * kBlockN;
     load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-        k_smem(stage), k_gmem + n_start * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_start,
+        k_smem(stage), k_gmem + n_start * p.k.row_stride, p.k.row_stride, p.seqlen_k - n_start,
         p.head_dim, aligned);
     load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-        v_smem(stage), v_gmem + n_start * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_start,
+        v_smem(stage), v_gmem + n_start * p.v.row_stride, p.v.row_stride, p.seqlen_k - n_start,
         p.head_dim, aligned);
   };
 
   const int rows_valid = p.seqlen_q - m_start;
   load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-      q_smem,
-      static_cast<const uint16_t*>(p.q_ptr) + batch * p.q_batch_stride + head * p.q_head_stride +
-          m_start * p.q_row_stride,
-      p.q_row_stride, rows_valid, p.head_dim, aligned);
+      q_smem, p.q.row<const uint16_t>(batch, head, m_start), p.q.row_stride, rows_valid,
+      p.head_dim, aligned);
   load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-      do_smem,
-      static_cast<const uint16_t*>(p.do_ptr) + batch * p.do_batch_stride +
-          head * p.do_head_stride + m_start * p.do_row_stride,
-      p.do_row_stride, rows_valid, p.head_dim, aligned);
+      do_smem, p.dout.row<const uint16_t>(batch, head, m_start), p.dout.row_stride, rows_valid,
+      p.head_dim, aligned);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (tile_begin + s < tile_end) load_kv(tile_begin + s);
@@ -106,7 +98,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     row_first_key[r] = first_visible_key(p, row[r]);
     row_key_end[r] = visible_key_end(p, row[r]);
     const bool valid = row[r] < p.seqlen_q;
-    lse_log2[r] = valid ? p.lse_ptr[batch_head * p.seqlen_q + row[r]] * kLog2e : 0.f;
+    lse_log2[r] = valid ? *p.lse.row<const float>(batch, head, row[r]) * kLog2e : 0.f;
     dsum[r] = valid ? d_gmem[batch_head * p.seqlen_q + row[r]] : 0.f;
   }
   const int lane_col = 2 * (lane % 4);
@@ -193,8 +185,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   const float unit[kRowsPerThread] = {1.f, 1.f};
   store_accumulator_rows<Element, kNTilesD>(dq_rmem, row, unit, p.seqlen_q, p.head_dim, lane_col,
-                                            p.dq_ptr, batch, head, p.dq_batch_stride,
-                                            p.dq_row_stride, p.dq_head_stride);
+                                            p.dq, batch, head);
 }
 
 }  // namespace flashattn::cuda

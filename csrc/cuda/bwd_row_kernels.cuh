@@ -49,22 +49,21 @@ __global__ void __launch_bounds__(kRowKernelThreads)
   const int head = static_cast<int>(batch_head % p.heads_q);
   const int lane = threadIdx.x % kWarpSize;
   // [D] rows of O and dO.
-  const Storage<Element>* o_row = static_cast<const Storage<Element>*>(p.o_ptr) +
-                                  batch * p.o_batch_stride + row * p.o_row_stride +
-                                  head * p.o_head_stride;
-  const Storage<Element>* do_row = static_cast<const Storage<Element>*>(p.do_ptr) +
-                                   batch * p.do_batch_stride + row * p.do_row_stride +
-                                   head * p.do_head_stride;
+  const Storage<Element>* o_row = p.o.row<const Storage<Element>>(batch, head, row);
+  const Storage<Element>* do_row = p.dout.row<const Storage<Element>>(batch, head, row);
   float sum = 0.f;
   for (int c = lane; c < p.head_dim; c += kWarpSize)
     sum += load_as_float<Element>(o_row + c) * load_as_float<Element>(do_row + c);
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
-  const int64_t lse_index = batch_head * p.seqlen_q + row;
-  if (lane == 0) d_gmem[lse_index] = sum - (p.dlse_ptr != nullptr ? p.dlse_ptr[lse_index] : 0.f);
+  const int64_t row_index = batch_head * p.seqlen_q + row;  // into the [B, Hq, Sq] workspace
+  if (lane == 0) {
+    const float dlse = p.dlse.ptr != nullptr ? *p.dlse.row<const float>(batch, head, row) : 0.f;
+    d_gmem[row_index] = sum - dlse;
+  }
   if (dq_accum_gmem != nullptr) {
-    float* dq_row = dq_accum_gmem + lse_index * dq_accum_cols;
+    float* dq_row = dq_accum_gmem + row_index * dq_accum_cols;
     for (int c = lane; c < dq_accum_cols; c += kWarpSize) dq_row[c] = 0.f;
   }
 }
@@ -81,8 +80,7 @@ __global__ void __launch_bounds__(kRowKernelThreads)
   const int head = static_cast<int>(batch_head % p.heads_q);
   const int lane = threadIdx.x % kWarpSize;
   const float* accum_row = dq_accum_gmem + (batch_head * p.seqlen_q + row) * dq_accum_cols;
-  uint16_t* dq_row = static_cast<uint16_t*>(p.dq_ptr) + batch * p.dq_batch_stride +
-                     row * p.dq_row_stride + head * p.dq_head_stride;  // [D]
+  uint16_t* dq_row = p.dq.row<uint16_t>(batch, head, row);  // [D]
   for (int c = lane; c < p.head_dim; c += kWarpSize)
     dq_row[c] = static_cast<uint16_t>(pack_rn<Element>(accum_row[c], 0.f));
 }

@@ -45,20 +45,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int m_start = blockIdx.x * kBlockM;
 
   // [Sq, D] / [Sk, D] views of this (batch, head); rows strided, last dim contiguous.
-  const uint16_t* q_gmem = static_cast<const uint16_t*>(p.q_ptr) +
-                           batch * p.q_batch_stride + head * p.q_head_stride +
-                           m_start * p.q_row_stride;
-  const uint16_t* k_gmem = static_cast<const uint16_t*>(p.k_ptr) +
-                           batch * p.k_batch_stride + head_kv * p.k_head_stride;
-  const uint16_t* v_gmem = static_cast<const uint16_t*>(p.v_ptr) +
-                           batch * p.v_batch_stride + head_kv * p.v_head_stride;
-  float* lse_gmem = p.lse_ptr + batch_head * p.seqlen_q;  // [Sq] of LSE [B, Hq, Sq]
+  const uint16_t* q_gmem = p.q.row<const uint16_t>(batch, head, m_start);
+  const uint16_t* k_gmem = p.k.head<const uint16_t>(batch, head_kv);
+  const uint16_t* v_gmem = p.v.head<const uint16_t>(batch, head_kv);
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 &&
-      rows_are_16b_aligned(p.q_ptr, p.q_batch_stride, p.q_row_stride, p.q_head_stride) &&
-      rows_are_16b_aligned(p.k_ptr, p.k_batch_stride, p.k_row_stride, p.k_head_stride) &&
-      rows_are_16b_aligned(p.v_ptr, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+      rows_are_16b_aligned(p.q) && rows_are_16b_aligned(p.k) && rows_are_16b_aligned(p.v);
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
   uint16_t* q_smem = smem;                                  // [kBlockM, kStride]
@@ -82,16 +75,16 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const int n_start = tile * kBlockN;
     const int rows_valid = p.seqlen_k - n_start;
     load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-        k_smem(stage), k_gmem + n_start * p.k_row_stride, p.k_row_stride, rows_valid,
+        k_smem(stage), k_gmem + n_start * p.k.row_stride, p.k.row_stride, rows_valid,
         p.head_dim, aligned);
     load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-        v_smem(stage), v_gmem + n_start * p.v_row_stride, p.v_row_stride, rows_valid,
+        v_smem(stage), v_gmem + n_start * p.v.row_stride, p.v.row_stride, rows_valid,
         p.head_dim, aligned);
   };
 
   // Prologue: Qi and the first kStages - 1 key tiles, one cp.async group per tile.
   load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-      q_smem, q_gmem, p.q_row_stride, p.seqlen_q - m_start, p.head_dim, aligned);
+      q_smem, q_gmem, p.q.row_stride, p.seqlen_q - m_start, p.head_dim, aligned);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (tile_begin + s < tile_end) load_kv(tile_begin + s);
@@ -212,12 +205,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   float inv_l[kRowsPerThread], lse[kRowsPerThread];
   stats.finalize(rules.to_log2, inv_l, lse);
   store_accumulator_rows<Element, kNTilesD>(o_rmem, row, inv_l, p.seqlen_q, p.head_dim, lane_col,
-                                            p.o_ptr, batch, head, p.o_batch_stride,
-                                            p.o_row_stride, p.o_head_stride);
+                                            p.o, batch, head);
   if (lane % 4 == 0) {
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r)
-      if (row[r] < p.seqlen_q) lse_gmem[row[r]] = lse[r];
+      if (row[r] < p.seqlen_q) *p.lse.row<float>(batch, head, row[r]) = lse[r];
   }
 }
 

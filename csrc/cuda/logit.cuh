@@ -25,9 +25,8 @@ struct LogitRules {
 
   __device__ __forceinline__ static LogitRules make(const AttnParams& p, int batch, int head) {
     LogitRules r;
-    r.alibi_slope =
-        p.alibi_ptr != nullptr ? p.alibi_ptr[batch * p.alibi_batch_stride + head] : 0.f;
-    r.keep_raw = p.softcap <= 0.f && p.alibi_ptr == nullptr && p.scale > 0.f;
+    r.alibi_slope = ::flashattn::alibi_slope(p, batch, head);
+    r.keep_raw = p.softcap <= 0.f && p.alibi.ptr == nullptr && p.scale > 0.f;
     r.scale = p.scale;
     r.softcap = p.softcap;
     r.scale_over_cap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;

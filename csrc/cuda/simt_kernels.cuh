@@ -104,15 +104,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   float* q_smem = smem;                              // [kNWarps, kStride]
   float* k_smem = q_smem + 2 * Traits::kRowSmemFloats;  // [32, kStride]
   float* v_smem = k_smem + Traits::kTileSmemFloats;     // [32, kStride]
-  const float* k_gmem = static_cast<const float*>(p.k_ptr) + batch * p.k_batch_stride +
-                        head_kv * p.k_head_stride;  // [Sk, D]
-  const float* v_gmem = static_cast<const float*>(p.v_ptr) + batch * p.v_batch_stride +
-                        head_kv * p.v_head_stride;  // [Sk, D]
+  const float* k_gmem = p.k.head<const float>(batch, head_kv);  // [Sk, D]
+  const float* v_gmem = p.v.head<const float>(batch, head_kv);  // [Sk, D]
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
-      q_smem,
-      static_cast<const float*>(p.q_ptr) + batch * p.q_batch_stride + head * p.q_head_stride +
-          m_start * p.q_row_stride,
-      p.q_row_stride, p.seqlen_q - m_start, p.head_dim);
+      q_smem, p.q.row<const float>(batch, head, m_start), p.q.row_stride, p.seqlen_q - m_start,
+      p.head_dim);
 
   const LogitRules rules = LogitRules::make(p, batch, head);
   const int row_first = first_visible_key(p, row), row_end = visible_key_end(p, row);
@@ -123,10 +119,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     const int n_start = tile * kWarpSize;
     __syncthreads();  // every warp is done with the previous tile
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        k_smem, k_gmem + n_start * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_start,
+        k_smem, k_gmem + n_start * p.k.row_stride, p.k.row_stride, p.seqlen_k - n_start,
         p.head_dim);
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        v_smem, v_gmem + n_start * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_start,
+        v_smem, v_gmem + n_start * p.v.row_stride, p.v.row_stride, p.seqlen_k - n_start,
         p.head_dim);
     __syncthreads();
     const int key = n_start + lane;
@@ -148,13 +144,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   // l_i is 0 only for a row that saw no key; a NaN l_i (NaN inputs) goes on into out and lse.
   const bool saw_keys = l_i != 0.f;
   const float inv_l = saw_keys ? 1.f / l_i : 0.f;
-  float* o_row = static_cast<float*>(p.o_ptr) + batch * p.o_batch_stride +
-                 head * p.o_head_stride + row * p.o_row_stride;  // [D]
+  float* o_row = p.o.row<float>(batch, head, row);  // [D]
 #pragma unroll
   for (int t = 0; t < kCols; ++t)
     if (lane + t * kWarpSize < p.head_dim) o_row[lane + t * kWarpSize] = o[t] * inv_l;
   if (lane == 0)
-    p.lse_ptr[batch_head * p.seqlen_q + row] = saw_keys ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
+    *p.lse.row<float>(batch, head, row) = saw_keys ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
 }
 
 template <typename Traits>
@@ -177,25 +172,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   float* do_smem = q_smem + Traits::kRowSmemFloats;      // [kNWarps, kStride]
   float* k_smem = do_smem + Traits::kRowSmemFloats;      // [32, kStride]
   float* v_smem = k_smem + Traits::kTileSmemFloats;      // [32, kStride]
-  const float* k_gmem = static_cast<const float*>(p.k_ptr) + batch * p.k_batch_stride +
-                        head_kv * p.k_head_stride;
-  const float* v_gmem = static_cast<const float*>(p.v_ptr) + batch * p.v_batch_stride +
-                        head_kv * p.v_head_stride;
+  const float* k_gmem = p.k.head<const float>(batch, head_kv);
+  const float* v_gmem = p.v.head<const float>(batch, head_kv);
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
-      q_smem,
-      static_cast<const float*>(p.q_ptr) + batch * p.q_batch_stride + head * p.q_head_stride +
-          m_start * p.q_row_stride,
-      p.q_row_stride, p.seqlen_q - m_start, p.head_dim);
+      q_smem, p.q.row<const float>(batch, head, m_start), p.q.row_stride, p.seqlen_q - m_start,
+      p.head_dim);
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
-      do_smem,
-      static_cast<const float*>(p.do_ptr) + batch * p.do_batch_stride + head * p.do_head_stride +
-          m_start * p.do_row_stride,
-      p.do_row_stride, p.seqlen_q - m_start, p.head_dim);
+      do_smem, p.dout.row<const float>(batch, head, m_start), p.dout.row_stride,
+      p.seqlen_q - m_start, p.head_dim);
 
   const LogitRules rules = LogitRules::make(p, batch, head);
   const int row_first = first_visible_key(p, row), row_end = visible_key_end(p, row);
   const bool row_valid = row < p.seqlen_q;
-  const float lse_log2 = row_valid ? p.lse_ptr[batch_head * p.seqlen_q + row] * kLog2e : 0.f;
+  const float lse_log2 = row_valid ? *p.lse.row<const float>(batch, head, row) * kLog2e : 0.f;
   const float dsum = row_valid ? d_gmem[batch_head * p.seqlen_q + row] : 0.f;
   const SimtRowBlock block(p, m_start, Traits::kNWarps);
   float dq[kCols] = {};
@@ -203,10 +192,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     const int n_start = tile * kWarpSize;
     __syncthreads();
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        k_smem, k_gmem + n_start * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_start,
+        k_smem, k_gmem + n_start * p.k.row_stride, p.k.row_stride, p.seqlen_k - n_start,
         p.head_dim);
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        v_smem, v_gmem + n_start * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_start,
+        v_smem, v_gmem + n_start * p.v.row_stride, p.v.row_stride, p.seqlen_k - n_start,
         p.head_dim);
     __syncthreads();
     const int key = n_start + lane;
@@ -219,8 +208,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     accumulate_rows<kCols, kStride>(dq, prob * (dp - dsum) * dlogit_ds, k_smem, lane);
   }
   if (!row_valid) return;
-  float* dq_row = static_cast<float*>(p.dq_ptr) + batch * p.dq_batch_stride +
-                  head * p.dq_head_stride + row * p.dq_row_stride;  // [D]
+  float* dq_row = p.dq.row<float>(batch, head, row);  // [D]
 #pragma unroll
   for (int t = 0; t < kCols; ++t)
     if (lane + t * kWarpSize < p.head_dim) dq_row[lane + t * kWarpSize] = dq[t];
@@ -249,15 +237,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   float* lse_smem = do_smem + Traits::kTileSmemFloats;   // [32] LSE_i in log2 units
   float* dsum_smem = lse_smem + kWarpSize;               // [32] D_i
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, kNThreads>(
-      k_smem,
-      static_cast<const float*>(p.k_ptr) + batch * p.k_batch_stride +
-          head_kv * p.k_head_stride + n_start * p.k_row_stride,
-      p.k_row_stride, p.seqlen_k - n_start, p.head_dim);
+      k_smem, p.k.row<const float>(batch, head_kv, n_start), p.k.row_stride,
+      p.seqlen_k - n_start, p.head_dim);
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, kNThreads>(
-      v_smem,
-      static_cast<const float*>(p.v_ptr) + batch * p.v_batch_stride +
-          head_kv * p.v_head_stride + n_start * p.v_row_stride,
-      p.v_row_stride, p.seqlen_k - n_start, p.head_dim);
+      v_smem, p.v.row<const float>(batch, head_kv, n_start), p.v.row_stride,
+      p.seqlen_k - n_start, p.head_dim);
 
   const int key_last = min(n_start + Traits::kNWarps, p.seqlen_k) - 1;
   int row_begin, row_end;
@@ -268,23 +252,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   for (int it = 0; it < tiles * p.head_group; ++it) {
     const int head = head_kv * p.head_group + it / tiles;
     const int m_start = (tile_begin + it % tiles) * kWarpSize;
-    const int64_t lse_row0 =
-        (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + m_start;  // [32] of LSE
+    const int64_t d_row0 =
+        (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + m_start;  // [32] of D
     __syncthreads();  // every warp is done with the previous query tile
     load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
-        q_smem,
-        static_cast<const float*>(p.q_ptr) + batch * p.q_batch_stride + head * p.q_head_stride +
-            m_start * p.q_row_stride,
-        p.q_row_stride, p.seqlen_q - m_start, p.head_dim);
+        q_smem, p.q.row<const float>(batch, head, m_start), p.q.row_stride,
+        p.seqlen_q - m_start, p.head_dim);
     load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
-        do_smem,
-        static_cast<const float*>(p.do_ptr) + batch * p.do_batch_stride +
-            head * p.do_head_stride + m_start * p.do_row_stride,
-        p.do_row_stride, p.seqlen_q - m_start, p.head_dim);
+        do_smem, p.dout.row<const float>(batch, head, m_start), p.dout.row_stride,
+        p.seqlen_q - m_start, p.head_dim);
     for (int i = threadIdx.x; i < kWarpSize; i += kNThreads) {
       const bool valid = m_start + i < p.seqlen_q;
-      lse_smem[i] = valid ? p.lse_ptr[lse_row0 + i] * kLog2e : 0.f;
-      dsum_smem[i] = valid ? d_gmem[lse_row0 + i] : 0.f;
+      lse_smem[i] = valid ? *p.lse.row<const float>(batch, head, m_start + i) * kLog2e : 0.f;
+      dsum_smem[i] = valid ? d_gmem[d_row0 + i] : 0.f;
     }
     __syncthreads();
     const LogitRules rules = LogitRules::make(p, batch, head);
@@ -299,10 +279,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     accumulate_rows<kCols, kStride>(dk, prob * (dp - dsum_smem[lane]) * dlogit_ds, q_smem, lane);
   }
   if (key >= p.seqlen_k) return;
-  float* dk_row = static_cast<float*>(p.dk_ptr) + batch * p.dk_batch_stride +
-                  head_kv * p.dk_head_stride + key * p.dk_row_stride;  // [D]
-  float* dv_row = static_cast<float*>(p.dv_ptr) + batch * p.dv_batch_stride +
-                  head_kv * p.dv_head_stride + key * p.dv_row_stride;  // [D]
+  float* dk_row = p.dk.row<float>(batch, head_kv, key);  // [D]
+  float* dv_row = p.dv.row<float>(batch, head_kv, key);  // [D]
 #pragma unroll
   for (int t = 0; t < kCols; ++t) {
     const int col = lane + t * kWarpSize;

@@ -12,18 +12,18 @@
 #pragma once
 #include <cstdint>
 
+#include "../params.h"
 #include "element.cuh"
 #include "ptx.cuh"
 #include "traits.h"
 
 namespace flashattn::cuda {
 
-// Whether every row of a [rows, head_dim] 16-bit tensor view starts 16-byte aligned.
-__device__ __forceinline__ bool rows_are_16b_aligned(const void* ptr, int64_t batch_stride,
-                                                     int64_t row_stride, int64_t head_stride) {
-  const bool base_aligned = reinterpret_cast<uintptr_t>(ptr) % kChunkBytes == 0;
-  return base_aligned && batch_stride % kChunkElems == 0 && row_stride % kChunkElems == 0 &&
-         head_stride % kChunkElems == 0;
+// Whether every row of a 16-bit tensor view starts 16-byte aligned.
+__device__ __forceinline__ bool rows_are_16b_aligned(const TensorView& view) {
+  const bool base_aligned = reinterpret_cast<uintptr_t>(view.ptr) % kChunkBytes == 0;
+  return base_aligned && view.batch_stride % kChunkElems == 0 &&
+         view.row_stride % kChunkElems == 0 && view.head_stride % kChunkElems == 0;
 }
 
 // Copies rows [0, kRows) x columns [0, kCols) of a row-major source into smem with row pitch
@@ -57,17 +57,19 @@ __device__ __forceinline__ void load_tile_async(
 
 // Stores a warp's mma accumulator (16 rows x kNTilesD 8-column n-tiles; this lane holds rows
 // row[0], row[1] and columns lane_col, lane_col + 1 of each n-tile) times row_scale[r] as
-// Element into rows [0, rows_valid) x columns [0, cols_valid) of a [B, S, H, D] tensor.
+// Element into rows [0, rows_valid) x columns [0, cols_valid) of head (batch, head) of `dst`.
 template <typename Element, int kNTilesD>
 __device__ __forceinline__ void store_accumulator_rows(
     const float (&acc)[kNTilesD][4], const int (&row)[2], const float (&row_scale)[2],
     int rows_valid, int cols_valid, int lane_col,
-    void* base,  // [B, S, H, D], last dim contiguous
-    int batch, int head, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
-  uint16_t* out = static_cast<uint16_t*>(base) + batch * batch_stride + head * head_stride;
+    const TensorView& dst,  // [B, S, H, D], last dim contiguous
+    int batch, int head) {
+  uint16_t* out = dst.head<uint16_t>(batch, head);
+  const int64_t row_stride = dst.row_stride;
   // Two neighbouring elements go out as one 32-bit store when every row start is 4-byte aligned.
-  const bool pair_aligned = reinterpret_cast<uintptr_t>(base) % sizeof(uint32_t) == 0 &&
-                            batch_stride % 2 == 0 && row_stride % 2 == 0 && head_stride % 2 == 0;
+  const bool pair_aligned = reinterpret_cast<uintptr_t>(dst.ptr) % sizeof(uint32_t) == 0 &&
+                            dst.batch_stride % 2 == 0 && row_stride % 2 == 0 &&
+                            dst.head_stride % 2 == 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row[r] >= rows_valid) continue;

@@ -16,7 +16,6 @@ namespace {
 
 struct Shim {
   static constexpr const char* kExecutorName = "CUDA (cudasim)";
-  static constexpr const char* kOpPrefix = "flashattn_sim";
   struct Guard {
     explicit Guard(const at::Device&) {}  // one "device": the CPU
   };
@@ -45,6 +44,5 @@ TORCH_LIBRARY(flashattn_sim, m) {
 }
 
 TORCH_LIBRARY_IMPL(flashattn_sim, CPU, m) {
-  m.impl("fwd", &flashattn::fwd_op<flashattn::cuda::CudaExecutor<flashattn::cuda::Shim>>);
-  m.impl("bwd", &flashattn::bwd_op<flashattn::cuda::CudaExecutor<flashattn::cuda::Shim>>);
+  flashattn::register_attention_ops<flashattn::cuda::CudaExecutor<flashattn::cuda::Shim>>(m);
 }
