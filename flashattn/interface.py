@@ -1,37 +1,79 @@
-"""The two public entry points. Both are thin: they translate arguments and pass strided views
-to torch.ops.flashattn.fwd, never copying a tensor and never falling back to another kernel."""
-import math
+"""The public entry points. All are thin: they translate arguments and pass strided views to
+torch.ops.flashattn.fwd, never copying a tensor and never falling back to another kernel.
+
+Arguments are accepted in every form FlashAttention-2 and F.scaled_dot_product_attention accept
+them: window_size as a tuple, list or 2-element tensor of integers, scales as Python numbers,
+numpy scalars or one-element tensors."""
 import numbers
+import operator
 
 import torch
 
 _SUPPORT = """
     Supported inputs:
       device  dtypes                          head_dim
-      CPU     float32, float64, float16, bf16  any (16-bit inputs are computed in float32)
+      CPU     float32, float64, float16, bf16  any
       CUDA    float16, bf16, float32           <= 256
     Any strides are accepted as long as the last (head_dim) dimension is contiguous.
 """
 
 
 def _check_dropout(fn, dropout_p):
-    if dropout_p != 0.0:
+    if _real(fn, "dropout_p", dropout_p) != 0.0:
         raise NotImplementedError(
-            f"{fn}: dropout_p > 0 is not supported yet (got dropout_p={dropout_p}); "
+            f"{fn}: dropout_p > 0 is not supported yet (got dropout_p={float(dropout_p)}); "
             f"use dropout_p=0.0")
 
 
-def _default_scale(scale, head_dim):
-    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+def _real(fn, name, value):
+    """A float from a real number: a Python or numpy scalar, or a one-element tensor (FA2's
+    pybind11 and torch's argument parser take the same)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        return float(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"{fn}: {name} must be a real number (a Python or numpy scalar, or a "
+                    f"one-element tensor), got {value!r}")
 
 
-def _window_pair(window_size):
-    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-            or not all(isinstance(w, numbers.Integral) for w in window_size)):
+def _optional_real(fn, name, value):
+    return None if value is None else _real(fn, name, value)
+
+
+def _window_pair(fn, window_size):
+    """(left, right) as ints from any length-2 sequence of integers: tuple, list, numpy array
+    or tensor (on any device) of an integer dtype, or of integer scalars."""
+    if isinstance(window_size, torch.Tensor):
+        valid = (window_size.numel() == 2 and window_size.dim() <= 1
+                 and not window_size.is_floating_point() and not window_size.is_complex()
+                 and window_size.dtype != torch.bool)
+        pair = window_size.tolist() if valid else None
+    else:
+        try:
+            pair = [operator.index(w) for w in window_size]
+        except TypeError:  # not iterable, or an element that is not an integer
+            pair = None
+    if pair is None or len(pair) != 2:
         raise ValueError(
-            f"flash_attn_func: window_size must be a pair of ints (left, right), -1 meaning "
-            f"unbounded, got {window_size!r}")
-    return int(window_size[0]), int(window_size[1])
+            f"{fn}: window_size must be a pair of ints (left, right), -1 meaning unbounded, "
+            f"got {window_size!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _attention(fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+               alibi_slopes, deterministic, align_bottom_right):
+    """torch.ops.flashattn.fwd with FA2's argument conventions; returns (out, lse)."""
+    _check_dropout(fn, dropout_p)
+    left, right = _window_pair(fn, window_size)
+    return torch.ops.flashattn.fwd(
+        q, k, v, softmax_scale=_optional_real(fn, "softmax_scale", softmax_scale),
+        causal=bool(causal), window_left=left, window_right=right,
+        softcap=_real(fn, "softcap", softcap), alibi_slopes=alibi_slopes,
+        align_bottom_right=align_bottom_right, deterministic=bool(deterministic))
+
+
+def _with_probs(out, lse, return_attn_probs):
+    return (out, lse, None) if return_attn_probs else out
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -61,10 +103,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                 1 0
                 1 1
 
-        window_size: (left, right). Query i sees keys in
-            [i + seqlen_k - seqlen_q - left, i + seqlen_k - seqlen_q + right]; -1 = unbounded.
+        window_size: (left, right), a tuple, list or 2-element integer tensor. Query i sees
+            keys in [i + seqlen_k - seqlen_q - left, i + seqlen_k - seqlen_q + right];
+            -1 = unbounded.
         softcap: if > 0, scores become softcap * tanh(scores / softcap) (after scaling).
-        alibi_slopes: float32 (nheads,) or (batch, nheads); adds
+        alibi_slopes: float32 (nheads,) or (batch, nheads), any strides; adds
             -slope * |i + seqlen_k - seqlen_q - j| to the score.
         deterministic: make the backward pass bitwise reproducible (the CPU backward always is).
         return_attn_probs: also return the log-sum-exp of each row.
@@ -74,12 +117,54 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         (out, softmax_lse, None): softmax_lse is (batch, nheads, seqlen_q) float32 and
         differentiable; the third slot (FA2's dropout mask) is always None here.
     """
-    _check_dropout("flash_attn_func", dropout_p)
-    left, right = _window_pair(window_size)
-    scale = _default_scale(softmax_scale, q.shape[-1])
-    out, lse = torch.ops.flashattn.fwd(q, k, v, scale, bool(causal), left, right,
-                                       float(softcap), alibi_slopes, True, bool(deterministic))
-    return (out, lse, None) if return_attn_probs else out
+    out, lse = _attention("flash_attn_func", q, k, v, dropout_p, softmax_scale, causal,
+                          window_size, softcap, alibi_slopes, deterministic,
+                          align_bottom_right=True)
+    return _with_probs(out, lse, return_attn_probs)
+
+
+def _unpack(fn, name, packed, count, layout):
+    """The `count` tensors stacked in dim 2 of `packed`, as views (no copy)."""
+    if not isinstance(packed, torch.Tensor) or packed.dim() != 5 or packed.shape[2] != count:
+        shape = tuple(packed.shape) if isinstance(packed, torch.Tensor) else type(packed)
+        raise ValueError(f"{fn}: {name} must be a 5-D tensor {layout}, got {shape}")
+    return packed.unbind(2)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              deterministic=False, return_attn_probs=False):
+    """flash_attn_func on q, k, v stacked in one tensor, FlashAttention-2's signature.
+
+    Args:
+        qkv: (batch, seqlen, 3, nheads, headdim); q, k and v are read from it in place.
+        The other arguments and the result are flash_attn_func's. The gradient of qkv is
+        assembled from those of q, k and v by autograd (one copy of the gradients).
+    """
+    q, k, v = _unpack("flash_attn_qkvpacked_func", "qkv", qkv, 3,
+                      "(batch, seqlen, 3, nheads, headdim)")
+    out, lse = _attention("flash_attn_qkvpacked_func", q, k, v, dropout_p, softmax_scale,
+                          causal, window_size, softcap, alibi_slopes, deterministic,
+                          align_bottom_right=True)
+    return _with_probs(out, lse, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
+                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             deterministic=False, return_attn_probs=False):
+    """flash_attn_func with k and v stacked in one tensor, FlashAttention-2's signature.
+
+    Args:
+        q: (batch, seqlen_q, nheads, headdim)
+        kv: (batch, seqlen_k, 2, nheads_k, headdim); k and v are read from it in place.
+        The other arguments and the result are flash_attn_func's (GQA/MQA included).
+    """
+    k, v = _unpack("flash_attn_kvpacked_func", "kv", kv, 2,
+                   "(batch, seqlen_k, 2, nheads_k, headdim)")
+    out, lse = _attention("flash_attn_kvpacked_func", q, k, v, dropout_p, softmax_scale, causal,
+                          window_size, softcap, alibi_slopes, deterministic,
+                          align_bottom_right=True)
+    return _with_probs(out, lse, return_attn_probs)
 
 
 def _check_sdpa_rank(name, t):
@@ -114,24 +199,24 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         (batch, heads, seqlen_q, head_dim) in query's dtype: a transposed view of a
         (batch, seqlen_q, heads, head_dim) buffer, as SDPA's flash backend returns.
     """
+    fn = "scaled_dot_product_attention"
     if attn_mask is not None:
         raise NotImplementedError(
-            "scaled_dot_product_attention: attn_mask is not supported (got a tensor of shape "
+            f"{fn}: attn_mask is not supported (got a tensor of shape "
             f"{tuple(attn_mask.shape)}); pass attn_mask=None, and is_causal=True for a causal mask")
-    _check_dropout("scaled_dot_product_attention", dropout_p)
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check_sdpa_rank(name, t)
     if not enable_gqa and query.shape[1] != key.shape[1]:
         raise ValueError(
-            f"scaled_dot_product_attention: query has {query.shape[1]} heads but key has "
+            f"{fn}: query has {query.shape[1]} heads but key has "
             f"{key.shape[1]}; pass enable_gqa=True for grouped-query attention")
-    softmax_scale = _default_scale(scale, query.shape[-1])
     # (B, H, S, D) -> (B, S, H, D) is a stride permutation, not a copy.
-    out, _ = torch.ops.flashattn.fwd(query.transpose(1, 2), key.transpose(1, 2),
-                                     value.transpose(1, 2), softmax_scale, bool(is_causal), -1, -1,
-                                     0.0, None, False, False)
+    out, _ = _attention(fn, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                        dropout_p, scale, is_causal, (-1, -1), 0.0, None, False,
+                        align_bottom_right=False)
     return out.transpose(1, 2)
 
 
-flash_attn_func.__doc__ += _SUPPORT
-scaled_dot_product_attention.__doc__ += _SUPPORT
+for _fn in (flash_attn_func, flash_attn_qkvpacked_func, flash_attn_kvpacked_func,
+            scaled_dot_product_attention):
+    _fn.__doc__ += _SUPPORT

@@ -2,6 +2,7 @@
 import inspect
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -56,8 +57,12 @@ def test_sdpa_matches_torch_sdpa(dtype, is_causal, seqlens):
     assert_within_torch_error("sdpa out", ours, ref.transpose(1, 2), theirs)
 
 
-def test_sdpa_passes_views_without_copying():
-    """No copy, contiguous() or clone between the SDPA front end and the kernel."""
+# Ops that make views, never copies: what may run between a front end and the kernel (detach:
+# autograd saving its inputs).
+VIEW_OPS = {"aten.unbind.int", "aten.transpose.int", "aten.detach.default"}
+
+
+def _record_ops(fn):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class RecordOps(TorchDispatchMode):
@@ -69,11 +74,17 @@ def test_sdpa_passes_views_without_copying():
             self.ops.append(str(func))
             return func(*args, **(kwargs or {}))
 
-    q, k, v = (torch.randn(2, 3, 50, 32) for _ in range(3))
     with RecordOps() as rec:
-        flashattn.scaled_dot_product_attention(q, k, v, is_causal=True)
-    assert "flashattn.fwd.default" in rec.ops
-    assert all(op in ("aten.transpose.int", "flashattn.fwd.default") for op in rec.ops), rec.ops
+        result = fn()
+    return result, rec.ops
+
+
+def test_sdpa_passes_views_without_copying():
+    """No copy, contiguous() or clone between the SDPA front end and the kernel."""
+    q, k, v = (torch.randn(2, 3, 50, 32) for _ in range(3))
+    _, ops = _record_ops(lambda: flashattn.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert "flashattn.fwd.default" in ops
+    assert set(ops) <= VIEW_OPS | {"flashattn.fwd.default"}, ops
 
 
 def test_default_scale_is_inverse_sqrt_head_dim():
@@ -170,3 +181,139 @@ def test_cuda_inputs_give_a_clear_error_when_mixed_with_cpu():
     t = qkv()
     with pytest.raises(RuntimeError, match=r"must be on the same device as q"):
         flashattn.flash_attn_func(t["q"], t["k"].cuda(), t["v"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Arguments in every form FlashAttention-2 and F.sdpa accept them.
+
+def _reference_call(**kwargs):
+    """q, k, v and flash_attn_func's result with plain Python arguments."""
+    t = qkv()
+    return t, flashattn.flash_attn_func(**t, **kwargs)
+
+
+@pytest.mark.parametrize("window", [
+    [6, 2], torch.tensor([6, 2]), torch.tensor([6, 2], dtype=torch.int32),
+    np.array([6, 2]), (np.int64(6), np.int32(2)), (torch.tensor(6), 2),
+], ids=["list", "tensor", "tensor-int32", "numpy-array", "numpy-ints", "0d-tensor-element"])
+def test_window_size_forms(window):
+    """FA2's own tests pass window_size as torch.randint(0, seqlen_k, (2,))."""
+    t, expected = _reference_call(window_size=(6, 2))
+    assert torch.equal(flashattn.flash_attn_func(**t, window_size=window), expected)
+
+
+def test_window_size_on_the_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    t, expected = _reference_call(window_size=(6, 2))
+    got = flashattn.flash_attn_func(**t, window_size=torch.tensor([6, 2], device="cuda"))
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("window", [
+    torch.tensor([6.0, 2.0]), torch.tensor([1, 2, 3]), torch.tensor([[6, 2]]).expand(2, 2),
+    torch.tensor([True, False]), np.array([1.5, 2.0]), None, 3,
+], ids=["float-tensor", "3-tensor", "2d-tensor", "bool-tensor", "float-numpy", "None", "int"])
+def test_window_size_rejects_non_integer_pairs(window):
+    with pytest.raises(ValueError, match=r"flash_attn_func: window_size must be a pair of ints"):
+        flashattn.flash_attn_func(**qkv(), window_size=window)
+
+
+@pytest.mark.parametrize("to_form", [
+    torch.tensor, lambda x: torch.tensor([x]), np.float32, np.float64,
+], ids=["0d-tensor", "1-element-tensor", "numpy-float32", "numpy-float64"])
+def test_scale_and_softcap_forms(to_form):
+    # 0.25 and 3.0 are exact in float32, so every form means the same number.
+    t, expected = _reference_call(softmax_scale=0.25, softcap=3.0)
+    got = flashattn.flash_attn_func(**t, softmax_scale=to_form(0.25), softcap=to_form(3.0))
+    assert torch.equal(got, expected)
+    q, k, v = (x.transpose(1, 2) for x in t.values())
+    sdpa = flashattn.scaled_dot_product_attention(q, k, v, scale=to_form(0.25), enable_gqa=True)
+    assert torch.equal(sdpa, flashattn.scaled_dot_product_attention(q, k, v, scale=0.25,
+                                                                    enable_gqa=True))
+
+
+@pytest.mark.parametrize("name,value", [
+    ("softmax_scale", "0.5"), ("softmax_scale", torch.tensor([0.5, 0.5])),
+    ("softcap", [1.0]), ("softcap", 1j),
+])
+def test_scale_and_softcap_must_be_real_numbers(name, value):
+    with pytest.raises(TypeError, match=rf"flash_attn_func: {name} must be a real number"):
+        flashattn.flash_attn_func(**qkv(), **{name: value})
+
+
+@pytest.mark.parametrize("layout", ["heads-strided", "batch-heads-transposed"])
+def test_alibi_slopes_any_strides(layout):
+    """FA2 takes slopes with any batch stride; flashattn reads any strides in place."""
+    t = qkv()
+    if layout == "heads-strided":
+        slopes = torch.rand(4, 2)[:, 0]
+    else:
+        slopes = torch.rand(4, 2).t()
+    assert not slopes.is_contiguous()
+    expected = flashattn.flash_attn_func(**t, causal=True, alibi_slopes=slopes.contiguous())
+    assert torch.equal(flashattn.flash_attn_func(**t, causal=True, alibi_slopes=slopes), expected)
+
+
+def test_alibi_slopes_must_be_float32():
+    """FA2 refuses fp16 slopes too; converting them would be a silent copy."""
+    with pytest.raises(RuntimeError, match=r"alibi_slopes must be float32, got Half"):
+        flashattn.flash_attn_func(**qkv(), alibi_slopes=torch.rand(4, dtype=torch.float16))
+
+
+# ----------------------------------------------------------------------------------------------
+# Packed inputs: flash_attn_qkvpacked_func and flash_attn_kvpacked_func.
+
+def test_packed_signatures_match_fa2():
+    tail = dict(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False)
+    for fn, leading in ((flashattn.flash_attn_qkvpacked_func, ["qkv"]),
+                        (flashattn.flash_attn_kvpacked_func, ["q", "kv"])):
+        params = inspect.signature(fn).parameters
+        assert list(params) == [*leading, *tail]
+        assert {name: params[name].default for name in tail} == tail
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_qkvpacked_reads_the_packed_tensor_in_place(dtype):
+    qkv_packed = torch.randn(2, 37, 3, 4, 16, dtype=dtype, requires_grad=True)
+    kwargs = dict(causal=True, window_size=(9, 0), softcap=4.0, return_attn_probs=True)
+    (out, lse, _), ops = _record_ops(
+        lambda: flashattn.flash_attn_qkvpacked_func(qkv_packed, **kwargs))
+    assert "flashattn.fwd.default" in ops
+    assert set(ops) <= VIEW_OPS | {"flashattn.fwd.default"}, ops
+    q, k, v = qkv_packed.detach().unbind(2)
+    ref_out, ref_lse, _ = flashattn.flash_attn_func(q, k, v, **kwargs)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+    # The gradient reaches the packed tensor, slice by slice.
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    flashattn.flash_attn_func(*leaves, **kwargs)[0].backward(dout)
+    assert torch.equal(qkv_packed.grad, torch.stack([x.grad for x in leaves], dim=2))
+
+
+def test_kvpacked_with_gqa():
+    q = torch.randn(2, 20, 6, 32, requires_grad=True)
+    kv = torch.randn(2, 33, 2, 2, 32, requires_grad=True)
+    (out, ops) = _record_ops(lambda: flashattn.flash_attn_kvpacked_func(q, kv, causal=True))
+    assert set(ops) <= VIEW_OPS | {"flashattn.fwd.default"}, ops
+    k, v = kv.detach().unbind(2)
+    ref, _ = attention_reference(q.detach().double(), k.double(), v.double(), causal=True)
+    assert_within_torch_error("kvpacked out", out, ref,
+                              attention_reference(q.detach(), k, v, causal=True)[0])
+    out.sum().backward()
+    assert kv.grad.shape == kv.shape and q.grad.shape == q.shape
+
+
+@pytest.mark.parametrize("fn,args,message", [
+    ("flash_attn_qkvpacked_func", lambda: (torch.randn(2, 10, 2, 4, 16),),
+     r"qkv must be a 5-D tensor \(batch, seqlen, 3, nheads, headdim\), got \(2, 10, 2, 4, 16\)"),
+    ("flash_attn_qkvpacked_func", lambda: (torch.randn(2, 10, 4, 16),),
+     r"qkv must be a 5-D tensor .*got \(2, 10, 4, 16\)"),
+    ("flash_attn_kvpacked_func", lambda: (torch.randn(2, 10, 4, 16), torch.randn(2, 10, 3, 4, 16)),
+     r"kv must be a 5-D tensor \(batch, seqlen_k, 2, nheads_k, headdim\)"),
+])
+def test_packed_shape_errors(fn, args, message):
+    with pytest.raises(ValueError, match=rf"{fn}: {message}"):
+        getattr(flashattn, fn)(*args())
