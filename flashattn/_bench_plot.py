@@ -4,14 +4,32 @@ with matplotlib in the format the file name asks for (png, svg, pdf, ...).
 matplotlib is the optional `bench` extra, so it is imported only in these functions, and only
 when --plot is given: the benchmark itself runs without it.
 """
+import argparse
 import os
 
+MATPLOTLIB_MISSING = "needs matplotlib: pip install 'flashattn[bench]'"
 METRICS = (("time_ms", "time (ms)"), ("peak_mb", "peak memory (MB)"))
 PANEL_SIZE_IN = (6.4, 3.6)  # width, height of one panel, in inches
 TITLE_HEIGHT_IN = 0.6
 # Peak memory can be 0 MB (a call that fits in memory the process already holds), which a log
 # axis cannot show; below this many MB the memory axis is linear instead.
 MEMORY_LINEAR_BELOW_MB = 1
+
+
+def plot_path(text):
+    """argparse type of --plot: checks matplotlib and the format before minutes of benchmarking,
+    not after them."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ModuleNotFoundError as err:  # matplotlib or one of its own dependencies
+        raise argparse.ArgumentTypeError(MATPLOTLIB_MISSING) from err
+    extension = os.path.splitext(text)[1][1:].lower()
+    supported = FigureCanvasAgg.get_supported_filetypes()
+    if extension not in supported:
+        # Without an extension matplotlib would write FILE.png rather than FILE: refuse that too.
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the extension picks the format; choose from {', '.join(sorted(supported))}")
+    return text
 
 
 def plot_results(path, results, title):

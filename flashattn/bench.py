@@ -366,7 +366,7 @@ def parse_args(argv):
     p.add_argument("--threads", type=_positive_int, metavar="N",
                    help="CPU threads (torch.set_num_threads)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds (CI)")
-    p.add_argument("--plot", metavar="FILE",
+    p.add_argument("--plot", type=plot.plot_path, metavar="FILE",
                    help="draw time and peak memory against seqlen, in the format of FILE's "
                         "extension (png, svg, pdf, ...); needs matplotlib, the bench extra")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",

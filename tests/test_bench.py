@@ -1,6 +1,6 @@
 """`python -m flashattn.bench` runs end to end: its JSON has the promised structure with small,
-finite errors, and `--plot` draws with matplotlib in the format the file name asks for. Speed is
-not tested here, only that it runs."""
+finite errors, and `--plot` draws with matplotlib in the format the file name asks for, or fails
+before the benchmark. Speed is not tested here, only that it runs."""
 import json
 import math
 import os
@@ -21,16 +21,19 @@ BENCH_TIMEOUT_S = 600
 MAX_FLOAT32_ERROR = 1e-3
 CPU_IMPLS = {"flashattn", "sdpa-flash", "sdpa-math"}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MATPLOTLIB_MISSING = "argument --plot: needs matplotlib: pip install 'flashattn[bench]'"
+# The smallest run there is: one case of three implementations.
+TINY_RUN = ["--device", "cpu", "--quick", "--seqlens", "64", "--mode", "fwd", "--causal", "no"]
 
 
-def run_python(args):
-    """A fresh interpreter that imports the flashattn under test (source tree or installed
-    wheel)."""
+def run_python(args, cwd=None):
+    """A fresh interpreter that imports the flashattn under test (source tree or installed wheel)
+    and none of the modules this pytest process has imported."""
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(flashattn.__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [package_parent, os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
-                          timeout=BENCH_TIMEOUT_S)
+                          cwd=cwd, timeout=BENCH_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +115,38 @@ def test_plot_writes_a_png_for_a_png_name(tmp_path):
         warnings.simplefilter("error")  # e.g. a legend with nothing in it
         plot_results(str(plot), results, title="tiny")
     assert plot.read_bytes().startswith(PNG_SIGNATURE)
+
+
+@pytest.mark.parametrize("name", ["out.xyz", "out"])
+def test_plot_with_an_unknown_format_fails_before_the_benchmark(name, tmp_path, capsys):
+    from flashattn import bench
+
+    with pytest.raises(SystemExit) as exit_:
+        bench.main([*TINY_RUN, "--plot", str(tmp_path / name)])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # the benchmark prints its first line only once it starts
+    assert "argument --plot" in err and "the extension picks the format" in err
+    assert "png" in err and "svg" in err and "pdf" in err
+
+
+def test_plot_without_matplotlib_fails_before_the_benchmark(tmp_path):
+    proc = run_python(["-c", "import sys; sys.modules['matplotlib'] = None  # unimportable\n"
+                             "from flashattn.bench import main\n"
+                             f"main({[*TINY_RUN, '--plot', 'out.png']!r})"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert MATPLOTLIB_MISSING in proc.stderr
+    assert proc.stdout == "" and not (tmp_path / "out.png").exists()
+
+
+def test_the_benchmark_without_plot_does_not_import_matplotlib(tmp_path):
+    proc = run_python(["-c", "import sys\n"
+                             "from flashattn.bench import main\n"
+                             f"main({[*TINY_RUN, '--json', 'out.json']!r})\n"
+                             "print(sorted(m for m in sys.modules if m.startswith('matplotlib')))"],
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]"
 
 
 def test_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch, tmp_path):
