@@ -426,10 +426,6 @@ def main(argv=None):
         add_matmul_ceilings(summary, results, ceilings)
     print("\n".join(summary_lines(summary)), file=table)
 
-    if args.plot:
-        plot.plot_results(args.plot, results, title=(
-            f"flashattn {__version__} vs torch {torch.__version__} SDPA on {device.type} "
-            f"({probe.describe()}), heads={settings.heads}, head_dim={settings.head_dim}"))
     if args.json:
         report = {"meta": _meta(argv, device, probe, settings, args), "summary": summary,
                   "results": [asdict(r) for r in results]}
@@ -439,6 +435,11 @@ def main(argv=None):
         else:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
+    # After the JSON, so that a plot that fails to save cannot lose the measurements.
+    if args.plot:
+        plot.plot_results(args.plot, results, title=(
+            f"flashattn {__version__} vs torch {torch.__version__} SDPA on {device.type} "
+            f"({probe.describe()}), heads={settings.heads}, head_dim={settings.head_dim}"))
     return 0
 
 
