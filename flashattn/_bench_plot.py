@@ -1,146 +1,86 @@
-"""A small PNG line-plot writer for the benchmark, so that `--plot` needs no plotting library:
-numpy draws into an RGB raster, zlib and struct encode it. Both axes are logarithmic (sequence
-length spans powers of two; time and attention memory grow like its square).
+"""`python -m flashattn.bench --plot FILE`: time and peak memory against sequence length, drawn
+with matplotlib in the format the file name asks for (png, svg, pdf, ...).
+
+matplotlib is the optional `bench` extra, so it is imported only in these functions, and only
+when --plot is given: the benchmark itself runs without it.
 """
-import math
-import struct
-import zlib
-from dataclasses import dataclass, field
+import argparse
+import os
 
-import numpy as np
-
-PANEL_W, PANEL_H = 480, 300
-PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM = 64, 16, 28, 34  # panel margins around the axes
-HEADER_H = 56                                                # title line and legend line
-LINE_THICKNESS = 2
-MARKER_RADIUS = 3
-MAX_Y_TICKS = 7
-FONT_SCALE = 2
-GLYPH_W, GLYPH_H = 3, 5
-CHAR_ADVANCE = (GLYPH_W + 1) * FONT_SCALE
-TEXT_H = GLYPH_H * FONT_SCALE
-SWATCH = 12
-
-WHITE, BLACK, GRAY, LIGHT = (255, 255, 255), (0, 0, 0), (110, 110, 110), (225, 225, 225)
-PALETTE = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (255, 127, 14), (148, 103, 189),
-           (140, 86, 75), (227, 119, 194)]
-
-# A 3x5 bitmap font: each octal digit is one row of three pixels, top row first.
-_FONT = dict(zip(
-    "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ.-:/()=_,+% ",
-    "75557 26227 71747 71717 55711 74717 74757 71111 75757 75717 25755 65656 34443 65556 "
-    "74647 74644 34553 55755 72227 11152 55655 44447 57755 65555 25552 65644 25563 65655 "
-    "34216 72222 55557 55552 55775 55255 55222 71247 00002 00700 02020 11244 24442 21112 "
-    "07070 00007 00024 02720 51245 00000".split()))
+MATPLOTLIB_MISSING = "needs matplotlib: pip install 'flashattn[bench]'"
+METRICS = (("time_ms", "time (ms)"), ("peak_mb", "peak memory (MB)"))
+PANEL_SIZE_IN = (6.4, 3.6)  # width, height of one panel, in inches
+TITLE_HEIGHT_IN = 0.6
+# Peak memory can be 0 MB (a call that fits in memory the process already holds), which a log
+# axis cannot show; below this many MB the memory axis is linear instead.
+MEMORY_LINEAR_BELOW_MB = 1
 
 
-@dataclass
-class Panel:
-    title: str
-    series: dict = field(default_factory=dict)  # name -> [(x, y)], points with y <= 0 skipped
+def plot_path(text):
+    """argparse type of --plot: checks matplotlib and the format before minutes of benchmarking,
+    not after them."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ModuleNotFoundError as err:  # matplotlib or one of its own dependencies
+        raise argparse.ArgumentTypeError(MATPLOTLIB_MISSING) from err
+    extension = os.path.splitext(text)[1][1:].lower()
+    supported = FigureCanvasAgg.get_supported_filetypes()
+    if extension not in supported:
+        # Without an extension matplotlib would write FILE.png rather than FILE: refuse that too.
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the extension picks the format; choose from {', '.join(sorted(supported))}")
+    return text
 
 
-def write_line_plot(path, title, panels, columns=2):
-    """Draw the panels on a grid under a title and one legend shared by all panels."""
-    names = list(dict.fromkeys(name for panel in panels for name in panel.series))
-    colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
-    rows = max(1, math.ceil(len(panels) / columns))
-    canvas = np.full((HEADER_H + rows * PANEL_H, columns * PANEL_W, 3), WHITE, dtype=np.uint8)
-    _text(canvas, PLOT_LEFT, 8, title, BLACK)
-    x = PLOT_LEFT
-    for name in names:
-        canvas[32:32 + SWATCH, x:x + SWATCH] = colors[name]
-        _text(canvas, x + SWATCH + 6, 33, name, BLACK)
-        x += SWATCH + 6 + len(name) * CHAR_ADVANCE + 24
-    for i, panel in enumerate(panels):
-        _draw_panel(canvas, (i % columns) * PANEL_W, HEADER_H + (i // columns) * PANEL_H, panel,
-                    colors)
-    with open(path, "wb") as f:
-        f.write(png_bytes(canvas))
+def plot_results(path, results, title):
+    """One row of panels per (dtype, mode, causal) group of bench.Result: time, then peak memory,
+    against seqlen, a line per implementation. A value of None (the implementation did not run)
+    is left out."""
+    from matplotlib import rc_context
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
 
-
-def _draw_panel(canvas, x0, y0, panel, colors):
-    left, top = x0 + PLOT_LEFT, y0 + PLOT_TOP
-    right, bottom = x0 + PANEL_W - PLOT_RIGHT, y0 + PANEL_H - PLOT_BOTTOM
-    _text(canvas, left, y0 + 8, panel.title, BLACK)
-    points = {name: [(x, y) for x, y in pts if y > 0] for name, pts in panel.series.items()}
-    xs = sorted({x for pts in points.values() for x, _ in pts})
-    ys = [y for pts in points.values() for _, y in pts]
-    if not ys:
-        _text(canvas, left + 8, top + 8, "no data", GRAY)
-        _frame(canvas, left, top, right, bottom)
-        return
-    lx = _log_range(xs)
-    ly = _log_range(ys)
-    px = lambda v: round(left + (right - left) * (math.log10(v) - lx[0]) / (lx[1] - lx[0]))
-    py = lambda v: round(bottom - (bottom - top) * (math.log10(v) - ly[0]) / (ly[1] - ly[0]))
-    for x in xs:
-        canvas[top:bottom, px(x)] = LIGHT
-        label = f"{x:g}"
-        _text(canvas, px(x) - len(label) * CHAR_ADVANCE // 2, bottom + 8, label, BLACK)
-    for y in _y_ticks(ly):
-        canvas[py(y), left:right] = LIGHT
-        label = f"{y:g}"
-        _text(canvas, left - 6 - len(label) * CHAR_ADVANCE, py(y) - TEXT_H // 2, label, BLACK)
-    _frame(canvas, left, top, right, bottom)
-    for name, pts in points.items():
-        pixels = [(px(x), py(y)) for x, y in sorted(pts)]
-        for a, b in zip(pixels, pixels[1:]):
-            _segment(canvas, a, b, colors[name])
-        for cx, cy in pixels:
-            canvas[cy - MARKER_RADIUS:cy + MARKER_RADIUS + 1,
-                   cx - MARKER_RADIUS:cx + MARKER_RADIUS + 1] = colors[name]
-
-
-def _log_range(values):
-    """log10 bounds with a margin, so end points are not drawn on the frame."""
-    lo, hi = math.log10(min(values)), math.log10(max(values))
-    pad = max(0.05 * (hi - lo), 0.1)
-    return lo - pad, hi + pad
-
-
-def _y_ticks(log_range):
-    """1-2-5 ticks inside the range, thinned to at most MAX_Y_TICKS."""
-    ticks = [m * 10.0 ** e for e in range(math.floor(log_range[0]), math.ceil(log_range[1]) + 1)
-             for m in (1, 2, 5) if log_range[0] <= math.log10(m * 10.0 ** e) <= log_range[1]]
-    stride = math.ceil(len(ticks) / MAX_Y_TICKS)
-    return ticks[::stride]
-
-
-def _frame(canvas, left, top, right, bottom):
-    canvas[top, left:right + 1] = canvas[bottom, left:right + 1] = BLACK
-    canvas[top:bottom + 1, left] = canvas[top:bottom + 1, right] = BLACK
-
-
-def _segment(canvas, a, b, color):
-    steps = max(abs(b[0] - a[0]), abs(b[1] - a[1])) + 1
-    xs = np.linspace(a[0], b[0], steps).round().astype(int)
-    ys = np.linspace(a[1], b[1], steps).round().astype(int)
-    for dx in range(LINE_THICKNESS):
-        for dy in range(LINE_THICKNESS):
-            canvas[ys + dy, xs + dx] = color
-
-
-def _text(canvas, x, y, text, color):
-    """Draw text with the top-left corner at (x, y); lower case is drawn as upper case."""
-    for i, char in enumerate(text.upper()):
-        rows = _FONT.get(char, _FONT["_"])
-        for r, digit in enumerate(rows):
-            for c in range(GLYPH_W):
-                if int(digit, 8) >> (GLYPH_W - 1 - c) & 1:
-                    top, left = y + r * FONT_SCALE, x + i * CHAR_ADVANCE + c * FONT_SCALE
-                    canvas[top:top + FONT_SCALE, left:left + FONT_SCALE] = color
-
-
-def png_bytes(rgb):
-    """Encode an (H, W, 3) uint8 array as a PNG: 8-bit RGB, no interlace, filter 0 per row."""
-    height, width, _ = rgb.shape
-    rows = np.concatenate([np.zeros((height, 1), np.uint8), rgb.reshape(height, -1)], axis=1)
-
-    def chunk(tag, data):
-        return (struct.pack(">I", len(data)) + tag + data
-                + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits, RGB
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(rows.tobytes(), 9)) + chunk(b"IEND", b""))
+    groups = list(dict.fromkeys((r.dtype, r.mode, r.causal) for r in results))
+    # The same colour for an implementation in every panel.
+    colors = {impl: f"C{i}" for i, impl in enumerate(dict.fromkeys(r.impl for r in results))}
+    width, height = PANEL_SIZE_IN
+    fig = Figure(figsize=(len(METRICS) * width, len(groups) * height + TITLE_HEIGHT_IN),
+                 layout="constrained")
+    # Agg renders every format without a display, and an explicit canvas leaves the backend of
+    # a caller's pyplot alone.
+    FigureCanvasAgg(fig)
+    fig.suptitle(title)
+    axes = fig.subplots(len(groups), len(METRICS), squeeze=False)
+    for row, (dtype, mode, causal) in zip(axes, groups):
+        group = [r for r in results if (r.dtype, r.mode, r.causal) == (dtype, mode, causal)]
+        for ax, (metric, label) in zip(row, METRICS):
+            # Scales before the data, so that autoscaling leaves margins on these scales.
+            # Time and attention memory grow up to the square of seqlen.
+            ax.set_xscale("log", base=2)
+            if metric == "peak_mb":
+                ax.set_yscale("symlog", linthresh=MEMORY_LINEAR_BELOW_MB)
+            else:
+                ax.set_yscale("log")
+            for impl, color in colors.items():
+                points = sorted((r.seqlen, getattr(r, metric)) for r in group
+                                if r.impl == impl and getattr(r, metric) is not None)
+                if points:
+                    ax.plot(*zip(*points), marker="o", color=color, label=impl)
+            if metric == "peak_mb":
+                ax.set_ylim(bottom=0)  # symlog would show negative memory below it
+            # One tick at each length measured (powers of two by default).
+            seqlens = sorted({r.seqlen for r in group})
+            ax.set_xticks(seqlens, [str(s) for s in seqlens])
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_title(f"{mode}, {'causal' if causal else 'non-causal'}, {dtype}: {label}")
+            ax.set_xlabel("seqlen")
+            ax.set_ylabel(label)
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.lines:
+                ax.legend(fontsize="small")
+            else:
+                ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center")
+    # Text as text in an SVG: searchable, and smaller than glyphs drawn as paths.
+    with rc_context({"svg.fonttype": "none"}):
+        fig.savefig(path, format=os.path.splitext(path)[1][1:].lower())

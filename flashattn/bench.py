@@ -22,6 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import __version__
 from . import _bench_measure as measure
+from . import _bench_plot as plot
 from .interface import scaled_dot_product_attention as flashattn_sdpa
 
 FLASHATTN = "flashattn"
@@ -308,26 +309,6 @@ def summary_lines(summary):
     return lines
 
 
-def plot_results(path, results, device_name, settings):
-    # Imported here so that only --plot needs numpy.
-    from ._bench_plot import Panel, write_line_plot
-
-    panels = []
-    groups = dict.fromkeys((r.dtype, r.mode, r.causal) for r in results)
-    for dtype, mode, causal in groups:
-        rows = [r for r in results if (r.dtype, r.mode, r.causal) == (dtype, mode, causal)]
-        label = f"{mode} {'causal' if causal else 'full'} {dtype}"
-        for metric, unit in (("time_ms", "time ms"), ("peak_mb", "peak MB")):
-            series = {}
-            for r in rows:
-                if getattr(r, metric) is not None:
-                    series.setdefault(r.impl, []).append((r.seqlen, getattr(r, metric)))
-            panels.append(Panel(f"{label}: {unit}", series))
-    title = (f"flashattn vs sdpa on {device_name}  h={settings.heads} d={settings.head_dim}  "
-             f"x: seqlen")
-    write_line_plot(path, title, panels)
-
-
 def _json_safe(value):
     # NaN and infinity are not JSON: spell them out rather than hide a broken result.
     if isinstance(value, float) and not math.isfinite(value):
@@ -385,7 +366,9 @@ def parse_args(argv):
     p.add_argument("--threads", type=_positive_int, metavar="N",
                    help="CPU threads (torch.set_num_threads)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds (CI)")
-    p.add_argument("--plot", metavar="FILE.png", help="draw time and memory against seqlen")
+    p.add_argument("--plot", type=plot.plot_path, metavar="FILE",
+                   help="draw time and peak memory against seqlen, in the format of FILE's "
+                        "extension (png, svg, pdf, ...); needs matplotlib, the bench extra")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
                    help="machine-readable results to FILE, or to stdout (the table then goes "
                         "to stderr)")
@@ -443,8 +426,6 @@ def main(argv=None):
         add_matmul_ceilings(summary, results, ceilings)
     print("\n".join(summary_lines(summary)), file=table)
 
-    if args.plot:
-        plot_results(args.plot, results, probe.describe(), settings)
     if args.json:
         report = {"meta": _meta(argv, device, probe, settings, args), "summary": summary,
                   "results": [asdict(r) for r in results]}
@@ -454,6 +435,11 @@ def main(argv=None):
         else:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
+    # After the JSON, so that a plot that fails to save cannot lose the measurements.
+    if args.plot:
+        plot.plot_results(args.plot, results, title=(
+            f"flashattn {__version__} vs torch {torch.__version__} SDPA on {device.type} "
+            f"({probe.describe()}), heads={settings.heads}, head_dim={settings.head_dim}"))
     return 0
 
 

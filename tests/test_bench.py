@@ -1,12 +1,13 @@
 """`python -m flashattn.bench` runs end to end: its JSON has the promised structure with small,
-finite errors, and `--plot` writes a valid PNG. Speed is not tested here, only that it runs."""
+finite errors, and `--plot` draws with matplotlib in the format the file name asks for, or fails
+before the benchmark. Speed is not tested here, only that it runs."""
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
-import zlib
+import warnings
+import xml.etree.ElementTree as ET
 
 import pytest
 import torch
@@ -20,21 +21,27 @@ BENCH_TIMEOUT_S = 600
 MAX_FLOAT32_ERROR = 1e-3
 CPU_IMPLS = {"flashattn", "sdpa-flash", "sdpa-math"}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-RGB_BYTES_PER_PIXEL = 3
+MATPLOTLIB_MISSING = "argument --plot: needs matplotlib: pip install 'flashattn[bench]'"
+# The smallest run there is: one case of three implementations.
+TINY_RUN = ["--device", "cpu", "--quick", "--seqlens", "64", "--mode", "fwd", "--causal", "no"]
+
+
+def run_python(args, cwd=None):
+    """A fresh interpreter that imports the flashattn under test (source tree or installed wheel)
+    and none of the modules this pytest process has imported."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(flashattn.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [package_parent, os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=BENCH_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """One --quick run shared by the tests: JSON on stdout, table on stderr, plot to a file."""
-    plot = tmp_path_factory.mktemp("bench") / "bench.png"
-    # The subprocess must import the flashattn under test (source tree or installed wheel).
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(flashattn.__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [package_parent, os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run(
-        [sys.executable, "-m", "flashattn.bench", "--quick", "--device", "cpu", "--json",
-         "--plot", str(plot)],
-        capture_output=True, text=True, env=env, timeout=BENCH_TIMEOUT_S)
+    """One --quick run shared by the tests: JSON on stdout, table on stderr, plot to an SVG."""
+    plot = tmp_path_factory.mktemp("bench") / "bench.svg"
+    proc = run_python(["-m", "flashattn.bench", "--quick", "--device", "cpu", "--json",
+                       "--plot", str(plot)])
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), proc.stderr, plot
 
@@ -82,23 +89,64 @@ def test_summary_per_mode(quick_run):
     assert table.rstrip().splitlines()[-1].startswith("forward+backward, float32: flashattn vs")
 
 
-def test_plot_is_a_valid_png(quick_run):
-    _, _, plot = quick_run
-    data = plot.read_bytes()
-    assert data.startswith(PNG_SIGNATURE)
-    chunks, pos = [], len(PNG_SIGNATURE)
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        tag, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
-        assert crc == zlib.crc32(tag + body) & 0xFFFFFFFF, tag
-        chunks.append((tag, body))
-        pos += 12 + length
-    assert chunks[0][0] == b"IHDR" and chunks[-1][0] == b"IEND"
-    width, height, bit_depth, color_type = struct.unpack(">IIBB", chunks[0][1][:10])
-    assert width > 0 and height > 0 and (bit_depth, color_type) == (8, 2)  # 8-bit RGB
-    pixels = zlib.decompress(b"".join(body for tag, body in chunks if tag == b"IDAT"))
-    assert len(pixels) == height * (1 + width * RGB_BYTES_PER_PIXEL)  # a filter byte per row
+def test_plot_is_an_svg_with_labels_and_title(quick_run):
+    report, _, plot = quick_run
+    root = ET.parse(plot).getroot()
+    assert root.tag.endswith("svg")
+    text = " ".join("".join(e.itertext()) for e in root.iter() if e.tag.endswith("text"))
+    assert "seqlen" in text and "time (ms)" in text and "peak memory (MB)" in text
+    assert f"torch {report['meta']['torch']}" in text
+    assert f"heads={report['meta']['heads']}, head_dim={report['meta']['head_dim']}" in text
+    assert all(impl in text for impl in CPU_IMPLS)  # the legends
+
+
+def test_plot_writes_a_png_for_a_png_name(tmp_path):
+    from flashattn.bench import Result
+    from flashattn._bench_plot import plot_results
+
+    # sdpa-flash did not run (None); the causal group has no memory measured at all.
+    results = [Result("fwd", "float32", causal, seqlen, 1, 2, 32, impl, time_ms=time_ms,
+                      peak_mb=None if causal else peak_mb)
+               for causal in (False, True) for seqlen in (128, 256)
+               for impl, time_ms, peak_mb in
+               (("flashattn", 1.0, 0.0), ("sdpa-math", 2.0, 3.0), ("sdpa-flash", None, None))]
+    plot = tmp_path / "tiny.png"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. a legend with nothing in it
+        plot_results(str(plot), results, title="tiny")
+    assert plot.read_bytes().startswith(PNG_SIGNATURE)
+
+
+@pytest.mark.parametrize("name", ["out.xyz", "out"])
+def test_plot_with_an_unknown_format_fails_before_the_benchmark(name, tmp_path, capsys):
+    from flashattn import bench
+
+    with pytest.raises(SystemExit) as exit_:
+        bench.main([*TINY_RUN, "--plot", str(tmp_path / name)])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # the benchmark prints its first line only once it starts
+    assert "argument --plot" in err and "the extension picks the format" in err
+    assert "png" in err and "svg" in err and "pdf" in err
+
+
+def test_plot_without_matplotlib_fails_before_the_benchmark(tmp_path):
+    proc = run_python(["-c", "import sys; sys.modules['matplotlib'] = None  # unimportable\n"
+                             "from flashattn.bench import main\n"
+                             f"main({[*TINY_RUN, '--plot', 'out.png']!r})"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert MATPLOTLIB_MISSING in proc.stderr
+    assert proc.stdout == "" and not (tmp_path / "out.png").exists()
+
+
+def test_the_benchmark_without_plot_does_not_import_matplotlib(tmp_path):
+    proc = run_python(["-c", "import sys\n"
+                             "from flashattn.bench import main\n"
+                             f"main({[*TINY_RUN, '--json', 'out.json']!r})\n"
+                             "print(sorted(m for m in sys.modules if m.startswith('matplotlib')))"],
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]"
 
 
 def test_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch, tmp_path):
