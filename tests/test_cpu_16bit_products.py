@@ -6,9 +6,9 @@ with row-major panels on any CPU, so that everything but the VNNI packing is tes
 import pytest
 import torch
 
+from checks import (MASKS, assert_bitwise_deterministic, check_backward, check_forward,
+                    make_qkv)
 from executors import make_executor
-from test_backward import assert_bitwise_deterministic, check_backward
-from test_forward import MASKS, check_forward, make_qkv
 
 FORCE = "FLASHATTN_CPU_16BIT_PRODUCTS"
 DTYPES_16 = [torch.bfloat16, torch.float16]

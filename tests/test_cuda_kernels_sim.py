@@ -12,9 +12,9 @@ import math
 import pytest
 import torch
 
+from checks import (MASKS, NAN_CASES, check_backward, check_forward, check_nan_propagation,
+                    make_qkv)
 from executors import make_executor
-from test_backward import check_backward
-from test_forward import MASKS, NAN_CASES, check_forward, check_nan_propagation, make_qkv
 
 
 @pytest.fixture(scope="module")
