@@ -4,6 +4,7 @@ executor's results with the float64 reference, PyTorch's own low-precision error
 yardstick (tolerance.py)."""
 import math
 
+import pytest
 import torch
 
 from flashattn.reference import attention_reference
@@ -27,6 +28,22 @@ MASKS = {
     "negative_scale": dict(scale=-0.2),
     "all": dict(alibi="heads", softcap=5.0, window=(33, 2), causal=True),
 }
+
+# Dtypes only the CPU kernels take; the CUDA kernels (executors "cuda" and "sim") do not.
+CPU_ONLY_DTYPES = (torch.float64,)
+
+
+def supports(executor, dtype):
+    """Whether the executor named `executor` ("cpu", "cuda", "sim") takes inputs of `dtype`."""
+    return executor == "cpu" or dtype not in CPU_ONLY_DTYPES
+
+
+def executor_dtype_params(executors, dtypes):
+    """Parameters for @pytest.mark.parametrize("executor,dtype", ...): every pair the executor
+    supports, and only those, so that no test is generated just to be skipped."""
+    return [pytest.param(executor, dtype, id=f"{executor}-{str(dtype).removeprefix('torch.')}")
+            for executor in executors for dtype in dtypes if supports(executor, dtype)]
+
 
 def make_qkv(batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, dtype, device):
     q = torch.randn(batch, seqlen_q, heads, head_dim, dtype=dtype, device=device)

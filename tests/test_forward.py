@@ -4,7 +4,8 @@ import pytest
 import torch
 
 # make_qkv is imported from here by test_ops.py and test_api.py too, until they import checks.
-from checks import MASKS, NAN_CASES, check_forward, check_nan_propagation, make_qkv
+from checks import (MASKS, NAN_CASES, check_forward, check_nan_propagation, executor_dtype_params,
+                    make_qkv, supports)
 from executors import EXECUTORS, make_executor
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -40,11 +41,9 @@ def test_gqa(executor, heads, heads_kv, mask):
     check_forward(ex, q, k, v, MASKS[mask])
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("executor", [e for e in EXECUTORS if supports(e, torch.float64)])
 def test_float64(executor):
     ex = make_executor(executor)
-    if ex.name != "cpu":
-        pytest.skip("float64 is a CPU-only dtype")
     q, k, v = make_qkv(2, 33, 47, 4, 2, 24, torch.float64, ex.device)
     check_forward(ex, q, k, v, MASKS["all"])
 
@@ -98,11 +97,10 @@ def test_fully_masked_rows_are_zero(executor):
     assert torch.isfinite(lse[:, :, 30:]).all()
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("executor,dtype",
+                         executor_dtype_params(EXECUTORS, [torch.float32, torch.bfloat16,
+                                                           torch.float64]))
 @pytest.mark.parametrize("where,mask", NAN_CASES)
 def test_nan_inputs_propagate(executor, dtype, where, mask):
     ex = make_executor(executor)
-    if dtype == torch.float64 and ex.device != "cpu":
-        pytest.skip("float64 is a CPU dtype")
     check_nan_propagation(ex, *make_qkv(1, 150, 140, 2, 2, 64, dtype, ex.device), where, mask)
