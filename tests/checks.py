@@ -52,6 +52,42 @@ def make_qkv(batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, dtype, device
     return q, k, v
 
 
+# Where make_qkv_far_below_zero puts the logits (natural-log units, spread +-7 around it): far
+# enough below zero that exp (or exp2) of every one underflows to 0 in the type the kernels
+# accumulate in (float32, also for 16-bit inputs: below e^-103.3 = 2^-149, the smallest
+# denormal; float64: below e^-744.4), so that a running max that starts anywhere but -inf (at 0,
+# say) loses every key of the row. Not much further: the LSE is float32 by contract, and its
+# rounding (relative 2^-24 of |LSE|) is an error in the P the backward recomputes from it that
+# PyTorch's yardstick does not make; at |LSE| ~ 120 it stays inside the tolerance, at ~140 dQ
+# with a dLSE term does not (float32). -120 also keeps q.k (before the scale) far inside fp16.
+FAR_BELOW_ZERO = {torch.float64: -800.0, torch.float32: -120.0, torch.bfloat16: -120.0,
+                  torch.float16: -120.0}
+
+
+def make_qkv_far_below_zero(batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, dtype, device):
+    """Like make_qkv, but every other query row (0, 2, 4, ...) has every logit
+    q_i·k_j/sqrt(head_dim) at FAR_BELOW_ZERO[dtype] plus a spread of a few units (std ~1.5), so
+    its softmax is well defined and far from uniform although every exp(logit) underflows; the
+    other rows have ordinary logits (std ~1), in the same tiles.
+
+    Feature 0 carries the offset: k[..., 0] = -b for every key, q[..., 0] = a on the far rows
+    (a·b/sqrt(head_dim) = -FAR_BELOW_ZERO) and 0 on the others; the remaining features are
+    random. Use the default softmax scale 1/sqrt(head_dim)."""
+    assert head_dim >= 2, "feature 0 carries the offset, the others the spread"
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, dtype, device)
+    ab = -FAR_BELOW_ZERO[dtype] * math.sqrt(head_dim)
+    a = b = math.sqrt(ab)
+    q[:, 0::2] *= 1.5
+    q[:, 0::2, :, 0] = a
+    q[:, 1::2, :, 0] = 0
+    k[..., 0] = -b
+    far_logits = torch.einsum("bqhd,bkhd->bhqk", q[:, 0::2].double(),
+                              k.double().repeat_interleave(heads // heads_kv, dim=2))
+    accumulated = torch.float64 if dtype == torch.float64 else torch.float32
+    assert torch.all((far_logits / math.sqrt(head_dim)).to(accumulated).exp() == 0)
+    return q, k, v
+
+
 def make_alibi(kind, batch, heads, device):
     if kind is None:
         return None

@@ -5,7 +5,7 @@ import torch
 
 # make_qkv is imported from here by test_ops.py and test_api.py too, until they import checks.
 from checks import (MASKS, NAN_CASES, check_forward, check_nan_propagation, executor_dtype_params,
-                    make_qkv, supports)
+                    make_qkv, make_qkv_far_below_zero, supports)
 from executors import EXECUTORS, make_executor
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -39,6 +39,18 @@ def test_gqa(executor, heads, heads_kv, mask):
     ex = make_executor(executor)
     q, k, v = make_qkv(2, 70, 90, heads, heads_kv, 32, torch.bfloat16, ex.device)
     check_forward(ex, q, k, v, MASKS[mask])
+
+
+@pytest.mark.parametrize("executor,dtype",
+                         executor_dtype_params(EXECUTORS, [torch.float32, torch.float64,
+                                                           torch.bfloat16, torch.float16]))
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_logits_far_below_zero(executor, dtype, mask):
+    """Rows whose every logit is so far below zero that exp of each underflows (checks.py,
+    FAR_BELOW_ZERO), next to ordinary rows: only a running max that starts at -inf keeps them."""
+    ex = make_executor(executor)
+    check_forward(ex, *make_qkv_far_below_zero(2, 97, 300, 2, 1, 64, dtype, ex.device),
+                  MASKS[mask])
 
 
 @pytest.mark.parametrize("executor", [e for e in EXECUTORS if supports(e, torch.float64)])
