@@ -11,6 +11,24 @@ import torch  # noqa: E402
 
 import flashattn  # noqa: E402
 
+# test_skip_policy.py runs pytest on small test files of its own to check the policy below.
+pytest_plugins = ["pytester"]
+
+# The only reasons a test may be skipped for. A test that cannot run is a defect, and a skip is
+# easy to miss in a green run: any other skip, an xfail or an xpass makes the session fail, and
+# the summary lists each such test with its reason (SkipPolicy below). Matched exactly; each
+# must say why it is legitimate. Deselection (-m 'not slow') is not a skip and is not checked.
+ALLOWED_SKIPS = {
+    # tests/executors.py, make_executor("cuda"): the "cuda" executor runs on a CUDA device, and
+    # CI's machines have none. The CUDA kernels' own source is still tested there, on the CPU,
+    # by the "sim" executor (test_cuda_kernels_sim.py), which is therefore not allowed to skip:
+    # CI has the CUDA toolkit it compiles against.
+    "no CUDA GPU on this machine",
+    # tests/test_api.py, test_cuda_inputs_give_a_clear_error_when_mixed_with_cpu: CUDA tensors
+    # need a CUDA device, for the same reason.
+    "needs a GPU",
+}
+
 SESSION_SEED = int(os.environ.get("FLASHATTN_TEST_SEED", random.randrange(2**31)))
 
 
@@ -20,6 +38,7 @@ def pytest_report_header(config):
 
 
 def pytest_configure(config):
+    config.pluginmanager.register(SkipPolicy(), "flashattn_skip_policy")
     # CI installs the wheel into a fresh venv and must test that, not the source tree.
     if os.environ.get("FLASHATTN_TEST_INSTALLED") == "1":
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,3 +52,51 @@ def pytest_configure(config):
 def fresh_seed(request):
     """Every test gets its own inputs, different in every run, reproducible from the header."""
     torch.manual_seed(SESSION_SEED ^ zlib.crc32(request.node.nodeid.encode()))
+
+
+class SkipPolicy:
+    """Records every skip (skipif/skip markers, pytest.skip in a test or a fixture, importorskip,
+    a skipped module) whose reason is not in ALLOWED_SKIPS, and every xfail and xpass, and fails
+    the session if there is any."""
+
+    def __init__(self):
+        self.offenders = []  # (node id, reason)
+
+    @staticmethod
+    def reason(report):
+        """The message of a skip: longrepr is (path, line, "Skipped: <reason>")."""
+        message = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        return message.removeprefix("Skipped: ")
+
+    def check(self, report):
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+            self.offenders.append((report.nodeid, f"{outcome} ({report.wasxfail or 'no reason'})"))
+        elif report.skipped and self.reason(report) not in ALLOWED_SKIPS:
+            self.offenders.append((report.nodeid, self.reason(report)))
+
+    def pytest_runtest_logreport(self, report):
+        self.check(report)
+
+    def pytest_collectreport(self, report):
+        self.check(report)
+
+    def pytest_sessionfinish(self, session):
+        if self.offenders and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.offenders:
+            return
+        by_reason = {}
+        for nodeid, reason in self.offenders:
+            by_reason.setdefault(reason, []).append(nodeid)
+        write = terminalreporter.write_line
+        terminalreporter.section("skipped for a reason not in ALLOWED_SKIPS: the run fails",
+                                 sep="=", red=True, bold=True)
+        for reason, nodeids in by_reason.items():
+            write(f"{len(nodeids)} test(s): {reason}", red=True, bold=True)
+            for nodeid in nodeids:
+                write(f"    {nodeid}")
+        write("Make these tests run, or add the reason to ALLOWED_SKIPS in tests/conftest.py with "
+              "why it is legitimate.", red=True)

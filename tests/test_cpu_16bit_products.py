@@ -6,9 +6,9 @@ with row-major panels on any CPU, so that everything but the VNNI packing is tes
 import pytest
 import torch
 
+from checks import (MASKS, assert_bitwise_deterministic, check_backward, check_forward,
+                    make_qkv, make_qkv_far_below_zero)
 from executors import make_executor
-from test_backward import assert_bitwise_deterministic, check_backward
-from test_forward import MASKS, check_forward, make_qkv
 
 FORCE = "FLASHATTN_CPU_16BIT_PRODUCTS"
 DTYPES_16 = [torch.bfloat16, torch.float16]
@@ -51,6 +51,14 @@ def test_backward_16bit_products(cpu16, dtype, seqlens, mask):
 def test_backward_head_dims_and_gqa_16bit_products(cpu16, head_dim, heads, heads_kv):
     q, k, v = make_qkv(1, 70, 150, heads, heads_kv, head_dim, torch.bfloat16, cpu16.device)
     check_backward(cpu16, q, k, v, MASKS["causal"], with_dlse=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
+def test_logits_far_below_zero_16bit_products(cpu16, dtype):
+    """Rows whose every logit is far below zero (checks.make_qkv_far_below_zero)."""
+    q, k, v = make_qkv_far_below_zero(2, 97, 300, 2, 1, 64, dtype, cpu16.device)
+    check_forward(cpu16, q, k, v, MASKS["causal"])
+    check_backward(cpu16, q, k, v, MASKS["causal"])
 
 
 def test_backward_16bit_products_deterministic(cpu16):

@@ -12,9 +12,9 @@ import math
 import pytest
 import torch
 
+from checks import (MASKS, NAN_CASES, check_backward, check_forward, check_nan_propagation,
+                    make_qkv, make_qkv_far_below_zero)
 from executors import make_executor
-from test_backward import check_backward
-from test_forward import MASKS, NAN_CASES, check_forward, check_nan_propagation, make_qkv
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +32,9 @@ def schedule(request, sim):
 
 
 HALF_TYPES = [torch.float16, torch.bfloat16]
+# Every dtype the CUDA kernels take: the 16-bit ones run on the tensor-core kernels, fp32 on the
+# SIMT kernels.
+ALL_TYPES = HALF_TYPES + [torch.float32]
 # One head dim per compiled tile (32, 64, 96, 128, 192, 256), most of them padded.
 HEAD_DIM_PER_TILE = [24, 64, 80, 128, 136, 256]
 # fp32 runs on the SIMT kernels: one head dim per fp32 tile (64, 128, 256).
@@ -136,6 +139,16 @@ def test_fwd_fp32(sim, head_dim, mask):
     check_forward(sim, q, k, v, MASKS[mask])
 
 
+@pytest.mark.parametrize("dtype", ALL_TYPES, ids=str)
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_fwd_logits_far_below_zero(sim, dtype, mask):
+    """Rows whose every logit is far below zero, so that exp2 of each underflows
+    (checks.make_qkv_far_below_zero), next to ordinary rows in the same tiles: only a running
+    max that starts at -inf keeps them. Several key tiles, so the max is carried across them."""
+    q, k, v = make_qkv_far_below_zero(1, 70, 150, 2, 1, 64, dtype, sim.device)
+    check_forward(sim, q, k, v, MASKS[mask])
+
+
 def test_schemas_match_flashattn(sim):
     for name in ("fwd", "bwd"):
         ours = str(getattr(sim.ops, name).default._schema).replace("flashattn_sim::", "")
@@ -230,6 +243,14 @@ def test_bwd_empty(sim, shape, deterministic):
 def test_bwd_fp32(sim, head_dim, mask):
     q, k, v = make_qkv(1, 40, 70, 2, 1, head_dim, torch.float32, sim.device)
     check_backward(sim, q, k, v, MASKS[mask], with_dlse=True)
+
+
+@pytest.mark.parametrize("dtype", ALL_TYPES, ids=str)
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_bwd_logits_far_below_zero(sim, dtype, mask):
+    """P recomputed from the LSE, exp2(S - LSE), for rows whose every logit is far below zero."""
+    q, k, v = make_qkv_far_below_zero(1, 70, 150, 2, 1, 64, dtype, sim.device)
+    check_backward(sim, q, k, v, MASKS[mask])
 
 
 @pytest.mark.parametrize("seqlens", [(1, 1), (7, 65), (65, 7), (0, 5), (5, 0)], ids=str)
