@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import flashattn
 from flashattn.reference import attention_reference
-from test_forward import make_qkv
+from checks import make_qkv
 from tolerance import assert_within_torch_error
 
 

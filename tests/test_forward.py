@@ -3,7 +3,6 @@ low-precision error as the yardstick (the checks themselves are in checks.py).""
 import pytest
 import torch
 
-# make_qkv is imported from here by test_ops.py and test_api.py too, until they import checks.
 from checks import (MASKS, NAN_CASES, check_forward, check_nan_propagation, executor_dtype_params,
                     make_qkv, make_qkv_far_below_zero, supports)
 from executors import EXECUTORS, make_executor
@@ -12,6 +11,7 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 # (seqlen_q, seqlen_k): awkward sizes around tile edges, Sq != Sk both ways.
 SEQLENS = [(1, 1), (7, 7), (1, 129), (129, 1), (63, 65), (65, 63), (127, 257), (257, 127), (129, 129)]
+
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

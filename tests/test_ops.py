@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import flashattn
-from test_forward import make_qkv
+from checks import make_qkv
 
 
 def fwd_samples():
