@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <limits>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace flashattn {
 namespace {
@@ -19,14 +21,30 @@ std::string dtype_list(const std::vector<at::ScalarType>& dtypes) {
   return os.str();
 }
 
-void check_rank4(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.dim() == 4, "flashattn: ", name,
-              " must be a 4-D tensor [batch, seqlen, heads, head_dim], got ", t.dim(),
-              "-D with shape ", t.sizes());
+// Tensors of attention rows are [batch, seqlen, heads, head_dim], or [total, heads, head_dim]
+// in a varlen batch.
+void check_rank(const at::Tensor& t, const char* name, bool varlen) {
+  if (varlen) {
+    TORCH_CHECK(t.dim() == 3, "flashattn: ", name,
+                " must be a 3-D tensor [total_tokens, heads, head_dim] when cu_seqlens_q is "
+                "given, got ", t.dim(), "-D with shape ", t.sizes());
+  } else {
+    TORCH_CHECK(t.dim() == 4, "flashattn: ", name,
+                " must be a 4-D tensor [batch, seqlen, heads, head_dim], got ", t.dim(),
+                "-D with shape ", t.sizes());
+  }
+}
+
+// A varlen batch's [total, heads, dim] tensor seen as one sequence of `total` rows, so one set
+// of shape checks serves both layouts.
+at::Tensor as_4d(const at::Tensor& t, bool varlen) { return varlen ? t.unsqueeze(0) : t; }
+
+int64_t batch_size(const AttnInputs& in) {
+  return in.varlen() ? in.cu_seqlens_q->size(0) - 1 : in.q.size(0);
 }
 
 void check_last_dim_contiguous(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "flashattn: ", name,
+  TORCH_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, "flashattn: ", name,
               " must be contiguous in its last (head_dim) dimension, got strides ", t.strides(),
               "; call .contiguous() on it first");
 }
@@ -49,7 +67,7 @@ int clip_window(int64_t w, int64_t seqlen_q, int64_t seqlen_k) {
 
 // The softmax scale the caller asked for, or FA2's and SDPA's default 1 / sqrt(head_dim).
 double resolved_scale(const AttnInputs& in) {
-  return in.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(in.q.size(3))));
+  return in.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(in.q.size(-1))));
 }
 
 void check_mask_options(const AttnInputs& in) {
@@ -64,7 +82,7 @@ void check_mask_options(const AttnInputs& in) {
               "flashattn: softcap must be >= 0 (0 disables it), got ", in.softcap);
   if (in.alibi_slopes.has_value()) {
     const at::Tensor& s = *in.alibi_slopes;
-    const int64_t batch = q.size(0), heads = q.size(2);
+    const int64_t batch = batch_size(in), heads = q.size(-2);
     // FA2 takes fp32 slopes only; converting would be a silent copy.
     TORCH_CHECK(s.scalar_type() == at::kFloat, "flashattn: alibi_slopes must be float32, got ",
                 s.scalar_type());
@@ -77,11 +95,12 @@ void check_mask_options(const AttnInputs& in) {
   }
 }
 
-void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-               const ExecutorLimits& limits) {
-  check_rank4(q, "q");
-  check_rank4(k, "k");
-  check_rank4(v, "v");
+void check_qkv(const AttnInputs& in, const ExecutorLimits& limits) {
+  check_rank(in.q, "q", in.varlen());
+  check_rank(in.k, "k", in.varlen());
+  check_rank(in.v, "v", in.varlen());
+  const at::Tensor q = as_4d(in.q, in.varlen()), k = as_4d(in.k, in.varlen()),
+                   v = as_4d(in.v, in.varlen());
   check_same_device(k, "k", q);
   check_same_device(v, "v", q);
   const auto& dtypes = limits.dtypes;
@@ -115,11 +134,124 @@ void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   check_last_dim_contiguous(q, "q");
   check_last_dim_contiguous(k, "k");
   check_last_dim_contiguous(v, "v");
-  check_fits_int(q.size(1), "the query sequence length");
-  check_fits_int(k.size(1), "the key sequence length");
-  check_fits_int(q.size(0), "the batch size");
+  if (!in.varlen()) {
+    check_fits_int(q.size(1), "the query sequence length");
+    check_fits_int(k.size(1), "the key sequence length");
+    check_fits_int(q.size(0), "the batch size");
+  }
   check_fits_int(q.size(2), "the number of heads");
   check_fits_int(q.size(3), "head_dim");
+}
+
+// An int32 vector of lengths on q's device, read in place (so contiguous).
+void check_lengths_tensor(const at::Tensor& t, const char* name, int64_t size,
+                          const char* size_meaning, const at::Tensor& q) {
+  TORCH_CHECK(t.scalar_type() == at::kInt, "flashattn: ", name, " must be int32, got ",
+              t.scalar_type());
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == size, "flashattn: ", name, " must have shape [",
+              size, "] (", size_meaning, "), got ", t.sizes());
+  check_same_device(t, name, q);
+  TORCH_CHECK(t.is_contiguous(), "flashattn: ", name, " must be contiguous, got strides ",
+              t.strides());
+}
+
+// cu_seqlens on the host: 0 first, non-decreasing, at most `total` last, no sequence longer
+// than max_seqlen.
+void check_cu_seqlens_values(const at::Tensor& cu, const char* name, int64_t total,
+                             int64_t max_seqlen, const char* max_name) {
+  const int* values = cu.data_ptr<int>();
+  const int64_t batch = cu.size(0) - 1;
+  TORCH_CHECK(values[0] == 0, "flashattn: ", name, " must start at 0, got ", values[0]);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t length = int64_t(values[b + 1]) - values[b];
+    TORCH_CHECK(length >= 0, "flashattn: ", name, " must be non-decreasing, got ", name, "[",
+                b, "] = ", values[b], " > ", name, "[", b + 1, "] = ", values[b + 1]);
+    TORCH_CHECK(length <= max_seqlen, "flashattn: ", max_name, " = ", max_seqlen,
+                " must bound every sequence, but sequence ", b, " has ", length,
+                " (", name, "[", b + 1, "] - ", name, "[", b, "])");
+  }
+  TORCH_CHECK(values[batch] <= total, "flashattn: the last entry of ", name, " (", values[batch],
+              ") must be at most the number of tokens, ", total);
+}
+
+// seqused on the host: 0 <= seqused[b] <= the length of sequence b.
+void check_seqused_values(const at::Tensor& used, const char* name,
+                          const std::optional<at::Tensor>& cu, int64_t dense_length) {
+  const int* values = used.data_ptr<int>();
+  for (int64_t b = 0; b < used.size(0); ++b) {
+    const int64_t length = cu ? int64_t(cu->data_ptr<int>()[b + 1]) - cu->data_ptr<int>()[b]
+                              : dense_length;
+    TORCH_CHECK(values[b] >= 0 && values[b] <= length, "flashattn: ", name, "[", b, "] = ",
+                values[b], " must be in [0, ", length, "], the length of sequence ", b);
+  }
+}
+
+// cu_seqlens_*, max_seqlen_* and seqused_*: present together or not at all, well-formed, and,
+// where the executor reads them on the host, with valid values.
+void check_sequence_lengths(const AttnInputs& in, const ExecutorLimits& limits) {
+  const at::Tensor& q = in.q;
+  if (!in.varlen()) {
+    TORCH_CHECK(!in.cu_seqlens_k.has_value(),
+                "flashattn: cu_seqlens_k is given but cu_seqlens_q is not; pass both");
+    TORCH_CHECK(!in.max_seqlen_q.has_value() && !in.max_seqlen_k.has_value(),
+                "flashattn: max_seqlen_q / max_seqlen_k only apply with cu_seqlens_q and "
+                "cu_seqlens_k (a variable-length batch)");
+  } else {
+    TORCH_CHECK(in.cu_seqlens_k.has_value(),
+                "flashattn: cu_seqlens_q is given but cu_seqlens_k is not; pass both");
+    TORCH_CHECK(in.max_seqlen_q.has_value() && in.max_seqlen_k.has_value(),
+                "flashattn: a variable-length batch (cu_seqlens_q) needs max_seqlen_q and "
+                "max_seqlen_k");
+    TORCH_CHECK(in.cu_seqlens_q->dim() == 1 && in.cu_seqlens_q->size(0) >= 1,
+                "flashattn: cu_seqlens_q must have shape [batch + 1], got ",
+                in.cu_seqlens_q->sizes());
+    check_fits_int(batch_size(in), "the batch size");
+    const int64_t cu_size = batch_size(in) + 1;
+    check_lengths_tensor(*in.cu_seqlens_q, "cu_seqlens_q", cu_size, "batch + 1", q);
+    check_lengths_tensor(*in.cu_seqlens_k, "cu_seqlens_k", cu_size,
+                         "batch + 1, batch from cu_seqlens_q", q);
+    for (auto [value, name] : {std::pair{*in.max_seqlen_q, "max_seqlen_q"},
+                               std::pair{*in.max_seqlen_k, "max_seqlen_k"}}) {
+      TORCH_CHECK(value >= 0, "flashattn: ", name, " must be >= 0, got ", value);
+      check_fits_int(value, name);
+    }
+  }
+  const int64_t batch = batch_size(in);
+  if (in.seqused_q) check_lengths_tensor(*in.seqused_q, "seqused_q", batch, "batch", q);
+  if (in.seqused_k) check_lengths_tensor(*in.seqused_k, "seqused_k", batch, "batch", q);
+  if (!limits.reads_lengths_on_host) return;
+  if (in.varlen()) {
+    check_cu_seqlens_values(*in.cu_seqlens_q, "cu_seqlens_q", q.size(0), *in.max_seqlen_q,
+                            "max_seqlen_q");
+    check_cu_seqlens_values(*in.cu_seqlens_k, "cu_seqlens_k", in.k.size(0), *in.max_seqlen_k,
+                            "max_seqlen_k");
+  }
+  const int64_t dense_q = in.varlen() ? 0 : q.size(1), dense_k = in.varlen() ? 0 : in.k.size(1);
+  if (in.seqused_q) check_seqused_values(*in.seqused_q, "seqused_q", in.cu_seqlens_q, dense_q);
+  if (in.seqused_k) check_seqused_values(*in.seqused_k, "seqused_k", in.cu_seqlens_k, dense_k);
+}
+
+// Whether some rows of the outputs may belong to no sequence (varlen tokens past the last
+// cu_seqlens entry, queries or keys past seqused): the kernels never write those, so the
+// outputs start as 0 (LSE -inf), what FA2 gives a row that sees no key.
+bool has_rows_outside_sequences(const AttnInputs& in) {
+  return in.varlen() || in.seqused_q.has_value() || in.seqused_k.has_value();
+}
+
+// Rows that kernels may leave unwritten start as `value`; all others are poisoned when
+// debugging.
+at::Tensor alloc_output(at::IntArrayRef sizes, const at::TensorOptions& options,
+                        const AttnInputs& in, double value) {
+  if (has_rows_outside_sequences(in)) return at::full(sizes, value, options);
+  at::Tensor t = at::empty(sizes, options);
+  poison_if_debugging(t);
+  return t;
+}
+
+std::vector<int64_t> lse_shape(const AttnInputs& in) {
+  const at::Tensor& q = in.q;
+  if (in.varlen()) return {q.size(1), q.size(0)};
+  return {q.size(0), q.size(2), q.size(1)};
 }
 
 void check_shape_like(const at::Tensor& t, const char* name, const at::Tensor& like,
@@ -128,24 +260,33 @@ void check_shape_like(const at::Tensor& t, const char* name, const at::Tensor& l
               like_name, " ", like.sizes(), ", got ", t.sizes());
 }
 
-void check_lse_like(const at::Tensor& t, const char* name, const at::Tensor& q) {
-  const std::vector<int64_t> expected{q.size(0), q.size(2), q.size(1)};
-  TORCH_CHECK(t.sizes() == at::IntArrayRef(expected), "flashattn: ", name,
-              " must have shape [batch, heads, seqlen_q] = ", at::IntArrayRef(expected),
-              ", got ", t.sizes());
+void check_lse_like(const at::Tensor& t, const char* name, const AttnInputs& in) {
+  const std::vector<int64_t> expected = lse_shape(in);
+  TORCH_CHECK(t.sizes() == at::IntArrayRef(expected), "flashattn: ", name, " must have shape ",
+              in.varlen() ? "[heads, total_q] = " : "[batch, heads, seqlen_q] = ",
+              at::IntArrayRef(expected), ", got ", t.sizes());
   TORCH_CHECK(t.scalar_type() == at::kFloat, "flashattn: ", name, " must be float32, got ",
               t.scalar_type());
-  check_same_device(t, name, q);
+  check_same_device(t, name, in.q);
 }
 
-// [batch, seqlen, heads, dim] rows.
-TensorView rows_view(const at::Tensor& t) {
-  return {const_cast<void*>(t.data_ptr()), t.stride(0), t.stride(1), t.stride(2)};
+// Attention rows: [batch, seqlen, heads, dim], or a varlen [total, heads, dim] (batch stride 0:
+// the sequences' row offsets find them).
+TensorView rows_view(const at::Tensor& t, bool varlen) {
+  void* ptr = const_cast<void*>(t.data_ptr());
+  if (varlen) return {ptr, 0, t.stride(0), t.stride(1)};
+  return {ptr, t.stride(0), t.stride(1), t.stride(2)};
 }
 
-// Per-row statistics [batch, heads, seqlen].
-TensorView stats_view(const at::Tensor& t) {
-  return {const_cast<void*>(t.data_ptr()), t.stride(0), t.stride(2), t.stride(1)};
+// Per-row statistics: [batch, heads, seqlen], or a varlen [heads, total].
+TensorView stats_view(const at::Tensor& t, bool varlen) {
+  void* ptr = const_cast<void*>(t.data_ptr());
+  if (varlen) return {ptr, 0, t.stride(1), t.stride(0)};
+  return {ptr, t.stride(0), t.stride(2), t.stride(1)};
+}
+
+const int* lengths_ptr(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? t->data_ptr<int>() : nullptr;
 }
 
 // ALiBi slopes [heads] or [batch, heads]: one element per (batch, head).
@@ -171,27 +312,34 @@ void poison_if_debugging(at::Tensor& t) {
 
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits) {
-  const at::Tensor& q = in.q;
-  check_qkv(q, in.k, in.v, limits);
+  check_qkv(in, limits);
+  check_sequence_lengths(in, limits);
   check_mask_options(in);
-  at::Tensor out = at::empty(q.sizes(), q.options());
-  at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
-  poison_if_debugging(out);
-  poison_if_debugging(lse);
+  const at::Tensor& q = in.q;
+  at::Tensor out = alloc_output(q.sizes(), q.options(), in, 0.0);
+  at::Tensor lse = alloc_output(lse_shape(in), q.options().dtype(at::kFloat), in,
+                                -std::numeric_limits<double>::infinity());
   return {out, lse};
 }
 
 AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at::Tensor& lse) {
-  const at::Tensor &q = in.q, &k = in.k;
+  const bool varlen = in.varlen();
+  const at::Tensor q = as_4d(in.q, varlen), k = as_4d(in.k, varlen);
   AttnParams p;
-  p.q = rows_view(q);
-  p.k = rows_view(k);
-  p.v = rows_view(in.v);
-  p.o = rows_view(out);
-  p.lse = stats_view(lse);
-  p.batch = static_cast<int>(q.size(0));
-  p.seqlen_q = static_cast<int>(q.size(1));
-  p.seqlen_k = static_cast<int>(k.size(1));
+  p.q = rows_view(in.q, varlen);
+  p.k = rows_view(in.k, varlen);
+  p.v = rows_view(in.v, varlen);
+  p.o = rows_view(out, varlen);
+  p.lse = stats_view(lse, varlen);
+  p.batch = static_cast<int>(batch_size(in));
+  p.seqlen_q = static_cast<int>(varlen ? *in.max_seqlen_q : q.size(1));
+  p.seqlen_k = static_cast<int>(varlen ? *in.max_seqlen_k : k.size(1));
+  p.total_q = varlen ? q.size(1) : int64_t(p.batch) * p.seqlen_q;
+  p.total_k = varlen ? k.size(1) : int64_t(p.batch) * p.seqlen_k;
+  p.cu_seqlens_q = lengths_ptr(in.cu_seqlens_q);
+  p.cu_seqlens_k = lengths_ptr(in.cu_seqlens_k);
+  p.seqused_q = lengths_ptr(in.seqused_q);
+  p.seqused_k = lengths_ptr(in.seqused_k);
   p.heads_q = static_cast<int>(q.size(2));
   p.heads_kv = static_cast<int>(k.size(2));
   p.head_group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1;
@@ -203,7 +351,7 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
   // FA2's convention: causal is a window whose right edge is the diagonal.
   p.window_left = clip_window(in.window_left, p.seqlen_q, p.seqlen_k);
   p.window_right = in.causal ? 0 : clip_window(in.window_right, p.seqlen_q, p.seqlen_k);
-  p.diag_offset = in.align_bottom_right ? p.seqlen_k - p.seqlen_q : 0;
+  p.align_bottom_right = in.align_bottom_right;
   if (in.alibi_slopes.has_value()) p.alibi = slopes_view(*in.alibi_slopes);
   return p;
 }
@@ -212,10 +360,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInp
                                                                    const BwdInputs& grads,
                                                                    const ExecutorLimits& limits) {
   const at::Tensor &q = in.q, &out = grads.out, &dout = grads.dout;
-  check_qkv(q, in.k, in.v, limits);
+  check_qkv(in, limits);
+  check_sequence_lengths(in, limits);
   check_mask_options(in);
-  check_rank4(out, "out");
-  check_rank4(dout, "dout");
+  check_rank(out, "out", in.varlen());
+  check_rank(dout, "dout", in.varlen());
   check_shape_like(out, "out", q, "q");
   check_shape_like(dout, "dout", q, "q");
   TORCH_CHECK(out.scalar_type() == q.scalar_type() && dout.scalar_type() == q.scalar_type(),
@@ -225,26 +374,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInp
   check_same_device(dout, "dout", q);
   check_last_dim_contiguous(out, "out");
   check_last_dim_contiguous(dout, "dout");
-  check_lse_like(grads.lse, "lse", q);
-  if (grads.dlse.has_value()) check_lse_like(*grads.dlse, "dlse", q);
-  at::Tensor dq = at::empty(q.sizes(), q.options());
-  at::Tensor dk = at::empty(in.k.sizes(), in.k.options());
-  at::Tensor dv = at::empty(in.v.sizes(), in.v.options());
-  poison_if_debugging(dq);
-  poison_if_debugging(dk);
-  poison_if_debugging(dv);
+  check_lse_like(grads.lse, "lse", in);
+  if (grads.dlse.has_value()) check_lse_like(*grads.dlse, "dlse", in);
+  at::Tensor dq = alloc_output(q.sizes(), q.options(), in, 0.0);
+  at::Tensor dk = alloc_output(in.k.sizes(), in.k.options(), in, 0.0);
+  at::Tensor dv = alloc_output(in.v.sizes(), in.v.options(), in, 0.0);
   return {dq, dk, dv};
 }
 
 AttnBwdParams make_bwd_params(const AttnInputs& in, const BwdInputs& grads, const at::Tensor& dq,
                               const at::Tensor& dk, const at::Tensor& dv) {
+  const bool varlen = in.varlen();
   AttnBwdParams p;
   static_cast<AttnParams&>(p) = make_fwd_params(in, grads.out, grads.lse);
-  p.dout = rows_view(grads.dout);
-  if (grads.dlse.has_value()) p.dlse = stats_view(*grads.dlse);
-  p.dq = rows_view(dq);
-  p.dk = rows_view(dk);
-  p.dv = rows_view(dv);
+  p.dout = rows_view(grads.dout, varlen);
+  if (grads.dlse.has_value()) p.dlse = stats_view(*grads.dlse, varlen);
+  p.dq = rows_view(dq, varlen);
+  p.dk = rows_view(dk, varlen);
+  p.dv = rows_view(dv, varlen);
   p.deterministic = in.deterministic;
   return p;
 }

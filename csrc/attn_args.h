@@ -25,6 +25,14 @@ struct AttnInputs {
   std::optional<at::Tensor> alibi_slopes;
   bool align_bottom_right = true;
   bool deterministic = false;
+  // Variable-length batches: int32 [batch + 1] cumulative lengths; q, k, v are then
+  // [total, heads, head_dim] and max_seqlen_* bound every sequence's length.
+  std::optional<at::Tensor> cu_seqlens_q, cu_seqlens_k;
+  std::optional<int64_t> max_seqlen_q, max_seqlen_k;
+  // int32 [batch]: only the first seqused_*[b] queries / keys of sequence b take part.
+  std::optional<at::Tensor> seqused_q, seqused_k;
+
+  bool varlen() const { return cu_seqlens_q.has_value(); }
 };
 
 // What the backward takes besides the forward's arguments.
@@ -39,10 +47,15 @@ struct ExecutorLimits {
   const char* name;                         // "CPU", "CUDA", ...
   std::vector<at::ScalarType> dtypes;       // accepted input dtypes
   int64_t max_head_dim;                     // inclusive; -1 = any
+  // The executor reads cu_seqlens_* and seqused_* on the host (the CPU), so their values are
+  // checked there, with errors naming them. Device executors never sync for them: their
+  // kernels clamp every sequence to the tensors (mask.h, sequence_of).
+  bool reads_lengths_on_host;
 };
 
 // Validates the inputs and returns freshly allocated (out, lse): out [B, Sq, Hq, D]
-// contiguous in q's dtype, lse [B, Hq, Sq] fp32.
+// contiguous in q's dtype, lse [B, Hq, Sq] fp32 (varlen: out [total_q, Hq, D], lse
+// [Hq, total_q]).
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits);
 

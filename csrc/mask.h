@@ -2,28 +2,90 @@
 // keys a query sees and how a raw score becomes a logit.
 #pragma once
 #include <cmath>
+#include <cstdint>
 
 #include "params.h"
 
 namespace flashattn {
 
+// One sequence of the batch: where its rows are, how long it is, and which keys its queries
+// see. Every kernel works on one sequence at a time; a dense batch is the case where all have
+// the same lengths and the batch stride finds them.
+struct Sequence {
+  int64_t q_row0 = 0;    // its first query row in the q / out / dout / dq / lse views
+  int64_t k_row0 = 0;    // its first key row in the k / v / dk / dv views
+  int64_t q_token0 = 0;  // its first query's index among all total_q query rows (scratch)
+  int seqlen_q = 0;      // queries (rows) and keys of the sequence that take part
+  int seqlen_k = 0;
+  // Row i sees key j iff (window_left < 0 || j >= i + diag_offset - window_left) &&
+  // (window_right < 0 || j <= i + diag_offset + window_right) and j < seqlen_k.
+  int diag_offset = 0;  // seqlen_k - seqlen_q aligned bottom-right (FA2), 0 top-left (SDPA)
+  int window_left = -1;
+  int window_right = -1;
+};
+
+// [begin, end) of sequence b in a cumulative-lengths array, clamped to [0, total] and to at
+// most max_length rows: a malformed cu_seqlens can never lead a kernel out of its tensors
+// (on CUDA nothing checks them on the host; the CPU checks them and never needs the clamp).
+FLASHATTN_HOST_DEVICE void clamped_range(const int* cu_seqlens, int b, int64_t total,
+                                         int max_length, int64_t& begin, int& length) {
+  int64_t lo = cu_seqlens[b], hi = cu_seqlens[b + 1];
+  lo = lo < 0 ? 0 : (lo > total ? total : lo);
+  hi = hi < lo ? lo : (hi > total ? total : hi);
+  begin = lo;
+  length = static_cast<int>(hi - lo < max_length ? hi - lo : max_length);
+}
+
+// At most `used` (FA3's seqused) of `length` rows, when seqused is given.
+FLASHATTN_HOST_DEVICE int used_length(const int* seqused, int b, int length) {
+  if (seqused == nullptr) return length;
+  const int used = seqused[b];
+  return used < 0 ? 0 : (used < length ? used : length);
+}
+
+FLASHATTN_HOST_DEVICE Sequence sequence_of(const AttnParams& p, int b) {
+  Sequence s;
+  int length_q = p.seqlen_q, length_k = p.seqlen_k;
+  if (p.cu_seqlens_q != nullptr) {
+    clamped_range(p.cu_seqlens_q, b, p.total_q, p.seqlen_q, s.q_row0, length_q);
+    clamped_range(p.cu_seqlens_k, b, p.total_k, p.seqlen_k, s.k_row0, length_k);
+    s.q_token0 = s.q_row0;
+  } else {
+    s.q_token0 = static_cast<int64_t>(b) * p.seqlen_q;
+  }
+  s.seqlen_q = used_length(p.seqused_q, b, length_q);
+  s.seqlen_k = used_length(p.seqused_k, b, length_k);
+  s.diag_offset = p.align_bottom_right ? s.seqlen_k - s.seqlen_q : 0;
+  s.window_left = p.window_left;
+  s.window_right = p.window_right;
+  return s;
+}
+
+// Index of query row `row` of sequence `s`, query head `head`, among all heads_q x total_q
+// query rows, head-major: where per-row scratch (the backward's D_i, its dQ accumulator)
+// lives, so a varlen batch needs total_q rows of it, not batch x max_seqlen_q.
+FLASHATTN_HOST_DEVICE int64_t query_row_index(const AttnParams& p, const Sequence& s, int head,
+                                              int row) {
+  return static_cast<int64_t>(head) * p.total_q + s.q_token0 + row;
+}
+
 // First key index row i may see (clipped at 0).
-FLASHATTN_HOST_DEVICE int first_visible_key(const AttnParams& p, int row) {
-  if (p.window_left < 0) return 0;
-  int first = row + p.diag_offset - p.window_left;
+FLASHATTN_HOST_DEVICE int first_visible_key(const Sequence& s, int row) {
+  if (s.window_left < 0) return 0;
+  int first = row + s.diag_offset - s.window_left;
   return first > 0 ? first : 0;
 }
 
 // One past the last key index row i may see (clipped at seqlen_k). May be <= first_visible_key
 // when the row sees nothing (e.g. causal top rows when Sq > Sk).
-FLASHATTN_HOST_DEVICE int visible_key_end(const AttnParams& p, int row) {
-  if (p.window_right < 0) return p.seqlen_k;
-  int end = row + p.diag_offset + p.window_right + 1;
-  return end < p.seqlen_k ? end : p.seqlen_k;
+FLASHATTN_HOST_DEVICE int visible_key_end(const Sequence& s, int row) {
+  if (s.window_right < 0) return s.seqlen_k;
+  int end = row + s.diag_offset + s.window_right + 1;
+  return end < s.seqlen_k ? end : s.seqlen_k;
 }
 
-FLASHATTN_HOST_DEVICE bool key_visible(const AttnParams& p, int row, int key) {
-  return key >= first_visible_key(p, row) && key < visible_key_end(p, row);
+FLASHATTN_HOST_DEVICE bool key_visible(const Sequence& s, int row, int key) {
+  return key >= first_visible_key(s, row) && key < visible_key_end(s, row);
 }
 
 // The ALiBi slope of query head h in batch b; 0 when there is no ALiBi.

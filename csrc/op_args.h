@@ -30,6 +30,12 @@ class OpArguments {
   std::optional<double> optional_double(std::string_view name) const {
     return (*this)[name].toOptional<double>();
   }
+  // A SymInt? argument; a kernel only ever sees concrete values.
+  std::optional<int64_t> optional_int(std::string_view name) const {
+    const c10::IValue& value = (*this)[name];
+    if (value.isNone()) return std::nullopt;
+    return value.isInt() ? value.toInt() : value.toSymInt().guard_int(__FILE__, __LINE__);
+  }
 
   // Replaces the arguments on the stack with the op's results, in schema order.
   template <typename... Results>

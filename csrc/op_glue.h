@@ -29,6 +29,12 @@ inline AttnInputs read_attn_inputs(const OpArguments& args) {
   in.alibi_slopes = args.optional_tensor("alibi_slopes");
   in.align_bottom_right = args["align_bottom_right"].toBool();
   in.deterministic = args["deterministic"].toBool();
+  in.cu_seqlens_q = args.optional_tensor("cu_seqlens_q");
+  in.cu_seqlens_k = args.optional_tensor("cu_seqlens_k");
+  in.max_seqlen_q = args.optional_int("max_seqlen_q");
+  in.max_seqlen_k = args.optional_int("max_seqlen_k");
+  in.seqused_q = args.optional_tensor("seqused_q");
+  in.seqused_k = args.optional_tensor("seqused_k");
   return in;
 }
 

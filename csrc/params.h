@@ -34,6 +34,8 @@ struct TensorView {
   }
 };
 
+// Shapes are written for a dense batch; in a variable-length batch (varlen) each [B, S, H, D]
+// tensor is [total, H, D] instead, a view with batch_stride 0, and the LSE is [Hq, total_q].
 struct AttnParams {
   TensorView q;  // [B, Sq, Hq, D]
   TensorView k;  // [B, Sk, Hkv, D]
@@ -44,8 +46,23 @@ struct AttnParams {
   TensorView lse;
 
   int batch = 0;
+  // The longest query / key sequence: every sequence's length when dense, max_seqlen_* (an upper
+  // bound, which sizes grids and scratch) in a varlen batch.
   int seqlen_q = 0;
   int seqlen_k = 0;
+  // Query / key rows in all: batch * seqlen_* when dense, the tensors' token count in varlen.
+  int64_t total_q = 0;
+  int64_t total_k = 0;
+  // Varlen: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, its keys
+  // rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k; int32 [batch + 1], on the tensors'
+  // device. nullptr when dense.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  // Only the first seqused_q[b] queries and seqused_k[b] keys of sequence b take part (FA3's
+  // seqused); int32 [batch], or nullptr for all. Dense or varlen.
+  const int* seqused_q = nullptr;
+  const int* seqused_k = nullptr;
+
   int heads_q = 0;
   int heads_kv = 0;
   int head_group = 1;  // heads_q / heads_kv: query head h reads kv head h / head_group
@@ -58,14 +75,14 @@ struct AttnParams {
   double scale_fp64 = 1.0;
   double softcap_fp64 = 0.0;
 
-  // Which keys a query row sees. Row i sees key j iff
+  // Which keys a query row of a sequence sees (mask.h, Sequence): row i sees key j iff
   //   (window_left  < 0 || j >= i + diag_offset - window_left) &&
-  //   (window_right < 0 || j <= i + diag_offset + window_right).
-  // Causal attention is window_right = 0. diag_offset is Sk - Sq for FA2's bottom-right
-  // alignment and 0 for SDPA's top-left alignment.
+  //   (window_right < 0 || j <= i + diag_offset + window_right),
+  // where diag_offset is the sequence's Sk - Sq for FA2's bottom-right alignment and 0 for
+  // SDPA's top-left alignment. Causal attention is window_right = 0.
   int window_left = -1;
   int window_right = -1;
-  int diag_offset = 0;
+  bool align_bottom_right = true;
 
   // ALiBi slopes, fp32, [B, Hq] or [Hq] (batch_stride 0); ptr is null without ALiBi. Adds
   // -slope * |i + diag_offset - j| to the (soft-capped) score. alibi_slope() in mask.h reads it.

@@ -12,15 +12,23 @@ namespace flashattn {
 // q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D], any strides with a contiguous last dim.
 // softmax_scale: None is 1 / sqrt(D). window_* = -1 is unbounded; causal forces
 // window_right = 0. align_bottom_right: the diagonal of causal/window/alibi sits at
-// i + Sk - Sq (FA2) when true, at i (F.scaled_dot_product_attention's is_causal) when false.
-// deterministic is unused by the forward; it rides along so autograd can hand it to bwd.
+// i + Sk - Sq (FA2) when true, at i (F.scaled_dot_product_attention's is_causal) when false,
+// per sequence. deterministic is unused by the forward; it rides along so autograd can hand it
+// to bwd.
+// Variable-length batches (FA2's varlen): with cu_seqlens_q/_k (int32 [B + 1]) q is
+// [total_q, Hq, D] and k/v [total_k, Hkv, D], sequence b being rows [cu[b], cu[b + 1]);
+// max_seqlen_q/_k bound the sequences' lengths. seqused_q/_k (int32 [B], dense or varlen): only
+// the first seqused[b] queries / keys of sequence b take part (FA3). Rows outside every
+// sequence get out 0 and lse -inf, and zero gradients.
 #define FLASHATTN_ATTN_ARGUMENTS                                                              \
   "Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False, "             \
   "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, " \
-  "bool align_bottom_right=True, bool deterministic=False"
+  "bool align_bottom_right=True, bool deterministic=False, Tensor? cu_seqlens_q=None, "      \
+  "Tensor? cu_seqlens_k=None, SymInt? max_seqlen_q=None, SymInt? max_seqlen_k=None, "        \
+  "Tensor? seqused_q=None, Tensor? seqused_k=None"
 
 // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq] (fp32, natural log, -inf for a row that sees
-// no key).
+// no key); varlen: out [total_q, Hq, D] and lse [Hq, total_q].
 inline constexpr const char* kFwdSchema =
     "fwd(" FLASHATTN_ATTN_ARGUMENTS ") -> (Tensor out, Tensor lse)";
 

@@ -4,6 +4,8 @@ Two kinds of front end reach the same kernels (torch.ops.flashattn.fwd / bwd):
   flash_attn_func               FlashAttention-2's signature, layout (batch, seqlen, heads, head_dim),
   flash_attn_qkvpacked_func     and its packed variants, which read q, k, v from one tensor
   flash_attn_kvpacked_func
+  flash_attn_varlen_func        the same over variable-length batches packed without padding
+  flash_attn_varlen_qkvpacked_func, flash_attn_varlen_kvpacked_func
   scaled_dot_product_attention  F.scaled_dot_product_attention's signature, layout (batch, heads, seqlen, head_dim)
 """
 import torch  # noqa: F401  first: _C links against libtorch/libc10, which torch's import loads
@@ -11,8 +13,10 @@ import torch  # noqa: F401  first: _C links against libtorch/libc10, which torch
 from . import _C  # noqa: F401  loads the library; its TORCH_LIBRARY blocks register the ops
 from . import ops  # noqa: F401  fake kernels and autograd
 from .interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
-                        scaled_dot_product_attention)
+                        flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
+                        flash_attn_varlen_qkvpacked_func, scaled_dot_product_attention)
 
 __version__ = "0.1.0"
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
-           "scaled_dot_product_attention", "__version__"]
+           "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
+           "flash_attn_varlen_kvpacked_func", "scaled_dot_product_attention", "__version__"]

@@ -61,15 +61,16 @@ def _window_pair(fn, window_size):
 
 
 def _attention(fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-               alibi_slopes, deterministic, align_bottom_right):
-    """torch.ops.flashattn.fwd with FA2's argument conventions; returns (out, lse)."""
+               alibi_slopes, deterministic, align_bottom_right, **sequences):
+    """torch.ops.flashattn.fwd with FA2's argument conventions; returns (out, lse). sequences:
+    the op's varlen / seqused arguments, by name."""
     _check_dropout(fn, dropout_p)
     left, right = _window_pair(fn, window_size)
     return torch.ops.flashattn.fwd(
         q, k, v, softmax_scale=_optional_real(fn, "softmax_scale", softmax_scale),
         causal=bool(causal), window_left=left, window_right=right,
         softcap=_real(fn, "softcap", softcap), alibi_slopes=alibi_slopes,
-        align_bottom_right=align_bottom_right, deterministic=bool(deterministic))
+        align_bottom_right=align_bottom_right, deterministic=bool(deterministic), **sequences)
 
 
 def _with_probs(out, lse, return_attn_probs):
@@ -167,6 +168,119 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     return _with_probs(out, lse, return_attn_probs)
 
 
+def _length(fn, name, value):
+    """max_seqlen: an int (a SymInt under torch.compile passes through), or an integer-like."""
+    if isinstance(value, (int, torch.SymInt)):
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{fn}: {name} must be an int, got {value!r}") from None
+
+
+def _check_no_block_table(fn, block_table):
+    if block_table is not None:
+        raise NotImplementedError(
+            f"{fn}: block_table (paged KV) is not supported yet; pass contiguous k and v")
+
+
+_VARLEN_DOC = """
+    A variable-length batch: B sequences of different lengths packed without padding, as FA2's
+    varlen functions take them. Sequence b is rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q
+    and rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v. Causal, window and ALiBi are
+    aligned bottom-right per sequence: query i of sequence b sees key j iff
+    j <= i + Lk_b - Lq_b (and the window). Each sequence's result is the dense op's on that
+    sequence alone (on the CPU bit for bit).
+
+    Args (besides flash_attn_func's, which mean the same):
+        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,), starting at 0, non-decreasing, the last
+            entry at most the number of tokens. On the CPU a malformed one is an error; on CUDA
+            it is not checked (that would need a device sync), but no kernel ever reads or
+            writes outside the tensors.
+        max_seqlen_q, max_seqlen_k: ints bounding every sequence's length (upper bounds, as in
+            FA2); on CUDA they size the grid.
+        block_table: paged KV; not supported yet (NotImplementedError).
+        seqused_q, seqused_k (keyword only, FA3's): int32 (batch,); only the first
+            seqused_*[b] tokens of sequence b take part, so a preallocated buffer can be reused.
+
+    Rows of q that belong to no sequence (past cu_seqlens_q[-1], or past seqused_q) get out 0,
+    LSE -inf and zero gradients. A row that sees no key gets out 0 and LSE -inf, as in the
+    dense op; FlashAttention-2's varlen kernels return +inf there.
+
+    Returns:
+        out: (total_q, nheads, headdim). If return_attn_probs, (out, softmax_lse, None) with
+        softmax_lse (nheads, total_q) float32, differentiable.
+"""
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None, *, seqused_q=None,
+                           seqused_k=None):
+    """Exact softmax attention over a variable-length batch, FlashAttention-2's
+    ``flash_attn_varlen_func`` signature (plus FA3's seqused_q / seqused_k).
+
+    q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim), any strides with a
+    contiguous last dim; nheads a multiple of nheads_k (GQA/MQA).
+    """
+    fn = "flash_attn_varlen_func"
+    _check_no_block_table(fn, block_table)
+    out, lse = _attention(
+        fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+        deterministic, align_bottom_right=True, cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=_length(fn, "max_seqlen_q", max_seqlen_q),
+        max_seqlen_k=_length(fn, "max_seqlen_k", max_seqlen_k), seqused_q=seqused_q,
+        seqused_k=seqused_k)
+    return _with_probs(out, lse, return_attn_probs)
+
+
+def _unpack_varlen(fn, name, packed, count, layout):
+    """The `count` tensors stacked in dim 1 of a varlen `packed`, as views (no copy)."""
+    if not isinstance(packed, torch.Tensor) or packed.dim() != 4 or packed.shape[1] != count:
+        shape = tuple(packed.shape) if isinstance(packed, torch.Tensor) else type(packed)
+        raise ValueError(f"{fn}: {name} must be a 4-D tensor {layout}, got {shape}")
+    return packed.unbind(1)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
+                                     softmax_scale=None, causal=False, window_size=(-1, -1),
+                                     softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash_attn_varlen_func on q, k, v stacked in one tensor, FlashAttention-2's signature.
+
+    qkv: (total, 3, nheads, headdim), read in place; cu_seqlens and max_seqlen serve queries
+    and keys alike.
+    """
+    fn = "flash_attn_varlen_qkvpacked_func"
+    q, k, v = _unpack_varlen(fn, "qkv", qkv, 3, "(total, 3, nheads, headdim)")
+    max_seqlen = _length(fn, "max_seqlen", max_seqlen)
+    out, lse = _attention(
+        fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+        deterministic, align_bottom_right=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens,
+        max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen)
+    return _with_probs(out, lse, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, dropout_p=0.0, softmax_scale=None,
+                                    causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False,
+                                    return_attn_probs=False):
+    """flash_attn_varlen_func with k and v stacked in one tensor, FlashAttention-2's signature.
+
+    q: (total_q, nheads, headdim); kv: (total_k, 2, nheads_k, headdim), read in place.
+    """
+    fn = "flash_attn_varlen_kvpacked_func"
+    k, v = _unpack_varlen(fn, "kv", kv, 2, "(total_k, 2, nheads_k, headdim)")
+    out, lse = _attention(
+        fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+        deterministic, align_bottom_right=True, cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=_length(fn, "max_seqlen_q", max_seqlen_q),
+        max_seqlen_k=_length(fn, "max_seqlen_k", max_seqlen_k))
+    return _with_probs(out, lse, return_attn_probs)
+
+
 def _check_sdpa_rank(name, t):
     if t.dim() != 4:
         raise ValueError(
@@ -217,6 +331,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return out.transpose(1, 2)
 
 
+for _fn in (flash_attn_varlen_func, flash_attn_varlen_qkvpacked_func,
+            flash_attn_varlen_kvpacked_func):
+    _fn.__doc__ += _VARLEN_DOC
 for _fn in (flash_attn_func, flash_attn_qkvpacked_func, flash_attn_kvpacked_func,
-            scaled_dot_product_attention):
+            flash_attn_varlen_func, flash_attn_varlen_qkvpacked_func,
+            flash_attn_varlen_kvpacked_func, scaled_dot_product_attention):
     _fn.__doc__ += _SUPPORT

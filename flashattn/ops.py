@@ -45,10 +45,13 @@ def _fwd_fake(*args, **kwargs):
     a = bind_arguments(_FWD, args, kwargs)
     q = a["q"]
     _check_same_device(q, a)
-    batch, seqlen_q, heads, _ = q.shape
-    out = q.new_empty(q.shape)
-    lse = q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
-    return out, lse
+    if a["cu_seqlens_q"] is not None:  # varlen: q [total_q, heads, D], lse [heads, total_q]
+        total_q, heads, _ = q.shape
+        lse_shape = (heads, total_q)
+    else:
+        batch, seqlen_q, heads, _ = q.shape
+        lse_shape = (batch, heads, seqlen_q)
+    return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
 
 
 @torch.library.register_fake("flashattn::bwd")

@@ -57,7 +57,10 @@ def attention_reference(q, k, v, softmax_scale=None, causal=False, window_size=(
     scores = scores.masked_fill(~keep, float("-inf"))
     # A max that is detached and made finite keeps fully masked rows free of NaN, values and
     # gradients alike: log(sum(exp(s - m))) + m is the LSE for any constant m.
-    row_max = scores.amax(dim=-1, keepdim=True).detach()
+    if seqlen_k > 0:
+        row_max = scores.amax(dim=-1, keepdim=True).detach()
+    else:  # no keys at all: every row sees nothing
+        row_max = scores.new_full((*scores.shape[:-1], 1), float("-inf"))
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
     weights = torch.exp(scores - row_max)
     row_sum = weights.sum(dim=-1, keepdim=True)

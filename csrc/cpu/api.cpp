@@ -11,7 +11,8 @@ namespace {
 struct CpuExecutor {
   static const ExecutorLimits& limits() {
     static const ExecutorLimits cpu_limits{
-        "CPU", {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}, -1};
+        "CPU", {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}, -1,
+        /*reads_lengths_on_host=*/true};
     return cpu_limits;
   }
   static void run_fwd(const at::Tensor& q, const AttnParams& p) {

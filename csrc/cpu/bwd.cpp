@@ -8,11 +8,13 @@
 //   dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ - D_i)   (then through the softcap)
 //   dKj   += dS_ijᵀ Qi              dQiᵀ  += Kjᵀ dS_ijᵀ   (dKj, dQi times scale at the end)
 //
-// Parallel and deterministic: a task owns (batch, kv head, chunk of key blocks). It alone
+// Parallel and deterministic: a task owns (sequence, kv head, chunk of key blocks). It alone
 // writes its key blocks' dK/dV (summed over the GQA group and the query blocks in a fixed
 // order) and its chunk's own partial dQ buffer. A last pass sums the chunks' partial dQ in
-// chunk order. The chunk count depends only on the shapes, so results are bitwise identical
-// for any thread count and schedule.
+// chunk order. A sequence's chunk count depends only on its own shape, as if it were alone in
+// the batch, so results are bitwise identical for any thread count and schedule, and a varlen
+// sequence's gradients equal the dense op's on that sequence alone. Sequences are processed in
+// waves whose partial dQ buffers fit kMaxPartialDqBytes.
 //
 // Operands: as in fwd.cpp, either in the compute type (kCompute: the transposes packed once,
 // Qiᵀ with the softmax scale folded in; rows read in place when the input is in the compute
@@ -41,13 +43,15 @@ namespace {
 // product has its sizes in {32, 64, 128, head_dim}, where fp32 brgemm runs at 60-90 GFLOP/s
 // per thread on AVX2.
 constexpr int kKeyBlock = 128;
-// Key blocks of one (batch, kv head) are split into chunks until there are about this many
-// tasks, enough to balance 16+ threads; a fixed number, never the thread count, so the dQ
-// summation order does not depend on the machine.
+// Key blocks of one (sequence, kv head) are split into chunks until the sequence alone has about
+// this many tasks, enough to balance 16+ threads; a fixed number, never the thread count, so the
+// dQ summation order does not depend on the machine.
 constexpr int64_t kTargetTasks = 32;
-// ... but the chunks' partial dQ buffers (one fp32 copy of dQ each) may use at most this much.
-// With 256 MB, fwd+bwd at N=32768, 2 heads, d=64 raised peak RSS by 472 MB (tests/
-// test_memory.py, limit 512); the packed operands need 7 more fp32 copies of q/k/v.
+// ... but a sequence's chunks' partial dQ buffers (one fp32 copy of its dQ each), and those of
+// one wave of sequences together, may use at most this much (a sequence whose single copy is
+// larger gets a wave of its own). With 256 MB, fwd+bwd at N=32768, 2 heads, d=64 raised peak
+// RSS by 472 MB (tests/test_memory.py, limit 512); the packed operands need 7 more fp32 copies
+// of q/k/v.
 constexpr int64_t kMaxPartialDqBytes = int64_t(64) << 20;
 
 template <typename In, OperandPath kPath>
@@ -65,10 +69,8 @@ class BackwardKernel {
         acc_stride_(kNative16 ? round_up(p.head_dim, kPanelWidth) : p.head_dim),
         vnni_(vnni),
         query_block_(choose_query_block(p.head_dim)),
-        num_query_blocks_(num_blocks(p.seqlen_q, query_block_)),
-        num_key_blocks_(num_blocks(p.seqlen_k, kKeyBlock)),
-        dq_panel_elements_(int64_t(num_query_blocks_) * query_block_ * p.head_dim),
-        num_chunks_(choose_num_chunks()) {
+        seqs_(host_sequences(p)),
+        work_(plan_sequences()) {
     // The 16-bit products take a query block as one panel.
     TORCH_INTERNAL_ASSERT(!kNative16 || query_block_ == kPanelWidth);
   }
@@ -77,17 +79,12 @@ class BackwardKernel {
     if (int64_t(p_.batch) * p_.heads_q == 0) return;
     pack_operands();
     compute_row_terms();
-    alloc_workspace<T>(dq_partial_storage_,
-                       num_chunks_ * p_.batch * p_.heads_q * dq_panel_elements_);
-    dq_partial_ = dq_partial_storage_.template data_ptr<T>();
-    const int64_t num_tasks = int64_t(p_.batch) * p_.heads_kv * num_chunks_;
-    auto cost = [&](int64_t task) { return count_visible_tiles(task); };
-    run_task_queue(num_tasks, cost, [&](const auto& claim) {
-      Scratch scratch(query_block_, acc_stride_, p_.softcap > 0);
-      for (int64_t task = claim(); task >= 0; task = claim()) run_key_chunk(task, scratch);
-      release_tile_gemm(vnni_);
-    });
-    reduce_dq();
+    const std::vector<Wave> waves = plan_waves();
+    int64_t partial_elements = 1;
+    for (const Wave& wave : waves)
+      partial_elements = std::max(partial_elements, wave.partial_elements);
+    dq_partial_ = alloc_workspace<T>(dq_partial_storage_, partial_elements);
+    for (const Wave& wave : waves) run_wave(wave);
   }
 
  private:
@@ -115,6 +112,22 @@ class BackwardKernel {
     int b, kv_head, chunk;
   };
 
+  // One sequence's share of the work: its query and key blocks, its dQ chunk count and where its
+  // partial dQ buffers start within its wave's.
+  struct SequenceWork {
+    int query_blocks = 0;
+    int key_blocks = 0;
+    int chunks = 1;
+    int64_t dq_elements = 0;     // one fp32 copy of its dQ: [Hq][query block][D][query_block_]
+    int64_t partial_offset = 0;  // of chunk 0 in its wave's partial dQ buffer
+  };
+
+  // Sequences [first, last) whose partial dQ buffers are live together: partial_elements.
+  struct Wave {
+    int first, last;
+    int64_t partial_elements;
+  };
+
   // Queries per tile: one 64-wide panel for the 16-bit products; 32 on the kCompute path from
   // head_dim 128 up, where a 128-key tile's resident operands (Kj, Vj, Kjᵀ, dKj, dVj: 320 KB
   // at d = 128) and 64 queries' streamed ones (224 KB) overflow a 512 KB L2. In one-process
@@ -124,82 +137,116 @@ class BackwardKernel {
     return !kNative16 && head_dim >= 128 ? 32 : kPanelWidth;
   }
 
-  int64_t choose_num_chunks() const {
-    const int64_t kv_heads = std::max<int64_t>(int64_t(p_.batch) * p_.heads_kv, 1);
-    int64_t chunks = std::min<int64_t>((kTargetTasks + kv_heads - 1) / kv_heads, num_key_blocks_);
-    const int64_t chunk_bytes =
-        std::max<int64_t>(int64_t(p_.batch) * p_.heads_q * dq_panel_elements_ * sizeof(T), 1);
-    chunks = std::min(chunks, kMaxPartialDqBytes / chunk_bytes);
-    return std::max<int64_t>(chunks, 1);
+  // Each sequence's blocks and dQ chunks, chosen from its own shape only.
+  std::vector<SequenceWork> plan_sequences() const {
+    std::vector<SequenceWork> work(seqs_.size());
+    const int64_t kv_heads = std::max(p_.heads_kv, 1);
+    for (size_t b = 0; b < seqs_.size(); ++b) {
+      SequenceWork& w = work[b];
+      w.query_blocks = num_blocks(seqs_[b].seqlen_q, query_block_);
+      w.key_blocks = num_blocks(seqs_[b].seqlen_k, kKeyBlock);
+      w.dq_elements = int64_t(p_.heads_q) * w.query_blocks * query_block_ * dim_;
+      const int64_t copy_bytes = std::max<int64_t>(w.dq_elements * int64_t(sizeof(T)), 1);
+      const int64_t chunks = std::min<int64_t>({(kTargetTasks + kv_heads - 1) / kv_heads,
+                                                w.key_blocks, kMaxPartialDqBytes / copy_bytes});
+      w.chunks = static_cast<int>(std::max<int64_t>(chunks, 1));
+    }
+    return work;
   }
 
-  Task task_of(int64_t task) const {
-    const int chunk = static_cast<int>(task % num_chunks_);
-    const int64_t bh = task / num_chunks_;
-    return {static_cast<int>(bh / p_.heads_kv), static_cast<int>(bh % p_.heads_kv), chunk};
+  // Consecutive sequences whose partial dQ buffers fit kMaxPartialDqBytes together (at least
+  // one each); sets each sequence's partial_offset within its wave.
+  std::vector<Wave> plan_waves() {
+    std::vector<Wave> waves;
+    const int64_t budget = kMaxPartialDqBytes / int64_t(sizeof(T));
+    for (int b = 0; b < int(seqs_.size()); ++b) {
+      const int64_t elements = work_[b].chunks * work_[b].dq_elements;
+      if (waves.empty() || waves.back().partial_elements + elements > budget)
+        waves.push_back({b, b, 0});
+      work_[b].partial_offset = waves.back().partial_elements;
+      waves.back().partial_elements += elements;
+      waves.back().last = b + 1;
+    }
+    return waves;
   }
 
-  int rows_of(int query_block) const {
-    return std::min(query_block_, p_.seqlen_q - query_block * query_block_);
+  void run_wave(const Wave& wave) {
+    std::vector<Task> tasks;
+    for (int b = wave.first; b < wave.last; ++b)
+      for (int kv_head = 0; kv_head < p_.heads_kv; ++kv_head)
+        for (int chunk = 0; chunk < work_[b].chunks; ++chunk) tasks.push_back({b, kv_head, chunk});
+    auto cost = [&](int64_t task) { return count_visible_tiles(tasks[task]); };
+    run_task_queue(int64_t(tasks.size()), cost, [&](const auto& claim) {
+      Scratch scratch(query_block_, acc_stride_, p_.softcap > 0);
+      for (int64_t task = claim(); task >= 0; task = claim()) run_key_chunk(tasks[task], scratch);
+      release_tile_gemm(vnni_);
+    });
+    reduce_dq(wave);
   }
-  int cols_of(int key_block) const {
-    return std::min(kKeyBlock, p_.seqlen_k - key_block * kKeyBlock);
+
+  int rows_of(int b, int query_block) const {
+    return std::min(query_block_, seqs_[b].seqlen_q - query_block * query_block_);
   }
-  TileVisibility visibility(int query_block, int key_block) const {
+  int cols_of(int b, int key_block) const {
+    return std::min(kKeyBlock, seqs_[b].seqlen_k - key_block * kKeyBlock);
+  }
+  TileVisibility visibility(int b, int query_block, int key_block) const {
     const int row_begin = query_block * query_block_, key_begin = key_block * kKeyBlock;
-    return tile_visibility(p_, row_begin, row_begin + rows_of(query_block), key_begin,
-                           key_begin + cols_of(key_block));
+    return tile_visibility(seqs_[b], row_begin, row_begin + rows_of(b, query_block), key_begin,
+                           key_begin + cols_of(b, key_block));
   }
 
-  int64_t count_visible_tiles(int64_t task) const {
+  int64_t count_visible_tiles(const Task& task) const {
+    const SequenceWork& w = work_[task.b];
     int64_t tiles = 0;
-    for (int kb = task_of(task).chunk; kb < num_key_blocks_; kb += num_chunks_)
-      for (int qb = 0; qb < num_query_blocks_; ++qb)
-        tiles += visibility(qb, kb) != TileVisibility::kNone;
+    for (int kb = task.chunk; kb < w.key_blocks; kb += w.chunks)
+      for (int qb = 0; qb < w.query_blocks; ++qb)
+        tiles += visibility(task.b, qb, kb) != TileVisibility::kNone;
     return tiles;
   }
 
   void pack_operands() {
-    const int B = p_.batch, Sq = p_.seqlen_q, Sk = p_.seqlen_k;
     const TensorView &q = p_.q, &dout = p_.dout, &k = p_.k, &v = p_.v;
+    const std::vector<SequenceRows> queries = query_rows(seqs_), keys = key_rows(seqs_);
     const int Hq = p_.heads_q, Hkv = p_.heads_kv, D = dim_;
     if constexpr (kNative16) {
-      q_t16_ = pack_key_panels<In>(q, B, Hq, Sq, D, query_block_, vnni_);
-      q_rows16_ = pack_value_panels<In>(q, B, Hq, Sq, D, query_block_, vnni_);
-      do_t16_ = pack_key_panels<In>(dout, B, Hq, Sq, D, query_block_, vnni_);
-      do_rows16_ = pack_value_panels<In>(dout, B, Hq, Sq, D, query_block_, vnni_);
-      k_rows16_ = pack_row_tiles<In>(k, B, Hkv, Sk, D, kKeyBlock);
-      k_t16_ = pack_transposed_tiles<In>(k, B, Hkv, Sk, D, kKeyBlock);
-      v_rows16_ = pack_row_tiles<In>(v, B, Hkv, Sk, D, kKeyBlock);
+      q_t16_ = pack_key_panels<In>(q, queries, Hq, D, query_block_, vnni_);
+      q_rows16_ = pack_value_panels<In>(q, queries, Hq, D, query_block_, vnni_);
+      do_t16_ = pack_key_panels<In>(dout, queries, Hq, D, query_block_, vnni_);
+      do_rows16_ = pack_value_panels<In>(dout, queries, Hq, D, query_block_, vnni_);
+      k_rows16_ = pack_row_tiles<In>(k, keys, Hkv, D, kKeyBlock);
+      k_t16_ = pack_transposed_tiles<In>(k, keys, Hkv, D, kKeyBlock);
+      v_rows16_ = pack_row_tiles<In>(v, keys, Hkv, D, kKeyBlock);
       return;
     }
     const T scale = softmax_scale<T>(p_);
-    q_panels_ = pack_heads<T, In>(q, B, Hq, Sq, D, PackLayout::kTransposedPanels, query_block_, scale);
-    do_panels_ =
-        pack_heads<T, In>(dout, B, Hq, Sq, D, PackLayout::kTransposedPanels, query_block_, T(1));
-    k_panels_ = pack_heads<T, In>(k, B, Hkv, Sk, D, PackLayout::kTransposedPanels, kKeyBlock, T(1));
+    constexpr PackLayout kPanels = PackLayout::kTransposedPanels, kRows = PackLayout::kRows;
+    q_panels_ = pack_heads<T, In>(q, queries, Hq, D, kPanels, query_block_, scale);
+    do_panels_ = pack_heads<T, In>(dout, queries, Hq, D, kPanels, query_block_, T(1));
+    k_panels_ = pack_heads<T, In>(k, keys, Hkv, D, kPanels, kKeyBlock, T(1));
     // Row-major operands are read in place where rows_in_place() allows.
-    if (!rows_in_place(p_.q.row_stride))
-      q_rows_ = pack_heads<T, In>(q, B, Hq, Sq, D, PackLayout::kRows, query_block_, T(1));
-    if (!rows_in_place(p_.dout.row_stride))
-      do_rows_ = pack_heads<T, In>(dout, B, Hq, Sq, D, PackLayout::kRows, query_block_, T(1));
-    if (!rows_in_place(p_.k.row_stride))
-      k_rows_ = pack_heads<T, In>(k, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
-    if (!rows_in_place(p_.v.row_stride))
-      v_rows_ = pack_heads<T, In>(v, B, Hkv, Sk, D, PackLayout::kRows, kKeyBlock, T(1));
+    if (!rows_in_place(q.row_stride))
+      q_rows_ = pack_heads<T, In>(q, queries, Hq, D, kRows, query_block_, T(1));
+    if (!rows_in_place(dout.row_stride))
+      do_rows_ = pack_heads<T, In>(dout, queries, Hq, D, kRows, query_block_, T(1));
+    if (!rows_in_place(k.row_stride))
+      k_rows_ = pack_heads<T, In>(k, keys, Hkv, D, kRows, kKeyBlock, T(1));
+    if (!rows_in_place(v.row_stride))
+      v_rows_ = pack_heads<T, In>(v, keys, Hkv, D, kRows, kKeyBlock, T(1));
   }
 
   // An input already in the compute type, with rows that do not overlap (row stride >= head
   // dim, the leading dimension brgemm accepts; an expanded tensor has stride 0), needs no copy.
   bool rows_in_place(int64_t row_stride) const { return kRowsInPlace && row_stride >= dim_; }
 
-  // Rows [first_row, ...) of one head of a row-major operand: the input itself where
-  // rows_in_place(), else its packed copy. Returns the pointer; *ld gets the row stride.
-  const T* operand_rows(const PackedHeads<T>& packed, const TensorView& input, int b, int head,
-                        int first_row, int64_t* ld) const {
+  // Rows [first_row, ...) of one head of sequence b of a row-major operand whose sequence
+  // starts at row row0 of `input`: the input itself where rows_in_place(), else its packed
+  // copy. Returns the pointer; *ld gets the row stride.
+  const T* operand_rows(const PackedHeads<T>& packed, const TensorView& input, int64_t row0,
+                        int b, int head, int first_row, int64_t* ld) const {
     if (rows_in_place(input.row_stride)) {
       *ld = input.row_stride;
-      return input.row<const T>(b, head, first_row);
+      return input.row<const T>(b, head, row0 + first_row);
     }
     *ld = dim_;
     return packed.head(b, head) + int64_t(first_row) * dim_;
@@ -207,51 +254,61 @@ class BackwardKernel {
 
   // Per query row: D_i = rowsum(dO_i ∘ O_i) - dlse_i, and the shift that recomputes P_ij from
   // S_ij. A row that saw no key has lse = -inf; shifting by +inf instead makes its P row 0.
+  // Per query row, at query_row_index (mask.h): D_i = rowsum(dO_i ∘ O_i) - dlse_i, and the
+  // shift that recomputes P_ij from S_ij. A row that saw no key has lse = -inf; shifting by +inf
+  // instead makes its P row 0. Rows of no sequence are never read.
   void compute_row_terms() {
-    const int64_t rows_total = int64_t(p_.batch) * p_.heads_q * p_.seqlen_q;
+    const int64_t rows_total = int64_t(p_.heads_q) * p_.total_q;
     d_terms_ = alloc_workspace<T>(d_terms_storage_, rows_total);
     lse_shift_ = alloc_workspace<T>(lse_shift_storage_, rows_total);
-    at::parallel_for(0, rows_total, 1024, [&](int64_t begin, int64_t end) {
-      for (int64_t idx = begin; idx < end; ++idx) {
-        const int i = static_cast<int>(idx % p_.seqlen_q);
-        const int64_t bh = idx / p_.seqlen_q;
+    at::parallel_for(0, int64_t(p_.batch) * p_.heads_q, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t bh = begin; bh < end; ++bh) {
         const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
-        const In* o_row = p_.o.row<const In>(b, h, i);
-        const In* do_row = p_.dout.row<const In>(b, h, i);
-        T dot = 0;
-        for (int d = 0; d < dim_; ++d) dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
-        const T dlse = p_.dlse.ptr ? static_cast<T>(*p_.dlse.row<const float>(b, h, i)) : T(0);
-        d_terms_[idx] = dot - dlse;
-        const float lse = *p_.lse.row<const float>(b, h, i);
-        lse_shift_[idx] = lse == -std::numeric_limits<float>::infinity()
-                              ? std::numeric_limits<T>::infinity()
-                              : static_cast<T>(lse);
+        const Sequence& seq = seqs_[b];
+        for (int i = 0; i < seq.seqlen_q; ++i) {
+          const int64_t row = seq.q_row0 + i, idx = query_row_index(p_, seq, h, i);
+          const In* o_row = p_.o.row<const In>(b, h, row);
+          const In* do_row = p_.dout.row<const In>(b, h, row);
+          T dot = 0;
+          for (int d = 0; d < dim_; ++d)
+            dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
+          const T dlse =
+              p_.dlse.ptr ? static_cast<T>(*p_.dlse.row<const float>(b, h, row)) : T(0);
+          d_terms_[idx] = dot - dlse;
+          const float lse = *p_.lse.row<const float>(b, h, row);
+          lse_shift_[idx] = lse == -std::numeric_limits<float>::infinity()
+                                ? std::numeric_limits<T>::infinity()
+                                : static_cast<T>(lse);
+        }
       }
     });
   }
 
+  // The partial dQᵀ of (chunk, sequence b, query head h, query block) in the current wave.
   T* dq_partial(int chunk, int b, int h, int query_block) const {
-    return dq_partial_ + ((int64_t(chunk) * p_.batch + b) * p_.heads_q + h) * dq_panel_elements_ +
-           int64_t(query_block) * dim_ * query_block_;
+    const SequenceWork& w = work_[b];
+    return dq_partial_ + w.partial_offset + int64_t(chunk) * w.dq_elements +
+           (int64_t(h) * w.query_blocks + query_block) * dim_ * query_block_;
   }
 
-  void run_key_chunk(int64_t task_index, Scratch& s) {
-    const Task task = task_of(task_index);
+  void run_key_chunk(const Task& task, Scratch& s) {
+    const SequenceWork& w = work_[task.b];
     const int first_head = task.kv_head * p_.head_group;
+    const int64_t head_dq_elements = int64_t(w.query_blocks) * query_block_ * dim_;
     for (int g = 0; g < p_.head_group; ++g)
-      std::fill_n(dq_partial(task.chunk, task.b, first_head + g, 0), dq_panel_elements_, T(0));
-    for (int kb = task.chunk; kb < num_key_blocks_; kb += num_chunks_) {
+      std::fill_n(dq_partial(task.chunk, task.b, first_head + g, 0), head_dq_elements, T(0));
+    for (int kb = task.chunk; kb < w.key_blocks; kb += w.chunks) {
       std::fill(s.dk_acc.begin(), s.dk_acc.end(), T(0));
       std::fill(s.dv_acc.begin(), s.dv_acc.end(), T(0));
       for (int g = 0; g < p_.head_group; ++g)
-        for (int qb = 0; qb < num_query_blocks_; ++qb)
+        for (int qb = 0; qb < w.query_blocks; ++qb)
           accumulate_tile(task, first_head + g, qb, kb, s);
       store_dk_dv(task, kb, s);
     }
   }
 
   void accumulate_tile(const Task& task, int h, int qb, int kb, Scratch& s) {
-    const TileVisibility vis = visibility(qb, kb);
+    const TileVisibility vis = visibility(task.b, qb, kb);
     if (vis == TileVisibility::kNone) return;
     if constexpr (kNative16)
       accumulate_tile_16bit(task, h, qb, kb, vis, s);
@@ -262,9 +319,10 @@ class BackwardKernel {
   // S_ijᵀ (in probs, row stride query_block_) -> P_ijᵀ in place: softcap, ALiBi, mask, exp.
   void scores_to_probs(const Task& task, int h, int qb, int kb, TileVisibility vis, T* probs,
                        Scratch& s) const {
-    const int row_begin = qb * query_block_, rows = rows_of(qb);
-    const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
-    const int64_t row_terms = (int64_t(task.b) * p_.heads_q + h) * p_.seqlen_q + row_begin;
+    const Sequence& seq = seqs_[task.b];
+    const int row_begin = qb * query_block_, rows = rows_of(task.b, qb);
+    const int key_begin = kb * kKeyBlock, cols = cols_of(task.b, kb);
+    const int64_t row_terms = query_row_index(p_, seq, h, row_begin);
     const T slope = alibi_slope(p_, task.b, h);
     if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || vis == TileVisibility::kPartial)
       for (int c = 0; c < cols; ++c) {
@@ -273,10 +331,10 @@ class BackwardKernel {
         if (kNative16) scale_by(row, rows, softmax_scale<T>(p_));
         if (p_.softcap > 0)
           apply_softcap(row, rows, softcap<T>(p_), s.tanh_t.data() + size_t(c) * query_block_);
-        if (p_.alibi.ptr) add_alibi(row, rows, slope, row_begin + p_.diag_offset - key, 1);
+        if (p_.alibi.ptr) add_alibi(row, rows, slope, row_begin + seq.diag_offset - key, 1);
         if (vis == TileVisibility::kPartial)
           for (int r = 0; r < rows; ++r)
-            if (!key_visible(p_, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
+            if (!key_visible(seq, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
       }
     exp_shifted_by_tile(probs, cols, rows, query_block_, lse_shift_ + row_terms);
   }
@@ -284,11 +342,11 @@ class BackwardKernel {
   // dP_ijᵀ (in grads) -> dS_ijᵀ in place, through the softmax and the softcap.
   void probs_grad_to_scores_grad(const Task& task, int h, int qb, int kb, const T* probs,
                                  T* grads, const Scratch& s) const {
-    const int rows = rows_of(qb);
-    const int64_t row_terms = (int64_t(task.b) * p_.heads_q + h) * p_.seqlen_q + qb * query_block_;
-    softmax_grad_tile(grads, probs, cols_of(kb), rows, query_block_, d_terms_ + row_terms);
+    const int rows = rows_of(task.b, qb), cols = cols_of(task.b, kb);
+    const int64_t row_terms = query_row_index(p_, seqs_[task.b], h, qb * query_block_);
+    softmax_grad_tile(grads, probs, cols, rows, query_block_, d_terms_ + row_terms);
     if (p_.softcap > 0)
-      for (int c = 0; c < cols_of(kb); ++c)
+      for (int c = 0; c < cols; ++c)
         mul_softcap_grad(grads + size_t(c) * query_block_,
                          s.tanh_t.data() + size_t(c) * query_block_, rows);
   }
@@ -307,45 +365,41 @@ class BackwardKernel {
 
   // acc (cols x whole panels, row stride acc_stride_) += a (cols x query_block_, 16-bit) times
   // the panels of query block qb, one 64-column panel at a time.
-  void accumulate_panel_products(int cols, const In* a, const Panels16<In>& panels,
-                                 int64_t head, int qb, T* acc) const {
+  void accumulate_panel_products(int cols, const In* a, const Panels16<In>& panels, int b,
+                                 int h, int qb, T* acc) const {
     for (int panel = 0; panel < panels.panels_per_block; ++panel)
-      tile_gemm(cols, kPanelWidth, query_block_, a, query_block_, panels.panel(head, qb, panel),
+      tile_gemm(cols, kPanelWidth, query_block_, a, query_block_, panels.panel(b, h, qb, panel),
                 kPanelWidth, acc + panel * kPanelWidth, acc_stride_, /*accumulate=*/true, vnni_);
   }
 
   void accumulate_tile_16bit(const Task& task, int h, int qb, int kb, TileVisibility vis,
                              Scratch& s) {
     if constexpr (kNative16) {
-      const int b = task.b, rows = rows_of(qb), cols = cols_of(kb);
-      const int64_t q_head = int64_t(b) * p_.heads_q + h;
-      const int64_t kv_head = int64_t(b) * p_.heads_kv + task.kv_head;
+      const int b = task.b, kv_head = task.kv_head, rows = rows_of(b, qb), cols = cols_of(b, kb);
       T* probs = s.probs_t.data();
       T* grads = s.grad_t.data();
 
       // S_ijᵀ = Kj Qiᵀ (unscaled), then P_ijᵀ.
-      tile_gemm(cols, query_block_, gemm_dim_, k_rows16_.panel(kv_head, kb, 0), gemm_dim_,
-                q_t16_.panel(q_head, qb, 0), kPanelWidth, probs, query_block_, false, vnni_);
+      tile_gemm(cols, query_block_, gemm_dim_, k_rows16_.panel(b, kv_head, kb, 0), gemm_dim_,
+                q_t16_.panel(b, h, qb, 0), kPanelWidth, probs, query_block_, false, vnni_);
       scores_to_probs(task, h, qb, kb, vis, probs, s);
       round_tile_to_16bit(probs, rows, cols, s.probs16_t);
       // dVj += P_ijᵀ dOi
-      accumulate_panel_products(cols, s.probs16_t.data(), do_rows16_, q_head, qb,
-                                s.dv_acc.data());
+      accumulate_panel_products(cols, s.probs16_t.data(), do_rows16_, b, h, qb, s.dv_acc.data());
       // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ.
-      tile_gemm(cols, query_block_, gemm_dim_, v_rows16_.panel(kv_head, kb, 0), gemm_dim_,
-                do_t16_.panel(q_head, qb, 0), kPanelWidth, grads, query_block_, false, vnni_);
+      tile_gemm(cols, query_block_, gemm_dim_, v_rows16_.panel(b, kv_head, kb, 0), gemm_dim_,
+                do_t16_.panel(b, h, qb, 0), kPanelWidth, grads, query_block_, false, vnni_);
       probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
       round_tile_to_16bit(grads, rows, cols, s.grad16_t);
       // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
-      accumulate_panel_products(cols, s.grad16_t.data(), q_rows16_, q_head, qb,
-                                s.dk_acc.data());
+      accumulate_panel_products(cols, s.grad16_t.data(), q_rows16_, b, h, qb, s.dk_acc.data());
       // dQiᵀ += Kjᵀ dS_ijᵀ over the whole key block (dS_ijᵀ is 0 past the last key).
       const In* grads_b = s.grad16_t.data();
       if (vnni_) {
         pack_vnni_panel(grads_b, s.grad16_vnni.data(), kKeyBlock);
         grads_b = s.grad16_vnni.data();
       }
-      tile_gemm(dim_, query_block_, kKeyBlock, k_t16_.panel(kv_head, kb, 0), kKeyBlock, grads_b,
+      tile_gemm(dim_, query_block_, kKeyBlock, k_t16_.panel(b, kv_head, kb, 0), kKeyBlock, grads_b,
                 kPanelWidth, dq_partial(task.chunk, b, h, qb), query_block_, true, vnni_);
     }
   }
@@ -353,13 +407,14 @@ class BackwardKernel {
   void accumulate_tile_compute(const Task& task, int h, int qb, int kb, TileVisibility vis,
                                Scratch& s) {
     const int b = task.b, D = dim_;
-    const int row_begin = qb * query_block_, rows = rows_of(qb);
-    const int key_begin = kb * kKeyBlock, cols = cols_of(kb);
+    const Sequence& seq = seqs_[b];
+    const int row_begin = qb * query_block_, rows = rows_of(b, qb);
+    const int key_begin = kb * kKeyBlock, cols = cols_of(b, kb);
     int64_t ld_k, ld_v, ld_q, ld_do;
-    const T* k_rows = operand_rows(k_rows_, p_.k, b, task.kv_head, key_begin, &ld_k);
-    const T* v_rows = operand_rows(v_rows_, p_.v, b, task.kv_head, key_begin, &ld_v);
-    const T* q_rows = operand_rows(q_rows_, p_.q, b, h, row_begin, &ld_q);
-    const T* do_rows = operand_rows(do_rows_, p_.dout, b, h, row_begin, &ld_do);
+    const T* k_rows = operand_rows(k_rows_, p_.k, seq.k_row0, b, task.kv_head, key_begin, &ld_k);
+    const T* v_rows = operand_rows(v_rows_, p_.v, seq.k_row0, b, task.kv_head, key_begin, &ld_v);
+    const T* q_rows = operand_rows(q_rows_, p_.q, seq.q_row0, b, h, row_begin, &ld_q);
+    const T* do_rows = operand_rows(do_rows_, p_.dout, seq.q_row0, b, h, row_begin, &ld_do);
     T* probs = s.probs_t.data();
     T* grads = s.grad_t.data();
 
@@ -383,9 +438,10 @@ class BackwardKernel {
   void store_dk_dv(const Task& task, int kb, const Scratch& s) const {
     // dK = scale · Σ dS_ijᵀ Qi: Qi enters that product unscaled on both paths.
     const T dk_scale = softmax_scale<T>(p_);
-    for (int c = 0; c < cols_of(kb); ++c) {
-      In* dk_row = p_.dk.row<In>(task.b, task.kv_head, kb * kKeyBlock + c);
-      In* dv_row = p_.dv.row<In>(task.b, task.kv_head, kb * kKeyBlock + c);
+    const int64_t row0 = seqs_[task.b].k_row0 + kb * kKeyBlock;
+    for (int c = 0; c < cols_of(task.b, kb); ++c) {
+      In* dk_row = p_.dk.row<In>(task.b, task.kv_head, row0 + c);
+      In* dv_row = p_.dv.row<In>(task.b, task.kv_head, row0 + c);
       for (int d = 0; d < dim_; ++d) {
         dk_row[d] = static_cast<In>(dk_scale * s.dk_acc[size_t(c) * acc_stride_ + d]);
         dv_row[d] = static_cast<In>(s.dv_acc[size_t(c) * acc_stride_ + d]);
@@ -393,24 +449,30 @@ class BackwardKernel {
     }
   }
 
-  // dQ_i = scale · (sum over chunks, in chunk order, of the partial dQiᵀ)ᵀ.
-  void reduce_dq() {
-    const int64_t num_tiles = int64_t(p_.batch) * p_.heads_q * num_query_blocks_;
+  // dQ_i = scale · (sum over chunks, in chunk order, of the partial dQiᵀ)ᵀ, for the wave's
+  // sequences.
+  void reduce_dq(const Wave& wave) {
+    struct Tile {
+      int b, h, qb;
+    };
+    std::vector<Tile> tiles;
+    for (int b = wave.first; b < wave.last; ++b)
+      for (int h = 0; h < p_.heads_q; ++h)
+        for (int qb = 0; qb < work_[b].query_blocks; ++qb) tiles.push_back({b, h, qb});
     const int64_t tile_elements = int64_t(dim_) * query_block_;
-    at::parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, int64_t(tiles.size()), 1, [&](int64_t begin, int64_t end) {
       std::vector<T> sum(tile_elements);
       for (int64_t t = begin; t < end; ++t) {
-        const int qb = static_cast<int>(t % num_query_blocks_);
-        const int64_t bh = t / num_query_blocks_;
-        const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
+        const auto [b, h, qb] = tiles[t];
         std::copy_n(dq_partial(0, b, h, qb), tile_elements, sum.data());
-        for (int chunk = 1; chunk < num_chunks_; ++chunk) {
+        for (int chunk = 1; chunk < work_[b].chunks; ++chunk) {
           const T* part = dq_partial(chunk, b, h, qb);
           for (int64_t e = 0; e < tile_elements; ++e) sum[e] += part[e];
         }
         const T scale = softmax_scale<T>(p_);
-        for (int r = 0; r < rows_of(qb); ++r) {
-          In* dq_row = p_.dq.row<In>(b, h, qb * query_block_ + r);
+        const int64_t row0 = seqs_[b].q_row0 + qb * query_block_;
+        for (int r = 0; r < rows_of(b, qb); ++r) {
+          In* dq_row = p_.dq.row<In>(b, h, row0 + r);
           for (int d = 0; d < dim_; ++d)
             dq_row[d] = static_cast<In>(scale * sum[size_t(d) * query_block_ + r]);
         }
@@ -424,10 +486,8 @@ class BackwardKernel {
   const int acc_stride_;  // row stride of dKj/dVj: dim_, or rounded up to whole panels
   const bool vnni_;       // kNative16: B panels are VNNI-packed
   const int query_block_;
-  const int num_query_blocks_;
-  const int num_key_blocks_;
-  const int64_t dq_panel_elements_;  // one head's partial dQᵀ: [query block][D][query_block_]
-  const int64_t num_chunks_;
+  const std::vector<Sequence> seqs_;
+  std::vector<SequenceWork> work_;  // per sequence
   PackedHeads<T> q_rows_, q_panels_, do_rows_, do_panels_, k_rows_, k_panels_, v_rows_;
   // kNative16 operands: B panels of Qiᵀ, Qi, dOiᵀ, dOi; A tiles of Kj, Kjᵀ, Vj.
   Panels16<In> q_t16_, q_rows16_, do_t16_, do_rows16_, k_rows16_, k_t16_, v_rows16_;

@@ -1,16 +1,79 @@
 // Copies of the [B, S, H, D] operands in the compute type (fp32, or fp64), laid out so each
 // tile product is a plain row-major GEMM (tile_gemm.h): once per call, O(S·D) per head, instead
-// of converting or transposing a tile each time it is used.
+// of converting or transposing a tile each time it is used. Each sequence of the batch is
+// packed from its own first row in whole blocks, so a tile never straddles two sequences and a
+// sequence's packed data is the same whatever else is in the batch.
 #pragma once
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <cstdint>
+#include <vector>
 
+#include "../mask.h"
 #include "../params.h"
 #include "tiling.h"
 
 namespace flashattn::cpu {
+
+// The rows of batch entry b's sequence in a tensor view: [row0, row0 + length) of each head.
+struct SequenceRows {
+  int64_t row0;
+  int length;
+};
+
+// Every batch entry's sequence, read on the host (the CPU's cu_seqlens are host memory).
+inline std::vector<Sequence> host_sequences(const AttnParams& p) {
+  std::vector<Sequence> seqs(p.batch);
+  for (int b = 0; b < p.batch; ++b) seqs[b] = sequence_of(p, b);
+  return seqs;
+}
+
+inline std::vector<SequenceRows> query_rows(const std::vector<Sequence>& seqs) {
+  std::vector<SequenceRows> rows;
+  for (const Sequence& s : seqs) rows.push_back({s.q_row0, s.seqlen_q});
+  return rows;
+}
+
+inline std::vector<SequenceRows> key_rows(const std::vector<Sequence>& seqs) {
+  std::vector<SequenceRows> rows;
+  for (const Sequence& s : seqs) rows.push_back({s.k_row0, s.seqlen_k});
+  return rows;
+}
+
+// Where each (batch entry, head) starts in a packing of whole blocks of block_rows rows:
+// head h of entry b holds blocks[b] blocks from block first(b, h); sequences may differ in
+// length.
+struct BlockLayout {
+  std::vector<int64_t> first_block;  // [B]: of head 0 of entry b
+  std::vector<int> blocks;           // [B]: blocks per head of entry b
+  int heads = 0;
+  int64_t total_blocks = 0;
+
+  int64_t first(int b, int h) const { return first_block[b] + int64_t(h) * blocks[b]; }
+  int64_t num_heads() const { return int64_t(blocks.size()) * heads; }
+};
+
+inline BlockLayout block_layout(const std::vector<SequenceRows>& seqs, int heads,
+                                int block_rows) {
+  BlockLayout layout;
+  layout.heads = heads;
+  for (const SequenceRows& s : seqs) {
+    layout.first_block.push_back(layout.total_blocks);
+    layout.blocks.push_back(num_blocks(s.length, block_rows));
+    layout.total_blocks += int64_t(heads) * layout.blocks.back();
+  }
+  return layout;
+}
+
+// Calls f(b, h) for every (batch entry, head) of `layout`, in parallel.
+template <typename F>
+void for_each_head(const BlockLayout& layout, const F& f) {
+  at::parallel_for(0, layout.num_heads(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t bh = begin; bh < end; ++bh)
+      f(static_cast<int>(bh / layout.heads), static_cast<int>(bh % layout.heads));
+  });
+}
 
 enum class PackLayout {
   kRows,              // [S, D]: tiles of rows are GEMM operands as they are
@@ -29,36 +92,32 @@ template <typename T>
 struct PackedHeads {
   at::Tensor storage;
   T* data = nullptr;
-  int heads = 0;
-  int64_t head_elements = 0;
+  BlockLayout layout;
+  int64_t block_elements = 0;
 
-  const T* head(int b, int h) const { return data + (int64_t(b) * heads + h) * head_elements; }
+  const T* head(int b, int h) const { return data + layout.first(b, h) * block_elements; }
 };
 
-// Packs `src` (B x rows x heads x dim of In), multiplied by `factor` (1 copies exactly), in
-// parallel over heads. panel_width is the block height W of kTransposedPanels.
+// Packs each sequence of `src` (its rows of every head, `dim` elements of In each), multiplied
+// by `factor` (1 copies exactly), in parallel over heads, in blocks of block_rows rows (the
+// panel width W of kTransposedPanels).
 template <typename T, typename In>
-PackedHeads<T> pack_heads(const TensorView& src, int batch, int heads, int rows,
-                          int dim, PackLayout layout, int panel_width, T factor) {
+PackedHeads<T> pack_heads(const TensorView& src, const std::vector<SequenceRows>& seqs,
+                          int heads, int dim, PackLayout layout, int block_rows, T factor) {
   PackedHeads<T> packed;
-  packed.heads = heads;
-  const int padded_rows =
-      layout == PackLayout::kRows ? rows : num_blocks(rows, panel_width) * panel_width;
-  packed.head_elements = int64_t(padded_rows) * dim;
-  packed.data = alloc_workspace<T>(packed.storage, int64_t(batch) * heads * packed.head_elements);
-  at::parallel_for(0, int64_t(batch) * heads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t bh = begin; bh < end; ++bh) {
-      const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
-      T* dst = packed.data + bh * packed.head_elements;
-      for (int s = 0; s < rows; ++s) {
-        const In* in = src.row<const In>(b, h, s);
-        if (layout == PackLayout::kRows) {
-          for (int d = 0; d < dim; ++d) dst[int64_t(s) * dim + d] = static_cast<T>(in[d]) * factor;
-        } else {
-          T* panel = dst + int64_t(s / panel_width) * dim * panel_width + s % panel_width;
-          for (int d = 0; d < dim; ++d)
-            panel[int64_t(d) * panel_width] = static_cast<T>(in[d]) * factor;
-        }
+  packed.layout = block_layout(seqs, heads, block_rows);
+  packed.block_elements = int64_t(block_rows) * dim;
+  packed.data =
+      alloc_workspace<T>(packed.storage, packed.layout.total_blocks * packed.block_elements);
+  for_each_head(packed.layout, [&](int b, int h) {
+    T* dst = packed.data + packed.layout.first(b, h) * packed.block_elements;
+    for (int s = 0; s < seqs[b].length; ++s) {
+      const In* in = src.row<const In>(b, h, seqs[b].row0 + s);
+      if (layout == PackLayout::kRows) {
+        for (int d = 0; d < dim; ++d) dst[int64_t(s) * dim + d] = static_cast<T>(in[d]) * factor;
+      } else {
+        T* panel = dst + int64_t(s / block_rows) * dim * block_rows + s % block_rows;
+        for (int d = 0; d < dim; ++d) panel[int64_t(d) * block_rows] = static_cast<T>(in[d]) * factor;
       }
     }
   });

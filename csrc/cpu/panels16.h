@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dtype_dispatch.h"
@@ -124,52 +125,56 @@ void pack_vnni_panel(const In16* in, In16* out, int rows) {
   at::native::cpublas::pack(rows, kPanelWidth, kPanelWidth, kPanelWidth, dtype, dtype, in, out);
 }
 
-// panels[head][block][index], each [panel_rows][panel_width], row-major or VNNI-packed. B
-// operands are kPanelWidth wide with an even row count; A operands (never VNNI) may be any shape.
+// panels[(b, h)][block][index], each [panel_rows][panel_width], row-major or VNNI-packed, with
+// the blocks of each (batch entry, head) placed by a BlockLayout (sequences may differ in
+// length). B operands are kPanelWidth wide with an even row count; A operands (never VNNI) may
+// be any shape.
 template <typename In16>
 struct Panels16 {
   at::Tensor storage;
   const In16* data = nullptr;
+  BlockLayout layout;
   int panel_rows = 0;
   int panel_width = kPanelWidth;
   int panels_per_block = 0;
-  int blocks_per_head = 0;
 
   int64_t panel_elements() const { return int64_t(panel_rows) * panel_width; }
-  const In16* panel(int64_t head, int block, int index) const {
-    return data + ((head * blocks_per_head + block) * panels_per_block + index) * panel_elements();
+  const In16* panel(int b, int h, int block, int index) const {
+    return data + ((layout.first(b, h) + block) * panels_per_block + index) * panel_elements();
   }
 };
 
-// Calls fill(head, block, index, panel) for every panel, on a zeroed row-major panel, then
+// Calls fill(b, h, block, index, panel) for every panel, on a zeroed row-major panel, then
 // VNNI-packs it when `vnni`; in parallel over heads.
 template <typename In16, typename Fill>
-Panels16<In16> build_panels(int64_t heads, int blocks_per_head, int panels_per_block,
-                            int panel_rows, int panel_width, bool vnni, const Fill& fill) {
+Panels16<In16> build_panels(BlockLayout layout, int panels_per_block, int panel_rows,
+                            int panel_width, bool vnni, const Fill& fill) {
   TORCH_CHECK(!vnni || (panel_width == kPanelWidth && panel_rows % 2 == 0),
               "flashattn: internal error: VNNI panels must be 64 wide with an even row count");
   Panels16<In16> panels;
+  panels.layout = std::move(layout);
   panels.panel_rows = panel_rows;
   panels.panel_width = panel_width;
   panels.panels_per_block = panels_per_block;
-  panels.blocks_per_head = blocks_per_head;
-  const int64_t per_head = int64_t(blocks_per_head) * panels_per_block * panels.panel_elements();
-  panels.storage = at::empty({heads * per_head}, at::TensorOptions().dtype(
-                                                     c10::CppTypeToScalarType<In16>::value));
+  panels.storage =
+      at::empty({panels.layout.total_blocks * panels_per_block * panels.panel_elements()},
+                at::TensorOptions().dtype(c10::CppTypeToScalarType<In16>::value));
   In16* data = panels.storage.template data_ptr<In16>();
   panels.data = data;
-  at::parallel_for(0, heads, 1, [&](int64_t begin, int64_t end) {
+  const BlockLayout& placed = panels.layout;
+  at::parallel_for(0, placed.num_heads(), 1, [&](int64_t begin, int64_t end) {
     std::vector<In16> row_major(vnni ? panels.panel_elements() : 0);
-    for (int64_t head = begin; head < end; ++head)
-      for (int block = 0; block < blocks_per_head; ++block)
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int b = static_cast<int>(bh / placed.heads), h = static_cast<int>(bh % placed.heads);
+      for (int block = 0; block < placed.blocks[b]; ++block)
         for (int index = 0; index < panels_per_block; ++index) {
-          In16* dst = data + ((head * blocks_per_head + block) * panels_per_block + index) *
-                                 panels.panel_elements();
+          In16* dst = const_cast<In16*>(panels.panel(b, h, block, index));
           In16* staging = vnni ? row_major.data() : dst;
           std::fill_n(staging, panels.panel_elements(), In16(0.f));  // padding must be 0, not NaN
-          fill(head, block, index, staging);
+          fill(b, h, block, index, staging);
           if (vnni) pack_vnni_panel(staging, dst, panel_rows);
         }
+    }
   });
   return panels;
 }
@@ -177,17 +182,15 @@ Panels16<In16> build_panels(int64_t heads, int blocks_per_head, int panels_per_b
 // Kᵀ for S = Q Kᵀ: block kb holds keys [kb·key_block, +key_block) as key_block / kPanelWidth
 // panels; panel p is [dim rounded up to even][kPanelWidth], column j = key kb·key_block + p·64 + j.
 template <typename In16>
-Panels16<In16> pack_key_panels(const TensorView& keys, int batch, int heads,
-                               int seqlen, int dim, int key_block, bool vnni) {
-  const int blocks = num_blocks(seqlen, key_block);
+Panels16<In16> pack_key_panels(const TensorView& keys, const std::vector<SequenceRows>& seqs,
+                               int heads, int dim, int key_block, bool vnni) {
   return build_panels<In16>(
-      int64_t(batch) * heads, blocks, key_block / kPanelWidth, round_up(dim, 2), kPanelWidth, vnni,
-      [&](int64_t bh, int block, int index, In16* panel) {
-        const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
+      block_layout(seqs, heads, key_block), key_block / kPanelWidth, round_up(dim, 2),
+      kPanelWidth, vnni, [&](int b, int h, int block, int index, In16* panel) {
         const int first = block * key_block + index * kPanelWidth;
-        const int count = std::clamp(seqlen - first, 0, kPanelWidth);
+        const int count = std::clamp(seqs[b].length - first, 0, kPanelWidth);
         for (int j = 0; j < count; ++j) {
-          const In16* key = keys.row<const In16>(b, h, first + j);
+          const In16* key = keys.row<const In16>(b, h, seqs[b].row0 + first + j);
           for (int d = 0; d < dim; ++d) panel[int64_t(d) * kPanelWidth + j] = key[d];
         }
       });
@@ -196,50 +199,48 @@ Panels16<In16> pack_key_panels(const TensorView& keys, int batch, int heads,
 // V for O += P V: block kb holds rows [kb·key_block, +key_block) (key_block is even) as
 // ceil(dim / 64) panels; panel c is [key_block][kPanelWidth], columns c·64 ... c·64 + 63 of V.
 template <typename In16>
-Panels16<In16> pack_value_panels(const TensorView& values, int batch, int heads,
-                                 int seqlen, int dim, int key_block, bool vnni) {
-  const int blocks = num_blocks(seqlen, key_block);
+Panels16<In16> pack_value_panels(const TensorView& values, const std::vector<SequenceRows>& seqs,
+                                 int heads, int dim, int key_block, bool vnni) {
   return build_panels<In16>(
-      int64_t(batch) * heads, blocks, num_blocks(dim, kPanelWidth), key_block, kPanelWidth, vnni,
-      [&](int64_t bh, int block, int index, In16* panel) {
-        const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
-        const int rows = std::min(key_block, seqlen - block * key_block);
+      block_layout(seqs, heads, key_block), num_blocks(dim, kPanelWidth), key_block, kPanelWidth,
+      vnni, [&](int b, int h, int block, int index, In16* panel) {
+        const int rows = std::min(key_block, seqs[b].length - block * key_block);
         const int first_col = index * kPanelWidth;
         const int cols = std::min(kPanelWidth, dim - first_col);
         for (int j = 0; j < rows; ++j)
-          std::copy_n(values.row<const In16>(b, h, block * key_block + j) + first_col, cols,
-                      panel + int64_t(j) * kPanelWidth);
+          std::copy_n(values.row<const In16>(b, h, seqs[b].row0 + block * key_block + j) +
+                          first_col,
+                      cols, panel + int64_t(j) * kPanelWidth);
       });
 }
 
 // A operands (row-major): block kb is rows [kb·block_rows, +block_rows) of `src` as a
 // [block_rows][dim rounded up to even] tile, the K of a product with pack_key_panels' panels.
 template <typename In16>
-Panels16<In16> pack_row_tiles(const TensorView& src, int batch, int heads,
-                              int seqlen, int dim, int block_rows) {
+Panels16<In16> pack_row_tiles(const TensorView& src, const std::vector<SequenceRows>& seqs,
+                              int heads, int dim, int block_rows) {
+  const int width = round_up(dim, 2);
   return build_panels<In16>(
-      int64_t(batch) * heads, num_blocks(seqlen, block_rows), 1, block_rows, round_up(dim, 2),
-      /*vnni=*/false, [&](int64_t bh, int block, int, In16* tile) {
-        const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
-        const int rows = std::min(block_rows, seqlen - block * block_rows);
-        const int width = round_up(dim, 2);
+      block_layout(seqs, heads, block_rows), 1, block_rows, width, /*vnni=*/false,
+      [&](int b, int h, int block, int, In16* tile) {
+        const int rows = std::min(block_rows, seqs[b].length - block * block_rows);
         for (int j = 0; j < rows; ++j)
-          std::copy_n(src.row<const In16>(b, h, block * block_rows + j), dim, tile + int64_t(j) * width);
+          std::copy_n(src.row<const In16>(b, h, seqs[b].row0 + block * block_rows + j), dim,
+                      tile + int64_t(j) * width);
       });
 }
 
 // A operands (row-major): block kb is the transpose of rows [kb·block_rows, +block_rows) of
 // `src`, a [dim][block_rows] tile with zero columns past the last row.
 template <typename In16>
-Panels16<In16> pack_transposed_tiles(const TensorView& src, int batch, int heads,
-                                     int seqlen, int dim, int block_rows) {
+Panels16<In16> pack_transposed_tiles(const TensorView& src, const std::vector<SequenceRows>& seqs,
+                                     int heads, int dim, int block_rows) {
   return build_panels<In16>(
-      int64_t(batch) * heads, num_blocks(seqlen, block_rows), 1, dim, block_rows, /*vnni=*/false,
-      [&](int64_t bh, int block, int, In16* tile) {
-        const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
-        const int rows = std::min(block_rows, seqlen - block * block_rows);
+      block_layout(seqs, heads, block_rows), 1, dim, block_rows, /*vnni=*/false,
+      [&](int b, int h, int block, int, In16* tile) {
+        const int rows = std::min(block_rows, seqs[b].length - block * block_rows);
         for (int j = 0; j < rows; ++j) {
-          const In16* row = src.row<const In16>(b, h, block * block_rows + j);
+          const In16* row = src.row<const In16>(b, h, seqs[b].row0 + block * block_rows + j);
           for (int d = 0; d < dim; ++d) tile[int64_t(d) * block_rows + j] = row[d];
         }
       });

@@ -14,14 +14,14 @@ enum class TileVisibility {
 };
 
 // Tile of query rows [row_begin, row_end) and keys [key_begin, key_end); both ranges non-empty.
-inline TileVisibility tile_visibility(const AttnParams& p, int row_begin, int row_end,
+inline TileVisibility tile_visibility(const Sequence& s, int row_begin, int row_end,
                                       int key_begin, int key_end) {
-  const int span_begin = first_visible_key(p, row_begin);
-  const int span_end = visible_key_end(p, row_end - 1);
+  const int span_begin = first_visible_key(s, row_begin);
+  const int span_end = visible_key_end(s, row_end - 1);
   if (span_end <= key_begin || span_begin >= key_end || span_begin >= span_end)
     return TileVisibility::kNone;
-  const bool all_visible = first_visible_key(p, row_end - 1) <= key_begin &&
-                           visible_key_end(p, row_begin) >= key_end;
+  const bool all_visible = first_visible_key(s, row_end - 1) <= key_begin &&
+                           visible_key_end(s, row_begin) >= key_end;
   return all_visible ? TileVisibility::kFull : TileVisibility::kPartial;
 }
 
@@ -31,10 +31,10 @@ struct BlockRange {
   int last = 0;
 };
 
-inline BlockRange visible_key_blocks(const AttnParams& p, int row_begin, int row_end,
+inline BlockRange visible_key_blocks(const Sequence& s, int row_begin, int row_end,
                                      int block_size) {
-  const int span_begin = first_visible_key(p, row_begin);
-  const int span_end = std::min(visible_key_end(p, row_end - 1), p.seqlen_k);
+  const int span_begin = first_visible_key(s, row_begin);
+  const int span_end = std::min(visible_key_end(s, row_end - 1), s.seqlen_k);
   if (span_begin >= span_end) return {};
   return {span_begin / block_size, (span_end + block_size - 1) / block_size};
 }

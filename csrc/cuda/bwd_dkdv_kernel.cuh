@@ -30,8 +30,8 @@ namespace flashattn::cuda {
 template <typename Traits, typename Element, bool ComputeDk, bool ComputeDv>
 __global__ void __launch_bounds__(Traits::kNThreads)
     bwd_dkdv_kernel_16bit(const AttnBwdParams p,
-                          const float* d_gmem,   // [B, Hq, Sq] D_i
-                          float* dq_accum_gmem,  // [B, Hq, Sq, kHeadDim] or nullptr: no dQ
+                          const float* d_gmem,   // D_i (mask.h, query_row_index)
+                          float* dq_accum_gmem,  // rows of dq_accum_cols, or nullptr: no dQ
                           int dq_accum_cols) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -52,6 +52,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int batch = static_cast<int>(batch_head_kv / p.heads_kv);
   const int head_kv = static_cast<int>(batch_head_kv % p.heads_kv);
   const int n_start = blockIdx.x * kBlockN;
+  // The grid covers the longest sequence; CTAs past this one's keys have nothing to do.
+  const Sequence seq = sequence_of(p, batch);
+  if (n_start >= seq.seqlen_k) return;
   const bool want_dq = ComputeDk && dq_accum_gmem != nullptr;
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
@@ -71,9 +74,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       rows_are_16b_aligned(p.dout);
 
   // Query tiles that see this key tile; the same for every head of the group.
-  const int key_last = min(n_start + kBlockN, p.seqlen_k) - 1;
+  const int key_last = min(n_start + kBlockN, seq.seqlen_k) - 1;
   int row_begin, row_end;
-  rows_seeing_keys(p, n_start, key_last, row_begin, row_end);
+  rows_seeing_keys(seq, n_start, key_last, row_begin, row_end);
   const int m_block_begin = row_begin / kBlockM;
   const int m_blocks = row_end > row_begin ? (row_end + kBlockM - 1) / kBlockM - m_block_begin : 0;
   const int iterations = m_blocks * p.head_group;  // (head in group) x (query tile)
@@ -84,31 +87,32 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const int stage = it % kStages;
     const int head = head_of(it);
     const int m_start = m_start_of(it);
-    const int rows_valid = p.seqlen_q - m_start;
+    const int rows_valid = seq.seqlen_q - m_start;
+    const int64_t q_row = seq.q_row0 + m_start;
     load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-        q_smem(stage), p.q.row<const uint16_t>(batch, head, m_start), p.q.row_stride,
-        rows_valid, p.head_dim, aligned);
+        q_smem(stage), p.q.row<const uint16_t>(batch, head, q_row), p.q.row_stride, rows_valid,
+        p.head_dim, aligned);
     load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-        do_smem(stage), p.dout.row<const uint16_t>(batch, head, m_start), p.dout.row_stride,
+        do_smem(stage), p.dout.row<const uint16_t>(batch, head, q_row), p.dout.row_stride,
         rows_valid, p.head_dim, aligned);
     // LSE_i (in log2 units) and D_i: a few floats, plain loads; rows past Sq are masked.
-    const int64_t d_row0 = (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + m_start;
+    const int64_t d_row0 = query_row_index(p, seq, head, m_start);
     for (int i = threadIdx.x; i < kBlockM; i += kNThreads) {
       const bool valid = i < rows_valid;
       lse_smem[stage * kBlockM + i] =
-          valid ? *p.lse.row<const float>(batch, head, m_start + i) * kLog2e : 0.f;
+          valid ? *p.lse.row<const float>(batch, head, q_row + i) * kLog2e : 0.f;
       dsum_smem[stage * kBlockM + i] = valid ? d_gmem[d_row0 + i] : 0.f;
     }
   };
 
   // Prologue: Kj, Vj and the first kStages - 1 query tiles, one cp.async group per tile.
-  const int keys_valid = p.seqlen_k - n_start;
+  const int keys_valid = seq.seqlen_k - n_start;
   load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-      k_smem, p.k.row<const uint16_t>(batch, head_kv, n_start), p.k.row_stride, keys_valid,
-      p.head_dim, aligned);
+      k_smem, p.k.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.k.row_stride,
+      keys_valid, p.head_dim, aligned);
   load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-      v_smem, p.v.row<const uint16_t>(batch, head_kv, n_start), p.v.row_stride, keys_valid,
-      p.head_dim, aligned);
+      v_smem, p.v.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.v.row_stride,
+      keys_valid, p.head_dim, aligned);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < iterations) load_q_do(s);
@@ -126,7 +130,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // ldmatrix lane -> row/column maps, as in fwd_kernel.cuh.
   const int a_row = lane % 16, a_col = (lane / 16) * 8;
   const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
-  const bool tail_keys = n_start + kBlockN > p.seqlen_k;
+  const bool tail_keys = n_start + kBlockN > seq.seqlen_k;
 
   float dk_rmem[kNTilesD][4], dv_rmem[kNTilesD][4];
 #pragma unroll
@@ -149,7 +153,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const uint16_t* doi_smem = do_smem(stage);
     const float* lse_log2 = lse_smem + stage * kBlockM;
     const float* dsum = dsum_smem + stage * kBlockM;
-    const LogitRules rules = LogitRules::make(p, batch, head);
+    const LogitRules rules = LogitRules::make(p, seq, batch, head);
 
     // S^T = Kj Qi^T and dP^T = Vj dOi^T for this warp's 16 keys.
     float s_rmem[kNTilesM][4], dp_rmem[kNTilesM][4];
@@ -187,9 +191,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     // P^T and dS^T, element by element. Only tiles some query of which misses some key (or
     // that hang over Sq or Sk) pay for the mask.
     const int m_last = m_start + kBlockM - 1;
-    const bool needs_mask = tail_keys || m_last >= p.seqlen_q ||
-                            first_visible_key(p, m_last) > n_start ||
-                            visible_key_end(p, m_start) < n_start + kBlockN;
+    const bool needs_mask = tail_keys || m_last >= seq.seqlen_q ||
+                            first_visible_key(seq, m_last) > n_start ||
+                            visible_key_end(seq, m_start) < n_start + kBlockN;
 #pragma unroll
     for (int j = 0; j < kNTilesM; ++j) {
 #pragma unroll
@@ -197,9 +201,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         const int col = j * kMmaN + lane_col + c % 2;  // query within Qi
         const int query = m_start + col;
         const int kv = key[c / 2];
-        const bool visible = !needs_mask || (query < p.seqlen_q &&
-                                             kv >= first_visible_key(p, query) &&
-                                             kv < visible_key_end(p, query));
+        const bool visible = !needs_mask || (query < seq.seqlen_q &&
+                                             kv >= first_visible_key(seq, query) &&
+                                             kv < visible_key_end(seq, query));
         float dlogit_ds;
         const float x = rules.log2_logit(s_rmem[j][c], query, kv, dlogit_ds);
         const float prob = visible ? ptx::exp2_approx(x - lse_log2[col]) : 0.f;
@@ -258,9 +262,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       // so the partial sums stay small, each added to the fp32 accumulator right away.
       const int row_group = warp % Traits::kDqRowGroups;
       const int col_part = warp / Traits::kDqRowGroups;
-      float* dq_accum = dq_accum_gmem +
-                        ((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q) *
-                            dq_accum_cols;  // [Sq, dq_accum_cols]
+      float* dq_accum = dq_accum_gmem + query_row_index(p, seq, head, 0) *
+                                            dq_accum_cols;  // [Sq, dq_accum_cols]
 #pragma unroll
       for (int c0 = 0; c0 < Traits::kDqColsPerWarp; c0 += 2 * kMmaN) {
         const int col0 = col_part * Traits::kDqColsPerWarp + c0;
@@ -282,7 +285,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
           for (int c = 0; c < 4; ++c) {
             const int row = m_start + row_group * kMmaM + lane / 4 + (c / 2) * kRowOffsetHi;
             const int col = col0 + t * kMmaN + lane_col + c % 2;
-            if (row < p.seqlen_q && col < p.head_dim)
+            if (row < seq.seqlen_q && col < p.head_dim)
               atomicAdd(dq_accum + static_cast<int64_t>(row) * dq_accum_cols + col, acc[t][c]);
           }
       }
@@ -295,11 +298,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // Epilogue: dK_j, dV_j (already summed over the GQA group).
   const float unit[kRowsPerThread] = {1.f, 1.f};
   if constexpr (ComputeDk)
-    store_accumulator_rows<Element, kNTilesD>(dk_rmem, key, unit, p.seqlen_k, p.head_dim,
-                                              lane_col, p.dk, batch, head_kv);
+    store_accumulator_rows<Element, kNTilesD>(dk_rmem, key, unit, seq.seqlen_k, p.head_dim,
+                                              lane_col, p.dk, batch, head_kv, seq.k_row0);
   if constexpr (ComputeDv)
-    store_accumulator_rows<Element, kNTilesD>(dv_rmem, key, unit, p.seqlen_k, p.head_dim,
-                                              lane_col, p.dv, batch, head_kv);
+    store_accumulator_rows<Element, kNTilesD>(dv_rmem, key, unit, seq.seqlen_k, p.head_dim,
+                                              lane_col, p.dv, batch, head_kv, seq.k_row0);
 }
 
 }  // namespace flashattn::cuda

@@ -21,7 +21,7 @@ namespace flashattn::cuda {
 
 template <typename Traits, typename Element>
 __global__ void __launch_bounds__(Traits::kNThreads)
-    bwd_dq_kernel_16bit(const AttnBwdParams p, const float* d_gmem /* [B, Hq, Sq] D_i */) {
+    bwd_dq_kernel_16bit(const AttnBwdParams p, const float* d_gmem /* D_i, by query_row_index */) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -39,14 +39,16 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int head = static_cast<int>(batch_head % p.heads_q);
   const int head_kv = head / p.head_group;
   const int m_start = blockIdx.x * kBlockM;
+  const Sequence seq = sequence_of(p, batch);
+  if (m_start >= seq.seqlen_q) return;  // the grid covers the longest sequence
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 &&
       rows_are_16b_aligned(p.q) && rows_are_16b_aligned(p.k) && rows_are_16b_aligned(p.v) &&
       rows_are_16b_aligned(p.dout);
   // [Sk, D] views of this (batch, kv head).
-  const uint16_t* k_gmem = p.k.head<const uint16_t>(batch, head_kv);
-  const uint16_t* v_gmem = p.v.head<const uint16_t>(batch, head_kv);
+  const uint16_t* k_gmem = p.k.row<const uint16_t>(batch, head_kv, seq.k_row0);
+  const uint16_t* v_gmem = p.v.row<const uint16_t>(batch, head_kv, seq.k_row0);
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
   uint16_t* q_smem = smem;                                   // [kBlockM, kStride]
@@ -55,31 +57,32 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   auto k_smem = [&](int stage) { return kv_smem + (2 * stage) * Traits::kKVTileSmemElems; };
   auto v_smem = [&](int stage) { return kv_smem + (2 * stage + 1) * Traits::kKVTileSmemElems; };
 
-  const int m_last = min(m_start + kBlockM, p.seqlen_q) - 1;
-  const int key_begin = first_visible_key(p, m_start);
-  const int key_end = visible_key_end(p, m_last);
+  const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
+  const int key_begin = first_visible_key(seq, m_start);
+  const int key_end = visible_key_end(seq, m_last);
   const int tile_begin = key_begin / kBlockN;
   const int tile_end = key_end > key_begin ? (key_end + kBlockN - 1) / kBlockN : tile_begin;
-  const int unmasked_from = first_visible_key(p, m_last);
-  const int unmasked_to = visible_key_end(p, m_start);
+  const int unmasked_from = first_visible_key(seq, m_last);
+  const int unmasked_to = visible_key_end(seq, m_start);
 
   auto load_kv = [&](int tile) {
     const int stage = (tile - tile_begin) % kStages;
     const int n_start = tile * kBlockN;
     load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-        k_smem(stage), k_gmem + n_start * p.k.row_stride, p.k.row_stride, p.seqlen_k - n_start,
+        k_smem(stage), k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
         p.head_dim, aligned);
     load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-        v_smem(stage), v_gmem + n_start * p.v.row_stride, p.v.row_stride, p.seqlen_k - n_start,
+        v_smem(stage), v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
         p.head_dim, aligned);
   };
 
-  const int rows_valid = p.seqlen_q - m_start;
+  const int rows_valid = seq.seqlen_q - m_start;
   load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-      q_smem, p.q.row<const uint16_t>(batch, head, m_start), p.q.row_stride, rows_valid,
+      q_smem, p.q.row<const uint16_t>(batch, head, seq.q_row0 + m_start), p.q.row_stride, rows_valid,
       p.head_dim, aligned);
   load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-      do_smem, p.dout.row<const uint16_t>(batch, head, m_start), p.dout.row_stride, rows_valid,
+      do_smem, p.dout.row<const uint16_t>(batch, head, seq.q_row0 + m_start), p.dout.row_stride,
+      rows_valid,
       p.head_dim, aligned);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -95,16 +98,17 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     row[r] = m_start + warp_row0 + lane / 4 + r * kRowOffsetHi;
-    row_first_key[r] = first_visible_key(p, row[r]);
-    row_key_end[r] = visible_key_end(p, row[r]);
-    const bool valid = row[r] < p.seqlen_q;
-    lse_log2[r] = valid ? *p.lse.row<const float>(batch, head, row[r]) * kLog2e : 0.f;
-    dsum[r] = valid ? d_gmem[batch_head * p.seqlen_q + row[r]] : 0.f;
+    row_first_key[r] = first_visible_key(seq, row[r]);
+    row_key_end[r] = visible_key_end(seq, row[r]);
+    const bool valid = row[r] < seq.seqlen_q;
+    lse_log2[r] =
+        valid ? *p.lse.row<const float>(batch, head, seq.q_row0 + row[r]) * kLog2e : 0.f;
+    dsum[r] = valid ? d_gmem[query_row_index(p, seq, head, row[r])] : 0.f;
   }
   const int lane_col = 2 * (lane % 4);
   const int a_row = lane % 16, a_col = (lane / 16) * 8;
   const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
-  const LogitRules rules = LogitRules::make(p, batch, head);
+  const LogitRules rules = LogitRules::make(p, seq, batch, head);
 
   float dq_rmem[kNTilesD][4];
 #pragma unroll
@@ -184,8 +188,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   ptx::cp_async_wait_all();
 
   const float unit[kRowsPerThread] = {1.f, 1.f};
-  store_accumulator_rows<Element, kNTilesD>(dq_rmem, row, unit, p.seqlen_q, p.head_dim, lane_col,
-                                            p.dq, batch, head);
+  store_accumulator_rows<Element, kNTilesD>(dq_rmem, row, unit, seq.seqlen_q, p.head_dim,
+                                            lane_col, p.dq, batch, head, seq.q_row0);
 }
 
 }  // namespace flashattn::cuda

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
 #include "grid.h"
@@ -14,13 +15,23 @@
 
 namespace flashattn::cuda {
 
-// The row of [B, Hq, Sq] this warp handles, or -1 when it is past the end.
-__device__ __forceinline__ int64_t row_kernel_row(const AttnParams& p, int& row) {
-  const int64_t batch_head = folded_batch_head();
-  row = blockIdx.x * kRowKernelWarps + threadIdx.x / kWarpSize;
-  if (batch_head >= static_cast<int64_t>(p.batch) * p.heads_q || row >= p.seqlen_q) return -1;
-  return batch_head;
-}
+// The query row this warp handles: row `row` of sequence `seq`, query head `head`.
+struct RowKernelRow {
+  bool valid;  // false: past the end of the grid's (batch, head)s or of the sequence
+  int batch, head, row;
+  Sequence seq;
+
+  __device__ __forceinline__ explicit RowKernelRow(const AttnParams& p) {
+    const int64_t batch_head = folded_batch_head();
+    row = blockIdx.x * kRowKernelWarps + threadIdx.x / kWarpSize;
+    valid = batch_head < static_cast<int64_t>(p.batch) * p.heads_q;
+    if (!valid) return;
+    batch = static_cast<int>(batch_head / p.heads_q);
+    head = static_cast<int>(batch_head % p.heads_q);
+    seq = sequence_of(p, batch);
+    valid = row < seq.seqlen_q;
+  }
+};
 
 // Element as stored: raw 16-bit bits, or float.
 template <typename Element>
@@ -39,27 +50,26 @@ __device__ __forceinline__ float load_as_float(const Storage<Element>* ptr) {
 template <typename Element>
 __global__ void __launch_bounds__(kRowKernelThreads)
     bwd_dot_do_o_kernel(const AttnBwdParams p,
-                        float* d_gmem,         // [B, Hq, Sq] D_i
-                        float* dq_accum_gmem,  // [B, Hq, Sq, dq_accum_cols], or nullptr
+                        float* d_gmem,         // D_i (mask.h, query_row_index)
+                        float* dq_accum_gmem,  // rows of dq_accum_cols, or nullptr
                         int dq_accum_cols) {
-  int row;
-  const int64_t batch_head = row_kernel_row(p, row);
-  if (batch_head < 0) return;
-  const int batch = static_cast<int>(batch_head / p.heads_q);
-  const int head = static_cast<int>(batch_head % p.heads_q);
+  const RowKernelRow at(p);
+  if (!at.valid) return;
+  const int64_t q_row = at.seq.q_row0 + at.row;
   const int lane = threadIdx.x % kWarpSize;
   // [D] rows of O and dO.
-  const Storage<Element>* o_row = p.o.row<const Storage<Element>>(batch, head, row);
-  const Storage<Element>* do_row = p.dout.row<const Storage<Element>>(batch, head, row);
+  const Storage<Element>* o_row = p.o.row<const Storage<Element>>(at.batch, at.head, q_row);
+  const Storage<Element>* do_row = p.dout.row<const Storage<Element>>(at.batch, at.head, q_row);
   float sum = 0.f;
   for (int c = lane; c < p.head_dim; c += kWarpSize)
     sum += load_as_float<Element>(o_row + c) * load_as_float<Element>(do_row + c);
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
-  const int64_t row_index = batch_head * p.seqlen_q + row;  // into the [B, Hq, Sq] workspace
+  const int64_t row_index = query_row_index(p, at.seq, at.head, at.row);
   if (lane == 0) {
-    const float dlse = p.dlse.ptr != nullptr ? *p.dlse.row<const float>(batch, head, row) : 0.f;
+    const float dlse =
+        p.dlse.ptr != nullptr ? *p.dlse.row<const float>(at.batch, at.head, q_row) : 0.f;
     d_gmem[row_index] = sum - dlse;
   }
   if (dq_accum_gmem != nullptr) {
@@ -71,16 +81,14 @@ __global__ void __launch_bounds__(kRowKernelThreads)
 template <typename Element>
 __global__ void __launch_bounds__(kRowKernelThreads)
     bwd_convert_dq_kernel(const AttnBwdParams p,
-                          const float* dq_accum_gmem,  // [B, Hq, Sq, dq_accum_cols]
+                          const float* dq_accum_gmem,  // rows of dq_accum_cols, same index
                           int dq_accum_cols) {
-  int row;
-  const int64_t batch_head = row_kernel_row(p, row);
-  if (batch_head < 0) return;
-  const int batch = static_cast<int>(batch_head / p.heads_q);
-  const int head = static_cast<int>(batch_head % p.heads_q);
+  const RowKernelRow at(p);
+  if (!at.valid) return;
   const int lane = threadIdx.x % kWarpSize;
-  const float* accum_row = dq_accum_gmem + (batch_head * p.seqlen_q + row) * dq_accum_cols;
-  uint16_t* dq_row = p.dq.row<uint16_t>(batch, head, row);  // [D]
+  const float* accum_row =
+      dq_accum_gmem + query_row_index(p, at.seq, at.head, at.row) * dq_accum_cols;
+  uint16_t* dq_row = p.dq.row<uint16_t>(at.batch, at.head, at.seq.q_row0 + at.row);  // [D]
   for (int c = lane; c < p.head_dim; c += kWarpSize)
     dq_row[c] = static_cast<uint16_t>(pack_rn<Element>(accum_row[c], 0.f));
 }

@@ -2,6 +2,8 @@
 // extension: the element type picks the family (tensor cores for fp16/bf16, SIMT for fp32),
 // the head dim picks the smallest compiled tile that holds it.
 #pragma once
+#include <c10/util/Exception.h>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -74,10 +76,11 @@ inline int bwd_smem_bytes(const KernelChoice& choice) {
   return bytes;
 }
 
-// fp32 scratch of the backward, in floats: D_i [B, Hq, Sq], then, for the 16-bit kernels
-// unless deterministic, the dQ accumulator [B, Hq, Sq, head_dim_tile].
+// fp32 scratch of the backward, in floats, rows by query_row_index (mask.h): D_i [Hq, total_q],
+// then, for the 16-bit kernels unless deterministic, the dQ accumulator
+// [Hq, total_q, head_dim_tile].
 inline int64_t bwd_workspace_floats(const AttnBwdParams& p, const KernelChoice& choice) {
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+  const int64_t rows = p.heads_q * p.total_q;
   const bool dq_accum = choice.type != ElementType::kFloat && !p.deterministic;
   return rows * (1 + (dq_accum ? choice.head_dim_tile : 0));
 }

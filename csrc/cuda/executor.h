@@ -33,7 +33,8 @@ template <typename Device>
 struct CudaExecutor {
   static const ExecutorLimits& limits() {
     static const ExecutorLimits cuda_limits{
-        Device::kExecutorName, {at::kHalf, at::kBFloat16, at::kFloat}, kMaxHeadDim};
+        Device::kExecutorName, {at::kHalf, at::kBFloat16, at::kFloat}, kMaxHeadDim,
+        /*reads_lengths_on_host=*/false};
     return cuda_limits;
   }
 

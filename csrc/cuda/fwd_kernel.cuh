@@ -43,11 +43,14 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int head = static_cast<int>(batch_head % p.heads_q);
   const int head_kv = head / p.head_group;
   const int m_start = blockIdx.x * kBlockM;
+  // The grid covers the longest sequence; CTAs past this one's end have nothing to do.
+  const Sequence seq = sequence_of(p, batch);
+  if (m_start >= seq.seqlen_q) return;
 
   // [Sq, D] / [Sk, D] views of this (batch, head); rows strided, last dim contiguous.
-  const uint16_t* q_gmem = p.q.row<const uint16_t>(batch, head, m_start);
-  const uint16_t* k_gmem = p.k.head<const uint16_t>(batch, head_kv);
-  const uint16_t* v_gmem = p.v.head<const uint16_t>(batch, head_kv);
+  const uint16_t* q_gmem = p.q.row<const uint16_t>(batch, head, seq.q_row0 + m_start);
+  const uint16_t* k_gmem = p.k.row<const uint16_t>(batch, head_kv, seq.k_row0);
+  const uint16_t* v_gmem = p.v.row<const uint16_t>(batch, head_kv, seq.k_row0);
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 &&
@@ -61,19 +64,19 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   // Key tiles this CTA needs: first_visible_key and visible_key_end never decrease with the
   // row, so the union over the CTA's rows is [first(m_start), end(m_last)).
-  const int m_last = min(m_start + kBlockM, p.seqlen_q) - 1;
-  const int key_begin = first_visible_key(p, m_start);
-  const int key_end = visible_key_end(p, m_last);
+  const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
+  const int key_begin = first_visible_key(seq, m_start);
+  const int key_end = visible_key_end(seq, m_last);
   const int tile_begin = key_begin / kBlockN;
   const int tile_end = key_end > key_begin ? (key_end + kBlockN - 1) / kBlockN : tile_begin;
   // A tile whose keys every row of the CTA sees needs no per-element mask.
-  const int unmasked_from = first_visible_key(p, m_last);
-  const int unmasked_to = visible_key_end(p, m_start);
+  const int unmasked_from = first_visible_key(seq, m_last);
+  const int unmasked_to = visible_key_end(seq, m_start);
 
   auto load_kv = [&](int tile) {
     const int stage = (tile - tile_begin) % kStages;
     const int n_start = tile * kBlockN;
-    const int rows_valid = p.seqlen_k - n_start;
+    const int rows_valid = seq.seqlen_k - n_start;
     load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
         k_smem(stage), k_gmem + n_start * p.k.row_stride, p.k.row_stride, rows_valid,
         p.head_dim, aligned);
@@ -84,7 +87,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   // Prologue: Qi and the first kStages - 1 key tiles, one cp.async group per tile.
   load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-      q_smem, q_gmem, p.q.row_stride, p.seqlen_q - m_start, p.head_dim, aligned);
+      q_smem, q_gmem, p.q.row_stride, seq.seqlen_q - m_start, p.head_dim, aligned);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (tile_begin + s < tile_end) load_kv(tile_begin + s);
@@ -100,8 +103,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     row[r] = m_start + warp_row0 + lane / 4 + r * kRowOffsetHi;
-    row_first_key[r] = first_visible_key(p, row[r]);
-    row_key_end[r] = visible_key_end(p, row[r]);
+    row_first_key[r] = first_visible_key(seq, row[r]);
+    row_key_end[r] = visible_key_end(seq, row[r]);
   }
   const int lane_col = 2 * (lane % 4);  // first of this lane's 2 columns in an n-tile
 
@@ -113,7 +116,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
   // B (Vj, trans, 16 keys x two 8-column n-tiles): same lane pattern as A.
 
-  const LogitRules rules = LogitRules::make(p, batch, head);
+  const LogitRules rules = LogitRules::make(p, seq, batch, head);
   RowStats stats;
   stats.init();
   float o_rmem[kNTilesD][4];
@@ -204,12 +207,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // Epilogue: O_i / l_i, and LSE_i.
   float inv_l[kRowsPerThread], lse[kRowsPerThread];
   stats.finalize(rules.to_log2, inv_l, lse);
-  store_accumulator_rows<Element, kNTilesD>(o_rmem, row, inv_l, p.seqlen_q, p.head_dim, lane_col,
-                                            p.o, batch, head);
+  store_accumulator_rows<Element, kNTilesD>(o_rmem, row, inv_l, seq.seqlen_q, p.head_dim,
+                                            lane_col, p.o, batch, head, seq.q_row0);
   if (lane % 4 == 0) {
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r)
-      if (row[r] < p.seqlen_q) *p.lse.row<float>(batch, head, row[r]) = lse[r];
+      if (row[r] < seq.seqlen_q) *p.lse.row<float>(batch, head, seq.q_row0 + row[r]) = lse[r];
   }
 }
 

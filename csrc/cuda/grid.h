@@ -5,6 +5,12 @@
 // B * H >= 65536 is split as ceil(BH / 65535) slices of at most 65535; kernels read
 // batch_head = blockIdx.z * gridDim.y + blockIdx.y and return when it is >= B * H (at most
 // grid.z - 1 idle rows of CTAs).
+//
+// Variable-length batches: grid.x covers the longest sequence (max_seqlen_q, or max_seqlen_k for
+// the key-tile kernels) for every sequence, and a CTA past its own sequence's end exits at once,
+// FA2's way. A flattened list of real tiles would launch no idle CTAs, but building it needs
+// cu_seqlens on the host (a device sync per call) or a scan kernel before every launch; an idle
+// CTA costs two loads of cu_seqlens and an exit.
 #pragma once
 #include <cstdint>
 

@@ -24,7 +24,7 @@ void run_fwd_simt(const AttnParams& p, cudaStream_t stream, LaunchCheck after_la
 
 // Backward for fp32 inputs: D_i, then dK/dV per key rows, then dQ per query rows. Both
 // passes sum in a fixed order, so it is deterministic whatever p.deterministic says.
-// workspace: D_i, [B, Hq, Sq] floats.
+// workspace: D_i, [Hq, total_q] floats (mask.h, query_row_index).
 template <int kHeadDim>
 void run_bwd_simt(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                   LaunchCheck after_launch) {

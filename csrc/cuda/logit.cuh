@@ -23,14 +23,15 @@ struct LogitRules {
   int diag_offset;
   float to_log2;      // accumulator units -> log2 units
 
-  __device__ __forceinline__ static LogitRules make(const AttnParams& p, int batch, int head) {
+  __device__ __forceinline__ static LogitRules make(const AttnParams& p, const Sequence& seq,
+                                                    int batch, int head) {
     LogitRules r;
     r.alibi_slope = ::flashattn::alibi_slope(p, batch, head);
     r.keep_raw = p.softcap <= 0.f && p.alibi.ptr == nullptr && p.scale > 0.f;
     r.scale = p.scale;
     r.softcap = p.softcap;
     r.scale_over_cap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
-    r.diag_offset = p.diag_offset;
+    r.diag_offset = seq.diag_offset;
     r.to_log2 = r.keep_raw ? p.scale * kLog2e : kLog2e;
     return r;
   }

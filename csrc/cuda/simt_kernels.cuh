@@ -77,10 +77,10 @@ constexpr int kSimtMinBlocksPerSm = 1;
 // The CTA's query rows [m_start, m_start + kNWarps) and the 32-key tiles they see.
 struct SimtRowBlock {
   int tile_begin, tile_end;
-  __device__ __forceinline__ SimtRowBlock(const AttnParams& p, int m_start, int rows) {
-    const int m_last = min(m_start + rows, p.seqlen_q) - 1;
-    const int key_begin = first_visible_key(p, m_start);
-    const int key_end = visible_key_end(p, m_last);
+  __device__ __forceinline__ SimtRowBlock(const Sequence& seq, int m_start, int rows) {
+    const int m_last = min(m_start + rows, seq.seqlen_q) - 1;
+    const int key_begin = first_visible_key(seq, m_start);
+    const int key_end = visible_key_end(seq, m_last);
     tile_begin = key_begin / kWarpSize;
     tile_end = key_end > key_begin ? (key_end + kWarpSize - 1) / kWarpSize : tile_begin;
   }
@@ -99,36 +99,39 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int m_start = blockIdx.x * Traits::kNWarps;
   const int row = m_start + warp;
+  // The grid covers the longest sequence; CTAs past this one's end have nothing to do.
+  const Sequence seq = sequence_of(p, batch);
+  if (m_start >= seq.seqlen_q) return;
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   float* q_smem = smem;                              // [kNWarps, kStride]
   float* k_smem = q_smem + 2 * Traits::kRowSmemFloats;  // [32, kStride]
   float* v_smem = k_smem + Traits::kTileSmemFloats;     // [32, kStride]
-  const float* k_gmem = p.k.head<const float>(batch, head_kv);  // [Sk, D]
-  const float* v_gmem = p.v.head<const float>(batch, head_kv);  // [Sk, D]
+  const float* k_gmem = p.k.row<const float>(batch, head_kv, seq.k_row0);  // [Sk, D]
+  const float* v_gmem = p.v.row<const float>(batch, head_kv, seq.k_row0);  // [Sk, D]
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
-      q_smem, p.q.row<const float>(batch, head, m_start), p.q.row_stride, p.seqlen_q - m_start,
-      p.head_dim);
+      q_smem, p.q.row<const float>(batch, head, seq.q_row0 + m_start), p.q.row_stride,
+      seq.seqlen_q - m_start, p.head_dim);
 
-  const LogitRules rules = LogitRules::make(p, batch, head);
-  const int row_first = first_visible_key(p, row), row_end = visible_key_end(p, row);
-  const SimtRowBlock block(p, m_start, Traits::kNWarps);
+  const LogitRules rules = LogitRules::make(p, seq, batch, head);
+  const int row_first = first_visible_key(seq, row), row_end = visible_key_end(seq, row);
+  const SimtRowBlock block(seq, m_start, Traits::kNWarps);
   float m_i = -INFINITY, l_i = 0.f;  // log2 units
   float o[kCols] = {};
   for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
     const int n_start = tile * kWarpSize;
     __syncthreads();  // every warp is done with the previous tile
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        k_smem, k_gmem + n_start * p.k.row_stride, p.k.row_stride, p.seqlen_k - n_start,
+        k_smem, k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
         p.head_dim);
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        v_smem, v_gmem + n_start * p.v.row_stride, p.v.row_stride, p.seqlen_k - n_start,
+        v_smem, v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
         p.head_dim);
     __syncthreads();
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
     const float x_raw = rules.log2_logit(s, row, key);
-    const bool visible = row < p.seqlen_q && key >= row_first && key < row_end;
+    const bool visible = row < seq.seqlen_q && key >= row_first && key < row_end;
     const float x = visible ? x_raw : -INFINITY;
     const float m_new = fmaxf(m_i, warp_max(x));
     const float base = m_new == -INFINITY ? 0.f : m_new;  // no -inf - -inf for empty rows
@@ -140,21 +143,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     for (int t = 0; t < kCols; ++t) o[t] *= correction;
     accumulate_rows<kCols, kStride>(o, prob, v_smem, lane);
   }
-  if (row >= p.seqlen_q) return;
+  if (row >= seq.seqlen_q) return;
   // l_i is 0 only for a row that saw no key; a NaN l_i (NaN inputs) goes on into out and lse.
   const bool saw_keys = l_i != 0.f;
   const float inv_l = saw_keys ? 1.f / l_i : 0.f;
-  float* o_row = p.o.row<float>(batch, head, row);  // [D]
+  float* o_row = p.o.row<float>(batch, head, seq.q_row0 + row);  // [D]
 #pragma unroll
   for (int t = 0; t < kCols; ++t)
     if (lane + t * kWarpSize < p.head_dim) o_row[lane + t * kWarpSize] = o[t] * inv_l;
   if (lane == 0)
-    *p.lse.row<float>(batch, head, row) = saw_keys ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
+    *p.lse.row<float>(batch, head, seq.q_row0 + row) =
+        saw_keys ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
 }
 
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
-    simt_dq_kernel(const AttnBwdParams p, const float* d_gmem /* [B, Hq, Sq] D_i */) {
+    simt_dq_kernel(const AttnBwdParams p, const float* d_gmem /* D_i, by query_row_index */) {
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kCols = Traits::kColsPerLane;
@@ -166,36 +170,40 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int m_start = blockIdx.x * Traits::kNWarps;
   const int row = m_start + warp;
+  const Sequence seq = sequence_of(p, batch);
+  if (m_start >= seq.seqlen_q) return;  // the grid covers the longest sequence
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   float* q_smem = smem;                                  // [kNWarps, kStride]
   float* do_smem = q_smem + Traits::kRowSmemFloats;      // [kNWarps, kStride]
   float* k_smem = do_smem + Traits::kRowSmemFloats;      // [32, kStride]
   float* v_smem = k_smem + Traits::kTileSmemFloats;      // [32, kStride]
-  const float* k_gmem = p.k.head<const float>(batch, head_kv);
-  const float* v_gmem = p.v.head<const float>(batch, head_kv);
+  const float* k_gmem = p.k.row<const float>(batch, head_kv, seq.k_row0);
+  const float* v_gmem = p.v.row<const float>(batch, head_kv, seq.k_row0);
+  const int64_t q_row0 = seq.q_row0 + m_start;
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
-      q_smem, p.q.row<const float>(batch, head, m_start), p.q.row_stride, p.seqlen_q - m_start,
+      q_smem, p.q.row<const float>(batch, head, q_row0), p.q.row_stride, seq.seqlen_q - m_start,
       p.head_dim);
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
-      do_smem, p.dout.row<const float>(batch, head, m_start), p.dout.row_stride,
-      p.seqlen_q - m_start, p.head_dim);
+      do_smem, p.dout.row<const float>(batch, head, q_row0), p.dout.row_stride,
+      seq.seqlen_q - m_start, p.head_dim);
 
-  const LogitRules rules = LogitRules::make(p, batch, head);
-  const int row_first = first_visible_key(p, row), row_end = visible_key_end(p, row);
-  const bool row_valid = row < p.seqlen_q;
-  const float lse_log2 = row_valid ? *p.lse.row<const float>(batch, head, row) * kLog2e : 0.f;
-  const float dsum = row_valid ? d_gmem[batch_head * p.seqlen_q + row] : 0.f;
-  const SimtRowBlock block(p, m_start, Traits::kNWarps);
+  const LogitRules rules = LogitRules::make(p, seq, batch, head);
+  const int row_first = first_visible_key(seq, row), row_end = visible_key_end(seq, row);
+  const bool row_valid = row < seq.seqlen_q;
+  const float lse_log2 =
+      row_valid ? *p.lse.row<const float>(batch, head, seq.q_row0 + row) * kLog2e : 0.f;
+  const float dsum = row_valid ? d_gmem[query_row_index(p, seq, head, row)] : 0.f;
+  const SimtRowBlock block(seq, m_start, Traits::kNWarps);
   float dq[kCols] = {};
   for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
     const int n_start = tile * kWarpSize;
     __syncthreads();
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        k_smem, k_gmem + n_start * p.k.row_stride, p.k.row_stride, p.seqlen_k - n_start,
+        k_smem, k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
         p.head_dim);
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        v_smem, v_gmem + n_start * p.v.row_stride, p.v.row_stride, p.seqlen_k - n_start,
+        v_smem, v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
         p.head_dim);
     __syncthreads();
     const int key = n_start + lane;
@@ -208,7 +216,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     accumulate_rows<kCols, kStride>(dq, prob * (dp - dsum) * dlogit_ds, k_smem, lane);
   }
   if (!row_valid) return;
-  float* dq_row = p.dq.row<float>(batch, head, row);  // [D]
+  float* dq_row = p.dq.row<float>(batch, head, seq.q_row0 + row);  // [D]
 #pragma unroll
   for (int t = 0; t < kCols; ++t)
     if (lane + t * kWarpSize < p.head_dim) dq_row[lane + t * kWarpSize] = dq[t];
@@ -216,7 +224,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
 
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
-    simt_dkdv_kernel(const AttnBwdParams p, const float* d_gmem /* [B, Hq, Sq] D_i */) {
+    simt_dkdv_kernel(const AttnBwdParams p, const float* d_gmem /* D_i, by query_row_index */) {
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kCols = Traits::kColsPerLane;
@@ -228,6 +236,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int n_start = blockIdx.x * Traits::kNWarps;
   const int key = n_start + warp;
+  const Sequence seq = sequence_of(p, batch);
+  if (n_start >= seq.seqlen_k) return;  // the grid covers the longest sequence
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   float* k_smem = smem;                                  // [kNWarps, kStride]
@@ -237,50 +247,51 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   float* lse_smem = do_smem + Traits::kTileSmemFloats;   // [32] LSE_i in log2 units
   float* dsum_smem = lse_smem + kWarpSize;               // [32] D_i
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, kNThreads>(
-      k_smem, p.k.row<const float>(batch, head_kv, n_start), p.k.row_stride,
-      p.seqlen_k - n_start, p.head_dim);
+      k_smem, p.k.row<const float>(batch, head_kv, seq.k_row0 + n_start), p.k.row_stride,
+      seq.seqlen_k - n_start, p.head_dim);
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, kNThreads>(
-      v_smem, p.v.row<const float>(batch, head_kv, n_start), p.v.row_stride,
-      p.seqlen_k - n_start, p.head_dim);
+      v_smem, p.v.row<const float>(batch, head_kv, seq.k_row0 + n_start), p.v.row_stride,
+      seq.seqlen_k - n_start, p.head_dim);
 
-  const int key_last = min(n_start + Traits::kNWarps, p.seqlen_k) - 1;
+  const int key_last = min(n_start + Traits::kNWarps, seq.seqlen_k) - 1;
   int row_begin, row_end;
-  rows_seeing_keys(p, n_start, key_last, row_begin, row_end);
+  rows_seeing_keys(seq, n_start, key_last, row_begin, row_end);
   const int tile_begin = row_begin / kWarpSize;
   const int tiles = row_end > row_begin ? (row_end + kWarpSize - 1) / kWarpSize - tile_begin : 0;
   float dk[kCols] = {}, dv[kCols] = {};
   for (int it = 0; it < tiles * p.head_group; ++it) {
     const int head = head_kv * p.head_group + it / tiles;
     const int m_start = (tile_begin + it % tiles) * kWarpSize;
-    const int64_t d_row0 =
-        (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + m_start;  // [32] of D
+    const int64_t d_row0 = query_row_index(p, seq, head, m_start);  // [32] of D
+    const int64_t q_row0 = seq.q_row0 + m_start;
     __syncthreads();  // every warp is done with the previous query tile
     load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
-        q_smem, p.q.row<const float>(batch, head, m_start), p.q.row_stride,
-        p.seqlen_q - m_start, p.head_dim);
+        q_smem, p.q.row<const float>(batch, head, q_row0), p.q.row_stride,
+        seq.seqlen_q - m_start, p.head_dim);
     load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
-        do_smem, p.dout.row<const float>(batch, head, m_start), p.dout.row_stride,
-        p.seqlen_q - m_start, p.head_dim);
+        do_smem, p.dout.row<const float>(batch, head, q_row0), p.dout.row_stride,
+        seq.seqlen_q - m_start, p.head_dim);
     for (int i = threadIdx.x; i < kWarpSize; i += kNThreads) {
-      const bool valid = m_start + i < p.seqlen_q;
-      lse_smem[i] = valid ? *p.lse.row<const float>(batch, head, m_start + i) * kLog2e : 0.f;
+      const bool valid = m_start + i < seq.seqlen_q;
+      lse_smem[i] = valid ? *p.lse.row<const float>(batch, head, q_row0 + i) * kLog2e : 0.f;
       dsum_smem[i] = valid ? d_gmem[d_row0 + i] : 0.f;
     }
     __syncthreads();
-    const LogitRules rules = LogitRules::make(p, batch, head);
+    const LogitRules rules = LogitRules::make(p, seq, batch, head);
     const int query = m_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + lane * kStride, k_smem + warp * kStride);
     const float dp = dot_row<kHeadDim>(do_smem + lane * kStride, v_smem + warp * kStride);
     float dlogit_ds;
     const float x = rules.log2_logit(s, query, key, dlogit_ds);
-    const bool visible = query < p.seqlen_q && key < p.seqlen_k && key_visible(p, query, key);
+    const bool visible =
+        query < seq.seqlen_q && key < seq.seqlen_k && key_visible(seq, query, key);
     const float prob = visible ? exp2f(x - lse_smem[lane]) : 0.f;
     accumulate_rows<kCols, kStride>(dv, prob, do_smem, lane);
     accumulate_rows<kCols, kStride>(dk, prob * (dp - dsum_smem[lane]) * dlogit_ds, q_smem, lane);
   }
-  if (key >= p.seqlen_k) return;
-  float* dk_row = p.dk.row<float>(batch, head_kv, key);  // [D]
-  float* dv_row = p.dv.row<float>(batch, head_kv, key);  // [D]
+  if (key >= seq.seqlen_k) return;
+  float* dk_row = p.dk.row<float>(batch, head_kv, seq.k_row0 + key);  // [D]
+  float* dv_row = p.dv.row<float>(batch, head_kv, seq.k_row0 + key);  // [D]
 #pragma unroll
   for (int t = 0; t < kCols; ++t) {
     const int col = lane + t * kWarpSize;

@@ -57,14 +57,15 @@ __device__ __forceinline__ void load_tile_async(
 
 // Stores a warp's mma accumulator (16 rows x kNTilesD 8-column n-tiles; this lane holds rows
 // row[0], row[1] and columns lane_col, lane_col + 1 of each n-tile) times row_scale[r] as
-// Element into rows [0, rows_valid) x columns [0, cols_valid) of head (batch, head) of `dst`.
+// Element into rows [0, rows_valid) x columns [0, cols_valid) of head (batch, head) of `dst`,
+// rows counted from row0 (a sequence's first row).
 template <typename Element, int kNTilesD>
 __device__ __forceinline__ void store_accumulator_rows(
     const float (&acc)[kNTilesD][4], const int (&row)[2], const float (&row_scale)[2],
     int rows_valid, int cols_valid, int lane_col,
     const TensorView& dst,  // [B, S, H, D], last dim contiguous
-    int batch, int head) {
-  uint16_t* out = dst.head<uint16_t>(batch, head);
+    int batch, int head, int64_t row0) {
+  uint16_t* out = dst.row<uint16_t>(batch, head, row0);
   const int64_t row_stride = dst.row_stride;
   // Two neighbouring elements go out as one 32-bit store when every row start is 4-byte aligned.
   const bool pair_aligned = reinterpret_cast<uintptr_t>(dst.ptr) % sizeof(uint32_t) == 0 &&

@@ -77,8 +77,11 @@ def digest(paths, flags):
 
 
 def _shim_headers():
+    """Every header a program built on the shim may include: the shim's and the kernels'."""
     return sorted(glob.glob(os.path.join(SHIM_DIR, "*.h")) +
                   glob.glob(os.path.join(SHIM_DIR, "src", "*.h")) +
+                  glob.glob(os.path.join(REPO_ROOT, "csrc", "*.h")) +
+                  glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*.h")) +
                   glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*.cuh")))
 
 

@@ -32,13 +32,12 @@ def program(name, sanitize=False):
     return _built[key]
 
 
-def run(exe, *args, schedule=None):
+def run(exe, *args, schedule=None, timeout=RUN_TIMEOUT_S):
     env = dict(os.environ)
     env.pop("CUDASIM_SCHEDULE", None)
     if schedule is not None:
         env["CUDASIM_SCHEDULE"] = schedule
-    return subprocess.run([exe, *args], capture_output=True, text=True, env=env,
-                          timeout=RUN_TIMEOUT_S)
+    return subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def source_line(path, marker):
