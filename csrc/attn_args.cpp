@@ -1,5 +1,7 @@
 #include "attn_args.h"
 
+#include "attn_mask.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -92,6 +94,11 @@ void check_mask_options(const AttnInputs& in) {
     TORCH_CHECK(per_head || per_batch_head, "flashattn: alibi_slopes must have shape [",
                 heads, "] or [", batch, ", ", heads, "] (nheads or batch x nheads of q), got ",
                 s.sizes());
+  }
+  if (in.attn_mask.has_value()) {
+    TORCH_CHECK(!in.varlen(), "flashattn: attn_mask is not supported with cu_seqlens_q "
+                "(a variable-length batch); mask by the sequences' lengths instead");
+    check_attn_mask(*in.attn_mask, q, in.k);
   }
 }
 
@@ -310,11 +317,15 @@ void poison_if_debugging(at::Tensor& t) {
   if (poisoning_enabled()) t.fill_(std::numeric_limits<double>::quiet_NaN());
 }
 
-std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
-                                                       const ExecutorLimits& limits) {
+void check_fwd(const AttnInputs& in, const ExecutorLimits& limits) {
   check_qkv(in, limits);
   check_sequence_lengths(in, limits);
   check_mask_options(in);
+}
+
+std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
+                                                       const ExecutorLimits& limits) {
+  check_fwd(in, limits);
   const at::Tensor& q = in.q;
   at::Tensor out = alloc_output(q.sizes(), q.options(), in, 0.0);
   at::Tensor lse = alloc_output(lse_shape(in), q.options().dtype(at::kFloat), in,
@@ -322,7 +333,8 @@ std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
   return {out, lse};
 }
 
-AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at::Tensor& lse) {
+AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at::Tensor& lse,
+                           const at::Tensor& mask_blocks) {
   const bool varlen = in.varlen();
   const at::Tensor q = as_4d(in.q, varlen), k = as_4d(in.k, varlen);
   AttnParams p;
@@ -353,6 +365,7 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
   p.window_right = in.causal ? 0 : clip_window(in.window_right, p.seqlen_q, p.seqlen_k);
   p.align_bottom_right = in.align_bottom_right;
   if (in.alibi_slopes.has_value()) p.alibi = slopes_view(*in.alibi_slopes);
+  if (in.attn_mask.has_value()) p.mask = mask_view(*in.attn_mask, mask_blocks, in.q, in.k);
   return p;
 }
 
@@ -382,11 +395,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInp
   return {dq, dk, dv};
 }
 
+at::Tensor alloc_mask_grad(const AttnInputs& in) {
+  TORCH_CHECK(in.attn_mask.has_value() && in.attn_mask->is_floating_point(),
+              "flashattn: attn_mask_grad needs a float attn_mask; a bool mask has no gradient");
+  const at::Tensor &q = in.q, &k = in.k;
+  return at::zeros({q.size(0), q.size(2), q.size(1), k.size(1)}, q.options().dtype(at::kFloat));
+}
+
 AttnBwdParams make_bwd_params(const AttnInputs& in, const BwdInputs& grads, const at::Tensor& dq,
-                              const at::Tensor& dk, const at::Tensor& dv) {
+                              const at::Tensor& dk, const at::Tensor& dv,
+                              const at::Tensor& mask_blocks, const at::Tensor& dmask) {
   const bool varlen = in.varlen();
   AttnBwdParams p;
-  static_cast<AttnParams&>(p) = make_fwd_params(in, grads.out, grads.lse);
+  static_cast<AttnParams&>(p) = make_fwd_params(in, grads.out, grads.lse, mask_blocks);
+  if (dmask.defined()) p.dmask = dmask.data_ptr<float>();
   p.dout = rows_view(grads.dout, varlen);
   if (grads.dlse.has_value()) p.dlse = stats_view(*grads.dlse, varlen);
   p.dq = rows_view(dq, varlen);

@@ -23,6 +23,7 @@ struct AttnInputs {
   int64_t window_right = -1;
   double softcap = 0.0;
   std::optional<at::Tensor> alibi_slopes;
+  std::optional<at::Tensor> attn_mask;  // F.sdpa's: bool or float, broadcast to [B, Hq, Sq, Sk]
   bool align_bottom_right = true;
   bool deterministic = false;
   // Variable-length batches: int32 [batch + 1] cumulative lengths; q, k, v are then
@@ -53,13 +54,19 @@ struct ExecutorLimits {
   bool reads_lengths_on_host;
 };
 
+// Validates the forward's inputs.
+void check_fwd(const AttnInputs& in, const ExecutorLimits& limits);
+
 // Validates the inputs and returns freshly allocated (out, lse): out [B, Sq, Hq, D]
 // contiguous in q's dtype, lse [B, Hq, Sq] fp32 (varlen: out [total_q, Hq, D], lse
 // [Hq, total_q]).
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits);
 
-AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at::Tensor& lse);
+// mask_blocks: classify_mask_blocks(*in.attn_mask) (attn_mask.h), held by the caller until the
+// kernels are done; undefined without a mask.
+AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at::Tensor& lse,
+                           const at::Tensor& mask_blocks);
 
 // Validates the backward inputs against the forward ones and returns freshly allocated
 // (dq, dk, dv), each contiguous with the shape of its input.
@@ -67,8 +74,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInp
                                                                    const BwdInputs& grads,
                                                                    const ExecutorLimits& limits);
 
+// dmask: a zeroed fp32 [B, Hq, Sq, Sk] for the kernels' dL/dlogit, or undefined.
 AttnBwdParams make_bwd_params(const AttnInputs& in, const BwdInputs& grads, const at::Tensor& dq,
-                              const at::Tensor& dk, const at::Tensor& dv);
+                              const at::Tensor& dk, const at::Tensor& dv,
+                              const at::Tensor& mask_blocks, const at::Tensor& dmask);
+
+// The buffer the backward kernels write dL/dlogit into, for the gradient of a float
+// attn_mask: zeroed fp32 [B, Hq, Sq, Sk] (hidden tiles are never visited).
+at::Tensor alloc_mask_grad(const AttnInputs& in);
 
 // With FLASHATTN_POISON_OUTPUTS=1 in the environment (read once), freshly allocated outputs are
 // filled with NaN before a kernel writes them, so tests see any element a kernel forgot.

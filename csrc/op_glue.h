@@ -12,6 +12,7 @@
 #include <torch/library.h>
 
 #include "attn_args.h"
+#include "attn_mask.h"
 #include "op_args.h"
 
 namespace flashattn {
@@ -27,6 +28,7 @@ inline AttnInputs read_attn_inputs(const OpArguments& args) {
   in.window_right = args["window_right"].toInt();
   in.softcap = args["softcap"].toDouble();
   in.alibi_slopes = args.optional_tensor("alibi_slopes");
+  in.attn_mask = args.optional_tensor("attn_mask");
   in.align_bottom_right = args["align_bottom_right"].toBool();
   in.deterministic = args["deterministic"].toBool();
   in.cu_seqlens_q = args.optional_tensor("cu_seqlens_q");
@@ -48,7 +50,8 @@ void fwd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpArguments args(op, stack);
   const AttnInputs in = read_attn_inputs(args);
   auto [out, lse] = check_and_alloc_fwd(in, Executor::limits());
-  Executor::run_fwd(in.q, make_fwd_params(in, out, lse));
+  const at::Tensor mask_blocks = mask_blocks_of(in.attn_mask);
+  Executor::run_fwd(in.q, make_fwd_params(in, out, lse, mask_blocks));
   args.set_results(std::move(out), std::move(lse));
 }
 
@@ -57,9 +60,14 @@ void bwd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpArguments args(op, stack);
   const AttnInputs in = read_attn_inputs(args);
   const BwdInputs grads = read_bwd_inputs(args);
+  const bool mask_grad = args["attn_mask_grad"].toBool();
   auto [dq, dk, dv] = check_and_alloc_bwd(in, grads, Executor::limits());
-  Executor::run_bwd(in.q, make_bwd_params(in, grads, dq, dk, dv), dk, dv);
-  args.set_results(std::move(dq), std::move(dk), std::move(dv));
+  const at::Tensor mask_blocks = mask_blocks_of(in.attn_mask);
+  const at::Tensor dlogit = mask_grad ? alloc_mask_grad(in) : at::Tensor();
+  Executor::run_bwd(in.q, make_bwd_params(in, grads, dq, dk, dv, mask_blocks, dlogit), dk, dv);
+  c10::IValue dmask;
+  if (mask_grad) dmask = reduce_mask_grad(dlogit, *in.attn_mask);
+  args.set_results(std::move(dq), std::move(dk), std::move(dv), std::move(dmask));
 }
 
 // Registers fwd and bwd of Executor in a TORCH_LIBRARY_IMPL block.

@@ -36,6 +36,28 @@ struct TensorView {
 
 // Shapes are written for a dense batch; in a variable-length batch (varlen) each [B, S, H, D]
 // tensor is [total, H, D] instead, a view with batch_stride 0, and the LSE is [Hq, total_q].
+// An attention mask as F.scaled_dot_product_attention takes it (attn_mask), broadcast to
+// [B, Hq, Sq, Sk] by its strides (0 along broadcast dimensions): a boolean (true = the key
+// takes part) or a float added to the logit. ptr is null without a mask. mask.h reads it.
+enum class MaskKind : uint8_t { kBool, kFloat32, kBFloat16, kHalf, kFloat64 };
+
+// What every entry of one block of the mask does (attn_args.cpp classifies each block once
+// per call): kMaskHidden, every key is masked out (false / -inf), so a tile inside it is
+// skipped; kMaskOpen, every entry leaves its logit as it is (true / 0), so a tile inside it
+// takes the unmasked path; kMaskRead, anything else: the tile reads the mask.
+constexpr uint8_t kMaskHidden = 0, kMaskOpen = 1, kMaskRead = 2;
+constexpr int kMaskBlock = 32;  // rows and keys per block; every kernel tile is a multiple
+
+struct AttnMask {
+  const void* ptr = nullptr;
+  MaskKind kind = MaskKind::kBool;
+  int64_t batch_stride = 0, head_stride = 0, row_stride = 0, key_stride = 0;
+  // [B, Hq, ceil(Sq / kMaskBlock), ceil(Sk / kMaskBlock)] block classes, broadcast by strides.
+  const uint8_t* blocks = nullptr;
+  int64_t block_batch_stride = 0, block_head_stride = 0, block_row_stride = 0,
+          block_key_stride = 0;
+};
+
 struct AttnParams {
   TensorView q;  // [B, Sq, Hq, D]
   TensorView k;  // [B, Sk, Hkv, D]
@@ -87,6 +109,9 @@ struct AttnParams {
   // ALiBi slopes, fp32, [B, Hq] or [Hq] (batch_stride 0); ptr is null without ALiBi. Adds
   // -slope * |i + diag_offset - j| to the (soft-capped) score. alibi_slope() in mask.h reads it.
   TensorView alibi;
+
+  // attn_mask (dense batches only): added to the logit after softcap and ALiBi.
+  AttnMask mask;
 };
 
 struct AttnBwdParams : AttnParams {
@@ -98,6 +123,10 @@ struct AttnBwdParams : AttnParams {
   TensorView dq;
   TensorView dk;
   TensorView dv;
+
+  // The gradient of a float attn_mask, dL/dlogit: fp32 [B, Hq, Sq, Sk] contiguous, zeroed
+  // before the kernels, which write the entries of the tiles they visit; null when not wanted.
+  float* dmask = nullptr;
 
   bool deterministic = false;
 };

@@ -13,8 +13,9 @@ namespace flashattn {
 // softmax_scale: None is 1 / sqrt(D). window_* = -1 is unbounded; causal forces
 // window_right = 0. align_bottom_right: the diagonal of causal/window/alibi sits at
 // i + Sk - Sq (FA2) when true, at i (F.scaled_dot_product_attention's is_causal) when false,
-// per sequence. deterministic is unused by the forward; it rides along so autograd can hand it
-// to bwd.
+// per sequence. attn_mask: F.sdpa's (dense batches), bool (true = take part) or float (added to
+// the logit after softcap and ALiBi), broadcast to [B, Hq, Sq, Sk]. deterministic is unused by
+// the forward; it rides along so autograd can hand it to bwd.
 // Variable-length batches (FA2's varlen): with cu_seqlens_q/_k (int32 [B + 1]) q is
 // [total_q, Hq, D] and k/v [total_k, Hkv, D], sequence b being rows [cu[b], cu[b + 1]);
 // max_seqlen_q/_k bound the sequences' lengths. seqused_q/_k (int32 [B], dense or varlen): only
@@ -25,7 +26,7 @@ namespace flashattn {
   "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, " \
   "bool align_bottom_right=True, bool deterministic=False, Tensor? cu_seqlens_q=None, "      \
   "Tensor? cu_seqlens_k=None, SymInt? max_seqlen_q=None, SymInt? max_seqlen_k=None, "        \
-  "Tensor? seqused_q=None, Tensor? seqused_k=None"
+  "Tensor? seqused_q=None, Tensor? seqused_k=None, Tensor? attn_mask=None"
 
 // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq] (fp32, natural log, -inf for a row that sees
 // no key); varlen: out [total_q, Hq, D] and lse [Hq, total_q].
@@ -33,9 +34,10 @@ inline constexpr const char* kFwdSchema =
     "fwd(" FLASHATTN_ATTN_ARGUMENTS ") -> (Tensor out, Tensor lse)";
 
 // Gradients of fwd. dlse is the gradient of the lse output (None if it has none); it folds
-// into D = rowsum(dout * out) - dlse so the LSE is differentiable.
+// into D = rowsum(dout * out) - dlse so the LSE is differentiable. attn_mask_grad: also the
+// gradient of a float attn_mask (dattn_mask, in its shape and dtype); None otherwise.
 inline constexpr const char* kBwdSchema =
     "bwd(Tensor dout, Tensor out, Tensor lse, Tensor? dlse, " FLASHATTN_ATTN_ARGUMENTS
-    ") -> (Tensor dq, Tensor dk, Tensor dv)";
+    ", bool attn_mask_grad=False) -> (Tensor dq, Tensor dk, Tensor dv, Tensor? dattn_mask)";
 
 }  // namespace flashattn

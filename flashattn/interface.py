@@ -61,16 +61,16 @@ def _window_pair(fn, window_size):
 
 
 def _attention(fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-               alibi_slopes, deterministic, align_bottom_right, **sequences):
-    """torch.ops.flashattn.fwd with FA2's argument conventions; returns (out, lse). sequences:
-    the op's varlen / seqused arguments, by name."""
+               alibi_slopes, deterministic, align_bottom_right, **op_arguments):
+    """torch.ops.flashattn.fwd with FA2's argument conventions; returns (out, lse). op_arguments:
+    more of the op's arguments by name (varlen, seqused, attn_mask)."""
     _check_dropout(fn, dropout_p)
     left, right = _window_pair(fn, window_size)
     return torch.ops.flashattn.fwd(
         q, k, v, softmax_scale=_optional_real(fn, "softmax_scale", softmax_scale),
         causal=bool(causal), window_left=left, window_right=right,
         softcap=_real(fn, "softcap", softcap), alibi_slopes=alibi_slopes,
-        align_bottom_right=align_bottom_right, deterministic=bool(deterministic), **sequences)
+        align_bottom_right=align_bottom_right, deterministic=bool(deterministic), **op_arguments)
 
 
 def _with_probs(out, lse, return_attn_probs):
@@ -297,7 +297,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         query: (batch, heads, seqlen_q, head_dim)
         key:   (batch, heads_kv, seqlen_k, head_dim)
         value: (batch, heads_kv, seqlen_k, head_dim)
-        attn_mask: must be None (arbitrary masks are not supported; use is_causal).
+        attn_mask: None, or a mask broadcastable to (batch, heads, seqlen_q, seqlen_k): bool
+            (True = the key takes part) or float (added to the scores, -inf allowed), in
+            query's dtype or float32. Read in place through its strides (a broadcast mask is
+            never expanded in memory); a float mask that requires grad gets its gradient. Rows
+            that see no key give 0 (and zero gradients), as torch >= 2.5 does.
         dropout_p: must be 0.0.
         is_causal: causal mask aligned to the top-left corner, like F.sdpa
             (``torch.ones(L, S).tril()``): query i sees key j iff j <= i. For L=2, S=5::
@@ -314,10 +318,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         (batch, seqlen_q, heads, head_dim) buffer, as SDPA's flash backend returns.
     """
     fn = "scaled_dot_product_attention"
-    if attn_mask is not None:
-        raise NotImplementedError(
-            f"{fn}: attn_mask is not supported (got a tensor of shape "
-            f"{tuple(attn_mask.shape)}); pass attn_mask=None, and is_causal=True for a causal mask")
+    if attn_mask is not None and is_causal:
+        raise ValueError(f"{fn}: attn_mask and is_causal=True cannot be combined (as in "
+                         f"F.scaled_dot_product_attention); put the causal mask into attn_mask")
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check_sdpa_rank(name, t)
     if not enable_gqa and query.shape[1] != key.shape[1]:
@@ -327,7 +330,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     # (B, H, S, D) -> (B, S, H, D) is a stride permutation, not a copy.
     out, _ = _attention(fn, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                         dropout_p, scale, is_causal, (-1, -1), 0.0, None, False,
-                        align_bottom_right=False)
+                        align_bottom_right=False, attn_mask=attn_mask)
     return out.transpose(1, 2)
 
 

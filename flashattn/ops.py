@@ -13,8 +13,9 @@ _FWD = torch.ops.flashattn.fwd.default
 _BWD = torch.ops.flashattn.bwd.default
 # The forward's argument names, in schema order; the backward takes them too, by name.
 FWD_ARGUMENTS = tuple(a.name for a in _FWD._schema.arguments)
-# The inputs the forward differentiates, and the bwd outputs that are their gradients.
-_GRADIENTS = {"q": "dq", "k": "dk", "v": "dv"}
+# The inputs the forward differentiates, and the bwd outputs that are their gradients (in
+# bwd's order).
+_GRADIENTS = {"q": "dq", "k": "dk", "v": "dv", "attn_mask": "dattn_mask"}
 
 
 def bind_arguments(op, args, kwargs):
@@ -58,7 +59,9 @@ def _fwd_fake(*args, **kwargs):
 def _bwd_fake(*args, **kwargs):
     a = bind_arguments(_BWD, args, kwargs)
     _check_same_device(a["q"], a)
-    return tuple(a[name].new_empty(a[name].shape) for name in _GRADIENTS)
+    dq, dk, dv = (a[name].new_empty(a[name].shape) for name in ("q", "k", "v"))
+    mask = a["attn_mask"]
+    return dq, dk, dv, mask.new_empty(mask.shape) if a["attn_mask_grad"] else None
 
 
 def _fwd_setup_context(ctx, inputs, output):
@@ -81,8 +84,11 @@ def _last_dim_contiguous(t):
 def _fwd_backward(ctx, dout, dlse):
     *saved, out, lse = ctx.saved_tensors
     arguments = dict(zip(ctx.tensor_names, saved), **ctx.other_arguments)
+    # needs_input_grad covers the arguments passed; defaults left out come last.
+    mask_index = FWD_ARGUMENTS.index("attn_mask")
+    mask_grad = mask_index < len(ctx.needs_input_grad) and ctx.needs_input_grad[mask_index]
     grads = torch.ops.flashattn.bwd(dout=_last_dim_contiguous(dout), out=out, lse=lse,
-                                    dlse=dlse, **arguments)
+                                    dlse=dlse, attn_mask_grad=mask_grad, **arguments)
     by_input = dict(zip(_GRADIENTS, grads))
     return tuple(by_input.get(name) for name in FWD_ARGUMENTS)
 

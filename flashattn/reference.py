@@ -28,12 +28,14 @@ def visible_keys(seqlen_q, seqlen_k, causal=False, window_size=(-1, -1), align_b
 
 
 def attention_reference(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
-                        softcap=0.0, alibi_slopes=None, align_bottom_right=True):
+                        softcap=0.0, alibi_slopes=None, align_bottom_right=True, attn_mask=None):
     """Attention in the dtype of q (pass float64 tensors for the reference).
 
-    q (B, Sq, Hq, D), k and v (B, Sk, Hkv, D). Returns (out (B, Sq, Hq, D), lse (B, Hq, Sq)).
-    Rows that see no key give out 0 and lse -inf. Differentiable everywhere, including at
-    fully masked rows (their gradients are 0).
+    q (B, Sq, Hq, D), k and v (B, Sk, Hkv, D). attn_mask: broadcastable to (B, Hq, Sq, Sk), bool
+    (True = take part) or float (added to the scores after softcap and ALiBi). Returns
+    (out (B, Sq, Hq, D), lse (B, Hq, Sq)). Rows that see no key give out 0 and lse -inf.
+    Differentiable everywhere, including at fully masked rows (their gradients are 0), and in
+    a float attn_mask.
     """
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
@@ -53,6 +55,11 @@ def attention_reference(q, k, v, softmax_scale=None, causal=False, window_size=(
         slopes = alibi_slopes.to(scores.dtype)
         slopes = slopes.view(1, heads, 1, 1) if slopes.dim() == 1 else slopes.view(batch, heads, 1, 1)
         scores = scores - slopes * distance
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask.to(scores.dtype)
     keep = visible_keys(seqlen_q, seqlen_k, causal, window_size, align_bottom_right, q.device)
     scores = scores.masked_fill(~keep, float("-inf"))
     # A max that is detached and made finite keeps fully masked rows free of NaN, values and

@@ -26,9 +26,11 @@ class Executor:
                             window_right=window[1], **arguments)
 
     def bwd(self, dout, q, k, v, out, lse, dlse, softmax_scale, window=(-1, -1), **arguments):
-        return self.ops.bwd(dout=dout, out=out, lse=lse, dlse=dlse, q=q, k=k, v=v,
-                            softmax_scale=softmax_scale, window_left=window[0],
-                            window_right=window[1], **arguments)
+        """(dq, dk, dv), and attn_mask's gradient too when attn_mask_grad=True."""
+        *grads, dmask = self.ops.bwd(dout=dout, out=out, lse=lse, dlse=dlse, q=q, k=k, v=v,
+                                     softmax_scale=softmax_scale, window_left=window[0],
+                                     window_right=window[1], **arguments)
+        return (*grads, dmask) if arguments.get("attn_mask_grad") else tuple(grads)
 
 
 class SimExecutor(Executor):

@@ -148,8 +148,9 @@ def test_cpu_varlen_same_bits_for_any_thread_count():
             torch.set_num_threads(n)
             out, lse = torch.ops.flashattn.fwd(q, k, v, **arguments)
             dout = torch.ones_like(out)
-            results.append((out, lse, *torch.ops.flashattn.bwd(
-                dout=dout, out=out, lse=lse, dlse=None, q=q, k=k, v=v, **arguments)))
+            dq, dk, dv, _ = torch.ops.flashattn.bwd(dout=dout, out=out, lse=lse, dlse=None,
+                                                    q=q, k=k, v=v, **arguments)
+            results.append((out, lse, dq, dk, dv))
     finally:
         torch.set_num_threads(threads)
     assert all(torch.equal(a, b) for a, b in zip(*results))

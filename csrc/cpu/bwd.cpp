@@ -307,24 +307,35 @@ class BackwardKernel {
     }
   }
 
+  // What masks a tile: the window (causal, local) and attn_mask.
+  struct TileMasks {
+    TileVisibility window;
+    uint8_t attn_mask;  // kMaskHidden / kMaskOpen / kMaskRead
+  };
+
   void accumulate_tile(const Task& task, int h, int qb, int kb, Scratch& s) {
-    const TileVisibility vis = visibility(task.b, qb, kb);
-    if (vis == TileVisibility::kNone) return;
+    const int row_begin = qb * query_block_, key_begin = kb * kKeyBlock;
+    const TileMasks masks{visibility(task.b, qb, kb),
+                          mask_tile(p_.mask, task.b, h, row_begin, row_begin + rows_of(task.b, qb),
+                                    key_begin, key_begin + cols_of(task.b, kb))};
+    if (masks.window == TileVisibility::kNone || masks.attn_mask == kMaskHidden) return;
     if constexpr (kNative16)
-      accumulate_tile_16bit(task, h, qb, kb, vis, s);
+      accumulate_tile_16bit(task, h, qb, kb, masks, s);
     else
-      accumulate_tile_compute(task, h, qb, kb, vis, s);
+      accumulate_tile_compute(task, h, qb, kb, masks, s);
   }
 
-  // S_ijᵀ (in probs, row stride query_block_) -> P_ijᵀ in place: softcap, ALiBi, mask, exp.
-  void scores_to_probs(const Task& task, int h, int qb, int kb, TileVisibility vis, T* probs,
+  // S_ijᵀ (in probs, row stride query_block_) -> P_ijᵀ in place: softcap, ALiBi, masks, exp.
+  void scores_to_probs(const Task& task, int h, int qb, int kb, const TileMasks& masks, T* probs,
                        Scratch& s) const {
     const Sequence& seq = seqs_[task.b];
     const int row_begin = qb * query_block_, rows = rows_of(task.b, qb);
     const int key_begin = kb * kKeyBlock, cols = cols_of(task.b, kb);
     const int64_t row_terms = query_row_index(p_, seq, h, row_begin);
     const T slope = alibi_slope(p_, task.b, h);
-    if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || vis == TileVisibility::kPartial)
+    const bool partial = masks.window == TileVisibility::kPartial;
+    const bool read_mask = masks.attn_mask == kMaskRead;
+    if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || partial || read_mask)
       for (int c = 0; c < cols; ++c) {
         T* row = probs + size_t(c) * query_block_;
         const int key = key_begin + c;
@@ -332,7 +343,10 @@ class BackwardKernel {
         if (p_.softcap > 0)
           apply_softcap(row, rows, softcap<T>(p_), s.tanh_t.data() + size_t(c) * query_block_);
         if (p_.alibi.ptr) add_alibi(row, rows, slope, row_begin + seq.diag_offset - key, 1);
-        if (vis == TileVisibility::kPartial)
+        if (read_mask)  // a column of the transposed tile: one key, across the queries
+          for (int r = 0; r < rows; ++r)
+            row[r] += mask_bias<T>(p_.mask, task.b, h, row_begin + r, key);
+        if (partial)
           for (int r = 0; r < rows; ++r)
             if (!key_visible(seq, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
       }
@@ -345,10 +359,23 @@ class BackwardKernel {
     const int rows = rows_of(task.b, qb), cols = cols_of(task.b, kb);
     const int64_t row_terms = query_row_index(p_, seqs_[task.b], h, qb * query_block_);
     softmax_grad_tile(grads, probs, cols, rows, query_block_, d_terms_ + row_terms);
+    if (p_.dmask != nullptr) store_mask_grad(task.b, h, qb, kb, grads);
     if (p_.softcap > 0)
       for (int c = 0; c < cols; ++c)
         mul_softcap_grad(grads + size_t(c) * query_block_,
                          s.tanh_t.data() + size_t(c) * query_block_, rows);
+  }
+
+  // dL/dlogit of the tile (dS_ijᵀ before the softcap's chain rule) into p_.dmask [B, Hq, Sq, Sk]:
+  // the gradient of attn_mask, which is added to the logit.
+  void store_mask_grad(int b, int h, int qb, int kb, const T* grads) const {
+    const int rows = rows_of(b, qb), cols = cols_of(b, kb);
+    const int64_t row_begin = qb * query_block_, key_begin = kb * kKeyBlock;
+    float* head = p_.dmask + (int64_t(b) * p_.heads_q + h) * p_.seqlen_q * p_.seqlen_k;
+    for (int c = 0; c < cols; ++c)
+      for (int r = 0; r < rows; ++r)
+        head[(row_begin + r) * p_.seqlen_k + key_begin + c] =
+            static_cast<float>(grads[size_t(c) * query_block_ + r]);
   }
 
   // Rounds the tile's cols x rows corner of `tile` to 16 bits; the rest of `tile16` stays 0.
@@ -372,7 +399,7 @@ class BackwardKernel {
                 kPanelWidth, acc + panel * kPanelWidth, acc_stride_, /*accumulate=*/true, vnni_);
   }
 
-  void accumulate_tile_16bit(const Task& task, int h, int qb, int kb, TileVisibility vis,
+  void accumulate_tile_16bit(const Task& task, int h, int qb, int kb, const TileMasks& masks,
                              Scratch& s) {
     if constexpr (kNative16) {
       const int b = task.b, kv_head = task.kv_head, rows = rows_of(b, qb), cols = cols_of(b, kb);
@@ -382,7 +409,7 @@ class BackwardKernel {
       // S_ijᵀ = Kj Qiᵀ (unscaled), then P_ijᵀ.
       tile_gemm(cols, query_block_, gemm_dim_, k_rows16_.panel(b, kv_head, kb, 0), gemm_dim_,
                 q_t16_.panel(b, h, qb, 0), kPanelWidth, probs, query_block_, false, vnni_);
-      scores_to_probs(task, h, qb, kb, vis, probs, s);
+      scores_to_probs(task, h, qb, kb, masks, probs, s);
       round_tile_to_16bit(probs, rows, cols, s.probs16_t);
       // dVj += P_ijᵀ dOi
       accumulate_panel_products(cols, s.probs16_t.data(), do_rows16_, b, h, qb, s.dv_acc.data());
@@ -404,7 +431,7 @@ class BackwardKernel {
     }
   }
 
-  void accumulate_tile_compute(const Task& task, int h, int qb, int kb, TileVisibility vis,
+  void accumulate_tile_compute(const Task& task, int h, int qb, int kb, const TileMasks& masks,
                                Scratch& s) {
     const int b = task.b, D = dim_;
     const Sequence& seq = seqs_[b];
@@ -421,7 +448,7 @@ class BackwardKernel {
     // S_ijᵀ = Kj (scale·Qi)ᵀ, then P_ijᵀ row by row (a row is one key, across the queries).
     tile_gemm(cols, rows, D, k_rows, ld_k, q_panels_.head(b, h) + int64_t(qb) * D * query_block_,
               query_block_, probs, query_block_, /*accumulate=*/false);
-    scores_to_probs(task, h, qb, kb, vis, probs, s);
+    scores_to_probs(task, h, qb, kb, masks, probs, s);
     // dVj += P_ijᵀ dOi
     tile_gemm(cols, D, rows, probs, query_block_, do_rows, ld_do, s.dv_acc.data(), D, true);
     // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ in place.

@@ -146,9 +146,12 @@ class ForwardKernel {
       const int cols = std::min(kKeyBlock, seq.seqlen_k - key_begin);
       const TileVisibility visibility =
           tile_visibility(seq, row_begin, row_begin + rows, key_begin, key_begin + cols);
-      if (visibility == TileVisibility::kNone) continue;
+      const uint8_t mask_class =
+          mask_tile(p_.mask, b, h, row_begin, row_begin + rows, key_begin, key_begin + cols);
+      if (visibility == TileVisibility::kNone || mask_class == kMaskHidden) continue;
       multiply_q_kt(b, kv_head, kb, rows, cols, s);  // S_ij = scale · Qi Kjᵀ
-      if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || visibility == TileVisibility::kPartial)
+      if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || visibility == TileVisibility::kPartial ||
+          mask_class == kMaskRead)
         for (int r = 0; r < rows; ++r) {
           T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
           const int row = row_begin + r;
@@ -156,6 +159,7 @@ class ForwardKernel {
           if (p_.softcap > 0) apply_softcap(score_row, cols, softcap<T>(p_), nullptr);
           if (p_.alibi.ptr)
             add_alibi(score_row, cols, slope, row + seq.diag_offset - key_begin, -1);
+          if (mask_class == kMaskRead) add_attn_mask(p_.mask, b, h, row, key_begin, score_row, cols);
           if (visibility == TileVisibility::kPartial)
             mask_row(seq, score_row, cols, row, key_begin);
         }

@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     for (int i = threadIdx.x; i < kBlockM; i += kNThreads) {
       const bool valid = i < rows_valid;
       lse_smem[stage * kBlockM + i] =
-          valid ? *p.lse.row<const float>(batch, head, q_row + i) * kLog2e : 0.f;
+          valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, q_row + i)) : 0.f;
       dsum_smem[stage * kBlockM + i] = valid ? d_gmem[d_row0 + i] : 0.f;
     }
   };
@@ -149,6 +149,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const int stage = it % kStages;
     const int head = head_of(it);
     const int m_start = m_start_of(it);
+    // attn_mask: a tile it hides is skipped (the whole CTA alike, so the barriers still match).
+    const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start,
+                                         min(m_start + kBlockM, seq.seqlen_q), n_start,
+                                         key_last + 1);
+    if (mask_class == kMaskHidden) continue;
     const uint16_t* qi_smem = q_smem(stage);
     const uint16_t* doi_smem = do_smem(stage);
     const float* lse_log2 = lse_smem + stage * kBlockM;
@@ -204,11 +209,20 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         const bool visible = !needs_mask || (query < seq.seqlen_q &&
                                              kv >= first_visible_key(seq, query) &&
                                              kv < visible_key_end(seq, query));
+        const bool in_range = query < seq.seqlen_q && kv < seq.seqlen_k;
         float dlogit_ds;
-        const float x = rules.log2_logit(s_rmem[j][c], query, kv, dlogit_ds);
+        float x = rules.log2_logit(s_rmem[j][c], query, kv, dlogit_ds);
+        if (mask_class == kMaskRead && in_range)
+          x += mask_bias(p.mask, batch, head, query, kv) * kLog2e;
         const float prob = visible ? ptx::exp2_approx(x - lse_log2[col]) : 0.f;
         s_rmem[j][c] = prob;
-        if constexpr (ComputeDk) dp_rmem[j][c] = prob * (dp_rmem[j][c] - dsum[col]) * dlogit_ds;
+        if constexpr (ComputeDk) {
+          const float ds = prob * (dp_rmem[j][c] - dsum[col]);  // dL / dlogit
+          if (p.dmask != nullptr && in_range)
+            p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
+                        p.seqlen_k + kv] = ds;
+          dp_rmem[j][c] = ds * dlogit_ds;
+        }
       }
     }
 

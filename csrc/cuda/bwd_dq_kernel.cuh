@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     row_key_end[r] = visible_key_end(seq, row[r]);
     const bool valid = row[r] < seq.seqlen_q;
     lse_log2[r] =
-        valid ? *p.lse.row<const float>(batch, head, seq.q_row0 + row[r]) * kLog2e : 0.f;
+        valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, seq.q_row0 + row[r])) : 0.f;
     dsum[r] = valid ? d_gmem[query_row_index(p, seq, head, row[r])] : 0.f;
   }
   const int lane_col = 2 * (lane % 4);
@@ -122,6 +122,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     if (tile + kStages - 1 < tile_end) load_kv(tile + kStages - 1);
     ptx::cp_async_commit();
 
+    const int n_start = tile * kBlockN;
+    const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start, m_last + 1, n_start,
+                                         min(n_start + kBlockN, seq.seqlen_k));
+    if (mask_class == kMaskHidden) continue;  // attn_mask hides the tile
     const int stage = (tile - tile_begin) % kStages;
     const uint16_t* kj_smem = k_smem(stage);
     const uint16_t* vj_smem = v_smem(stage);
@@ -152,7 +156,6 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       }
     }
 
-    const int n_start = tile * kBlockN;
     const bool needs_mask = n_start < unmasked_from || n_start + kBlockN > unmasked_to;
 #pragma unroll
     for (int j = 0; j < kNTilesN; ++j) {
@@ -162,7 +165,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         const int kv = n_start + j * kMmaN + lane_col + c % 2;
         const bool visible = !needs_mask || (kv >= row_first_key[r] && kv < row_key_end[r]);
         float dlogit_ds;
-        const float x = rules.log2_logit(s_rmem[j][c], row[r], kv, dlogit_ds);
+        float x = rules.log2_logit(s_rmem[j][c], row[r], kv, dlogit_ds);
+        if (mask_class == kMaskRead && row[r] < seq.seqlen_q && kv < seq.seqlen_k)
+          x += mask_bias(p.mask, batch, head, row[r], kv) * kLog2e;
         const float prob = visible ? ptx::exp2_approx(x - lse_log2[r]) : 0.f;
         dp_rmem[j][c] = prob * (dp_rmem[j][c] - dsum[r]) * dlogit_ds;
       }

@@ -133,6 +133,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     if (tile + kStages - 1 < tile_end) load_kv(tile + kStages - 1);
     ptx::cp_async_commit();
 
+    const int n_start = tile * kBlockN;
+    // attn_mask: a tile it hides is skipped; one it leaves open takes the unmasked path.
+    const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start, m_last + 1, n_start,
+                                         min(n_start + kBlockN, seq.seqlen_k));
+    if (mask_class == kMaskHidden) continue;
     const int stage = (tile - tile_begin) % kStages;
     const uint16_t* kj_smem = k_smem(stage);
     const uint16_t* vj_smem = v_smem(stage);
@@ -158,14 +163,17 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       }
     }
 
-    const int n_start = tile * kBlockN;
     if (!rules.keep_raw) {
 #pragma unroll
       for (int j = 0; j < kNTilesN; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int key = n_start + j * kMmaN + lane_col + c % 2;
-          s_rmem[j][c] = rules.logit(s_rmem[j][c], row[c / 2], key);
+          const int r = c / 2;
+          float x = rules.logit(s_rmem[j][c], row[r], key);
+          if (mask_class == kMaskRead && row[r] < seq.seqlen_q && key < seq.seqlen_k)
+            x += mask_bias(p.mask, batch, head, row[r], key);
+          s_rmem[j][c] = x;
         }
     }
     const bool needs_mask = n_start < unmasked_from || n_start + kBlockN > unmasked_to;

@@ -10,10 +10,17 @@ namespace flashattn::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// The backward's shift that recomputes P_ij = exp2(logit_ij * log2e - shift) from the forward's
+// LSE. A row that saw no key has LSE -inf; its shift is +inf, so its P is 0 even where a logit
+// is -inf itself (an attn_mask entry), instead of exp2(-inf + inf) = NaN.
+__device__ __forceinline__ float lse_shift_log2(float lse) {
+  return lse == -INFINITY ? INFINITY : lse * kLog2e;
+}
+
 // How a raw score q_i . k_j becomes a logit, and the factor from the accumulator's units to
 // log2 units. Plain attention keeps raw scores in the accumulator and folds log2(e) * scale
-// into the exp2 FMA (FA2's trick); softcap, ALiBi or a non-positive scale first turn the
-// accumulator into natural-log logits, since max() does not commute with those.
+// into the exp2 FMA (FA2's trick); softcap, ALiBi, attn_mask or a non-positive scale first turn
+// the accumulator into natural-log logits, since max() does not commute with those.
 struct LogitRules {
   bool keep_raw;      // no per-element transform
   float scale;        // softmax scale
@@ -27,7 +34,8 @@ struct LogitRules {
                                                     int batch, int head) {
     LogitRules r;
     r.alibi_slope = ::flashattn::alibi_slope(p, batch, head);
-    r.keep_raw = p.softcap <= 0.f && p.alibi.ptr == nullptr && p.scale > 0.f;
+    r.keep_raw =
+        p.softcap <= 0.f && p.alibi.ptr == nullptr && p.mask.ptr == nullptr && p.scale > 0.f;
     r.scale = p.scale;
     r.softcap = p.softcap;
     r.scale_over_cap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;

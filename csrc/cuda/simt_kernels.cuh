@@ -76,13 +76,22 @@ constexpr int kSimtMinBlocksPerSm = 1;
 
 // The CTA's query rows [m_start, m_start + kNWarps) and the 32-key tiles they see.
 struct SimtRowBlock {
+  int m_start, m_end;
   int tile_begin, tile_end;
-  __device__ __forceinline__ SimtRowBlock(const Sequence& seq, int m_start, int rows) {
-    const int m_last = min(m_start + rows, seq.seqlen_q) - 1;
+  __device__ __forceinline__ SimtRowBlock(const Sequence& seq, int m_start_, int rows)
+      : m_start(m_start_), m_end(min(m_start_ + rows, seq.seqlen_q)) {
+    const int m_last = m_end - 1;
     const int key_begin = first_visible_key(seq, m_start);
     const int key_end = visible_key_end(seq, m_last);
     tile_begin = key_begin / kWarpSize;
     tile_end = key_end > key_begin ? (key_end + kWarpSize - 1) / kWarpSize : tile_begin;
+  }
+
+  // attn_mask's class of the block's rows and the 32 keys from n_start.
+  __device__ __forceinline__ uint8_t attn_mask(const AttnParams& p, const Sequence& seq,
+                                               int batch, int head, int n_start) const {
+    return mask_tile(p.mask, batch, head, m_start, m_end, n_start,
+                     min(n_start + kWarpSize, seq.seqlen_k));
   }
 };
 
@@ -120,6 +129,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   float o[kCols] = {};
   for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
     const int n_start = tile * kWarpSize;
+    const uint8_t mask_class = block.attn_mask(p, seq, batch, head, n_start);
+    if (mask_class == kMaskHidden) continue;  // the whole CTA alike
     __syncthreads();  // every warp is done with the previous tile
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
         k_smem, k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
@@ -130,8 +141,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     __syncthreads();
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
-    const float x_raw = rules.log2_logit(s, row, key);
     const bool visible = row < seq.seqlen_q && key >= row_first && key < row_end;
+    float x_raw = rules.log2_logit(s, row, key);
+    if (mask_class == kMaskRead && visible) x_raw += mask_bias(p.mask, batch, head, row, key) * kLog2e;
     const float x = visible ? x_raw : -INFINITY;
     const float m_new = fmaxf(m_i, warp_max(x));
     const float base = m_new == -INFINITY ? 0.f : m_new;  // no -inf - -inf for empty rows
@@ -192,12 +204,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   const int row_first = first_visible_key(seq, row), row_end = visible_key_end(seq, row);
   const bool row_valid = row < seq.seqlen_q;
   const float lse_log2 =
-      row_valid ? *p.lse.row<const float>(batch, head, seq.q_row0 + row) * kLog2e : 0.f;
+      row_valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, seq.q_row0 + row)) : 0.f;
   const float dsum = row_valid ? d_gmem[query_row_index(p, seq, head, row)] : 0.f;
   const SimtRowBlock block(seq, m_start, Traits::kNWarps);
   float dq[kCols] = {};
   for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
     const int n_start = tile * kWarpSize;
+    const uint8_t mask_class = block.attn_mask(p, seq, batch, head, n_start);
+    if (mask_class == kMaskHidden) continue;  // the whole CTA alike
     __syncthreads();
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
         k_smem, k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
@@ -209,9 +223,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
     const float dp = dot_row<kHeadDim>(do_smem + warp * kStride, v_smem + lane * kStride);
-    float dlogit_ds;
-    const float x = rules.log2_logit(s, row, key, dlogit_ds);
     const bool visible = row_valid && key >= row_first && key < row_end;
+    float dlogit_ds;
+    float x = rules.log2_logit(s, row, key, dlogit_ds);
+    if (mask_class == kMaskRead && visible) x += mask_bias(p.mask, batch, head, row, key) * kLog2e;
     const float prob = visible ? exp2f(x - lse_log2) : 0.f;
     accumulate_rows<kCols, kStride>(dq, prob * (dp - dsum) * dlogit_ds, k_smem, lane);
   }
@@ -264,6 +279,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     const int m_start = (tile_begin + it % tiles) * kWarpSize;
     const int64_t d_row0 = query_row_index(p, seq, head, m_start);  // [32] of D
     const int64_t q_row0 = seq.q_row0 + m_start;
+    const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start,
+                                         min(m_start + kWarpSize, seq.seqlen_q), n_start,
+                                         key_last + 1);
+    if (mask_class == kMaskHidden) continue;  // the whole CTA alike
     __syncthreads();  // every warp is done with the previous query tile
     load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
         q_smem, p.q.row<const float>(batch, head, q_row0), p.q.row_stride,
@@ -273,7 +292,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
         seq.seqlen_q - m_start, p.head_dim);
     for (int i = threadIdx.x; i < kWarpSize; i += kNThreads) {
       const bool valid = m_start + i < seq.seqlen_q;
-      lse_smem[i] = valid ? *p.lse.row<const float>(batch, head, q_row0 + i) * kLog2e : 0.f;
+      lse_smem[i] =
+          valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, q_row0 + i)) : 0.f;
       dsum_smem[i] = valid ? d_gmem[d_row0 + i] : 0.f;
     }
     __syncthreads();
@@ -281,13 +301,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     const int query = m_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + lane * kStride, k_smem + warp * kStride);
     const float dp = dot_row<kHeadDim>(do_smem + lane * kStride, v_smem + warp * kStride);
-    float dlogit_ds;
-    const float x = rules.log2_logit(s, query, key, dlogit_ds);
     const bool visible =
         query < seq.seqlen_q && key < seq.seqlen_k && key_visible(seq, query, key);
+    float dlogit_ds;
+    float x = rules.log2_logit(s, query, key, dlogit_ds);
+    if (mask_class == kMaskRead && visible)
+      x += mask_bias(p.mask, batch, head, query, key) * kLog2e;
     const float prob = visible ? exp2f(x - lse_smem[lane]) : 0.f;
+    const float ds = prob * (dp - dsum_smem[lane]);  // dL / dlogit
+    if (p.dmask != nullptr && query < seq.seqlen_q && key < seq.seqlen_k)
+      p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
+                  p.seqlen_k + key] = ds;
     accumulate_rows<kCols, kStride>(dv, prob, do_smem, lane);
-    accumulate_rows<kCols, kStride>(dk, prob * (dp - dsum_smem[lane]) * dlogit_ds, q_smem, lane);
+    accumulate_rows<kCols, kStride>(dk, ds * dlogit_ds, q_smem, lane);
   }
   if (key >= seq.seqlen_k) return;
   float* dk_row = p.dk.row<float>(batch, head_kv, seq.k_row0 + key);  // [D]

@@ -1,4 +1,4 @@
-"""Builds torch.ops.flashattn_sim (sim_ops.cpp + csrc/attn_args.cpp + the CPU shim) with
+"""Builds torch.ops.flashattn_sim (sim_ops.cpp + the host code csrc/ shares + the CPU shim) with
 torch.utils.cpp_extension.load and returns the loaded module.
 
     python tests/sim_ext/build.py        # build (or reuse the cached build) and print the time
@@ -28,6 +28,18 @@ def _load_cudasim_build():
 cudasim_build = _load_cudasim_build()
 
 
+# csrc/*.cpp that define torch.ops.flashattn itself; the sim registers its own namespace.
+FLASHATTN_LIBRARY_SOURCES = {"flashattn.cpp", "pymodule.cpp"}
+
+
+def shared_host_sources():
+    """The host code every executor shares (checks, parameters, masks): csrc/*.cpp but the
+    files that define the flashattn library."""
+    csrc = os.path.join(REPO, "csrc")
+    return sorted(os.path.join(csrc, name) for name in os.listdir(csrc)
+                  if name.endswith(".cpp") and name not in FLASHATTN_LIBRARY_SOURCES)
+
+
 def load(verbose=False):
     from torch.utils.cpp_extension import load as torch_load
 
@@ -35,7 +47,7 @@ def load(verbose=False):
         raise RuntimeError("the sim executor needs cuda_fp16.h / vector_types.h: set CUDA_HOME")
     sources = [os.path.join(HERE, name) for name in
                ("sim_kernels_fwd.cpp", "sim_kernels_bwd.cpp", "sim_ops.cpp")]
-    sources += [os.path.join(REPO, "csrc", "attn_args.cpp"), *cudasim_build.SHIM_SOURCES]
+    sources += [*shared_host_sources(), *cudasim_build.SHIM_SOURCES]
     # The shim's own flags (includes, -DFLASHATTN_CUDASIM, -O1: the kernels' unrolled loops stay
     # cheap to compile and the fibers fast enough), with torch's C++ standard (2.14 needs C++20).
     # No debug info: it doubles the compile time of the kernel translation units.
