@@ -12,6 +12,7 @@ import torch  # noqa: F401  first: _C links against libtorch/libc10, which torch
 
 from . import _C  # noqa: F401  loads the library; its TORCH_LIBRARY blocks register the ops
 from . import ops  # noqa: F401  fake kernels and autograd
+from . import sdpa_impl  # noqa: F401  registers "flashattn" with torch.nn.attention
 from .interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                         flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                         flash_attn_varlen_qkvpacked_func, scaled_dot_product_attention)

@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include "../op_glue.h"
+#include "../sdpa_impl.h"
 #include "kernels.h"
 
 namespace flashattn {
@@ -27,5 +28,12 @@ struct CpuExecutor {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(flashattn, CPU, m) { register_attention_ops<CpuExecutor>(m); }
+
+void register_cpu_sdpa_impl(torch::Library& aten_cpu) {
+  aten_cpu.impl("_scaled_dot_product_flash_attention_for_cpu",
+                TORCH_FN(sdpa_flash_cpu_forward<CpuExecutor>));
+  aten_cpu.impl("_scaled_dot_product_flash_attention_for_cpu_backward",
+                TORCH_FN(sdpa_flash_cpu_backward<CpuExecutor>));
+}
 
 }  // namespace flashattn
