@@ -21,17 +21,34 @@ at::Tensor as_4d(const at::Tensor& mask) {
   return mask.view(shape);
 }
 
-// `any` or `all` of `t` [b, h, sq, sk] over blocks of kMaskBlock x kMaskBlock (1 along a
-// dimension of size 1, which broadcasts), the padding set to `pad`.
-at::Tensor reduce_blocks(const at::Tensor& t, bool pad, bool any) {
+// `t` [b, h, sq, sk] extended to `rows` x `keys` by repeating its last row and column: a
+// block's class is then that of its real entries.
+at::Tensor extend_by_edges(at::Tensor t, int64_t rows, int64_t keys) {
+  if (keys > t.size(3)) {
+    const at::Tensor edge = t.narrow(3, t.size(3) - 1, 1);
+    t = at::cat({t, edge.expand({t.size(0), t.size(1), t.size(2), keys - t.size(3)})}, 3);
+  }
+  if (rows > t.size(2)) {
+    const at::Tensor edge = t.narrow(2, t.size(2) - 1, 1);
+    t = at::cat({t, edge.expand({t.size(0), t.size(1), rows - t.size(2), t.size(3)})}, 2);
+  }
+  return t;
+}
+
+// Rows (or keys) per mask block along a dimension of `size`: 1 where the mask broadcasts.
+int64_t block_size(int64_t size) { return size == 1 ? 1 : kMaskBlock; }
+int64_t num_mask_blocks(int64_t size) { return (size + block_size(size) - 1) / block_size(size); }
+
+// The max (or min) of `t` [b, h, sq, sk] over each block: [b, h, blocks of sq, blocks of sk].
+at::Tensor block_extreme(const at::Tensor& t, bool max) {
   const int64_t rows = t.size(2), keys = t.size(3);
-  const int64_t row_block = rows == 1 ? 1 : kMaskBlock, key_block = keys == 1 ? 1 : kMaskBlock;
-  const int64_t row_blocks = (rows + row_block - 1) / row_block;
-  const int64_t key_blocks = (keys + key_block - 1) / key_block;
-  at::Tensor padded = at::constant_pad_nd(
-      t, {0, key_blocks * key_block - keys, 0, row_blocks * row_block - rows}, pad ? 1 : 0);
-  padded = padded.view({t.size(0), t.size(1), row_blocks, row_block, key_blocks, key_block});
-  return any ? padded.any(5).any(3) : padded.all(5).all(3);
+  const int64_t row_block = block_size(rows), key_block = block_size(keys);
+  const int64_t row_blocks = num_mask_blocks(rows), key_blocks = num_mask_blocks(keys);
+  const at::Tensor blocks =
+      extend_by_edges(t, row_blocks * row_block, key_blocks * key_block)
+          .reshape({t.size(0), t.size(1), row_blocks, row_block, key_blocks, key_block});
+  // Innermost first: one pass over the mask, then a pass over a 32x smaller tensor.
+  return max ? blocks.amax(5).amax(3) : blocks.amin(5).amin(3);
 }
 
 }  // namespace
@@ -56,15 +73,20 @@ void check_attn_mask(const at::Tensor& mask, const at::Tensor& q, const at::Tens
 
 at::Tensor classify_mask_blocks(const at::Tensor& mask) {
   const at::Tensor m = as_4d(mask);
+  if (m.numel() == 0)  // no kernel reads it
+    return at::full({m.size(0), m.size(1), num_mask_blocks(m.size(2)), num_mask_blocks(m.size(3))},
+                    kMaskOpen, m.options().dtype(at::kByte));
+  // A block is hidden when its largest entry hides (false / -inf), open when both its extremes
+  // change nothing (true / 0), else read; a NaN entry propagates into the extremes: read.
   const bool is_bool = m.scalar_type() == at::kBool;
-  // keep: the entry lets its key take part; open: it leaves the logit as it is.
-  const at::Tensor keep = is_bool ? m : m.ne(-std::numeric_limits<double>::infinity());
-  const at::Tensor open = is_bool ? m : m.eq(0);
-  const at::Tensor any_kept = reduce_blocks(keep, /*pad=*/false, /*any=*/true);
-  const at::Tensor all_open = reduce_blocks(open, /*pad=*/true, /*any=*/false);
-  const at::Tensor read = at::full_like(any_kept, kMaskRead, at::kByte);
-  return at::where(any_kept.logical_not(), at::full_like(read, kMaskHidden),
-                   at::where(all_open, at::full_like(read, kMaskOpen), read));
+  const at::Tensor values = is_bool ? m.view(at::kByte) : m;
+  const at::Tensor high = block_extreme(values, /*max=*/true);
+  const at::Tensor low = block_extreme(values, /*max=*/false);
+  const at::Tensor hidden = is_bool ? high.eq(0) : high.eq(-std::numeric_limits<double>::infinity());
+  const at::Tensor open = is_bool ? low.eq(1) : low.eq(0).logical_and_(high.eq(0));
+  const at::Tensor read = at::full_like(high, kMaskRead, at::kByte);
+  return at::where(hidden, at::full_like(read, kMaskHidden),
+                   at::where(open, at::full_like(read, kMaskOpen), read));
 }
 
 AttnMask mask_view(const at::Tensor& mask, const at::Tensor& blocks, const at::Tensor& q,

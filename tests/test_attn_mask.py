@@ -56,7 +56,9 @@ def check_masked(ex, q, k, v, mask, scale=0.3, backward=True, mask_grad=True):
     assert_within_torch_error("lse", lse.cpu(), ref_lse, low_lse.float())
     if not backward:
         return out, lse, None
-    want_dmask = mask_grad and mask.is_floating_point()
+    # A mask constant along the keys adds the same to a whole softmax row, which cancels: its
+    # exact gradient is 0, and any kernel's is rounding noise that no tolerance rule bounds.
+    want_dmask = mask_grad and mask.is_floating_point() and mask.shape[-1] != 1
     dout = torch.randn_like(out)
     grads = ex.bwd(dout, q, k, v, out, lse, None, scale, attn_mask=mask,
                    align_bottom_right=False, attn_mask_grad=want_dmask)
