@@ -95,6 +95,18 @@ void check_mask_options(const AttnInputs& in) {
                 heads, "] or [", batch, ", ", heads, "] (nheads or batch x nheads of q), got ",
                 s.sizes());
   }
+  TORCH_CHECK(in.dropout_p >= 0.0 && in.dropout_p <= 1.0,
+              "flashattn: dropout_p must be in [0, 1], got ", in.dropout_p);
+  if (in.dropout_p > 0.0) {
+    TORCH_CHECK(in.rng_state.has_value(), "flashattn: dropout_p > 0 needs rng_state, the [seed, "
+                "offset] of torch.ops.flashattn.dropout_rng_state(q)");
+    const at::Tensor& r = *in.rng_state;
+    TORCH_CHECK(r.scalar_type() == at::kLong && r.dim() == 1 && r.size(0) == 2,
+                "flashattn: rng_state must be int64 of shape [2] ([seed, offset]), got ",
+                r.scalar_type(), " of shape ", r.sizes());
+    check_same_device(r, "rng_state", q);
+    TORCH_CHECK(r.is_contiguous(), "flashattn: rng_state must be contiguous");
+  }
   if (in.attn_mask.has_value()) {
     TORCH_CHECK(!in.varlen(), "flashattn: attn_mask is not supported with cu_seqlens_q "
                 "(a variable-length batch); mask by the sequences' lengths instead");
@@ -366,6 +378,13 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
   p.align_bottom_right = in.align_bottom_right;
   if (in.alibi_slopes.has_value()) p.alibi = slopes_view(*in.alibi_slopes);
   if (in.attn_mask.has_value()) p.mask = mask_view(*in.attn_mask, mask_blocks, in.q, in.k);
+  if (in.dropout_p > 0.0) {
+    p.dropout.rng_state = in.rng_state->data_ptr<int64_t>();
+    constexpr double kDraws = 4294967296.0;  // 2^32
+    p.dropout.threshold = static_cast<uint64_t>(std::llround(in.dropout_p * kDraws));
+    p.dropout.keep_scale_fp64 = in.dropout_p < 1.0 ? 1.0 / (1.0 - in.dropout_p) : 0.0;
+    p.dropout.keep_scale = static_cast<float>(p.dropout.keep_scale_fp64);
+  }
   return p;
 }
 

@@ -24,6 +24,8 @@ struct AttnInputs {
   double softcap = 0.0;
   std::optional<at::Tensor> alibi_slopes;
   std::optional<at::Tensor> attn_mask;  // F.sdpa's: bool or float, broadcast to [B, Hq, Sq, Sk]
+  double dropout_p = 0.0;
+  std::optional<at::Tensor> rng_state;  // int64 [2]: [seed, offset] (dropout.h)
   bool align_bottom_right = true;
   bool deterministic = false;
   // Variable-length batches: int32 [batch + 1] cumulative lengths; q, k, v are then

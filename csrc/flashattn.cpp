@@ -32,5 +32,7 @@ void activate_sdpa_impl(bool active) {
 TORCH_LIBRARY(flashattn, m) {
   m.def(flashattn::kFwdSchema);
   m.def(flashattn::kBwdSchema);
+  m.def(flashattn::kDropoutRngStateSchema, {at::Tag::nondeterministic_seeded});
+  m.def(flashattn::kDropoutKeepMaskSchema);
   m.def("_activate_sdpa_impl(bool active) -> ()", &flashattn::activate_sdpa_impl);
 }

@@ -29,6 +29,8 @@ inline AttnInputs read_attn_inputs(const OpArguments& args) {
   in.softcap = args["softcap"].toDouble();
   in.alibi_slopes = args.optional_tensor("alibi_slopes");
   in.attn_mask = args.optional_tensor("attn_mask");
+  in.dropout_p = args["dropout_p"].toDouble();
+  in.rng_state = args.optional_tensor("rng_state");
   in.align_bottom_right = args["align_bottom_right"].toBool();
   in.deterministic = args["deterministic"].toBool();
   in.cu_seqlens_q = args.optional_tensor("cu_seqlens_q");

@@ -58,6 +58,16 @@ struct AttnMask {
           block_key_stride = 0;
 };
 
+// Attention dropout (dropout.h): off when rng_state is null.
+struct Dropout {
+  const int64_t* rng_state = nullptr;  // [seed, offset], int64, on the tensors' device
+  uint64_t threshold = 0;              // a key is kept iff its 32-bit draw >= round(p * 2^32)
+  float keep_scale = 1.f;              // 1 / (1 - p) for kept keys; 0 when p = 1
+  double keep_scale_fp64 = 1.0;        // the same, for the CPU's float64 path
+
+  FLASHATTN_HOST_DEVICE bool on() const { return rng_state != nullptr; }
+};
+
 struct AttnParams {
   TensorView q;  // [B, Sq, Hq, D]
   TensorView k;  // [B, Sk, Hkv, D]
@@ -112,6 +122,9 @@ struct AttnParams {
 
   // attn_mask (dense batches only): added to the logit after softcap and ALiBi.
   AttnMask mask;
+
+  // Dropout of the probabilities P_ij (after the softmax; the LSE is that of the full P).
+  Dropout dropout;
 };
 
 struct AttnBwdParams : AttnParams {

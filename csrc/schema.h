@@ -14,8 +14,10 @@ namespace flashattn {
 // window_right = 0. align_bottom_right: the diagonal of causal/window/alibi sits at
 // i + Sk - Sq (FA2) when true, at i (F.scaled_dot_product_attention's is_causal) when false,
 // per sequence. attn_mask: F.sdpa's (dense batches), bool (true = take part) or float (added to
-// the logit after softcap and ALiBi), broadcast to [B, Hq, Sq, Sk]. deterministic is unused by
-// the forward; it rides along so autograd can hand it to bwd.
+// the logit after softcap and ALiBi), broadcast to [B, Hq, Sq, Sk]. dropout_p > 0 drops each
+// probability with that probability (dropout.h) from the [seed, offset] in rng_state (int64 [2],
+// from dropout_rng_state), which the backward gets again to drop the same ones. deterministic is
+// unused by the forward; it rides along so autograd can hand it to bwd.
 // Variable-length batches (FA2's varlen): with cu_seqlens_q/_k (int32 [B + 1]) q is
 // [total_q, Hq, D] and k/v [total_k, Hkv, D], sequence b being rows [cu[b], cu[b + 1]);
 // max_seqlen_q/_k bound the sequences' lengths. seqused_q/_k (int32 [B], dense or varlen): only
@@ -26,7 +28,8 @@ namespace flashattn {
   "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, " \
   "bool align_bottom_right=True, bool deterministic=False, Tensor? cu_seqlens_q=None, "      \
   "Tensor? cu_seqlens_k=None, SymInt? max_seqlen_q=None, SymInt? max_seqlen_k=None, "        \
-  "Tensor? seqused_q=None, Tensor? seqused_k=None, Tensor? attn_mask=None"
+  "Tensor? seqused_q=None, Tensor? seqused_k=None, Tensor? attn_mask=None, "                \
+  "float dropout_p=0.0, Tensor? rng_state=None"
 
 // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq] (fp32, natural log, -inf for a row that sees
 // no key); varlen: out [total_q, Hq, D] and lse [Hq, total_q].
@@ -39,5 +42,16 @@ inline constexpr const char* kFwdSchema =
 inline constexpr const char* kBwdSchema =
     "bwd(Tensor dout, Tensor out, Tensor lse, Tensor? dlse, " FLASHATTN_ATTN_ARGUMENTS
     ", bool attn_mask_grad=False) -> (Tensor dq, Tensor dk, Tensor dv, Tensor? dattn_mask)";
+
+// A fresh [seed, offset] (int64 [2], on like's device) for one dropout call, drawn from the
+// default generator of like's device, which it advances: torch.manual_seed reproduces it. On
+// CUDA it follows the generator's philox state, so CUDA-graph replays draw anew.
+inline constexpr const char* kDropoutRngStateSchema = "dropout_rng_state(Tensor like) -> Tensor";
+
+// The keep decisions (bool [batch, heads, seqlen_q, seqlen_k], CPU) of a dropout call: what the
+// kernels apply, for tests and FA2's return_attn_probs. O(batch·heads·seqlen_q·seqlen_k).
+inline constexpr const char* kDropoutKeepMaskSchema =
+    "dropout_keep_mask(Tensor rng_state, float dropout_p, int batch, int heads, int seqlen_q, "
+    "int seqlen_k) -> Tensor";
 
 }  // namespace flashattn

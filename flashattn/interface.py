@@ -9,6 +9,8 @@ import operator
 
 import torch
 
+from ._attn_probs import dropped_probs
+
 _SUPPORT = """
     Supported inputs:
       device  dtypes                          head_dim
@@ -16,13 +18,6 @@ _SUPPORT = """
       CUDA    float16, bf16, float32           <= 256
     Any strides are accepted as long as the last (head_dim) dimension is contiguous.
 """
-
-
-def _check_dropout(fn, dropout_p):
-    if _real(fn, "dropout_p", dropout_p) != 0.0:
-        raise NotImplementedError(
-            f"{fn}: dropout_p > 0 is not supported yet (got dropout_p={float(dropout_p)}); "
-            f"use dropout_p=0.0")
 
 
 def _real(fn, name, value):
@@ -61,20 +56,48 @@ def _window_pair(fn, window_size):
 
 
 def _attention(fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-               alibi_slopes, deterministic, align_bottom_right, **op_arguments):
-    """torch.ops.flashattn.fwd with FA2's argument conventions; returns (out, lse). op_arguments:
-    more of the op's arguments by name (varlen, seqused, attn_mask)."""
-    _check_dropout(fn, dropout_p)
+               alibi_slopes, deterministic, align_bottom_right, return_attn_probs=False,
+               **op_arguments):
+    """torch.ops.flashattn.fwd with FA2's argument conventions. Returns out, or with
+    return_attn_probs (out, lse, S_dmask), S_dmask None without dropout (FA2's convention).
+    op_arguments: more of the op's arguments by name (varlen, seqused, attn_mask)."""
+    dropout_p = _real(fn, "dropout_p", dropout_p)
     left, right = _window_pair(fn, window_size)
-    return torch.ops.flashattn.fwd(
-        q, k, v, softmax_scale=_optional_real(fn, "softmax_scale", softmax_scale),
-        causal=bool(causal), window_left=left, window_right=right,
-        softcap=_real(fn, "softcap", softcap), alibi_slopes=alibi_slopes,
-        align_bottom_right=align_bottom_right, deterministic=bool(deterministic), **op_arguments)
+    scale = _optional_real(fn, "softmax_scale", softmax_scale)
+    softcap = _real(fn, "softcap", softcap)
+    # A fresh [seed, offset] per call from the device's generator; autograd hands the same
+    # one to the backward.
+    rng_state = torch.ops.flashattn.dropout_rng_state(q) if dropout_p > 0 else None
+    out, lse = torch.ops.flashattn.fwd(
+        q, k, v, softmax_scale=scale, causal=bool(causal), window_left=left, window_right=right,
+        softcap=softcap, alibi_slopes=alibi_slopes, align_bottom_right=align_bottom_right,
+        deterministic=bool(deterministic), dropout_p=dropout_p, rng_state=rng_state,
+        **op_arguments)
+    if not return_attn_probs:
+        return out
+    probs = None
+    if rng_state is not None:
+        score_kwargs = dict(softmax_scale=scale, causal=bool(causal), window_size=(left, right),
+                            softcap=softcap, alibi_slopes=alibi_slopes,
+                            align_bottom_right=align_bottom_right,
+                            attn_mask=op_arguments.get("attn_mask"))
+        probs = dropped_probs(q.detach(), k.detach(), rng_state, dropout_p, score_kwargs,
+                              _sequences(op_arguments))
+    return out, lse, probs
 
 
-def _with_probs(out, lse, return_attn_probs):
-    return (out, lse, None) if return_attn_probs else out
+def _sequences(op_arguments):
+    """(first query row, queries, first key row, keys) of each sequence of a varlen call, or
+    None for a dense one. Reads cu_seqlens on the host: for return_attn_probs only."""
+    if op_arguments.get("cu_seqlens_q") is None:
+        return None
+    cu_q, cu_k = op_arguments["cu_seqlens_q"].tolist(), op_arguments["cu_seqlens_k"].tolist()
+    used_q, used_k = (op_arguments.get(name) for name in ("seqused_q", "seqused_k"))
+    used_q = used_q.tolist() if used_q is not None else None
+    used_k = used_k.tolist() if used_k is not None else None
+    return [(cu_q[b], cu_q[b + 1] - cu_q[b] if used_q is None else used_q[b],
+             cu_k[b], cu_k[b + 1] - cu_k[b] if used_k is None else used_k[b])
+            for b in range(len(cu_q) - 1)]
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -86,7 +109,12 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         q: (batch, seqlen_q, nheads, headdim)
         k: (batch, seqlen_k, nheads_k, headdim); nheads must be a multiple of nheads_k (GQA/MQA)
         v: (batch, seqlen_k, nheads_k, headdim)
-        dropout_p: must be 0.0 (dropout is not implemented; anything else raises).
+        dropout_p: drop each attention probability with this probability during the product
+            with v, scaling the kept ones by 1 / (1 - dropout_p) (p = 1 gives 0). Exactly p:
+            each decision compares a 32-bit draw, and is a pure function of the call's seed
+            (from the device's default generator, so torch.manual_seed reproduces it) and of
+            (batch, head, query, key): the same mask on every device and tile size. The
+            backward drops the same entries.
         softmax_scale: scale of q·k, default 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner as in FlashAttention-2.
             Query i sees key j iff j <= i + seqlen_k - seqlen_q. For seqlen_q=2, seqlen_k=5
@@ -111,17 +139,19 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         alibi_slopes: float32 (nheads,) or (batch, nheads), any strides; adds
             -slope * |i + seqlen_k - seqlen_q - j| to the score.
         deterministic: make the backward pass bitwise reproducible (the CPU backward always is).
-        return_attn_probs: also return the log-sum-exp of each row.
+        return_attn_probs: also return the log-sum-exp of each row, and with dropout FA2's
+            S_dmask.
 
     Returns:
         out: (batch, seqlen_q, nheads, headdim), dtype of q. If return_attn_probs, the tuple
-        (out, softmax_lse, None): softmax_lse is (batch, nheads, seqlen_q) float32 and
-        differentiable; the third slot (FA2's dropout mask) is always None here.
+        (out, softmax_lse, S_dmask): softmax_lse is (batch, nheads, seqlen_q) float32 and
+        differentiable; S_dmask is None without dropout, else (batch, nheads, seqlen_q,
+        seqlen_k) float32, exp(logit - row max) negated where dropped, which FA2's test helpers
+        decode. S_dmask is O(seqlen_q * seqlen_k): for tests and small shapes.
     """
-    out, lse = _attention("flash_attn_func", q, k, v, dropout_p, softmax_scale, causal,
-                          window_size, softcap, alibi_slopes, deterministic,
-                          align_bottom_right=True)
-    return _with_probs(out, lse, return_attn_probs)
+    return _attention("flash_attn_func", q, k, v, dropout_p, softmax_scale, causal, window_size,
+                      softcap, alibi_slopes, deterministic, align_bottom_right=True,
+                      return_attn_probs=return_attn_probs)
 
 
 def _unpack(fn, name, packed, count, layout):
@@ -144,10 +174,9 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     """
     q, k, v = _unpack("flash_attn_qkvpacked_func", "qkv", qkv, 3,
                       "(batch, seqlen, 3, nheads, headdim)")
-    out, lse = _attention("flash_attn_qkvpacked_func", q, k, v, dropout_p, softmax_scale,
-                          causal, window_size, softcap, alibi_slopes, deterministic,
-                          align_bottom_right=True)
-    return _with_probs(out, lse, return_attn_probs)
+    return _attention("flash_attn_qkvpacked_func", q, k, v, dropout_p, softmax_scale, causal,
+                      window_size, softcap, alibi_slopes, deterministic, align_bottom_right=True,
+                      return_attn_probs=return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -162,10 +191,9 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     """
     k, v = _unpack("flash_attn_kvpacked_func", "kv", kv, 2,
                    "(batch, seqlen_k, 2, nheads_k, headdim)")
-    out, lse = _attention("flash_attn_kvpacked_func", q, k, v, dropout_p, softmax_scale, causal,
-                          window_size, softcap, alibi_slopes, deterministic,
-                          align_bottom_right=True)
-    return _with_probs(out, lse, return_attn_probs)
+    return _attention("flash_attn_kvpacked_func", q, k, v, dropout_p, softmax_scale, causal,
+                      window_size, softcap, alibi_slopes, deterministic, align_bottom_right=True,
+                      return_attn_probs=return_attn_probs)
 
 
 def _length(fn, name, value):
@@ -203,6 +231,9 @@ _VARLEN_DOC = """
         seqused_q, seqused_k (keyword only, FA3's): int32 (batch,); only the first
             seqused_*[b] tokens of sequence b take part, so a preallocated buffer can be reused.
 
+    Dropout and S_dmask as in flash_attn_func, S_dmask (batch, nheads, max seqlen_q,
+    max seqlen_k) with row i, key j of sequence b at [b, :, i, j].
+
     Rows of q that belong to no sequence (past cu_seqlens_q[-1], or past seqused_q) get out 0,
     LSE -inf and zero gradients. A row that sees no key gets out 0 and LSE -inf, as in the
     dense op; FlashAttention-2's varlen kernels return +inf there.
@@ -226,13 +257,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """
     fn = "flash_attn_varlen_func"
     _check_no_block_table(fn, block_table)
-    out, lse = _attention(
+    return _attention(
         fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, align_bottom_right=True, cu_seqlens_q=cu_seqlens_q,
         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=_length(fn, "max_seqlen_q", max_seqlen_q),
         max_seqlen_k=_length(fn, "max_seqlen_k", max_seqlen_k), seqused_q=seqused_q,
-        seqused_k=seqused_k)
-    return _with_probs(out, lse, return_attn_probs)
+        seqused_k=seqused_k, return_attn_probs=return_attn_probs)
 
 
 def _unpack_varlen(fn, name, packed, count, layout):
@@ -255,11 +285,10 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     fn = "flash_attn_varlen_qkvpacked_func"
     q, k, v = _unpack_varlen(fn, "qkv", qkv, 3, "(total, 3, nheads, headdim)")
     max_seqlen = _length(fn, "max_seqlen", max_seqlen)
-    out, lse = _attention(
+    return _attention(
         fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, align_bottom_right=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens,
-        max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen)
-    return _with_probs(out, lse, return_attn_probs)
+        max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen, return_attn_probs=return_attn_probs)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -273,12 +302,12 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     """
     fn = "flash_attn_varlen_kvpacked_func"
     k, v = _unpack_varlen(fn, "kv", kv, 2, "(total_k, 2, nheads_k, headdim)")
-    out, lse = _attention(
+    return _attention(
         fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, align_bottom_right=True, cu_seqlens_q=cu_seqlens_q,
         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=_length(fn, "max_seqlen_q", max_seqlen_q),
-        max_seqlen_k=_length(fn, "max_seqlen_k", max_seqlen_k))
-    return _with_probs(out, lse, return_attn_probs)
+        max_seqlen_k=_length(fn, "max_seqlen_k", max_seqlen_k),
+        return_attn_probs=return_attn_probs)
 
 
 def _check_sdpa_rank(name, t):
@@ -302,7 +331,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             query's dtype or float32. Read in place through its strides (a broadcast mask is
             never expanded in memory); a float mask that requires grad gets its gradient. Rows
             that see no key give 0 (and zero gradients), as torch >= 2.5 does.
-        dropout_p: must be 0.0.
+        dropout_p: as in flash_attn_func: exact p, the same mask on every device for a seed.
         is_causal: causal mask aligned to the top-left corner, like F.sdpa
             (``torch.ones(L, S).tril()``): query i sees key j iff j <= i. For L=2, S=5::
 
@@ -328,7 +357,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             f"{fn}: query has {query.shape[1]} heads but key has "
             f"{key.shape[1]}; pass enable_gqa=True for grouped-query attention")
     # (B, H, S, D) -> (B, S, H, D) is a stride permutation, not a copy.
-    out, _ = _attention(fn, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+    out = _attention(fn, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                         dropout_p, scale, is_causal, (-1, -1), 0.0, None, False,
                         align_bottom_right=False, attn_mask=attn_mask)
     return out.transpose(1, 2)

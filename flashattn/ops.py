@@ -64,6 +64,16 @@ def _bwd_fake(*args, **kwargs):
     return dq, dk, dv, mask.new_empty(mask.shape) if a["attn_mask_grad"] else None
 
 
+@torch.library.register_fake("flashattn::dropout_rng_state")
+def _dropout_rng_state_fake(like):
+    return like.new_empty((2,), dtype=torch.int64)
+
+
+@torch.library.register_fake("flashattn::dropout_keep_mask")
+def _dropout_keep_mask_fake(rng_state, dropout_p, batch, heads, seqlen_q, seqlen_k):
+    return rng_state.new_empty((batch, heads, seqlen_q, seqlen_k), dtype=torch.bool)
+
+
 def _fwd_setup_context(ctx, inputs, output):
     # inputs: every forward argument in schema order, defaults filled in. Tensors are saved
     # through save_for_backward (version-checked), the rest kept as they are.

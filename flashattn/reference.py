@@ -27,23 +27,17 @@ def visible_keys(seqlen_q, seqlen_k, causal=False, window_size=(-1, -1), align_b
     return keep
 
 
-def attention_reference(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
-                        softcap=0.0, alibi_slopes=None, align_bottom_right=True, attn_mask=None):
-    """Attention in the dtype of q (pass float64 tensors for the reference).
-
-    q (B, Sq, Hq, D), k and v (B, Sk, Hkv, D). attn_mask: broadcastable to (B, Hq, Sq, Sk), bool
-    (True = take part) or float (added to the scores after softcap and ALiBi). Returns
-    (out (B, Sq, Hq, D), lse (B, Hq, Sq)). Rows that see no key give out 0 and lse -inf.
-    Differentiable everywhere, including at fully masked rows (their gradients are 0), and in
-    a float attn_mask.
-    """
+def attention_scores(q, k, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                     alibi_slopes=None, align_bottom_right=True, attn_mask=None):
+    """The logits (B, Hq, Sq, Sk) in the dtype of q: scaled q·k, then softcap, ALiBi and
+    attn_mask, and -inf where causal or the window hides the key. q (B, Sq, Hq, D), k
+    (B, Sk, Hkv, D)."""
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else softmax_scale
     group = heads // heads_kv if heads_kv else 1
     qh = q.transpose(1, 2)                                       # (B, Hq, Sq, D)
     kh = k.transpose(1, 2).repeat_interleave(group, dim=1)       # (B, Hq, Sk, D)
-    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
     scores = torch.matmul(qh, kh.transpose(-1, -2)) * scale      # (B, Hq, Sq, Sk)
     if softcap > 0:
         scores = softcap * torch.tanh(scores / softcap)
@@ -61,7 +55,27 @@ def attention_reference(q, k, v, softmax_scale=None, causal=False, window_size=(
         else:
             scores = scores + attn_mask.to(scores.dtype)
     keep = visible_keys(seqlen_q, seqlen_k, causal, window_size, align_bottom_right, q.device)
-    scores = scores.masked_fill(~keep, float("-inf"))
+    return scores.masked_fill(~keep, float("-inf"))
+
+
+def attention_reference(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
+                        softcap=0.0, alibi_slopes=None, align_bottom_right=True, attn_mask=None,
+                        dropout_mask=None, dropout_p=0.0):
+    """Attention in the dtype of q (pass float64 tensors for the reference).
+
+    q (B, Sq, Hq, D), k and v (B, Sk, Hkv, D). attn_mask: broadcastable to (B, Hq, Sq, Sk), bool
+    (True = take part) or float (added to the scores after softcap and ALiBi). dropout_mask:
+    bool (B, Hq, Sq, Sk), True = kept; kept probabilities are scaled by 1 / (1 - dropout_p)
+    before the product with v (the LSE is that of the full softmax). Returns
+    (out (B, Sq, Hq, D), lse (B, Hq, Sq)). Rows that see no key give out 0 and lse -inf.
+    Differentiable everywhere, including at fully masked rows (their gradients are 0), and in
+    a float attn_mask.
+    """
+    heads, heads_kv, seqlen_k = q.shape[2], k.shape[2], k.shape[1]
+    group = heads // heads_kv if heads_kv else 1
+    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)       # (B, Hq, Sk, D)
+    scores = attention_scores(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                              align_bottom_right, attn_mask)
     # A max that is detached and made finite keeps fully masked rows free of NaN, values and
     # gradients alike: log(sum(exp(s - m))) + m is the LSE for any constant m.
     if seqlen_k > 0:
@@ -73,6 +87,10 @@ def attention_reference(q, k, v, softmax_scale=None, causal=False, window_size=(
     row_sum = weights.sum(dim=-1, keepdim=True)
     seen = row_sum != 0  # a NaN sum (NaN inputs) counts as seen: NaN out and NaN lse
     safe_sum = torch.where(seen, row_sum, torch.ones_like(row_sum))
-    out = torch.matmul(weights / safe_sum, vh)                   # (B, Hq, Sq, D)
+    probs = weights / safe_sum
+    if dropout_mask is not None:
+        keep_scale = 1.0 / (1.0 - dropout_p) if dropout_p < 1 else 0.0
+        probs = probs * dropout_mask.to(probs.dtype) * keep_scale
+    out = torch.matmul(probs, vh)                                # (B, Hq, Sq, D)
     lse = torch.where(seen, row_max + torch.log(safe_sum), torch.full_like(row_sum, float("-inf")))
     return out.transpose(1, 2), lse.squeeze(-1)

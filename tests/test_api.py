@@ -157,14 +157,6 @@ def test_alibi_slopes_validation(slopes, message):
         flashattn.flash_attn_func(**qkv(), alibi_slopes=slopes)
 
 
-def test_dropout_is_not_implemented():
-    with pytest.raises(NotImplementedError, match=r"flash_attn_func: dropout_p > 0.*0.1"):
-        flashattn.flash_attn_func(**qkv(), dropout_p=0.1)
-    q, k, v = (t.transpose(1, 2) for t in qkv().values())
-    with pytest.raises(NotImplementedError, match=r"scaled_dot_product_attention: dropout_p"):
-        flashattn.scaled_dot_product_attention(q, k, k, dropout_p=0.5, enable_gqa=True)
-
-
 def test_sdpa_bad_arguments():
     q, k, v = (torch.randn(2, 4, 10, 16) for _ in range(3))
     with pytest.raises(ValueError, match=r"query must be 4-D \(batch, heads, seqlen, head_dim\)"):

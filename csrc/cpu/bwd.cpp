@@ -27,6 +27,7 @@
 #include <limits>
 #include <vector>
 
+#include "dropout_tile.h"
 #include "dtype_dispatch.h"
 #include "kernels.h"
 #include "packing.h"
@@ -89,8 +90,10 @@ class BackwardKernel {
 
  private:
   struct Scratch {
-    Scratch(int query_block, int acc_stride, bool softcap)
+    Scratch(int query_block, int acc_stride, bool softcap, bool dropout)
         : probs_t(size_t(kKeyBlock) * query_block),
+          dropped_t(dropout ? size_t(kKeyBlock) * query_block : 0),
+          keep_t(dropout ? size_t(kKeyBlock) * query_block : 0),
           grad_t(size_t(kKeyBlock) * query_block),
           tanh_t(softcap ? size_t(kKeyBlock) * query_block : 0),
           dk_acc(size_t(kKeyBlock) * acc_stride),
@@ -99,6 +102,8 @@ class BackwardKernel {
           grad16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0, In(0.f)),
           grad16_vnni(kNative16 ? size_t(kKeyBlock) * query_block : 0) {}
     std::vector<T> probs_t;  // S_ijᵀ, then P_ijᵀ; row stride query_block_
+    std::vector<T> dropped_t;     // with dropout: P_ijᵀ with dropped entries 0, kept ones scaled
+    std::vector<uint8_t> keep_t;  // with dropout: the tile's keep decisions
     std::vector<T> grad_t;   // dP_ijᵀ, then dS_ijᵀ
     std::vector<T> tanh_t;   // tanh of the soft-capped scores, for the chain rule
     std::vector<T> dk_acc;   // dKj in the compute type, row stride acc_stride_
@@ -177,7 +182,7 @@ class BackwardKernel {
         for (int chunk = 0; chunk < work_[b].chunks; ++chunk) tasks.push_back({b, kv_head, chunk});
     auto cost = [&](int64_t task) { return count_visible_tiles(tasks[task]); };
     run_task_queue(int64_t(tasks.size()), cost, [&](const auto& claim) {
-      Scratch scratch(query_block_, acc_stride_, p_.softcap > 0);
+      Scratch scratch(query_block_, acc_stride_, p_.softcap > 0, p_.dropout.on());
       for (int64_t task = claim(); task >= 0; task = claim()) run_key_chunk(tasks[task], scratch);
       release_tile_gemm(vnni_);
     });
@@ -353,11 +358,27 @@ class BackwardKernel {
     exp_shifted_by_tile(probs, cols, rows, query_block_, lse_shift_ + row_terms);
   }
 
-  // dP_ijᵀ (in grads) -> dS_ijᵀ in place, through the softmax and the softcap.
+  // The P_ijᵀ that dVj += P_ijᵀ dOi multiplies: `probs` itself, or with dropout its dropped
+  // copy (the tile's keep decisions go to s.keep_t for dP_ijᵀ).
+  const T* probs_for_dv(const Task& task, int h, int qb, int kb, const T* probs, Scratch& s) const {
+    if (!p_.dropout.on()) return probs;
+    const int rows = rows_of(task.b, qb), cols = cols_of(task.b, kb);
+    dropout_keeps_transposed(p_.dropout, dropout_seed(p_.dropout), task.b, h, qb * query_block_,
+                             rows, kb * kKeyBlock, cols, s.keep_t.data(), query_block_);
+    std::copy_n(probs, size_t(cols) * query_block_, s.dropped_t.data());
+    apply_keeps(s.keep_t.data(), s.dropped_t.data(), cols, rows, query_block_,
+                keep_scale<T>(p_.dropout));
+    return s.dropped_t.data();
+  }
+
+  // dP_ijᵀ (in grads) -> dS_ijᵀ in place: through the dropout (the decisions probs_for_dv
+  // made), the softmax and the softcap.
   void probs_grad_to_scores_grad(const Task& task, int h, int qb, int kb, const T* probs,
                                  T* grads, const Scratch& s) const {
     const int rows = rows_of(task.b, qb), cols = cols_of(task.b, kb);
     const int64_t row_terms = query_row_index(p_, seqs_[task.b], h, qb * query_block_);
+    if (p_.dropout.on())
+      apply_keeps(s.keep_t.data(), grads, cols, rows, query_block_, keep_scale<T>(p_.dropout));
     softmax_grad_tile(grads, probs, cols, rows, query_block_, d_terms_ + row_terms);
     if (p_.dmask != nullptr) store_mask_grad(task.b, h, qb, kb, grads);
     if (p_.softcap > 0)
@@ -410,7 +431,7 @@ class BackwardKernel {
       tile_gemm(cols, query_block_, gemm_dim_, k_rows16_.panel(b, kv_head, kb, 0), gemm_dim_,
                 q_t16_.panel(b, h, qb, 0), kPanelWidth, probs, query_block_, false, vnni_);
       scores_to_probs(task, h, qb, kb, masks, probs, s);
-      round_tile_to_16bit(probs, rows, cols, s.probs16_t);
+      round_tile_to_16bit(probs_for_dv(task, h, qb, kb, probs, s), rows, cols, s.probs16_t);
       // dVj += P_ijᵀ dOi
       accumulate_panel_products(cols, s.probs16_t.data(), do_rows16_, b, h, qb, s.dv_acc.data());
       // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ.
@@ -449,8 +470,9 @@ class BackwardKernel {
     tile_gemm(cols, rows, D, k_rows, ld_k, q_panels_.head(b, h) + int64_t(qb) * D * query_block_,
               query_block_, probs, query_block_, /*accumulate=*/false);
     scores_to_probs(task, h, qb, kb, masks, probs, s);
-    // dVj += P_ijᵀ dOi
-    tile_gemm(cols, D, rows, probs, query_block_, do_rows, ld_do, s.dv_acc.data(), D, true);
+    // dVj += P_ijᵀ dOi (dropped)
+    tile_gemm(cols, D, rows, probs_for_dv(task, h, qb, kb, probs, s), query_block_, do_rows, ld_do,
+              s.dv_acc.data(), D, true);
     // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ in place.
     tile_gemm(cols, rows, D, v_rows, ld_v, do_panels_.head(b, h) + int64_t(qb) * D * query_block_,
               query_block_, grads, query_block_, /*accumulate=*/false);

@@ -17,6 +17,7 @@
 #include <limits>
 #include <vector>
 
+#include "dropout_tile.h"
 #include "dtype_dispatch.h"
 #include "kernels.h"
 #include "packing.h"
@@ -166,6 +167,10 @@ class ForwardKernel {
       // Folds S_ij into m_i, l_i and O_i, and turns it into P_ij (unnormalized).
       online_softmax_tile(s.scores.data(), rows, cols, kKeyBlock, s.row_max.data(),
                           s.row_sum.data(), s.out_acc.data(), out_stride_, dim_);
+      // Dropout drops from the product with V only: l_i above summed the whole P_ij.
+      if (p_.dropout.on())
+        dropout_rows(p_.dropout, dropout_seed(p_.dropout), b, h, row_begin, rows, key_begin, cols,
+                     s.scores.data(), kKeyBlock);
       if constexpr (kNative16)
         for (int r = 0; r < rows; ++r) {
           In* probs_row = s.probs16.data() + size_t(r) * kKeyBlock;

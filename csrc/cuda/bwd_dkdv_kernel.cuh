@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 
+#include "../dropout.h"
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
@@ -131,6 +132,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int a_row = lane % 16, a_col = (lane / 16) * 8;
   const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
   const bool tail_keys = n_start + kBlockN > seq.seqlen_k;
+  const DropoutSeed dropout = dropout_seed(p.dropout);
 
   float dk_rmem[kNTilesD][4], dv_rmem[kNTilesD][4];
 #pragma unroll
@@ -215,9 +217,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         if (mask_class == kMaskRead && in_range)
           x += mask_bias(p.mask, batch, head, query, kv) * kLog2e;
         const float prob = visible ? ptx::exp2_approx(x - lse_log2[col]) : 0.f;
-        s_rmem[j][c] = prob;
+        // Dropout: dV takes the dropped P, dS the dropped dP (P * (dP * Z / (1 - p) - D)).
+        const float kept = dropout_factor(p.dropout, dropout, batch, head, query, kv);
+        s_rmem[j][c] = prob * kept;
         if constexpr (ComputeDk) {
-          const float ds = prob * (dp_rmem[j][c] - dsum[col]);  // dL / dlogit
+          const float ds = prob * (dp_rmem[j][c] * kept - dsum[col]);  // dL / dlogit
           if (p.dmask != nullptr && in_range)
             p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
                         p.seqlen_k + kv] = ds;

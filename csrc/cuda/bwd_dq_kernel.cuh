@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "../dropout.h"
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
@@ -109,6 +110,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int a_row = lane % 16, a_col = (lane / 16) * 8;
   const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
   const LogitRules rules = LogitRules::make(p, seq, batch, head);
+  const DropoutSeed dropout = dropout_seed(p.dropout);
 
   float dq_rmem[kNTilesD][4];
 #pragma unroll
@@ -169,7 +171,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         if (mask_class == kMaskRead && row[r] < seq.seqlen_q && kv < seq.seqlen_k)
           x += mask_bias(p.mask, batch, head, row[r], kv) * kLog2e;
         const float prob = visible ? ptx::exp2_approx(x - lse_log2[r]) : 0.f;
-        dp_rmem[j][c] = prob * (dp_rmem[j][c] - dsum[r]) * dlogit_ds;
+        const float kept = dropout_factor(p.dropout, dropout, batch, head, row[r], kv);
+        dp_rmem[j][c] = prob * (dp_rmem[j][c] * kept - dsum[r]) * dlogit_ds;
       }
     }
 

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 
+#include "../dropout.h"
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
@@ -117,6 +118,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // B (Vj, trans, 16 keys x two 8-column n-tiles): same lane pattern as A.
 
   const LogitRules rules = LogitRules::make(p, seq, batch, head);
+  const DropoutSeed dropout = dropout_seed(p.dropout);
   RowStats stats;
   stats.init();
   float o_rmem[kNTilesD][4];
@@ -189,6 +191,22 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     }
 
     stats.update(s_rmem, o_rmem, rules.to_log2);
+    if (p.dropout.on()) {
+      // P_ij becomes P_ij * Z_ij / (1 - p) for the product with V only: l_i above is over all
+      // of P_ij. This lane's two keys of an n-tile share one Philox call per row.
+#pragma unroll
+      for (int j = 0; j < kNTilesN; ++j)
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+          const int key = n_start + j * kMmaN + lane_col;
+          const PhiloxBlock draws = dropout_draws(dropout, batch, head, row[r], key / 4);
+#pragma unroll
+          for (int t = 0; t < 2; ++t)
+            s_rmem[j][2 * r + t] *= dropout_keeps(p.dropout, draws.word[key % 4 + t])
+                                        ? p.dropout.keep_scale
+                                        : 0.f;
+        }
+    }
 
     // O_i += P_ij Vj. The S accumulator of n-tiles (2k, 2k+1) is exactly the A fragment of
     // k-step k: a0/a1 = rows lo/hi of keys 0-7, a2/a3 = rows lo/hi of keys 8-15.

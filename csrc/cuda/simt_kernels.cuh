@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 
+#include "../dropout.h"
 #include "../mask.h"
 #include "../params.h"
 #include "grid.h"
@@ -125,6 +126,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   const LogitRules rules = LogitRules::make(p, seq, batch, head);
   const int row_first = first_visible_key(seq, row), row_end = visible_key_end(seq, row);
   const SimtRowBlock block(seq, m_start, Traits::kNWarps);
+  const DropoutSeed dropout = dropout_seed(p.dropout);
   float m_i = -INFINITY, l_i = 0.f;  // log2 units
   float o[kCols] = {};
   for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
@@ -153,7 +155,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     m_i = m_new;
 #pragma unroll
     for (int t = 0; t < kCols; ++t) o[t] *= correction;
-    accumulate_rows<kCols, kStride>(o, prob, v_smem, lane);
+    // Dropout drops from the product with V only: l_i above summed the whole P_ij.
+    const float kept = dropout_factor(p.dropout, dropout, batch, head, row, key);
+    accumulate_rows<kCols, kStride>(o, prob * kept, v_smem, lane);
   }
   if (row >= seq.seqlen_q) return;
   // l_i is 0 only for a row that saw no key; a NaN l_i (NaN inputs) goes on into out and lse.
@@ -207,6 +211,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
       row_valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, seq.q_row0 + row)) : 0.f;
   const float dsum = row_valid ? d_gmem[query_row_index(p, seq, head, row)] : 0.f;
   const SimtRowBlock block(seq, m_start, Traits::kNWarps);
+  const DropoutSeed dropout = dropout_seed(p.dropout);
   float dq[kCols] = {};
   for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
     const int n_start = tile * kWarpSize;
@@ -228,7 +233,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     float x = rules.log2_logit(s, row, key, dlogit_ds);
     if (mask_class == kMaskRead && visible) x += mask_bias(p.mask, batch, head, row, key) * kLog2e;
     const float prob = visible ? exp2f(x - lse_log2) : 0.f;
-    accumulate_rows<kCols, kStride>(dq, prob * (dp - dsum) * dlogit_ds, k_smem, lane);
+    const float kept = dropout_factor(p.dropout, dropout, batch, head, row, key);
+    accumulate_rows<kCols, kStride>(dq, prob * (dp * kept - dsum) * dlogit_ds, k_smem, lane);
   }
   if (!row_valid) return;
   float* dq_row = p.dq.row<float>(batch, head, seq.q_row0 + row);  // [D]
@@ -273,6 +279,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   rows_seeing_keys(seq, n_start, key_last, row_begin, row_end);
   const int tile_begin = row_begin / kWarpSize;
   const int tiles = row_end > row_begin ? (row_end + kWarpSize - 1) / kWarpSize - tile_begin : 0;
+  const DropoutSeed dropout = dropout_seed(p.dropout);
   float dk[kCols] = {}, dv[kCols] = {};
   for (int it = 0; it < tiles * p.head_group; ++it) {
     const int head = head_kv * p.head_group + it / tiles;
@@ -308,11 +315,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     if (mask_class == kMaskRead && visible)
       x += mask_bias(p.mask, batch, head, query, key) * kLog2e;
     const float prob = visible ? exp2f(x - lse_smem[lane]) : 0.f;
-    const float ds = prob * (dp - dsum_smem[lane]);  // dL / dlogit
+    const float kept = dropout_factor(p.dropout, dropout, batch, head, query, key);
+    const float ds = prob * (dp * kept - dsum_smem[lane]);  // dL / dlogit
     if (p.dmask != nullptr && query < seq.seqlen_q && key < seq.seqlen_k)
       p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
                   p.seqlen_k + key] = ds;
-    accumulate_rows<kCols, kStride>(dv, prob, do_smem, lane);
+    accumulate_rows<kCols, kStride>(dv, prob * kept, do_smem, lane);
     accumulate_rows<kCols, kStride>(dk, ds * dlogit_ds, q_smem, lane);
   }
   if (key >= seq.seqlen_k) return;

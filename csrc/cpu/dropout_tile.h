@@ -1,0 +1,58 @@
+// Dropout on the CPU kernels' probability tiles (../dropout.h): the same decisions as every
+// other executor, one Philox call per four keys of a query row.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "../dropout.h"
+#include "../params.h"
+
+namespace flashattn::cpu {
+
+// The keep factor of a kept probability in the compute type: 1 / (1 - p).
+template <typename T>
+T keep_scale(const Dropout& d) {
+  return std::is_same_v<T, double> ? static_cast<T>(d.keep_scale_fp64)
+                                   : static_cast<T>(d.keep_scale);
+}
+
+// Keep decisions for queries [row_begin, row_begin + rows) x keys [key_begin, key_begin + cols)
+// of head (b, h), key_begin a multiple of 4, into keep[key][query] (row stride ld): the layout
+// of the backward's transposed tiles.
+inline void dropout_keeps_transposed(const Dropout& d, const DropoutSeed& seed, int b, int h,
+                                     int row_begin, int rows, int key_begin, int cols,
+                                     uint8_t* keep, int ld) {
+  for (int c = 0; c < cols; c += 4)
+    for (int r = 0; r < rows; ++r) {
+      const PhiloxBlock draws = dropout_draws(seed, b, h, row_begin + r, (key_begin + c) / 4);
+      for (int t = 0; t < 4 && c + t < cols; ++t)
+        keep[size_t(c + t) * ld + r] = dropout_keeps(d, draws.word[t]);
+    }
+}
+
+// tile[i] = keep[i] ? tile[i] * scale : 0 over a rows x cols block (row stride ld for both).
+template <typename T>
+void apply_keeps(const uint8_t* keep, T* tile, int rows, int cols, int ld, T scale) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      tile[size_t(r) * ld + c] = keep[size_t(r) * ld + c] ? tile[size_t(r) * ld + c] * scale : T(0);
+}
+
+// Drops P_ij in place in the forward's tile: queries [row_begin, +rows) (tile rows, stride ld)
+// x keys [key_begin, +cols), key_begin a multiple of 4; kept values are scaled by 1 / (1 - p).
+template <typename T>
+void dropout_rows(const Dropout& d, const DropoutSeed& seed, int b, int h, int row_begin, int rows,
+                  int key_begin, int cols, T* tile, int ld) {
+  const T scale = keep_scale<T>(d);
+  for (int r = 0; r < rows; ++r) {
+    T* row = tile + size_t(r) * ld;
+    for (int c = 0; c < cols; c += 4) {
+      const PhiloxBlock draws = dropout_draws(seed, b, h, row_begin + r, (key_begin + c) / 4);
+      for (int t = 0; t < 4 && c + t < cols; ++t)
+        row[c + t] = dropout_keeps(d, draws.word[t]) ? row[c + t] * scale : T(0);
+    }
+  }
+}
+
+}  // namespace flashattn::cpu
