@@ -257,13 +257,10 @@ bool has_rows_outside_sequences(const AttnInputs& in) {
   return in.varlen() || in.seqused_q.has_value() || in.seqused_k.has_value();
 }
 
-// Rows that kernels may leave unwritten start as `value`; all others are poisoned when
-// debugging.
 at::Tensor alloc_output(at::IntArrayRef sizes, const at::TensorOptions& options,
                         const AttnInputs& in, double value) {
-  if (has_rows_outside_sequences(in)) return at::full(sizes, value, options);
   at::Tensor t = at::empty(sizes, options);
-  poison_if_debugging(t);
+  prepare_output(t, in, value);
   return t;
 }
 
@@ -335,14 +332,25 @@ void check_fwd(const AttnInputs& in, const ExecutorLimits& limits) {
   check_mask_options(in);
 }
 
+void prepare_output(at::Tensor& t, const AttnInputs& in, double value) {
+  if (has_rows_outside_sequences(in)) {
+    t.fill_(value);
+  } else {
+    poison_if_debugging(t);
+  }
+}
+
+at::Tensor alloc_lse(const AttnInputs& in) {
+  return alloc_output(lse_shape(in), in.q.options().dtype(at::kFloat), in,
+                      -std::numeric_limits<double>::infinity());
+}
+
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits) {
   check_fwd(in, limits);
   const at::Tensor& q = in.q;
   at::Tensor out = alloc_output(q.sizes(), q.options(), in, 0.0);
-  at::Tensor lse = alloc_output(lse_shape(in), q.options().dtype(at::kFloat), in,
-                                -std::numeric_limits<double>::infinity());
-  return {out, lse};
+  return {out, alloc_lse(in)};
 }
 
 AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at::Tensor& lse,
@@ -388,9 +396,7 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
   return p;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInputs& in,
-                                                                   const BwdInputs& grads,
-                                                                   const ExecutorLimits& limits) {
+void check_bwd(const AttnInputs& in, const BwdInputs& grads, const ExecutorLimits& limits) {
   const at::Tensor &q = in.q, &out = grads.out, &dout = grads.dout;
   check_qkv(in, limits);
   check_sequence_lengths(in, limits);
@@ -408,6 +414,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInp
   check_last_dim_contiguous(dout, "dout");
   check_lse_like(grads.lse, "lse", in);
   if (grads.dlse.has_value()) check_lse_like(*grads.dlse, "dlse", in);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInputs& in,
+                                                                   const BwdInputs& grads,
+                                                                   const ExecutorLimits& limits) {
+  check_bwd(in, grads, limits);
+  const at::Tensor& q = in.q;
   at::Tensor dq = alloc_output(q.sizes(), q.options(), in, 0.0);
   at::Tensor dk = alloc_output(in.k.sizes(), in.k.options(), in, 0.0);
   at::Tensor dv = alloc_output(in.v.sizes(), in.v.options(), in, 0.0);

@@ -65,13 +65,23 @@ void check_fwd(const AttnInputs& in, const ExecutorLimits& limits);
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits);
 
+// The lse output of check_and_alloc_fwd alone: fp32 [B, Hq, Sq] (varlen [Hq, total_q]).
+at::Tensor alloc_lse(const AttnInputs& in);
+
+// Readies an output allocated elsewhere (in another op's layout, sdpa_impl.h): rows that the
+// kernels never write (outside every sequence) become `value`; with FLASHATTN_POISON_OUTPUTS
+// the rest is poisoned.
+void prepare_output(at::Tensor& t, const AttnInputs& in, double value);
+
 // mask_blocks: classify_mask_blocks(*in.attn_mask) (attn_mask.h), held by the caller until the
 // kernels are done; undefined without a mask.
 AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at::Tensor& lse,
                            const at::Tensor& mask_blocks);
 
-// Validates the backward inputs against the forward ones and returns freshly allocated
-// (dq, dk, dv), each contiguous with the shape of its input.
+// Validates the backward inputs against the forward ones.
+void check_bwd(const AttnInputs& in, const BwdInputs& grads, const ExecutorLimits& limits);
+
+// check_bwd, then freshly allocated (dq, dk, dv), each contiguous with the shape of its input.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInputs& in,
                                                                    const BwdInputs& grads,
                                                                    const ExecutorLimits& limits);

@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <memory>
+#include <vector>
 
 #include "schema.h"
 #include "sdpa_impl.h"
@@ -12,21 +13,34 @@
 namespace flashattn {
 namespace {
 
+std::vector<SdpaImplInstaller>& sdpa_impl_installers() {
+  static std::vector<SdpaImplInstaller> installers;
+  return installers;
+}
+
 // Installs (active) or removes flashattn's kernels as ATen's own flash-attention ops
-// (sdpa_impl.h). flashattn/sdpa_impl.py calls it through torch.nn.attention's
-// activate_flash_attention_impl / restore_flash_attention_impl.
+// (sdpa_impl.h), for every executor this build has. flashattn/sdpa_impl.py calls it through
+// torch.nn.attention's activate_flash_attention_impl / restore_flash_attention_impl.
 void activate_sdpa_impl(bool active) {
-  static std::unique_ptr<torch::Library> aten_cpu;
+  static std::vector<std::unique_ptr<torch::Library>> aten_impls;
   if (!active) {
-    aten_cpu.reset();  // the library's destructor deregisters the kernels
-  } else if (aten_cpu == nullptr) {
-    aten_cpu = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
-                                                c10::DispatchKey::CPU, __FILE__, __LINE__);
-    register_cpu_sdpa_impl(*aten_cpu);
+    aten_impls.clear();  // each library's destructor deregisters its kernels
+  } else if (aten_impls.empty()) {
+    for (const SdpaImplInstaller& installer : sdpa_impl_installers()) {
+      aten_impls.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                                            installer.key, __FILE__, __LINE__));
+      installer.register_fn(*aten_impls.back());
+    }
   }
 }
 
 }  // namespace
+
+SdpaImplInstaller::SdpaImplInstaller(c10::DispatchKey key, SdpaImplRegisterFn register_fn)
+    : key(key), register_fn(register_fn) {
+  sdpa_impl_installers().push_back(*this);
+}
+
 }  // namespace flashattn
 
 TORCH_LIBRARY(flashattn, m) {

@@ -18,6 +18,10 @@ class OpArguments {
         stack_(stack),
         first_(stack->size() - schema_.arguments().size()) {}
 
+  // Whether the op has the argument (ATen ops gain arguments across torch versions).
+  bool has(std::string_view name) const {
+    return schema_.argumentIndexWithName(name).has_value();
+  }
   const c10::IValue& operator[](std::string_view name) const {
     const std::optional<int> index = schema_.argumentIndexWithName(name);
     TORCH_INTERNAL_ASSERT(index.has_value(), schema_.name(), " has no argument ", name);

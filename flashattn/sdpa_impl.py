@@ -6,11 +6,11 @@ torch.nn.attention.register_flash_attention_impl; it does not activate it:
     torch.nn.attention.activate_flash_attention_impl("flashattn")   # F.sdpa now runs flashattn
     torch.nn.attention.restore_flash_attention_impl()               # and now PyTorch again
 
-While active, ATen's own CPU flash-attention op (and its backward), which F.sdpa uses on CPU
-for masked and unmasked calls alike, run flashattn's kernels (csrc/sdpa_impl.h): a C++
-dispatcher registration, no Python on the way. Inputs flashattn cannot take (dropout, a value
-head dim unlike query's) raise an error that says so. The profiler shows the kernels as
-flashattn::fwd / flashattn::bwd.
+While active, ATen's own flash-attention ops (and their backwards) run flashattn's kernels
+(csrc/sdpa_impl.h): on CPU the op F.sdpa uses for masked and unmasked calls alike, on CUDA the
+ops of F.sdpa's flash backend and of torch.nn.attention.varlen. A C++ dispatcher registration,
+no Python on the way. Inputs flashattn cannot take raise an error that says so. The profiler
+shows the kernels as flashattn::fwd / flashattn::bwd.
 """
 import torch
 

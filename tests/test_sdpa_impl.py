@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from torch.nn import attention
 
 import flashattn  # noqa: F401  registers the implementation
+from executors import make_executor
+from tolerance import assert_within_torch_error
 
 ACTIVE_TOLERANCE = dict(rtol=0, atol=2e-5)  # float32: two exact kernels, different orders
 
@@ -103,8 +105,8 @@ def test_unsupported_input_is_an_error_not_a_fallback():
     q = torch.randn(1, 2, 8, 16)
     v = torch.randn(1, 2, 8, 32)
     with flashattn_active():
-        with pytest.raises(RuntimeError, match=r"flashattn \(the activated F.scaled_dot_product_"
-                                               r"attention implementation\): dropout_p > 0"):
+        with pytest.raises(RuntimeError, match=r"flashattn \(the activated torch.nn.attention "
+                                               r"flash-attention implementation\): dropout_p > 0"):
             torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, q, q, 0.1)
         with pytest.raises(RuntimeError, match=r"value's head dim \(32\) must equal query's"):
             torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, q, v)
@@ -208,3 +210,53 @@ def test_multihead_attention(no_mha_fast_path, mode):
     assert "flashattn::fwd" in events, events
     torch.testing.assert_close(got[0], expected[0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got[1], expected[1], rtol=1e-4, atol=1e-4)
+
+
+# ---- CUDA: ATen's flash ops on flashattn (their values and layouts are also checked on the
+# CPU shim, test_sdpa_impl_cuda_ops.py) ----
+
+def cuda_device():
+    make_executor("cuda")  # skips without a GPU
+    return torch.device("cuda")
+
+
+@pytest.mark.parametrize("case", ["none", "causal", "scale"])
+def test_active_sdpa_on_cuda_runs_flashattn_within_torchs_error(case):
+    device = cuda_device()
+    q, k, v = (torch.randn(2, 4, 129, 64, device=device, dtype=torch.float16, requires_grad=True)
+               for _ in range(3))
+    kwargs = dict(is_causal=case == "causal", scale=0.2 if case == "scale" else None)
+    dout = torch.randn_like(q)
+
+    def step(q, k, v):
+        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        return (out, *torch.autograd.grad(out, (q, k, v), dout))
+
+    leaves64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    with attention.sdpa_kernel(attention.SDPBackend.MATH):
+        reference = step(*leaves64)
+    with attention.sdpa_kernel(attention.SDPBackend.FLASH_ATTENTION):
+        torchs, events = ran_flashattn(lambda: step(q, k, v))
+        assert not events
+        with flashattn_active():
+            ours, events = ran_flashattn(lambda: step(q, k, v))
+    assert {"flashattn::fwd", "flashattn::bwd"} <= events
+    for name, got, want, yardstick in zip(("out", "dq", "dk", "dv"), ours, reference, torchs):
+        assert_within_torch_error(name, got, want.detach(), yardstick,
+                                  factor=2.0 if name == "out" else 3.0)
+
+
+def test_active_varlen_attn_on_cuda_runs_flashattn():
+    device = cuda_device()
+    varlen_attn = pytest.importorskip("torch.nn.attention.varlen").varlen_attn
+    lengths = [100, 7, 64]
+    cu = torch.tensor([0, 100, 107, 171], dtype=torch.int32, device=device)
+    q, k, v = (torch.randn(171, 4, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    expected = varlen_attn(q, k, v, cu, cu, max(lengths), max(lengths), window_size=(-1, 0))
+    with flashattn_active():
+        got, events = ran_flashattn(lambda: varlen_attn(q, k, v, cu, cu, max(lengths),
+                                                        max(lengths), window_size=(-1, 0)))
+        got.sum().backward()
+    assert "flashattn::fwd" in events
+    torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)

@@ -29,11 +29,7 @@ struct CpuExecutor {
 
 TORCH_LIBRARY_IMPL(flashattn, CPU, m) { register_attention_ops<CpuExecutor>(m); }
 
-void register_cpu_sdpa_impl(torch::Library& aten_cpu) {
-  aten_cpu.impl("_scaled_dot_product_flash_attention_for_cpu",
-                TORCH_FN(sdpa_flash_cpu_forward<CpuExecutor>));
-  aten_cpu.impl("_scaled_dot_product_flash_attention_for_cpu_backward",
-                TORCH_FN(sdpa_flash_cpu_backward<CpuExecutor>));
-}
+static const SdpaImplInstaller cpu_sdpa_impl(c10::DispatchKey::CPU,
+                                             &register_cpu_sdpa_impl<CpuExecutor>);
 
 }  // namespace flashattn

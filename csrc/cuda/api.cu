@@ -14,6 +14,7 @@
 #include <torch/library.h>
 
 #include "../op_glue.h"
+#include "../sdpa_impl.h"
 #include "executor.h"
 
 namespace flashattn::cuda {
@@ -43,6 +44,9 @@ struct Gpu {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(flashattn, CUDA, m) { register_attention_ops<CudaExecutor<Gpu>>(m); }
+
+static const SdpaImplInstaller cuda_sdpa_impl(c10::DispatchKey::CUDA,
+                                              &register_cuda_sdpa_impl<CudaExecutor<Gpu>>);
 
 }  // namespace flashattn::cuda
 

@@ -10,6 +10,7 @@
 #include "cudasim.h"
 #include "op_glue.h"
 #include "schema.h"
+#include "sdpa_impl.h"
 
 namespace flashattn::cuda {
 namespace {
@@ -32,6 +33,21 @@ void set_schedule(const std::string& schedule) {
   ::cudasim::set_schedule(::cudasim::parse_schedule(schedule));
 }
 
+// ATen's CUDA flash-attention ops that sdpa_impl.h replaces, whose schemas the sim repeats
+// under flashattn_sim so the tests run the replacements on the shim with CPU tensors.
+constexpr const char* kReplacedCudaOps[] = {
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_flash_attention_forward", "_flash_attention_backward",
+    "_flash_attention_forward_no_dropout_inplace"};
+
+// An ATen op's schema as a definition in another namespace: "name(args) -> results".
+std::string aten_schema_without_namespace(const char* name) {
+  const std::string schema = c10::toString(
+      c10::Dispatcher::singleton().findSchemaOrThrow((std::string("aten::") + name).c_str(), "")
+          .schema());
+  return schema.substr(schema.find("::") + 2);
+}
+
 }  // namespace
 }  // namespace flashattn::cuda
 
@@ -41,8 +57,13 @@ TORCH_LIBRARY(flashattn_sim, m) {
   m.def(flashattn::kFwdSchema);
   m.def(flashattn::kBwdSchema);
   m.def("set_schedule(str schedule) -> ()", &flashattn::cuda::set_schedule);
+  for (const char* name : flashattn::cuda::kReplacedCudaOps)
+    if (flashattn::aten_has_op(name))
+      m.def(flashattn::cuda::aten_schema_without_namespace(name).c_str());
 }
 
 TORCH_LIBRARY_IMPL(flashattn_sim, CPU, m) {
-  flashattn::register_attention_ops<flashattn::cuda::CudaExecutor<flashattn::cuda::Shim>>(m);
+  using SimExecutor = flashattn::cuda::CudaExecutor<flashattn::cuda::Shim>;
+  flashattn::register_attention_ops<SimExecutor>(m);
+  flashattn::register_cuda_sdpa_impl<SimExecutor>(m);
 }
