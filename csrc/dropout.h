@@ -60,6 +60,14 @@ FLASHATTN_HOST_DEVICE PhiloxBlock dropout_draws(const DropoutSeed& s, int b, int
                        static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32));
 }
 
+// Word i (0-3) of a block, by selects: indexing the array with a runtime i would place it in
+// local memory on a GPU.
+FLASHATTN_HOST_DEVICE uint32_t philox_word(const PhiloxBlock& block, int i) {
+  const uint32_t even = (i & 1) ? block.word[1] : block.word[0];
+  const uint32_t odd = (i & 1) ? block.word[3] : block.word[2];
+  return (i & 2) ? odd : even;
+}
+
 FLASHATTN_HOST_DEVICE bool dropout_keeps(const Dropout& d, uint32_t draw) {
   return draw >= d.threshold;
 }
@@ -68,7 +76,7 @@ FLASHATTN_HOST_DEVICE bool dropout_keeps(const Dropout& d, uint32_t draw) {
 // call dropout_draws once per group of four keys.
 FLASHATTN_HOST_DEVICE bool dropout_keeps(const Dropout& d, const DropoutSeed& s, int b, int h,
                                          int row, int key) {
-  return dropout_keeps(d, dropout_draws(s, b, h, row, key / 4).word[key % 4]);
+  return dropout_keeps(d, philox_word(dropout_draws(s, b, h, row, key / 4), key % 4));
 }
 
 // What the probability of (b, h, row, key) is multiplied by: 1 / (1 - p) if kept, 0 if dropped,

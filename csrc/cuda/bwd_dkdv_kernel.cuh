@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "../dropout.h"
+#include "dropout_bits.cuh"
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
@@ -29,7 +30,7 @@
 namespace flashattn::cuda {
 
 template <typename Traits, typename Element, bool ComputeDk, bool ComputeDv>
-__global__ void __launch_bounds__(Traits::kNThreads)
+__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     bwd_dkdv_kernel_16bit(const AttnBwdParams p,
                           const float* d_gmem,   // D_i (mask.h, query_row_index)
                           float* dq_accum_gmem,  // rows of dq_accum_cols, or nullptr: no dQ
@@ -132,7 +133,6 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int a_row = lane % 16, a_col = (lane / 16) * 8;
   const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
   const bool tail_keys = n_start + kBlockN > seq.seqlen_k;
-  const DropoutSeed dropout = dropout_seed(p.dropout);
 
   float dk_rmem[kNTilesD][4], dv_rmem[kNTilesD][4];
 #pragma unroll
@@ -163,6 +163,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const LogitRules rules = LogitRules::make(p, seq, batch, head);
 
     // S^T = Kj Qi^T and dP^T = Vj dOi^T for this warp's 16 keys.
+    // Dropout's decisions for this tile, drawn before the S and dP accumulators are live.
+    const uint32_t keep = p.dropout.on() ? keep_bits_by_key_rows<kNTilesM>(
+                                               p.dropout, batch, head, key, m_start,
+                                               lane_col)
+                                         : 0u;
     float s_rmem[kNTilesM][4], dp_rmem[kNTilesM][4];
 #pragma unroll
     for (int j = 0; j < kNTilesM; ++j)
@@ -218,7 +223,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
           x += mask_bias(p.mask, batch, head, query, kv) * kLog2e;
         const float prob = visible ? ptx::exp2_approx(x - lse_log2[col]) : 0.f;
         // Dropout: dV takes the dropped P, dS the dropped dP (P * (dP * Z / (1 - p) - D)).
-        const float kept = dropout_factor(p.dropout, dropout, batch, head, query, kv);
+        const float kept = p.dropout.on() ? kept_factor(p.dropout, keep, 4 * j + c) : 1.f;
         s_rmem[j][c] = prob * kept;
         if constexpr (ComputeDk) {
           const float ds = prob * (dp_rmem[j][c] * kept - dsum[col]);  // dL / dlogit

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../dropout.h"
+#include "dropout_bits.cuh"
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
@@ -110,7 +111,6 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int a_row = lane % 16, a_col = (lane / 16) * 8;
   const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
   const LogitRules rules = LogitRules::make(p, seq, batch, head);
-  const DropoutSeed dropout = dropout_seed(p.dropout);
 
   float dq_rmem[kNTilesD][4];
 #pragma unroll
@@ -132,6 +132,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const uint16_t* kj_smem = k_smem(stage);
     const uint16_t* vj_smem = v_smem(stage);
 
+    // Dropout's decisions for this tile, drawn before the S and dP accumulators are live.
+    const uint32_t keep = p.dropout.on() ? keep_bits_by_query_rows<kNTilesN>(
+                                               p.dropout, batch, head, row, n_start,
+                                               lane_col)
+                                         : 0u;
     float s_rmem[kNTilesN][4], dp_rmem[kNTilesN][4];
 #pragma unroll
     for (int j = 0; j < kNTilesN; ++j)
@@ -171,7 +176,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         if (mask_class == kMaskRead && row[r] < seq.seqlen_q && kv < seq.seqlen_k)
           x += mask_bias(p.mask, batch, head, row[r], kv) * kLog2e;
         const float prob = visible ? ptx::exp2_approx(x - lse_log2[r]) : 0.f;
-        const float kept = dropout_factor(p.dropout, dropout, batch, head, row[r], kv);
+        const float kept = p.dropout.on() ? kept_factor(p.dropout, keep, 4 * j + c) : 1.f;
         dp_rmem[j][c] = prob * (dp_rmem[j][c] * kept - dsum[r]) * dlogit_ds;
       }
     }

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "../dropout.h"
+#include "dropout_bits.cuh"
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
@@ -25,7 +26,7 @@
 namespace flashattn::cuda {
 
 template <typename Traits, typename Element>
-__global__ void __launch_bounds__(Traits::kNThreads)
+__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     fwd_kernel_16bit(const AttnParams p) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -118,7 +119,6 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // B (Vj, trans, 16 keys x two 8-column n-tiles): same lane pattern as A.
 
   const LogitRules rules = LogitRules::make(p, seq, batch, head);
-  const DropoutSeed dropout = dropout_seed(p.dropout);
   RowStats stats;
   stats.init();
   float o_rmem[kNTilesD][4];
@@ -144,6 +144,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const uint16_t* kj_smem = k_smem(stage);
     const uint16_t* vj_smem = v_smem(stage);
 
+    // Dropout's decisions for this tile, drawn before the S accumulator is live.
+    const uint32_t keep = p.dropout.on() ? keep_bits_by_query_rows<kNTilesN>(
+                                               p.dropout, batch, head, row, n_start,
+                                               lane_col)
+                                         : 0u;
     // S_ij = Qi Kj^T for this warp's 16 rows.
     float s_rmem[kNTilesN][4];
 #pragma unroll
@@ -193,19 +198,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     stats.update(s_rmem, o_rmem, rules.to_log2);
     if (p.dropout.on()) {
       // P_ij becomes P_ij * Z_ij / (1 - p) for the product with V only: l_i above is over all
-      // of P_ij. This lane's two keys of an n-tile share one Philox call per row.
+      // of P_ij.
 #pragma unroll
       for (int j = 0; j < kNTilesN; ++j)
 #pragma unroll
-        for (int r = 0; r < kRowsPerThread; ++r) {
-          const int key = n_start + j * kMmaN + lane_col;
-          const PhiloxBlock draws = dropout_draws(dropout, batch, head, row[r], key / 4);
-#pragma unroll
-          for (int t = 0; t < 2; ++t)
-            s_rmem[j][2 * r + t] *= dropout_keeps(p.dropout, draws.word[key % 4 + t])
-                                        ? p.dropout.keep_scale
-                                        : 0.f;
-        }
+        for (int c = 0; c < 4; ++c) s_rmem[j][c] *= kept_factor(p.dropout, keep, 4 * j + c);
     }
 
     // O_i += P_ij Vj. The S accumulator of n-tiles (2k, 2k+1) is exactly the A fragment of

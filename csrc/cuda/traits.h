@@ -64,6 +64,15 @@ struct FwdTraits {
   static constexpr int kSmemBytes =
       (kQSmemElems + 2 * kStages * kKVTileSmemElems) * kElemBytes16;
 
+  // CTAs per SM that sm_80's shared memory holds (at most 3), given to __launch_bounds__: the
+  // register budget is then what that many CTAs can share (170 registers at 3). Without it
+  // ptxas picks a budget of its own (128 registers at d <= 64, 168 at d = 128) and spills to
+  // reach it; registers beyond what the shared memory lets CTAs use would buy no occupancy.
+  // 4 CTAs (128 registers) spill at d = 32.
+  static constexpr int kMinBlocksPerSm =
+      kMaxSmemBytesSm80 / kSmemBytes < 1 ? 1
+      : (kMaxSmemBytesSm80 / kSmemBytes > 3 ? 3 : kMaxSmemBytesSm80 / kSmemBytes);
+
   static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim,
                 "head-dim tile must be a multiple of the mma K (16) and at most 256");
   static_assert(kBlockN % (2 * kMmaN) == 0, "K tiles are loaded 16 keys per ldmatrix.x4");
@@ -75,7 +84,8 @@ struct FwdTraits {
 
 // Backward dK/dV kernel for fp16/bf16 (bwd_dkdv_kernel.cuh). Each warp owns 16 keys of Kj/Vj
 // and keeps their dK_j/dV_j rows in registers (d/2 floats each per thread), so the key tile is
-// kNWarps x 16 = 64 keys and the query tile shrinks as d grows to bound the S/dP registers.
+// kNWarps x 16 = 64 keys and the query tile shrinks as d grows to bound the S/dP registers
+// (64, 32, then 16 queries above d = 128, where 32 spilled on sm_90).
 // Above d = 128, dK and dV together would need > 255 registers: that tile runs two passes,
 // one for dK (with dQ) and one for dV, recomputing S_ij in the second.
 template <int kHeadDim_>
@@ -84,7 +94,7 @@ struct BwdTraits {
   static constexpr int kNWarps = 4;
   static constexpr int kNThreads = kNWarps * kWarpSize;
   static constexpr int kBlockN = kNWarps * kMmaM;
-  static constexpr int kBlockM = kHeadDim <= 64 ? 64 : 32;
+  static constexpr int kBlockM = kHeadDim <= 64 ? 64 : (kHeadDim <= 128 ? 32 : 16);
   static constexpr bool kSplitDkDv = kHeadDim > 128;
   // (Qi, dOi, LSE_i, D_i) tiles in flight: block i+1 is copied while block i is used.
   static constexpr int kStages = 2;
@@ -104,6 +114,10 @@ struct BwdTraits {
       2 * kKVTileSmemElems + 2 * kStages * kQTileSmemElems + kDsSmemElems;
   static constexpr int kSmemBytes =
       kSmem16BitElems * kElemBytes16 + 2 * kStages * kBlockM * static_cast<int>(sizeof(float));
+
+  // For __launch_bounds__, as FwdTraits::kMinBlocksPerSm, at most 2: ptxas' own budget (168
+  // registers) spilled at d = 32 on sm_90.
+  static constexpr int kMinBlocksPerSm = kMaxSmemBytesSm80 / kSmemBytes >= 2 ? 2 : 1;
 
   static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim, "bad head-dim tile");
   static_assert(kBlockM % (2 * kMmaN) == 0, "Q tiles are loaded 16 rows per ldmatrix.x4");
