@@ -1,5 +1,6 @@
 #include "attn_args.h"
 
+#include "arg_checks.h"
 #include "attn_mask.h"
 
 #include <ATen/ATen.h>
@@ -43,22 +44,6 @@ at::Tensor as_4d(const at::Tensor& t, bool varlen) { return varlen ? t.unsqueeze
 
 int64_t batch_size(const AttnInputs& in) {
   return in.varlen() ? in.cu_seqlens_q->size(0) - 1 : in.q.size(0);
-}
-
-void check_last_dim_contiguous(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, "flashattn: ", name,
-              " must be contiguous in its last (head_dim) dimension, got strides ", t.strides(),
-              "; call .contiguous() on it first");
-}
-
-void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& q) {
-  TORCH_CHECK(t.device() == q.device(), "flashattn: ", name, " must be on the same device as q (",
-              q.device(), "), got ", t.device());
-}
-
-void check_fits_int(int64_t value, const char* what) {
-  TORCH_CHECK(value <= INT_MAX, "flashattn: ", what, " must be at most ", INT_MAX, ", got ",
-              value);
 }
 
 // A window bound larger than any possible distance is the same as unbounded; clipping keeps
@@ -114,12 +99,23 @@ void check_mask_options(const AttnInputs& in) {
   }
 }
 
+// k and v are [batch, seqlen, ...] like q, or a KV cache's [pages or cache entries, rows, ...].
+bool kv_have_q_batch(const AttnInputs& in) { return !in.paged() && !in.cache_batch_idx; }
+
 void check_qkv(const AttnInputs& in, const ExecutorLimits& limits) {
   check_rank(in.q, "q", in.varlen());
-  check_rank(in.k, "k", in.varlen());
-  check_rank(in.v, "v", in.varlen());
-  const at::Tensor q = as_4d(in.q, in.varlen()), k = as_4d(in.k, in.varlen()),
-                   v = as_4d(in.v, in.varlen());
+  const bool kv_varlen = in.varlen() && !in.paged();
+  if (in.paged()) {
+    for (auto [t, name] : {std::pair{&in.k, "k"}, std::pair{&in.v, "v"}})
+      TORCH_CHECK(t->dim() == 4, "flashattn: with block_table, ", name, " must be the cache's "
+                  "pages, a 4-D tensor [num_blocks, page_size, heads, head_dim], got ", t->dim(),
+                  "-D with shape ", t->sizes());
+  } else {
+    check_rank(in.k, "k", in.varlen());
+    check_rank(in.v, "v", in.varlen());
+  }
+  const at::Tensor q = as_4d(in.q, in.varlen()), k = as_4d(in.k, kv_varlen),
+                   v = as_4d(in.v, kv_varlen);
   check_same_device(k, "k", q);
   check_same_device(v, "v", q);
   const auto& dtypes = limits.dtypes;
@@ -129,9 +125,15 @@ void check_qkv(const AttnInputs& in, const ExecutorLimits& limits) {
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
               "flashattn: q, k and v must have the same dtype, got ", q.scalar_type(), ", ",
               k.scalar_type(), " and ", v.scalar_type());
-  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0),
-              "flashattn: q, k and v must have the same batch size, got ", q.size(0), ", ",
-              k.size(0), " and ", v.size(0));
+  if (kv_have_q_batch(in)) {
+    TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0),
+                "flashattn: q, k and v must have the same batch size, got ", q.size(0), ", ",
+                k.size(0), " and ", v.size(0));
+  } else {
+    TORCH_CHECK(k.size(0) == v.size(0), "flashattn: k_cache and v_cache must have the same ",
+                in.paged() ? "number of blocks" : "batch size", ", got ", k.size(0), " and ",
+                v.size(0));
+  }
   TORCH_CHECK(k.size(1) == v.size(1),
               "flashattn: k and v must have the same sequence length, got ", k.size(1), " and ",
               v.size(1));
@@ -155,23 +157,14 @@ void check_qkv(const AttnInputs& in, const ExecutorLimits& limits) {
   check_last_dim_contiguous(v, "v");
   if (!in.varlen()) {
     check_fits_int(q.size(1), "the query sequence length");
-    check_fits_int(k.size(1), "the key sequence length");
     check_fits_int(q.size(0), "the batch size");
+  }
+  if (!kv_varlen) {
+    check_fits_int(k.size(1), "the key sequence length");
+    check_fits_int(k.size(0), in.paged() ? "the number of blocks" : "the cache's batch size");
   }
   check_fits_int(q.size(2), "the number of heads");
   check_fits_int(q.size(3), "head_dim");
-}
-
-// An int32 vector of lengths on q's device, read in place (so contiguous).
-void check_lengths_tensor(const at::Tensor& t, const char* name, int64_t size,
-                          const char* size_meaning, const at::Tensor& q) {
-  TORCH_CHECK(t.scalar_type() == at::kInt, "flashattn: ", name, " must be int32, got ",
-              t.scalar_type());
-  TORCH_CHECK(t.dim() == 1 && t.size(0) == size, "flashattn: ", name, " must have shape [",
-              size, "] (", size_meaning, "), got ", t.sizes());
-  check_same_device(t, name, q);
-  TORCH_CHECK(t.is_contiguous(), "flashattn: ", name, " must be contiguous, got strides ",
-              t.strides());
 }
 
 // cu_seqlens on the host: 0 first, non-decreasing, at most `total` last, no sequence longer
@@ -204,6 +197,32 @@ void check_seqused_values(const at::Tensor& used, const char* name,
                 values[b], " must be in [0, ", length, "], the length of sequence ", b);
   }
 }
+
+}  // namespace
+
+KvCache kv_cache_of(const AttnInputs& in) {
+  KvCache c;
+  if (in.paged()) {
+    c.block_table = in.block_table->data_ptr<int>();
+    c.block_table_stride = in.block_table->stride(0);
+    c.max_blocks = static_cast<int>(in.block_table->size(1));
+    c.page_size = static_cast<int>(in.k.size(1));
+    c.num_pages = static_cast<int>(in.k.size(0));
+  }
+  if (in.cache_batch_idx) {
+    c.batch_index = in.cache_batch_idx->data_ptr<int>();
+    c.cache_batch = static_cast<int>(in.k.size(0));
+  }
+  if (in.cache_leftpad) c.leftpad = in.cache_leftpad->data_ptr<int>();
+  return c;
+}
+
+int64_t kv_capacity(const AttnInputs& in) {
+  if (in.paged()) return in.block_table->size(1) * in.k.size(1);
+  return in.k.size(in.varlen() ? 0 : 1);
+}
+
+namespace {
 
 // cu_seqlens_*, max_seqlen_* and seqused_*: present together or not at all, well-formed, and,
 // where the executor reads them on the host, with valid values.
@@ -242,12 +261,80 @@ void check_sequence_lengths(const AttnInputs& in, const ExecutorLimits& limits) 
   if (in.varlen()) {
     check_cu_seqlens_values(*in.cu_seqlens_q, "cu_seqlens_q", q.size(0), *in.max_seqlen_q,
                             "max_seqlen_q");
-    check_cu_seqlens_values(*in.cu_seqlens_k, "cu_seqlens_k", in.k.size(0), *in.max_seqlen_k,
-                            "max_seqlen_k");
+    // Paged keys are no rows of k: cu_seqlens_k gives only lengths.
+    check_cu_seqlens_values(*in.cu_seqlens_k, "cu_seqlens_k",
+                            in.paged() ? std::numeric_limits<int>::max() : in.k.size(0),
+                            *in.max_seqlen_k, "max_seqlen_k");
   }
-  const int64_t dense_q = in.varlen() ? 0 : q.size(1), dense_k = in.varlen() ? 0 : in.k.size(1);
+  const int64_t dense_q = in.varlen() ? 0 : q.size(1),
+                dense_k = in.varlen() ? 0 : (in.paged() ? kv_capacity(in) : in.k.size(1));
   if (in.seqused_q) check_seqused_values(*in.seqused_q, "seqused_q", in.cu_seqlens_q, dense_q);
   if (in.seqused_k) check_seqused_values(*in.seqused_k, "seqused_k", in.cu_seqlens_k, dense_k);
+}
+
+void check_kv_cache(const AttnInputs& in, const ExecutorLimits& limits) {
+  TORCH_CHECK(in.num_splits >= 0, "flashattn: num_splits must be >= 0 (0: automatic), got ",
+              in.num_splits);
+  TORCH_CHECK(limits.kv_cache || (!in.kv_cache() && in.num_splits <= 1), "flashattn: the ",
+              limits.name, " kernels do not support block_table, cache_batch_idx, "
+              "cache_leftpad or num_splits > 1 yet");
+  if (!in.kv_cache()) return;
+  TORCH_CHECK(!in.attn_mask, "flashattn: attn_mask is not supported with a KV cache "
+              "(block_table, cache_batch_idx, cache_leftpad)");
+  const at::Tensor& q = in.q;
+  const int64_t batch = batch_size(in);
+  if (in.paged()) {
+    const at::Tensor& table = *in.block_table;
+    TORCH_CHECK(!in.cache_batch_idx && !in.cache_leftpad, "flashattn: cache_batch_idx and "
+                "cache_leftpad apply to a dense cache, not with block_table");
+    TORCH_CHECK(table.scalar_type() == at::kInt, "flashattn: block_table must be int32, got ",
+                table.scalar_type());
+    TORCH_CHECK(table.dim() == 2 && table.size(0) == batch, "flashattn: block_table must have "
+                "shape [batch, max_blocks_per_sequence] = [", batch, ", ...], got ",
+                table.sizes());
+    check_same_device(table, "block_table", q);
+    TORCH_CHECK(table.stride(1) == 1 || table.size(1) <= 1, "flashattn: block_table must be "
+                "contiguous in its last dimension, got strides ", table.strides());
+    TORCH_CHECK(in.k.size(1) > 0, "flashattn: the cache's page size (k_cache.shape[1]) must be "
+                ">= 1");
+    check_fits_int(kv_capacity(in), "max_blocks_per_sequence * page_size");
+  } else {
+    TORCH_CHECK(!in.varlen(), "flashattn: cache_batch_idx and cache_leftpad need a dense q "
+                "[batch, seqlen_q, heads, head_dim]");
+    if (in.cache_batch_idx)
+      check_lengths_tensor(*in.cache_batch_idx, "cache_batch_idx", batch, "batch", q);
+    if (in.cache_leftpad)
+      check_lengths_tensor(*in.cache_leftpad, "cache_leftpad", batch, "batch", q);
+  }
+  if (!limits.reads_lengths_on_host) return;  // device kernels clamp (kv_rows.h, mask.h)
+  const int64_t capacity = kv_capacity(in);
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t length = capacity;
+    if (in.varlen())
+      length = int64_t(in.cu_seqlens_k->data_ptr<int>()[b + 1]) - in.cu_seqlens_k->data_ptr<int>()[b];
+    if (in.seqused_k) length = in.seqused_k->data_ptr<int>()[b];
+    TORCH_CHECK(length <= capacity, "flashattn: sequence ", b, " has ", length, " keys, more "
+                "than its ", in.paged() ? "block_table" : "cache", " holds (", capacity,
+                in.paged() ? " = max_blocks_per_sequence * page_size)" : ")");
+    if (in.paged()) {
+      const int* row = in.block_table->data_ptr<int>() + b * in.block_table->stride(0);
+      const int64_t pages = (length + in.k.size(1) - 1) / in.k.size(1);
+      for (int64_t i = 0; i < pages; ++i)
+        TORCH_CHECK(row[i] >= 0 && row[i] < in.k.size(0), "flashattn: block_table[", b, ", ",
+                    i, "] = ", row[i], " is not a block of the cache (it has ", in.k.size(0),
+                    ")");
+    }
+    if (in.cache_batch_idx) {
+      const int entry = in.cache_batch_idx->data_ptr<int>()[b];
+      TORCH_CHECK(entry >= 0 && entry < in.k.size(0), "flashattn: cache_batch_idx[", b, "] = ",
+                  entry, " is not an entry of the cache (it has ", in.k.size(0), ")");
+    }
+    if (in.cache_leftpad) {
+      const int pad = in.cache_leftpad->data_ptr<int>()[b];
+      TORCH_CHECK(pad >= 0 && pad <= length, "flashattn: cache_leftpad[", b, "] = ", pad,
+                  " must be in [0, ", length, "], the sequence's length in the cache");
+    }
+  }
 }
 
 // Whether some rows of the outputs may belong to no sequence (varlen tokens past the last
@@ -286,14 +373,6 @@ void check_lse_like(const at::Tensor& t, const char* name, const AttnInputs& in)
   check_same_device(t, name, in.q);
 }
 
-// Attention rows: [batch, seqlen, heads, dim], or a varlen [total, heads, dim] (batch stride 0:
-// the sequences' row offsets find them).
-TensorView rows_view(const at::Tensor& t, bool varlen) {
-  void* ptr = const_cast<void*>(t.data_ptr());
-  if (varlen) return {ptr, 0, t.stride(0), t.stride(1)};
-  return {ptr, t.stride(0), t.stride(1), t.stride(2)};
-}
-
 // Per-row statistics: [batch, heads, seqlen], or a varlen [heads, total].
 TensorView stats_view(const at::Tensor& t, bool varlen) {
   void* ptr = const_cast<void*>(t.data_ptr());
@@ -329,6 +408,7 @@ void poison_if_debugging(at::Tensor& t) {
 void check_fwd(const AttnInputs& in, const ExecutorLimits& limits) {
   check_qkv(in, limits);
   check_sequence_lengths(in, limits);
+  check_kv_cache(in, limits);
   check_mask_options(in);
 }
 
@@ -355,19 +435,24 @@ std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
 
 AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at::Tensor& lse,
                            const at::Tensor& mask_blocks) {
-  const bool varlen = in.varlen();
-  const at::Tensor q = as_4d(in.q, varlen), k = as_4d(in.k, varlen);
+  const bool varlen = in.varlen(), kv_varlen = varlen && !in.paged();
+  const at::Tensor q = as_4d(in.q, varlen), k = as_4d(in.k, kv_varlen);
   AttnParams p;
   p.q = rows_view(in.q, varlen);
-  p.k = rows_view(in.k, varlen);
-  p.v = rows_view(in.v, varlen);
+  p.k = rows_view(in.k, kv_varlen);
+  p.v = rows_view(in.v, kv_varlen);
   p.o = rows_view(out, varlen);
   p.lse = stats_view(lse, varlen);
   p.batch = static_cast<int>(batch_size(in));
   p.seqlen_q = static_cast<int>(varlen ? *in.max_seqlen_q : q.size(1));
   p.seqlen_k = static_cast<int>(varlen ? *in.max_seqlen_k : k.size(1));
+  if (in.paged())
+    p.seqlen_k = static_cast<int>(std::min<int64_t>(varlen ? p.seqlen_k : kv_capacity(in),
+                                                    kv_capacity(in)));
   p.total_q = varlen ? q.size(1) : int64_t(p.batch) * p.seqlen_q;
-  p.total_k = varlen ? k.size(1) : int64_t(p.batch) * p.seqlen_k;
+  p.total_k = kv_varlen ? k.size(1) : int64_t(k.size(0)) * k.size(1);
+  p.kv_cache = kv_cache_of(in);
+  p.num_splits = static_cast<int>(std::min<int64_t>(in.num_splits, INT_MAX));
   p.cu_seqlens_q = lengths_ptr(in.cu_seqlens_q);
   p.cu_seqlens_k = lengths_ptr(in.cu_seqlens_k);
   p.seqused_q = lengths_ptr(in.seqused_q);
@@ -398,6 +483,9 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
 
 void check_bwd(const AttnInputs& in, const BwdInputs& grads, const ExecutorLimits& limits) {
   const at::Tensor &q = in.q, &out = grads.out, &dout = grads.dout;
+  TORCH_CHECK(!in.kv_cache() && in.num_splits <= 1, "flashattn: block_table, cache_batch_idx, "
+              "cache_leftpad and num_splits are forward only (inference); the backward takes "
+              "none of them");
   check_qkv(in, limits);
   check_sequence_lengths(in, limits);
   check_mask_options(in);

@@ -34,8 +34,16 @@ struct AttnInputs {
   std::optional<int64_t> max_seqlen_q, max_seqlen_k;
   // int32 [batch]: only the first seqused_*[b] queries / keys of sequence b take part.
   std::optional<at::Tensor> seqused_q, seqused_k;
+  // A KV cache (forward only; kv_rows.h): k, v are the cache's pages [num_pages, page_size,
+  // Hkv, D] read through block_table (int32 [batch, max_blocks]; dense or varlen q), or a dense
+  // cache [B_cache, S_cache, Hkv, D] of which sequence b reads entry cache_batch_idx[b], from
+  // row cache_leftpad[b] on (both int32 [batch]; dense q).
+  std::optional<at::Tensor> block_table, cache_batch_idx, cache_leftpad;
+  int64_t num_splits = 1;  // split-KV parts (params.h); 0 lets the executor choose
 
   bool varlen() const { return cu_seqlens_q.has_value(); }
+  bool paged() const { return block_table.has_value(); }
+  bool kv_cache() const { return paged() || cache_batch_idx || cache_leftpad; }
 };
 
 // What the backward takes besides the forward's arguments.
@@ -54,7 +62,14 @@ struct ExecutorLimits {
   // checked there, with errors naming them. Device executors never sync for them: their
   // kernels clamp every sequence to the tensors (mask.h, sequence_of).
   bool reads_lengths_on_host;
+  // Paged KV, cache_batch_idx, cache_leftpad and num_splits > 1.
+  bool kv_cache;
 };
+
+// The KV cache addressing of the inputs (kv_rows.h), and the longest key sequence the cache
+// holds (block table pages, or a dense cache entry's rows).
+KvCache kv_cache_of(const AttnInputs& in);
+int64_t kv_capacity(const AttnInputs& in);
 
 // Validates the forward's inputs.
 void check_fwd(const AttnInputs& in, const ExecutorLimits& limits);

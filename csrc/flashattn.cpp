@@ -46,6 +46,7 @@ SdpaImplInstaller::SdpaImplInstaller(c10::DispatchKey key, SdpaImplRegisterFn re
 TORCH_LIBRARY(flashattn, m) {
   m.def(flashattn::kFwdSchema);
   m.def(flashattn::kBwdSchema);
+  m.def(flashattn::kFwdKvcacheSchema);
   m.def(flashattn::kDropoutRngStateSchema, {at::Tag::nondeterministic_seeded});
   m.def(flashattn::kDropoutKeepMaskSchema);
   m.def("_activate_sdpa_impl(bool active) -> ()", &flashattn::activate_sdpa_impl);

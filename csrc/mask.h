@@ -13,8 +13,10 @@ namespace flashattn {
 // see. Every kernel works on one sequence at a time; a dense batch is the case where all have
 // the same lengths and the batch stride finds them.
 struct Sequence {
+  int batch = 0;         // its index in the batch
+  int kv_batch = 0;      // the batch entry of the k / v views its keys are in (cache_batch_idx)
   int64_t q_row0 = 0;    // its first query row in the q / out / dout / dq / lse views
-  int64_t k_row0 = 0;    // its first key row in the k / v / dk / dv views
+  int64_t k_row0 = 0;    // its first key row in the k / v / dk / dv views (0 when paged)
   int64_t q_token0 = 0;  // its first query's index among all total_q query rows (scratch)
   int seqlen_q = 0;      // queries (rows) and keys of the sequence that take part
   int seqlen_k = 0;
@@ -44,18 +46,37 @@ FLASHATTN_HOST_DEVICE int used_length(const int* seqused, int b, int length) {
   return used < 0 ? 0 : (used < length ? used : length);
 }
 
+FLASHATTN_HOST_DEVICE int clamp_index(int i, int count) {
+  return i < 0 ? 0 : (i >= count ? count - 1 : i);
+}
+
 FLASHATTN_HOST_DEVICE Sequence sequence_of(const AttnParams& p, int b) {
   Sequence s;
+  s.batch = s.kv_batch = b;
   int length_q = p.seqlen_q, length_k = p.seqlen_k;
   if (p.cu_seqlens_q != nullptr) {
     clamped_range(p.cu_seqlens_q, b, p.total_q, p.seqlen_q, s.q_row0, length_q);
-    clamped_range(p.cu_seqlens_k, b, p.total_k, p.seqlen_k, s.k_row0, length_k);
+    if (p.kv_cache.paged()) {
+      // The keys are pages, not rows of k: cu_seqlens_k gives only the lengths.
+      const int64_t length = int64_t(p.cu_seqlens_k[b + 1]) - p.cu_seqlens_k[b];
+      length_k = static_cast<int>(length < 0 ? 0 : (length > p.seqlen_k ? p.seqlen_k : length));
+    } else {
+      clamped_range(p.cu_seqlens_k, b, p.total_k, p.seqlen_k, s.k_row0, length_k);
+    }
     s.q_token0 = s.q_row0;
   } else {
     s.q_token0 = static_cast<int64_t>(b) * p.seqlen_q;
   }
   s.seqlen_q = used_length(p.seqused_q, b, length_q);
   s.seqlen_k = used_length(p.seqused_k, b, length_k);
+  // A KV cache: the entry it names and the padding it skips, clamped like the lengths.
+  if (p.kv_cache.batch_index != nullptr)
+    s.kv_batch = clamp_index(p.kv_cache.batch_index[b], p.kv_cache.cache_batch);
+  if (p.kv_cache.leftpad != nullptr) {
+    const int pad = used_length(p.kv_cache.leftpad, b, s.seqlen_k);
+    s.k_row0 += pad;
+    s.seqlen_k -= pad;
+  }
   s.diag_offset = p.align_bottom_right ? s.seqlen_k - s.seqlen_q : 0;
   s.window_left = p.window_left;
   s.window_right = p.window_right;

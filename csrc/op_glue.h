@@ -6,6 +6,7 @@
 //   static void run_fwd(const at::Tensor& q, const AttnParams& p);
 //   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& dk,
 //                       at::Tensor& dv);
+//   static void run_kv_append(const at::Tensor& q, const KvAppendParams& p);
 // and registers them for its dispatch key with register_attention_ops<Executor>(m).
 #pragma once
 #include <ATen/core/Tensor.h>
@@ -13,6 +14,7 @@
 
 #include "attn_args.h"
 #include "attn_mask.h"
+#include "kvcache_args.h"
 #include "op_args.h"
 
 namespace flashattn {
@@ -39,6 +41,7 @@ inline AttnInputs read_attn_inputs(const OpArguments& args) {
   in.max_seqlen_k = args.optional_int("max_seqlen_k");
   in.seqused_q = args.optional_tensor("seqused_q");
   in.seqused_k = args.optional_tensor("seqused_k");
+  in.block_table = args.optional_tensor("block_table");
   return in;
 }
 
@@ -72,11 +75,54 @@ void bwd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   args.set_results(std::move(dq), std::move(dk), std::move(dv), std::move(dmask));
 }
 
-// Registers fwd and bwd of Executor in a TORCH_LIBRARY_IMPL block.
+inline KvcacheInputs read_kvcache_inputs(const OpArguments& args) {
+  KvcacheInputs in;
+  AttnInputs& attn = in.attn;
+  attn.q = args.tensor("q");
+  attn.k = args.tensor("k_cache");
+  attn.v = args.tensor("v_cache");
+  attn.softmax_scale = args.optional_double("softmax_scale");
+  attn.causal = args["causal"].toBool();
+  attn.window_left = args["window_left"].toInt();
+  attn.window_right = args["window_right"].toInt();
+  attn.softcap = args["softcap"].toDouble();
+  attn.alibi_slopes = args.optional_tensor("alibi_slopes");
+  attn.block_table = args.optional_tensor("block_table");
+  attn.cache_batch_idx = args.optional_tensor("cache_batch_idx");
+  attn.cache_leftpad = args.optional_tensor("cache_leftpad");
+  attn.num_splits = args["num_splits"].toInt();
+  in.k_new = args.optional_tensor("k");
+  in.v_new = args.optional_tensor("v");
+  in.rotary_cos = args.optional_tensor("rotary_cos");
+  in.rotary_sin = args.optional_tensor("rotary_sin");
+  in.cache_seqlens = args.optional_tensor("cache_seqlens");
+  in.rotary_interleaved = args["rotary_interleaved"].toBool();
+  return in;
+}
+
+// fwd_kvcache: everything is validated before the caches are written.
+template <typename Executor>
+void fwd_kvcache_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpArguments args(op, stack);
+  KvcacheInputs in = read_kvcache_inputs(args);
+  check_kvcache_append(in, Executor::limits());
+  check_fwd(in.attn, Executor::limits());
+  if (in.seqlen_new() > 0 || in.rotary()) {
+    const at::Tensor q_rotated = in.rotary() ? at::empty_like(in.attn.q) : at::Tensor();
+    Executor::run_kv_append(in.attn.q, make_append_params(in, q_rotated));
+    if (in.rotary()) in.attn.q = q_rotated;
+  }
+  auto [out, lse] = check_and_alloc_fwd(in.attn, Executor::limits());
+  Executor::run_fwd(in.attn.q, make_fwd_params(in.attn, out, lse, at::Tensor()));
+  args.set_results(std::move(out), std::move(lse));
+}
+
+// Registers fwd, bwd and fwd_kvcache of Executor in a TORCH_LIBRARY_IMPL block.
 template <typename Executor>
 void register_attention_ops(torch::Library& m) {
   m.impl("fwd", torch::CppFunction::makeFromBoxedFunction<&fwd_kernel<Executor>>());
   m.impl("bwd", torch::CppFunction::makeFromBoxedFunction<&bwd_kernel<Executor>>());
+  m.impl("fwd_kvcache", torch::CppFunction::makeFromBoxedFunction<&fwd_kvcache_kernel<Executor>>());
 }
 
 }  // namespace flashattn

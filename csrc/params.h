@@ -68,6 +68,28 @@ struct Dropout {
   FLASHATTN_HOST_DEVICE bool on() const { return rng_state != nullptr; }
 };
 
+// Where keys live when they are a KV cache (flash_attn_with_kvcache, and block_table in the
+// varlen forward). Forward only. kv_rows.h reads it.
+struct KvCache {
+  // Paged: int32 [B, max_blocks]; key j of sequence b is row j % page_size of page
+  // block_table[b][j / page_size], and k, v are [num_pages, page_size, Hkv, D] views (their
+  // batch stride steps from page to page). null: k, v are dense [B_cache, S_cache, Hkv, D].
+  const int* block_table = nullptr;
+  int64_t block_table_stride = 0;  // elements from one sequence's row of the table to the next
+  int max_blocks = 0;
+  int page_size = 0;
+  int num_pages = 0;
+  // cache_batch_idx: sequence b reads the keys of cache entry batch_index[b] (int32 [B]; dense
+  // caches only), of the cache's cache_batch entries. null: entry b.
+  const int* batch_index = nullptr;
+  int cache_batch = 0;
+  // cache_leftpad: sequence b's keys start at row leftpad[b] of its cache entry (int32 [B];
+  // dense caches only); the rows before it take no part. null: row 0.
+  const int* leftpad = nullptr;
+
+  FLASHATTN_HOST_DEVICE bool paged() const { return block_table != nullptr; }
+};
+
 struct AttnParams {
   TensorView q;  // [B, Sq, Hq, D]
   TensorView k;  // [B, Sk, Hkv, D]
@@ -125,6 +147,35 @@ struct AttnParams {
 
   // Dropout of the probabilities P_ij (after the softmax; the LSE is that of the full P).
   Dropout dropout;
+
+  KvCache kv_cache;
+
+  // Split-KV: each (sequence, head, query block) splits its visible key blocks into num_splits
+  // contiguous parts, computed independently and merged by their LSEs. 1: no split.
+  int num_splits = 1;
+};
+
+// flash_attn_with_kvcache's in-place append of the new keys and values, with the rotary
+// embedding of keys and queries (kv_append.h). Forward only.
+struct KvAppendParams {
+  TensorView k_new, v_new;      // [B, S_new, Hkv, D]
+  TensorView k_cache, v_cache;  // as AttnParams.k / v; written
+  KvCache cache;                // paged, cache_batch_idx (positions are absolute: no leftpad)
+  // New key t of sequence b goes to key position cache_seqlens[b] + t; positions past
+  // `capacity` are skipped (the CPU rejects them first).
+  const int* cache_seqlens = nullptr;
+  int capacity = 0;
+  int batch = 0, seqlen_new = 0, heads_kv = 0, head_dim = 0;
+  // Rotary embedding, or rotary_dim 0: cos, sin [rotary_rows, rotary_dim / 2] in q's dtype,
+  // pairs (d, d + rotary_dim / 2) (GPT-NeoX), or (2d, 2d + 1) when interleaved (GPT-J).
+  TensorView cos, sin;
+  int rotary_dim = 0, rotary_rows = 0;
+  bool interleaved = true;
+  // q [B, Sq, Hq, D] rotated into q_rotated: query i of sequence b at position
+  // cache_seqlens[b] + i when q_position_per_token (causal or local), else cache_seqlens[b].
+  TensorView q, q_rotated;
+  int seqlen_q = 0, heads_q = 0;
+  bool q_position_per_token = false;
 };
 
 struct AttnBwdParams : AttnParams {

@@ -22,14 +22,16 @@ namespace flashattn {
 // [total_q, Hq, D] and k/v [total_k, Hkv, D], sequence b being rows [cu[b], cu[b + 1]);
 // max_seqlen_q/_k bound the sequences' lengths. seqused_q/_k (int32 [B], dense or varlen): only
 // the first seqused[b] queries / keys of sequence b take part (FA3). Rows outside every
-// sequence get out 0 and lse -inf, and zero gradients.
+// sequence get out 0 and lse -inf, and zero gradients. block_table (int32 [B, max_blocks],
+// forward only): k, v are a paged KV cache's blocks [num_blocks, page_size, Hkv, D], key j of
+// sequence b being row j % page_size of block block_table[b][j / page_size]; dense or varlen q.
 #define FLASHATTN_ATTN_ARGUMENTS                                                              \
   "Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False, "             \
   "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, " \
   "bool align_bottom_right=True, bool deterministic=False, Tensor? cu_seqlens_q=None, "      \
   "Tensor? cu_seqlens_k=None, SymInt? max_seqlen_q=None, SymInt? max_seqlen_k=None, "        \
   "Tensor? seqused_q=None, Tensor? seqused_k=None, Tensor? attn_mask=None, "                \
-  "float dropout_p=0.0, Tensor? rng_state=None"
+  "float dropout_p=0.0, Tensor? rng_state=None, Tensor? block_table=None"
 
 // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq] (fp32, natural log, -inf for a row that sees
 // no key); varlen: out [total_q, Hq, D] and lse [Hq, total_q].
@@ -42,6 +44,23 @@ inline constexpr const char* kFwdSchema =
 inline constexpr const char* kBwdSchema =
     "bwd(Tensor dout, Tensor out, Tensor lse, Tensor? dlse, " FLASHATTN_ATTN_ARGUMENTS
     ", bool attn_mask_grad=False) -> (Tensor dq, Tensor dk, Tensor dv, Tensor? dattn_mask)";
+
+// FA2's flash_attn_with_kvcache (forward only): appends k, v [B, S_new, Hkv, D] into the
+// caches in place at rows cache_seqlens[b] + t (k rotated when rotary_cos / rotary_sin
+// [S_rotary, rotary_dim / 2] are given), rotates q, and attends to the first
+// cache_seqlens[b] + S_new keys of each sequence (all of them without cache_seqlens), causal
+// and window aligned bottom-right to that length. k_cache, v_cache: [B_cache, S_cache, Hkv, D],
+// entry cache_batch_idx[b] for sequence b, keys before cache_leftpad[b] left out; or paged,
+// [num_blocks, page_size, Hkv, D] with block_table. cache_seqlens, cache_batch_idx,
+// cache_leftpad: int32 [B]. num_splits: split-KV parts (0: the executor chooses, 1: none).
+// Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq].
+inline constexpr const char* kFwdKvcacheSchema =
+    "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k=None, "
+    "Tensor? v=None, Tensor? rotary_cos=None, Tensor? rotary_sin=None, "
+    "Tensor? cache_seqlens=None, Tensor? cache_batch_idx=None, Tensor? cache_leftpad=None, "
+    "Tensor? block_table=None, float? softmax_scale=None, bool causal=False, "
+    "int window_left=-1, int window_right=-1, float softcap=0.0, bool rotary_interleaved=True, "
+    "Tensor? alibi_slopes=None, int num_splits=0) -> (Tensor out, Tensor lse)";
 
 // A fresh [seed, offset] (int64 [2], on like's device) for one dropout call, drawn from the
 // default generator of like's device, which it advances: torch.manual_seed reproduces it. On

@@ -7,6 +7,7 @@ Two kinds of front end reach the same kernels (torch.ops.flashattn.fwd / bwd):
   flash_attn_varlen_func        the same over variable-length batches packed without padding
   flash_attn_varlen_qkvpacked_func, flash_attn_varlen_kvpacked_func
   scaled_dot_product_attention  F.scaled_dot_product_attention's signature, layout (batch, heads, seqlen, head_dim)
+  flash_attn_with_kvcache       one decoding step over a (paged) KV cache, appended in place
 """
 import torch  # noqa: F401  first: _C links against libtorch/libc10, which torch's import loads
 
@@ -16,8 +17,10 @@ from . import sdpa_impl  # noqa: F401  registers "flashattn" with torch.nn.atten
 from .interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                         flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                         flash_attn_varlen_qkvpacked_func, scaled_dot_product_attention)
+from .kvcache import flash_attn_with_kvcache
 
 __version__ = "0.1.0"
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
            "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
-           "flash_attn_varlen_kvpacked_func", "scaled_dot_product_attention", "__version__"]
+           "flash_attn_varlen_kvpacked_func", "scaled_dot_product_attention", "flash_attn_with_kvcache",
+           "__version__"]

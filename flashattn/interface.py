@@ -206,10 +206,16 @@ def _length(fn, name, value):
         raise TypeError(f"{fn}: {name} must be an int, got {value!r}") from None
 
 
-def _check_no_block_table(fn, block_table):
-    if block_table is not None:
-        raise NotImplementedError(
-            f"{fn}: block_table (paged KV) is not supported yet; pass contiguous k and v")
+def _check_inference_only(fn, block_table, dropout_p, tensors):
+    """A paged KV cache is for inference: the backward takes no block_table."""
+    if block_table is None:
+        return
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise RuntimeError(f"{fn}: block_table (a paged KV cache) is forward only; run under "
+                           f"torch.no_grad() or detach q, k and v")
+    if _real(fn, "dropout_p", dropout_p) != 0.0:
+        raise ValueError(f"{fn}: block_table (a paged KV cache) is for inference; dropout_p "
+                         f"must be 0, got {dropout_p}")
 
 
 _VARLEN_DOC = """
@@ -227,7 +233,10 @@ _VARLEN_DOC = """
             writes outside the tensors.
         max_seqlen_q, max_seqlen_k: ints bounding every sequence's length (upper bounds, as in
             FA2); on CUDA they size the grid.
-        block_table: paged KV; not supported yet (NotImplementedError).
+        block_table: int32 (batch, max_blocks_per_seq), forward only: k and v are then the
+            blocks of a paged KV cache, (num_blocks, page_size, nheads_k, headdim), any page
+            size >= 1, and key j of sequence b is row j % page_size of block
+            block_table[b, j // page_size]; cu_seqlens_k (or seqused_k) gives the lengths.
         seqused_q, seqused_k (keyword only, FA3's): int32 (batch,); only the first
             seqused_*[b] tokens of sequence b take part, so a preallocated buffer can be reused.
 
@@ -256,13 +265,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     contiguous last dim; nheads a multiple of nheads_k (GQA/MQA).
     """
     fn = "flash_attn_varlen_func"
-    _check_no_block_table(fn, block_table)
+    _check_inference_only(fn, block_table, dropout_p, (q, k, v))
     return _attention(
         fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, align_bottom_right=True, cu_seqlens_q=cu_seqlens_q,
         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=_length(fn, "max_seqlen_q", max_seqlen_q),
         max_seqlen_k=_length(fn, "max_seqlen_k", max_seqlen_k), seqused_q=seqused_q,
-        seqused_k=seqused_k, return_attn_probs=return_attn_probs)
+        seqused_k=seqused_k, block_table=block_table, return_attn_probs=return_attn_probs)
 
 
 def _unpack_varlen(fn, name, packed, count, layout):

@@ -64,6 +64,14 @@ def _bwd_fake(*args, **kwargs):
     return dq, dk, dv, mask.new_empty(mask.shape) if a["attn_mask_grad"] else None
 
 
+@torch.library.register_fake("flashattn::fwd_kvcache")
+def _fwd_kvcache_fake(q, k_cache, v_cache, *args, **kwargs):
+    # The caches are written in place (declared Tensor(a!) in the schema); out and lse are new.
+    _check_same_device(q, {"k_cache": k_cache, "v_cache": v_cache})
+    batch, seqlen_q, heads, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
+
+
 @torch.library.register_fake("flashattn::dropout_rng_state")
 def _dropout_rng_state_fake(like):
     return like.new_empty((2,), dtype=torch.int64)

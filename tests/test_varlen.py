@@ -257,13 +257,6 @@ def test_dense_with_max_seqlen_is_an_error():
         torch.ops.flashattn.fwd(q, q, q, max_seqlen_q=5, max_seqlen_k=5)
 
 
-def test_block_table_is_not_implemented():
-    a = vb_args()
-    varlen = (a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["cu_seqlens_k"], 6, 5)
-    with pytest.raises(NotImplementedError, match=r"flash_attn_varlen_func: block_table"):
-        flashattn.flash_attn_varlen_func(*varlen, block_table=torch.zeros(2, 1, dtype=torch.int32))
-
-
 # ---- torch.library and torch.compile ----
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

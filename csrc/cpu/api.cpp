@@ -13,7 +13,7 @@ struct CpuExecutor {
   static const ExecutorLimits& limits() {
     static const ExecutorLimits cpu_limits{
         "CPU", {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}, -1,
-        /*reads_lengths_on_host=*/true};
+        /*reads_lengths_on_host=*/true, /*kv_cache=*/true};
     return cpu_limits;
   }
   static void run_fwd(const at::Tensor& q, const AttnParams& p) {
@@ -22,6 +22,9 @@ struct CpuExecutor {
   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& /*dk*/,
                       at::Tensor& /*dv*/) {
     cpu::run_bwd(p, q.scalar_type());
+  }
+  static void run_kv_append(const at::Tensor& q, const KvAppendParams& p) {
+    cpu::run_kv_append(p, q.scalar_type());
   }
 };
 

@@ -13,11 +13,20 @@
 //   kNative16 bf16/fp16 inputs kept in 16 bits (panels16.h) and multiplied with fp32
 //             accumulation, P_ij rounded to 16 bits for P·V, as FlashAttention does on GPUs. On
 //             AMX this is several times the fp32 rate; the scale is applied to each fp32 S_ij.
+//
+// Decoding (few query rows, a long KV cache) changes three things, all chosen per call by
+// plan_forward(): with GQA the query heads of one kv head share a tile, so each key is read once
+// per kv head; when each kv head's keys are read by one task only they are converted tile by
+// tile as they stream past rather than packed first (a second copy of the cache); and a
+// sequence's keys may be split into num_splits parts, computed as separate tasks and merged by
+// their LSEs, so one long sequence keeps every thread busy.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "dropout_tile.h"
+#include "../kv_rows.h"
 #include "dtype_dispatch.h"
 #include "kernels.h"
 #include "packing.h"
@@ -38,6 +47,51 @@ namespace {
 constexpr int kQueryBlock = 128;
 constexpr int kKeyBlock = 128;
 
+// Beyond this many splits the merge costs more than the parallelism gains.
+constexpr int kMaxSplits = 64;
+
+// How a call is cut into tasks.
+struct ForwardPlan {
+  // Query heads per tile: the whole GQA group when its rows fit one tile (decoding), the rows
+  // head-major; else 1.
+  int heads_per_tile = 1;
+  // Query rows of each head per task.
+  int query_block = kQueryBlock;
+  // Each kv head's keys are read by one task only: key and value tiles are converted into
+  // the operand layout as they stream past, never packed whole first (a second copy of k, v).
+  // Either way a tile's operands are the same, so is the result.
+  bool stream_kv = false;
+  int splits = 1;
+};
+
+ForwardPlan plan_forward(const AttnParams& p, const std::vector<Sequence>& seqs) {
+  ForwardPlan plan;
+  int max_q = 0, max_k = 0;
+  for (const Sequence& s : seqs) {
+    max_q = std::max(max_q, s.seqlen_q);
+    max_k = std::max(max_k, s.seqlen_k);
+  }
+  const int group = p.head_group;
+  if (group > 1 && int64_t(max_q) * group <= kQueryBlock) {
+    plan.heads_per_tile = group;
+    plan.query_block = kQueryBlock / group;
+  }
+  plan.stream_kv = plan.heads_per_tile == group && max_q <= plan.query_block;
+  if (p.num_splits > 0) {
+    plan.splits = std::min(p.num_splits, kMaxSplits);
+  } else {  // 0: enough tasks for twice the threads, if the keys go that far
+    int64_t tasks = 0;
+    for (const Sequence& s : seqs)
+      tasks += int64_t(p.heads_q / plan.heads_per_tile) * num_blocks(s.seqlen_q, plan.query_block);
+    const int64_t wanted = 2 * int64_t(at::get_num_threads());
+    if (tasks > 0 && tasks < wanted)
+      plan.splits = static_cast<int>(std::min<int64_t>(
+          {(wanted + tasks - 1) / tasks, num_blocks(max_k, kKeyBlock), kMaxSplits}));
+  }
+  plan.splits = std::max(plan.splits, 1);
+  return plan;
+}
+
 template <typename In, OperandPath kPath>
 class ForwardKernel {
   using T = compute_t<In>;
@@ -46,7 +100,7 @@ class ForwardKernel {
   using Operand = std::conditional_t<kNative16, In, T>;
 
  public:
-  ForwardKernel(const AttnParams& p, bool vnni)
+  ForwardKernel(const AttnParams& p, bool vnni, const ForwardPlan& plan)
       : p_(p),
         dim_(p.head_dim),
         // 16-bit products run over whole zero-padded panels: K even, O_i in 64-wide panels.
@@ -54,82 +108,166 @@ class ForwardKernel {
         out_stride_(kNative16 ? round_up(p.head_dim, kPanelWidth) : p.head_dim),
         vnni_(vnni),
         seqs_(host_sequences(p)),
-        values_in_place_(!kNative16 && std::is_same_v<In, T> && p.v.row_stride >= p.head_dim) {}
+        plan_(plan),
+        values_in_place_(!kNative16 && keys_in_place(p.kv_cache) && std::is_same_v<In, T> &&
+                         p.v.row_stride >= p.head_dim) {}
 
   void run() {
     const std::vector<QueryBlock> tasks = query_blocks();
     if (tasks.empty()) return;
-    pack_keys_and_values();
+    if (!plan_.stream_kv) pack_keys_and_values();
+    if (plan_.splits > 1) {
+      const int64_t rows = int64_t(plan_.splits) * p_.heads_q * p_.total_q;
+      split_lse_ = alloc_workspace<T>(split_lse_storage_, rows);
+      split_out_ = alloc_workspace<T>(split_out_storage_, rows * dim_);
+    }
     auto cost = [&](int64_t task) {
-      const QueryBlock& t = tasks[task];
-      const BlockRange keys =
-          visible_key_blocks(seqs_[t.b], t.row_begin, t.row_begin + t.rows, kKeyBlock);
+      const BlockRange keys = key_blocks_of(tasks[task]);
       return int64_t(keys.last - keys.first);
     };
     run_task_queue(int64_t(tasks.size()), cost, [&](const auto& claim) {
-      Scratch scratch(gemm_dim_, out_stride_);
+      Scratch scratch(gemm_dim_, out_stride_, plan_.stream_kv);
       for (int64_t task = claim(); task >= 0; task = claim())
         run_query_block(tasks[task], scratch);
       release_tile_gemm(vnni_);
     });
+    if (plan_.splits > 1) merge_splits();
   }
 
  private:
-  // A task: rows [row_begin, row_begin + rows) of sequence b, query head h.
+  // A task: query rows [row_begin, row_begin + rows) of sequence b, query heads [head0,
+  // head0 + heads_per_tile), keys of split `split`. The tile's row r is query row
+  // row_begin + r % rows of head head0 + r / rows.
   struct QueryBlock {
-    int b, h, row_begin, rows;
+    int b, head0, row_begin, rows, split;
   };
 
   std::vector<QueryBlock> query_blocks() const {
     std::vector<QueryBlock> tasks;
     for (int b = 0; b < p_.batch; ++b)
-      for (int h = 0; h < p_.heads_q; ++h)
-        for (int row = 0; row < seqs_[b].seqlen_q; row += kQueryBlock)
-          tasks.push_back({b, h, row, std::min(kQueryBlock, seqs_[b].seqlen_q - row)});
+      for (int h = 0; h < p_.heads_q; h += plan_.heads_per_tile)
+        for (int row = 0; row < seqs_[b].seqlen_q; row += plan_.query_block)
+          for (int split = 0; split < plan_.splits; ++split)
+            tasks.push_back(
+                {b, h, row, std::min(plan_.query_block, seqs_[b].seqlen_q - row), split});
     return tasks;
+  }
+
+  // The key blocks of a task: its split's share of those its rows see.
+  BlockRange key_blocks_of(const QueryBlock& t) const {
+    const BlockRange all =
+        visible_key_blocks(seqs_[t.b], t.row_begin, t.row_begin + t.rows, kKeyBlock);
+    const int64_t n = all.last - all.first;
+    return {all.first + static_cast<int>(n * t.split / plan_.splits),
+            all.first + static_cast<int>(n * (t.split + 1) / plan_.splits)};
   }
 
   // One worker thread's tiles, reused across its tasks.
   struct Scratch {
-    Scratch(int gemm_dim, int out_stride)
+    // stream: room for one key block's operands, in the layout packing would give them.
+    Scratch(int gemm_dim, int out_stride, bool stream)
         : q_tile(size_t(kQueryBlock) * gemm_dim, Operand(0.f)),
           scores(size_t(kQueryBlock) * kKeyBlock),
           probs16(kNative16 ? size_t(kQueryBlock) * kKeyBlock : 0),
           out_acc(size_t(kQueryBlock) * out_stride),
           row_max(kQueryBlock),
-          row_sum(kQueryBlock) {}
+          row_sum(kQueryBlock),
+          k_tile(stream ? size_t(kKeyBlock) * (kNative16 ? gemm_dim : out_stride) : 0),
+          v_tile(stream ? size_t(kKeyBlock) * out_stride : 0),
+          staging(stream && kNative16 ? size_t(kKeyBlock) * std::max(gemm_dim, kPanelWidth) : 0) {}
     std::vector<Operand> q_tile;  // Qi; scaled by the softmax scale on the kCompute path
     std::vector<T> scores;        // S_ij, then P_ij, row stride kKeyBlock
     std::vector<In> probs16;      // kNative16: P_ij in 16 bits, zero past the tile's keys
     std::vector<T> out_acc;       // O_i before division by l_i, row stride out_stride_
     std::vector<T> row_max;       // m_i
     std::vector<T> row_sum;       // l_i
+    // stream_kv: Kjᵀ [dim][kKeyBlock] and Vj [kKeyBlock][dim], or on kNative16 the key and
+    // value panels of the block (panels16.h), row-major panels staged before VNNI packing.
+    std::vector<Operand> k_tile;
+    std::vector<Operand> v_tile;
+    std::vector<Operand> staging;
   };
 
   void pack_keys_and_values() {
-    const std::vector<SequenceRows> keys = key_rows(seqs_);
+    std::vector<SequenceRows> keys = key_rows(seqs_);
+    auto key_of = [&](int b, int h, int j) {
+      return key_row<const In>(p_.k, p_.kv_cache, seqs_[b], h, j);
+    };
+    auto value_of = [&](int b, int h, int j) {
+      return key_row<const In>(p_.v, p_.kv_cache, seqs_[b], h, j);
+    };
     if constexpr (kNative16) {
-      k_panels16_ = pack_key_panels<In>(p_.k, keys, p_.heads_kv, dim_, kKeyBlock, vnni_);
-      v_panels16_ = pack_value_panels<In>(p_.v, keys, p_.heads_kv, dim_, kKeyBlock, vnni_);
+      k_panels16_ = pack_key_panels<In>(key_of, keys, p_.heads_kv, dim_, kKeyBlock, vnni_);
+      v_panels16_ = pack_value_panels<In>(value_of, keys, p_.heads_kv, dim_, kKeyBlock, vnni_);
     } else {
       // Kj enters the score product transposed; Vj as it is, so only a V that needs converting
-      // (or has overlapping rows) is copied.
-      k_panels_ = pack_heads<T, In>(p_.k, keys, p_.heads_kv, dim_,
+      // (or has overlapping rows, or is not plain rows) is copied.
+      k_panels_ = pack_heads<T, In>(key_of, keys, p_.heads_kv, dim_,
                                     PackLayout::kTransposedPanels, kKeyBlock, T(1));
       if (!values_in_place_)
-        v_rows_ = pack_heads<T, In>(p_.v, keys, p_.heads_kv, dim_, PackLayout::kRows, kKeyBlock,
-                                    T(1));
+        v_rows_ = pack_heads<T, In>(value_of, keys, p_.heads_kv, dim_, PackLayout::kRows,
+                                    kKeyBlock, T(1));
     }
   }
 
-  void run_query_block(const QueryBlock& task, Scratch& s) {
-    const int b = task.b, h = task.h, row_begin = task.row_begin, rows = task.rows;
-    const Sequence& seq = seqs_[b];
-    const int kv_head = h / p_.head_group;
-    const T slope = alibi_slope(p_, b, h);
+  // stream_kv: key block kb of kv head kv_head into the tile buffers, as packing would lay
+  // it out: Kjᵀ and (unless read in place) Vj, or the block's key and value panels.
+  void load_kv_tile(const Sequence& seq, int kv_head, int kb, Scratch& s) const {
+    auto key_of = [&](int j) { return key_row<const In>(p_.k, p_.kv_cache, seq, kv_head, j); };
+    auto value_of = [&](int j) { return key_row<const In>(p_.v, p_.kv_cache, seq, kv_head, j); };
+    if constexpr (kNative16) {
+      const int key_panels = kKeyBlock / kPanelWidth, key_panel = gemm_dim_ * kPanelWidth;
+      for (int index = 0; index < key_panels; ++index)
+        stream_panel(s, s.k_tile.data() + size_t(index) * key_panel, gemm_dim_, [&](In* panel) {
+          fill_key_panel(key_of, seq.seqlen_k, dim_, kKeyBlock, kb, index, panel);
+        });
+      const int value_panel = kKeyBlock * kPanelWidth;
+      for (int index = 0; index < out_stride_ / kPanelWidth; ++index)
+        stream_panel(s, s.v_tile.data() + size_t(index) * value_panel, kKeyBlock, [&](In* panel) {
+          fill_value_panel(value_of, seq.seqlen_k, dim_, kKeyBlock, kb, index, panel);
+        });
+    } else {
+      const int key_begin = kb * kKeyBlock, cols = std::min(kKeyBlock, seq.seqlen_k - key_begin);
+      for (int c = 0; c < cols; ++c) {
+        const In* key = key_of(key_begin + c);
+        for (int d = 0; d < dim_; ++d) s.k_tile[size_t(d) * kKeyBlock + c] = static_cast<T>(key[d]);
+        if (values_in_place_) continue;
+        const In* value = value_of(key_begin + c);
+        T* v_out = s.v_tile.data() + size_t(c) * dim_;
+        for (int d = 0; d < dim_; ++d) v_out[d] = static_cast<T>(value[d]);
+      }
+    }
+  }
 
-    for (int r = 0; r < rows; ++r) {
-      const In* q_row = p_.q.row<const In>(b, h, seq.q_row0 + row_begin + r);
+  // kNative16: one zeroed panel of `rows` x kPanelWidth filled by fill(), VNNI-packed into
+  // `dst` where the products take it so, else filled in place (build_panels' steps).
+  template <typename Fill>
+  void stream_panel(Scratch& s, Operand* dst, int rows, const Fill& fill) const {
+    Operand* staging = vnni_ ? s.staging.data() : dst;
+    std::fill_n(staging, size_t(rows) * kPanelWidth, Operand(0.f));
+    fill(staging);
+    if constexpr (kNative16)
+      if (vnni_) pack_vnni_panel(staging, dst, rows);
+  }
+
+  // The class of the tile's attn_mask blocks over all its heads.
+  uint8_t tile_mask_class(int b, int head0, int row_begin, int row_end, int key_begin,
+                          int key_end) const {
+    uint8_t first = mask_tile(p_.mask, b, head0, row_begin, row_end, key_begin, key_end);
+    for (int g = 1; g < plan_.heads_per_tile && first != kMaskRead; ++g)
+      if (mask_tile(p_.mask, b, head0 + g, row_begin, row_end, key_begin, key_end) != first)
+        first = kMaskRead;
+    return first;
+  }
+
+  void run_query_block(const QueryBlock& task, Scratch& s) {
+    const int b = task.b, head0 = task.head0, row_begin = task.row_begin, rows = task.rows;
+    const int tile_rows = rows * plan_.heads_per_tile;
+    const Sequence& seq = seqs_[b];
+    const int kv_head = head0 / p_.head_group;
+
+    for (int r = 0; r < tile_rows; ++r) {
+      const In* q_row = p_.q.row<const In>(b, head0 + r / rows, seq.q_row0 + row_begin + r % rows);
       Operand* tile_row = s.q_tile.data() + size_t(r) * gemm_dim_;
       if constexpr (kNative16)
         std::copy_n(q_row, dim_, tile_row);  // a column padding dim_ to even stays 0
@@ -141,45 +279,49 @@ class ForwardKernel {
     std::fill(s.row_max.begin(), s.row_max.end(), -std::numeric_limits<T>::infinity());
     std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
 
-    const BlockRange key_blocks = visible_key_blocks(seq, row_begin, row_begin + rows, kKeyBlock);
+    const BlockRange key_blocks = key_blocks_of(task);
     for (int kb = key_blocks.first; kb < key_blocks.last; ++kb) {
       const int key_begin = kb * kKeyBlock;
       const int cols = std::min(kKeyBlock, seq.seqlen_k - key_begin);
       const TileVisibility visibility =
           tile_visibility(seq, row_begin, row_begin + rows, key_begin, key_begin + cols);
       const uint8_t mask_class =
-          mask_tile(p_.mask, b, h, row_begin, row_begin + rows, key_begin, key_begin + cols);
+          tile_mask_class(b, head0, row_begin, row_begin + rows, key_begin, key_begin + cols);
       if (visibility == TileVisibility::kNone || mask_class == kMaskHidden) continue;
-      multiply_q_kt(b, kv_head, kb, rows, cols, s);  // S_ij = scale · Qi Kjᵀ
+      if (plan_.stream_kv) load_kv_tile(seq, kv_head, kb, s);
+      multiply_q_kt(b, kv_head, kb, tile_rows, cols, s);  // S_ij = scale · Qi Kjᵀ
       if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || visibility == TileVisibility::kPartial ||
           mask_class == kMaskRead)
-        for (int r = 0; r < rows; ++r) {
+        for (int r = 0; r < tile_rows; ++r) {
           T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
-          const int row = row_begin + r;
+          const int row = row_begin + r % rows, h = head0 + r / rows;
           if (kNative16) scale_by(score_row, cols, softmax_scale<T>(p_));
           if (p_.softcap > 0) apply_softcap(score_row, cols, softcap<T>(p_), nullptr);
           if (p_.alibi.ptr)
-            add_alibi(score_row, cols, slope, row + seq.diag_offset - key_begin, -1);
+            add_alibi(score_row, cols, T(alibi_slope(p_, b, h)), row + seq.diag_offset - key_begin,
+                      -1);
           if (mask_class == kMaskRead) add_attn_mask(p_.mask, b, h, row, key_begin, score_row, cols);
           if (visibility == TileVisibility::kPartial)
             mask_row(seq, score_row, cols, row, key_begin);
         }
       // Folds S_ij into m_i, l_i and O_i, and turns it into P_ij (unnormalized).
-      online_softmax_tile(s.scores.data(), rows, cols, kKeyBlock, s.row_max.data(),
+      online_softmax_tile(s.scores.data(), tile_rows, cols, kKeyBlock, s.row_max.data(),
                           s.row_sum.data(), s.out_acc.data(), out_stride_, dim_);
       // Dropout drops from the product with V only: l_i above summed the whole P_ij.
       if (p_.dropout.on())
-        dropout_rows(p_.dropout, dropout_seed(p_.dropout), b, h, row_begin, rows, key_begin, cols,
-                     s.scores.data(), kKeyBlock);
+        for (int g = 0; g < plan_.heads_per_tile; ++g)
+          dropout_rows(p_.dropout, dropout_seed(p_.dropout), b, head0 + g, row_begin, rows,
+                       key_begin, cols, s.scores.data() + size_t(g) * rows * kKeyBlock, kKeyBlock);
       if constexpr (kNative16)
-        for (int r = 0; r < rows; ++r) {
+        for (int r = 0; r < tile_rows; ++r) {
           In* probs_row = s.probs16.data() + size_t(r) * kKeyBlock;
           round_to_16bit(s.scores.data() + size_t(r) * kKeyBlock, probs_row, cols);
           std::fill(probs_row + cols, probs_row + kKeyBlock, In(0.f));
         }
-      multiply_p_v(b, kv_head, kb, rows, cols, s);  // O_i += P_ij Vj
+      multiply_p_v(b, kv_head, kb, tile_rows, cols, s);  // O_i += P_ij Vj
     }
-    store_output(b, h, seq.q_row0 + row_begin, rows, s);
+    for (int g = 0; g < plan_.heads_per_tile; ++g)
+      store_output(task, head0 + g, g * rows, s);
   }
 
   // S_ij = scale · Qi Kjᵀ into s.scores (the kNative16 path applies the scale afterwards).
@@ -187,12 +329,16 @@ class ForwardKernel {
     if constexpr (kNative16) {
       for (int panel = 0; panel * kPanelWidth < cols; ++panel)
         tile_gemm(rows, kPanelWidth, gemm_dim_, s.q_tile.data(), gemm_dim_,
-                  k_panels16_.panel(b, kv_head, kb, panel), kPanelWidth,
+                  plan_.stream_kv ? s.k_tile.data() + size_t(panel) * gemm_dim_ * kPanelWidth
+                                  : k_panels16_.panel(b, kv_head, kb, panel),
+                  kPanelWidth,
                   s.scores.data() + panel * kPanelWidth, kKeyBlock, /*accumulate=*/false, vnni_);
     } else {
-      tile_gemm(rows, cols, dim_, s.q_tile.data(), dim_,
-                k_panels_.head(b, kv_head) + int64_t(kb) * dim_ * kKeyBlock, kKeyBlock,
-                s.scores.data(), kKeyBlock, /*accumulate=*/false);
+      const T* keys = plan_.stream_kv
+                          ? s.k_tile.data()
+                          : k_panels_.head(b, kv_head) + int64_t(kb) * dim_ * kKeyBlock;
+      tile_gemm(rows, cols, dim_, s.q_tile.data(), dim_, keys, kKeyBlock, s.scores.data(),
+                kKeyBlock, /*accumulate=*/false);
     }
   }
 
@@ -200,9 +346,11 @@ class ForwardKernel {
   // past the last key.
   void multiply_p_v(int b, int kv_head, int kb, int rows, int cols, Scratch& s) const {
     if constexpr (kNative16) {
-      for (int panel = 0; panel < v_panels16_.panels_per_block; ++panel)
+      for (int panel = 0; panel < out_stride_ / kPanelWidth; ++panel)
         tile_gemm(rows, kPanelWidth, kKeyBlock, s.probs16.data(), kKeyBlock,
-                  v_panels16_.panel(b, kv_head, kb, panel), kPanelWidth,
+                  plan_.stream_kv ? s.v_tile.data() + size_t(panel) * kKeyBlock * kPanelWidth
+                                  : v_panels16_.panel(b, kv_head, kb, panel),
+                  kPanelWidth,
                   s.out_acc.data() + panel * kPanelWidth, out_stride_, /*accumulate=*/true,
                   vnni_);
     } else if (values_in_place_) {
@@ -211,8 +359,9 @@ class ForwardKernel {
                 p_.v.row_stride, s.out_acc.data(), dim_, /*accumulate=*/true);
     } else {
       tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
-                v_rows_.head(b, kv_head) + int64_t(kb) * kKeyBlock * dim_, dim_,
-                s.out_acc.data(), dim_, /*accumulate=*/true);
+                plan_.stream_kv ? s.v_tile.data()
+                                : v_rows_.head(b, kv_head) + int64_t(kb) * kKeyBlock * dim_,
+                dim_, s.out_acc.data(), dim_, /*accumulate=*/true);
     }
   }
 
@@ -225,21 +374,76 @@ class ForwardKernel {
     std::fill(score_row + visible_end, score_row + cols, -std::numeric_limits<T>::infinity());
   }
 
-  // out_i = O_i / l_i and lse_i = m_i + log(l_i) for rows [row_begin, +rows) of the views; a
-  // row that saw no key gets 0 and -inf.
-  void store_output(int b, int h, int64_t row_begin, int rows, const Scratch& s) const {
-    for (int r = 0; r < rows; ++r) {
-      const T sum = s.row_sum[r];
+  // out_i = O_i / l_i and lse_i = m_i + log(l_i) for the task's rows of head h, tile rows
+  // [tile_row0, + task.rows); a row that saw no key gets 0 and -inf. With splits, into the
+  // split's partial results, which merge_splits() combines.
+  void store_output(const QueryBlock& task, int h, int tile_row0, const Scratch& s) const {
+    const Sequence& seq = seqs_[task.b];
+    for (int r = 0; r < task.rows; ++r) {
+      const int row = task.row_begin + r;
+      const T sum = s.row_sum[tile_row0 + r];
       // sum is 0 only for a row that saw no key; a NaN sum (NaN inputs) goes on into out, lse.
       const bool saw_keys = !(sum == T(0));
       const T inv_sum = saw_keys ? T(1) / sum : T(0);
-      const T* acc = s.out_acc.data() + size_t(r) * out_stride_;
-      In* out_row = p_.o.row<In>(b, h, row_begin + r);
+      const T lse = saw_keys ? s.row_max[tile_row0 + r] + std::log(sum)
+                             : -std::numeric_limits<T>::infinity();
+      const T* acc = s.out_acc.data() + size_t(tile_row0 + r) * out_stride_;
+      if (plan_.splits > 1) {
+        const int64_t at = split_row(task.split, seq, h, row);
+        split_lse_[at] = lse;
+        for (int d = 0; d < dim_; ++d) split_out_[at * dim_ + d] = acc[d] * inv_sum;
+        continue;
+      }
+      In* out_row = p_.o.row<In>(task.b, h, seq.q_row0 + row);
       for (int d = 0; d < dim_; ++d) out_row[d] = static_cast<In>(acc[d] * inv_sum);
-      *p_.lse.row<float>(b, h, row_begin + r) =
-          saw_keys ? static_cast<float>(s.row_max[r] + std::log(sum))
-                   : -std::numeric_limits<float>::infinity();
+      *p_.lse.row<float>(task.b, h, seq.q_row0 + row) = static_cast<float>(lse);
     }
+  }
+
+  // Where split `split`'s partial result for query `row` of head h of a sequence is.
+  int64_t split_row(int split, const Sequence& seq, int h, int row) const {
+    return int64_t(split) * p_.heads_q * p_.total_q + query_row_index(p_, seq, h, row);
+  }
+
+  // out = sum_s w_s out_s / sum_s w_s with w_s = exp(lse_s - max lse), lse = max lse + log of
+  // the weights' sum: the softmax over all keys, from the splits' softmaxes over theirs. An
+  // empty split (lse -inf) weighs 0; a NaN anywhere makes the row NaN.
+  void merge_splits() const {
+    at::parallel_for(0, int64_t(p_.batch) * p_.heads_q, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> merged(dim_);
+      for (int64_t bh = begin; bh < end; ++bh) {
+        const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
+        const Sequence& seq = seqs_[b];
+        for (int row = 0; row < seq.seqlen_q; ++row) {
+          T max_lse = -std::numeric_limits<T>::infinity();
+          bool nan = false;
+          for (int split = 0; split < plan_.splits; ++split) {
+            const T lse = split_lse_[split_row(split, seq, h, row)];
+            nan |= std::isnan(lse);
+            max_lse = std::max(max_lse, lse);
+          }
+          T weight_sum = 0;
+          std::fill(merged.begin(), merged.end(), T(0));
+          if (max_lse != -std::numeric_limits<T>::infinity())
+            for (int split = 0; split < plan_.splits; ++split) {
+              const int64_t at = split_row(split, seq, h, row);
+              const T weight = std::exp(split_lse_[at] - max_lse);
+              if (weight == T(0)) continue;
+              weight_sum += weight;
+              for (int d = 0; d < dim_; ++d) merged[d] += weight * split_out_[at * dim_ + d];
+            }
+          const bool saw_keys = weight_sum > T(0);
+          const T inv_sum = nan ? std::numeric_limits<T>::quiet_NaN()
+                                : (saw_keys ? T(1) / weight_sum : T(0));
+          In* out_row = p_.o.row<In>(b, h, seq.q_row0 + row);
+          for (int d = 0; d < dim_; ++d) out_row[d] = static_cast<In>(merged[d] * inv_sum);
+          const T lse = nan ? std::numeric_limits<T>::quiet_NaN()
+                            : (saw_keys ? max_lse + std::log(weight_sum)
+                                        : -std::numeric_limits<T>::infinity());
+          *p_.lse.row<float>(b, h, seq.q_row0 + row) = static_cast<float>(lse);
+        }
+      }
+    });
   }
 
   const AttnParams& p_;
@@ -248,6 +452,7 @@ class ForwardKernel {
   const int out_stride_;  // row stride of O_i: dim_, or dim_ rounded up to whole panels
   const bool vnni_;       // kNative16: B panels are VNNI-packed
   const std::vector<Sequence> seqs_;
+  const ForwardPlan plan_;
   // V in the compute type with rows that do not overlap (row stride >= head_dim, the leading
   // dimension brgemm accepts; an expanded V has stride 0) is read in place.
   const bool values_in_place_;
@@ -255,12 +460,16 @@ class ForwardKernel {
   PackedHeads<T> v_rows_;    // unless values_in_place_
   Panels16<In> k_panels16_;  // kNative16 operands (unused on the kCompute path)
   Panels16<In> v_panels16_;
+  // Split-KV partial results: lse [splits][heads_q * total_q], out [...][dim].
+  at::Tensor split_lse_storage_, split_out_storage_;
+  T* split_lse_ = nullptr;
+  T* split_out_ = nullptr;
 };
 
 }  // namespace
 
 void run_fwd(const AttnParams& p, c10::ScalarType dtype) {
-  run_on_operand_path<ForwardKernel>(p, dtype);
+  run_on_operand_path<ForwardKernel>(p, dtype, plan_forward(p, host_sequences(p)));
 }
 
 }  // namespace flashattn::cpu

@@ -13,4 +13,7 @@ void run_fwd(const AttnParams& p, c10::ScalarType dtype);
 // Writes p.dq, p.dk and p.dv from the saved output and LSE.
 void run_bwd(const AttnBwdParams& p, c10::ScalarType dtype);
 
+// flash_attn_with_kvcache's append into the cache and rotary embedding (kv_append.h).
+void run_kv_append(const KvAppendParams& p, c10::ScalarType dtype);
+
 }  // namespace flashattn::cpu

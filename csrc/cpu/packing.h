@@ -98,12 +98,12 @@ struct PackedHeads {
   const T* head(int b, int h) const { return data + layout.first(b, h) * block_elements; }
 };
 
-// Packs each sequence of `src` (its rows of every head, `dim` elements of In each), multiplied
-// by `factor` (1 copies exactly), in parallel over heads, in blocks of block_rows rows (the
-// panel width W of kTransposedPanels).
-template <typename T, typename In>
-PackedHeads<T> pack_heads(const TensorView& src, const std::vector<SequenceRows>& seqs,
-                          int heads, int dim, PackLayout layout, int block_rows, T factor) {
+// Packs each sequence (its `seqs[b].length` rows of every head, `dim` elements of In each, row
+// s of head h at row_of(b, h, s)), multiplied by `factor` (1 copies exactly), in parallel over
+// heads, in blocks of block_rows rows (the panel width W of kTransposedPanels).
+template <typename T, typename In, typename RowOf>
+PackedHeads<T> pack_heads(const RowOf& row_of, const std::vector<SequenceRows>& seqs, int heads,
+                          int dim, PackLayout layout, int block_rows, T factor) {
   PackedHeads<T> packed;
   packed.layout = block_layout(seqs, heads, block_rows);
   packed.block_elements = int64_t(block_rows) * dim;
@@ -112,7 +112,7 @@ PackedHeads<T> pack_heads(const TensorView& src, const std::vector<SequenceRows>
   for_each_head(packed.layout, [&](int b, int h) {
     T* dst = packed.data + packed.layout.first(b, h) * packed.block_elements;
     for (int s = 0; s < seqs[b].length; ++s) {
-      const In* in = src.row<const In>(b, h, seqs[b].row0 + s);
+      const In* in = row_of(b, h, s);
       if (layout == PackLayout::kRows) {
         for (int d = 0; d < dim; ++d) dst[int64_t(s) * dim + d] = static_cast<T>(in[d]) * factor;
       } else {
@@ -122,6 +122,14 @@ PackedHeads<T> pack_heads(const TensorView& src, const std::vector<SequenceRows>
     }
   });
   return packed;
+}
+
+// The same for the rows [row0, row0 + length) of batch entry b of a view.
+template <typename T, typename In>
+PackedHeads<T> pack_heads(const TensorView& src, const std::vector<SequenceRows>& seqs,
+                          int heads, int dim, PackLayout layout, int block_rows, T factor) {
+  auto row_of = [&](int b, int h, int s) { return src.row<const In>(b, h, seqs[b].row0 + s); };
+  return pack_heads<T, In>(row_of, seqs, heads, dim, layout, block_rows, factor);
 }
 
 }  // namespace flashattn::cpu

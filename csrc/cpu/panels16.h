@@ -103,17 +103,18 @@ inline bool use_native_16bit_products(c10::ScalarType dtype) {
 // Runs Kernel<In, path>(p, vnni).run() for an input of `dtype` on the operand path it takes:
 // kNative16 (VNNI panels where the CPU packs them) for bf16/fp16 when
 // use_native_16bit_products() says so, else kCompute. The one place fwd.cpp and bwd.cpp decide.
-template <template <typename, OperandPath> class Kernel, typename Params>
-void run_on_operand_path(const Params& p, c10::ScalarType dtype) {
+// `extra` goes on to the kernel's constructor after (params, vnni).
+template <template <typename, OperandPath> class Kernel, typename Params, typename... Extra>
+void run_on_operand_path(const Params& p, c10::ScalarType dtype, const Extra&... extra) {
   dispatch_input_dtype(dtype, [&](auto tag) {
     using In = typename decltype(tag)::type;
     if constexpr (std::is_same_v<In, c10::BFloat16> || std::is_same_v<In, c10::Half>) {
       if (use_native_16bit_products(dtype)) {
-        Kernel<In, OperandPath::kNative16>(p, cpu_packs_vnni(dtype)).run();
+        Kernel<In, OperandPath::kNative16>(p, cpu_packs_vnni(dtype), extra...).run();
         return;
       }
     }
-    Kernel<In, OperandPath::kCompute>(p, /*vnni=*/false).run();
+    Kernel<In, OperandPath::kCompute>(p, /*vnni=*/false, extra...).run();
   });
 }
 
@@ -181,37 +182,72 @@ Panels16<In16> build_panels(BlockLayout layout, int panels_per_block, int panel_
 
 // Kᵀ for S = Q Kᵀ: block kb holds keys [kb·key_block, +key_block) as key_block / kPanelWidth
 // panels; panel p is [dim rounded up to even][kPanelWidth], column j = key kb·key_block + p·64 + j.
-template <typename In16>
-Panels16<In16> pack_key_panels(const TensorView& keys, const std::vector<SequenceRows>& seqs,
+// fill_key_panel writes panel `index` of block `block` of one sequence of `length` keys, key j
+// at key_of(j), into a zeroed row-major panel.
+template <typename In16, typename KeyOf>
+void fill_key_panel(const KeyOf& key_of, int length, int dim, int key_block, int block, int index,
+                    In16* panel) {
+  const int first = block * key_block + index * kPanelWidth;
+  const int count = std::clamp(length - first, 0, kPanelWidth);
+  for (int j = 0; j < count; ++j) {
+    const In16* key = key_of(first + j);
+    for (int d = 0; d < dim; ++d) panel[int64_t(d) * kPanelWidth + j] = key[d];
+  }
+}
+
+// key_of(b, h, j): key j of sequence b, head h.
+template <typename In16, typename KeyOf>
+Panels16<In16> pack_key_panels(const KeyOf& key_of, const std::vector<SequenceRows>& seqs,
                                int heads, int dim, int key_block, bool vnni) {
   return build_panels<In16>(
       block_layout(seqs, heads, key_block), key_block / kPanelWidth, round_up(dim, 2),
       kPanelWidth, vnni, [&](int b, int h, int block, int index, In16* panel) {
-        const int first = block * key_block + index * kPanelWidth;
-        const int count = std::clamp(seqs[b].length - first, 0, kPanelWidth);
-        for (int j = 0; j < count; ++j) {
-          const In16* key = keys.row<const In16>(b, h, seqs[b].row0 + first + j);
-          for (int d = 0; d < dim; ++d) panel[int64_t(d) * kPanelWidth + j] = key[d];
-        }
+        fill_key_panel(
+            [&](int j) { return key_of(b, h, j); }, seqs[b].length, dim, key_block, block,
+            index, panel);
       });
+}
+
+template <typename In16>
+Panels16<In16> pack_key_panels(const TensorView& keys, const std::vector<SequenceRows>& seqs,
+                               int heads, int dim, int key_block, bool vnni) {
+  auto key_of = [&](int b, int h, int j) { return keys.row<const In16>(b, h, seqs[b].row0 + j); };
+  return pack_key_panels<In16>(key_of, seqs, heads, dim, key_block, vnni);
 }
 
 // V for O += P V: block kb holds rows [kb·key_block, +key_block) (key_block is even) as
 // ceil(dim / 64) panels; panel c is [key_block][kPanelWidth], columns c·64 ... c·64 + 63 of V.
-template <typename In16>
-Panels16<In16> pack_value_panels(const TensorView& values, const std::vector<SequenceRows>& seqs,
+// fill_value_panel writes one, as fill_key_panel.
+template <typename In16, typename ValueOf>
+void fill_value_panel(const ValueOf& value_of, int length, int dim, int key_block, int block,
+                      int index, In16* panel) {
+  const int rows = std::min(key_block, length - block * key_block);
+  const int first_col = index * kPanelWidth;
+  const int cols = std::min(kPanelWidth, dim - first_col);
+  for (int j = 0; j < rows; ++j)
+    std::copy_n(value_of(block * key_block + j) + first_col, cols,
+                panel + int64_t(j) * kPanelWidth);
+}
+
+template <typename In16, typename ValueOf>
+Panels16<In16> pack_value_panels(const ValueOf& value_of, const std::vector<SequenceRows>& seqs,
                                  int heads, int dim, int key_block, bool vnni) {
   return build_panels<In16>(
       block_layout(seqs, heads, key_block), num_blocks(dim, kPanelWidth), key_block, kPanelWidth,
       vnni, [&](int b, int h, int block, int index, In16* panel) {
-        const int rows = std::min(key_block, seqs[b].length - block * key_block);
-        const int first_col = index * kPanelWidth;
-        const int cols = std::min(kPanelWidth, dim - first_col);
-        for (int j = 0; j < rows; ++j)
-          std::copy_n(values.row<const In16>(b, h, seqs[b].row0 + block * key_block + j) +
-                          first_col,
-                      cols, panel + int64_t(j) * kPanelWidth);
+        fill_value_panel(
+            [&](int j) { return value_of(b, h, j); }, seqs[b].length, dim, key_block, block,
+            index, panel);
       });
+}
+
+template <typename In16>
+Panels16<In16> pack_value_panels(const TensorView& values, const std::vector<SequenceRows>& seqs,
+                                 int heads, int dim, int key_block, bool vnni) {
+  auto value_of = [&](int b, int h, int j) {
+    return values.row<const In16>(b, h, seqs[b].row0 + j);
+  };
+  return pack_value_panels<In16>(value_of, seqs, heads, dim, key_block, vnni);
 }
 
 // A operands (row-major): block kb is rows [kb·block_rows, +block_rows) of `src` as a

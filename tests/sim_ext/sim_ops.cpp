@@ -56,6 +56,7 @@ std::string aten_schema_without_namespace(const char* name) {
 TORCH_LIBRARY(flashattn_sim, m) {
   m.def(flashattn::kFwdSchema);
   m.def(flashattn::kBwdSchema);
+  m.def(flashattn::kFwdKvcacheSchema);
   m.def("set_schedule(str schedule) -> ()", &flashattn::cuda::set_schedule);
   for (const char* name : flashattn::cuda::kReplacedCudaOps)
     if (flashattn::aten_has_op(name))

@@ -1,0 +1,49 @@
+// flash_attn_with_kvcache's writes, per row, for every executor: a new key or value into its
+// cache row, and the rotary embedding of keys and queries (params.h, KvAppendParams).
+#pragma once
+#include "kv_rows.h"
+#include "params.h"
+
+namespace flashattn {
+
+// The cache row (key or value view) that new key t of sequence b goes to, or null when its
+// position is outside the cache (the CPU rejects that on the host; devices skip it).
+template <typename T>
+FLASHATTN_HOST_DEVICE T* append_row(const TensorView& cache_view, const KvAppendParams& p, int b,
+                                    int h, int t) {
+  const int position = p.cache_seqlens[b] + t;
+  if (position < 0 || position >= p.capacity) return nullptr;
+  Sequence s;
+  s.batch = s.kv_batch = b;
+  if (p.cache.batch_index != nullptr)
+    s.kv_batch = clamp_index(p.cache.batch_index[b], p.cache.cache_batch);
+  return key_row<T>(cache_view, p.cache, s, h, position);
+}
+
+// out = x with its first rotary_dim elements rotated by the angles of `position` (clamped to
+// the tables), computed in Compute and rounded once; the rest copied. out may be x.
+template <typename In, typename Compute>
+FLASHATTN_HOST_DEVICE void rotate_row(const In* x, In* out, const KvAppendParams& p,
+                                      int position) {
+  position = clamp_index(position, p.rotary_rows);
+  const In* cos = p.cos.row<const In>(0, 0, position);
+  const In* sin = p.sin.row<const In>(0, 0, position);
+  const int half = p.rotary_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    // The pair (a, c) turns by angle i: GPT-J's neighbours or GPT-NeoX's halves.
+    const int a = p.interleaved ? 2 * i : i, c = p.interleaved ? 2 * i + 1 : i + half;
+    const Compute xa = static_cast<Compute>(x[a]), xc = static_cast<Compute>(x[c]);
+    const Compute co = static_cast<Compute>(cos[i]), si = static_cast<Compute>(sin[i]);
+    out[a] = static_cast<In>(xa * co - xc * si);
+    out[c] = static_cast<In>(xc * co + xa * si);
+  }
+  if (out != x)
+    for (int d = p.rotary_dim; d < p.head_dim; ++d) out[d] = x[d];
+}
+
+// The position query `row` of sequence b is rotated at.
+FLASHATTN_HOST_DEVICE int query_position(const KvAppendParams& p, int b, int row) {
+  return p.cache_seqlens[b] + (p.q_position_per_token ? row : 0);
+}
+
+}  // namespace flashattn

@@ -1,0 +1,30 @@
+// Where a sequence's keys and values are: rows of the k / v views, or rows of the pages of a
+// paged KV cache (params.h, KvCache). Every executor reads keys through key_row(), so a paged
+// cache, cache_batch_idx and cache_leftpad need nothing else from the kernels.
+#pragma once
+#include "mask.h"
+#include "params.h"
+
+namespace flashattn {
+
+// Key (or value) j of sequence s, head h, in view kv. j < s.seqlen_k, which sequence_of keeps
+// within the block table's max_blocks * page_size; a page index outside the cache is clamped,
+// so a bad table never leads a kernel out of its tensors (the CPU checks it on the host).
+template <typename T>
+FLASHATTN_HOST_DEVICE T* key_row(const TensorView& kv, const KvCache& cache, const Sequence& s,
+                                 int h, int j) {
+  if (cache.paged()) {
+    const int page = clamp_index(
+        cache.block_table[s.batch * cache.block_table_stride + j / cache.page_size],
+        cache.num_pages);
+    return kv.row<T>(page, h, j % cache.page_size);
+  }
+  return kv.row<T>(s.kv_batch, h, s.k_row0 + j);
+}
+
+// Whether the keys are the plain rows [k_row0, k_row0 + seqlen_k) of batch entry `batch`.
+FLASHATTN_HOST_DEVICE bool keys_in_place(const KvCache& cache) {
+  return !cache.paged() && cache.batch_index == nullptr;
+}
+
+}  // namespace flashattn

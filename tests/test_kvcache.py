@@ -1,0 +1,318 @@
+"""flash_attn_with_kvcache (and block_table in flash_attn_varlen_func): appends into dense and
+paged caches in place, rotary embeddings, cache_batch_idx, cache_leftpad, split-KV, against a
+float64 reference built sequence by sequence from the logical (unpaged) cache."""
+import math
+
+import pytest
+import torch
+
+import flashattn
+from flashattn.reference import attention_reference
+from tolerance import assert_within_torch_error
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """x (..., D) rotated in x's dtype by the angles of positions (shape x.shape[:-1]); the
+    first 2 * cos.shape[1] dims, as GPT-J pairs (2i, 2i + 1) or GPT-NeoX halves."""
+    half = cos.shape[1]
+    c, s = cos.to(x.dtype)[positions], sin.to(x.dtype)[positions]
+    out = x.clone()
+    first = slice(0, 2 * half, 2) if interleaved else slice(0, half)
+    second = slice(1, 2 * half, 2) if interleaved else slice(half, 2 * half)
+    a, b = x[..., first], x[..., second]
+    out[..., first] = a * c - b * s
+    out[..., second] = b * c + a * s
+    return out
+
+
+class Case:
+    """One decoding call: random inputs for a configuration, the call, and its reference."""
+
+    def __init__(self, batch=2, seqlen_q=1, heads=8, heads_kv=2, head_dim=64, seqlen_cache=300,
+                 seqlen_new=1, page_size=None, batch_idx=False, leftpad=False, rotary_dim=32,
+                 interleaved=True, causal=True, window=(-1, -1), softcap=0.0, alibi=False,
+                 num_splits=0, dtype=torch.bfloat16, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        rand = lambda *shape: torch.randn(*shape, generator=g).to(dtype)  # noqa: E731
+        self.causal, self.window, self.softcap, self.interleaved = causal, window, softcap, interleaved
+        self.num_splits, self.batch, self.seqlen_new = num_splits, batch, seqlen_new
+        self.q = rand(batch, seqlen_q, heads, head_dim)
+        cache_batch = 2 * batch if batch_idx else batch
+        self.block_table = None
+        if page_size is not None:
+            blocks_per_seq = math.ceil(seqlen_cache / page_size)
+            num_blocks = 2 * batch * blocks_per_seq  # a pool with unused blocks, shuffled
+            self.k_cache = rand(num_blocks, page_size, heads_kv, head_dim)
+            self.block_table = torch.randperm(num_blocks, generator=g, dtype=torch.int32)[
+                :batch * blocks_per_seq].view(batch, blocks_per_seq)
+            capacity = blocks_per_seq * page_size
+        else:
+            self.k_cache = rand(cache_batch, seqlen_cache, heads_kv, head_dim)
+            capacity = seqlen_cache
+        self.v_cache = torch.randn(self.k_cache.shape, generator=g).to(dtype)
+        self.k = rand(batch, seqlen_new, heads_kv, head_dim) if seqlen_new else None
+        self.v = rand(batch, seqlen_new, heads_kv, head_dim) if seqlen_new else None
+        room = capacity - max(seqlen_new, seqlen_q)
+        self.cache_seqlens = torch.randint(0, room + 1, (batch,), generator=g, dtype=torch.int32)
+        self.cache_batch_idx = (torch.randperm(cache_batch, generator=g, dtype=torch.int32)[:batch]
+                                if batch_idx else None)
+        self.cache_leftpad = None
+        if leftpad:
+            self.cache_leftpad = torch.stack([torch.randint(0, int(n) + 1, (), generator=g)
+                                              for n in self.cache_seqlens]).to(torch.int32)
+        self.rotary_cos = self.rotary_sin = None
+        if rotary_dim and seqlen_new:
+            angle = torch.rand(capacity + seqlen_q, rotary_dim // 2, generator=g) * 2 * math.pi
+            self.rotary_cos, self.rotary_sin = angle.cos().to(dtype), angle.sin().to(dtype)
+        self.alibi_slopes = torch.rand(batch, heads, generator=g) * 0.3 if alibi else None
+        # The logical caches before the call, per sequence (rows = key positions).
+        self.keys_before = [self.logical(self.k_cache, b).clone() for b in range(batch)]
+        self.values_before = [self.logical(self.v_cache, b).clone() for b in range(batch)]
+
+    def logical(self, cache, b):
+        if self.block_table is not None:
+            return cache[self.block_table[b].long()].flatten(0, 1)
+        return cache[b if self.cache_batch_idx is None else int(self.cache_batch_idx[b])]
+
+    def call(self, **overrides):
+        kwargs = dict(k=self.k, v=self.v, rotary_cos=self.rotary_cos, rotary_sin=self.rotary_sin,
+                      cache_seqlens=self.cache_seqlens, cache_batch_idx=self.cache_batch_idx,
+                      cache_leftpad=self.cache_leftpad, block_table=self.block_table,
+                      causal=self.causal, window_size=self.window, softcap=self.softcap,
+                      rotary_interleaved=self.interleaved, alibi_slopes=self.alibi_slopes,
+                      num_splits=self.num_splits, return_softmax_lse=True)
+        kwargs.update(overrides)
+        return flashattn.flash_attn_with_kvcache(self.q, self.k_cache, self.v_cache, **kwargs)
+
+    def expected_new_keys(self, b, dtype):
+        """Sequence b's appended keys, rotated in `dtype`."""
+        k = self.k[b].to(dtype)
+        if self.rotary_cos is None:
+            return k
+        positions = (int(self.cache_seqlens[b]) + torch.arange(self.seqlen_new))[:, None]
+        return rotate(k, self.rotary_cos, self.rotary_sin, positions.expand(k.shape[:-1]),
+                      self.interleaved)
+
+    def reference(self, dtype):
+        """(out, lse) of the call computed in `dtype` by the reference."""
+        q = self.q.to(dtype)
+        if self.rotary_cos is not None:
+            per_token = self.causal or self.window != (-1, -1)
+            positions = self.cache_seqlens.long()[:, None] + (
+                torch.arange(q.shape[1])[None] if per_token else 0)
+            q = rotate(q, self.rotary_cos, self.rotary_sin,
+                       positions[:, :, None].expand(q.shape[:-1]), self.interleaved)
+        outs, lses = [], []
+        for b in range(self.batch):
+            keys, values = self.keys_before[b].to(dtype).clone(), self.values_before[b].to(dtype).clone()
+            end = int(self.cache_seqlens[b]) + self.seqlen_new
+            if self.seqlen_new:
+                keys[end - self.seqlen_new:end] = self.expected_new_keys(b, dtype)
+                values[end - self.seqlen_new:end] = self.v[b].to(dtype)
+            begin = 0 if self.cache_leftpad is None else int(self.cache_leftpad[b])
+            slopes = None if self.alibi_slopes is None else self.alibi_slopes[b:b + 1].to(dtype)
+            out, lse = attention_reference(q[b:b + 1], keys[begin:end][None], values[begin:end][None],
+                                           causal=self.causal, window_size=self.window,
+                                           softcap=self.softcap, alibi_slopes=slopes)
+            outs.append(out)
+            lses.append(lse)
+        return torch.cat(outs), torch.cat(lses)
+
+    def check(self):
+        out, lse = self.call()
+        ref_out, ref_lse = self.reference(torch.float64)
+        low_out, low_lse = self.reference(self.q.dtype)
+        assert out.dtype == self.q.dtype and lse.dtype == torch.float32
+        assert_within_torch_error("out", out, ref_out, low_out)
+        assert_within_torch_error("lse", lse, ref_lse, low_lse.float())
+        for b in range(self.batch):  # the append, in place
+            end = int(self.cache_seqlens[b]) + self.seqlen_new
+            keys, values = self.logical(self.k_cache, b), self.logical(self.v_cache, b)
+            if self.seqlen_new:
+                torch.testing.assert_close(keys[end - self.seqlen_new:end],
+                                           self.expected_new_keys(b, torch.float32).to(self.q.dtype),
+                                           rtol=0, atol=0 if self.rotary_cos is None else 1e-2)
+                assert torch.equal(values[end - self.seqlen_new:end], self.v[b])
+            untouched = torch.ones(keys.shape[0], dtype=torch.bool)
+            untouched[end - self.seqlen_new:end] = False
+            assert torch.equal(keys[untouched], self.keys_before[b][untouched])
+            assert torch.equal(values[untouched], self.values_before[b][untouched])
+        return out, lse
+
+
+CASES = {
+    "decode": dict(),
+    "decode_4_new": dict(seqlen_q=4, seqlen_new=4),
+    "page_1": dict(page_size=1, seqlen_cache=40),
+    "page_16": dict(page_size=16),
+    "page_17": dict(page_size=17, seqlen_q=3, seqlen_new=2),
+    "page_256": dict(page_size=256, seqlen_cache=600),
+    "cache_batch_idx": dict(batch_idx=True),
+    "leftpad": dict(leftpad=True, seqlen_q=2, seqlen_new=2),
+    "leftpad_alibi": dict(leftpad=True, alibi=True),
+    "no_append": dict(seqlen_new=0, rotary_dim=0),
+    "neox_rotary_full_dim": dict(interleaved=False, rotary_dim=64),
+    "not_causal": dict(causal=False, seqlen_q=3, seqlen_new=2),
+    "local": dict(window=(20, 0), causal=False, seqlen_q=2),
+    "softcap": dict(softcap=5.0),
+    "mha": dict(heads_kv=8),
+    "mqa": dict(heads=4, heads_kv=1),
+    "long_q_prefill": dict(seqlen_q=200, seqlen_new=200, seqlen_cache=500, rotary_dim=0),
+    "no_split": dict(num_splits=1),
+    "three_splits": dict(num_splits=3, seqlen_cache=1000),
+    "more_splits_than_blocks": dict(num_splits=7, seqlen_cache=200, page_size=16),
+    "awkward": dict(batch=3, seqlen_q=7, seqlen_new=7, head_dim=65, seqlen_cache=257,
+                    rotary_dim=16, heads=6, heads_kv=3),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("case", CASES)
+def test_kvcache_matches_the_reference(case, dtype):
+    Case(dtype=dtype, **CASES[case]).check()
+
+
+def test_int_cache_seqlens_and_no_cache_seqlens():
+    case = Case(batch=2, seqlen_new=0, rotary_dim=0)
+    out, _ = case.call(cache_seqlens=100)
+    case.cache_seqlens = torch.full((2,), 100, dtype=torch.int32)
+    torch.testing.assert_close(out, case.reference(torch.float64)[0].to(out.dtype),
+                               rtol=0, atol=2e-2)
+    full, _ = case.call(cache_seqlens=None)
+    case.cache_seqlens = torch.full((2,), 300, dtype=torch.int32)
+    torch.testing.assert_close(full, case.reference(torch.float64)[0].to(out.dtype),
+                               rtol=0, atol=2e-2)
+
+
+# ---- split-KV ----
+
+def test_split_counts_agree_and_each_is_bitwise_reproducible():
+    base = Case(batch=1, heads=4, heads_kv=1, seqlen_cache=3000, seqlen_new=0, rotary_dim=0,
+                dtype=torch.float32)
+    results = {}
+    threads = torch.get_num_threads()
+    try:
+        for splits in (1, 2, 5, 0):
+            out, lse = base.call(num_splits=splits)
+            torch.set_num_threads(1)
+            again = base.call(num_splits=splits)
+            torch.set_num_threads(threads)
+            if splits:  # a fixed split count: the same bits on any thread count
+                assert torch.equal(out, again[0]) and torch.equal(lse, again[1])
+            results[splits] = (out, lse)
+    finally:
+        torch.set_num_threads(threads)
+    for splits, (out, lse) in results.items():
+        torch.testing.assert_close(out, results[1][0], rtol=0, atol=1e-6)
+        torch.testing.assert_close(lse, results[1][1], rtol=0, atol=1e-6)
+
+
+def test_an_empty_split_contributes_nothing():
+    """A causal row that sees only the first keys leaves later splits empty."""
+    case = Case(batch=1, seqlen_q=3, seqlen_new=0, seqlen_cache=600, rotary_dim=0, causal=False,
+                window=(0, 0), num_splits=4, dtype=torch.float32)
+    case.check()
+
+
+# ---- paged KV in the varlen forward ----
+
+@pytest.mark.parametrize("page_size", [1, 16, 17])
+def test_varlen_forward_reads_a_paged_cache(page_size):
+    torch.manual_seed(0)
+    lengths_q, lengths_k = [3, 1, 5], [40, 7, 33]
+    heads, heads_kv, dim = 4, 2, 32
+    blocks_per_seq = math.ceil(max(lengths_k) / page_size)
+    num_blocks = 3 * blocks_per_seq + 2
+    k_pages = torch.randn(num_blocks, page_size, heads_kv, dim)
+    v_pages = torch.randn(num_blocks, page_size, heads_kv, dim)
+    table = torch.randperm(num_blocks, dtype=torch.int32)[:3 * blocks_per_seq].view(3, -1)
+    q = torch.randn(sum(lengths_q), heads, dim)
+    cu_q = torch.tensor([0, 3, 4, 9], dtype=torch.int32)
+    cu_k = torch.tensor([0, 40, 47, 80], dtype=torch.int32)
+    out = flashattn.flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, 5, 40, causal=True,
+                                           block_table=table)
+    for b in range(3):
+        keys = k_pages[table[b].long()].flatten(0, 1)[:lengths_k[b]]
+        values = v_pages[table[b].long()].flatten(0, 1)[:lengths_k[b]]
+        rows = slice(int(cu_q[b]), int(cu_q[b + 1]))
+        ref, _ = attention_reference(q[rows][None].double(), keys[None].double(),
+                                     values[None].double(), causal=True)
+        torch.testing.assert_close(out[rows].double(), ref[0], rtol=0, atol=1e-5)
+
+
+def test_block_table_is_forward_only():
+    q = torch.randn(2, 4, 32, requires_grad=True)
+    pages = torch.randn(4, 16, 4, 32)
+    cu = torch.tensor([0, 2], dtype=torch.int32)
+    table = torch.tensor([[0, 1]], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="block_table .* is forward only"):
+        flashattn.flash_attn_varlen_func(q, pages, pages, cu, cu, 2, 2, block_table=table)
+
+
+# ---- bad input: a clear error naming the argument, and the cache left as it was ----
+
+def errors_case():
+    return Case(batch=2, page_size=16, seqlen_cache=64, seqlen_new=2, seqlen_q=2)
+
+
+@pytest.mark.parametrize("mutation, message", [
+    (lambda c: c.block_table.__setitem__((1, 0), 10_000), r"block_table\[1, 0\] = 10000 is not a block"),
+    (lambda c: c.block_table.__setitem__((0, 0), -1), r"block_table\[0, 0\] = -1 is not a block"),
+    (lambda c: setattr(c, "block_table", c.block_table.long()), "block_table must be int32"),
+    (lambda c: c.cache_seqlens.__setitem__(0, 63), r"cache_seqlens\[0\] \+ seqlen_new = 63 \+ 2 "
+                                                   r"keys do not fit in the block_table's pages"),
+    (lambda c: setattr(c, "cache_seqlens", c.cache_seqlens.long()), "cache_seqlens must be int32"),
+    (lambda c: setattr(c, "k", c.k[..., :16]), r"k must have shape \[batch, seqlen_new, heads_kv, "
+                                               r"head_dim\] = \[2, seqlen_new, 2, 64\]"),
+    (lambda c: setattr(c, "v", None), "pass both k and v"),
+    (lambda c: setattr(c, "rotary_sin", None), "pass both rotary_cos and rotary_sin"),
+    (lambda c: setattr(c, "rotary_cos", c.rotary_cos[:10]), "rotary_sin must be 2-D"),
+    (lambda c: (setattr(c, "rotary_cos", c.rotary_cos[:10]), setattr(c, "rotary_sin", c.rotary_sin[:10])),
+     r"rotary_cos / rotary_sin have 10 rows \(positions\), but sequence"),
+])
+def test_bad_kvcache_input_is_a_clear_error(mutation, message):
+    case = errors_case()
+    mutation(case)
+    k_before, v_before = case.k_cache.clone(), case.v_cache.clone()
+    with pytest.raises(RuntimeError, match=message):
+        case.call()
+    assert torch.equal(case.k_cache, k_before) and torch.equal(case.v_cache, v_before)
+
+
+def test_bad_dense_cache_input_is_a_clear_error():
+    case = Case(batch=2, batch_idx=True, leftpad=True, seqlen_new=1)
+    bad_idx = case.cache_batch_idx.clone()
+    bad_idx[1] = 4
+    with pytest.raises(RuntimeError, match=r"cache_batch_idx\[1\] = 4 is not an entry of the cache"):
+        case.call(cache_batch_idx=bad_idx)
+    bad_pad = case.cache_seqlens + 2
+    with pytest.raises(RuntimeError, match=r"cache_leftpad\[0\] = \d+ must be in \[0, \d+\]"):
+        case.call(cache_leftpad=bad_pad)
+    with pytest.raises(RuntimeError, match=r"k_cache must have q's head_dim 32 in its last "
+                                           r"dimension, got shape \[4, 300, 2, 64\]"):
+        flashattn.flash_attn_with_kvcache(case.q[..., :32], case.k_cache, case.v_cache,
+                                          cache_seqlens=case.cache_seqlens)
+    with pytest.raises(RuntimeError, match="rotate the new keys"):
+        case.call(k=None, v=None)
+    with pytest.raises(RuntimeError, match="needs cache_seqlens"):
+        case.call(cache_seqlens=None, rotary_cos=None, rotary_sin=None)
+
+
+# ---- torch.compile: the in-place append is declared, so functionalization keeps it ----
+
+def test_compile_appends_in_place():
+    torch._dynamo.reset()
+    case = Case(batch=2, page_size=16, seqlen_new=1)
+    eager = Case(batch=2, page_size=16, seqlen_new=1)
+
+    def step(q, k_cache, v_cache, k, v, cos, sin, seqlens, table):
+        return flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cos, sin, seqlens,
+                                                 block_table=table, causal=True)
+
+    compiled = torch.compile(step, fullgraph=True)
+    args = lambda c: (c.q, c.k_cache, c.v_cache, c.k, c.v, c.rotary_cos, c.rotary_sin,  # noqa: E731
+                      c.cache_seqlens, c.block_table)
+    got = compiled(*args(case))
+    want = step(*args(eager))
+    assert torch.equal(got, want)
+    assert torch.equal(case.k_cache, eager.k_cache) and torch.equal(case.v_cache, eager.v_cache)
