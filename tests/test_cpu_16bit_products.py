@@ -1,6 +1,6 @@
 """The CPU kernels' 16-bit operand path (csrc/cpu/panels16.h): bf16/fp16 tiles multiplied in 16
 bits with fp32 accumulation. It is the default only on CPUs where it is faster than fp32
-products (AMX; AVX512-BF16 where vdpbf16ps outruns fp32 FMAs); FLASHATTN_CPU_16BIT_PRODUCTS=1
+products (AMX; bf16 where vdpbf16ps clearly outruns them); FLASHATTN_CPU_16BIT_PRODUCTS=1
 forces it on any CPU. Every test of the path runs once per 16-bit kernel this CPU has
 (FLASHATTN_CPU_16BIT_KERNEL, tile_gemm.h): oneDNN's row-major brgemm everywhere, the AVX-512
 kernels on VNNI-2 panels where the CPU has AVX-512 (test_cpu_gemm_16bit.py checks that against
@@ -22,7 +22,7 @@ ALL_KERNELS = ["rowmajor", "amx", "avx512-dot", "avx512-fma"]
 
 def kernels_here():
     """The 16-bit kernels this CPU runs (for bf16; fp16 forced to avx512-dot takes avx512-fma)."""
-    amx, avx512, avx512_bf16, _, _ = INTERNAL.cpu_16bit_features(torch.bfloat16)
+    amx, avx512, avx512_bf16, *_ = INTERNAL.cpu_16bit_features(torch.bfloat16)
     available = {"rowmajor": True, "amx": amx, "avx512-dot": avx512_bf16, "avx512-fma": avx512}
     return [kernel for kernel in ALL_KERNELS if available[kernel]]
 
@@ -116,8 +116,9 @@ def test_forcing_the_path_runs_this_cpus_kernel(monkeypatch, dtype):
     AVX-512 machine an AVX-512 kernel, never the row-major fallback) for forward and backward."""
     monkeypatch.setenv(FORCE, "1")
     monkeypatch.delenv(KERNEL, raising=False)
-    amx, avx512, avx512_bf16, avx512_fp16, dot = INTERNAL.cpu_16bit_features(dtype)
-    kernel, _ = INTERNAL.cpu_16bit_choice(amx, avx512, avx512_bf16, avx512_fp16, dot, dtype)
+    features = INTERNAL.cpu_16bit_features(dtype)
+    amx, avx512 = features[:2]
+    kernel, _ = INTERNAL.cpu_16bit_choice(*features, dtype)
     assert INTERNAL.cpu_16bit_path(dtype) == (kernel, True)
     assert kernel != "rowmajor" if (amx or avx512) else kernel == "rowmajor"
     q, k, v = make_qkv(1, 65, 130, 2, 1, 64, dtype, torch.device("cpu"))

@@ -28,10 +28,11 @@ def cpu_flags():
     return set()
 
 
+FEATURES = ["amx", "avx512", "avx512_bf16", "avx512_fp16", "dot_outruns_fma", "dot_outruns_fp32"]
+
+
 def features(dtype):
-    amx, avx512, avx512_bf16, avx512_fp16, dot_outruns_fma = INTERNAL.cpu_16bit_features(dtype)
-    return dict(amx=amx, avx512=avx512, avx512_bf16=avx512_bf16, avx512_fp16=avx512_fp16,
-                dot_outruns_fma=dot_outruns_fma)
+    return dict(zip(FEATURES, INTERNAL.cpu_16bit_features(dtype)))
 
 
 def runs_here(kernel, dtype):
@@ -156,18 +157,20 @@ def test_features_match_cpuinfo():
         assert "amx_bf16" in flags
     if fp16["amx"]:
         assert "amx_fp16" in flags
-    if bf16["dot_outruns_fma"]:
-        assert bf16["avx512_bf16"] and bf16["avx512"]
+    # Timed only where both AVX-512 kernels run and AMX does not.
+    if bf16["dot_outruns_fma"] or bf16["dot_outruns_fp32"]:
+        assert bf16["avx512_bf16"] and bf16["avx512"] and not bf16["amx"]
+    assert not fp16["dot_outruns_fma"] and not fp16["dot_outruns_fp32"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
 def test_choice_for_other_cpus(dtype):
     """The default kernel and whether bf16/fp16 attention takes 16-bit products at all, for CPUs
-    this machine is not: (amx, avx512, avx512_bf16, avx512_fp16, dot_outruns_fma)."""
+    this machine is not."""
     bf16 = dtype == torch.bfloat16
 
-    def choice(amx=False, avx512=False, avx512_bf16=False, avx512_fp16=False, dot=False):
-        return INTERNAL.cpu_16bit_choice(amx, avx512, avx512_bf16, avx512_fp16, dot, dtype)
+    def choice(**features):
+        return INTERNAL.cpu_16bit_choice(*(features.get(name, False) for name in FEATURES), dtype)
 
     # Without AVX-512 (AVX2 CPUs such as Zen 3): fp32 products; forced, oneDNN's row-major brgemm.
     assert choice() == ("rowmajor", False)
@@ -175,12 +178,17 @@ def test_choice_for_other_cpus(dtype):
     assert choice(amx=True, avx512=True, avx512_bf16=True, avx512_fp16=True) == ("amx", True)
     # AVX-512 without BF16 (Skylake-X, Ice Lake): the fma kernel when forced, fp32 by default.
     assert choice(avx512=True) == ("avx512-fma", False)
-    # AVX512-BF16 where vdpbf16ps is slower than FMAs (Intel without AMX, e.g. this session's
-    # Xeon): fp32 products by default.
+    # AVX512-BF16 where vdpbf16ps is slower than FMAs (Intel without AMX, e.g. the Xeon of
+    # bench/RESULTS.md): the fma kernel when forced, fp32 products by default.
     assert choice(avx512=True, avx512_bf16=bf16, avx512_fp16=True) == ("avx512-fma", False)
-    # Where vdpbf16ps outruns the FMAs (AMD Zen 4/5): bf16 takes it by default.
     if bf16:
-        assert choice(avx512=True, avx512_bf16=True, dot=True) == ("avx512-dot", True)
+        # vdpbf16ps faster than the fma kernel but not 1.5x the fp32 products: the dot kernel
+        # when forced, fp32 products by default.
+        assert choice(avx512=True, avx512_bf16=True, dot_outruns_fma=True) == ("avx512-dot",
+                                                                               False)
+        # 1.5x the fp32 products too (expected on AMD Zen 4/5): bf16 takes it by default.
+        assert choice(avx512=True, avx512_bf16=True, dot_outruns_fma=True,
+                      dot_outruns_fp32=True) == ("avx512-dot", True)
 
 
 def test_this_cpu_takes_its_choice(monkeypatch):
@@ -188,9 +196,7 @@ def test_this_cpu_takes_its_choice(monkeypatch):
     monkeypatch.delenv("FLASHATTN_CPU_16BIT_KERNEL", raising=False)
     monkeypatch.delenv("FLASHATTN_CPU_16BIT_PRODUCTS", raising=False)
     for dtype in DTYPES_16:
-        f = features(dtype)
-        expected = INTERNAL.cpu_16bit_choice(f["amx"], f["avx512"], f["avx512_bf16"],
-                                             f["avx512_fp16"], f["dot_outruns_fma"], dtype)
+        expected = INTERNAL.cpu_16bit_choice(*INTERNAL.cpu_16bit_features(dtype), dtype)
         assert INTERNAL.cpu_16bit_path(dtype) == expected
 
 

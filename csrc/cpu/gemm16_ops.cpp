@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -80,20 +81,31 @@ std::tuple<std::string, bool> path_for(c10::ScalarType dtype) {
   return {gemm16_kernel_name(gemm16_kernel_for(dtype)), use_native_16bit_products(dtype)};
 }
 
-// This CPU's features as the choice sees them, for dtype.
-std::tuple<bool, bool, bool, bool, bool> features_of(c10::ScalarType dtype) {
+// This CPU's features as the choices see them, for dtype.
+std::tuple<bool, bool, bool, bool, bool, bool> features_of(c10::ScalarType dtype) {
   check_16bit(dtype);
   const Cpu16BitFeatures f = cpu_16bit_features(dtype);
-  return {f.amx, f.avx512, f.avx512_bf16, f.avx512_fp16, f.dot_outruns_fma};
+  return {f.amx, f.avx512, f.avx512_bf16, f.avx512_fp16, f.dot_outruns_fma, f.dot_outruns_fp32};
 }
 
-// The default choice on a CPU with the given features: (kernel name, 16-bit products by default).
+// The default choices on a CPU with the given features: (kernel name, 16-bit products by
+// default).
 std::tuple<std::string, bool> choice_for(bool amx, bool avx512, bool avx512_bf16,
                                          bool avx512_fp16, bool dot_outruns_fma,
-                                         c10::ScalarType dtype) {
+                                         bool dot_outruns_fp32, c10::ScalarType dtype) {
   check_16bit(dtype);
-  const Cpu16BitFeatures f{amx, avx512, avx512_bf16, avx512_fp16, dot_outruns_fma};
+  const Cpu16BitFeatures f{amx, avx512, avx512_bf16, avx512_fp16, dot_outruns_fma,
+                           dot_outruns_fp32};
   return {gemm16_kernel_name(default_gemm16_kernel(f)), default_16bit_products(f, dtype)};
+}
+
+// The timings behind dot_outruns_fma / dot_outruns_fp32 (panels16.h), in seconds per product:
+// (bf16 dot, bf16 fma, fp32 brgemm); all 0 where they are not timed (no AVX512-BF16, or AMX).
+std::tuple<double, double, double> hot_tile_seconds_of() {
+  const Cpu16BitFeatures f = cpu_16bit_features(c10::kBFloat16);
+  if (!(f.avx512_bf16 && f.avx512 && !f.amx)) return {0.0, 0.0, 0.0};
+  const HotTileSeconds& s = hot_tile_seconds();
+  return {s.bf16_dot, s.bf16_fma, s.fp32};
 }
 
 int64_t products_run(const std::string& name) {
@@ -111,7 +123,7 @@ void fill_values(std::vector<T>& v, int seed) {
 
 // One key block of the forward's products, as fwd.cpp makes them, over and over on the same
 // operands (so in cache) for `seconds` after a warm-up, on each of the threads at once. Returns
-// the FLOP rate of all threads together.
+// the FLOP rate of all threads together (each thread's best window, time_steps()).
 template <typename Step>
 double threads_rate(double flops_per_step, double seconds, const Step& make_and_run) {
   const int threads = at::get_num_threads();
@@ -124,19 +136,26 @@ double threads_rate(double flops_per_step, double seconds, const Step& make_and_
   return total;
 }
 
+// The best rate of `step` over windows of about 20 ms for `seconds` after a warm-up: on a
+// machine shared with other jobs the best window is the one least disturbed.
 template <typename Run>
 double time_steps(double flops_per_step, double seconds, const Run& step) {
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < 4; ++i) step();  // warm-up: caches, oneDNN's JIT
-  const auto start = Clock::now();
-  int64_t steps = 0;
-  double elapsed = 0;
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  double best = 0;
   do {
-    for (int i = 0; i < 8; ++i) step();
-    steps += 8;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < seconds);
-  return flops_per_step * double(steps) / elapsed;
+    const auto start = Clock::now();
+    int64_t steps = 0;
+    double elapsed = 0;
+    do {
+      for (int i = 0; i < 4; ++i) step();
+      steps += 4;
+      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    } while (elapsed < 0.02);
+    best = std::max(best, flops_per_step * double(steps) / elapsed);
+  } while (Clock::now() < end);
+  return best;
 }
 
 // fp32: S = Q Kjᵀ (128 x 128 x d), O += P Vj (128 x d x 128), fwd.cpp's kCompute products.
@@ -231,11 +250,13 @@ TORCH_LIBRARY(flashattn_internal, m) {
         &gemm16);
   m.def("cpu_pack_vnni2(Tensor b, int ldb) -> Tensor", &pack_vnni2);
   m.def("cpu_16bit_path(ScalarType dtype) -> (str, bool)", &path_for);
-  m.def("cpu_16bit_features(ScalarType dtype) -> (bool, bool, bool, bool, bool)", &features_of);
+  m.def("cpu_16bit_features(ScalarType dtype) -> (bool, bool, bool, bool, bool, bool)",
+        &features_of);
   m.def("cpu_16bit_choice(bool amx, bool avx512, bool avx512_bf16, bool avx512_fp16, "
-        "bool dot_outruns_fma, ScalarType dtype) -> (str, bool)",
+        "bool dot_outruns_fma, bool dot_outruns_fp32, ScalarType dtype) -> (str, bool)",
         &choice_for);
   m.def("cpu_16bit_products_run(str kernel) -> int", &products_run);
+  m.def("cpu_16bit_hot_tile_seconds() -> (float, float, float)", &hot_tile_seconds_of);
   m.def("cpu_tile_products_gflops(ScalarType dtype, int head_dim, str path, float seconds) -> "
         "(float, str)",
         &tile_products_gflops);

@@ -14,7 +14,6 @@
 #include "gemm_avx512_16bit.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -170,10 +169,9 @@ constexpr DotRows kDotRows[kRowBlock + 1] = {nullptr,      dot_rows<1>, dot_rows
 
 // ---- widen to fp32, then FMA ----------------------------------------------------------------
 
-// 16 bf16 / fp16 values (raw bits) to fp32, exactly; lanes past n are 0.
+// 16 bf16 / fp16 values (raw bits) to fp32, exactly.
 template <bool kHalf>
-FA_AVX512 FA_INLINE __m512 widen16(const uint16_t* p, int64_t n) {
-  const __m256i bits = _mm256_maskz_loadu_epi16(lanes(n), p);
+FA_AVX512 FA_INLINE __m512 widen16(__m256i bits) {
   if constexpr (kHalf) return _mm512_cvtph_ps(bits);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
@@ -194,11 +192,14 @@ FA_AVX512 FA_INLINE void widen_pairs(__m512i pairs, __m512* even, __m512* odd) {
 // [0, cols); columns past cols are 0.
 template <bool kHalf>
 FA_AVX512 void widen_b(const uint16_t* B, int64_t ldb, int64_t depth, int64_t cols, float* out) {
+  __mmask16 mask[kColBlock / 16];
+  for (int v = 0; v < kColBlock / 16; ++v) mask[v] = lanes(cols - 16 * v);
   for (int64_t p = 0; p < (depth + 1) / 2; ++p) {
     const uint16_t* b = B + p * 2 * ldb;
     float* even_row = out + 2 * p * kColBlock;
+#pragma GCC unroll 4
     for (int v = 0; v < kColBlock / 16; ++v) {
-      const __m512i pairs = _mm512_maskz_loadu_epi32(lanes(cols - 16 * v), b + 32 * v);
+      const __m512i pairs = _mm512_maskz_loadu_epi32(mask[v], b + 32 * v);
       __m512 even, odd;
       widen_pairs<kHalf>(pairs, &even, &odd);
       _mm512_storeu_ps(even_row + 16 * v, even);
@@ -210,9 +211,17 @@ FA_AVX512 void widen_b(const uint16_t* B, int64_t ldb, int64_t depth, int64_t co
 // out[r][0..depth) = fp32 of A[r][0..depth), rows [0, rows), row stride kDepthBlock.
 template <bool kHalf>
 FA_AVX512 void widen_a(const uint16_t* A, int64_t lda, int rows, int64_t depth, float* out) {
-  for (int r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < depth; k += 16)
-      _mm512_storeu_ps(out + r * kDepthBlock + k, widen16<kHalf>(A + r * lda + k, depth - k));
+  const int64_t whole = depth / 16 * 16;
+  const __mmask16 tail = lanes(depth - whole);
+  for (int r = 0; r < rows; ++r) {
+    const uint16_t* a = A + r * lda;
+    float* a32 = out + r * kDepthBlock;
+    for (int64_t k = 0; k < whole; k += 16)
+      _mm512_storeu_ps(a32 + k, widen16<kHalf>(_mm256_loadu_si256(
+                                    reinterpret_cast<const __m256i*>(a + k))));
+    if (tail)
+      _mm512_storeu_ps(a32 + whole, widen16<kHalf>(_mm256_maskz_loadu_epi16(tail, a + whole)));
+  }
 }
 
 // acc[r][v] += a[r][k] · b[k][16v ... 16v + 15] (a lambda would not inherit the target).
@@ -349,27 +358,6 @@ bool multiplies_correctly(Gemm gemm, bool half) {
   return c == expected;
 }
 
-// Seconds per product, best of the rounds, of each of two kernels timed in alternation.
-void time_alternately(Gemm first, Gemm second, double* first_s, double* second_s) {
-  constexpr int M = 96, N = 64, K = 128, kProducts = 16, kRounds = 5;
-  std::vector<uint16_t> a(M * K), packed(K * N);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = from_small_int(int(i % 5) - 2, false);
-  for (size_t i = 0; i < packed.size(); ++i) packed[i] = from_small_int(int(i % 3) - 1, false);
-  std::vector<float> c(M * N);
-  auto best = [&](Gemm gemm, double current) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kProducts; ++i)
-      gemm(M, N, K, a.data(), K, packed.data(), N, c.data(), N, /*accumulate=*/i > 0);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return std::min(current, s / kProducts);
-  };
-  *first_s = *second_s = 1e30;
-  for (int round = 0; round < kRounds; ++round) {  // the first round is also the warm-up
-    *first_s = best(first, *first_s);
-    *second_s = best(second, *second_s);
-  }
-}
-
 }  // namespace
 
 bool cpu_has_avx512() { return features().avx512; }
@@ -387,16 +375,6 @@ bool bf16_fma_works() {
 bool fp16_fma_works() {
   static const bool works = cpu_has_avx512() && multiplies_correctly(gemm_fp16_fma, true);
   return works;
-}
-
-bool bf16_dot_outruns_fma() {
-  static const bool outruns = [] {
-    if (!bf16_dot_works() || !bf16_fma_works()) return false;
-    double dot_s, fma_s;
-    time_alternately(gemm_bf16_dot, gemm_bf16_fma, &dot_s, &fma_s);
-    return dot_s * 1.25 < fma_s;
-  }();
-  return outruns;
 }
 
 void gemm_bf16_dot(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
@@ -437,7 +415,6 @@ bool cpu_has_avx512_fp16() { return false; }
 bool bf16_dot_works() { return false; }
 bool bf16_fma_works() { return false; }
 bool fp16_fma_works() { return false; }
-bool bf16_dot_outruns_fma() { return false; }
 void gemm_bf16_dot(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                    float*, int64_t, bool) { std::abort(); }
 void gemm_bf16_fma(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,

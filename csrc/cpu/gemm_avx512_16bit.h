@@ -40,12 +40,6 @@ bool bf16_dot_works();
 bool bf16_fma_works();
 bool fp16_fma_works();
 
-// Whether vdpbf16ps multiplies bf16 tiles at least 1.25x as fast as the fma kernel on this CPU
-// (both must work): timed once, on a hot 96 x 64 x 128 tile, best of several alternating rounds.
-// The two are either about 2x apart or the same, so the answer does not flip with noise; and
-// they compute the same sums in the same order.
-bool bf16_dot_outruns_fma();
-
 // Rearranges row-major in[rows][cols] (row stride ld_in) into VNNI-2 order with pair-row stride
 // 2·ldb (ldb >= cols), rows rounded up to even with zeros. Plain C++: any CPU.
 void pack_vnni2(const uint16_t* in, int64_t ld_in, int64_t rows, int64_t cols, uint16_t* out,

@@ -17,6 +17,7 @@
 #include <ATen/native/CPUBlas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -68,13 +69,64 @@ bool amx_panels_multiply_correctly() {
   }
 }
 
-// What this CPU offers the 16-bit products, as far as the kernel choice goes.
+// Seconds per product of the bf16 dot and fma kernels and of the fp32 brgemm the kCompute path
+// uses, on one hot 96 x 64 x 128 tile (a 16-bit panel product's shape), timed in alternation,
+// best of 5 rounds of 16 products; once per process, on CPUs with both AVX-512 kernels and no
+// AMX. The kernels are called directly (tile_gemm_16bit() would count the products).
+struct HotTileSeconds {
+  double bf16_dot = 0, bf16_fma = 0, fp32 = 0;
+};
+
+inline HotTileSeconds time_hot_tile_products() {
+  constexpr int M = 96, N = 64, K = 128, kProducts = 16, kRounds = 5;
+  std::vector<uint16_t> a16(M * K), b16(K * N);  // bf16 bits of small values, B VNNI-2 packed
+  std::vector<float> a32(M * K), b32(K * N), c(M * N);
+  for (int i = 0; i < M * K; ++i) a32[i] = float(i % 5 - 2) * 0.25f;
+  for (int i = 0; i < K * N; ++i) b32[i] = float(i % 3 - 1) * 0.5f;
+  for (int i = 0; i < M * K; ++i) a16[i] = c10::BFloat16(a32[i]).x;
+  for (int i = 0; i < K * N; ++i) b16[i] = c10::BFloat16(b32[i]).x;
+  auto dot = [&](bool acc) {
+    avx512::gemm_bf16_dot(M, N, K, a16.data(), K, b16.data(), N, c.data(), N, acc);
+  };
+  auto fma = [&](bool acc) {
+    avx512::gemm_bf16_fma(M, N, K, a16.data(), K, b16.data(), N, c.data(), N, acc);
+  };
+  auto fp32 = [&](bool acc) {
+    at::native::cpublas::brgemm(M, N, K, K, N, N, acc, a32.data(), b32.data(), c.data(), false);
+  };
+  auto best = [&](const auto& product, double current) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kProducts; ++i) product(i > 0);
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    return std::min(current, elapsed.count() / kProducts);
+  };
+  HotTileSeconds s{1e30, 1e30, 1e30};
+  for (int round = 0; round < kRounds; ++round) {  // the first round warms up too
+    s.bf16_dot = best(dot, s.bf16_dot);
+    s.bf16_fma = best(fma, s.bf16_fma);
+    s.fp32 = best(fp32, s.fp32);
+  }
+  return s;
+}
+
+// time_hot_tile_products(), once per process.
+inline const HotTileSeconds& hot_tile_seconds() {
+  static const HotTileSeconds seconds = time_hot_tile_products();
+  return seconds;
+}
+
+// What this CPU offers the 16-bit products, as far as the choices go.
 struct Cpu16BitFeatures {
   bool amx = false;          // ATen packs VNNI for brgemm (AMX), and the packed products check out
   bool avx512 = false;       // AVX-512 F/BW/VL/DQ, and the fma kernel checks out (for the dtype)
-  bool avx512_bf16 = false;  // AVX512-BF16, and the dot kernel checks out
+  bool avx512_bf16 = false;  // AVX512-BF16, and the dot kernel checks out (bf16)
   bool avx512_fp16 = false;  // AVX512-FP16 (Sapphire Rapids and later)
-  bool dot_outruns_fma = false;  // vdpbf16ps measured >= 1.25x the fma kernel (bf16)
+  // On the hot tile (time_hot_tile_products(), bf16): vdpbf16ps at least 1.25x as fast as the
+  // fma kernel, and at least 1.5x as fast as the fp32 products. The kernels are either about 2x
+  // apart (AMD Zen 4/5: vdpbf16ps twice the FMA rate; Intel without AMX: half) or not, so
+  // neither answer flips with noise.
+  bool dot_outruns_fma = false;
+  bool dot_outruns_fp32 = false;
 };
 
 // This CPU's, for dtype (bf16 or fp16); each check and the timing run once per process.
@@ -102,7 +154,11 @@ inline Cpu16BitFeatures cpu_16bit_features(c10::ScalarType dtype) {
     TORCH_WARN_ONCE("flashattn: the AVX-512 16-bit tile products gave wrong results on this CPU; "
                     "they are not used");
   }
-  f.dot_outruns_fma = f.avx512_bf16 && f.avx512 && avx512::bf16_dot_outruns_fma();
+  if (f.avx512_bf16 && f.avx512 && !f.amx) {
+    const HotTileSeconds& seconds = hot_tile_seconds();
+    f.dot_outruns_fma = seconds.bf16_dot * 1.25 <= seconds.bf16_fma;
+    f.dot_outruns_fp32 = seconds.bf16_dot * 1.5 <= seconds.fp32;
+  }
   return f;
 }
 
@@ -116,12 +172,15 @@ inline Gemm16Kernel default_gemm16_kernel(const Cpu16BitFeatures& f) {
   return Gemm16Kernel::kRowMajor;
 }
 
-// Whether bf16/fp16 attention takes the 16-bit path when nothing is forced: where the CPU has
-// native 16-bit products that are faster than converting to fp32 (AMX; bf16 where vdpbf16ps
-// outruns the fp32 FMAs), the only CPUs where it is faster (bench/RESULTS.md).
+// Whether bf16/fp16 attention takes the 16-bit path when nothing is forced: only where its
+// products are clearly faster than the fp32 ones, as the rest of the path costs a little more
+// (P and dS rounded to 16 bits, the scale applied to S; bench/RESULTS.md): with AMX, and for
+// bf16 where vdpbf16ps is 1.5x the fp32 products on the hot tile. On an Intel Xeon without AMX
+// (vdpbf16ps at half the FMA rate; the fma kernel at 0.9x oneDNN's fp32 brgemm) the 16-bit
+// path was 6-25% slower than the fp32 one (bf16), 30-50% (fp16).
 inline bool default_16bit_products(const Cpu16BitFeatures& f, c10::ScalarType dtype) {
   if (f.amx) return true;
-  return dtype == c10::kBFloat16 && f.avx512_bf16 && f.dot_outruns_fma;
+  return dtype == c10::kBFloat16 && f.avx512_bf16 && f.dot_outruns_fp32;
 }
 
 inline const char* gemm16_kernel_name(Gemm16Kernel kernel) {
