@@ -121,7 +121,7 @@ def cpu_tile_products_tflops(dtype, head_dim, seconds):
     """The rate of flashattn's own forward tile products on the CPU, on a hot tile (operands in
     cache): one key block's Q·Kᵀ and P·V (128 queries x 128 keys x head_dim, 2 FLOPs per
     multiply-add), made as the forward makes them, over and over on every thread at once for
-    `seconds`. Returns [(what ran, TFLOP/s, whether dtype's attention takes it now)]: the fp32
+    `seconds` (each thread's median over 20 ms windows, summed). Returns [(what ran, TFLOP/s, whether dtype's attention takes it now)]: the fp32
     products for every dtype, and for bf16/fp16 also the 16-bit ones (the kernel their 16-bit
     path would use). It is the ceiling the forward's tiling works against: the rest of the
     forward's time is the softmax, the packing and the tiling."""

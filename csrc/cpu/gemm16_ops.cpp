@@ -123,7 +123,7 @@ void fill_values(std::vector<T>& v, int seed) {
 
 // One key block of the forward's products, as fwd.cpp makes them, over and over on the same
 // operands (so in cache) for `seconds` after a warm-up, on each of the threads at once. Returns
-// the FLOP rate of all threads together (each thread's best window, time_steps()).
+// the FLOP rate of all threads together (the sum of each thread's median, time_steps()).
 template <typename Step>
 double threads_rate(double flops_per_step, double seconds, const Step& make_and_run) {
   const int threads = at::get_num_threads();
@@ -136,14 +136,15 @@ double threads_rate(double flops_per_step, double seconds, const Step& make_and_
   return total;
 }
 
-// The best rate of `step` over windows of about 20 ms for `seconds` after a warm-up: on a
-// machine shared with other jobs the best window is the one least disturbed.
+// The median rate of `step` over windows of about 20 ms for `seconds` after a warm-up: a median,
+// as the bench's times are, so that on a machine shared with other jobs the ceiling and the
+// attention it is held against see the same kind of disturbance.
 template <typename Run>
 double time_steps(double flops_per_step, double seconds, const Run& step) {
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < 4; ++i) step();  // warm-up: caches, oneDNN's JIT
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
-  double best = 0;
+  std::vector<double> rates;
   do {
     const auto start = Clock::now();
     int64_t steps = 0;
@@ -153,9 +154,10 @@ double time_steps(double flops_per_step, double seconds, const Run& step) {
       steps += 4;
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     } while (elapsed < 0.02);
-    best = std::max(best, flops_per_step * double(steps) / elapsed);
+    rates.push_back(flops_per_step * double(steps) / elapsed);
   } while (Clock::now() < end);
-  return best;
+  std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
+  return rates[rates.size() / 2];
 }
 
 // fp32: S = Q Kjᵀ (128 x 128 x d), O += P Vj (128 x d x 128), fwd.cpp's kCompute products.

@@ -4,8 +4,9 @@
 //
 // Blocking: columns in blocks of 64 (one panel, four zmm), rows in blocks of kRowBlock = 6.
 // A block's 6 x 64 fp32 accumulators take 24 of the 32 zmm registers, B's four vectors four more;
-// A's values are broadcast from memory into the multiply (embedded {1to16}). Per k pair, the
-// dot kernel issues 24 vdpbf16ps on four B loads; the fma kernels 48 FMAs on eight.
+// A's values are broadcast from memory (vpbroadcastd / vbroadcastss: a load, no arithmetic).
+// Per k pair and block, the dot kernel issues 24 vdpbf16ps on four B loads and six A pairs; the
+// fma kernels 48 FMAs on eight B loads and twelve A values.
 //
 // The dot kernel reads the VNNI-2 panel as it is. The fma kernels first widen it, 128 k at a
 // time, to a row-major fp32 panel on the stack (32 KB, L1-resident), and each 6-row block of A
