@@ -117,6 +117,27 @@ def matmul_tflops(dtype, max_size, probe, repeats, device, slow_call_ms=100):
     return 2 * size ** 3 / (median_ms / MS_PER_S) / 1e12, size
 
 
+def cpu_tile_products_tflops(dtype, head_dim, seconds):
+    """The rate of flashattn's own forward tile products on the CPU, on a hot tile (operands in
+    cache): one key block's Q·Kᵀ and P·V (128 queries x 128 keys x head_dim, 2 FLOPs per
+    multiply-add), made as the forward makes them, over and over on every thread at once for
+    `seconds` (each thread's median over 20 ms windows, summed). Returns [(what ran, TFLOP/s, whether dtype's attention takes it now)]: the fp32
+    products for every dtype, and for bf16/fp16 also the 16-bit ones (the kernel their 16-bit
+    path would use). It is the ceiling the forward's tiling works against: the rest of the
+    forward's time is the softmax, the packing and the tiling."""
+    internal = torch.ops.flashattn_internal
+    paths = ["fp32"]
+    taken = "fp32"
+    if dtype in (torch.bfloat16, torch.float16):
+        paths.append("16bit")
+        taken = "16bit" if internal.cpu_16bit_path(dtype)[1] else "fp32"
+    rates = []
+    for path in paths:
+        gflops, what = internal.cpu_tile_products_gflops(dtype, head_dim, path, seconds)
+        rates.append((what, gflops / 1e3, path == taken))
+    return rates
+
+
 def make_probe(device):
     return CudaProbe(device) if device.type == "cuda" else CpuProbe()
 

@@ -77,6 +77,10 @@ DEFAULTS = {
 # summary); smaller where the dtype is slow on the machine (see measure.matmul_tflops).
 MATMUL_SIZE = {"cpu": 2048, "cuda": 8192}
 QUICK_MATMUL_SIZE = 256
+# CPU: seconds each of flashattn's own tile products is timed on a hot tile (the "tile
+# products" ceiling; measure.cpu_tile_products_tflops).
+TILE_PRODUCTS_SECONDS = 1.0
+QUICK_TILE_PRODUCTS_SECONDS = 0.05
 
 # --quick: small enough for CI, a few seconds in all.
 QUICK = {
@@ -290,6 +294,32 @@ def add_matmul_ceilings(summary, results, ceilings):
         s["noncausal_fwd_share_of_matmul"] = [min(shares), max(shares)] if shares else None
 
 
+def add_tile_product_ceilings(summary, results, ceilings, head_dim):
+    """Adds to each dtype's forward summary the rate of flashattn's own tile products on a hot
+    tile (CPU: measure.cpu_tile_products_tflops) and the share of the one the dtype takes that
+    its non-causal forward reaches: a ceiling the kernel can reach, unlike torch.mm's, which is
+    another library's large matmul."""
+    for s in summary:
+        if s["mode"] != "fwd" or s["dtype"] not in ceilings:
+            continue
+        rates = ceilings[s["dtype"]]
+        s["tile_head_dim"] = head_dim
+        s["tile_products"] = [{"kernel": what, "tflops": tflops, "taken": taken}
+                              for what, tflops, taken in rates]
+        taken = [tflops for _, tflops, is_taken in rates if is_taken]
+        shares = [r.tflops / taken[0] for r in results
+                  if (r.impl, r.mode, r.dtype, r.causal) == (FLASHATTN, "fwd", s["dtype"], False)
+                  and r.tflops is not None] if taken else []
+        s["noncausal_fwd_share_of_tile_products"] = [min(shares), max(shares)] if shares else None
+
+
+def _share_text(shares, of):
+    if not shares:
+        return "no non-causal forward in this run"
+    span = f"{100 * shares[0]:.0f}%" + ("" if shares[0] == shares[1] else f"-{100 * shares[1]:.0f}%")
+    return f"flashattn's non-causal forward reaches {span} of {of}"
+
+
 def summary_lines(summary):
     lines = ["", "fa_speedup = t_sdpa / t_flashattn per back-to-back pair, median; > 1: "
                  "flashattn is faster. peak_MB: memory above the inputs at the peak of one call."]
@@ -299,13 +329,17 @@ def summary_lines(summary):
                    else "n/a (flashattn or every SDPA backend could not run)")
         lines.append(f"{MODE_TITLES[s['mode']]:>16}, {s['dtype']}: flashattn vs the best SDPA "
                      f"backend: {verdict}")
+        if s.get("tile_products"):
+            rates = ", ".join(f"{t['kernel']} {1e3 * t['tflops']:.3g} GFLOP/s"
+                              f"{' (taken)' if t['taken'] else ''}" for t in s["tile_products"])
+            lines.append(f"{'':>16}  tile-product ceiling (the forward's own Q·Kᵀ and P·V on a hot "
+                         f"128x128 block, head_dim {s['tile_head_dim']}): {rates}; "
+                         f"{_share_text(s['noncausal_fwd_share_of_tile_products'], 'the one taken')}")
         if s.get("matmul_tflops"):
             size, shares = s["matmul_size"], s["noncausal_fwd_share_of_matmul"]
-            reached = (f"flashattn's non-causal forward reaches {100 * shares[0]:.0f}%"
-                       f"{'' if shares[0] == shares[1] else f'-{100 * shares[1]:.0f}%'} of it"
-                       if shares else "no non-causal forward in this run")
             lines.append(f"{'':>16}  matmul ceiling ({size}x{size}x{size}, {s['dtype']}): "
-                         f"{1e3 * s['matmul_tflops']:.3g} GFLOP/s; {reached}")
+                         f"{1e3 * s['matmul_tflops']:.3g} GFLOP/s (torch.mm); "
+                         f"{_share_text(shares, 'it')}")
     return lines
 
 
@@ -424,6 +458,12 @@ def main(argv=None):
                                                               settings.repeats, device)
                     for dtype in settings.dtypes}
         add_matmul_ceilings(summary, results, ceilings)
+        if device.type == "cpu":
+            seconds = QUICK_TILE_PRODUCTS_SECONDS if args.quick else TILE_PRODUCTS_SECONDS
+            tiles = {_dtype_name(dtype): measure.cpu_tile_products_tflops(
+                         dtype, settings.head_dim, seconds)
+                     for dtype in settings.dtypes if dtype != torch.float64}
+            add_tile_product_ceilings(summary, results, tiles, settings.head_dim)
     print("\n".join(summary_lines(summary)), file=table)
 
     if args.json:

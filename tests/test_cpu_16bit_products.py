@@ -1,7 +1,10 @@
 """The CPU kernels' 16-bit operand path (csrc/cpu/panels16.h): bf16/fp16 tiles multiplied in 16
-bits with fp32 accumulation. It is the default only on CPUs with native 16-bit dot products
-(AMX, AVX-512 BF16), where B panels are VNNI-packed; FLASHATTN_CPU_16BIT_PRODUCTS=1 forces it
-with row-major panels on any CPU, so that everything but the VNNI packing is tested everywhere.
+bits with fp32 accumulation. It is the default only on CPUs where it is faster than fp32
+products (AMX; bf16 where vdpbf16ps clearly outruns them); FLASHATTN_CPU_16BIT_PRODUCTS=1
+forces it on any CPU. Every test of the path runs once per 16-bit kernel this CPU has
+(FLASHATTN_CPU_16BIT_KERNEL, tile_gemm.h): oneDNN's row-major brgemm everywhere, the AVX-512
+kernels on VNNI-2 panels where the CPU has AVX-512 (test_cpu_gemm_16bit.py checks that against
+/proc/cpuinfo), AMX on ATen-packed panels where it has AMX; and checks that the kernel ran.
 """
 import pytest
 import torch
@@ -11,13 +14,35 @@ from checks import (MASKS, assert_bitwise_deterministic, check_backward, check_f
 from executors import make_executor
 
 FORCE = "FLASHATTN_CPU_16BIT_PRODUCTS"
+KERNEL = "FLASHATTN_CPU_16BIT_KERNEL"
 DTYPES_16 = [torch.bfloat16, torch.float16]
+INTERNAL = torch.ops.flashattn_internal
+ALL_KERNELS = ["rowmajor", "amx", "avx512-dot", "avx512-fma"]
 
 
-@pytest.fixture
-def cpu16(monkeypatch):
+def kernels_here():
+    """The 16-bit kernels this CPU runs (for bf16; fp16 forced to avx512-dot takes avx512-fma)."""
+    amx, avx512, avx512_bf16, *_ = INTERNAL.cpu_16bit_features(torch.bfloat16)
+    available = {"rowmajor": True, "amx": amx, "avx512-dot": avx512_bf16, "avx512-fma": avx512}
+    return [kernel for kernel in ALL_KERNELS if available[kernel]]
+
+
+def products_run():
+    return {kernel: INTERNAL.cpu_16bit_products_run(kernel) for kernel in ALL_KERNELS}
+
+
+@pytest.fixture(params=kernels_here())
+def cpu16(monkeypatch, request):
+    """The 16-bit path with one kernel forced; afterwards, checks that the tile products ran on
+    that kernel (for bf16 or fp16, whichever the test used) and on no other."""
     monkeypatch.setenv(FORCE, "1")
-    return make_executor("cpu")
+    monkeypatch.setenv(KERNEL, request.param)
+    expected = {INTERNAL.cpu_16bit_path(dtype)[0] for dtype in DTYPES_16}
+    assert request.param in expected
+    before = products_run()
+    yield make_executor("cpu")
+    ran = {kernel for kernel, count in products_run().items() if count > before[kernel]}
+    assert ran and ran <= expected, f"forced {request.param}, products ran on {ran}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
@@ -73,6 +98,7 @@ def test_strided_inputs_16bit_products(cpu16):
 
 def test_same_result_as_fp32_products_up_to_rounding_of_p(monkeypatch):
     """The 16-bit path differs from the fp32 one only by rounding P to 16 bits before P·V."""
+    monkeypatch.delenv(KERNEL, raising=False)
     ex = make_executor("cpu")
     q, k, v = make_qkv(1, 100, 300, 2, 2, 64, torch.bfloat16, ex.device)
     monkeypatch.setenv(FORCE, "0")
@@ -82,6 +108,27 @@ def test_same_result_as_fp32_products_up_to_rounding_of_p(monkeypatch):
     assert not torch.equal(out16, out32), "the override did not switch the operand path"
     torch.testing.assert_close(lse16, lse32, rtol=0, atol=1e-5)
     torch.testing.assert_close(out16.float(), out32.float(), rtol=0, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
+def test_forcing_the_path_runs_this_cpus_kernel(monkeypatch, dtype):
+    """FLASHATTN_CPU_16BIT_PRODUCTS=1 alone takes the kernel the choice gives this CPU (on an
+    AVX-512 machine an AVX-512 kernel, never the row-major fallback) for forward and backward."""
+    monkeypatch.setenv(FORCE, "1")
+    monkeypatch.delenv(KERNEL, raising=False)
+    features = INTERNAL.cpu_16bit_features(dtype)
+    amx, avx512 = features[:2]
+    kernel, _ = INTERNAL.cpu_16bit_choice(*features, dtype)
+    assert INTERNAL.cpu_16bit_path(dtype) == (kernel, True)
+    assert kernel != "rowmajor" if (amx or avx512) else kernel == "rowmajor"
+    q, k, v = make_qkv(1, 65, 130, 2, 1, 64, dtype, torch.device("cpu"))
+    before = products_run()
+    ex = make_executor("cpu")
+    check_forward(ex, q, k, v, MASKS["causal"])
+    check_backward(ex, q, k, v, MASKS["causal"])
+    after = products_run()
+    assert after[kernel] > before[kernel]
+    assert all(after[other] == before[other] for other in ALL_KERNELS if other != kernel)
 
 
 def test_bad_override_is_named(monkeypatch):

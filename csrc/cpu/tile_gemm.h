@@ -5,10 +5,14 @@
 #include <ATen/native/CPUBlas.h>
 
 #include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
 #include <c10/util/Half.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
+
+#include "gemm_avx512_16bit.h"
 
 namespace flashattn::cpu {
 
@@ -41,19 +45,77 @@ inline void tile_gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t 
   }
 }
 
-// bf16/fp16 operands with fp32 accumulation: oneDNN's 16-bit brgemm (AMX or AVX-512 BF16/FP16
-// where the CPU has them, converted internally elsewhere). B is row-major or, when `vnni`, a
-// panel that pack_vnni_panel() (panels16.h) rearranged for AMX.
+// The kernels that multiply 16-bit tiles: bf16/fp16 operands, fp32 accumulation. panels16.h
+// chooses one per call (gemm16_kernel_for()); the tests force each one they can run.
+enum class Gemm16Kernel : uint8_t {
+  kRowMajor,   // oneDNN brgemm on a row-major B; converts internally without native 16-bit
+               // products (slow): any CPU
+  kAmx,        // oneDNN brgemm on B in ATen's pack() order: CPUs with AMX
+  kAvx512Dot,  // vdpbf16ps on VNNI-2 B (gemm_avx512_16bit.h): AVX512-BF16, bf16 only
+  kAvx512Fma,  // VNNI-2 B widened to fp32 and multiplied with FMAs: AVX-512, bf16 and fp16
+};
+constexpr int kNumGemm16Kernels = 4;
+
+// The kernel the products with a packed (`vnni`) B use, per dtype (bf16, fp16): set by
+// run_on_operand_path() (panels16.h) before each 16-bit call that packs, from the environment and
+// the CPU, so calls running at once set the same value. kRowMajor until then.
+inline std::atomic<Gemm16Kernel> packed_gemm16_kernel[2] = {Gemm16Kernel::kRowMajor,
+                                                            Gemm16Kernel::kRowMajor};
+template <typename In16>
+std::atomic<Gemm16Kernel>& packed_gemm16_kernel_of() {
+  return packed_gemm16_kernel[std::is_same_v<In16, c10::Half> ? 1 : 0];
+}
+
+// Tile products each kernel has run in this process (the tests check which one ran).
+inline std::atomic<int64_t> gemm16_products[kNumGemm16Kernels] = {};
+
+// C[M,N] (+)= A[M,K] · B[K,N], 16-bit A (row-major) and B, fp32 C, on `kernel`, which the CPU
+// must have (panels16.h checks). B: row-major for kRowMajor, else a panel packed by
+// pack_vnni_panel() (panels16.h) for that kernel.
+template <typename In16>
+inline void tile_gemm_16bit(Gemm16Kernel kernel, int64_t M, int64_t N, int64_t K, const In16* A,
+                            int64_t lda, const In16* B, int64_t ldb, float* C, int64_t ldc,
+                            bool accumulate) {
+  static_assert(std::is_same_v<In16, c10::BFloat16> || std::is_same_v<In16, c10::Half>);
+  constexpr bool kHalf = std::is_same_v<In16, c10::Half>;
+  if (M == 0 || N == 0) return;
+  gemm16_products[static_cast<int>(kernel)].fetch_add(1, std::memory_order_relaxed);
+  const auto* a = reinterpret_cast<const uint16_t*>(A);
+  const auto* b = reinterpret_cast<const uint16_t*>(B);
+  switch (kernel) {
+    case Gemm16Kernel::kRowMajor:
+    case Gemm16Kernel::kAmx:
+      at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, accumulate, A, B, C,
+                                  /*is_vnni=*/kernel == Gemm16Kernel::kAmx);
+      return;
+    case Gemm16Kernel::kAvx512Dot:
+      TORCH_INTERNAL_ASSERT(!kHalf, "flashattn: vdpbf16ps multiplies bf16 only");
+      avx512::gemm_bf16_dot(M, N, K, a, lda, b, ldb, C, ldc, accumulate);
+      return;
+    case Gemm16Kernel::kAvx512Fma:
+      (kHalf ? avx512::gemm_fp16_fma : avx512::gemm_bf16_fma)(M, N, K, a, lda, b, ldb, C, ldc,
+                                                              accumulate);
+      return;
+  }
+}
+
+// The kernels' form: B is row-major, or (`vnni`) a panel that pack_vnni_panel() (panels16.h)
+// packed for the call's kernel.
 template <typename In16>
 inline void tile_gemm(int64_t M, int64_t N, int64_t K, const In16* A, int64_t lda, const In16* B,
                       int64_t ldb, float* C, int64_t ldc, bool accumulate, bool vnni) {
-  static_assert(std::is_same_v<In16, c10::BFloat16> || std::is_same_v<In16, c10::Half>);
-  if (M == 0 || N == 0) return;
-  at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, accumulate, A, B, C, vnni);
+  const Gemm16Kernel kernel =
+      vnni ? packed_gemm16_kernel_of<In16>().load(std::memory_order_relaxed)
+           : Gemm16Kernel::kRowMajor;
+  tile_gemm_16bit(kernel, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
 
-// brgemm keeps per-thread hardware state (AMX tile configuration); each worker thread calls
-// this once when it has finished its tiles, with the `vnni` its products used.
-inline void release_tile_gemm(bool vnni = false) { at::native::cpublas::brgemm_release(vnni); }
+// AMX keeps per-thread hardware state (the tile configuration); each worker thread calls this
+// once when it has finished its tiles, with the `vnni` its products used.
+inline void release_tile_gemm(bool vnni = false) {
+  if (vnni && (packed_gemm16_kernel[0].load() == Gemm16Kernel::kAmx ||
+               packed_gemm16_kernel[1].load() == Gemm16Kernel::kAmx))
+    at::native::cpublas::brgemm_release(/*is_vnni=*/true);
+}
 
 }  // namespace flashattn::cpu
