@@ -22,6 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from . import __version__
 from . import _bench_measure as measure
 from . import _bench_plot as plot
+from . import _bench_varlen as varlen
 from .interface import scaled_dot_product_attention as flashattn_sdpa
 
 FLASHATTN = "flashattn"
@@ -351,7 +352,10 @@ def parse_args(argv):
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
                    help="machine-readable results to FILE, or to stdout (the table then goes "
                         "to stderr)")
-    return p, p.parse_args(argv)
+    varlen.add_arguments(p)
+    args = p.parse_args(argv)
+    varlen.check_arguments(p, args)
+    return p, args
 
 
 def resolve_settings(args, device_type):
@@ -376,6 +380,8 @@ def enumerate_cases(args, settings):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser, args = parse_args(argv)
+    if args.varlen:
+        return varlen.main(argv, args, parser)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
