@@ -105,7 +105,8 @@ HELP = ("Variable-length batch (--varlen): lognormal lengths (median --median-se
         "sigma 1) clipped to [1, --max-seqlen], --total-tokens in all, fixed --seed; "
         "flashattn varlen against padding to the longest (flashattn's dense op and every SDPA "
         "backend) and nested-tensor SDPA; then, on the CPU, flashattn varlen with 1 thread "
-        "against all on one 8192-token sequence and fifty of 100 (1 head). Defaults: CPU float32, 8 heads of 64, 4096 tokens "
+        "against all on one 8192-token sequence and fifty of 100 (1 head; --thread-balance "
+        "alone, about a minute). Defaults: CPU float32, 8 heads of 64, 4096 tokens "
         "up to 2048 long (about 3-5 minutes on 2 cores, most of it in the padded SDPA math "
         "backward); CUDA bfloat16, 16 heads of 128, 16384 tokens up to 8192 long. --seqlens, "
         "--batch and --plot do not apply.")
@@ -123,9 +124,13 @@ def add_arguments(parser):
     group.add_argument("--median-seqlen", type=bench._positive_int, dest="median_seqlen",
                        metavar="N", help="median of the lognormal (cpu 128, cuda 512)")
     group.add_argument("--seed", type=int, help="of the lengths and the inputs (default 0)")
+    group.add_argument("--thread-balance", action="store_true", dest="thread_balance",
+                       default=None, help="CPU: only the thread-balance measurement (about a "
+                                          "minute on 2 cores)")
 
 
-VARLEN_ONLY = ("total_tokens", "max_seqlen", "median_seqlen", "seed")
+BATCH_OPTIONS = ("total_tokens", "max_seqlen", "median_seqlen", "seed")
+VARLEN_ONLY = (*BATCH_OPTIONS, "thread_balance")
 DENSE_ONLY = ("seqlens", "batch", "plot")
 
 
@@ -148,7 +153,7 @@ def resolve_settings(args, device_type):
     if args.quick:
         settings = replace(settings, **QUICK[device_type])
     overrides = {name: getattr(args, name)
-                 for name in ("dtypes", "heads", "head_dim", "repeats", *VARLEN_ONLY)
+                 for name in ("dtypes", "heads", "head_dim", "repeats", *BATCH_OPTIONS)
                  if getattr(args, name) is not None}
     settings = replace(settings, **overrides)
     return replace(settings, median_seqlen=min(settings.median_seqlen, settings.max_seqlen))
@@ -478,6 +483,8 @@ def main(argv, args, parser):
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.thread_balance and device.type != "cpu":
+        parser.error("--thread-balance: CPU only (run it with --device cpu)")
     settings = resolve_settings(args, device.type)
     probe = measure.make_probe(device)
     table = sys.stderr if args.json == "-" else sys.stdout
@@ -489,17 +496,18 @@ def main(argv, args, parser):
     print(f"flashattn {__version__} varlen vs padding and nested tensors, torch "
           f"{torch.__version__}, {device.type} ({probe.describe()}), {settings.repeats} timed "
           f"repeats", file=table)
-    print(f"lengths (lognormal, median {settings.median_seqlen}, sigma {settings.sigma}, "
-          f"clipped to [1, {settings.max_seqlen}], seed {settings.seed}): "
-          f"count {summary['count']}, min {summary['min']}, median {summary['median']:g}, "
-          f"max {summary['max']}, total {summary['total']} tokens; padded to the max: "
-          f"{summary['count'] * summary['max']} tokens, "
-          f"{summary['count'] * summary['max'] ** 2 / sum(n * n for n in lengths):.1f}x the "
-          f"real attention work", file=table)
+    if not args.thread_balance:
+        print(f"lengths (lognormal, median {settings.median_seqlen}, sigma {settings.sigma}, "
+              f"clipped to [1, {settings.max_seqlen}], seed {settings.seed}): "
+              f"count {summary['count']}, min {summary['min']}, median {summary['median']:g}, "
+              f"max {summary['max']}, total {summary['total']} tokens; padded to the max: "
+              f"{summary['count'] * summary['max']} tokens, "
+              f"{summary['count'] * summary['max'] ** 2 / sum(n * n for n in lengths):.1f}x the "
+              f"real attention work", file=table)
     modes = bench.MODES if args.mode == "both" else (args.mode,)
     causal_flags = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     results = []
-    for mode in modes:
+    for mode in () if args.thread_balance else modes:
         for dtype in settings.dtypes:
             print(table_header(mode, bench._dtype_name(dtype), settings), file=table)
             for causal in causal_flags:
@@ -507,9 +515,10 @@ def main(argv, args, parser):
                                            device):
                     print(table_row(result), file=table, flush=True)
                     results.append(result)
-    print("\nvarlen_speedup = t_impl / t_flashattn-varlen per back-to-back pair, median; > 1: "
-          "varlen is faster. TFLOP/s counts only the real tokens' work for every "
-          "implementation.", file=table)
+    if results:
+        print("\nvarlen_speedup = t_impl / t_flashattn-varlen per back-to-back pair, median; "
+              "> 1: varlen is faster. TFLOP/s counts only the real tokens' work for every "
+              "implementation.", file=table)
 
     balances = []
     if device.type == "cpu" and torch.get_num_threads() < 2:

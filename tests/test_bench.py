@@ -359,6 +359,7 @@ def test_varlen_an_implementation_that_cannot_run_is_reported_not_available(monk
     (["--varlen", "--seqlens", "64"], "--varlen: --seqlens does not apply"),
     (["--varlen", "--plot", "out.svg"], "--varlen: --plot does not apply"),
     (["--total-tokens", "64"], "--total-tokens: only with --varlen"),
+    (["--thread-balance"], "--thread-balance: only with --varlen"),
 ])
 def test_varlen_options_of_the_other_mode_are_errors(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -371,3 +372,14 @@ def test_varlen_options_of_the_other_mode_are_errors(args, message, capsys):
 def bench_main(argv):
     from flashattn import bench
     return bench.main(argv)
+
+
+def test_varlen_thread_balance_alone(tmp_path):
+    out = tmp_path / "balance.json"
+    assert bench_main(["--varlen", "--thread-balance", "--device", "cpu", "--quick", "--threads",
+                       "2", "--mode", "fwd", "--causal", "yes", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["results"] == []
+    (balance,) = report["thread_balance"]
+    assert (balance["mode"], balance["causal"], balance["status"]) == ("fwd", True, "ok")
+    assert balance["speedup"] > 0 and balance["same_output"] is True
