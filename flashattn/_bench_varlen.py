@@ -210,12 +210,13 @@ class Batch:
 
     def __init__(self, lengths, heads, head_dim, dtype, device, with_grad, padded=True):
         self.lengths = lengths
-        self.max_len = max(lengths)
+        self.max_len, self.min_len = max(lengths), min(lengths)
         self.starts = [0]
         for length in lengths:
             self.starts.append(self.starts[-1] + length)
         self.cu_seqlens = torch.tensor(self.starts, dtype=torch.int32, device=device)
         self.seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)
+        self.offsets = self.cu_seqlens.long()  # what nested tensors take
         total = self.starts[-1]
         # Fresh random values: zeros would hide masking bugs.
         packed = [torch.randn(total, heads, head_dim, dtype=dtype, device=device)
@@ -281,10 +282,10 @@ def _sdpa_padded_forced_to(backend):
 
 
 def _sdpa_nested(batch, q, k, v, causal):
-    offsets = batch.cu_seqlens.long()
+    # (B, H, j, D) views of the packed tokens; given the lengths' bounds, torch needs no sync
     q, k, v = (torch.nested.nested_tensor_from_jagged(
-        t, offsets, min_seqlen=min(batch.lengths), max_seqlen=batch.max_len).transpose(1, 2)
-        for t in (q, k, v))  # (B, H, j, D) views of the packed tokens
+        t, batch.offsets, min_seqlen=batch.min_len, max_seqlen=batch.max_len).transpose(1, 2)
+        for t in (q, k, v))
     try:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     except RuntimeError as err:
