@@ -83,9 +83,10 @@ class Settings:
 
 # CUDA: issue 11's setting, 16k tokens up to 8k long, the 2048-wide model of bench.py's CUDA
 # defaults. CPU: a quarter of the tokens and of the lengths (the same seed and sigma draw the
-# CUDA batch's lengths divided by about 4), 8 heads of 64 as bench.py's CPU defaults: about 3-5
-# minutes on two cores, most of it in the padded SDPA math backward. The thread balance runs on
-# the CPU only, with 1 head (see balance_heads).
+# CUDA batch's lengths divided by about 4), 8 heads of 64 as bench.py's CPU defaults: 1.5
+# minutes on two idle AVX-512 cores, several times that on a busy machine, most of it in the
+# padded SDPA backends and nested tensors. The thread balance runs on the CPU only, with 1 head
+# (see balance_heads).
 DEFAULTS = {
     "cpu": Settings(dtypes=(torch.float32,), heads=8, head_dim=64, total_tokens=4096,
                     max_seqlen=2048, median_seqlen=128, sigma=1.0, seed=0, repeats=5, warmup=1,
@@ -106,9 +107,8 @@ HELP = ("Variable-length batch (--varlen): lognormal lengths (median --median-se
         "flashattn varlen against padding to the longest (flashattn's dense op and every SDPA "
         "backend) and nested-tensor SDPA; then, on the CPU, flashattn varlen with 1 thread "
         "against all on one 8192-token sequence and fifty of 100 (1 head; --thread-balance "
-        "alone, about a minute). Defaults: CPU float32, 8 heads of 64, 4096 tokens "
-        "up to 2048 long (about 3-5 minutes on 2 cores, most of it in the padded SDPA math "
-        "backward); CUDA bfloat16, 16 heads of 128, 16384 tokens up to 8192 long. --seqlens, "
+        "alone). Defaults: CPU float32, 8 heads of 64, 4096 tokens up to 2048 long (about 1.5 "
+        "minutes on 2 idle cores, several times that on a busy machine); CUDA bfloat16, 16 heads of 128, 16384 tokens up to 8192 long. --seqlens, "
         "--batch and --plot do not apply.")
 
 
@@ -125,8 +125,8 @@ def add_arguments(parser):
                        metavar="N", help="median of the lognormal (cpu 128, cuda 512)")
     group.add_argument("--seed", type=int, help="of the lengths and the inputs (default 0)")
     group.add_argument("--thread-balance", action="store_true", dest="thread_balance",
-                       default=None, help="CPU: only the thread-balance measurement (about a "
-                                          "minute on 2 cores)")
+                       default=None, help="CPU: only the thread-balance measurement (about 15 s "
+                                          "on 2 idle cores)")
 
 
 BATCH_OPTIONS = ("total_tokens", "max_seqlen", "median_seqlen", "seed")
