@@ -1,12 +1,14 @@
 """Measuring primitives of `python -m flashattn.bench`: per-device timers and peak-memory probes,
 and the error against the float64 reference.
 
-Nothing here knows about implementations or tables; bench.py composes these pieces.
+Nothing here knows about implementations or tables; bench.py (dense batches) and
+_bench_varlen.py (variable-length batches) compose these pieces.
 """
 import ctypes
 import gc
 import statistics
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -136,6 +138,45 @@ def cpu_tile_products_tflops(dtype, head_dim, seconds):
         gflops, what = internal.cpu_tile_products_gflops(dtype, head_dim, path, seconds)
         rates.append((what, gflops / 1e3, path == taken))
     return rates
+
+
+def warm_up_check_and_profile(result, step, check, probe, warmup):
+    """Calls step() warmup times, then fills result.max_err and result.dq_err from
+    check(out, grads) -> (max_err, dq_err or None) and result.peak_mb from one more call.
+    Returns why the implementation cannot run (its error and SDPA's warnings), or None."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # SDPA says why it rejects a backend only in warnings
+        try:
+            for _ in range(warmup):
+                out, grads = step()
+            result.max_err, result.dq_err = check(out, grads)
+            del out, grads
+            result.peak_mb = probe.peak_extra_mb(step)
+        except (RuntimeError, MemoryError) as err:  # NotImplementedError and OOM included
+            return "; ".join(first_line(e) for e in [err, *(w.message for w in caught)])
+    return None
+
+
+def time_in_alternation(steps, probe, repeats):
+    """{name: [ms, ...]}: each repeat calls every step once, back to back."""
+    names = list(steps)
+    times = {name: [] for name in names}
+    for repeat in range(repeats if names else 0):
+        # Rotating who goes first spreads order effects (caches, clocks) over all of them.
+        first = repeat % len(names)
+        for name in names[first:] + names[:first]:
+            times[name].append(probe.time_ms(steps[name]))
+    return times
+
+
+def paired_speedup(samples, baseline):
+    """Median over the repeats of t / t_baseline, for calls made back to back: > 1, the
+    baseline is faster."""
+    return statistics.median(t / t_base for t, t_base in zip(samples, baseline))
+
+
+def first_line(message):
+    return str(message).strip().splitlines()[0] if str(message).strip() else type(message).__name__
 
 
 def make_probe(device):

@@ -12,7 +12,6 @@ import json
 import math
 import statistics
 import sys
-import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Optional
 
@@ -23,6 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from . import __version__
 from . import _bench_measure as measure
 from . import _bench_plot as plot
+from . import _bench_varlen as varlen
 from .interface import scaled_dot_product_attention as flashattn_sdpa
 
 FLASHATTN = "flashattn"
@@ -190,29 +190,14 @@ def measure_case(case, impls, probe, settings, device):
 
 def _warm_up_check_and_profile(result, step, references, probe, warmup):
     """Fills errors and peak memory; returns why the implementation cannot run this case, if so."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")  # SDPA says why it rejects a backend only in warnings
-        try:
-            for _ in range(warmup):
-                out, grads = step()
-            result.max_err = measure.max_error(out, references, "out")
-            if grads is not None:
-                result.dq_err = measure.max_error(grads[0], references, "dq")
-            del out, grads
-            result.peak_mb = probe.peak_extra_mb(step)
-        except (RuntimeError, MemoryError) as err:  # NotImplementedError and OOM included
-            return "; ".join(_first_line(e) for e in [err, *(w.message for w in caught)])
-    return None
+    def check(out, grads):
+        return (measure.max_error(out, references, "out"),
+                None if grads is None else measure.max_error(grads[0], references, "dq"))
+    return measure.warm_up_check_and_profile(result, step, check, probe, warmup)
 
 
 def _time_in_alternation(steps, results, probe, repeats, case):
-    names = list(steps)
-    times = {name: [] for name in names}
-    for repeat in range(repeats if names else 0):
-        # Rotating who goes first spreads order effects (caches, clocks) over all of them.
-        first = repeat % len(names)
-        for name in names[first:] + names[:first]:
-            times[name].append(probe.time_ms(steps[name]))
+    times = measure.time_in_alternation(steps, probe, repeats)
     for name, samples in times.items():
         result = results[name]
         result.times_ms = samples
@@ -221,12 +206,7 @@ def _time_in_alternation(steps, results, probe, repeats, case):
     if FLASHATTN in times:
         for name, samples in times.items():
             if name != FLASHATTN:
-                results[name].speedup = statistics.median(
-                    t / t_fa for t, t_fa in zip(samples, times[FLASHATTN]))
-
-
-def _first_line(message):
-    return str(message).strip().splitlines()[0] if str(message).strip() else type(message).__name__
+                results[name].speedup = measure.paired_speedup(samples, times[FLASHATTN])
 
 
 def _dtype_name(dtype):
@@ -406,7 +386,10 @@ def parse_args(argv):
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
                    help="machine-readable results to FILE, or to stdout (the table then goes "
                         "to stderr)")
-    return p, p.parse_args(argv)
+    varlen.add_arguments(p)
+    args = p.parse_args(argv)
+    varlen.check_arguments(p, args)
+    return p, args
 
 
 def resolve_settings(args, device_type):
@@ -431,6 +414,8 @@ def enumerate_cases(args, settings):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser, args = parse_args(argv)
+    if args.varlen:
+        return varlen.main(argv, args, parser)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

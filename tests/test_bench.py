@@ -1,9 +1,11 @@
-"""`python -m flashattn.bench` runs end to end: its JSON has the promised structure with small,
-finite errors, and `--plot` draws with matplotlib in the format the file name asks for, or fails
-before the benchmark. Speed is not tested here, only that it runs."""
+"""`python -m flashattn.bench` runs end to end, dense and --varlen: its JSON has the promised
+structure with small, finite errors (and, for --varlen, FLOPs that count only the real tokens),
+and `--plot` draws with matplotlib in the format the file name asks for, or fails before the
+benchmark. Speed is not tested here, only that it runs."""
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import warnings
@@ -181,3 +183,203 @@ def test_flops_follow_the_flashattention_convention():
     assert flops("fwd", False) == forward
     assert flops("fwd", True) == forward / 2
     assert flops("fwdbwd", False) == 3.5 * forward
+
+
+# --varlen: a packed batch of variable-length sequences against padding and nested tensors.
+VARLEN_IMPLS = {"flashattn-varlen", "flashattn-padded", "sdpa-flash", "sdpa-math", "sdpa-nested"}
+# Ours run every case on the CPU; torch's may refuse one (a mask, nested tensors), with a reason.
+VARLEN_MUST_RUN = {"flashattn-varlen", "flashattn-padded"}
+# The smallest varlen run: one case, a handful of short sequences, a tiny thread-balance batch.
+TINY_VARLEN = ["--varlen", "--device", "cpu", "--quick", "--mode", "fwd", "--causal", "no",
+               "--total-tokens", "96", "--max-seqlen", "32", "--median-seqlen", "8"]
+
+
+@pytest.fixture(scope="module")
+def varlen_run():
+    """One --varlen --quick run shared by the tests: JSON on stdout, table on stderr. Two
+    threads even on a one-core machine, so that the thread balance is measured."""
+    proc = run_python(["-m", "flashattn.bench", "--varlen", "--quick", "--device", "cpu",
+                       "--threads", "2", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr
+
+
+def expected_flops(lengths, heads, head_dim, causal, mode):
+    """FlashAttention's convention, counted here independently of the bench: per sequence
+    4·H·L²·d forward, halved when causal; 3.5x for forward+backward; summed."""
+    total = 0
+    for length in lengths:
+        forward = 4 * heads * length * length * head_dim
+        if causal:
+            forward = forward / 2
+        total += forward * 3.5 if mode == "fwdbwd" else forward
+    return total
+
+
+def test_varlen_batch_is_the_promised_lengths(varlen_run):
+    report, table = varlen_run
+    meta = report["meta"]
+    lengths = meta["lengths"]
+    assert sum(lengths) == meta["total_tokens"]
+    assert all(1 <= n <= meta["max_seqlen"] for n in lengths)
+    assert len(set(lengths)) > 1  # variable lengths, not one repeated
+    summary = meta["lengths_summary"]
+    assert summary == {"count": len(lengths), "min": min(lengths), "max": max(lengths),
+                       "median": statistics.median(lengths), "total": sum(lengths)}
+    assert (f"count {summary['count']}, min {summary['min']}, median {summary['median']:g}, "
+            f"max {summary['max']}") in table
+    # A fixed seed: the same options draw the same batch.
+    from flashattn._bench_varlen import sample_lengths
+    assert sample_lengths(meta["total_tokens"], meta["max_seqlen"], meta["median_seqlen"],
+                          meta["sigma"], meta["seed"]) == lengths
+
+
+def test_varlen_every_implementation_in_every_case(varlen_run):
+    report, _ = varlen_run
+    cases = {}
+    for r in report["results"]:
+        cases.setdefault((r["mode"], r["dtype"], r["causal"]), []).append(r["impl"])
+    assert set(cases) == {(mode, "float32", causal)
+                          for mode in ("fwd", "fwdbwd") for causal in (False, True)}
+    for case, impls in cases.items():
+        assert sorted(impls) == sorted(VARLEN_IMPLS), case
+
+
+def test_varlen_results_are_right_or_say_why_not(varlen_run):
+    report, _ = varlen_run
+    meta = report["meta"]
+    for r in report["results"]:
+        where = f"{r['impl']} {r['mode']} causal={r['causal']}"
+        if r["impl"] in VARLEN_MUST_RUN:
+            assert r["status"] == "ok", f"{where}: {r['reason']}"
+        assert r["status"] in ("ok", "n/a"), where
+        if r["status"] == "n/a":
+            assert isinstance(r["reason"], str) and r["reason"].strip(), where
+            assert r["time_ms"] is None and r["tflops"] is None, where
+            continue
+        errors = [r["max_err"]] + ([r["dq_err"]] if r["mode"] == "fwdbwd" else [])
+        assert r["dq_err"] is None or r["mode"] == "fwdbwd", where
+        for err in errors:
+            assert isinstance(err, float) and math.isfinite(err), f"{where}: error {err}"
+            assert err < MAX_FLOAT32_ERROR, f"{where}: error {err}"
+        assert len(r["times_ms"]) == meta["repeats"], where
+        assert r["time_ms"] > 0 and r["tokens_per_s"] > 0 and r["tflops"] > 0, where
+        assert r["tokens_per_s"] == pytest.approx(meta["total_tokens"] / (r["time_ms"] / 1e3))
+        assert r["tflops"] == pytest.approx(r["flops"] / (r["time_ms"] / 1e3) / 1e12)
+        assert (r["varlen_speedup"] is None) == (r["impl"] == "flashattn-varlen"), where
+        assert r["varlen_speedup"] is None or r["varlen_speedup"] > 0, where
+
+
+def test_varlen_flops_count_only_the_real_tokens(varlen_run):
+    report, _ = varlen_run
+    meta = report["meta"]
+    for r in report["results"]:
+        # Padded implementations are credited with the real work too: their TFLOP/s shows
+        # the waste.
+        assert r["flops"] == expected_flops(meta["lengths"], meta["heads"], meta["head_dim"],
+                                            r["causal"], r["mode"]), r["impl"]
+    padded = meta["lengths_summary"]["count"] * meta["lengths_summary"]["max"]
+    assert meta["padded_tokens"] == padded > meta["total_tokens"]
+
+
+def test_varlen_thread_balance(varlen_run):
+    report, table = varlen_run
+    balance = report["thread_balance"]
+    assert {(b["mode"], b["causal"]) for b in balance} == {
+        (mode, causal) for mode in ("fwd", "fwdbwd") for causal in (False, True)}
+    batch = report["meta"]["thread_balance_batch"]
+    assert batch["lengths"][0] > batch["lengths"][1] and len(set(batch["lengths"][1:])) == 1
+    for b in balance:
+        assert b["status"] == "ok", b["reason"]
+        assert b["threads"] == 2
+        assert b["same_output"] is True  # the CPU kernels' results do not depend on threads
+        assert b["time_ms_1_thread"] > 0 and b["time_ms_all_threads"] > 0
+        assert b["speedup"] > 0 and b["tflops_all_threads"] > 0
+        assert len(b["times_ms_1_thread"]) == len(b["times_ms_all_threads"]) == 5
+    assert "thread balance: flashattn-varlen on one" in table
+
+
+def test_varlen_sample_lengths():
+    from flashattn._bench_varlen import sample_lengths
+
+    lengths = sample_lengths(16384, 8192, 512, 1.0, seed=0)
+    assert sum(lengths) == 16384 and all(1 <= n <= 8192 for n in lengths)
+    assert sample_lengths(16384, 8192, 512, 1.0, seed=0) == lengths
+    assert sample_lengths(16384, 8192, 512, 1.0, seed=1) != lengths
+    clipped = sample_lengths(5000, 100, 512, 1.0, seed=0)
+    assert sum(clipped) == 5000 and max(clipped) == 100
+
+
+def test_varlen_flops_follow_the_flashattention_convention():
+    from flashattn._bench_varlen import real_flops
+
+    lengths = [1000, 37, 1]
+    forward = sum(4 * 16 * n * n * 128 for n in lengths)
+    assert real_flops(lengths, 16, 128, False, "fwd") == forward
+    assert real_flops(lengths, 16, 128, True, "fwd") == forward / 2
+    assert real_flops(lengths, 16, 128, False, "fwdbwd") == 3.5 * forward
+    assert real_flops(lengths, 16, 128, True, "fwdbwd") == 3.5 * forward / 2
+
+
+def test_varlen_check_catches_padded_keys_that_take_part(monkeypatch, tmp_path):
+    # flash_attn_func without a key mask lets the real queries see the padded (zero) keys:
+    # the check on the real rows must see that, or it would pass any padding bug.
+    from flashattn import _bench_varlen, flash_attn_func
+
+    monkeypatch.setattr(_bench_varlen, "_padded",
+                        lambda batch, q, k, v, causal: flash_attn_func(q, k, v, causal=causal))
+    out = tmp_path / "varlen.json"
+    assert bench_main([*TINY_VARLEN, "--json", str(out)]) == 0
+    by_impl = {r["impl"]: r for r in json.loads(out.read_text())["results"]}
+    assert by_impl["flashattn-padded"]["max_err"] > 1e-2
+    assert by_impl["flashattn-varlen"]["max_err"] < MAX_FLOAT32_ERROR
+
+
+def test_varlen_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch,
+                                                                            tmp_path):
+    from flashattn import _bench_varlen
+
+    def not_built(*args, **kwargs):
+        raise NotImplementedError("flashattn::fwd: no kernel for this device\nsecond line")
+
+    monkeypatch.setattr(_bench_varlen, "flash_attn_varlen_func", not_built)
+    out = tmp_path / "varlen.json"
+    assert bench_main([*TINY_VARLEN, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    by_impl = {r["impl"]: r for r in report["results"]}
+    assert by_impl["flashattn-varlen"]["status"] == "n/a"
+    assert by_impl["flashattn-varlen"]["reason"] == "flashattn::fwd: no kernel for this device"
+    assert by_impl["sdpa-math"]["status"] == "ok"
+    assert by_impl["sdpa-math"]["varlen_speedup"] is None
+    for b in report["thread_balance"]:
+        assert b["status"] == "n/a" and "no kernel" in b["reason"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--varlen", "--seqlens", "64"], "--varlen: --seqlens does not apply"),
+    (["--varlen", "--plot", "out.svg"], "--varlen: --plot does not apply"),
+    (["--total-tokens", "64"], "--total-tokens: only with --varlen"),
+    (["--thread-balance"], "--thread-balance: only with --varlen"),
+])
+def test_varlen_options_of_the_other_mode_are_errors(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench_main(["--device", "cpu", "--quick", *args])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and message in err
+
+
+def bench_main(argv):
+    from flashattn import bench
+    return bench.main(argv)
+
+
+def test_varlen_thread_balance_alone(tmp_path):
+    out = tmp_path / "balance.json"
+    assert bench_main(["--varlen", "--thread-balance", "--device", "cpu", "--quick", "--threads",
+                       "2", "--mode", "fwd", "--causal", "yes", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["results"] == []
+    (balance,) = report["thread_balance"]
+    assert (balance["mode"], balance["causal"], balance["status"]) == ("fwd", True, "ok")
+    assert balance["speedup"] > 0 and balance["same_output"] is True
