@@ -142,6 +142,8 @@ void release_barrier(SimBlock& block) {
                    " (every live thread must reach the same __syncthreads): " +
                    describe_waiters(block));
   }
+  flush_accesses(block);
+  count_barrier(block);
   for (SimThread& thread : block.threads) {
     if (thread.status == ThreadStatus::AtBarrier) thread.status = ThreadStatus::Ready;
   }
@@ -162,6 +164,7 @@ void run_block(SimBlock& block, Permuter& order) {
     thread.mailbox = LaneMailbox{};
     thread.uncommitted_copies.clear();
     thread.copy_groups.clear();
+    thread.accesses.clear();
     thread.fiber->reset(&thread_body, &thread);
   }
   for (SimWarp& warp : block.warps) {
@@ -172,7 +175,10 @@ void run_block(SimBlock& block, Permuter& order) {
     for (unsigned w : order.permutation(static_cast<unsigned>(block.warps.size()))) {
       run_warp(block, block.warps[w], order);
     }
-    if (all_exited(block)) return;
+    if (all_exited(block)) {
+      flush_accesses(block);
+      return;
+    }
     release_barrier(block);
   }
 }
