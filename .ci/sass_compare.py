@@ -63,7 +63,6 @@ def nvcc_command(root, src, cubin, arch):
             "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
             "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
             "--expt-relaxed-constexpr", "-O3", "--use_fast_math", "-Xptxas=-v",
-            "-DFLASHATTN_WITH_CUDA",
             "-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=_C", "-std=c++20",
             src, "-o", cubin]
 
