@@ -51,7 +51,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import time
 from fractions import Fraction
@@ -350,7 +349,7 @@ def model_ours(family, d, causal, launches, regs, gpus):
                      barriers=c["barriers"], modeled={})
         for key, gpu in gpus.items():
             if kind in ("bwd_dot_do_o_kernel", "bwd_convert_dq_kernel"):
-                d_tile = launch_d_tile(launches, d)
+                d_tile = next(t for t in (32, 64, 96, 128, 192, 256) if t >= d)  # dispatch.h
                 hbm = row_kernel_hbm(kind, d, d_tile, family == "bwd") * bh
                 t = hbm / gpu.hbm_bytes_per_s + gpu_specs.LAUNCH_OVERHEAD_S
                 entry["modeled"][key] = dict(seconds=t, bound="hbm")
@@ -371,10 +370,6 @@ def model_ours(family, d, causal, launches, regs, gpus):
             time_by_gpu[key] += entry["modeled"][key]["seconds"]
         kernels.append(entry)
     return kernels, totals, time_by_gpu
-
-
-def launch_d_tile(launches, d):
-    return next(t for t in (32, 64, 96, 128, 192, 256) if t >= d)
 
 
 # ---- FA2 on paper ----
