@@ -219,6 +219,14 @@ def test_bwd_deterministic_same_bits_under_every_schedule(sim, schedule, head_di
     assert all(torch.equal(a, b) for a, b in zip(grads, again)), schedule
 
 
+def test_bwd_deterministic_query_tile_that_sees_nothing(sim):
+    """Rows 0-119 see no key: the dQ kernel's first CTA (64 rows) skips its key loop and exits
+    right after its Q/dO copies, which its final cp_async_wait_all() must retire."""
+    q, k, v = make_qkv(1, 130, 10, 2, 1, 64, torch.bfloat16, sim.device)
+    dq, _, _ = check_backward(sim, q, k, v, MASKS["causal"], deterministic=True)
+    assert torch.all(dq[:, :120] == 0)
+
+
 def test_bwd_rows_that_see_nothing(sim):
     q, k, v = make_qkv(1, 70, 10, 2, 2, 64, torch.float16, sim.device)
     dq, _, _ = check_backward(sim, q, k, v, MASKS["causal"], with_dlse=True)

@@ -25,6 +25,10 @@ CASES = {
                  ["deadlock_barrier", "deadlock_shuffle"]),
     "pending_cp_async": (r"cp\.async issued here is still pending when the thread returns",
                          ["pending_copy"]),
+    "pending_cp_async_behind_empty_group": (
+        r"cp\.async issued here is still pending when the thread returns .*"
+        r"\[kernel misuse::cp_async_pending_behind_empty_group\(uint4 const\*\)",
+        ["pending_behind_empty"]),
     "ldmatrix_misaligned": (r"ldmatrix\.x4: lane 5's row address .* not 16-byte aligned",
                             ["misaligned"]),
     "ldmatrix_not_shared": (r"ldmatrix\.x1: lane 0's row address .* inside dynamic shared memory",
@@ -58,6 +62,12 @@ def test_misuse_is_reported_with_call_site(case):
 
 def test_opted_in_large_smem_launches():
     out = run(program("misuse_test"), "smem_over_48k_with_opt_in")
+    assert out.returncode == 0 and "no error" in out.stdout, out.stdout + out.stderr
+
+
+def test_only_empty_cp_async_groups_at_exit_are_legal():
+    """Empty commit groups carry no copy: a thread may return with them outstanding."""
+    out = run(program("misuse_test"), "only_empty_cp_async_groups_pending")
     assert out.returncode == 0 and "no error" in out.stdout, out.stdout + out.stderr
 
 

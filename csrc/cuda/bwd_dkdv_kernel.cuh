@@ -101,9 +101,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     const int64_t d_row0 = query_row_index(p, seq, head, m_start);
     for (int i = threadIdx.x; i < kBlockM; i += kNThreads) {
       const bool valid = i < rows_valid;
-      lse_smem[stage * kBlockM + i] =
+      FLASHATTN_SMEM(lse_smem)[stage * kBlockM + i] =
           valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, q_row + i)) : 0.f;
-      dsum_smem[stage * kBlockM + i] = valid ? d_gmem[d_row0 + i] : 0.f;
+      FLASHATTN_SMEM(dsum_smem)[stage * kBlockM + i] = valid ? d_gmem[d_row0 + i] : 0.f;
     }
   };
 
@@ -221,12 +221,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         float x = rules.log2_logit(s_rmem[j][c], query, kv, dlogit_ds);
         if (mask_class == kMaskRead && in_range)
           x += mask_bias(p.mask, batch, head, query, kv) * kLog2e;
-        const float prob = visible ? ptx::exp2_approx(x - lse_log2[col]) : 0.f;
+        const float prob = visible ? ptx::exp2_approx(x - FLASHATTN_SMEM(lse_log2)[col]) : 0.f;
         // Dropout: dV takes the dropped P, dS the dropped dP (P * (dP * Z / (1 - p) - D)).
         const float kept = p.dropout.on() ? kept_factor(p.dropout, keep, 4 * j + c) : 1.f;
         s_rmem[j][c] = prob * kept;
         if constexpr (ComputeDk) {
-          const float ds = prob * (dp_rmem[j][c] * kept - dsum[col]);  // dL / dlogit
+          // dL / dlogit
+          const float ds = prob * (dp_rmem[j][c] * kept - FLASHATTN_SMEM(dsum)[col]);
           if (p.dmask != nullptr && in_range)
             p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
                         p.seqlen_k + kv] = ds;
@@ -277,7 +278,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         for (int c = 0; c < 4; ++c) {
           const int query = j * kMmaN + lane_col + c % 2;
           const int kv = warp_key0 + lane / 4 + (c / 2) * kRowOffsetHi;
-          ds_smem[query * kDsStride + kv] =
+          FLASHATTN_SMEM(ds_smem)[query * kDsStride + kv] =
               static_cast<uint16_t>(pack_rn<Element>(dp_rmem[j][c], 0.f));
         }
       __syncthreads();

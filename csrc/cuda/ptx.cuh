@@ -9,16 +9,28 @@
 
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
 #include "cudasim.h"
+// A __device__ helper that issues wrappers on its caller's behalf (tile_io.cuh) takes
+// FLASHATTN_CALLER_SITE as its last parameter and passes FLASHATTN_CALLER_SITE_ARGS on, so the
+// shim's messages and counters name the kernel's line. Both are empty under nvcc.
+#define FLASHATTN_CALLER_SITE , const char *file = __builtin_FILE(), int line = __builtin_LINE()
+#define FLASHATTN_CALLER_SITE_ARGS , file, line
 #define FLASHATTN_PTX_DEVICE inline
 #define FLASHATTN_PTX_SITE , const char *file = __builtin_FILE(), int line = __builtin_LINE()
 #define FLASHATTN_PTX_SITE_ONLY const char *file = __builtin_FILE(), int line = __builtin_LINE()
 // Dynamic shared memory: 128-byte aligned, exact size, refilled with 0xFF before each block.
 #define FLASHATTN_DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(::cudasim::dynamic_smem())
+// Counted plain accesses (see CountedPointer below).
+#define FLASHATTN_SMEM(ptr) (::flashattn::ptx::counted_pointer(true, (ptr)))
+#define FLASHATTN_GMEM(ptr) (::flashattn::ptx::counted_pointer(false, (ptr)))
 #else
+#define FLASHATTN_CALLER_SITE
+#define FLASHATTN_CALLER_SITE_ARGS
 #define FLASHATTN_PTX_DEVICE __device__ __forceinline__
 #define FLASHATTN_PTX_SITE
 #define FLASHATTN_PTX_SITE_ONLY
 #define FLASHATTN_DYNAMIC_SMEM(type, name) extern __shared__ __align__(128) type name[]
+#define FLASHATTN_SMEM(ptr) (ptr)
+#define FLASHATTN_GMEM(ptr) (ptr)
 #endif
 
 namespace flashattn {
@@ -26,6 +38,64 @@ namespace ptx {
 
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
 
+// Plain shared- and global-memory accesses, visible to the shim's counters (README.md,
+// "Counters"): wrap the pointer, keep the access as written.
+//   x = FLASHATTN_SMEM(a)[i];   FLASHATTN_SMEM(a)[i] = x;   ld.shared, st.shared
+//   FLASHATTN_GMEM(out)[i] = x;   *FLASHATTN_GMEM(p) = x;   st.global (ld.global likewise)
+// Under nvcc each macro is its parenthesized pointer, so the access is token for token the one
+// it replaces and the SASS cannot change (.ci/sass_compare.py checks it; an inline function
+// returning the pointer did change register allocation). Under the shim it is an accessor that
+// counts each element access at the macro's line, then makes it.
+template <class T>
+class CountedElement {
+ public:
+  CountedElement(T* ptr, bool shared, const char* file, int line)
+      : ptr_(ptr), shared_(shared), file_(file), line_(line) {}
+  void operator=(T value) const { store(value); }
+  // a[i] = b[j] between two accessors stores an element; it does not copy the accessor.
+  void operator=(const CountedElement& other) const { store(static_cast<T>(other)); }
+  operator T() const {
+    count(shared_ ? ::cudasim::detail::Access::SmemLoad : ::cudasim::detail::Access::GmemLoad);
+    return *ptr_;
+  }
+
+ private:
+  void store(T value) const {
+    count(shared_ ? ::cudasim::detail::Access::SmemStore : ::cudasim::detail::Access::GmemStore);
+    *ptr_ = value;
+  }
+  void count(::cudasim::detail::Access kind) const {
+    if (::cudasim::detail::counting_on())
+      ::cudasim::detail::count_access(kind, ptr_, sizeof(T), file_, line_);
+  }
+  T* ptr_;
+  bool shared_;
+  const char* file_;
+  int line_;
+};
+
+template <class T>
+class CountedPointer {
+ public:
+  CountedPointer(T* ptr, bool shared, const char* file, int line)
+      : ptr_(ptr), shared_(shared), file_(file), line_(line) {}
+  template <class Index>
+  CountedElement<T> operator[](Index i) const {
+    return CountedElement<T>(ptr_ + i, shared_, file_, line_);
+  }
+  CountedElement<T> operator*() const { return CountedElement<T>(ptr_, shared_, file_, line_); }
+
+ private:
+  T* ptr_;
+  bool shared_;
+  const char* file_;
+  int line_;
+};
+
+template <class T>
+FLASHATTN_PTX_DEVICE CountedPointer<T> counted_pointer(bool shared, T* ptr FLASHATTN_PTX_SITE) {
+  return CountedPointer<T>(ptr, shared, file, line);
+}
 FLASHATTN_PTX_DEVICE uint32_t smem_u32addr(const void* smem_ptr FLASHATTN_PTX_SITE) {
   return ::cudasim::detail::smem_offset(smem_ptr, file, line);
 }

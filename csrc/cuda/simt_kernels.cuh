@@ -31,7 +31,7 @@ __device__ __forceinline__ void load_rows_f32(float* rows_smem,        // [kRows
                                               int cols_valid) {
   for (int i = threadIdx.x; i < kRows * kHeadDim; i += kNThreads) {
     const int r = i / kHeadDim, c = i % kHeadDim;
-    rows_smem[r * kStride + c] =
+    FLASHATTN_SMEM(rows_smem)[r * kStride + c] =
         r < rows_valid && c < cols_valid ? rows_gmem[r * row_stride + c] : 0.f;
   }
 }
@@ -55,7 +55,7 @@ template <int kHeadDim>
 __device__ __forceinline__ float dot_row(const float* a, const float* b) {
   float sum = 0.f;
 #pragma unroll 8
-  for (int c = 0; c < kHeadDim; ++c) sum = fmaf(a[c], b[c], sum);
+  for (int c = 0; c < kHeadDim; ++c) sum = fmaf(FLASHATTN_SMEM(a)[c], FLASHATTN_SMEM(b)[c], sum);
   return sum;
 }
 
@@ -67,7 +67,7 @@ __device__ __forceinline__ void accumulate_rows(float (&acc)[kColsPerLane], floa
     const float coef_j = __shfl_sync(kFullWarpMask, coef, j);
 #pragma unroll
     for (int t = 0; t < kColsPerLane; ++t)
-      acc[t] = fmaf(coef_j, rows_smem[j * kStride + lane + t * kWarpSize], acc[t]);
+      acc[t] = fmaf(coef_j, FLASHATTN_SMEM(rows_smem)[j * kStride + lane + t * kWarpSize], acc[t]);
   }
 }
 
@@ -299,9 +299,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
         seq.seqlen_q - m_start, p.head_dim);
     for (int i = threadIdx.x; i < kWarpSize; i += kNThreads) {
       const bool valid = m_start + i < seq.seqlen_q;
-      lse_smem[i] =
+      FLASHATTN_SMEM(lse_smem)[i] =
           valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, q_row0 + i)) : 0.f;
-      dsum_smem[i] = valid ? d_gmem[d_row0 + i] : 0.f;
+      FLASHATTN_SMEM(dsum_smem)[i] = valid ? d_gmem[d_row0 + i] : 0.f;
     }
     __syncthreads();
     const LogitRules rules = LogitRules::make(p, seq, batch, head);
@@ -314,9 +314,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     float x = rules.log2_logit(s, query, key, dlogit_ds);
     if (mask_class == kMaskRead && visible)
       x += mask_bias(p.mask, batch, head, query, key) * kLog2e;
-    const float prob = visible ? exp2f(x - lse_smem[lane]) : 0.f;
+    const float prob = visible ? exp2f(x - FLASHATTN_SMEM(lse_smem)[lane]) : 0.f;
     const float kept = dropout_factor(p.dropout, dropout, batch, head, query, key);
-    const float ds = prob * (dp * kept - dsum_smem[lane]);  // dL / dlogit
+    const float ds = prob * (dp * kept - FLASHATTN_SMEM(dsum_smem)[lane]);  // dL / dlogit
     if (p.dmask != nullptr && query < seq.seqlen_q && key < seq.seqlen_k)
       p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
                   p.seqlen_k + key] = ds;

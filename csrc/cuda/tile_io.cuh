@@ -33,7 +33,7 @@ template <int kRows, int kCols, int kSmemStride, int kNThreads>
 __device__ __forceinline__ void load_tile_async(
     uint16_t* tile_smem,        // [kRows, kSmemStride]
     const uint16_t* tile_gmem,  // [rows_valid, cols_valid], rows row_stride apart
-    int64_t row_stride, int rows_valid, int cols_valid, bool aligned) {
+    int64_t row_stride, int rows_valid, int cols_valid, bool aligned FLASHATTN_CALLER_SITE) {
   constexpr int kChunksPerRow = kCols / kChunkElems;
   constexpr int kChunks = kRows * kChunksPerRow;
   static_assert(kCols % kChunkElems == 0, "tile width must be whole 16-byte chunks");
@@ -47,10 +47,11 @@ __device__ __forceinline__ void load_tile_async(
     // is ever formed.
     const uint16_t* src = n_valid > 0 ? tile_gmem + row * row_stride + col : tile_gmem;
     if (aligned) {
-      ptx::cp_async_16(dst, src, n_valid * kElemBytes16);
+      ptx::cp_async_16(dst, src, n_valid * kElemBytes16 FLASHATTN_CALLER_SITE_ARGS);
     } else {
 #pragma unroll
-      for (int e = 0; e < kChunkElems; ++e) dst[e] = e < n_valid ? src[e] : uint16_t{0};
+      for (int e = 0; e < kChunkElems; ++e)
+        FLASHATTN_SMEM(dst)[e] = e < n_valid ? src[e] : uint16_t{0};
     }
   }
 }
@@ -82,10 +83,10 @@ __device__ __forceinline__ void store_accumulator_rows(
       const uint32_t pair =
           pack_rn<Element>(acc[d][2 * r] * row_scale[r], acc[d][2 * r + 1] * row_scale[r]);
       if (pair_aligned && col + 1 < cols_valid) {
-        *reinterpret_cast<uint32_t*>(out_row + col) = pair;
+        *FLASHATTN_GMEM(reinterpret_cast<uint32_t*>(out_row + col)) = pair;
       } else {
-        out_row[col] = static_cast<uint16_t>(pair);
-        if (col + 1 < cols_valid) out_row[col + 1] = static_cast<uint16_t>(pair >> 16);
+        FLASHATTN_GMEM(out_row)[col] = static_cast<uint16_t>(pair);
+        if (col + 1 < cols_valid) FLASHATTN_GMEM(out_row)[col + 1] = static_cast<uint16_t>(pair >> 16);
       }
     }
   }

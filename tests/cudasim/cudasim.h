@@ -14,6 +14,7 @@
 #define FLASHATTN_CUDASIM 1
 #endif
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 // In host mode the toolkit headers define __host__/__device__/__global__/__shared__ as nothing,
 // __forceinline__ and __align__ as GNU attributes, and give host-usable dim3, uint4, float4 and
@@ -103,6 +105,72 @@ constexpr size_t kMaxDynamicSmemBytes = 227 * 1024;
 constexpr size_t kDefaultDynamicSmemBytes = 48 * 1024;
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
 void set_max_dynamic_smem(const void* kernel_id, size_t bytes);
+
+// ---- Counters: what the kernels do, per launch and per kernel (README.md, "Counters"). ----
+// Off by default; while off, the hooks below cost one relaxed atomic load and count nothing.
+// Warp-level instructions are counted once per warp; "wavefronts" are shared-memory passes,
+// computed from the 32 lanes' addresses as the hardware's 32 four-byte banks serve them.
+struct Counters {
+  uint64_t blocks = 0;    // CTAs run
+  uint64_t barriers = 0;  // __syncthreads, once per CTA per barrier
+  uint64_t shuffles = 0;  // __shfl*_sync, warp instructions
+  uint64_t mma_m16n8k16_f16 = 0, mma_m16n8k16_bf16 = 0;  // mma.sync, warp instructions
+  // ldmatrix warp instructions by [trans][x1, x2, x4].
+  uint64_t ldmatrix[2][3] = {};
+  uint64_t ldmatrix_wavefronts = 0, ldmatrix_wavefronts_ideal = 0;
+  // ld.shared / st.shared through FLASHATTN_SMEM (csrc/cuda/ptx.cuh).
+  uint64_t lds_instructions = 0, lds_wavefronts = 0, lds_wavefronts_ideal = 0;
+  uint64_t sts_instructions = 0, sts_wavefronts = 0, sts_wavefronts_ideal = 0;
+  // cp.async: warp instructions, 16-byte copies, bytes read from global (src_bytes), the
+  // 32-byte global sectors they touch, and the shared-memory wavefronts of their 16-byte writes.
+  uint64_t cp_async_instructions = 0, cp_async_copies = 0, cp_async_bytes = 0;
+  uint64_t cp_async_sectors = 0;
+  uint64_t cp_async_smem_wavefronts = 0, cp_async_smem_wavefronts_ideal = 0;
+  // Global loads and stores through FLASHATTN_GMEM: warp instructions (requests), bytes, sectors.
+  uint64_t gmem_load_instructions = 0, gmem_load_bytes = 0, gmem_load_sectors = 0;
+  uint64_t gmem_store_instructions = 0, gmem_store_bytes = 0, gmem_store_sectors = 0;
+  // atomicAdd/Sub/Max/Min/Exch/CAS: per-thread operations, warp instructions, sectors, and
+  // operations by operand width (4 and 8 bytes; other widths in atomic_ops_other).
+  uint64_t atomic_ops = 0, atomic_instructions = 0, atomic_sectors = 0;
+  uint64_t atomic_ops_4b = 0, atomic_ops_8b = 0, atomic_ops_other = 0;
+
+  uint64_t mma() const { return mma_m16n8k16_f16 + mma_m16n8k16_bf16; }
+  uint64_t smem_wavefronts() const {
+    return ldmatrix_wavefronts + lds_wavefronts + sts_wavefronts + cp_async_smem_wavefronts;
+  }
+  uint64_t smem_wavefronts_ideal() const {
+    return ldmatrix_wavefronts_ideal + lds_wavefronts_ideal + sts_wavefronts_ideal +
+           cp_async_smem_wavefronts_ideal;
+  }
+  uint64_t global_sectors() const {
+    return cp_async_sectors + gmem_load_sectors + gmem_store_sectors + atomic_sectors;
+  }
+  Counters& operator+=(const Counters& other);
+};
+
+struct LaunchCounters {
+  std::string kernel;
+  dim3 grid, block;
+  size_t smem_bytes = 0;
+  Counters counters;
+};
+
+void enable_counters(bool on);  // for every later launch on any host thread
+bool counters_enabled();
+void reset_counters();                         // forget every counted launch
+std::vector<LaunchCounters> counted_launches();  // in launch order
+// {"launches": [{"kernel", "grid", "block", "smem_bytes", "counters": {...}}, ...],
+//  "kernels": {name: {"launches": n, "counters": {...}}}}
+std::string counters_json();
+std::string to_json(const Counters& counters);
+
+namespace detail {
+extern std::atomic<bool> counting;
+inline bool counting_on() { return counting.load(std::memory_order_relaxed); }
+enum class Access : uint8_t { SmemLoad, SmemStore, GmemLoad, GmemStore, Atomic };
+// One lane's access, grouped with its warp's by call site and occurrence (README.md).
+void count_access(Access kind, const void* ptr, unsigned bytes, const char* file, int line);
+}  // namespace detail
 
 // ---- Device side: only valid while a kernel runs. ----
 void* dynamic_smem();  // 128-byte aligned, exact size, refilled with 0xFF before each block
@@ -205,45 +273,58 @@ inline int __all_sync(unsigned mask, int predicate, const char* file = __builtin
   return static_cast<int>(vote(VoteMode::All, mask, predicate != 0, file, line));
 }
 
-// Atomics are plain read-modify-write: only one CUDA thread runs at any moment.
+// Atomics are plain read-modify-write: only one CUDA thread runs at any moment. The defaulted
+// call site groups a warp's lanes into one instruction for the counters.
+#define CUDASIM_ATOMIC_SITE const char *file = __builtin_FILE(), int line = __builtin_LINE()
+#define CUDASIM_COUNT_ATOMIC()                                                               \
+  if (cudasim::detail::counting_on())                                                        \
+  cudasim::detail::count_access(cudasim::detail::Access::Atomic, address, sizeof(T), file, line)
 template <class T>
-T atomicAdd(T* address, T value) {
+T atomicAdd(T* address, T value, CUDASIM_ATOMIC_SITE) {
   static_assert(std::is_arithmetic_v<T>, "atomicAdd on a non-arithmetic type");
+  CUDASIM_COUNT_ATOMIC();
   T old = *address;
   *address = old + value;
   return old;
 }
 template <class T>
-T atomicSub(T* address, T value) {
+T atomicSub(T* address, T value, CUDASIM_ATOMIC_SITE) {
   static_assert(std::is_arithmetic_v<T>, "atomicSub on a non-arithmetic type");
+  CUDASIM_COUNT_ATOMIC();
   T old = *address;
   *address = old - value;
   return old;
 }
 template <class T>
-T atomicMax(T* address, T value) {
+T atomicMax(T* address, T value, CUDASIM_ATOMIC_SITE) {
+  CUDASIM_COUNT_ATOMIC();
   T old = *address;
   *address = old < value ? value : old;
   return old;
 }
 template <class T>
-T atomicMin(T* address, T value) {
+T atomicMin(T* address, T value, CUDASIM_ATOMIC_SITE) {
+  CUDASIM_COUNT_ATOMIC();
   T old = *address;
   *address = value < old ? value : old;
   return old;
 }
 template <class T>
-T atomicExch(T* address, T value) {
+T atomicExch(T* address, T value, CUDASIM_ATOMIC_SITE) {
+  CUDASIM_COUNT_ATOMIC();
   T old = *address;
   *address = value;
   return old;
 }
 template <class T>
-T atomicCAS(T* address, T compare, T value) {
+T atomicCAS(T* address, T compare, T value, CUDASIM_ATOMIC_SITE) {
+  CUDASIM_COUNT_ATOMIC();
   T old = *address;
   if (old == compare) *address = value;
   return old;
 }
+#undef CUDASIM_COUNT_ATOMIC
+#undef CUDASIM_ATOMIC_SITE
 
 // Device-only math intrinsics, with their IEEE host counterparts (the fast-math error of the
 // hardware versions is not modelled).

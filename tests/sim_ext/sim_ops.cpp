@@ -48,11 +48,16 @@ std::string aten_schema_without_namespace(const char* name) {
   return schema.substr(schema.find("::") + 2);
 }
 
+// The shim's counters (tests/cudasim/README.md, "Counters"): bench/gpu_model.py reads them.
+void counters_enable(bool on) { ::cudasim::enable_counters(on); }
+void counters_reset() { ::cudasim::reset_counters(); }
+std::string counters_json() { return ::cudasim::counters_json(); }
+
 }  // namespace
 }  // namespace flashattn::cuda
 
 // The same schema strings as torch.ops.flashattn (csrc/schema.h), plus the shim's schedule
-// switch.
+// switch and counters.
 TORCH_LIBRARY(flashattn_sim, m) {
   m.def(flashattn::kFwdSchema);
   m.def(flashattn::kBwdSchema);
@@ -61,6 +66,9 @@ TORCH_LIBRARY(flashattn_sim, m) {
   for (const char* name : flashattn::cuda::kReplacedCudaOps)
     if (flashattn::aten_has_op(name))
       m.def(flashattn::cuda::aten_schema_without_namespace(name).c_str());
+  m.def("counters_enable(bool on) -> ()", &flashattn::cuda::counters_enable);
+  m.def("counters_reset() -> ()", &flashattn::cuda::counters_reset);
+  m.def("counters_json() -> str", &flashattn::cuda::counters_json);
 }
 
 TORCH_LIBRARY_IMPL(flashattn_sim, CPU, m) {

@@ -43,6 +43,28 @@ __global__ void cp_async_never_waited(const uint4* src) {
   cp_async_commit();
 }
 
+// The shape of a pipelined kernel that drops its final cp_async_wait_all(): the loop's last
+// commit formed an empty group, and an older group still holds a copy. The shim must name the
+// copy, not trip over the empty group in front of it (which once crashed the process).
+__global__ void cp_async_pending_behind_empty_group(const uint4* src) {
+  FLASHATTN_DYNAMIC_SMEM(uint4, smem);
+  cp_async_commit();  // an empty group, oldest
+  cp_async_16(&smem[threadIdx.x], &src[threadIdx.x], 16);  // SITE:pending_behind_empty
+  cp_async_commit();
+  cp_async_commit();  // an empty group, newest
+}
+
+// Only empty groups left at exit: no copy is in flight, which is legal on hardware.
+__global__ void cp_async_only_empty_groups_pending(const uint4* src, uint32_t* out) {
+  FLASHATTN_DYNAMIC_SMEM(uint4, smem);
+  cp_async_16(&smem[threadIdx.x], &src[threadIdx.x], 16);
+  cp_async_commit();
+  cp_async_wait<0>();
+  cp_async_commit();
+  cp_async_commit();
+  out[threadIdx.x] = smem[threadIdx.x].x;
+}
+
 __global__ void ldmatrix_misaligned(uint32_t* out) {
   FLASHATTN_DYNAMIC_SMEM(unsigned char, smem);
   const int lane = threadIdx.x;
@@ -127,6 +149,13 @@ const std::map<std::string, std::function<void()>> kCases = {
     {"divergent_barrier", [] { cudasim::launch(divergent_barrier, kOneBlock, dim3(64), 0, ints.data()); }},
     {"deadlock", [] { cudasim::launch(shuffle_meets_barrier, kOneBlock, dim3(64), 0, floats.data()); }},
     {"pending_cp_async", [] { cudasim::launch(cp_async_never_waited, kOneBlock, dim3(32), 512, rows.data()); }},
+    {"pending_cp_async_behind_empty_group", [] {
+       cudasim::launch(cp_async_pending_behind_empty_group, kOneBlock, dim3(32), 512, rows.data());
+     }},
+    {"only_empty_cp_async_groups_pending", [] {
+       cudasim::launch(cp_async_only_empty_groups_pending, kOneBlock, dim3(32), 512, rows.data(),
+                       words.data());
+     }},
     {"ldmatrix_misaligned", [] { cudasim::launch(ldmatrix_misaligned, kOneBlock, dim3(32), 1024, words.data()); }},
     {"ldmatrix_not_shared", [] { cudasim::launch(ldmatrix_from_global, kOneBlock, dim3(32), 512, rows.data(), words.data()); }},
     {"shuffle_excludes_caller", [] { cudasim::launch(shuffle_mask_excludes_caller, kOneBlock, dim3(32), 0, floats.data()); }},

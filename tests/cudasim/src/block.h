@@ -40,6 +40,20 @@ struct LaneMailbox {
   float d[4] = {};          // mma result
 };
 
+// One lane's access to memory, recorded for the counters (counters.cpp) while they are on.
+// kind is a cudasim::detail::Access, or kCpAsyncAccess: then ptr is the shared destination,
+// ptr2 the global source and bytes2 the bytes read from it.
+constexpr uint8_t kCpAsyncAccess = 255;
+struct AccessRecord {
+  const char* file;
+  int line;
+  uint8_t kind;
+  uint8_t bytes;
+  uint8_t bytes2;
+  const void* ptr;
+  const void* ptr2;
+};
+
 // One 16-byte cp.async: the source was read at issue; dst is written when its group completes.
 struct PendingCopy {
   unsigned char* dst;
@@ -57,6 +71,7 @@ struct SimThread {
   LaneMailbox mailbox;
   std::vector<PendingCopy> uncommitted_copies;
   std::deque<std::vector<PendingCopy>> copy_groups;  // committed, oldest first
+  std::vector<AccessRecord> accesses;  // since the last barrier, while counting
 };
 
 // A warp collective that some lanes of `mask` have reached and others not yet.
@@ -85,6 +100,7 @@ struct SimBlock {
   SimThread* current = nullptr;  // the thread whose fiber runs now
   std::exception_ptr error;      // thrown on a fiber, rethrown by the scheduler
   const std::function<void()>* run_one_thread = nullptr;
+  Counters* counters = nullptr;  // this launch's, when counters were on at its start
 };
 
 // The block being run on this host thread; throws SimError outside a kernel.
@@ -112,6 +128,18 @@ void run_block(SimBlock& block, Permuter& order);
 
 // True if [ptr, ptr + bytes) lies inside the block's dynamic shared memory.
 bool in_smem(const SimBlock& block, const void* ptr, size_t bytes);
+
+// Counters (counters.cpp); each does nothing unless block.counters is set.
+void count_ldmatrix(SimBlock& block, int num_matrices, bool transpose, SimThread* const* lanes);
+void count_mma(SimBlock& block, MmaInput input);
+void count_shuffle(SimBlock& block);
+void count_cp_async(SimThread& self, const void* smem_dst, const void* gmem_src, int src_bytes,
+                    const char* file, int line);
+// Groups the accesses the block's threads recorded since the last flush into warp
+// instructions and counts them; called when a barrier releases and when the block ends.
+void flush_accesses(SimBlock& block);
+void count_barrier(SimBlock& block);
+void commit_launch(LaunchCounters&& launch);
 
 std::string hex(uint32_t mask);
 std::string format_address(const void* ptr);

@@ -60,6 +60,7 @@ void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, const char
     std::memcpy(copy.bytes, gmem_src, static_cast<size_t>(src_bytes));
   }
   self.uncommitted_copies.push_back(copy);
+  if (block.counters != nullptr) count_cp_async(self, smem_dst, gmem_src, src_bytes, file, line);
 }
 
 void cp_async_commit(const char* file, int line) {

@@ -143,6 +143,12 @@ void run_grid(const char* name_hint, const void* kernel_id, dim3 grid, dim3 bloc
   SmemBuffer smem(smem_bytes);
 
   SimBlock block;
+  // Counted launches are committed only when they complete: a launch that throws adds nothing.
+  LaunchCounters counted_launch;
+  if (counting_on()) {
+    counted_launch = LaunchCounters{name, grid, block_dim, smem_bytes, Counters{}};
+    block.counters = &counted_launch.counters;
+  }
   block.kernel_name = name;
   block.smem = static_cast<unsigned char*>(smem.ptr);
   block.smem_bytes = smem_bytes;
@@ -175,7 +181,9 @@ void run_grid(const char* name_hint, const void* kernel_id, dim3 grid, dim3 bloc
     std::memset(block.smem, 0xFF, smem_bytes);
     Permuter thread_order(schedule, /*stream=*/1ull + linear);
     run_block(block, thread_order);
+    if (block.counters != nullptr) block.counters->blocks += 1;
   }
+  if (block.counters != nullptr) commit_launch(std::move(counted_launch));
 }
 
 }  // namespace detail

@@ -13,11 +13,18 @@ namespace {
 // Checks a returning thread leaves nothing behind that its warp or shared memory awaits.
 void check_thread_exit(SimBlock& block, SimThread& self) {
   const Site exit_site{"", 0};
-  const std::vector<PendingCopy>* pending = nullptr;
-  if (!self.uncommitted_copies.empty()) pending = &self.uncommitted_copies;
-  if (!self.copy_groups.empty()) pending = &self.copy_groups.front();
+  // The oldest copy still in flight. Committed groups may be empty (a commit with no copy
+  // since the last one): they are legal to leave behind, and are skipped.
+  const PendingCopy* pending = nullptr;
+  for (const std::vector<PendingCopy>& group : self.copy_groups) {
+    if (!group.empty()) {
+      pending = &group.front();
+      break;
+    }
+  }
+  if (pending == nullptr && !self.uncommitted_copies.empty()) pending = &self.uncommitted_copies.front();
   if (pending != nullptr) {
-    fail(pending->front().site,
+    fail(pending->site,
          "cp.async issued here is still pending when the thread returns (missing "
          "cp_async_wait / cp_async_wait_all)");
   }
@@ -135,6 +142,8 @@ void release_barrier(SimBlock& block) {
                    " (every live thread must reach the same __syncthreads): " +
                    describe_waiters(block));
   }
+  flush_accesses(block);
+  count_barrier(block);
   for (SimThread& thread : block.threads) {
     if (thread.status == ThreadStatus::AtBarrier) thread.status = ThreadStatus::Ready;
   }
@@ -155,6 +164,7 @@ void run_block(SimBlock& block, Permuter& order) {
     thread.mailbox = LaneMailbox{};
     thread.uncommitted_copies.clear();
     thread.copy_groups.clear();
+    thread.accesses.clear();
     thread.fiber->reset(&thread_body, &thread);
   }
   for (SimWarp& warp : block.warps) {
@@ -165,7 +175,10 @@ void run_block(SimBlock& block, Permuter& order) {
     for (unsigned w : order.permutation(static_cast<unsigned>(block.warps.size()))) {
       run_warp(block, block.warps[w], order);
     }
-    if (all_exited(block)) return;
+    if (all_exited(block)) {
+      flush_accesses(block);
+      return;
+    }
     release_barrier(block);
   }
 }

@@ -39,7 +39,7 @@ void ldmatrix(int num_matrices, bool transpose, uint32_t* regs, const void* row_
   SimThread& self = current_thread(call.op);
   self.mailbox.row = row_addr;
   rendezvous(call, [&](SimThread* const* lanes, uint32_t) {
-    const SimBlock& block = active_block(call.op);
+    SimBlock& block = active_block(call.op);
     uint16_t tiles[4][8][8];
     for (int m = 0; m < num_matrices; ++m) {
       for (int r = 0; r < 8; ++r) {
@@ -59,6 +59,7 @@ void ldmatrix(int num_matrices, bool transpose, uint32_t* regs, const void* row_
         std::memcpy(tiles[m][r], row, kRowBytes);
       }
     }
+    count_ldmatrix(block, num_matrices, transpose, lanes);
     for (unsigned lane = 0; lane < kWarpSize; ++lane) {
       const unsigned group = lane / 4, pair = 2 * (lane % 4);
       for (int m = 0; m < num_matrices; ++m) {
@@ -90,6 +91,7 @@ void mma_m16n8k16(MmaInput input, float* d, const uint32_t* a, const uint32_t* b
   std::memcpy(self.mailbox.c, d, sizeof self.mailbox.c);
   rendezvous(CollectiveCall{op, Site{file, line}, kFullWarp, true},
              [&](SimThread* const* lanes, uint32_t) {
+    count_mma(active_block(op), input);
     const auto to_float = input == MmaInput::F16 ? f16_to_float : bf16_to_float;
     const auto lo = [&](uint32_t reg) { return to_float(static_cast<uint16_t>(reg & 0xffffu)); };
     const auto hi = [&](uint32_t reg) { return to_float(static_cast<uint16_t>(reg >> 16)); };

@@ -73,6 +73,7 @@ uint64_t shuffle(ShuffleMode mode, unsigned mask, uint64_t bits, int lane_arg, i
              lanes[lane]);
       }
     }
+    count_shuffle(active_block(call.op));
     // Read every operand before writing any result: a lane's result overwrites nothing it feeds.
     uint64_t results[kWarpSize] = {};
     for (unsigned lane = 0; lane < kWarpSize; ++lane) {

@@ -1,0 +1,675 @@
+#!/usr/bin/env python3
+"""GPU speed without a GPU (issue 15): count what the CUDA kernels do on the CPU shim, and turn
+the counts into modeled H100/H200/A100 time with a roofline model. FlashAttention-2's counts for
+its own tile geometry are worked out on paper and go through the same model.
+
+    python bench/gpu_model.py [--json FILE] [--quick] [--build-log build/wheel.log]
+
+What it does, and the method, in order:
+
+1. Counts. Builds the sim extension if needed (tests/sim_ext/build.py) and runs each kernel
+   family -- forward, backward (dK/dV with atomic dQ), deterministic backward (dK/dV + the dQ
+   kernel) -- in bf16 for head dims 64, 128, 256, causal and not, with the shim's counters on
+   (tests/cudasim/README.md, "Counters"): mma.sync, ldmatrix, shared-memory wavefronts (actual,
+   from the 32 lanes' addresses, and ideal), cp.async bytes and sectors, global stores, atomics,
+   barriers, per launch.
+2. Extrapolation to N = 4096. The shim runs one (batch, head) at two small sequence lengths
+   (128 and 256; --quick: the same). Each counter of each launch is fitted exactly, in rational
+   numbers, as  a * steps + b * ctas: `steps` is the number of (CTA, tile) iterations of the
+   kernel's main loop and `ctas` the number of CTAs, both computed here from the kernel's tile
+   geometry (which mirrors csrc/cuda/traits.h and is checked against each launch's grid and
+   shared memory). A third length (192) must then be predicted exactly, counter by counter, or
+   the run fails: the counts are linear in tiles, and this proves it for every counter. The fit
+   gives the counts at N = 4096 for one head; the shape is the FA papers' (16k tokens, hidden
+   2048: batch 4, heads 2048 / d), so totals are multiplied by batch x heads.
+3. Occupancy. Registers per thread come from the ptxas report in the wheel build's log
+   (FLASHATTN_PTXAS_STRICT=1; .ci/cuda_gates.py parses it: sm_90 for H100/H200, sm_80 for
+   A100), shared memory from the launch. CTAs per SM = the least of the register, shared-memory,
+   thread and CTA limits (bench/gpu_specs.py).
+4. Time. For each kernel: tensor time = mma.sync count / the GPU's mma.sync rate; shared-memory
+   time = wavefronts / (SMs x 1 wavefront of 128 B per clock); memory time = max(L2 bytes / L2
+   bandwidth, compulsory HBM bytes / HBM bandwidth), where L2 bytes = 32-byte sectors counted
+   (cp.async, stores, atomics) plus the few plain loads/stores the shim cannot see (LSE, D:
+   added analytically). Modeled time = q x max(tensor, shared, memory) + a launch overhead
+   (gpu_specs.LAUNCH_OVERHEAD_S), where q >= 1 is the wave factor: the CTAs, each weighted by
+   its main-loop steps + 1, are list-scheduled in launch order onto SMs x CTAs-per-SM slots, and
+   q is the makespan over the perfectly balanced time. The backward's two row kernels (D_i and
+   the dQ conversion) are HBM-bound and modeled from their bytes. Not modeled: latency,
+   instruction issue, ALU and MUFU work (softmax, masking), L2 atomic throughput beyond its
+   sectors. It is a bound; its use is comparing kernels, and the first GPU run calibrates it.
+5. FA2. The same quantities for FA2's kernels at their tile geometry (gpu_specs.fa2_*), counted
+   on paper: per main-loop iteration and per CTA, from FA2's TiledMMA layouts.
+
+FLOPs follow the FA papers: forward 4 N^2 d per head (halved when causal), backward 2.5x that.
+"""
+import argparse
+import datetime
+import hashlib
+import heapq
+import importlib.util
+import json
+import math
+import os
+import re
+import sys
+import time
+from fractions import Fraction
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import gpu_specs  # noqa: E402
+
+SEQLEN = 4096
+TOKENS = 16384
+HIDDEN = 2048
+FIT_SEQLENS = (256, 512)
+CHECK_SEQLEN = 384
+HEAD_DIMS = (64, 128, 256)
+FAMILIES = ("fwd", "bwd", "bwd_deterministic")
+ELEM = 2  # bf16 bytes
+
+
+def load_module(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- Our kernels' tile geometry (mirrors csrc/cuda/traits.h; checked against every launch) ----
+
+def fwd_tiles(d):
+    """FwdTraits (also BwdDqTraits): kBlockM, kBlockN, threads."""
+    return 64, (64 if d <= 128 else 32), 128
+
+
+def dkdv_tiles(d):
+    """BwdTraits: kBlockN (keys), kBlockM (queries), threads."""
+    return 64, (64 if d <= 64 else 32), 128
+
+
+def smem_fwd(d):
+    bm, bn, _ = fwd_tiles(d)
+    stride = d + 8
+    return (bm * stride + 2 * 2 * bn * stride) * ELEM
+
+
+def smem_dq(d):
+    bm, _, _ = fwd_tiles(d)
+    return smem_fwd(d) + bm * (d + 8) * ELEM
+
+
+def smem_dkdv(d):
+    bn, bm, _ = dkdv_tiles(d)
+    stride, ds_stride = d + 8, bn + 8
+    elems16 = 2 * bn * stride + 2 * 2 * bm * stride + bm * ds_stride
+    return elems16 * ELEM + 2 * 2 * bm * 4
+
+
+def query_tile_steps(n, bm, bn, causal):
+    """Per CTA of bm queries: key tiles of bn visited (Sq = Sk, so causal = top-left)."""
+    return [math.ceil(min(n, (m + 1) * bm) / bn) if causal else math.ceil(n / bn)
+            for m in range(math.ceil(n / bm))]
+
+
+def key_tile_steps(n, bn, bm, causal):
+    """Per CTA of bn keys: query tiles of bm visited."""
+    blocks = math.ceil(n / bm)
+    return [blocks - (j * bn) // bm if causal else blocks for j in range(math.ceil(n / bn))]
+
+
+def kernel_kind(name):
+    for kind in ("fwd_kernel_16bit", "bwd_dkdv_kernel_16bit", "bwd_dq_kernel_16bit",
+                 "bwd_dot_do_o_kernel", "bwd_convert_dq_kernel"):
+        if kind in name:
+            return kind
+    raise ValueError(f"unknown kernel {name}")
+
+
+def steps_per_cta(kind, d, n, causal):
+    """[main-loop steps of each CTA], expected threads and dynamic smem of a launch."""
+    if kind in ("fwd_kernel_16bit", "bwd_dq_kernel_16bit"):
+        bm, bn, threads = fwd_tiles(d)
+        smem = smem_fwd(d) if kind == "fwd_kernel_16bit" else smem_dq(d)
+        return query_tile_steps(n, bm, bn, causal), threads, smem
+    if kind == "bwd_dkdv_kernel_16bit":
+        bn, bm, threads = dkdv_tiles(d)
+        return key_tile_steps(n, bn, bm, causal), threads, smem_dkdv(d)
+    # Row kernels: one warp per row, 4 rows per CTA; no main loop.
+    return [0] * math.ceil(n / 4), 128, 0
+
+
+# ---- Counters from the shim ----
+
+def flatten(tree, prefix=""):
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def run_family(ops, torch, family, d, causal, n):
+    """[(kernel name, grid, block, smem, flat counters)] of one call at sequence length n."""
+    gen = torch.Generator().manual_seed(1234 + n + d)
+    q, k, v = (torch.randn(1, n, 1, d, generator=gen).to(torch.bfloat16) for _ in range(3))
+    ops.counters_enable(False)
+    ops.counters_reset()
+    if family == "fwd":
+        ops.counters_enable(True)
+        ops.fwd(q, k, v, causal=causal)
+    else:
+        out, lse = ops.fwd(q, k, v, causal=causal)
+        dout = torch.randn(out.shape, generator=gen).to(torch.bfloat16)
+        ops.counters_enable(True)
+        ops.bwd(dout, out, lse, None, q, k, v, causal=causal,
+                deterministic=family == "bwd_deterministic")
+    ops.counters_enable(False)
+    data = json.loads(ops.counters_json())
+    ops.counters_reset()
+    return [(l["kernel"], l["grid"], l["block"], l["smem_bytes"], flatten(l["counters"]))
+            for l in data["launches"]]
+
+
+def features(kind, d, n, causal):
+    steps, _, _ = steps_per_cta(kind, d, n, causal)
+    return (sum(steps), len(steps))
+
+
+def fit_launch(kind, d, causal, samples):
+    """samples: {n: flat counters}. Returns {counter: (a, b)} with value = a*steps + b*ctas."""
+    n1, n2 = FIT_SEQLENS
+    f1, f2 = features(kind, d, n1, causal), features(kind, d, n2, causal)
+    det = f1[0] * f2[1] - f1[1] * f2[0]
+    coef = {}
+    for key in samples[n1]:
+        y1, y2 = Fraction(samples[n1][key]), Fraction(samples[n2][key])
+        if det != 0:
+            a = (y1 * f2[1] - y2 * f1[1]) / det
+            b = (f1[0] * y2 - f2[0] * y1) / det
+        else:  # no main loop (row kernels): per CTA only
+            a, b = Fraction(0), y1 / f1[1]
+        coef[key] = (a, b)
+    return coef
+
+
+def predict(coef, feats):
+    return {key: a * feats[0] + b * feats[1] for key, (a, b) in coef.items()}
+
+
+def count_family(ops, torch, family, d, causal, log):
+    """Per launch of the family: kernel name, block threads, smem, fitted coefficients."""
+    runs = {}
+    for n in (*FIT_SEQLENS, CHECK_SEQLEN):
+        start = time.time()
+        runs[n] = run_family(ops, torch, family, d, causal, n)
+        log(f"    {family:<18} d={d:<3} causal={int(causal)} N={n:<4} "
+            f"{len(runs[n])} launches, {time.time() - start:5.1f} s")
+    launches = []
+    for i, (name, grid, block, smem, _) in enumerate(runs[FIT_SEQLENS[0]]):
+        kind = kernel_kind(name)
+        for n, launch in runs.items():
+            steps, threads, smem_expected = steps_per_cta(kind, d, n, causal)
+            lname, lgrid, lblock, lsmem, _ = launch[i]
+            if lname != name or lgrid[0] != len(steps) or lblock[0] != threads or lsmem != smem_expected:
+                raise RuntimeError(
+                    f"{name} at N={n}: launch {lname} grid {lgrid} block {lblock} smem {lsmem} "
+                    f"does not match the geometry in gpu_model.py ({len(steps)} CTAs, {threads} "
+                    f"threads, {smem_expected} B): update it to csrc/cuda/traits.h")
+        coef = fit_launch(kind, d, causal, {n: runs[n][i][4] for n in FIT_SEQLENS})
+        predicted = predict(coef, features(kind, d, CHECK_SEQLEN, causal))
+        measured = runs[CHECK_SEQLEN][i][4]
+        wrong = {k: (float(predicted[k]), measured[k]) for k in measured if predicted[k] != measured[k]}
+        if wrong:
+            raise RuntimeError(f"{name}: counts are not linear in (steps, CTAs); predicted vs "
+                               f"measured at N={CHECK_SEQLEN}: {wrong}")
+        launches.append(dict(name=name, kind=kind, threads=block[0], smem=smem, coef=coef))
+    return launches
+
+
+# ---- Registers from the ptxas log ----
+
+def ptxas_registers(log_paths):
+    """{(arch, demangled kernel name): registers} from ptxas -v reports: a FLASHATTN_PTXAS_STRICT=1
+    build log, or the *.ptxas.log files .ci/sass_compare.py leaves next to its cubins."""
+    gates = load_module("cuda_gates", os.path.join(REPO, ".ci", "cuda_gates.py"))
+    rows = []
+    for path in log_paths:
+        with open(path, errors="replace") as f:
+            rows += gates.parse_ptxas(f.read())
+    names = gates.demangle([r["kernel"] for r in rows])
+    return {(r["arch"], normalize(name)): r["regs"] for r, name in zip(rows, names)}
+
+
+def normalize(name):
+    name = re.sub(r"^void ", "", name.strip())
+    return re.sub(r"\s+", "", name)
+
+
+# ---- The model ----
+
+def ctas_per_sm(gpu, threads, regs, smem):
+    warps = math.ceil(threads / 32)
+    regs_per_warp = math.ceil(regs * 32 / gpu.reg_alloc_unit_warp) * gpu.reg_alloc_unit_warp
+    limits = [gpu.regs_per_sm // regs_per_warp // warps,
+              gpu.smem_per_sm // (smem + gpu.smem_reserved_per_cta),
+              gpu.max_threads_per_sm // threads, gpu.max_ctas_per_sm]
+    return max(0, min(limits))
+
+
+def wave_factor(work, slots):
+    """Makespan of list-scheduling `work` (per CTA, launch order) on `slots`, over sum/slots."""
+    if not work:
+        return 1.0
+    heap = [0.0] * min(slots, len(work))
+    for w in work:
+        heapq.heapreplace(heap, heap[0] + w)
+    return max(heap) / (sum(work) / slots)
+
+
+def kernel_time(gpu, c, cta_work, per_sm, l2_extra_bytes, hbm_bytes):
+    """Modeled seconds of one kernel from its totals c (flat counters), and the bound."""
+    clock = gpu.clock_ghz * 1e9
+    parts = {
+        "tensor": c["mma"] / gpu.mma_per_s(),
+        "smem": c["smem_wavefronts"] * 128 / (gpu.sms * gpu.smem_bytes_per_clk_sm * clock),
+        "l2": (c["global_sectors"] * 32 + l2_extra_bytes) / gpu.l2_bytes_per_s,
+        "hbm": hbm_bytes / gpu.hbm_bytes_per_s,
+    }
+    bound = max(parts, key=parts.get)
+    q = wave_factor(cta_work, gpu.sms * per_sm)
+    return q * parts[bound] + gpu_specs.LAUNCH_OVERHEAD_S, bound, q, parts
+
+
+def shape(d):
+    heads = HIDDEN // d
+    return TOKENS // SEQLEN, heads  # batch, heads
+
+
+def flops(family, d, causal):
+    batch, heads = shape(d)
+    f = 4 * batch * heads * SEQLEN * SEQLEN * d / (2 if causal else 1)
+    return f if family == "fwd" else 2.5 * f
+
+
+def row_kernel_hbm(kind, d, d_tile, atomic):
+    """Bytes per head of the backward's row kernels (plain loads/stores, not counted)."""
+    n = SEQLEN
+    if kind == "bwd_dot_do_o_kernel":
+        return 2 * n * d * ELEM + n * 4 + (n * d_tile * 4 if atomic else 0)
+    return n * d_tile * 4 + n * d * ELEM  # bwd_convert_dq_kernel
+
+
+def compulsory_hbm(kind, d):
+    """Bytes per head every kernel must move from/to HBM at least once."""
+    n = SEQLEN
+    if kind == "fwd_kernel_16bit":
+        return 4 * n * d * ELEM + n * 4
+    if kind == "bwd_dkdv_kernel_16bit":
+        return 6 * n * d * ELEM + 2 * n * 4
+    return 5 * n * d * ELEM + 2 * n * 4  # bwd_dq_kernel_16bit
+
+
+def uncounted_l2(kind, d, causal):
+    """Plain global loads/stores the shim cannot see, per head (LSE, D), in bytes."""
+    steps, _, _ = steps_per_cta(kind, d, SEQLEN, causal)
+    if kind == "fwd_kernel_16bit":
+        return SEQLEN * 4
+    if kind == "bwd_dkdv_kernel_16bit":
+        return sum(steps) * 2 * dkdv_tiles(d)[1] * 4
+    return len(steps) * 2 * fwd_tiles(d)[0] * 4
+
+
+def ldsm_x4_equiv(c):
+    return (c["ldmatrix.x4"] + c["ldmatrix.x4.trans"] + (c["ldmatrix.x2"] + c["ldmatrix.x2.trans"]) / 2
+            + (c["ldmatrix.x1"] + c["ldmatrix.x1.trans"]) / 4)
+
+
+def model_ours(family, d, causal, launches, regs, gpus):
+    batch, heads = shape(d)
+    bh = batch * heads
+    kernels, totals = [], {}
+    time_by_gpu = {key: 0.0 for key in gpus}
+    for launch in launches:
+        kind = launch["kind"]
+        steps, threads, smem = steps_per_cta(kind, d, SEQLEN, causal)
+        per_head = predict(launch["coef"], (sum(steps), len(steps)))
+        c = {k: float(v) * bh for k, v in per_head.items()}
+        c["mma"] = c["mma.m16n8k16.f16"] + c["mma.m16n8k16.bf16"]
+        for k, v in c.items():
+            totals[k] = totals.get(k, 0.0) + v
+        entry = dict(kernel=normalize(launch["name"]), kind=kind, threads=threads, smem_per_cta=smem,
+                     mma=c["mma"], ldmatrix_x4_equiv=ldsm_x4_equiv(c),
+                     smem_wavefronts=c["smem_wavefronts"],
+                     smem_wavefronts_ideal=c["smem_wavefronts_ideal"],
+                     global_sectors=c["global_sectors"], atomics=c["atomics.ops"],
+                     barriers=c["barriers"], modeled={})
+        for key, gpu in gpus.items():
+            if kind in ("bwd_dot_do_o_kernel", "bwd_convert_dq_kernel"):
+                d_tile = next(t for t in (32, 64, 96, 128, 192, 256) if t >= d)  # dispatch.h
+                hbm = row_kernel_hbm(kind, d, d_tile, family == "bwd") * bh
+                t = hbm / gpu.hbm_bytes_per_s + gpu_specs.LAUNCH_OVERHEAD_S
+                entry["modeled"][key] = dict(seconds=t, bound="hbm")
+            else:
+                r = regs.get((gpu.arch, entry["kernel"]))
+                if r is None:
+                    raise RuntimeError(f"no ptxas report for {entry['kernel']} ({gpu.arch}) in the "
+                                       f"build log")
+                per_sm = ctas_per_sm(gpu, threads, r, smem)
+                work = [s + 1 for s in steps] * bh
+                t, bound, q, parts = kernel_time(gpu, c, work, per_sm,
+                                                 uncounted_l2(kind, d, causal) * bh,
+                                                 compulsory_hbm(kind, d) * bh)
+                entry["regs_per_thread_" + gpu.arch] = r
+                entry["modeled"][key] = dict(seconds=t, bound=bound, wave_factor=q,
+                                             ctas_per_sm=per_sm,
+                                             parts_s={k: v for k, v in parts.items()})
+            time_by_gpu[key] += entry["modeled"][key]["seconds"]
+        kernels.append(entry)
+    return kernels, totals, time_by_gpu
+
+
+# ---- FA2 on paper ----
+
+def gemm_ldsm(m, n, k, warps_m, warps_n, a_smem=True, b_smem=True):
+    """ldmatrix.x4 per CTA for C[m x n] += A[m x k] B[k x n] with FA2's TiledMMA: warps_m x
+    warps_n warps, each 16 x 16 per repeat; per k-step of 16 a warp loads one x4 per 16-row A
+    tile and one per 16-column B tile it covers."""
+    rep_m, rep_n = m // (16 * warps_m), n // (16 * warps_n)
+    assert rep_m * 16 * warps_m == m and rep_n * 16 * warps_n == n, (m, n, warps_m, warps_n)
+    return warps_m * warps_n * (k // 16) * (rep_m * a_smem + rep_n * b_smem)
+
+
+def gemm_mma(m, n, k):
+    return (m // 16) * (n // 8) * (k // 16)
+
+
+def fa2_counts(family, gpu, d, causal):
+    """FA2's counts per head at N = SEQLEN, with its geometry: (per-CTA steps, counters,
+    threads, smem per CTA, l2 extra bytes, hbm bytes)."""
+    n = SEQLEN
+    if family == "fwd":
+        g = gpu_specs.fa2_fwd_geometry(gpu, d)
+        bm, bn, w = g.block_m, g.block_n, g.warps
+        steps = query_tile_steps(n, bm, bn, causal)
+        it_mma = gemm_mma(bm, bn, d) + gemm_mma(bm, d, bn)
+        it_ldsm = gemm_ldsm(bm, bn, d, w, 1) + gemm_ldsm(bm, d, bn, w, 1, a_smem=False)
+        it_cp = 2 * bn * d * ELEM                       # K, V tiles
+        cta_cp = bm * d * ELEM                          # Q
+        cta_epi_smem = 2 * bm * d * ELEM // 128         # O through smem: st.shared, ld.shared.128
+        cta_store_sectors = bm * d * ELEM // 32 + bm * 4 // 32
+        it_other_smem = 0
+        it_atomics = it_atomic_sectors = 0
+        smem = (bm + 2 * bn) * d * ELEM
+        threads = 32 * w
+        l2_extra = 0
+        hbm = 4 * n * d * ELEM + n * 4
+    else:
+        g = gpu_specs.fa2_bwd_geometry(gpu, d)
+        bm, bn, w = g.block_m, g.block_n, g.warps
+        steps = key_tile_steps(n, bn, bm, causal)
+        it_mma = 5 * gemm_mma(bm, bn, d)
+        sdp = 2 * gemm_ldsm(bm, bn, d, g.atom_m_sdp, w // g.atom_m_sdp)      # S, dP
+        dkv = 2 * gemm_ldsm(bn, d, bm, g.atom_n_dkv, w // g.atom_n_dkv)      # dV, dK
+        dq = gemm_ldsm(bm, d, bn, g.atom_m_dq, w // g.atom_m_dq)             # dQ
+        it_ldsm = sdp + dkv + dq
+        it_cp = 2 * bm * d * ELEM                       # Q, dO tiles
+        cta_cp = 2 * bn * d * ELEM                      # K, V
+        it_other_smem = 2 * bm * bn * ELEM // 128       # P and dS stored to smem
+        cta_epi_smem = 2 * 2 * bn * d * ELEM // 128     # dK, dV through smem
+        cta_store_sectors = 2 * bn * d * ELEM // 32
+        it_atomics = bm * d                             # dQ, fp32, from the accumulator layout:
+        it_atomic_sectors = bm * d // 4                 # 8 rows x 1 sector per warp instruction
+        smem = (3 if g.double_buffer else 2) * bm * d * ELEM + 2 * bn * d * ELEM + 2 * bm * bn * ELEM
+        threads = 32 * w
+        l2_extra = sum(steps) * 2 * bm * 4              # LSE, dPsum: plain loads
+        hbm = 6 * n * d * ELEM + 2 * n * 4
+    total_steps, ctas = sum(steps), len(steps)
+    c = {
+        "mma": it_mma * total_steps,
+        "ldmatrix_x4_equiv": it_ldsm * total_steps,
+        "smem_wavefronts": (4 * it_ldsm + it_cp // 128 + it_other_smem) * total_steps
+                           + (cta_cp // 128 + cta_epi_smem) * ctas,
+        "global_sectors": (it_cp // 32 + it_atomic_sectors) * total_steps
+                          + (cta_cp // 32 + cta_store_sectors) * ctas,
+        "atomics": it_atomics * total_steps,
+    }
+    c["smem_wavefronts_ideal"] = c["smem_wavefronts"]  # swizzled: conflict-free (fa2_traits)
+    per_iteration = dict(block_m=bm, block_n=bn, warps=w, mma=it_mma, ldmatrix_x4=it_ldsm,
+                         ldmatrix_x4_per_mma=it_ldsm / it_mma)
+    return steps, c, threads, smem, l2_extra, hbm, per_iteration
+
+
+def model_fa2(family, gpu, d, causal):
+    batch, heads = shape(d)
+    bh = batch * heads
+    steps, c, threads, smem, l2_extra, hbm, per_it = fa2_counts(family, gpu, d, causal)
+    c = {k: v * bh for k, v in c.items()}
+    per_sm = ctas_per_sm(gpu, threads, gpu_specs.FA2_REGS, smem)
+    t, bound, q, _ = kernel_time(gpu, c, [s + 1 for s in steps] * bh, per_sm, l2_extra * bh,
+                                 hbm * bh)
+    if family == "bwd":  # the same row kernels as ours: D_i (+ zeroing dQaccum), dQ conversion
+        for kind in ("bwd_dot_do_o_kernel", "bwd_convert_dq_kernel"):
+            t += row_kernel_hbm(kind, d, d, True) * bh / gpu.hbm_bytes_per_s + \
+                 gpu_specs.LAUNCH_OVERHEAD_S
+    return dict(seconds=t, bound=bound, wave_factor=q, ctas_per_sm=per_sm, smem_per_cta=smem,
+                per_iteration=per_it, **c)
+
+
+# ---- Driver ----
+
+def build_sim(log):
+    """torch.ops.flashattn_sim, built (or reused from torch's cache) by tests/sim_ext/build.py."""
+    import torch
+
+    os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+    build = load_module("sim_ext_build", os.path.join(REPO, "tests", "sim_ext", "build.py"))
+    if build.cudasim_build.cuda_include_dir() is None:
+        sys.exit("gpu_model: the shim needs cuda_fp16.h / vector_types.h: set CUDA_HOME")
+    start = time.time()
+    build.load()
+    log(f"sim extension ready in {time.time() - start:.1f} s")
+    return torch, torch.ops.flashattn_sim
+
+
+def records(ops, torch, regs, head_dims, log):
+    gpus = {"h100": gpu_specs.H100, "h200": gpu_specs.H200, "a100": gpu_specs.A100}
+    out = []
+    for d in head_dims:
+        for causal in (False, True):
+            for family in FAMILIES:
+                launches = count_family(ops, torch, family, d, causal, log)
+                kernels, c, seconds = model_ours(family, d, causal, launches, regs, gpus)
+                main = max((k for k in kernels if "regs_per_thread_sm_90" in k),
+                           key=lambda k: k["modeled"]["h100"]["seconds"])
+                f = flops(family, d, causal)
+                fa2 = None if family == "bwd_deterministic" else {
+                    key: model_fa2("fwd" if family == "fwd" else "bwd", gpu, d, causal)
+                    for key, gpu in gpus.items() if key in ("h100", "h200")}
+                mma = c["mma.m16n8k16.f16"] + c["mma.m16n8k16.bf16"]
+                rec = dict(
+                    kernel="+".join(re.sub(r"^flashattn::cuda::", "", k["kernel"]).split("(")[0]
+                                    for k in kernels),
+                    family=family, direction="fwd" if family == "fwd" else "bwd", dtype="bf16",
+                    head_dim=d, causal=causal, seqlen=SEQLEN, batch=shape(d)[0],
+                    heads=shape(d)[1], flops=f,
+                    mma=mma, ldmatrix_x4_equiv=ldsm_x4_equiv(c),
+                    ldmatrix_x4_equiv_per_mma=ldsm_x4_equiv(c) / mma,
+                    smem_wavefronts=c["smem_wavefronts"],
+                    smem_wavefronts_ideal=c["smem_wavefronts_ideal"],
+                    global_sectors=c["global_sectors"], atomics=c["atomics.ops"],
+                    barriers=c["barriers"],
+                    regs_per_thread=main["regs_per_thread_sm_90"],
+                    smem_per_cta=main["smem_per_cta"],
+                    ctas_per_sm_h100=main["modeled"]["h100"]["ctas_per_sm"],
+                    bound_h100=main["modeled"]["h100"]["bound"],
+                    modeled_seconds_h100=seconds["h100"],
+                    modeled_seconds_h200=seconds["h200"],
+                    modeled_tflops_h100=f / seconds["h100"] / 1e12,
+                    modeled_tflops_h200=f / seconds["h200"] / 1e12,
+                    modeled_tflops_a100=f / seconds["a100"] / 1e12,
+                    fa2_modeled_tflops_h100=f / fa2["h100"]["seconds"] / 1e12 if fa2 else None,
+                    fa2_modeled_tflops_h200=f / fa2["h200"]["seconds"] / 1e12 if fa2 else None,
+                    fa2=fa2["h100"] if fa2 else None,
+                    kernels=kernels,
+                    extrapolation=dict(method="a*steps + b*ctas per launch, fitted exactly",
+                                       fit_seqlens=list(FIT_SEQLENS), check_seqlen=CHECK_SEQLEN,
+                                       check="exact"),
+                )
+                out.append(rec)
+                log(f"  {family:<18} d={d:<3} causal={int(causal)}: "
+                    f"{rec['modeled_tflops_h100']:6.1f} TFLOP/s H100 (FA2 "
+                    f"{rec['fa2_modeled_tflops_h100'] or float('nan'):6.1f})")
+    return out
+
+
+def table(recs):
+    lines = []
+    head = (f"{'family':<18} {'d':>3} {'causal':>6} {'ldsm/mma':>8} {'smem_wf':>9} {'conflict':>8} "
+            f"{'L2 GB':>6} {'atomics':>8} {'regs':>4} {'smemKB':>6} {'CTA/SM':>6} {'bound':>6} "
+            f"{'H100':>6} {'H200':>6} {'A100':>6} {'FA2H100':>7} {'ours/FA2':>8}")
+    lines.append(head)
+    lines.append("-" * len(head))
+    for r in recs:
+        extra = r["smem_wavefronts"] / r["smem_wavefronts_ideal"] - 1
+        fa2 = r["fa2_modeled_tflops_h100"]
+        lines.append(
+            f"{r['family']:<18} {r['head_dim']:>3} {('yes' if r['causal'] else 'no'):>6} "
+            f"{r['ldmatrix_x4_equiv_per_mma']:>8.4f} {r['smem_wavefronts'] / 1e6:>8.1f}M "
+            f"{extra:>7.1%} {r['global_sectors'] * 32 / 1e9:>6.1f} {r['atomics'] / 1e6:>7.1f}M "
+            f"{r['regs_per_thread']:>4} {r['smem_per_cta'] / 1024:>6.1f} {r['ctas_per_sm_h100']:>6} "
+            f"{r['bound_h100']:>6} {r['modeled_tflops_h100']:>6.1f} {r['modeled_tflops_h200']:>6.1f} "
+            f"{r['modeled_tflops_a100']:>6.1f} "
+            + (f"{fa2:>7.1f} {r['modeled_tflops_h100'] / fa2:>8.2f}" if fa2 else f"{'-':>7} {'-':>8}"))
+    return "\n".join(lines)
+
+
+def fa2_table(recs):
+    lines = [f"{'FA2 (paper)':<12} {'d':>3} {'tile':>11} {'warps':>5} {'mma/it':>7} {'ldsm/it':>7} "
+             f"{'ldsm/mma':>8} {'smemKB':>6} {'CTA/SM':>6} {'bound':>6}"]
+    seen = set()
+    for r in recs:
+        if not r["fa2"] or (r["direction"], r["head_dim"]) in seen:
+            continue
+        seen.add((r["direction"], r["head_dim"]))
+        it = r["fa2"]["per_iteration"]
+        lines.append(f"{r['direction']:<12} {r['head_dim']:>3} {it['block_m']:>5}x{it['block_n']:<5} "
+                     f"{it['warps']:>5} {it['mma']:>7} {it['ldmatrix_x4']:>7} "
+                     f"{it['ldmatrix_x4_per_mma']:>8.4f} {r['fa2']['smem_per_cta'] / 1024:>6.1f} "
+                     f"{r['fa2']['ctas_per_sm']:>6} {r['fa2']['bound']:>6}")
+    return "\n".join(lines)
+
+
+def csrc_digest():
+    """sha256 of csrc/, so a stale model snapshot can be told from a current one."""
+    h = hashlib.sha256()
+    for root, _, files in sorted(os.walk(os.path.join(REPO, "csrc"))):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            h.update(os.path.relpath(path, REPO).encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def compare(bench_files, model_file, gpu):
+    """Measured TFLOP/s (python -m flashattn.bench --json) next to the model's, for bench/
+    gpu_check.sh: flashattn against our kernels' model, sdpa-flash (PyTorch's FA2) against
+    FA2's. Forward+backward is modeled as the forward's and backward's times added."""
+    with open(model_file) as f:
+        model = json.load(f)
+    stale = {r.get("csrc") for r in model} != {csrc_digest()}
+    by = {(r["family"], r["head_dim"], r["causal"]): r for r in model}
+
+    def modeled(kind, mode, d, causal):
+        fwd, bwd = by.get(("fwd", d, causal)), by.get(("bwd", d, causal))
+        key = f"modeled_tflops_{gpu}" if kind == "ours" else f"fa2_modeled_tflops_{gpu}"
+        if fwd is None or bwd is None or fwd.get(key) is None:
+            return None
+        if mode == "fwd":
+            return fwd[key]
+        t = fwd["flops"] / fwd[key] + bwd["flops"] / bwd[key]
+        return (fwd["flops"] + bwd["flops"]) / t
+
+    rows = []
+    for path in bench_files:
+        if not os.path.isfile(path):
+            continue
+        with open(path) as f:
+            results = json.load(f)["results"]
+        for r in results:
+            if r.get("tflops") is None or r["dtype"] != "bfloat16":
+                continue
+            kind = {"flashattn": "ours", "sdpa-flash": "fa2"}.get(r["impl"])
+            if kind is None:
+                continue
+            m = modeled(kind, r["mode"], r["head_dim"], bool(r["causal"])) if r["seqlen"] == SEQLEN \
+                else None
+            rows.append((r["mode"], r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"],
+                         r["impl"], r["tflops"], m))
+    if not rows:
+        print("no bf16 benchmark results to compare")
+        return 0
+    print(f"{'mode':<7} {'d':>3} {'causal':>6} {'seqlen':>6} {'impl':<11} {'measured':>8} "
+          f"{'modeled':>8} {'meas/model':>10}   TFLOP/s; modeled: {gpu.upper()}, N={SEQLEN} only"
+          + ("  (model snapshot from another csrc: rerun bench/gpu_model.py)" if stale else ""))
+    for mode, d, causal, n, impl, measured, m in rows:
+        cells = f"{m:>8.1f} {measured / m:>10.2f}" if m else f"{'-':>8} {'-':>10}"
+        print(f"{mode:<7} {d:>3} {causal:>6} {n:>6} {impl:<11} {measured:>8.1f} {cells}")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the records here")
+    parser.add_argument("--quick", action="store_true",
+                        help="head dim 128 only (the issue's targets): for CI")
+    parser.add_argument("--head-dims", default=None, help="comma-separated, default 64,128,256")
+    parser.add_argument("--build-log", nargs="+", default=[os.path.join(REPO, "build", "wheel.log")],
+                        help="ptxas -v reports: the FLASHATTN_PTXAS_STRICT=1 build log (default), "
+                             "or .ci/sass_compare.py's build/sass/*/*.ptxas.log")
+    parser.add_argument("--compare", nargs="*", metavar="BENCH_JSON",
+                        help="instead: print these flashattn.bench results next to --model's")
+    parser.add_argument("--model", default=os.path.join(HERE, "gpu_model.json"))
+    parser.add_argument("--gpu", default="h200", choices=sorted(gpu_specs.GPUS))
+    args = parser.parse_args()
+    if args.compare is not None:
+        return compare(args.compare, args.model, args.gpu)
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    missing = [p for p in args.build_log if not os.path.isfile(p)]
+    if missing:
+        sys.exit(f"gpu_model: no build log at {', '.join(missing)}: build the wheel with "
+                 f"FLASHATTN_PTXAS_STRICT=1 (scripts/test.sh does, into build/wheel.log) or pass "
+                 f"--build-log")
+    regs = ptxas_registers(args.build_log)
+    if not regs:
+        sys.exit(f"gpu_model: {args.build_log} has no ptxas report (FLASHATTN_PTXAS_STRICT=1)")
+    head_dims = ([int(x) for x in args.head_dims.split(",")] if args.head_dims
+                 else (128,) if args.quick else HEAD_DIMS)
+    torch, ops = build_sim(log)
+    start = time.time()
+    recs = records(ops, torch, regs, head_dims, log)
+    digest = csrc_digest()
+    for r in recs:
+        r["csrc"] = digest
+    log(f"counted and modeled {len(recs)} records in {time.time() - start:.1f} s")
+    print(f"GPU model (issue 15), bf16, N={SEQLEN}, batch x heads = {TOKENS // SEQLEN} x "
+          f"{HIDDEN}/d; modeled TFLOP/s (FA convention); {datetime.date.today()}")
+    print(table(recs))
+    print()
+    print(fa2_table(recs))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(recs, f, indent=1)
+        log(f"wrote {len(recs)} records to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""bench/gpu_model.py (issue 15): the CUDA kernels counted on the CPU shim and modeled on
+H100/H200/A100 next to FlashAttention-2. Runs the command as CI would (--quick: head dim 128,
+every family, causal and not) and checks its JSON: the fields, and the counts the kernels' tile
+geometry fixes exactly. Needs the sim extension (built on first use, as for
+test_cuda_kernels_sim.py) and the wheel build's ptxas report in build/wheel.log."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "bench", "gpu_model.py")
+FIELDS = {"kernel": str, "direction": str, "dtype": str, "head_dim": int, "causal": bool,
+          "mma": float, "ldmatrix_x4_equiv": float, "smem_wavefronts": float,
+          "smem_wavefronts_ideal": float, "global_sectors": float, "atomics": float,
+          "barriers": float, "regs_per_thread": int, "smem_per_cta": int,
+          "ctas_per_sm_h100": int, "modeled_tflops_h100": float, "modeled_tflops_h200": float}
+# mma.sync m16n8k16 = 4096 FLOP; the H100 model's mma.sync ceiling (bench/gpu_specs.py).
+MMA_FLOP = 4096
+H100_MMA_SYNC_TFLOPS = 132 * 1.83e9 * 2048 / 1e12
+
+
+def load_model():
+    spec = importlib.util.spec_from_file_location("gpu_model", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_model") / "model.json"
+    env = dict(os.environ)
+    env.setdefault("CUDA_HOME", "/usr/local/cuda")
+    result = subprocess.run([sys.executable, SCRIPT, "--quick", "--json", str(out)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ours/FA2" in result.stdout  # the readable table
+    return json.loads(out.read_text())
+
+
+def test_json_has_every_family_and_field(records):
+    keys = {(r["family"], r["head_dim"], r["causal"]) for r in records}
+    assert keys == {(f, 128, c) for f in ("fwd", "bwd", "bwd_deterministic") for c in (False, True)}
+    for r in records:
+        for field, kind in FIELDS.items():
+            assert isinstance(r[field], kind), (field, r[field])
+        assert r["dtype"] == "bf16" and r["direction"] == ("fwd" if r["family"] == "fwd" else "bwd")
+        assert r["extrapolation"]["check"] == "exact"
+        if r["family"] == "bwd_deterministic":
+            assert r["fa2_modeled_tflops_h100"] is None
+        else:
+            assert 0 < r["fa2_modeled_tflops_h100"] <= H100_MMA_SYNC_TFLOPS
+        assert 0 < r["modeled_tflops_h100"] <= H100_MMA_SYNC_TFLOPS
+        assert r["ctas_per_sm_h100"] >= 1 and 0 < r["regs_per_thread"] <= 255
+
+
+def test_counts_follow_the_tile_geometry(records):
+    by = {(r["family"], r["causal"]): r for r in records}
+    fwd, bwd, det = by["fwd", False], by["bwd", False], by["bwd_deterministic", False]
+    # Every mma does useful work without a mask: 2 GEMMs forward, 5 backward (atomic dQ), 7 for
+    # the deterministic backward, which recomputes S and dP in its dQ kernel.
+    assert fwd["mma"] * MMA_FLOP == fwd["flops"]
+    assert bwd["mma"] * MMA_FLOP == bwd["flops"]
+    assert det["mma"] * MMA_FLOP == bwd["flops"] * 7 / 5
+    # Causal: the diagonal tiles are computed whole, so more than half the work.
+    assert by["fwd", True]["mma"] * MMA_FLOP > by["fwd", True]["flops"]
+    # 16 query rows per warp: 72 ldmatrix.x4 per 128 mma at d = 128 (issue 15), 0.3125 for FA2.
+    assert fwd["ldmatrix_x4_equiv"] / fwd["mma"] == 0.5625
+    assert fwd["fa2"]["per_iteration"]["ldmatrix_x4_per_mma"] == 0.3125
+    # The padded tiles are bank-conflict-free; dQ is added by fp32 atomics only without
+    # determinism, one per dQ element per key tile of 64.
+    for r in records:
+        assert r["smem_wavefronts"] >= r["smem_wavefronts_ideal"] > 0
+    assert det["atomics"] == 0 and fwd["atomics"] == 0
+    n, heads = 4096, fwd["batch"] * fwd["heads"]
+    assert bwd["atomics"] == heads * n * n * 128 / 64
+
+
+def test_fa2_paper_counts_match_issue_15():
+    """FA2's per-iteration counts for its sm80 tiles, as issue 15 states them: forward d = 128,
+    128 x 64, 4 warps: 80 ldmatrix.x4 per warp for 256 mma; backward 64 x 128, 8 warps: 5 GEMMs."""
+    model = load_model()
+    *_, fwd = model.fa2_counts("fwd", model.gpu_specs.H100, 128, False)
+    assert (fwd["block_m"], fwd["block_n"], fwd["warps"]) == (128, 64, 4)
+    assert fwd["ldmatrix_x4"] == 4 * 80 and fwd["mma"] == 4 * 256
+    *_, bwd = model.fa2_counts("bwd", model.gpu_specs.H100, 128, False)
+    assert (bwd["block_m"], bwd["block_n"], bwd["warps"]) == (64, 128, 8)
+    assert bwd["mma"] == 5 * (64 // 16) * (128 // 8) * (128 // 16)
+    assert bwd["ldmatrix_x4"] == 1152  # S, dP: 256 each; dV, dK: 192 each; dQ: 256
