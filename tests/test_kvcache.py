@@ -8,6 +8,7 @@ import torch
 
 import flashattn
 from flashattn.reference import attention_reference
+from executors import make_executor
 from tolerance import assert_within_torch_error
 
 
@@ -31,7 +32,7 @@ class Case:
     def __init__(self, batch=2, seqlen_q=1, heads=8, heads_kv=2, head_dim=64, seqlen_cache=300,
                  seqlen_new=1, page_size=None, batch_idx=False, leftpad=False, rotary_dim=32,
                  interleaved=True, causal=True, window=(-1, -1), softcap=0.0, alibi=False,
-                 num_splits=0, dtype=torch.bfloat16, seed=0):
+                 num_splits=0, dtype=torch.bfloat16, seed=0, device="cpu"):
         g = torch.Generator().manual_seed(seed)
         rand = lambda *shape: torch.randn(*shape, generator=g).to(dtype)  # noqa: E731
         self.causal, self.window, self.softcap, self.interleaved = causal, window, softcap, interleaved
@@ -65,6 +66,11 @@ class Case:
             angle = torch.rand(capacity + seqlen_q, rotary_dim // 2, generator=g) * 2 * math.pi
             self.rotary_cos, self.rotary_sin = angle.cos().to(dtype), angle.sin().to(dtype)
         self.alibi_slopes = torch.rand(batch, heads, generator=g) * 0.3 if alibi else None
+        for name in ("q", "k_cache", "v_cache", "k", "v", "block_table", "cache_seqlens",
+                     "cache_batch_idx", "cache_leftpad", "rotary_cos", "rotary_sin",
+                     "alibi_slopes"):
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name).to(device))
         # The logical caches before the call, per sequence (rows = key positions).
         self.keys_before = [self.logical(self.k_cache, b).clone() for b in range(batch)]
         self.values_before = [self.logical(self.v_cache, b).clone() for b in range(batch)]
@@ -74,7 +80,8 @@ class Case:
             return cache[self.block_table[b].long()].flatten(0, 1)
         return cache[b if self.cache_batch_idx is None else int(self.cache_batch_idx[b])]
 
-    def call(self, **overrides):
+    def call(self, ops=None, **overrides):
+        """flash_attn_with_kvcache, or the fwd_kvcache op of another executor's `ops`."""
         kwargs = dict(k=self.k, v=self.v, rotary_cos=self.rotary_cos, rotary_sin=self.rotary_sin,
                       cache_seqlens=self.cache_seqlens, cache_batch_idx=self.cache_batch_idx,
                       cache_leftpad=self.cache_leftpad, block_table=self.block_table,
@@ -82,7 +89,12 @@ class Case:
                       rotary_interleaved=self.interleaved, alibi_slopes=self.alibi_slopes,
                       num_splits=self.num_splits, return_softmax_lse=True)
         kwargs.update(overrides)
-        return flashattn.flash_attn_with_kvcache(self.q, self.k_cache, self.v_cache, **kwargs)
+        if ops is None:
+            return flashattn.flash_attn_with_kvcache(self.q, self.k_cache, self.v_cache, **kwargs)
+        left, right = kwargs.pop("window_size")
+        del kwargs["return_softmax_lse"]
+        return ops.fwd_kvcache(self.q, self.k_cache, self.v_cache, window_left=left,
+                               window_right=right, **kwargs)
 
     def expected_new_keys(self, b, dtype):
         """Sequence b's appended keys, rotated in `dtype`."""
@@ -118,8 +130,8 @@ class Case:
             lses.append(lse)
         return torch.cat(outs), torch.cat(lses)
 
-    def check(self):
-        out, lse = self.call()
+    def check(self, ops=None):
+        out, lse = self.call(ops)
         ref_out, ref_lse = self.reference(torch.float64)
         low_out, low_lse = self.reference(self.q.dtype)
         assert out.dtype == self.q.dtype and lse.dtype == torch.float32
@@ -172,6 +184,42 @@ def test_kvcache_matches_the_reference(case, dtype):
     Case(dtype=dtype, **CASES[case]).check()
 
 
+# ---- the CUDA kernels: on a GPU, and their own source on the CPU shim ----
+
+# The CUDA kernels do not split the keys yet (num_splits > 1 is refused, tested below).
+CUDA_CASES = {name: config for name, config in CASES.items() if config.get("num_splits", 0) <= 1}
+# On the shim every GPU thread is a fiber: shorter caches, the same features.
+SIM_CASES = {name: {**config, "seqlen_cache": min(config.get("seqlen_cache", 300), 140),
+                    "seqlen_q": min(config.get("seqlen_q", 1), 7),
+                    "seqlen_new": min(config.get("seqlen_new", 1), 7)}
+             for name, config in CUDA_CASES.items()}
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return make_executor("sim")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("case", SIM_CASES)
+def test_cuda_kernels_on_the_shim(sim, case, dtype):
+    Case(dtype=dtype, **SIM_CASES[case]).check(sim.ops)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("case", CUDA_CASES)
+def test_cuda_kernels_on_a_gpu(case, dtype):
+    make_executor("cuda")  # skips without a GPU
+    Case(dtype=dtype, device="cuda", **CUDA_CASES[case]).check()
+
+
+def test_cuda_kernels_refuse_to_split_the_keys(sim):
+    case = Case(batch=1, seqlen_new=0, rotary_dim=0, seqlen_cache=64)
+    with pytest.raises(RuntimeError, match=r"kernels do not split the keys yet \(num_splits = 3\)"):
+        case.call(sim.ops, num_splits=3)
+    case.check(sim.ops)  # num_splits 0 (automatic) runs
+
+
 def test_int_cache_seqlens_and_no_cache_seqlens():
     case = Case(batch=2, seqlen_new=0, rotary_dim=0)
     out, _ = case.call(cache_seqlens=100)
@@ -216,8 +264,10 @@ def test_an_empty_split_contributes_nothing():
 
 # ---- paged KV in the varlen forward ----
 
+@pytest.mark.parametrize("executor", ["cpu", "sim"])
 @pytest.mark.parametrize("page_size", [1, 16, 17])
-def test_varlen_forward_reads_a_paged_cache(page_size):
+def test_varlen_forward_reads_a_paged_cache(page_size, executor):
+    ops = make_executor(executor).ops
     torch.manual_seed(0)
     lengths_q, lengths_k = [3, 1, 5], [40, 7, 33]
     heads, heads_kv, dim = 4, 2, 32
@@ -229,8 +279,12 @@ def test_varlen_forward_reads_a_paged_cache(page_size):
     q = torch.randn(sum(lengths_q), heads, dim)
     cu_q = torch.tensor([0, 3, 4, 9], dtype=torch.int32)
     cu_k = torch.tensor([0, 40, 47, 80], dtype=torch.int32)
-    out = flashattn.flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, 5, 40, causal=True,
-                                           block_table=table)
+    if executor == "cpu":  # the public function; its op below on the others
+        out = flashattn.flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, 5, 40,
+                                               causal=True, block_table=table)
+    else:
+        out, _ = ops.fwd(q, k_pages, v_pages, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                         max_seqlen_q=5, max_seqlen_k=40, block_table=table)
     for b in range(3):
         keys = k_pages[table[b].long()].flatten(0, 1)[:lengths_k[b]]
         values = v_pages[table[b].long()].flatten(0, 1)[:lengths_k[b]]

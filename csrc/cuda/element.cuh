@@ -64,4 +64,32 @@ __device__ __forceinline__ float to_float(uint16_t bits) {
   }
 }
 
+// One element's bits, rounded to nearest even from fp32.
+template <typename Element>
+__device__ __forceinline__ uint16_t from_float(float x) {
+  static_assert(kIs16BitElement<Element>, "tensor-core path takes fp16 or bf16");
+  if constexpr (std::is_same_v<Element, __half>) {
+    const __half_raw raw = __float2half_rn(x);
+    return raw.x;
+  } else {
+    const __nv_bfloat16_raw raw = __float2bfloat16_rn(x);
+    return raw.x;
+  }
+}
+
+// A 16-bit element as its bits, converted to and from float only explicitly: host-device code
+// written for c10::Half-like types (kv_append.h) casts, and torch builds with
+// __CUDA_NO_HALF_CONVERSIONS__.
+template <typename Element>
+struct Bits16 {
+  uint16_t bits;
+  Bits16() = default;
+  __device__ __forceinline__ explicit Bits16(float x) : bits(from_float<Element>(x)) {}
+  __device__ __forceinline__ explicit operator float() const { return to_float<Element>(bits); }
+};
+
+// How kernels that cast elements (rather than move bits) hold an Element in memory.
+template <typename Element>
+using StoredElement = std::conditional_t<kIs16BitElement<Element>, Bits16<Element>, Element>;
+
 }  // namespace flashattn::cuda

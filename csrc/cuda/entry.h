@@ -100,6 +100,14 @@ inline void launch_fwd(const AttnParams& p, const KernelChoice& choice, cudaStre
   });
 }
 
+// Appends to a KV cache and applies rotary embeddings (kv_append_kernel.cuh).
+inline void launch_kv_append(const KvAppendParams& p, ElementType type, cudaStream_t stream,
+                             LaunchCheck after_launch) {
+  dispatch_element(type, [&](auto element) {
+    run_kv_append<decltype(element)>(p, stream, after_launch);
+  });
+}
+
 // Launches the backward for p; workspace: bwd_workspace_floats(p, choice) floats.
 inline void launch_bwd(const AttnBwdParams& p, const KernelChoice& choice, float* workspace,
                        cudaStream_t stream, LaunchCheck after_launch) {

@@ -34,7 +34,7 @@ struct CudaExecutor {
   static const ExecutorLimits& limits() {
     static const ExecutorLimits cuda_limits{
         Device::kExecutorName, {at::kHalf, at::kBFloat16, at::kFloat}, kMaxHeadDim,
-        /*reads_lengths_on_host=*/false, /*kv_cache=*/false};
+        /*reads_lengths_on_host=*/false, /*kv_cache=*/true, /*split_kv=*/false};
     return cuda_limits;
   }
 
@@ -46,13 +46,12 @@ struct CudaExecutor {
     launch_fwd(p, choice, Device::stream(q), &Device::check_launch);
   }
 
-  // Appending to a KV cache and rotary embeddings have no CUDA kernel yet; the attention
-  // over a cache (cache_seqlens) runs.
-  static void run_kv_append(const at::Tensor& /*q*/, const KvAppendParams& /*p*/) {
-    TORCH_CHECK(false, "flashattn: the ", Device::kExecutorName, " kernels cannot append k, v "
-                "to a KV cache or apply rotary embeddings yet (flash_attn_with_kvcache with "
-                "k, v or rotary_cos); the CPU can");
+  // flash_attn_with_kvcache's append and rotary embedding, before run_fwd on the same stream.
+  static void run_kv_append(const at::Tensor& q, const KvAppendParams& p) {
+    const typename Device::Guard guard(q.device());
+    launch_kv_append(p, element_type(q.scalar_type()), Device::stream(q), &Device::check_launch);
   }
+
   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& dk,
                       at::Tensor& dv) {
     const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);

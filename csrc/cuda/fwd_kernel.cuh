@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "../dropout.h"
+#include "../kv_rows.h"
 #include "dropout_bits.cuh"
 #include "../mask.h"
 #include "../params.h"
@@ -51,8 +52,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   // [Sq, D] / [Sk, D] views of this (batch, head); rows strided, last dim contiguous.
   const uint16_t* q_gmem = p.q.row<const uint16_t>(batch, head, seq.q_row0 + m_start);
-  const uint16_t* k_gmem = p.k.row<const uint16_t>(batch, head_kv, seq.k_row0);
-  const uint16_t* v_gmem = p.v.row<const uint16_t>(batch, head_kv, seq.k_row0);
+  // Keys and values: rows of k / v from k_row0 on, or wherever a KV cache keeps them
+  // (kv_rows.h: pages of a block table, another batch entry).
+  const bool keys_in_rows = keys_in_place(p.kv_cache);
+  const uint16_t* k_gmem = p.k.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
+                                                   keys_in_rows ? seq.k_row0 : 0);
+  const uint16_t* v_gmem = p.v.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
+                                                   keys_in_rows ? seq.k_row0 : 0);
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 &&
@@ -75,16 +81,28 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const int unmasked_from = first_visible_key(seq, m_last);
   const int unmasked_to = visible_key_end(seq, m_start);
 
+  auto cache_row = [&](TensorView view, int key) {
+    return key_row<const uint16_t>(view, p.kv_cache, seq, head_kv, key);
+  };
   auto load_kv = [&](int tile) {
     const int stage = (tile - tile_begin) % kStages;
     const int n_start = tile * kBlockN;
     const int rows_valid = seq.seqlen_k - n_start;
-    load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-        k_smem(stage), k_gmem + n_start * p.k.row_stride, p.k.row_stride, rows_valid,
-        p.head_dim, aligned);
-    load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-        v_smem(stage), v_gmem + n_start * p.v.row_stride, p.v.row_stride, rows_valid,
-        p.head_dim, aligned);
+    if (keys_in_rows) {
+      load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
+          k_smem(stage), k_gmem + n_start * p.k.row_stride, p.k.row_stride, rows_valid,
+          p.head_dim, aligned);
+      load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
+          v_smem(stage), v_gmem + n_start * p.v.row_stride, p.v.row_stride, rows_valid,
+          p.head_dim, aligned);
+    } else {
+      load_rows_async<kBlockN, kHeadDim, kStride, kNThreads>(
+          k_smem(stage), [&](int r) { return cache_row(p.k, n_start + r); }, k_gmem, rows_valid,
+          p.head_dim, aligned);
+      load_rows_async<kBlockN, kHeadDim, kStride, kNThreads>(
+          v_smem(stage), [&](int r) { return cache_row(p.v, n_start + r); }, v_gmem, rows_valid,
+          p.head_dim, aligned);
+    }
   };
 
   // Prologue: Qi and the first kStages - 1 key tiles, one cp.async group per tile.

@@ -23,4 +23,7 @@ template <int kHeadDim>
 void run_bwd_simt(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                   LaunchCheck after_launch);
 
+template <typename Element>
+void run_kv_append(const KvAppendParams& p, cudaStream_t stream, LaunchCheck after_launch);
+
 }  // namespace flashattn::cuda

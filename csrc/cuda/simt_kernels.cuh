@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "../dropout.h"
+#include "../kv_rows.h"
 #include "../mask.h"
 #include "../params.h"
 #include "grid.h"
@@ -24,16 +25,26 @@ namespace flashattn::cuda {
 
 // Rows [0, kRows) x columns [0, kHeadDim) of a row-major fp32 view into smem (pitch kStride);
 // rows >= rows_valid and columns >= cols_valid become 0. All kNThreads threads call it.
+// Row r < rows_valid is at row_of(r): strided rows, or keys wherever a KV cache keeps them.
+template <int kRows, int kHeadDim, int kStride, int kNThreads, typename RowOf>
+__device__ __forceinline__ void load_rows_f32(float* rows_smem,  // [kRows, kStride]
+                                              const RowOf& row_of, int rows_valid,
+                                              int cols_valid) {
+  for (int i = threadIdx.x; i < kRows * kHeadDim; i += kNThreads) {
+    const int r = i / kHeadDim, c = i % kHeadDim;
+    FLASHATTN_SMEM(rows_smem)[r * kStride + c] =
+        r < rows_valid && c < cols_valid ? row_of(r)[c] : 0.f;
+  }
+}
+
+// load_rows_f32 for rows row_stride apart from rows_gmem ([rows_valid, cols_valid]).
 template <int kRows, int kHeadDim, int kStride, int kNThreads>
 __device__ __forceinline__ void load_rows_f32(float* rows_smem,        // [kRows, kStride]
                                               const float* rows_gmem,  // [rows_valid, cols_valid]
                                               int64_t row_stride, int rows_valid,
                                               int cols_valid) {
-  for (int i = threadIdx.x; i < kRows * kHeadDim; i += kNThreads) {
-    const int r = i / kHeadDim, c = i % kHeadDim;
-    FLASHATTN_SMEM(rows_smem)[r * kStride + c] =
-        r < rows_valid && c < cols_valid ? rows_gmem[r * row_stride + c] : 0.f;
-  }
+  load_rows_f32<kRows, kHeadDim, kStride, kNThreads>(
+      rows_smem, [&](int r) { return rows_gmem + r * row_stride; }, rows_valid, cols_valid);
 }
 
 __device__ __forceinline__ float warp_max(float x) {
@@ -117,8 +128,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   float* q_smem = smem;                              // [kNWarps, kStride]
   float* k_smem = q_smem + 2 * Traits::kRowSmemFloats;  // [32, kStride]
   float* v_smem = k_smem + Traits::kTileSmemFloats;     // [32, kStride]
-  const float* k_gmem = p.k.row<const float>(batch, head_kv, seq.k_row0);  // [Sk, D]
-  const float* v_gmem = p.v.row<const float>(batch, head_kv, seq.k_row0);  // [Sk, D]
+  // Key (or value) `key` of this sequence: wherever a KV cache keeps it (kv_rows.h), else a
+  // plain strided row.
+  auto key_of = [&](TensorView view, int key) {
+    return key_row<const float>(view, p.kv_cache, seq, head_kv, key);
+  };
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
       q_smem, p.q.row<const float>(batch, head, seq.q_row0 + m_start), p.q.row_stride,
       seq.seqlen_q - m_start, p.head_dim);
@@ -135,10 +149,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     if (mask_class == kMaskHidden) continue;  // the whole CTA alike
     __syncthreads();  // every warp is done with the previous tile
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        k_smem, k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
+        k_smem, [&](int r) { return key_of(p.k, n_start + r); }, seq.seqlen_k - n_start,
         p.head_dim);
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        v_smem, v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
+        v_smem, [&](int r) { return key_of(p.v, n_start + r); }, seq.seqlen_k - n_start,
         p.head_dim);
     __syncthreads();
     const int key = n_start + lane;

@@ -26,14 +26,16 @@ __device__ __forceinline__ bool rows_are_16b_aligned(const TensorView& view) {
          view.row_stride % kChunkElems == 0 && view.head_stride % kChunkElems == 0;
 }
 
-// Copies rows [0, kRows) x columns [0, kCols) of a row-major source into smem with row pitch
-// kSmemStride elements; rows >= rows_valid and columns >= cols_valid become zero.
-// Must be called by all kNThreads threads of the CTA.
-template <int kRows, int kCols, int kSmemStride, int kNThreads>
-__device__ __forceinline__ void load_tile_async(
-    uint16_t* tile_smem,        // [kRows, kSmemStride]
-    const uint16_t* tile_gmem,  // [rows_valid, cols_valid], rows row_stride apart
-    int64_t row_stride, int rows_valid, int cols_valid, bool aligned FLASHATTN_CALLER_SITE) {
+// Copies rows [0, kRows) x columns [0, kCols) of a tile into smem with row pitch kSmemStride
+// elements; rows >= rows_valid and columns >= cols_valid become zero. Row r < rows_valid is
+// at row_of(r): strided rows of a view, or a sequence's keys wherever a KV cache keeps them
+// (pages, cache_batch_idx: kv_rows.h). `anywhere` is any valid address, the source of the
+// chunks that read nothing. Must be called by all kNThreads threads of the CTA.
+template <int kRows, int kCols, int kSmemStride, int kNThreads, typename RowOf>
+__device__ __forceinline__ void load_rows_async(
+    uint16_t* tile_smem,  // [kRows, kSmemStride]
+    const RowOf& row_of, const uint16_t* anywhere, int rows_valid, int cols_valid,
+    bool aligned FLASHATTN_CALLER_SITE) {
   constexpr int kChunksPerRow = kCols / kChunkElems;
   constexpr int kChunks = kRows * kChunksPerRow;
   static_assert(kCols % kChunkElems == 0, "tile width must be whole 16-byte chunks");
@@ -43,9 +45,8 @@ __device__ __forceinline__ void load_tile_async(
     const int cols_left = row < rows_valid ? cols_valid - col : 0;
     const int n_valid = cols_left < 0 ? 0 : (cols_left < kChunkElems ? cols_left : kChunkElems);
     uint16_t* dst = tile_smem + row * kSmemStride + col;
-    // An invalid chunk reads nothing; point it at the tile start so no out-of-range address
-    // is ever formed.
-    const uint16_t* src = n_valid > 0 ? tile_gmem + row * row_stride + col : tile_gmem;
+    // An invalid chunk reads nothing, and no out-of-range address is ever formed for it.
+    const uint16_t* src = n_valid > 0 ? row_of(row) + col : anywhere;
     if (aligned) {
       ptx::cp_async_16(dst, src, n_valid * kElemBytes16 FLASHATTN_CALLER_SITE_ARGS);
     } else {
@@ -54,6 +55,17 @@ __device__ __forceinline__ void load_tile_async(
         FLASHATTN_SMEM(dst)[e] = e < n_valid ? src[e] : uint16_t{0};
     }
   }
+}
+
+// load_rows_async for rows row_stride apart from tile_gmem ([rows_valid, cols_valid]).
+template <int kRows, int kCols, int kSmemStride, int kNThreads>
+__device__ __forceinline__ void load_tile_async(
+    uint16_t* tile_smem,        // [kRows, kSmemStride]
+    const uint16_t* tile_gmem,  // [rows_valid, cols_valid], rows row_stride apart
+    int64_t row_stride, int rows_valid, int cols_valid, bool aligned FLASHATTN_CALLER_SITE) {
+  load_rows_async<kRows, kCols, kSmemStride, kNThreads>(
+      tile_smem, [&](int row) { return tile_gmem + row * row_stride; }, tile_gmem, rows_valid,
+      cols_valid, aligned FLASHATTN_CALLER_SITE_ARGS);
 }
 
 // Stores a warp's mma accumulator (16 rows x kNTilesD 8-column n-tiles; this lane holds rows

@@ -2,6 +2,7 @@
 // shim: what csrc/cuda/inst/fwd_*.cu are for nvcc. A tile missing here fails the load of the
 // extension with an undefined symbol.
 #include "cuda/launch_fwd.cuh"
+#include "cuda/kv_append_kernel.cuh"
 #include "cuda/launch_simt.cuh"
 
 namespace flashattn::cuda {
@@ -19,5 +20,9 @@ FLASHATTN_SIM_FWD_16BIT(256)
 template void run_fwd_simt<64>(const AttnParams&, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<128>(const AttnParams&, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<256>(const AttnParams&, cudaStream_t, LaunchCheck);
+
+template void run_kv_append<__half>(const KvAppendParams&, cudaStream_t, LaunchCheck);
+template void run_kv_append<__nv_bfloat16>(const KvAppendParams&, cudaStream_t, LaunchCheck);
+template void run_kv_append<float>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 
 }  // namespace flashattn::cuda
