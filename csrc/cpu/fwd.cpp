@@ -19,7 +19,9 @@
 // per kv head; when each kv head's keys are read by one task only they are converted tile by
 // tile as they stream past rather than packed first (a second copy of the cache); and a
 // sequence's keys may be split into num_splits parts, computed as separate tasks and merged by
-// their LSEs, so one long sequence keeps every thread busy.
+// their LSEs, so one long sequence keeps every thread busy. When a tile has only a few rows
+// (one token of each head of a GQA group), its products read the key and value rows where they
+// are (row_products.h) instead of converting them into GEMM operands first.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -31,6 +33,7 @@
 #include "kernels.h"
 #include "packing.h"
 #include "panels16.h"
+#include "row_products.h"
 #include "softmax_vec.h"
 #include "task_queue.h"
 #include "tile_gemm.h"
@@ -98,6 +101,8 @@ class ForwardKernel {
   static constexpr bool kNative16 = kPath == OperandPath::kNative16;
   // The element type of the products' A and B operands.
   using Operand = std::conditional_t<kNative16, In, T>;
+  // row_products.h takes fp32 products (not the 16-bit path's, not gradcheck's fp64).
+  static constexpr bool kRowProductsTaken = !kNative16 && std::is_same_v<T, float>;
 
  public:
   ForwardKernel(const AttnParams& p, bool vnni, const ForwardPlan& plan)
@@ -186,6 +191,8 @@ class ForwardKernel {
     std::vector<Operand> k_tile;
     std::vector<Operand> v_tile;
     std::vector<Operand> staging;
+    // takes_row_products(): the key (or value) rows of the tile, where they are.
+    std::vector<const In*> kv_rows = std::vector<const In*>(kKeyBlock);
   };
 
   void pack_keys_and_values() {
@@ -265,6 +272,7 @@ class ForwardKernel {
     const int tile_rows = rows * plan_.heads_per_tile;
     const Sequence& seq = seqs_[b];
     const int kv_head = head0 / p_.head_group;
+    const bool rows_in_place = takes_row_products(seq);
 
     for (int r = 0; r < tile_rows; ++r) {
       const In* q_row = p_.q.row<const In>(b, head0 + r / rows, seq.q_row0 + row_begin + r % rows);
@@ -288,8 +296,8 @@ class ForwardKernel {
       const uint8_t mask_class =
           tile_mask_class(b, head0, row_begin, row_begin + rows, key_begin, key_begin + cols);
       if (visibility == TileVisibility::kNone || mask_class == kMaskHidden) continue;
-      if (plan_.stream_kv) load_kv_tile(seq, kv_head, kb, s);
-      multiply_q_kt(b, kv_head, kb, tile_rows, cols, s);  // S_ij = scale · Qi Kjᵀ
+      if (plan_.stream_kv && !rows_in_place) load_kv_tile(seq, kv_head, kb, s);
+      multiply_q_kt(b, kv_head, kb, tile_rows, cols, rows_in_place, s);  // S_ij = scale · Qi Kjᵀ
       if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || visibility == TileVisibility::kPartial ||
           mask_class == kMaskRead)
         for (int r = 0; r < tile_rows; ++r) {
@@ -318,14 +326,15 @@ class ForwardKernel {
           round_to_16bit(s.scores.data() + size_t(r) * kKeyBlock, probs_row, cols);
           std::fill(probs_row + cols, probs_row + kKeyBlock, In(0.f));
         }
-      multiply_p_v(b, kv_head, kb, tile_rows, cols, s);  // O_i += P_ij Vj
+      multiply_p_v(b, kv_head, kb, tile_rows, cols, rows_in_place, s);  // O_i += P_ij Vj
     }
     for (int g = 0; g < plan_.heads_per_tile; ++g)
       store_output(task, head0 + g, g * rows, s);
   }
 
   // S_ij = scale · Qi Kjᵀ into s.scores (the kNative16 path applies the scale afterwards).
-  void multiply_q_kt(int b, int kv_head, int kb, int rows, int cols, Scratch& s) const {
+  void multiply_q_kt(int b, int kv_head, int kb, int rows, int cols, bool rows_in_place,
+                     Scratch& s) const {
     if constexpr (kNative16) {
       for (int panel = 0; panel * kPanelWidth < cols; ++panel)
         tile_gemm(rows, kPanelWidth, gemm_dim_, s.q_tile.data(), gemm_dim_,
@@ -333,6 +342,12 @@ class ForwardKernel {
                                   : k_panels16_.panel(b, kv_head, kb, panel),
                   kPanelWidth,
                   s.scores.data() + panel * kPanelWidth, kKeyBlock, /*accumulate=*/false, vnni_);
+    } else if (rows_in_place) {
+      if constexpr (kRowProductsTaken) {
+        point_at_rows(p_.k, b, kv_head, kb, cols, s);
+        dot_key_rows(s.q_tile.data(), rows, dim_, s.kv_rows.data(), cols, dim_, s.scores.data(),
+                     kKeyBlock);
+      }
     } else {
       const T* keys = plan_.stream_kv
                           ? s.k_tile.data()
@@ -344,7 +359,8 @@ class ForwardKernel {
 
   // O_i += P_ij Vj. The 16-bit product runs over the whole key block: P_ij and Vj are zero
   // past the last key.
-  void multiply_p_v(int b, int kv_head, int kb, int rows, int cols, Scratch& s) const {
+  void multiply_p_v(int b, int kv_head, int kb, int rows, int cols, bool rows_in_place,
+                    Scratch& s) const {
     if constexpr (kNative16) {
       for (int panel = 0; panel < out_stride_ / kPanelWidth; ++panel)
         tile_gemm(rows, kPanelWidth, kKeyBlock, s.probs16.data(), kKeyBlock,
@@ -353,6 +369,12 @@ class ForwardKernel {
                   kPanelWidth,
                   s.out_acc.data() + panel * kPanelWidth, out_stride_, /*accumulate=*/true,
                   vnni_);
+    } else if (rows_in_place) {
+      if constexpr (kRowProductsTaken) {
+        point_at_rows(p_.v, b, kv_head, kb, cols, s);
+        add_value_rows(s.scores.data(), rows, kKeyBlock, s.kv_rows.data(), cols, dim_,
+                       s.out_acc.data(), dim_);
+      }
     } else if (values_in_place_) {
       tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
                 p_.v.row<const T>(b, kv_head, seqs_[b].k_row0 + kb * kKeyBlock),
@@ -363,6 +385,21 @@ class ForwardKernel {
                                 : v_rows_.head(b, kv_head) + int64_t(kb) * kKeyBlock * dim_,
                 dim_, s.out_acc.data(), dim_, /*accumulate=*/true);
     }
+  }
+
+  // Whether the tiles of a sequence take their products from the key and value rows in place
+  // (row_products.h): when each holds at most kRowProductMaxRows query rows, however the call
+  // groups them (GQA heads, query blocks). Decided by the sequence alone, so a sequence of a
+  // varlen batch still gets the bits it gets alone.
+  bool takes_row_products(const Sequence& seq) const {
+    return kRowProductsTaken && int64_t(seq.seqlen_q) * p_.head_group <= kRowProductMaxRows;
+  }
+
+  // s.kv_rows = the rows of key block kb of kv head kv_head in view (k or v).
+  void point_at_rows(const TensorView& view, int b, int kv_head, int kb, int cols,
+                     Scratch& s) const {
+    for (int c = 0; c < cols; ++c)
+      s.kv_rows[c] = key_row<const In>(view, p_.kv_cache, seqs_[b], kv_head, kb * kKeyBlock + c);
   }
 
   // Keys of the tile that `row` may not see become -inf.
