@@ -78,12 +78,16 @@ class Settings:
     seed: int
 
 
-KV_LENS = tuple(1024 * 2 ** i for i in range(8))   # 1k ... 128k
-# Issue 12's grid on both devices. CPU: bfloat16, the dtype of LLM caches (half the bytes of
-# float32; --dtype float32 for the other), cut by a minute per dtype: about Sk = 16k at B = 1 on
-# two busy cores, most of it in SDPA's math backend. CUDA: bfloat16, cut only by memory.
+KV_LENS = tuple(1024 * 2 ** i for i in range(8))   # 1k, 2k, ... 128k
+CPU_KV_LENS = tuple(1024 * 4 ** i for i in range(4))   # 1k, 4k, 16k, 64k
+# Issue 12's grid. CUDA: bfloat16, Sk doubling from 1k to 128k, cut only by memory. CPU:
+# bfloat16, the dtype of LLM caches (half the bytes of float32; --dtype float32 for the other),
+# Sk in steps of 4x, cut by a minute per dtype: on two busy cores that reaches Sk = 16k at B = 1
+# (issue 12's target starts there), most of the minute in SDPA's math backend, about 10x slower
+# than the others; --budget and --kv-lens for more.
 DEFAULTS = {
-    "cpu": Settings(dtypes=(torch.bfloat16,), batches=(1, 8, 32), q_lens=(1, 4), kv_lens=KV_LENS,
+    "cpu": Settings(dtypes=(torch.bfloat16,), batches=(1, 8, 32), q_lens=(1, 4),
+                    kv_lens=CPU_KV_LENS,
                     heads=32, heads_kv=8, head_dim=128, page_size=16, num_splits=0, repeats=5,
                     warmup=1, budget_s=60.0, copy_bytes=1 << 30, copy_repeats=5, seed=0),
     "cuda": Settings(dtypes=(torch.bfloat16,), batches=(1, 8, 32), q_lens=(1, 4),
@@ -124,8 +128,9 @@ HELP = ("KV-cache decoding (--decode): one step of flash_attn_with_kvcache over 
         "(every backend of the device, enable_gqa, no mask needed) and FA2's "
         "flash_attn_with_kvcache when flash_attn is importable (CUDA). Headline: KV bytes read "
         "per second as a share of the copy bandwidth measured in the same run. Defaults: "
-        "bfloat16, B 1,8,32, Sq 1,4, 32 query heads, 8 kv heads, head_dim 128, Sk 1k-128k, "
-        "page 16; on the CPU cut by --budget, 60 s per dtype (the cut cases are listed). "
+        "bfloat16, B 1,8,32, Sq 1,4, 32 query heads, 8 kv heads, head_dim 128, page 16, Sk "
+        "1k-128k doubling (CPU: 1k, 4k, 16k, 64k, cut by --budget, 60 s per dtype; the cut "
+        "cases are listed). "
         "--heads and --head-dim apply; --seqlens, --batch, --mode, --causal and --plot do not.")
 
 
@@ -138,8 +143,8 @@ def add_arguments(parser):
     group.add_argument("--q-lens", type=bench._int_list, dest="q_lens", metavar="LIST",
                        help="comma list of new query tokens per sequence, Sq (default 1,4)")
     group.add_argument("--kv-lens", type=bench._int_list, dest="kv_lens", metavar="LIST",
-                       help="comma list of cached keys per sequence, Sk (default 1024 ... "
-                            "131072, doubling)")
+                       help="comma list of cached keys per sequence, Sk (default cpu 1024,"
+                            "4096,16384,65536; cuda 1024 ... 131072, doubling)")
     group.add_argument("--heads-kv", type=bench._positive_int, dest="heads_kv", metavar="N",
                        help="key/value heads; must divide --heads (default 8)")
     group.add_argument("--page-size", type=bench._positive_int, dest="page_size", metavar="N",

@@ -236,10 +236,15 @@ def test_decode_cases_run_in_increasing_kv_size():
 
     settings = DEFAULTS["cpu"]
     cases = enumerate_cases(settings)
-    assert len(cases) == 3 * 2 * 8
+    assert len(cases) == 3 * 2 * 4
     sizes = [c.kv_bytes(settings) for c in cases]
     assert sizes == sorted(sizes)
-    assert sizes[0] == 2 * 1 * 1024 * 8 * 128 * 2 and sizes[-1] == 2 * 32 * 131072 * 8 * 128 * 2
+    assert sizes[0] == 2 * 1 * 1024 * 8 * 128 * 2 and sizes[-1] == 2 * 32 * 65536 * 8 * 128 * 2
+    # Issue 12's target starts at Sk = 16k: the smallest such case comes before the larger
+    # batches' (a budget reaches it first).
+    first_target = min(i for i, c in enumerate(cases) if c.kv_len >= 16384)
+    assert (cases[first_target].batch, cases[first_target].kv_len) == (1, 16384)
+    assert {c.batch for c in cases[:first_target]} == {1, 8}
 
 
 def test_decode_target_verdict():
