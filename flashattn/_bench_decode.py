@@ -156,7 +156,8 @@ def add_arguments(parser):
                             "cpu 60, cuda none; 0: none)")
 
 
-DECODE_ONLY = ("batches", "q_lens", "kv_lens", "heads_kv", "page_size", "num_splits", "budget_s")
+DECODE_ONLY = ("batches", "q_lens", "kv_lens", "heads_kv", "page_size", "num_splits",
+               "budget_s")
 NOT_FOR_DECODE = ("seqlens", "batch", "plot")
 
 
@@ -262,7 +263,8 @@ class Inputs:
     """One case's q and its cache in three layouts, holding the same values."""
 
     def __init__(self, case, settings, device, generator):
-        b, sk, hkv, d, dtype = case.batch, case.kv_len, settings.heads_kv, settings.head_dim, case.dtype
+        b, sk, dtype = case.batch, case.kv_len, case.dtype
+        hkv, d = settings.heads_kv, settings.head_dim
 
         def randn(*shape):
             return torch.randn(shape, generator=generator, dtype=torch.float32,
@@ -466,15 +468,16 @@ def summarize(results, cuts, device_type, threads):
             ok = [r for r in rows if r.status == "ok"]
             in_target = [r for r in ok if r.kv_len >= target["min_kv_len"]
                          and (target["batches"] is None or r.batch in target["batches"])]
-            met = [r for r in in_target
-                   if r.copy_share >= target["share"]
-                   and (target["speedup"] is None or (r.speedup_vs_best_sdpa is not None
-                                                      and r.speedup_vs_best_sdpa >= target["speedup"]))]
+            fast = (lambda r: target["speedup"] is None or (
+                r.speedup_vs_best_sdpa is not None
+                and r.speedup_vs_best_sdpa >= target["speedup"]))
+            met = [r for r in in_target if r.copy_share >= target["share"] and fast(r)]
             speedups = [r.speedup_vs_best_sdpa for r in ok if r.speedup_vs_best_sdpa is not None]
             target_speedups = [r.speedup_vs_best_sdpa for r in in_target
                                if r.speedup_vs_best_sdpa is not None]
             summary.append({
-                "dtype": dtype, "impl": impl, "cases": len(ok), "not_available": len(rows) - len(ok),
+                "dtype": dtype, "impl": impl, "cases": len(ok),
+                "not_available": len(rows) - len(ok),
                 "copy_share": _span([r.copy_share for r in ok]),
                 "gb_per_s": _span([r.gb_per_s for r in ok]),
                 "speedup_vs_best_sdpa": _span(speedups),
@@ -623,7 +626,8 @@ def main(argv, args, parser):
         nbytes = case.kv_bytes(settings)
         available = available_memory_bytes(device)
         reason = budget.reason_to_cut(case, nbytes)
-        if reason is None and available is not None and MEMORY_FACTOR * nbytes > MEMORY_SHARE * available:
+        if (reason is None and available is not None
+                and MEMORY_FACTOR * nbytes > MEMORY_SHARE * available):
             reason = (f"memory: needs about {MEMORY_FACTOR * nbytes / 2 ** 30:.1f} GiB, "
                       f"{available / 2 ** 30:.1f} GiB available")
         if reason:
