@@ -119,6 +119,18 @@ def matmul_tflops(dtype, max_size, probe, repeats, device, slow_call_ms=100):
     return 2 * size ** 3 / (median_ms / MS_PER_S) / 1e12, size
 
 
+def copy_bandwidth(nbytes, probe, repeats, device):
+    """The machine's memory bandwidth as a large tensor copy sees it: dst.copy_(src) of nbytes,
+    (bytes read + bytes written) / time, STREAM's convention for copy (the write-allocate reads
+    of the destination are not counted). Returns [GB/s of each timed copy], after one warm-up
+    copy (page faults); the caller takes the median."""
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.zeros_like(src)
+    probe.time_ms(lambda: dst.copy_(src))
+    return [2 * nbytes / (probe.time_ms(lambda: dst.copy_(src)) / MS_PER_S) / 1e9
+            for _ in range(repeats)]
+
+
 def cpu_tile_products_tflops(dtype, head_dim, seconds):
     """The rate of flashattn's own forward tile products on the CPU, on a hot tile (operands in
     cache): one key block's Q·Kᵀ and P·V (128 queries x 128 keys x head_dim, 2 FLOPs per

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import __version__
+from . import _bench_decode as decode
 from . import _bench_measure as measure
 from . import _bench_plot as plot
 from . import _bench_varlen as varlen
@@ -387,8 +388,10 @@ def parse_args(argv):
                    help="machine-readable results to FILE, or to stdout (the table then goes "
                         "to stderr)")
     varlen.add_arguments(p)
+    decode.add_arguments(p)
     args = p.parse_args(argv)
     varlen.check_arguments(p, args)
+    decode.check_arguments(p, args)
     return p, args
 
 
@@ -416,6 +419,8 @@ def main(argv=None):
     parser, args = parse_args(argv)
     if args.varlen:
         return varlen.main(argv, args, parser)
+    if args.decode:
+        return decode.main(argv, args, parser)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -1,0 +1,682 @@
+"""`python -m flashattn.bench --decode`: one KV-cache decoding step, in KV bytes read per second
+against the machine's memory bandwidth, and against F.scaled_dot_product_attention on the padded
+cache.
+
+A case is (dtype, batch B, new query tokens Sq, cached keys Sk), with Hq query heads sharing Hkv
+key/value heads (GQA) of head_dim d. Every sequence holds exactly Sk keys: the padded cache is
+full, so SDPA needs no mask, and the queries attend to all Sk keys (non-causal: with Sq = 4, as
+in speculative decoding's verification step, the last query sees all keys, the earlier ones the
+same number of bytes). The step attends over the cache and appends nothing, so every
+implementation reads the same 2·B·Sk·Hkv·d·itemsize bytes of keys and values (q and the output
+are negligible beside them). Implementations, on the same values:
+
+  flashattn-paged  flashattn.flash_attn_with_kvcache on a paged cache (num_blocks, page, Hkv, d)
+                   of --page-size (16: vLLM's), each sequence's pages at random places in the
+                   pool (a fixed-seed permutation), block_table int32 (B, pages per sequence);
+                   past Sk, the last page holds large values that no correct kernel reads
+  flashattn-dense  the same on the dense cache (B, Sk, Hkv, d), FlashAttention's layout
+  sdpa-<backend>   F.scaled_dot_product_attention forced to each backend of the device
+                   (bench.SDPA_BACKENDS) on the padded cache in its own layout, contiguous
+                   (B, Hkv, Sk, d), q (B, Hq, Sq, d), enable_gqa=True, no mask
+  fa2-paged,       FlashAttention-2's flash_attn.flash_attn_with_kvcache on the same two caches,
+  fa2-dense        when flash_attn is importable (CUDA only; FA2 takes pages that are multiples
+                   of 256 only, so fa2-paged reports n/a at smaller pages)
+
+Each output is checked against a float64 reference (flashattn.reference) on the first and the
+last sequence of the batch, all heads. The memory bandwidth is measured in the same run: a
+large copy_ at the start (the denominator of every share) and again at the end (to show how
+much the machine drifted). Cases run in increasing KV size, so that on the CPU a time budget
+(seconds per dtype, predicted from the last case's seconds per byte) cuts the largest ones;
+the cut cases are listed.
+"""
+import argparse
+import datetime
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel
+
+from . import __version__
+from . import _bench_measure as measure
+from . import bench
+from .kvcache import flash_attn_with_kvcache
+from .reference import attention_reference
+
+PAGED = "flashattn-paged"
+DENSE = "flashattn-dense"
+FA2_PAGED = "fa2-paged"
+FA2_DENSE = "fa2-dense"
+FLASHATTN_IMPLS = (PAGED, DENSE)
+# Past each sequence's last key, its last page holds this: a kernel that read it would be far
+# off the reference (scores and values of this size), one that masks it multiplies it by 0.
+POISON = 1000.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    dtypes: tuple
+    batches: tuple
+    q_lens: tuple
+    kv_lens: tuple
+    heads: int
+    heads_kv: int
+    head_dim: int
+    page_size: int
+    num_splits: int
+    repeats: int
+    warmup: int
+    budget_s: Optional[float]   # per dtype; None: no budget
+    copy_bytes: int
+    copy_repeats: int
+    seed: int
+
+
+KV_LENS = tuple(1024 * 2 ** i for i in range(8))   # 1k, 2k, ... 128k
+CPU_KV_LENS = tuple(1024 * 4 ** i for i in range(4))   # 1k, 4k, 16k, 64k
+# Issue 12's grid. CUDA: bfloat16, Sk doubling from 1k to 128k, cut only by memory. CPU:
+# bfloat16, the dtype of LLM caches (half the bytes of float32; --dtype float32 for the other),
+# Sk in steps of 4x, cut by a minute per dtype: on two busy cores that reaches Sk = 16k at B = 1
+# (issue 12's target starts there), most of the minute in SDPA's math backend, about 10x slower
+# than the others; --budget and --kv-lens for more.
+DEFAULTS = {
+    "cpu": Settings(dtypes=(torch.bfloat16,), batches=(1, 8, 32), q_lens=(1, 4),
+                    kv_lens=CPU_KV_LENS,
+                    heads=32, heads_kv=8, head_dim=128, page_size=16, num_splits=0, repeats=5,
+                    warmup=1, budget_s=60.0, copy_bytes=1 << 30, copy_repeats=5, seed=0),
+    "cuda": Settings(dtypes=(torch.bfloat16,), batches=(1, 8, 32), q_lens=(1, 4),
+                     kv_lens=KV_LENS, heads=32, heads_kv=8, head_dim=128, page_size=16,
+                     num_splits=0, repeats=20, warmup=3, budget_s=None, copy_bytes=1 << 30,
+                     copy_repeats=10, seed=0),
+}
+# --quick: seconds, for CI. Lengths that are not multiples of the page: the last page is partly
+# poison (see POISON).
+QUICK = {
+    "cpu": dict(batches=(1, 3), q_lens=(1, 2), kv_lens=(40, 100), heads=4, heads_kv=2,
+                head_dim=32, budget_s=None, copy_bytes=32 << 20),
+    "cuda": dict(batches=(1, 3), q_lens=(1, 2), kv_lens=(40, 1000), heads=8, heads_kv=2,
+                 head_dim=64, budget_s=None, copy_bytes=64 << 20),
+}
+# Issue 12's targets. CPU: 2 threads, Sk >= 16k, >= 70% of the measured copy bandwidth and >= 2x
+# F.sdpa on the padded cache. CUDA (H200): >= 80% of HBM bandwidth at B = 32, Sk >= 8k, measured
+# here against the copy bandwidth of the same run.
+TARGETS = {
+    "cpu": dict(min_kv_len=16384, batches=None, share=0.70, speedup=2.0,
+                text="2 threads, Sk >= 16384: >= 70% of the copy bandwidth and >= 2x the best "
+                     "SDPA backend"),
+    "cuda": dict(min_kv_len=8192, batches=(32,), share=0.80, speedup=None,
+                 text="B = 32, Sk >= 8192: >= 80% of the bandwidth (here: of the copy "
+                      "bandwidth measured in the run)"),
+}
+# What one case holds at once, in multiples of its KV bytes: the paged pool, the dense cache and
+# SDPA's layout of it (3), SDPA math's GQA expansion of k and v to Hq heads (Hq / Hkv = 4 in
+# the default grid) and its float temporaries. A case is not run (and said so) when this is
+# above MEMORY_SHARE of the memory available at its start.
+MEMORY_FACTOR = 8
+MEMORY_SHARE = 0.6
+# The float64 reference checks these sequences of each batch.
+CHECKED = ("first", "last")
+
+HELP = ("KV-cache decoding (--decode): one step of flash_attn_with_kvcache over a paged and a "
+        "dense cache that every sequence fills (Sk keys), against F.sdpa on the padded cache "
+        "(every backend of the device, enable_gqa, no mask needed) and FA2's "
+        "flash_attn_with_kvcache when flash_attn is importable (CUDA). Headline: KV bytes read "
+        "per second as a share of the copy bandwidth measured in the same run. Defaults: "
+        "bfloat16, B 1,8,32, Sq 1,4, 32 query heads, 8 kv heads, head_dim 128, page 16, Sk "
+        "1k-128k doubling (CPU: 1k, 4k, 16k, 64k, cut by --budget, 60 s per dtype; the cut "
+        "cases are listed). "
+        "--heads and --head-dim apply; --seqlens, --batch, --mode, --causal and --plot do not.")
+
+
+def add_arguments(parser):
+    group = parser.add_argument_group("KV-cache decoding", HELP)
+    group.add_argument("--decode", action="store_true",
+                       help="benchmark a KV-cache decoding step instead (described above)")
+    group.add_argument("--batch-sizes", type=bench._int_list, dest="batches", metavar="LIST",
+                       help="comma list of batch sizes (default 1,8,32)")
+    group.add_argument("--q-lens", type=bench._int_list, dest="q_lens", metavar="LIST",
+                       help="comma list of new query tokens per sequence, Sq (default 1,4)")
+    group.add_argument("--kv-lens", type=bench._int_list, dest="kv_lens", metavar="LIST",
+                       help="comma list of cached keys per sequence, Sk (default cpu 1024,"
+                            "4096,16384,65536; cuda 1024 ... 131072, doubling)")
+    group.add_argument("--heads-kv", type=bench._positive_int, dest="heads_kv", metavar="N",
+                       help="key/value heads; must divide --heads (default 8)")
+    group.add_argument("--page-size", type=bench._positive_int, dest="page_size", metavar="N",
+                       help="tokens per page of the paged cache (default 16)")
+    group.add_argument("--num-splits", type=_non_negative_int, dest="num_splits", metavar="N",
+                       help="flash_attn_with_kvcache's num_splits (default 0: its heuristic)")
+    group.add_argument("--budget", type=_non_negative_float, dest="budget_s", metavar="SECONDS",
+                       help="per dtype: cases that would end past it are not run (default: "
+                            "cpu 60, cuda none; 0: none)")
+
+
+DECODE_ONLY = ("batches", "q_lens", "kv_lens", "heads_kv", "page_size", "num_splits",
+               "budget_s")
+NOT_FOR_DECODE = ("seqlens", "batch", "plot")
+
+
+def check_arguments(parser, args):
+    """Options of other modes are errors with --decode, and --decode's without it: silently
+    ignoring one would measure something other than what was asked for."""
+    if args.decode:
+        given = [f"--{name.replace('_', '-')}" for name in NOT_FOR_DECODE
+                 if getattr(args, name) is not None]
+        given += [f"--{name}" for name in ("mode", "causal") if getattr(args, name) != "both"]
+        if args.varlen:
+            given.append("--varlen")
+        if given:
+            parser.error(f"--decode: {', '.join(given)} does not apply")
+    else:
+        names = {"batches": "batch-sizes", "budget_s": "budget"}
+        given = [f"--{names.get(n, n.replace('_', '-'))}" for n in DECODE_ONLY
+                 if getattr(args, n) is not None]
+        if given:
+            parser.error(f"{', '.join(given)}: only with --decode")
+
+
+def _non_negative_int(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _non_negative_float(text):
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def resolve_settings(args, device_type):
+    settings = DEFAULTS[device_type]
+    if args.quick:
+        settings = replace(settings, **QUICK[device_type])
+    overrides = {name: getattr(args, name)
+                 for name in ("dtypes", "heads", "head_dim", "repeats", *DECODE_ONLY)
+                 if getattr(args, name) is not None}
+    settings = replace(settings, **overrides)
+    if settings.budget_s == 0:
+        settings = replace(settings, budget_s=None)
+    return settings
+
+
+def kv_bytes(batch, kv_len, heads_kv, head_dim, dtype):
+    """The keys and values one step reads: 2·B·Sk·Hkv·d·itemsize."""
+    return 2 * batch * kv_len * heads_kv * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class Case:
+    dtype: torch.dtype
+    batch: int
+    q_len: int
+    kv_len: int
+
+    def kv_bytes(self, settings):
+        return kv_bytes(self.batch, self.kv_len, settings.heads_kv, settings.head_dim,
+                        self.dtype)
+
+    def label(self):
+        return (f"{bench._dtype_name(self.dtype)} B={self.batch} Sq={self.q_len} "
+                f"Sk={self.kv_len}")
+
+
+def enumerate_cases(settings):
+    """Per dtype, in increasing KV size (then Sq), so that a budget cuts the largest."""
+    cases = [Case(dtype, b, sq, sk) for dtype in settings.dtypes for b in settings.batches
+             for sq in settings.q_lens for sk in settings.kv_lens]
+    order = {dtype: i for i, dtype in enumerate(settings.dtypes)}
+    return sorted(cases, key=lambda c: (order[c.dtype], c.kv_bytes(settings), c.batch, c.q_len))
+
+
+@dataclass
+class Result:
+    dtype: str
+    batch: int
+    q_len: int
+    kv_len: int
+    impl: str
+    layout: str
+    kv_bytes: int
+    status: str = "ok"                   # or bench.NOT_AVAILABLE, with the reason
+    reason: Optional[str] = None
+    max_err: Optional[float] = None      # max |out - float64 reference|, checked sequences
+    dq_err: Optional[float] = None       # always None: forward only (measure's interface)
+    time_ms: Optional[float] = None      # median of times_ms
+    times_ms: Optional[list] = None
+    gb_per_s: Optional[float] = None     # kv_bytes / time_ms
+    copy_share: Optional[float] = None   # gb_per_s / the copy bandwidth at the start
+    speedup_vs_best_sdpa: Optional[float] = None  # flashattn rows: min over SDPA backends of
+    best_sdpa: Optional[str] = None               # the paired median t_sdpa / t_this
+    speedup_vs_fa2: Optional[float] = None        # flashattn rows: t_fa2 / t_this, same layout
+    peak_mb: Optional[float] = None
+
+
+class Inputs:
+    """One case's q and its cache in three layouts, holding the same values."""
+
+    def __init__(self, case, settings, device, generator):
+        b, sk, dtype = case.batch, case.kv_len, case.dtype
+        hkv, d = settings.heads_kv, settings.head_dim
+
+        def randn(*shape):
+            return torch.randn(shape, generator=generator, dtype=torch.float32,
+                               device=device).to(dtype)
+        # Fresh random values: zeros would hide a key read twice or not at all.
+        self.q = randn(b, case.q_len, settings.heads, d)
+        self.k, self.v = randn(b, sk, hkv, d), randn(b, sk, hkv, d)
+        self.cache_seqlens = torch.full((b,), sk, dtype=torch.int32, device=device)
+        page = settings.page_size
+        pages = -(-sk // page)
+        order = torch.randperm(b * pages, generator=generator, device=device)
+        # block_table[s, i] = order[s * pages + i]: the page that holds keys i*page ... of s.
+        self.block_table = order.view(b, pages).to(torch.int32)
+        self.k_pages, self.v_pages = (self._paged(t, order, pages, page) for t in (self.k, self.v))
+        # SDPA's padded cache in its own layout, contiguous; q as a (B, Hq, Sq, d) view.
+        self.k_sdpa, self.v_sdpa = (t.transpose(1, 2).contiguous() for t in (self.k, self.v))
+        self.q_sdpa = self.q.transpose(1, 2)
+
+    @staticmethod
+    def _paged(dense, order, pages, page):
+        b, sk, hkv, d = dense.shape
+        padded = torch.full((b, pages * page, hkv, d), POISON, dtype=dense.dtype,
+                            device=dense.device)
+        padded[:, :sk] = dense
+        pool = torch.empty((b * pages, page, hkv, d), dtype=dense.dtype, device=dense.device)
+        pool[order] = padded.view(b * pages, page, hkv, d)
+        return pool
+
+
+@dataclass(frozen=True)
+class Impl:
+    name: str
+    layout: str
+    attend: object    # (inputs) -> out (B, Sq, Hq, d)
+
+
+def implementations(device_type, settings, fa2):
+    paged = f"paged, page {settings.page_size}"
+    impls = [
+        Impl(PAGED, paged, lambda x: flash_attn_with_kvcache(
+            x.q, x.k_pages, x.v_pages, cache_seqlens=x.cache_seqlens, block_table=x.block_table,
+            num_splits=settings.num_splits)),
+        Impl(DENSE, "dense (B,Sk,Hkv,d)", lambda x: flash_attn_with_kvcache(
+            x.q, x.k, x.v, cache_seqlens=x.cache_seqlens, num_splits=settings.num_splits)),
+        *(Impl(f"sdpa-{label}", "dense (B,Hkv,Sk,d)", _sdpa_forced_to(backend))
+          for label, backend in bench.SDPA_BACKENDS[device_type]),
+    ]
+    if fa2 is not None:
+        impls += [
+            Impl(FA2_PAGED, paged, lambda x: fa2(x.q, x.k_pages, x.v_pages,
+                                                 cache_seqlens=x.cache_seqlens,
+                                                 block_table=x.block_table,
+                                                 num_splits=settings.num_splits)),
+            Impl(FA2_DENSE, "dense (B,Sk,Hkv,d)", lambda x: fa2(
+                x.q, x.k, x.v, cache_seqlens=x.cache_seqlens, num_splits=settings.num_splits)),
+        ]
+    return impls
+
+
+def _sdpa_forced_to(backend):
+    def attend(x):
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(x.q_sdpa, x.k_sdpa, x.v_sdpa, enable_gqa=True)
+        return out.transpose(1, 2)
+    return attend
+
+
+def find_fa2(device_type):
+    """(FA2's flash_attn_with_kvcache or None, a line saying which or why not)."""
+    if device_type != "cuda":
+        return None, "FA2 (flash_attn): not compared, CUDA only"
+    try:
+        import flash_attn
+        from flash_attn import flash_attn_with_kvcache as fa2
+    except Exception as err:  # ImportError, or a build that fails to load
+        return None, f"FA2 (flash_attn): not compared, not importable: {measure.first_line(err)}"
+    return fa2, f"FA2: flash_attn {getattr(flash_attn, '__version__', '?')}"
+
+
+def checked_sequences(batch):
+    return sorted({0, batch - 1})
+
+
+def references(inputs, settings):
+    """{sequence: float64 reference output (Sq, Hq, d)}, from flashattn.reference one kv head at
+    a time: its query heads' rows stacked as the rows of one head (the attention is not causal,
+    so rows are independent), which keeps the float64 keys to one head's (Sk, d)."""
+    group = settings.heads // settings.heads_kv
+    refs = {}
+    for b in checked_sequences(inputs.q.shape[0]):
+        per_head = []
+        for h in range(settings.heads_kv):
+            q = inputs.q[b, :, h * group:(h + 1) * group].double()           # (Sq, g, d)
+            rows = q.reshape(1, -1, 1, q.shape[-1])                           # (1, Sq·g, 1, d)
+            k, v = (t[b:b + 1, :, h:h + 1].double() for t in (inputs.k, inputs.v))
+            out, _ = attention_reference(rows, k, v)
+            per_head.append(out.view(q.shape))
+        refs[b] = torch.cat(per_head, dim=1)                                  # (Sq, Hq, d)
+    return refs
+
+
+def make_check(refs):
+    def check(out, grads):
+        return max((out[b].double() - ref).abs().max().item() for b, ref in refs.items()), None
+    return check
+
+
+def measure_case(case, settings, probe, device, fa2, copy_gb_per_s):
+    generator = torch.Generator(device=device).manual_seed(settings.seed)
+    inputs = Inputs(case, settings, device, generator)
+    refs = references(inputs, settings)
+    nbytes = case.kv_bytes(settings)
+    results, runnable = {}, {}
+    for impl in implementations(device.type, settings, fa2):
+        result = Result(bench._dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
+                        impl.name, impl.layout, nbytes)
+        step = (lambda impl=impl: (impl.attend(inputs), None))
+        reason = measure.warm_up_check_and_profile(result, step, make_check(refs), probe,
+                                                   settings.warmup)
+        if reason:
+            result.status, result.reason = bench.NOT_AVAILABLE, reason
+            probe.after_failure()
+        else:
+            runnable[impl.name] = step
+        results[impl.name] = result
+    times = measure.time_in_alternation(runnable, probe, settings.repeats)
+    for name, samples in times.items():
+        r = results[name]
+        r.times_ms, r.time_ms = samples, statistics.median(samples)
+        r.gb_per_s = nbytes / (r.time_ms / measure.MS_PER_S) / 1e9
+        r.copy_share = r.gb_per_s / copy_gb_per_s
+    sdpa = [name for name in times if name.startswith("sdpa-")]
+    for name, fa2_name in ((PAGED, FA2_PAGED), (DENSE, FA2_DENSE)):
+        if name not in times:
+            continue
+        r = results[name]
+        if sdpa:
+            r.speedup_vs_best_sdpa, r.best_sdpa = min(
+                (measure.paired_speedup(times[s], times[name]), s) for s in sdpa)
+        if fa2_name in times:
+            r.speedup_vs_fa2 = measure.paired_speedup(times[fa2_name], times[name])
+    return list(results.values())
+
+
+def available_memory_bytes(device):
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+@dataclass
+class Cut:
+    dtype: str
+    batch: int
+    q_len: int
+    kv_len: int
+    kv_bytes: int
+    reason: str
+
+
+class Budget:
+    """Seconds per dtype: a case is cut when the last case's seconds per KV byte, times its
+    bytes, would end it past the budget (cases come in increasing size, so this is a lower bound
+    when costs grow with size)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.spent = {}
+        self.rate = {}
+
+    def reason_to_cut(self, case, nbytes):
+        if self.seconds is None or case.dtype not in self.rate:
+            return None
+        predicted = self.rate[case.dtype] * nbytes
+        spent = self.spent[case.dtype]
+        if spent + predicted > self.seconds:
+            return (f"budget: {spent:.0f} s spent of {self.seconds:g} s, this case predicted "
+                    f"at {predicted:.0f} s")
+        return None
+
+    def record(self, case, nbytes, seconds):
+        self.spent[case.dtype] = self.spent.get(case.dtype, 0.0) + seconds
+        self.rate[case.dtype] = seconds / nbytes
+
+
+def summarize(results, cuts, device_type, threads):
+    """Per (dtype, flashattn implementation): its share of the copy bandwidth and speedup over
+    the best SDPA backend, over all cases and over the cases of issue 12's target."""
+    target = TARGETS[device_type]
+    summary = []
+    for dtype in dict.fromkeys(r.dtype for r in results):
+        for impl in FLASHATTN_IMPLS:
+            rows = [r for r in results if (r.dtype, r.impl) == (dtype, impl)]
+            ok = [r for r in rows if r.status == "ok"]
+            in_target = [r for r in ok if r.kv_len >= target["min_kv_len"]
+                         and (target["batches"] is None or r.batch in target["batches"])]
+            fast = (lambda r: target["speedup"] is None or (
+                r.speedup_vs_best_sdpa is not None
+                and r.speedup_vs_best_sdpa >= target["speedup"]))
+            met = [r for r in in_target if r.copy_share >= target["share"] and fast(r)]
+            speedups = [r.speedup_vs_best_sdpa for r in ok if r.speedup_vs_best_sdpa is not None]
+            target_speedups = [r.speedup_vs_best_sdpa for r in in_target
+                               if r.speedup_vs_best_sdpa is not None]
+            summary.append({
+                "dtype": dtype, "impl": impl, "cases": len(ok),
+                "not_available": len(rows) - len(ok),
+                "copy_share": _span([r.copy_share for r in ok]),
+                "gb_per_s": _span([r.gb_per_s for r in ok]),
+                "speedup_vs_best_sdpa": _span(speedups),
+                "geomean_speedup_vs_best_sdpa": _geomean(speedups),
+                "target": target["text"], "target_threads": 2 if device_type == "cpu" else None,
+                "threads": threads,
+                "target_cases": len(in_target), "target_met": len(met),
+                "target_copy_share": _span([r.copy_share for r in in_target]),
+                "target_speedup_vs_best_sdpa": _span(target_speedups),
+                "target_cases_cut": sum(1 for c in cuts if c.dtype == dtype
+                                        and c.kv_len >= target["min_kv_len"]
+                                        and (target["batches"] is None
+                                             or c.batch in target["batches"])),
+            })
+    return summary
+
+
+def _span(values):
+    return [min(values), max(values)] if values else None
+
+
+def _geomean(values):
+    return math.exp(statistics.fmean(math.log(x) for x in values)) if values else None
+
+
+COLUMNS = (("B", 3), ("Sq", 3), ("Sk", 7), ("KV_MB", 8), ("impl", 16), ("max_err", 8),
+           ("time_ms", 10), ("GB/s", 7), ("%copy", 6), ("vs_sdpa", 8), ("vs_fa2", 7),
+           ("peak_MB", 9))
+REASON_WIDTH = 100
+
+
+def _columns(with_fa2):
+    return [c for c in COLUMNS if with_fa2 or c[0] != "vs_fa2"]
+
+
+def table_header(dtype_name, settings, with_fa2):
+    title = (f"decode, {dtype_name}, heads={settings.heads}, heads_kv={settings.heads_kv}, "
+             f"head_dim={settings.head_dim}, page {settings.page_size}, "
+             f"num_splits={settings.num_splits}")
+    names = "  ".join(name.rjust(width) for name, width in _columns(with_fa2))
+    return f"\n{title}\n{names}\n{'-' * len(names)}"
+
+
+def table_row(r, with_fa2):
+    columns = _columns(with_fa2)
+    cells = [r.batch, r.q_len, r.kv_len, f"{r.kv_bytes / measure.BYTES_PER_MB:.1f}", r.impl]
+    if r.status == bench.NOT_AVAILABLE:
+        head = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, columns))
+        return f"{head}  {bench.NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
+    cells += [bench._fmt(r.max_err, ".1e"), bench._fmt(r.time_ms, ".3f"),
+              bench._fmt(r.gb_per_s, ".3g"), f"{100 * r.copy_share:.1f}",
+              _times(r.speedup_vs_best_sdpa)]
+    if with_fa2:
+        cells.append(_times(r.speedup_vs_fa2))
+    cells.append(bench._fmt(r.peak_mb, ".1f"))
+    return "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, columns))
+
+
+def _times(value):
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _percent_span(span):
+    if span is None:
+        return "-"
+    low, high = (100 * x for x in span)
+    return f"{low:.1f}%" if low == high else f"{low:.1f}-{high:.1f}%"
+
+
+def _times_span(span):
+    if span is None:
+        return "-"
+    return f"{span[0]:.2f}x" if span[0] == span[1] else f"{span[0]:.2f}-{span[1]:.2f}x"
+
+
+def summary_lines(summary, bandwidth, cuts, settings):
+    lines = ["",
+             f"copy bandwidth: {bandwidth['start_gb_per_s']:.3g} GB/s at the start, "
+             f"{bandwidth['end_gb_per_s']:.3g} GB/s at the end (copy_ of "
+             f"{settings.copy_bytes / measure.BYTES_PER_MB:.0f} MB, bytes read + written / "
+             f"time, median of {settings.copy_repeats})",
+             "GB/s = KV bytes read (2·B·Sk·Hkv·d·itemsize) / median time; %copy = that / the "
+             "copy bandwidth at the start; vs_sdpa = min over the SDPA backends of the median "
+             "over repeats of t_sdpa / t_flashattn, calls back to back (> 1: flashattn is "
+             "faster). Every sequence holds Sk keys: the padded cache is full, no mask."]
+    for s in summary:
+        head = f"{s['impl']:>16}, {s['dtype']}:"
+        if not s["cases"]:
+            lines.append(f"{head} did not run")
+            continue
+        geomean = s["geomean_speedup_vs_best_sdpa"]
+        lines.append(f"{head} {_percent_span(s['copy_share'])} of the copy bandwidth; "
+                     f"{_times_span(s['speedup_vs_best_sdpa'])} the best SDPA backend"
+                     + (f" (geometric mean {geomean:.2f}x)" if geomean else "")
+                     + f" over {s['cases']} cases")
+        verdict = ("no case of the target ran" if not s["target_cases"] else
+                   f"met in {s['target_met']} of {s['target_cases']} cases "
+                   f"({_percent_span(s['target_copy_share'])} of the copy bandwidth, "
+                   f"{_times_span(s['target_speedup_vs_best_sdpa'])} the best SDPA)")
+        if s["target_cases_cut"]:
+            verdict += f"; {s['target_cases_cut']} target cases cut"
+        threads = ("" if s["target_threads"] in (None, s["threads"])
+                   else f" [this run: {s['threads']} threads]")
+        lines.append(f"{'':>16}  issue 12 target ({s['target']}){threads}: {verdict}")
+    if cuts:
+        reasons = {}
+        for c in cuts:
+            reasons.setdefault(c.reason.split(":")[0], []).append(c)
+        for why, group in reasons.items():
+            cases = ", ".join(f"{c.dtype} B={c.batch} Sq={c.q_len} Sk={c.kv_len}" for c in group)
+            budget = (f" ({settings.budget_s:g} s per dtype)" if why == "budget" else
+                      f" (over {100 * MEMORY_SHARE:.0f}% of the available memory)")
+            lines.append(f"not run, {why}{budget}: {len(group)} cases: {cases}")
+    return lines
+
+
+def main(argv, args, parser):
+    """bench.main hands over here when --decode is given."""
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = resolve_settings(args, device.type)
+    if settings.heads % settings.heads_kv:
+        parser.error(f"--decode: --heads-kv {settings.heads_kv} must divide --heads "
+                     f"{settings.heads}")
+    probe = measure.make_probe(device)
+    table = sys.stderr if args.json == "-" else sys.stdout
+    fa2, fa2_line = find_fa2(device.type)
+    with_fa2 = fa2 is not None
+
+    print(f"flashattn {__version__} KV-cache decode vs F.scaled_dot_product_attention on the "
+          f"padded cache, torch {torch.__version__}, {device.type} ({probe.describe()}), "
+          f"{settings.repeats} timed repeats; {fa2_line}", file=table)
+    start = statistics.median(measure.copy_bandwidth(settings.copy_bytes, probe,
+                                                     settings.copy_repeats, device))
+    print(f"copy bandwidth at the start: {start:.3g} GB/s", file=table, flush=True)
+
+    results, cuts, dtype = [], [], None
+    budget = Budget(settings.budget_s)
+    for case in enumerate_cases(settings):
+        if case.dtype != dtype:
+            dtype = case.dtype
+            print(table_header(bench._dtype_name(dtype), settings, with_fa2), file=table)
+        nbytes = case.kv_bytes(settings)
+        available = available_memory_bytes(device)
+        reason = budget.reason_to_cut(case, nbytes)
+        if (reason is None and available is not None
+                and MEMORY_FACTOR * nbytes > MEMORY_SHARE * available):
+            reason = (f"memory: needs about {MEMORY_FACTOR * nbytes / 2 ** 30:.1f} GiB, "
+                      f"{available / 2 ** 30:.1f} GiB available")
+        if reason:
+            cuts.append(Cut(bench._dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
+                            nbytes, reason))
+            continue
+        began = time.perf_counter()
+        for result in measure_case(case, settings, probe, device, fa2, start):
+            print(table_row(result, with_fa2), file=table, flush=True)
+            results.append(result)
+        budget.record(case, nbytes, time.perf_counter() - began)
+
+    end = statistics.median(measure.copy_bandwidth(settings.copy_bytes, probe,
+                                                   settings.copy_repeats, device))
+    bandwidth = {"start_gb_per_s": start, "end_gb_per_s": end,
+                 "copy_bytes": settings.copy_bytes, "repeats": settings.copy_repeats}
+    summary = summarize(results, cuts, device.type, torch.get_num_threads())
+    print("\n".join(summary_lines(summary, bandwidth, cuts, settings)), file=table)
+
+    if args.json:
+        report = {"meta": _meta(argv, device, probe, settings, fa2_line),
+                  "bandwidth": bandwidth, "summary": summary,
+                  "results": [asdict(r) for r in results], "cut": [asdict(c) for c in cuts]}
+        text = json.dumps(bench._json_safe(report), indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    return 0
+
+
+def _meta(argv, device, probe, settings, fa2_line):
+    return {
+        "command": " ".join(["python -m flashattn.bench", *argv]),
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "flashattn": __version__, "torch": torch.__version__, "fa2": fa2_line,
+        "device": device.type, "device_name": probe.describe(),
+        "threads": torch.get_num_threads(),
+        "dtypes": [bench._dtype_name(d) for d in settings.dtypes],
+        "batches": list(settings.batches), "q_lens": list(settings.q_lens),
+        "kv_lens": list(settings.kv_lens), "heads": settings.heads,
+        "heads_kv": settings.heads_kv, "head_dim": settings.head_dim,
+        "page_size": settings.page_size, "num_splits": settings.num_splits,
+        "causal": False, "cache": "every sequence holds kv_len keys (full cache, no mask)",
+        "repeats": settings.repeats, "warmup": settings.warmup,
+        "budget_s_per_dtype": settings.budget_s, "seed": settings.seed,
+        "checked_sequences": list(CHECKED),
+        "peak_memory": ("CUDA max_memory_allocated above the inputs" if device.type == "cuda"
+                        else "Linux peak RSS (VmHWM) above the RSS before the call"),
+        "peak_memory_unavailable": probe.memory_note,
+    }
