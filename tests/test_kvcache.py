@@ -184,6 +184,17 @@ def test_kvcache_matches_the_reference(case, dtype):
     Case(dtype=dtype, **CASES[case]).check()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("head_dim", [7, 65, 300])
+@pytest.mark.parametrize("seqlen_q, heads, heads_kv", [(1, 4, 1), (3, 8, 2), (1, 16, 1)])
+def test_cpu_decode_tiles_of_any_head_dim(seqlen_q, heads, heads_kv, head_dim, dtype):
+    """Tiles of at most 16 query rows take their products from the cache rows (row_products.h),
+    in blocks of 4 rows x 4 keys, with tails of rows, keys and head dim, and head dims past
+    their 256-element row buffer in pieces."""
+    Case(batch=2, seqlen_q=seqlen_q, seqlen_new=seqlen_q, heads=heads, heads_kv=heads_kv,
+         head_dim=head_dim, seqlen_cache=203, rotary_dim=6, page_size=17, dtype=dtype).check()
+
+
 # ---- the CUDA kernels: on a GPU, and their own source on the CPU shim ----
 
 # The CUDA kernels do not split the keys yet (num_splits > 1 is refused, tested below).
