@@ -22,6 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from . import __version__
 from . import _bench_measure as measure
 from . import _bench_plot as plot
+from . import _bench_sdpa_impl as sdpa_impl_bench
 from . import _bench_varlen as varlen
 from .interface import scaled_dot_product_attention as flashattn_sdpa
 
@@ -387,7 +388,9 @@ def parse_args(argv):
                    help="machine-readable results to FILE, or to stdout (the table then goes "
                         "to stderr)")
     varlen.add_arguments(p)
+    sdpa_impl_bench.add_arguments(p)
     args = p.parse_args(argv)
+    sdpa_impl_bench.check_arguments(p, args)
     varlen.check_arguments(p, args)
     return p, args
 
@@ -414,6 +417,8 @@ def enumerate_cases(args, settings):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser, args = parse_args(argv)
+    if args.sdpa_impl:
+        return sdpa_impl_bench.main(argv, args, parser)
     if args.varlen:
         return varlen.main(argv, args, parser)
     if args.device == "cuda" and not torch.cuda.is_available():
