@@ -10,7 +10,8 @@ train     A small nn.TransformerEncoder (batch_first, dropout 0, 2 layers, feed-
           (torch.nn.attention.activate_flash_attention_impl("flashattn")), one without; their
           steps are timed in alternation (rotating order), activation and restoration outside
           the clock, and speedup = median over the repeats of t_pytorch / t_flashattn for the
-          steps made back to back. Each size runs in three variants: unmasked, causal
+          steps made back to back (with the quartiles of those ratios: on a busy machine they
+          show how far the noise moved them). Each size runs in three variants: unmasked, causal
           (mask=generate_square_subsequent_mask, is_causal=True: F.sdpa gets is_causal=True
           and no mask) and key-padding (src_key_padding_mask, lengths from the sequence
           length down to half of it: F.sdpa gets a float (B, H, 1, S) attn_mask).
@@ -255,6 +256,7 @@ class TrainResult:
     times_ms_flashattn: Optional[list] = None
     tokens_per_s_flashattn: Optional[float] = None
     speedup: Optional[float] = None     # median over repeats of t_pytorch / t_flashattn
+    speedup_quartiles: Optional[list] = None  # the 25th and 75th percentiles of those ratios
 
 
 def make_model(size, dtype, device):
@@ -408,12 +410,16 @@ def measure_train(size, variant, dtype, settings, probe, device, seed):
     result.tokens_per_s_flashattn = (size.batch * size.seqlen
                                      / (result.time_ms_flashattn / measure.MS_PER_S))
     result.speedup = measure.paired_speedup(times[PYTORCH], times[FLASHATTN])
+    ratios = [pt / fa for pt, fa in zip(times[PYTORCH], times[FLASHATTN])]
+    quartiles = statistics.quantiles(ratios, n=4, method="inclusive")
+    result.speedup_quartiles = [quartiles[0], quartiles[2]]
     return result
 
 
 TRAIN_COLUMNS = (("d_model", 7), ("nhead", 5), ("seqlen", 6), ("batch", 5), ("variant", 11),
                  ("fa_ran", 6), ("loss_rel", 8), ("out_rel", 8), ("grad_rel", 8),
-                 ("ms_pytorch", 10), ("ms_flashattn", 12), ("speedup", 7))
+                 ("ms_pytorch", 10), ("ms_flashattn", 12), ("speedup", 7),
+                 ("ratio_quartiles", 15))
 REASON_WIDTH = 160
 
 
@@ -429,7 +435,9 @@ def train_row(r):
              bench._fmt(r.loss_rel, ".1e"), bench._fmt(r.out_rel, ".1e"),
              bench._fmt(r.grad_rel, ".1e"), bench._fmt(r.time_ms_pytorch, ".1f"),
              bench._fmt(r.time_ms_flashattn, ".1f"),
-             "-" if r.speedup is None else f"{r.speedup:.3f}x"]
+             "-" if r.speedup is None else f"{r.speedup:.3f}x",
+             "-" if r.speedup_quartiles is None else
+             f"{r.speedup_quartiles[0]:.2f}-{r.speedup_quartiles[1]:.2f}"]
     line = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, TRAIN_COLUMNS))
     if r.status != "ok":
         line += f"\n    {r.status}: {r.reason[:REASON_WIDTH]}"
@@ -438,7 +446,9 @@ def train_row(r):
 
 def train_summary(results):
     lines = ["\nspeedup = t_pytorch / t_flashattn per back-to-back pair of steps, median; > 1: "
-             "the step is faster with flashattn activated. *_rel: max |flashattn - pytorch| / "
+             "the step is faster with flashattn activated; ratio_quartiles: the 25th-75th "
+             "percentile of those ratios, how far the machine's noise moved them. *_rel: "
+             "max |flashattn - pytorch| / "
              "max |pytorch| of the loss, the output and the worst parameter's gradient, one "
              "forward+backward from the same weights and inputs. fa_ran: flashattn::fwd and "
              f"::bwd ran {LAYERS}x each (once per layer) with, never without (profiler)."]

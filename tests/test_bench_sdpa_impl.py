@@ -97,8 +97,12 @@ def test_times_and_speedup_come_from_paired_samples(quick_run):
         assert all(t > 0 for t in pt + fa)
         assert r["time_ms_pytorch"] == statistics.median(pt)
         assert r["time_ms_flashattn"] == statistics.median(fa)
-        assert r["speedup"] == pytest.approx(statistics.median(a / b for a, b in zip(pt, fa)))
+        ratios = [a / b for a, b in zip(pt, fa)]
+        assert r["speedup"] == pytest.approx(statistics.median(ratios))
         assert r["speedup"] > 0
+        low, high = r["speedup_quartiles"]
+        assert 0 < low <= r["speedup"] <= high
+        assert min(ratios) <= low and high <= max(ratios)
         assert f"{r['speedup']:.3f}x" in table
     for variant in VARIANTS:
         assert f"float32, {variant:>11}: training step with flashattn: " in table
