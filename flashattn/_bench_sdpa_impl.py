@@ -175,15 +175,23 @@ def resolve_settings(args, device_type):
 
 # ---- which kernel ran ----
 
+# ATen's SDPA kernel ops and their backwards (not the F.sdpa entry, which holds them): while
+# flashattn is active, its kernels run inside them.
+ATTENTION_OPS = "aten::_scaled_dot_product"
+
+
 def profiled(fn):
-    """(fn's result, {event name: count} of the flashattn:: and aten SDPA ops it ran)."""
+    """(fn's result, {event name: count} of the flashattn:: and aten SDPA ops it ran, ms of CPU
+    time inside ATen's SDPA kernel ops)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         result = fn()
-    counts = {}
+    counts, attention_us = {}, 0.0
     for event in prof.events():
         if event.name.startswith("flashattn::") or "scaled_dot_product" in event.name:
             counts[event.name] = counts.get(event.name, 0) + 1
-    return result, counts
+        if event.name.startswith(ATTENTION_OPS):
+            attention_us += event.cpu_time_total
+    return result, counts, attention_us / 1e3
 
 
 class SdpaCalls(TorchDispatchMode):
@@ -257,6 +265,10 @@ class TrainResult:
     tokens_per_s_flashattn: Optional[float] = None
     speedup: Optional[float] = None     # median over repeats of t_pytorch / t_flashattn
     speedup_quartiles: Optional[list] = None  # the 25th and 75th percentiles of those ratios
+    # CPU: ms inside ATen's SDPA ops (flashattn's kernels in them when active) in one step,
+    # profiled: the median over the check step and the warm-up steps, not in alternation.
+    attn_ms_pytorch: Optional[float] = None
+    attn_ms_flashattn: Optional[float] = None
 
 
 def make_model(size, dtype, device):
@@ -281,6 +293,7 @@ class Side:
         self.model, self.active = model, active
         self.x, self.target, self.kwargs, self.real = inputs
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+        self.attn_ms = []  # profiled steps' time in attention
 
     def forward_loss(self):
         out = self.model(self.x, **self.kwargs)
@@ -341,7 +354,8 @@ def check_sides(result, sides, device):
     outcomes = {}
     for name, side in sides.items():
         with activated(side.active):
-            outcomes[name], result.events[name] = profiled(side.check_step)
+            outcomes[name], result.events[name], attn_ms = profiled(side.check_step)
+        side.attn_ms.append(attn_ms)
     fa_events = result.events[FLASHATTN]
     result.flashattn_ran = (fa_events.get(FA_FWD, 0) == LAYERS
                             and fa_events.get(FA_BWD, 0) == LAYERS
@@ -398,7 +412,10 @@ def measure_train(size, variant, dtype, settings, probe, device, seed):
         for _ in range(settings.warmup):
             for side in sides.values():
                 with activated(side.active):
-                    side.train_step()
+                    if device.type == "cpu":
+                        side.attn_ms.append(profiled(side.train_step)[2])
+                    else:
+                        side.train_step()
         times = time_in_alternation(sides, probe, settings.repeats)
     except (RuntimeError, MemoryError) as err:
         result.status, result.reason = bench.NOT_AVAILABLE, measure.first_line(err)
@@ -410,6 +427,9 @@ def measure_train(size, variant, dtype, settings, probe, device, seed):
     result.tokens_per_s_flashattn = (size.batch * size.seqlen
                                      / (result.time_ms_flashattn / measure.MS_PER_S))
     result.speedup = measure.paired_speedup(times[PYTORCH], times[FLASHATTN])
+    if device.type == "cpu":  # on CUDA the CPU time of an op is not the kernel's
+        result.attn_ms_pytorch = statistics.median(sides[PYTORCH].attn_ms)
+        result.attn_ms_flashattn = statistics.median(sides[FLASHATTN].attn_ms)
     ratios = [pt / fa for pt, fa in zip(times[PYTORCH], times[FLASHATTN])]
     quartiles = statistics.quantiles(ratios, n=4, method="inclusive")
     result.speedup_quartiles = [quartiles[0], quartiles[2]]
@@ -419,7 +439,7 @@ def measure_train(size, variant, dtype, settings, probe, device, seed):
 TRAIN_COLUMNS = (("d_model", 7), ("nhead", 5), ("seqlen", 6), ("batch", 5), ("variant", 11),
                  ("fa_ran", 6), ("loss_rel", 8), ("out_rel", 8), ("grad_rel", 8),
                  ("ms_pytorch", 10), ("ms_flashattn", 12), ("speedup", 7),
-                 ("ratio_quartiles", 15))
+                 ("ratio_quartiles", 15), ("attn_ms_pt", 10), ("attn_ms_fa", 10))
 REASON_WIDTH = 160
 
 
@@ -437,7 +457,8 @@ def train_row(r):
              bench._fmt(r.time_ms_flashattn, ".1f"),
              "-" if r.speedup is None else f"{r.speedup:.3f}x",
              "-" if r.speedup_quartiles is None else
-             f"{r.speedup_quartiles[0]:.2f}-{r.speedup_quartiles[1]:.2f}"]
+             f"{r.speedup_quartiles[0]:.2f}-{r.speedup_quartiles[1]:.2f}",
+             bench._fmt(r.attn_ms_pytorch, ".1f"), bench._fmt(r.attn_ms_flashattn, ".1f")]
     line = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, TRAIN_COLUMNS))
     if r.status != "ok":
         line += f"\n    {r.status}: {r.reason[:REASON_WIDTH]}"
@@ -451,7 +472,10 @@ def train_summary(results):
              "max |flashattn - pytorch| / "
              "max |pytorch| of the loss, the output and the worst parameter's gradient, one "
              "forward+backward from the same weights and inputs. fa_ran: flashattn::fwd and "
-             f"::bwd ran {LAYERS}x each (once per layer) with, never without (profiler)."]
+             f"::bwd ran {LAYERS}x each (once per layer) with, never without (profiler). "
+             "attn_ms_pt/_fa (CPU): ms of one step inside ATen's SDPA ops, forward and backward "
+             "(flashattn's kernels inside them when active), profiled: median over the check "
+             "step and the warm-up steps, not timed in alternation."]
     groups = {}
     for r in results:
         groups.setdefault((r.dtype, r.variant), []).append(r.speedup)
@@ -543,7 +567,7 @@ def measure_overhead(shape, settings):
         try:
             with activated(active):
                 out = fn()
-                _, events = profiled(fn)
+                _, events, _ = profiled(fn)
         except (RuntimeError, MemoryError) as err:
             r.status, r.reason = bench.NOT_AVAILABLE, measure.first_line(err)
             continue
