@@ -129,6 +129,7 @@ def test_per_call_table(quick_run):
         samples = r["us_samples"]
         assert len(samples) == meta["overhead_samples"] and all(t > 0 for t in samples)
         assert r["us_per_call"] == statistics.median(samples)
+        assert r["us_min"] == min(samples)
     by = {(tuple(r["shape"]), r["impl"]): r for r in rows}
     for shape in meta["overhead_shapes"]:
         op, plain = by[(tuple(shape), "op")], by[(tuple(shape), "F.sdpa (pytorch)")]
