@@ -23,6 +23,7 @@ from . import __version__
 from . import _bench_decode as decode
 from . import _bench_measure as measure
 from . import _bench_plot as plot
+from . import _bench_sdpa_impl as sdpa_impl_bench
 from . import _bench_varlen as varlen
 from .interface import scaled_dot_product_attention as flashattn_sdpa
 
@@ -389,7 +390,9 @@ def parse_args(argv):
                         "to stderr)")
     varlen.add_arguments(p)
     decode.add_arguments(p)
+    sdpa_impl_bench.add_arguments(p)
     args = p.parse_args(argv)
+    sdpa_impl_bench.check_arguments(p, args)
     varlen.check_arguments(p, args)
     decode.check_arguments(p, args)
     return p, args
@@ -417,6 +420,8 @@ def enumerate_cases(args, settings):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser, args = parse_args(argv)
+    if args.sdpa_impl:
+        return sdpa_impl_bench.main(argv, args, parser)
     if args.varlen:
         return varlen.main(argv, args, parser)
     if args.decode:
