@@ -206,13 +206,11 @@ def _length(fn, name, value):
         raise TypeError(f"{fn}: {name} must be an int, got {value!r}") from None
 
 
-def _check_inference_only(fn, block_table, dropout_p, tensors):
-    """A paged KV cache is for inference: the backward takes no block_table."""
+def _check_inference_only(fn, block_table, dropout_p):
+    """A paged KV cache is for inference. Inputs that require grad are fine, as in FA2: the
+    forward runs, and a backward through it is the error (the bwd op takes no block_table)."""
     if block_table is None:
         return
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        raise RuntimeError(f"{fn}: block_table (a paged KV cache) is forward only; run under "
-                           f"torch.no_grad() or detach q, k and v")
     if _real(fn, "dropout_p", dropout_p) != 0.0:
         raise ValueError(f"{fn}: block_table (a paged KV cache) is for inference; dropout_p "
                          f"must be 0, got {dropout_p}")
@@ -265,7 +263,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     contiguous last dim; nheads a multiple of nheads_k (GQA/MQA).
     """
     fn = "flash_attn_varlen_func"
-    _check_inference_only(fn, block_table, dropout_p, (q, k, v))
+    _check_inference_only(fn, block_table, dropout_p)
     return _attention(
         fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, align_bottom_right=True, cu_seqlens_q=cu_seqlens_q,

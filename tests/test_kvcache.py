@@ -306,12 +306,22 @@ def test_varlen_forward_reads_a_paged_cache(page_size, executor):
 
 
 def test_block_table_is_forward_only():
+    """As in FA2: inputs that require grad run forward (FA2's own varlen tests do that with
+    paged caches); a backward through the call is a clear error."""
     q = torch.randn(2, 4, 32, requires_grad=True)
     pages = torch.randn(4, 16, 4, 32)
     cu = torch.tensor([0, 2], dtype=torch.int32)
     table = torch.tensor([[0, 1]], dtype=torch.int32)
-    with pytest.raises(RuntimeError, match="block_table .* is forward only"):
-        flashattn.flash_attn_varlen_func(q, pages, pages, cu, cu, 2, 2, block_table=table)
+    out = flashattn.flash_attn_varlen_func(q, pages, pages, cu, cu, 2, 2, block_table=table)
+    with torch.no_grad():
+        expected = flashattn.flash_attn_varlen_func(q, pages, pages, cu, cu, 2, 2,
+                                                    block_table=table)
+    assert torch.equal(out, expected) and out.requires_grad
+    with pytest.raises(RuntimeError, match="block_table, .* are forward only"):
+        out.sum().backward()
+    with pytest.raises(ValueError, match="dropout_p must be 0"):
+        flashattn.flash_attn_varlen_func(q, pages, pages, cu, cu, 2, 2, dropout_p=0.1,
+                                         block_table=table)
 
 
 # ---- bad input: a clear error naming the argument, and the cache left as it was ----
