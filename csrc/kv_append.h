@@ -46,4 +46,43 @@ FLASHATTN_HOST_DEVICE int query_position(const KvAppendParams& p, int b, int row
   return p.cache_seqlens[b] + (p.q_position_per_token ? row : 0);
 }
 
+// The rows every executor runs, one call each: [new keys and values: batch x seqlen_new x
+// heads_kv], then, with rotary embeddings, [queries: batch x seqlen_q x heads_q].
+FLASHATTN_HOST_DEVICE int64_t append_rows(const KvAppendParams& p) {
+  return static_cast<int64_t>(p.batch) * p.seqlen_new * p.heads_kv;
+}
+FLASHATTN_HOST_DEVICE int64_t query_rows(const KvAppendParams& p) {
+  return p.rotary_dim > 0 ? static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q : 0;
+}
+
+// Row i < append_rows(p) + query_rows(p): new key and value i into the cache (the key rotated),
+// or query i - append_rows(p) rotated into q_rotated. T: the element as stored (it casts to and
+// from Compute), Compute: the rotation's arithmetic.
+template <typename T, typename Compute>
+FLASHATTN_HOST_DEVICE void append_or_rotate_row(const KvAppendParams& p, int64_t i) {
+  if (i < append_rows(p)) {
+    const int h = static_cast<int>(i % p.heads_kv);
+    const int t = static_cast<int>(i / p.heads_kv % p.seqlen_new);
+    const int b = static_cast<int>(i / p.heads_kv / p.seqlen_new);
+    T* key = append_row<T>(p.k_cache, p, b, h, t);
+    T* value = append_row<T>(p.v_cache, p, b, h, t);
+    if (key == nullptr) return;
+    const T* new_key = p.k_new.row<const T>(b, h, t);
+    const T* new_value = p.v_new.row<const T>(b, h, t);
+    if (p.rotary_dim > 0) {
+      rotate_row<T, Compute>(new_key, key, p, p.cache_seqlens[b] + t);
+    } else {
+      for (int d = 0; d < p.head_dim; ++d) key[d] = new_key[d];
+    }
+    for (int d = 0; d < p.head_dim; ++d) value[d] = new_value[d];
+    return;
+  }
+  const int64_t j = i - append_rows(p);
+  const int h = static_cast<int>(j % p.heads_q);
+  const int row = static_cast<int>(j / p.heads_q % p.seqlen_q);
+  const int b = static_cast<int>(j / p.heads_q / p.seqlen_q);
+  rotate_row<T, Compute>(p.q.row<const T>(b, h, row), p.q_rotated.row<T>(b, h, row), p,
+                         query_position(p, b, row));
+}
+
 }  // namespace flashattn

@@ -4,17 +4,6 @@
 
 #include "simd.h"
 
-// Built for baseline x86-64 like the rest of the extension; the loops are compiled for
-// AVX-512, AVX2+FMA and the baseline, and the loader picks one for the running CPU.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define FLASHATTN_VECTOR_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FLASHATTN_VECTOR_CLONES
-#endif
-// Inlined into the cloned entry points, so compiled for each clone's target.
-#define FLASHATTN_ROW_STEP __attribute__((always_inline)) inline
-
 namespace flashattn::cpu {
 namespace {
 

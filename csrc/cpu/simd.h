@@ -8,6 +8,19 @@
 #include <cstdint>
 #include <cstring>
 
+// The extension is built for baseline x86-64 (it must load on any machine), so the fp32 loops
+// are compiled three times, for AVX-512, AVX2+FMA and the baseline, and the loader picks the
+// best for the running CPU once (GCC/Clang function multi-versioning). Put on the out-of-line
+// entry points; their loop bodies are FLASHATTN_ROW_STEP, forced inline so that they are
+// compiled for each clone's target. (GCC left one out of line once, as baseline code, 7x slower.)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FLASHATTN_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FLASHATTN_VECTOR_CLONES
+#endif
+#define FLASHATTN_ROW_STEP __attribute__((always_inline)) inline
+
 namespace flashattn::cpu {
 
 constexpr int kVecWidth = 8;

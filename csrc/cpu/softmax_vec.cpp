@@ -9,20 +9,6 @@
 #include "fast_exp.h"
 #include "simd.h"
 
-// The extension is built for baseline x86-64 (it must load on any machine), so the fp32 loops
-// are compiled three times, for AVX-512, AVX2+FMA and the baseline, and the loader picks the
-// best for the running CPU once (GCC/Clang function multi-versioning).
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define FLASHATTN_VECTOR_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FLASHATTN_VECTOR_CLONES
-#endif
-
-// Row steps are forced inline into the tile functions: only there are they compiled for the
-// clone's target. (GCC left exp_shifted_sum_row out of line once, as baseline code, 7x slower.)
-#define FLASHATTN_ROW_STEP __attribute__((always_inline)) inline
-
 namespace flashattn::cpu {
 namespace {
 
