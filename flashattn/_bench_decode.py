@@ -377,23 +377,14 @@ def measure_case(case, settings, probe, device, fa2, copy_gb_per_s):
     inputs = Inputs(case, settings, device, generator)
     refs = references(inputs, settings)
     nbytes = case.kv_bytes(settings)
-    results, runnable = {}, {}
-    for impl in implementations(device.type, settings, fa2):
-        result = Result(bench._dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
-                        impl.name, impl.layout, nbytes)
-        step = (lambda impl=impl: (impl.attend(inputs), None))
-        reason = measure.warm_up_check_and_profile(result, step, make_check(refs), probe,
-                                                   settings.warmup)
-        if reason:
-            result.status, result.reason = bench.NOT_AVAILABLE, reason
-            probe.after_failure()
-        else:
-            runnable[impl.name] = step
-        results[impl.name] = result
-    times = measure.time_in_alternation(runnable, probe, settings.repeats)
-    for name, samples in times.items():
+    candidates = [(impl.name,
+                   Result(bench._dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
+                          impl.name, impl.layout, nbytes),
+                   (lambda impl=impl: (impl.attend(inputs), None)), make_check(refs))
+                  for impl in implementations(device.type, settings, fa2)]
+    results, times = measure.check_then_time(candidates, probe, settings, bench.NOT_AVAILABLE)
+    for name in times:
         r = results[name]
-        r.times_ms, r.time_ms = samples, statistics.median(samples)
         r.gb_per_s = nbytes / (r.time_ms / measure.MS_PER_S) / 1e9
         r.copy_share = r.gb_per_s / copy_gb_per_s
     sdpa = [name for name in times if name.startswith("sdpa-")]
@@ -596,11 +587,7 @@ def summary_lines(summary, bandwidth, cuts, settings):
 
 def main(argv, args, parser):
     """bench.main hands over here when --decode is given."""
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device is available")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    device = bench.resolve_device(args, parser)
     settings = resolve_settings(args, device.type)
     if settings.heads % settings.heads_kv:
         parser.error(f"--decode: --heads-kv {settings.heads_kv} must divide --heads "

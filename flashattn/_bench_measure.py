@@ -181,6 +181,27 @@ def time_in_alternation(steps, probe, repeats):
     return times
 
 
+def check_then_time(candidates, probe, settings, not_available):
+    """Every bench mode's measurement of one case. candidates: [(name, result, step, check)];
+    each step is warmed up, checked and profiled (warm_up_check_and_profile), and one that
+    cannot run gets result.status = not_available with its reason and no timing. The others
+    are timed in alternation, and each result gets its samples and their median. Returns
+    ({name: result}, {name: [ms, ...]} of those timed)."""
+    results, runnable = {}, {}
+    for name, result, step, check in candidates:
+        reason = warm_up_check_and_profile(result, step, check, probe, settings.warmup)
+        if reason:
+            result.status, result.reason = not_available, reason
+            probe.after_failure()
+        else:
+            runnable[name] = step
+        results[name] = result
+    times = time_in_alternation(runnable, probe, settings.repeats)
+    for name, samples in times.items():
+        results[name].times_ms, results[name].time_ms = samples, statistics.median(samples)
+    return results, times
+
+
 def paired_speedup(samples, baseline):
     """Median over the repeats of t / t_baseline, for calls made back to back: > 1, the
     baseline is faster."""

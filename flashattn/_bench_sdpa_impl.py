@@ -651,14 +651,10 @@ def overhead_legend(toggle_us):
 
 def main(argv, args, parser):
     """bench.main hands over here when --sdpa-impl is given."""
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device is available")
     if not sdpa_impl.REGISTERED:
         parser.error(f"--sdpa-impl: torch {torch.__version__} has no "
                      f"torch.nn.attention.register_flash_attention_impl (torch >= 2.13 has)")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    device = bench.resolve_device(args, parser)
     settings = resolve_settings(args, device.type)
     probe = measure.make_probe(device)
     table = sys.stderr if args.json == "-" else sys.stdout

@@ -342,22 +342,13 @@ def measure_case(mode, dtype, causal, lengths, settings, probe, device):
                   with_grad=mode == "fwdbwd")
     refs = references(batch, causal, with_dq=mode == "fwdbwd")
     flops = real_flops(lengths, settings.heads, settings.head_dim, causal, mode)
-    results, runnable = {}, {}
-    for impl in implementations(device.type, causal):
-        result = Result(mode, bench._dtype_name(dtype), causal, impl.name, impl.mask, flops)
-        step = make_step(impl, batch, mode, causal)
-        reason = measure.warm_up_check_and_profile(result, step, make_check(impl, batch, refs),
-                                                   probe, settings.warmup)
-        if reason:
-            result.status, result.reason = bench.NOT_AVAILABLE, reason
-            probe.after_failure()
-        else:
-            runnable[impl.name] = step
-        results[impl.name] = result
-    times = measure.time_in_alternation(runnable, probe, settings.repeats)
+    candidates = [(impl.name,
+                   Result(mode, bench._dtype_name(dtype), causal, impl.name, impl.mask, flops),
+                   make_step(impl, batch, mode, causal), make_check(impl, batch, refs))
+                  for impl in implementations(device.type, causal)]
+    results, times = measure.check_then_time(candidates, probe, settings, bench.NOT_AVAILABLE)
     for name, samples in times.items():
         r = results[name]
-        r.times_ms, r.time_ms = samples, statistics.median(samples)
         seconds = r.time_ms / measure.MS_PER_S
         r.tokens_per_s = sum(lengths) / seconds
         r.tflops = flops / seconds / bench.FLOPS_PER_TFLOP
@@ -479,11 +470,7 @@ def balance_lines(balances, settings):
 
 def main(argv, args, parser):
     """bench.main hands over here when --varlen is given."""
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device is available")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    device = bench.resolve_device(args, parser)
     if args.thread_balance and device.type != "cpu":
         parser.error("--thread-balance: CPU only (run it with --device cpu)")
     settings = resolve_settings(args, device.type)

@@ -174,41 +174,33 @@ def measure_case(case, impls, probe, settings, device):
     q, k, v, dout = make_inputs(case, device)
     references = measure.reference_rows(q, k, v, dout, case.causal,
                                         with_dq=case.mode == "fwdbwd")
-    results, runnable = {}, {}
-    for impl in impls:
-        result = Result(case.mode, _dtype_name(case.dtype), case.causal, case.seqlen, case.batch,
-                        case.heads, case.head_dim, impl.name)
-        step = make_step(impl, case, q, k, v, dout)
-        reason = _warm_up_check_and_profile(result, step, references, probe, settings.warmup)
-        if reason:
-            result.status, result.reason = NOT_AVAILABLE, reason
-            probe.after_failure()
-        else:
-            runnable[impl.name] = step
-        results[impl.name] = result
-    _time_in_alternation(runnable, results, probe, settings.repeats, case)
-    return list(results.values())
-
-
-def _warm_up_check_and_profile(result, step, references, probe, warmup):
-    """Fills errors and peak memory; returns why the implementation cannot run this case, if so."""
     def check(out, grads):
         return (measure.max_error(out, references, "out"),
                 None if grads is None else measure.max_error(grads[0], references, "dq"))
-    return measure.warm_up_check_and_profile(result, step, check, probe, warmup)
 
-
-def _time_in_alternation(steps, results, probe, repeats, case):
-    times = measure.time_in_alternation(steps, probe, repeats)
+    candidates = [(impl.name,
+                   Result(case.mode, _dtype_name(case.dtype), case.causal, case.seqlen,
+                          case.batch, case.heads, case.head_dim, impl.name),
+                   make_step(impl, case, q, k, v, dout), check)
+                  for impl in impls]
+    results, times = measure.check_then_time(candidates, probe, settings, NOT_AVAILABLE)
     for name, samples in times.items():
         result = results[name]
-        result.times_ms = samples
-        result.time_ms = statistics.median(samples)
         result.tflops = case.flops() / (result.time_ms / measure.MS_PER_S) / FLOPS_PER_TFLOP
-    if FLASHATTN in times:
-        for name, samples in times.items():
-            if name != FLASHATTN:
-                results[name].speedup = measure.paired_speedup(samples, times[FLASHATTN])
+        if FLASHATTN in times and name != FLASHATTN:
+            result.speedup = measure.paired_speedup(samples, times[FLASHATTN])
+    return list(results.values())
+
+
+def resolve_device(args, parser):
+    """The device of a run (--device, else CUDA where there is one) with --threads applied;
+    every bench mode starts here."""
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return device
 
 
 def _dtype_name(dtype):
@@ -426,11 +418,7 @@ def main(argv=None):
         return varlen.main(argv, args, parser)
     if args.decode:
         return decode.main(argv, args, parser)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device is available")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    device = resolve_device(args, parser)
     settings = resolve_settings(args, device.type)
     probe = measure.make_probe(device)
     impls = implementations(device.type)
