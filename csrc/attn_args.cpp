@@ -275,11 +275,6 @@ void check_sequence_lengths(const AttnInputs& in, const ExecutorLimits& limits) 
 void check_kv_cache(const AttnInputs& in, const ExecutorLimits& limits) {
   TORCH_CHECK(in.num_splits >= 0, "flashattn: num_splits must be >= 0 (0: automatic), got ",
               in.num_splits);
-  TORCH_CHECK(limits.kv_cache || !in.kv_cache(), "flashattn: the ", limits.name,
-              " kernels do not support block_table, cache_batch_idx or cache_leftpad yet");
-  TORCH_CHECK(limits.split_kv || in.num_splits <= 1, "flashattn: the ", limits.name,
-              " kernels do not split the keys yet (num_splits = ", in.num_splits,
-              "); pass num_splits=0 (automatic) or 1");
   if (!in.kv_cache()) return;
   TORCH_CHECK(!in.attn_mask, "flashattn: attn_mask is not supported with a KV cache "
               "(block_table, cache_batch_idx, cache_leftpad)");

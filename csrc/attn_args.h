@@ -62,10 +62,6 @@ struct ExecutorLimits {
   // checked there, with errors naming them. Device executors never sync for them: their
   // kernels clamp every sequence to the tensors (mask.h, sequence_of).
   bool reads_lengths_on_host;
-  // Paged KV, cache_batch_idx and cache_leftpad.
-  bool kv_cache;
-  // num_splits > 1: a sequence's keys split into parts merged by their LSE.
-  bool split_kv;
 };
 
 // The KV cache addressing of the inputs (kv_rows.h), and the longest key sequence the cache

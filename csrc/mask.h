@@ -83,6 +83,15 @@ FLASHATTN_HOST_DEVICE Sequence sequence_of(const AttnParams& p, int b) {
   return s;
 }
 
+// Part `part` of `parts` of the range [begin, end): contiguous, in order, as even as integers
+// allow, possibly empty. How split-KV cuts a query block's key blocks, on every executor.
+FLASHATTN_HOST_DEVICE void split_part(int& begin, int& end, int part, int parts) {
+  const int64_t n = end - begin;
+  const int first = begin;
+  begin = first + static_cast<int>(n * part / parts);
+  end = first + static_cast<int>(n * (part + 1) / parts);
+}
+
 // Index of query row `row` of sequence `s`, query head `head`, among all heads_q x total_q
 // query rows, head-major: where per-row scratch (the backward's D_i, its dQ accumulator)
 // lives, so a varlen batch needs total_q rows of it, not batch x max_seqlen_q.

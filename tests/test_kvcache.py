@@ -197,8 +197,7 @@ def test_cpu_decode_tiles_of_any_head_dim(seqlen_q, heads, heads_kv, head_dim, d
 
 # ---- the CUDA kernels: on a GPU, and their own source on the CPU shim ----
 
-# The CUDA kernels do not split the keys yet (num_splits > 1 is refused, tested below).
-CUDA_CASES = {name: config for name, config in CASES.items() if config.get("num_splits", 0) <= 1}
+CUDA_CASES = CASES
 # On the shim every GPU thread is a fiber: shorter caches, the same features.
 SIM_CASES = {name: {**config, "seqlen_cache": min(config.get("seqlen_cache", 300), 140),
                     "seqlen_q": min(config.get("seqlen_q", 1), 7),
@@ -224,11 +223,24 @@ def test_cuda_kernels_on_a_gpu(case, dtype):
     Case(dtype=dtype, device="cuda", **CUDA_CASES[case]).check()
 
 
-def test_cuda_kernels_refuse_to_split_the_keys(sim):
-    case = Case(batch=1, seqlen_new=0, rotary_dim=0, seqlen_cache=64)
-    with pytest.raises(RuntimeError, match=r"kernels do not split the keys yet \(num_splits = 3\)"):
-        case.call(sim.ops, num_splits=3)
-    case.check(sim.ops)  # num_splits 0 (automatic) runs
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_cuda_split_counts_agree(sim, dtype):
+    """Split-KV on the CUDA kernels: partial outputs merged by their LSEs (split_merge_kernel);
+    every split count, empty splits included (7 splits of 5 key tiles), agrees with one split to
+    rounding, and each is deterministic."""
+    case = Case(batch=1, heads=4, heads_kv=1, seqlen_q=2, seqlen_new=0, rotary_dim=0,
+                seqlen_cache=300, causal=False, dtype=dtype)
+    one_out, one_lse = case.call(sim.ops, num_splits=1)
+    for splits in (2, 3, 7, 0):  # 0: the shim's 8 SMs take 2 splits for these 4 CTAs
+        out, lse = case.call(sim.ops, num_splits=splits)
+        # The parts were really computed apart: their merge rounds differently.
+        assert not torch.equal(lse, one_lse), splits
+        again = case.call(sim.ops, num_splits=splits)
+        assert torch.equal(out, again[0]) and torch.equal(lse, again[1])
+        torch.testing.assert_close(lse, one_lse, rtol=0, atol=1e-5)
+        tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(out.float(), one_out.float(), rtol=0, atol=tolerance)
+    case.check(sim.ops)
 
 
 def test_int_cache_seqlens_and_no_cache_seqlens():

@@ -160,11 +160,10 @@ class ForwardKernel {
 
   // The key blocks of a task: its split's share of those its rows see.
   BlockRange key_blocks_of(const QueryBlock& t) const {
-    const BlockRange all =
+    BlockRange blocks =
         visible_key_blocks(seqs_[t.b], t.row_begin, t.row_begin + t.rows, kKeyBlock);
-    const int64_t n = all.last - all.first;
-    return {all.first + static_cast<int>(n * t.split / plan_.splits),
-            all.first + static_cast<int>(n * (t.split + 1) / plan_.splits)};
+    split_part(blocks.first, blocks.last, t.split, plan_.splits);
+    return blocks;
   }
 
   // One worker thread's tiles, reused across its tasks.

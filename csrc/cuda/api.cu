@@ -39,6 +39,13 @@ struct Gpu {
   }
 
   static void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
+
+  // The split-KV heuristic fills the SMs (entry.h, choose_num_splits).
+  static int sm_count(const at::Tensor& q) {
+    int count = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, q.get_device()));
+    return count;
+  }
 };
 
 }  // namespace

@@ -100,6 +100,43 @@ inline void launch_fwd(const AttnParams& p, const KernelChoice& choice, cudaStre
   });
 }
 
+// Query rows per forward CTA of a choice (the split-KV heuristic counts CTAs).
+inline int fwd_block_rows(const KernelChoice& choice) {
+  int rows = 0;
+  dispatch_choice(choice, [&](auto element, auto tile) {
+    constexpr int kTile = decltype(tile)::value;
+    if constexpr (kIsFloat<decltype(element)>) {
+      rows = SimtTraits<kTile>::kNWarps;
+    } else {
+      rows = FwdTraits<kTile>::kBlockM;
+    }
+  });
+  return rows;
+}
+
+// The split count of a forward: num_splits when given (>= 1; at most kMaxSplits), else (0)
+// enough CTAs for every SM, each split keeping at least two 64-key tiles.
+constexpr int kMaxSplits = 64;
+inline int choose_num_splits(const AttnParams& p, const KernelChoice& choice, int sm_count) {
+  if (p.num_splits >= 1) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
+  const int rows = fwd_block_rows(choice);
+  const int64_t ctas = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + rows - 1) / rows);
+  if (ctas == 0 || ctas >= sm_count) return 1;
+  int64_t splits = (sm_count + ctas - 1) / ctas;
+  const int64_t by_keys = p.seqlen_k / 128;
+  if (splits > by_keys) splits = by_keys;
+  if (splits > kMaxSplits) splits = kMaxSplits;
+  return splits > 1 ? static_cast<int>(splits) : 1;
+}
+
+// Merges split-KV's parts into out and lse (split_merge_kernel.cuh).
+inline void launch_split_merge(const AttnParams& p, ElementType type, cudaStream_t stream,
+                               LaunchCheck after_launch) {
+  dispatch_element(type, [&](auto element) {
+    run_split_merge<decltype(element)>(p, stream, after_launch);
+  });
+}
+
 // Appends to a KV cache and applies rotary embeddings (kv_append_kernel.cuh).
 inline void launch_kv_append(const KvAppendParams& p, ElementType type, cudaStream_t stream,
                              LaunchCheck after_launch) {

@@ -10,6 +10,8 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <limits>
+
 #include "../attn_args.h"
 #include "entry.h"
 #include "traits.h"
@@ -34,16 +36,35 @@ struct CudaExecutor {
   static const ExecutorLimits& limits() {
     static const ExecutorLimits cuda_limits{
         Device::kExecutorName, {at::kHalf, at::kBFloat16, at::kFloat}, kMaxHeadDim,
-        /*reads_lengths_on_host=*/false, /*kv_cache=*/true, /*split_kv=*/false};
+        /*reads_lengths_on_host=*/false};
     return cuda_limits;
   }
 
-  static void run_fwd(const at::Tensor& q, const AttnParams& p) {
-    const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
-    if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0) return;
+  static void run_fwd(const at::Tensor& q, const AttnParams& params) {
+    const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), params.head_dim);
+    if (params.batch == 0 || params.heads_q == 0 || params.seqlen_q == 0) return;
     const typename Device::Guard guard(q.device());
     Device::check_smem_fits(fwd_smem_bytes(choice), q);
+    AttnParams p = params;
+    p.num_splits = choose_num_splits(p, choice, Device::sm_count(q));
+    at::Tensor split_out, split_lse;
+    if (p.num_splits > 1) {
+      // The parts in o's and lse's layouts (both freshly allocated, contiguous: q.numel() and
+      // q.numel() / head_dim elements), one after another; rows no split writes merge to 0 and
+      // -inf.
+      const int64_t out_numel = q.numel(), lse_numel = q.numel() / q.size(-1);
+      split_out = at::zeros({p.num_splits, out_numel}, q.options().dtype(at::kFloat));
+      split_lse = at::full({p.num_splits, lse_numel}, -std::numeric_limits<float>::infinity(), q.options().dtype(at::kFloat));
+      p.split_out = p.o;
+      p.split_out.ptr = split_out.data_ptr();
+      p.split_out_stride = out_numel;
+      p.split_lse = p.lse;
+      p.split_lse.ptr = split_lse.data_ptr();
+      p.split_lse_stride = lse_numel;
+    }
     launch_fwd(p, choice, Device::stream(q), &Device::check_launch);
+    if (p.num_splits > 1)
+      launch_split_merge(p, choice.type, Device::stream(q), &Device::check_launch);
   }
 
   // flash_attn_with_kvcache's append and rotary embedding, before run_fwd on the same stream.

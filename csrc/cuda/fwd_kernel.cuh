@@ -45,7 +45,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const int batch = static_cast<int>(batch_head / p.heads_q);
   const int head = static_cast<int>(batch_head % p.heads_q);
   const int head_kv = head / p.head_group;
-  const int m_start = blockIdx.x * kBlockM;
+  // Split-KV: the grid's x holds num_splits CTAs per query block, each taking a part of its
+  // key tiles.
+  const int splits = p.num_splits > 1 ? p.num_splits : 1;
+  const int split = static_cast<int>(blockIdx.x % splits);
+  const int m_start = static_cast<int>(blockIdx.x / splits) * kBlockM;
   // The grid covers the longest sequence; CTAs past this one's end have nothing to do.
   const Sequence seq = sequence_of(p, batch);
   if (m_start >= seq.seqlen_q) return;
@@ -75,8 +79,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
   const int key_begin = first_visible_key(seq, m_start);
   const int key_end = visible_key_end(seq, m_last);
-  const int tile_begin = key_begin / kBlockN;
-  const int tile_end = key_end > key_begin ? (key_end + kBlockN - 1) / kBlockN : tile_begin;
+  int tile_begin = key_begin / kBlockN;
+  int tile_end = key_end > key_begin ? (key_end + kBlockN - 1) / kBlockN : tile_begin;
+  split_part(tile_begin, tile_end, split, splits);
   // A tile whose keys every row of the CTA sees needs no per-element mask.
   const int unmasked_from = first_visible_key(seq, m_last);
   const int unmasked_to = visible_key_end(seq, m_start);
@@ -248,6 +253,25 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // Epilogue: O_i / l_i, and LSE_i.
   float inv_l[kRowsPerThread], lse[kRowsPerThread];
   stats.finalize(rules.to_log2, inv_l, lse);
+  if (splits > 1) {  // this split's part, in fp32, for split_merge_kernel
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      if (row[r] >= seq.seqlen_q) continue;
+      float* out = p.split_out.row<float>(batch, head, seq.q_row0 + row[r]) +
+                   split * p.split_out_stride;
+#pragma unroll
+      for (int d = 0; d < kNTilesD; ++d)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = d * kMmaN + lane_col + e;
+          if (col < p.head_dim) out[col] = o_rmem[d][2 * r + e] * inv_l[r];
+        }
+      if (lane % 4 == 0)
+        p.split_lse.row<float>(batch, head, seq.q_row0 + row[r])[split * p.split_lse_stride] =
+            lse[r];
+    }
+    return;
+  }
   store_accumulator_rows<Element, kNTilesD>(o_rmem, row, inv_l, seq.seqlen_q, p.head_dim,
                                             lane_col, p.o, batch, head, seq.q_row0);
   if (lane % 4 == 0) {

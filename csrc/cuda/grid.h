@@ -38,6 +38,13 @@ inline dim3 attention_grid(int seqlen, int block, int64_t batch_heads) {
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
 }
 
+// attention_grid() with num_splits CTAs per query block (split-KV; fwd kernels).
+inline dim3 split_attention_grid(int seqlen, int block, int64_t batch_heads, int num_splits) {
+  dim3 grid = attention_grid(seqlen, block, batch_heads);
+  grid.x *= static_cast<unsigned>(num_splits > 1 ? num_splits : 1);
+  return grid;
+}
+
 // The (batch, head) index of this CTA in a grid laid out by attention_grid().
 __device__ __forceinline__ int64_t folded_batch_head() {
   return static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;

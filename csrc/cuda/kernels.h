@@ -24,6 +24,9 @@ void run_bwd_simt(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                   LaunchCheck after_launch);
 
 template <typename Element>
+void run_split_merge(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
+
+template <typename Element>
 void run_kv_append(const KvAppendParams& p, cudaStream_t stream, LaunchCheck after_launch);
 
 }  // namespace flashattn::cuda

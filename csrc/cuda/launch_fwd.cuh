@@ -15,8 +15,8 @@ namespace flashattn::cuda {
 template <typename Element, int kHeadDim>
 void run_fwd_16bit(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch) {
   using Traits = FwdTraits<kHeadDim>;
-  const dim3 grid = attention_grid(p.seqlen_q, Traits::kBlockM,
-                                   static_cast<int64_t>(p.batch) * p.heads_q);
+  const dim3 grid = split_attention_grid(p.seqlen_q, Traits::kBlockM,
+                                         static_cast<int64_t>(p.batch) * p.heads_q, p.num_splits);
   auto* kernel = &fwd_kernel_16bit<Traits, Element>;
   allow_smem(kernel, Traits::kSmemBytes);
   FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p);

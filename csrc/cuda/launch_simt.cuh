@@ -16,8 +16,8 @@ void run_fwd_simt(const AttnParams& p, cudaStream_t stream, LaunchCheck after_la
   using Traits = SimtTraits<kHeadDim>;
   auto* kernel = &simt_fwd_kernel<Traits>;
   allow_smem(kernel, Traits::kSmemBytes);
-  const dim3 grid =
-      attention_grid(p.seqlen_q, Traits::kNWarps, static_cast<int64_t>(p.batch) * p.heads_q);
+  const dim3 grid = split_attention_grid(p.seqlen_q, Traits::kNWarps,
+                                         static_cast<int64_t>(p.batch) * p.heads_q, p.num_splits);
   FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p);
   after_launch();
 }

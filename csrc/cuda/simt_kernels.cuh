@@ -118,7 +118,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   const int head = static_cast<int>(batch_head % p.heads_q);
   const int head_kv = head / p.head_group;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int m_start = blockIdx.x * Traits::kNWarps;
+  // Split-KV: num_splits CTAs per row block, each taking a part of its key tiles.
+  const int splits = p.num_splits > 1 ? p.num_splits : 1;
+  const int split = static_cast<int>(blockIdx.x % splits);
+  const int m_start = static_cast<int>(blockIdx.x / splits) * Traits::kNWarps;
   const int row = m_start + warp;
   // The grid covers the longest sequence; CTAs past this one's end have nothing to do.
   const Sequence seq = sequence_of(p, batch);
@@ -140,10 +143,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   const LogitRules rules = LogitRules::make(p, seq, batch, head);
   const int row_first = first_visible_key(seq, row), row_end = visible_key_end(seq, row);
   const SimtRowBlock block(seq, m_start, Traits::kNWarps);
+  int tile_begin = block.tile_begin, tile_end = block.tile_end;
+  split_part(tile_begin, tile_end, split, splits);
   const DropoutSeed dropout = dropout_seed(p.dropout);
   float m_i = -INFINITY, l_i = 0.f;  // log2 units
   float o[kCols] = {};
-  for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int n_start = tile * kWarpSize;
     const uint8_t mask_class = block.attn_mask(p, seq, batch, head, n_start);
     if (mask_class == kMaskHidden) continue;  // the whole CTA alike
@@ -177,13 +182,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   // l_i is 0 only for a row that saw no key; a NaN l_i (NaN inputs) goes on into out and lse.
   const bool saw_keys = l_i != 0.f;
   const float inv_l = saw_keys ? 1.f / l_i : 0.f;
-  float* o_row = p.o.row<float>(batch, head, seq.q_row0 + row);  // [D]
+  // [D]: the output row, or this split's part of it (for split_merge_kernel).
+  float* o_row = splits > 1 ? p.split_out.row<float>(batch, head, seq.q_row0 + row) +
+                                  split * p.split_out_stride
+                            : p.o.row<float>(batch, head, seq.q_row0 + row);
+  float* lse_row = splits > 1 ? p.split_lse.row<float>(batch, head, seq.q_row0 + row) +
+                                    split * p.split_lse_stride
+                              : p.lse.row<float>(batch, head, seq.q_row0 + row);
 #pragma unroll
   for (int t = 0; t < kCols; ++t)
     if (lane + t * kWarpSize < p.head_dim) o_row[lane + t * kWarpSize] = o[t] * inv_l;
-  if (lane == 0)
-    *p.lse.row<float>(batch, head, seq.q_row0 + row) =
-        saw_keys ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
+  if (lane == 0) *lse_row = saw_keys ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
 }
 
 template <typename Traits>

@@ -4,6 +4,7 @@
 #include "cuda/launch_fwd.cuh"
 #include "cuda/kv_append_kernel.cuh"
 #include "cuda/launch_simt.cuh"
+#include "cuda/split_merge_kernel.cuh"
 
 namespace flashattn::cuda {
 
@@ -20,6 +21,10 @@ FLASHATTN_SIM_FWD_16BIT(256)
 template void run_fwd_simt<64>(const AttnParams&, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<128>(const AttnParams&, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<256>(const AttnParams&, cudaStream_t, LaunchCheck);
+
+template void run_split_merge<__half>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_split_merge<__nv_bfloat16>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_split_merge<float>(const AttnParams&, cudaStream_t, LaunchCheck);
 
 template void run_kv_append<__half>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 template void run_kv_append<__nv_bfloat16>(const KvAppendParams&, cudaStream_t, LaunchCheck);

@@ -26,6 +26,9 @@ struct Shim {
   static void check_smem_fits(int64_t /*needed_bytes*/, const at::Tensor& /*q*/) {}
   // The shim throws cudasim::SimError on any launch error; there is nothing left to check.
   static void check_launch() {}
+  // A small GPU for the split-KV heuristic, so that num_splits = 0 splits small decode calls
+  // here too.
+  static int sm_count(const at::Tensor&) { return 8; }
 };
 
 // "forward", "reverse" or "random:SEED": the order warps run in between barriers.

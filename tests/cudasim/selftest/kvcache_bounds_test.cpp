@@ -4,14 +4,16 @@
 // (kv_rows.h, kv_append.h, mask.h). Built with ASan, every tensor here is a heap block of
 // exactly its size, so a read or write outside one is reported.
 //   kvcache_bounds_test
-// Exit 0: the append and both forward kernels ran on every malformed case.
+// Exit 0: the append, both forward kernels and split-KV's merge ran on every malformed case.
 #include <climits>
+#include <limits>
 #include <cstdio>
 #include <vector>
 
 #include "cuda/kv_append_kernel.cuh"
 #include "cuda/launch_fwd.cuh"
 #include "cuda/launch_simt.cuh"
+#include "cuda/split_merge_kernel.cuh"
 
 namespace {
 
@@ -52,7 +54,7 @@ TensorView dense_view(void* data, int rows, int heads, int dim) {
 void no_check() {}
 
 template <typename Storage>
-void run_case(const Case& c, bool fp32) {
+void run_case(const Case& c, bool fp32, int splits) {
   // Without cache_batch_idx a dense cache has one entry per sequence (the op checks the shape).
   const int cache_entries = c.paged ? kNumPages : (c.batch_index.empty() ? kBatch : kCacheBatch);
   const int cache_rows = c.paged ? kPageSize : kCacheRows;
@@ -64,6 +66,9 @@ void run_case(const Case& c, bool fp32) {
       v_cache(k_cache.size(), Storage(1));
   std::vector<Storage> cos(kRotaryRows * kRotaryDim / 2, Storage(1)), sin(cos.size());
   std::vector<float> lse(kBatch * kHeadsQ * kSeqlenQ);
+  // Split-KV's parts, as the executor lays them out: o's and lse's layouts, one per split.
+  std::vector<float> split_out(splits * q.size(), 0.f),
+      split_lse(splits * lse.size(), -std::numeric_limits<float>::infinity());
   std::vector<int> cache_seqlens = c.cache_seqlens, table = c.block_table,
                    batch_index = c.batch_index, leftpad = c.leftpad, seqused_k(kBatch);
   // The forward's lengths, as the op computes them on the device (cache_seqlens + seqlen_new),
@@ -128,16 +133,28 @@ void run_case(const Case& c, bool fp32) {
   p.scale = 0.125f;
   p.window_right = 0;  // causal: the masks read the clamped lengths too
   p.align_bottom_right = true;
+  p.num_splits = splits;
+  if (splits > 1) {
+    p.split_out = p.o;
+    p.split_out.ptr = split_out.data();
+    p.split_out_stride = int64_t(q.size());
+    p.split_lse = p.lse;
+    p.split_lse.ptr = split_lse.data();
+    p.split_lse_stride = int64_t(lse.size());
+  }
 
   using namespace flashattn::cuda;
   if (fp32) {
     run_kv_append<float>(a, nullptr, &no_check);
     run_fwd_simt<kHeadDim>(p, nullptr, &no_check);
+    if (splits > 1) run_split_merge<float>(p, nullptr, &no_check);
   } else {
     run_kv_append<__nv_bfloat16>(a, nullptr, &no_check);
     run_fwd_16bit<__nv_bfloat16, kHeadDim>(p, nullptr, &no_check);
+    if (splits > 1) run_split_merge<__nv_bfloat16>(p, nullptr, &no_check);
   }
-  std::printf("%s (%s): ran\n", c.name, fp32 ? "fp32" : "bf16");
+  std::printf("%s (%s, %d split%s): ran\n", c.name, fp32 ? "fp32" : "bf16", splits,
+              splits > 1 ? "s" : "");
 }
 
 }  // namespace
@@ -148,13 +165,16 @@ template void run_kv_append<float>(const KvAppendParams&, cudaStream_t, LaunchCh
 template void run_fwd_16bit<__nv_bfloat16, kHeadDim>(const AttnParams&, cudaStream_t,
                                                      LaunchCheck);
 template void run_fwd_simt<kHeadDim>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_split_merge<__nv_bfloat16>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_split_merge<float>(const AttnParams&, cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda
 
 int main() {
-  for (const Case& c : kCases) {
-    run_case<uint16_t>(c, /*fp32=*/false);
-    run_case<float>(c, /*fp32=*/true);
-  }
+  for (const Case& c : kCases)
+    for (int splits : {1, 3}) {
+      run_case<uint16_t>(c, /*fp32=*/false, splits);
+      run_case<float>(c, /*fp32=*/true, splits);
+    }
   std::printf("all cases ran\n");
   return 0;
 }
