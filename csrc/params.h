@@ -152,13 +152,10 @@ struct AttnParams {
 
   // Split-KV: each (sequence, head, query block) splits its visible key blocks into num_splits
   // contiguous parts (split_part() in mask.h), computed independently and merged by their LSEs.
-  // 1: no split.
+  // 1: no split. The device kernels write the parts to a scratch passed beside these params
+  // (mask.h, split_out_row): not a field here, as the backward shares this struct, and its
+  // kernels sit at the register limit, where 8 more bytes of parameters made ptxas spill.
   int num_splits = 1;
-  // Device executors with num_splits > 1: split s writes its normalized partial output and
-  // its LSE (fp32) at split_out.row(b, h, row) + s * split_out_stride and likewise for
-  // split_lse (the layouts of o and lse), and a merge writes o and lse from them.
-  TensorView split_out, split_lse;
-  int64_t split_out_stride = 0, split_lse_stride = 0;
 };
 
 // flash_attn_with_kvcache's in-place append of the new keys and values, with the rotary

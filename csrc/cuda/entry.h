@@ -87,15 +87,16 @@ inline int64_t bwd_workspace_floats(const AttnBwdParams& p, const KernelChoice& 
 
 // Launches the forward for p on `stream`. p must have batch, heads and seqlen_q > 0 and
 // choice a tile.
-inline void launch_fwd(const AttnParams& p, const KernelChoice& choice, cudaStream_t stream,
+inline void launch_fwd(const AttnParams& p, const KernelChoice& choice, float* split_scratch,
+                       cudaStream_t stream,
                        LaunchCheck after_launch) {
   dispatch_choice(choice, [&](auto element, auto tile) {
     using Element = decltype(element);
     constexpr int kTile = decltype(tile)::value;
     if constexpr (kIsFloat<Element>) {
-      run_fwd_simt<kTile>(p, stream, after_launch);
+      run_fwd_simt<kTile>(p, split_scratch, stream, after_launch);
     } else {
-      run_fwd_16bit<Element, kTile>(p, stream, after_launch);
+      run_fwd_16bit<Element, kTile>(p, split_scratch, stream, after_launch);
     }
   });
 }
@@ -130,10 +131,10 @@ inline int choose_num_splits(const AttnParams& p, const KernelChoice& choice, in
 }
 
 // Merges split-KV's parts into out and lse (split_merge_kernel.cuh).
-inline void launch_split_merge(const AttnParams& p, ElementType type, cudaStream_t stream,
-                               LaunchCheck after_launch) {
+inline void launch_split_merge(const AttnParams& p, const float* split_scratch, ElementType type,
+                               cudaStream_t stream, LaunchCheck after_launch) {
   dispatch_element(type, [&](auto element) {
-    run_split_merge<decltype(element)>(p, stream, after_launch);
+    run_split_merge<decltype(element)>(p, split_scratch, stream, after_launch);
   });
 }
 

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "../attn_args.h"
+#include "../mask.h"
 #include "entry.h"
 #include "traits.h"
 
@@ -47,24 +48,20 @@ struct CudaExecutor {
     Device::check_smem_fits(fwd_smem_bytes(choice), q);
     AttnParams p = params;
     p.num_splits = choose_num_splits(p, choice, Device::sm_count(q));
-    at::Tensor split_out, split_lse;
+    at::Tensor split_scratch;
     if (p.num_splits > 1) {
-      // The parts in o's and lse's layouts (both freshly allocated, contiguous: q.numel() and
-      // q.numel() / head_dim elements), one after another; rows no split writes merge to 0 and
-      // -inf.
-      const int64_t out_numel = q.numel(), lse_numel = q.numel() / q.size(-1);
-      split_out = at::zeros({p.num_splits, out_numel}, q.options().dtype(at::kFloat));
-      split_lse = at::full({p.num_splits, lse_numel}, -std::numeric_limits<float>::infinity(), q.options().dtype(at::kFloat));
-      p.split_out = p.o;
-      p.split_out.ptr = split_out.data_ptr();
-      p.split_out_stride = out_numel;
-      p.split_lse = p.lse;
-      p.split_lse.ptr = split_lse.data_ptr();
-      p.split_lse_stride = lse_numel;
+      // The parts of out (0) and of lse (-inf): rows no split writes merge to 0 and -inf.
+      const int64_t outs = p.num_splits * split_out_elements(p);
+      split_scratch = at::empty({outs + p.num_splits * split_lse_elements(p)},
+                                q.options().dtype(at::kFloat));
+      split_scratch.narrow(0, 0, outs).zero_();
+      split_scratch.narrow(0, outs, split_scratch.numel() - outs)
+          .fill_(-std::numeric_limits<float>::infinity());
     }
-    launch_fwd(p, choice, Device::stream(q), &Device::check_launch);
+    float* scratch = p.num_splits > 1 ? split_scratch.data_ptr<float>() : nullptr;
+    launch_fwd(p, choice, scratch, Device::stream(q), &Device::check_launch);
     if (p.num_splits > 1)
-      launch_split_merge(p, choice.type, Device::stream(q), &Device::check_launch);
+      launch_split_merge(p, scratch, choice.type, Device::stream(q), &Device::check_launch);
   }
 
   // flash_attn_with_kvcache's append and rotary embedding, before run_fwd on the same stream.

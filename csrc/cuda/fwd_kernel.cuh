@@ -28,7 +28,7 @@ namespace flashattn::cuda {
 
 template <typename Traits, typename Element>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
-    fwd_kernel_16bit(const AttnParams p) {
+    fwd_kernel_16bit(const AttnParams p, float* split_scratch /* num_splits > 1: mask.h */) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -257,8 +257,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
       if (row[r] >= seq.seqlen_q) continue;
-      float* out = p.split_out.row<float>(batch, head, seq.q_row0 + row[r]) +
-                   split * p.split_out_stride;
+      float* out = split_out_row(p, split_scratch, split, batch, head, seq.q_row0 + row[r]);
 #pragma unroll
       for (int d = 0; d < kNTilesD; ++d)
 #pragma unroll
@@ -267,8 +266,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
           if (col < p.head_dim) out[col] = o_rmem[d][2 * r + e] * inv_l[r];
         }
       if (lane % 4 == 0)
-        p.split_lse.row<float>(batch, head, seq.q_row0 + row[r])[split * p.split_lse_stride] =
-            lse[r];
+        *split_lse_of(p, split_scratch, split, batch, head, seq.q_row0 + row[r]) = lse[r];
     }
     return;
   }

@@ -10,21 +10,24 @@
 namespace flashattn::cuda {
 
 template <typename Element, int kHeadDim>
-void run_fwd_16bit(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
+void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t stream,
+                   LaunchCheck after_launch);
 
 template <typename Element, int kHeadDim>
 void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                    LaunchCheck after_launch);
 
 template <int kHeadDim>
-void run_fwd_simt(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
+void run_fwd_simt(const AttnParams& p, float* split_scratch, cudaStream_t stream,
+                  LaunchCheck after_launch);
 
 template <int kHeadDim>
 void run_bwd_simt(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                   LaunchCheck after_launch);
 
 template <typename Element>
-void run_split_merge(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
+void run_split_merge(const AttnParams& p, const float* split_scratch, cudaStream_t stream,
+                     LaunchCheck after_launch);
 
 template <typename Element>
 void run_kv_append(const KvAppendParams& p, cudaStream_t stream, LaunchCheck after_launch);

@@ -13,13 +13,15 @@ namespace flashattn::cuda {
 // >= p.head_dim. p.seqlen_q, p.batch and p.heads_q must be > 0. Calls after_launch() right
 // after the launch so the caller can check it.
 template <typename Element, int kHeadDim>
-void run_fwd_16bit(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch) {
+void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t stream,
+                   LaunchCheck after_launch) {
   using Traits = FwdTraits<kHeadDim>;
   const dim3 grid = split_attention_grid(p.seqlen_q, Traits::kBlockM,
                                          static_cast<int64_t>(p.batch) * p.heads_q, p.num_splits);
   auto* kernel = &fwd_kernel_16bit<Traits, Element>;
   allow_smem(kernel, Traits::kSmemBytes);
-  FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p);
+  FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p,
+                          split_scratch);
   after_launch();
 }
 

@@ -12,13 +12,15 @@ namespace flashattn::cuda {
 
 // Forward for fp32 inputs on a head-dim tile >= p.head_dim; batch, heads, seqlen_q > 0.
 template <int kHeadDim>
-void run_fwd_simt(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch) {
+void run_fwd_simt(const AttnParams& p, float* split_scratch, cudaStream_t stream,
+                  LaunchCheck after_launch) {
   using Traits = SimtTraits<kHeadDim>;
   auto* kernel = &simt_fwd_kernel<Traits>;
   allow_smem(kernel, Traits::kSmemBytes);
   const dim3 grid = split_attention_grid(p.seqlen_q, Traits::kNWarps,
                                          static_cast<int64_t>(p.batch) * p.heads_q, p.num_splits);
-  FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p);
+  FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p,
+                          split_scratch);
   after_launch();
 }
 

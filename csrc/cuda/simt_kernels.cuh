@@ -108,7 +108,8 @@ struct SimtRowBlock {
 };
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_fwd_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_fwd_kernel(
+    const AttnParams p, float* split_scratch /* num_splits > 1: mask.h */) {
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kCols = Traits::kColsPerLane;
@@ -183,11 +184,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   const bool saw_keys = l_i != 0.f;
   const float inv_l = saw_keys ? 1.f / l_i : 0.f;
   // [D]: the output row, or this split's part of it (for split_merge_kernel).
-  float* o_row = splits > 1 ? p.split_out.row<float>(batch, head, seq.q_row0 + row) +
-                                  split * p.split_out_stride
+  float* o_row = splits > 1 ? split_out_row(p, split_scratch, split, batch, head, seq.q_row0 + row)
                             : p.o.row<float>(batch, head, seq.q_row0 + row);
-  float* lse_row = splits > 1 ? p.split_lse.row<float>(batch, head, seq.q_row0 + row) +
-                                    split * p.split_lse_stride
+  float* lse_row = splits > 1 ? split_lse_of(p, split_scratch, split, batch, head, seq.q_row0 + row)
                               : p.lse.row<float>(batch, head, seq.q_row0 + row);
 #pragma unroll
   for (int t = 0; t < kCols; ++t)

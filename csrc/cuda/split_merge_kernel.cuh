@@ -18,10 +18,10 @@ namespace flashattn::cuda {
 // batch x seqlen_q, or total_q for a varlen batch. Grid-stride. The weights are recomputed per
 // column rather than kept in a per-split array, which would live in local memory.
 template <typename Element>
-__global__ void split_merge_kernel(const AttnParams p) {
+__global__ void split_merge_kernel(const AttnParams p, const float* split_scratch) {
   using T = StoredElement<Element>;
   const bool varlen = p.cu_seqlens_q != nullptr;
-  const int64_t slots = varlen ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
+  const int64_t slots = output_rows(p);
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < slots * p.heads_q; i += step) {
@@ -29,12 +29,14 @@ __global__ void split_merge_kernel(const AttnParams p) {
     const int64_t slot = i / p.heads_q;
     const int b = varlen ? 0 : static_cast<int>(slot / p.seqlen_q);
     const int64_t row = varlen ? slot : slot % p.seqlen_q;
-    const float* lse_s = p.split_lse.row<const float>(b, head, row);
-    const float* out_s = p.split_out.row<const float>(b, head, row);
+    const int64_t out_stride = split_out_elements(p), lse_stride = split_lse_elements(p);
+    float* scratch = const_cast<float*>(split_scratch);
+    const float* lse_s = split_lse_of(p, scratch, 0, b, head, row);  // split s: + s * lse_stride
+    const float* out_s = split_out_row(p, scratch, 0, b, head, row);
     float max_lse = -INFINITY;
     bool nan = false;
     for (int s = 0; s < p.num_splits; ++s) {
-      const float lse = lse_s[s * p.split_lse_stride];
+      const float lse = lse_s[s * lse_stride];
       nan |= lse != lse;
       max_lse = fmaxf(max_lse, lse);
     }
@@ -42,15 +44,15 @@ __global__ void split_merge_kernel(const AttnParams p) {
     float weight_sum = 0.f;
     if (saw_keys)
       for (int s = 0; s < p.num_splits; ++s)
-        weight_sum += expf(lse_s[s * p.split_lse_stride] - max_lse);
+        weight_sum += expf(lse_s[s * lse_stride] - max_lse);
     const float inv_sum = nan ? NAN : (weight_sum > 0.f ? 1.f / weight_sum : 0.f);
     T* out = p.o.row<T>(b, head, row);
     for (int d = 0; d < p.head_dim; ++d) {
       float merged = 0.f;
       if (saw_keys)
         for (int s = 0; s < p.num_splits; ++s) {
-          const float weight = expf(lse_s[s * p.split_lse_stride] - max_lse);
-          if (weight != 0.f) merged += weight * out_s[s * p.split_out_stride + d];
+          const float weight = expf(lse_s[s * lse_stride] - max_lse);
+          if (weight != 0.f) merged += weight * out_s[s * out_stride + d];
         }
       out[d] = static_cast<T>(merged * inv_sum);
     }
@@ -61,16 +63,15 @@ __global__ void split_merge_kernel(const AttnParams p) {
 
 // Launches split_merge_kernel for Element (__half, __nv_bfloat16 or float); p.num_splits > 1.
 template <typename Element>
-void run_split_merge(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch) {
+void run_split_merge(const AttnParams& p, const float* split_scratch, cudaStream_t stream,
+                     LaunchCheck after_launch) {
   constexpr int kThreads = 128;
-  const int64_t slots =
-      p.cu_seqlens_q != nullptr ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
-  const int64_t rows = slots * p.heads_q;
+  const int64_t rows = output_rows(p) * p.heads_q;
   if (rows == 0) return;
   const int64_t blocks = (rows + kThreads - 1) / kThreads;
   auto* kernel = &split_merge_kernel<Element>;
   FLASHATTN_LAUNCH_KERNEL(kernel, dim3(static_cast<unsigned>(blocks < 65535 ? blocks : 65535)),
-                          dim3(kThreads), 0, stream, p);
+                          dim3(kThreads), 0, stream, p, split_scratch);
   after_launch();
 }
 

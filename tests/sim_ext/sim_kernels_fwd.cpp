@@ -9,8 +9,8 @@
 namespace flashattn::cuda {
 
 #define FLASHATTN_SIM_FWD_16BIT(TILE)                                                      \
-  template void run_fwd_16bit<__half, TILE>(const AttnParams&, cudaStream_t, LaunchCheck); \
-  template void run_fwd_16bit<__nv_bfloat16, TILE>(const AttnParams&, cudaStream_t, LaunchCheck);
+  template void run_fwd_16bit<__half, TILE>(const AttnParams&, float*, cudaStream_t, LaunchCheck); \
+  template void run_fwd_16bit<__nv_bfloat16, TILE>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 FLASHATTN_SIM_FWD_16BIT(32)
 FLASHATTN_SIM_FWD_16BIT(64)
 FLASHATTN_SIM_FWD_16BIT(96)
@@ -18,13 +18,14 @@ FLASHATTN_SIM_FWD_16BIT(128)
 FLASHATTN_SIM_FWD_16BIT(192)
 FLASHATTN_SIM_FWD_16BIT(256)
 
-template void run_fwd_simt<64>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_fwd_simt<128>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_fwd_simt<256>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_fwd_simt<64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_simt<128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_simt<256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 
-template void run_split_merge<__half>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_split_merge<__nv_bfloat16>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_split_merge<float>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_split_merge<__half>(const AttnParams&, const float*, cudaStream_t, LaunchCheck);
+template void run_split_merge<__nv_bfloat16>(const AttnParams&, const float*,
+    cudaStream_t, LaunchCheck);
+template void run_split_merge<float>(const AttnParams&, const float*, cudaStream_t, LaunchCheck);
 
 template void run_kv_append<__half>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 template void run_kv_append<__nv_bfloat16>(const KvAppendParams&, cudaStream_t, LaunchCheck);

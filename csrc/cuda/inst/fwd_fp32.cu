@@ -3,7 +3,7 @@
 #include "../launch_simt.cuh"
 
 namespace flashattn::cuda {
-template void run_fwd_simt<64>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_fwd_simt<128>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_fwd_simt<256>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_fwd_simt<64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_simt<128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_simt<256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda

@@ -2,5 +2,5 @@
 #include "../launch_fwd.cuh"
 
 namespace flashattn::cuda {
-template void run_fwd_16bit<__half, 192>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__half, 192>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda

@@ -66,9 +66,11 @@ void run_case(const Case& c, bool fp32, int splits) {
       v_cache(k_cache.size(), Storage(1));
   std::vector<Storage> cos(kRotaryRows * kRotaryDim / 2, Storage(1)), sin(cos.size());
   std::vector<float> lse(kBatch * kHeadsQ * kSeqlenQ);
-  // Split-KV's parts, as the executor lays them out: o's and lse's layouts, one per split.
-  std::vector<float> split_out(splits * q.size(), 0.f),
-      split_lse(splits * lse.size(), -std::numeric_limits<float>::infinity());
+  // Split-KV's parts, as the executor lays them out (mask.h): every split's o, then every
+  // split's lse.
+  std::vector<float> split_scratch(splits * (q.size() + lse.size()), 0.f);
+  std::fill(split_scratch.begin() + splits * q.size(), split_scratch.end(),
+            -std::numeric_limits<float>::infinity());
   std::vector<int> cache_seqlens = c.cache_seqlens, table = c.block_table,
                    batch_index = c.batch_index, leftpad = c.leftpad, seqused_k(kBatch);
   // The forward's lengths, as the op computes them on the device (cache_seqlens + seqlen_new),
@@ -134,24 +136,17 @@ void run_case(const Case& c, bool fp32, int splits) {
   p.window_right = 0;  // causal: the masks read the clamped lengths too
   p.align_bottom_right = true;
   p.num_splits = splits;
-  if (splits > 1) {
-    p.split_out = p.o;
-    p.split_out.ptr = split_out.data();
-    p.split_out_stride = int64_t(q.size());
-    p.split_lse = p.lse;
-    p.split_lse.ptr = split_lse.data();
-    p.split_lse_stride = int64_t(lse.size());
-  }
+  float* split_scratch_ptr = splits > 1 ? split_scratch.data() : nullptr;
 
   using namespace flashattn::cuda;
   if (fp32) {
     run_kv_append<float>(a, nullptr, &no_check);
-    run_fwd_simt<kHeadDim>(p, nullptr, &no_check);
-    if (splits > 1) run_split_merge<float>(p, nullptr, &no_check);
+    run_fwd_simt<kHeadDim>(p, split_scratch_ptr, nullptr, &no_check);
+    if (splits > 1) run_split_merge<float>(p, split_scratch_ptr, nullptr, &no_check);
   } else {
     run_kv_append<__nv_bfloat16>(a, nullptr, &no_check);
-    run_fwd_16bit<__nv_bfloat16, kHeadDim>(p, nullptr, &no_check);
-    if (splits > 1) run_split_merge<__nv_bfloat16>(p, nullptr, &no_check);
+    run_fwd_16bit<__nv_bfloat16, kHeadDim>(p, split_scratch_ptr, nullptr, &no_check);
+    if (splits > 1) run_split_merge<__nv_bfloat16>(p, split_scratch_ptr, nullptr, &no_check);
   }
   std::printf("%s (%s, %d split%s): ran\n", c.name, fp32 ? "fp32" : "bf16", splits,
               splits > 1 ? "s" : "");
@@ -162,11 +157,11 @@ void run_case(const Case& c, bool fp32, int splits) {
 namespace flashattn::cuda {
 template void run_kv_append<__nv_bfloat16>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 template void run_kv_append<float>(const KvAppendParams&, cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__nv_bfloat16, kHeadDim>(const AttnParams&, cudaStream_t,
+template void run_fwd_16bit<__nv_bfloat16, kHeadDim>(const AttnParams&, float*, cudaStream_t,
                                                      LaunchCheck);
-template void run_fwd_simt<kHeadDim>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_split_merge<__nv_bfloat16>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_split_merge<float>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_fwd_simt<kHeadDim>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_split_merge<__nv_bfloat16>(const AttnParams&, const float*, cudaStream_t, LaunchCheck);
+template void run_split_merge<float>(const AttnParams&, const float*, cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda
 
 int main() {

@@ -82,11 +82,12 @@ void run_case(const Case& c, bool fp32, bool deterministic) {
   p.deterministic = deterministic;
 
   using namespace flashattn::cuda;
+  float* split_scratch_ptr = nullptr;  // one split
   if (fp32) {
-    run_fwd_simt<kHeadDim>(p, nullptr, &no_check);
+    run_fwd_simt<kHeadDim>(p, split_scratch_ptr, nullptr, &no_check);
     run_bwd_simt<kHeadDim>(p, workspace.data(), nullptr, &no_check);
   } else {
-    run_fwd_16bit<__nv_bfloat16, kHeadDim>(p, nullptr, &no_check);
+    run_fwd_16bit<__nv_bfloat16, kHeadDim>(p, split_scratch_ptr, nullptr, &no_check);
     run_bwd_16bit<__nv_bfloat16, kHeadDim>(p, workspace.data(), nullptr, &no_check);
   }
   std::printf("%s (%s%s): ran\n", c.name, fp32 ? "fp32" : "bf16",
@@ -96,11 +97,11 @@ void run_case(const Case& c, bool fp32, bool deterministic) {
 }  // namespace
 
 namespace flashattn::cuda {
-template void run_fwd_16bit<__nv_bfloat16, kHeadDim>(const AttnParams&, cudaStream_t,
+template void run_fwd_16bit<__nv_bfloat16, kHeadDim>(const AttnParams&, float*, cudaStream_t,
                                                      LaunchCheck);
 template void run_bwd_16bit<__nv_bfloat16, kHeadDim>(const AttnBwdParams&, float*, cudaStream_t,
                                                      LaunchCheck);
-template void run_fwd_simt<kHeadDim>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_fwd_simt<kHeadDim>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_bwd_simt<kHeadDim>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda
 
