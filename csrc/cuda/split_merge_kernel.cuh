@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
 #include "grid.h"
