@@ -31,7 +31,6 @@ the cut cases are listed.
 """
 import argparse
 import datetime
-import json
 import math
 import statistics
 import sys
@@ -638,12 +637,7 @@ def main(argv, args, parser):
         report = {"meta": _meta(argv, device, probe, settings, fa2_line),
                   "bandwidth": bandwidth, "summary": summary,
                   "results": [asdict(r) for r in results], "cut": [asdict(c) for c in cuts]}
-        text = json.dumps(bench._json_safe(report), indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+        bench.write_json(report, args.json)
     return 0
 
 

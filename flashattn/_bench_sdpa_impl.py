@@ -38,7 +38,6 @@ overhead  CPU, one thread (torch.set_num_threads(1)), float32, forward only, tin
 import argparse
 import copy
 import datetime
-import json
 import math
 import statistics
 import sys
@@ -702,12 +701,7 @@ def main(argv, args, parser):
                   "train": [asdict(r) for r in train_results],
                   "overhead": [asdict(r) for r in overhead_results],
                   "toggle_us": toggle_us, "failed": len(failed)}
-        text = json.dumps(bench._json_safe(report), indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+        bench.write_json(report, args.json)
     return 1 if failed else 0
 
 

@@ -37,7 +37,6 @@ On the CPU the run ends with a thread-balance check (the issue's "one 8k sequenc
 with all of them, timed in alternation.
 """
 import datetime
-import json
 import math
 import random
 import statistics
@@ -432,10 +431,7 @@ REASON_WIDTH = 110
 
 
 def table_header(mode, dtype_name, settings):
-    title = (f"{bench.MODE_TITLES[mode]}, {dtype_name}, heads={settings.heads}, "
-             f"head_dim={settings.head_dim}")
-    names = "  ".join(name.rjust(width) for name, width in COLUMNS)
-    return f"\n{title}\n{names}\n{'-' * len(names)}"
+    return bench.table_header(mode, dtype_name, settings, COLUMNS)
 
 
 def table_row(r):
@@ -523,12 +519,7 @@ def main(argv, args, parser):
         report = {"meta": _meta(argv, device, probe, settings, args, lengths),
                   "results": [asdict(r) for r in results],
                   "thread_balance": [asdict(b) for b in balances]}
-        text = json.dumps(bench._json_safe(report), indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+        bench.write_json(report, args.json)
     return 0
 
 

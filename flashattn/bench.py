@@ -230,10 +230,10 @@ COLUMNS = (("causal", 6), ("seqlen", 6), ("batch", 5), ("impl", 14), ("max_err",
 REASON_WIDTH = 70
 
 
-def table_header(mode, dtype_name, settings):
+def table_header(mode, dtype_name, settings, columns=COLUMNS):
     title = (f"{MODE_TITLES[mode]}, {dtype_name}, heads={settings.heads}, "
              f"head_dim={settings.head_dim}")
-    names = "  ".join(name.rjust(width) for name, width in COLUMNS)
+    names = "  ".join(name.rjust(width) for name, width in columns)
     return f"\n{title}\n{names}\n{'-' * len(names)}"
 
 
@@ -315,6 +315,16 @@ def summary_lines(summary):
                          f"{1e3 * s['matmul_tflops']:.3g} GFLOP/s (torch.mm); "
                          f"{_share_text(shares, 'it')}")
     return lines
+
+
+def write_json(report, destination):
+    """--json: the report to the file `destination`, or to stdout for "-"."""
+    text = json.dumps(_json_safe(report), indent=1)
+    if destination == "-":
+        print(text)
+    else:
+        with open(destination, "w") as f:
+            f.write(text + "\n")
 
 
 def _json_safe(value):
@@ -452,12 +462,7 @@ def main(argv=None):
     if args.json:
         report = {"meta": _meta(argv, device, probe, settings, args), "summary": summary,
                   "results": [asdict(r) for r in results]}
-        text = json.dumps(_json_safe(report), indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+        write_json(report, args.json)
     # After the JSON, so that a plot that fails to save cannot lose the measurements.
     if args.plot:
         plot.plot_results(args.plot, results, title=(
