@@ -19,17 +19,22 @@
 
 namespace flashattn {
 
-inline AttnInputs read_attn_inputs(const OpArguments& args) {
-  AttnInputs in;
-  in.q = args.tensor("q");
-  in.k = args.tensor("k");
-  in.v = args.tensor("v");
+// The arguments that turn scores into logits and mask them, which every op's schema names alike.
+inline void read_score_rules(const OpArguments& args, AttnInputs& in) {
   in.softmax_scale = args.optional_double("softmax_scale");
   in.causal = args["causal"].toBool();
   in.window_left = args["window_left"].toInt();
   in.window_right = args["window_right"].toInt();
   in.softcap = args["softcap"].toDouble();
   in.alibi_slopes = args.optional_tensor("alibi_slopes");
+}
+
+inline AttnInputs read_attn_inputs(const OpArguments& args) {
+  AttnInputs in;
+  in.q = args.tensor("q");
+  in.k = args.tensor("k");
+  in.v = args.tensor("v");
+  read_score_rules(args, in);
   in.attn_mask = args.optional_tensor("attn_mask");
   in.dropout_p = args["dropout_p"].toDouble();
   in.rng_state = args.optional_tensor("rng_state");
@@ -81,12 +86,7 @@ inline KvcacheInputs read_kvcache_inputs(const OpArguments& args) {
   attn.q = args.tensor("q");
   attn.k = args.tensor("k_cache");
   attn.v = args.tensor("v_cache");
-  attn.softmax_scale = args.optional_double("softmax_scale");
-  attn.causal = args["causal"].toBool();
-  attn.window_left = args["window_left"].toInt();
-  attn.window_right = args["window_right"].toInt();
-  attn.softcap = args["softcap"].toDouble();
-  attn.alibi_slopes = args.optional_tensor("alibi_slopes");
+  read_score_rules(args, attn);
   attn.block_table = args.optional_tensor("block_table");
   attn.cache_batch_idx = args.optional_tensor("cache_batch_idx");
   attn.cache_leftpad = args.optional_tensor("cache_leftpad");
