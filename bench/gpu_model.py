@@ -80,7 +80,13 @@ def load_module(name, path):
 # ---- Our kernels' tile geometry (mirrors csrc/cuda/traits.h; checked against every launch) ----
 
 def fwd_tiles(d):
-    """FwdTraits (also BwdDqTraits): kBlockM, kBlockN, threads."""
+    """FwdTraits<d, false> (no dropout: two m-tiles per warp up to d = 128): kBlockM, kBlockN,
+    threads."""
+    return (128 if d <= 128 else 64), (64 if d <= 128 else 32), 128
+
+
+def dq_tiles(d):
+    """BwdDqTraits: kBlockM, kBlockN, threads."""
     return 64, (64 if d <= 128 else 32), 128
 
 
@@ -90,14 +96,15 @@ def dkdv_tiles(d):
 
 
 def smem_fwd(d):
+    """Qi, one K tile, one V tile."""
     bm, bn, _ = fwd_tiles(d)
-    stride = d + 8
-    return (bm * stride + 2 * 2 * bn * stride) * ELEM
+    return (bm + 2 * bn) * (d + 8) * ELEM
 
 
 def smem_dq(d):
-    bm, _, _ = fwd_tiles(d)
-    return smem_fwd(d) + bm * (d + 8) * ELEM
+    """Qi, dOi, two stages of (K, V) tiles."""
+    bm, bn, _ = dq_tiles(d)
+    return (2 * bm + 2 * 2 * bn) * (d + 8) * ELEM
 
 
 def smem_dkdv(d):
@@ -130,8 +137,9 @@ def kernel_kind(name):
 def steps_per_cta(kind, d, n, causal):
     """[main-loop steps of each CTA], expected threads and dynamic smem of a launch."""
     if kind in ("fwd_kernel_16bit", "bwd_dq_kernel_16bit"):
-        bm, bn, threads = fwd_tiles(d)
-        smem = smem_fwd(d) if kind == "fwd_kernel_16bit" else smem_dq(d)
+        fwd = kind == "fwd_kernel_16bit"
+        bm, bn, threads = fwd_tiles(d) if fwd else dq_tiles(d)
+        smem = smem_fwd(d) if fwd else smem_dq(d)
         return query_tile_steps(n, bm, bn, causal), threads, smem
     if kind == "bwd_dkdv_kernel_16bit":
         bn, bm, threads = dkdv_tiles(d)
@@ -320,7 +328,7 @@ def uncounted_l2(kind, d, causal):
         return SEQLEN * 4
     if kind == "bwd_dkdv_kernel_16bit":
         return sum(steps) * 2 * dkdv_tiles(d)[1] * 4
-    return len(steps) * 2 * fwd_tiles(d)[0] * 4
+    return len(steps) * 2 * dq_tiles(d)[0] * 4
 
 
 def ldsm_x4_equiv(c):

@@ -18,11 +18,12 @@
 #include "softmax.cuh"
 #include "tile_io.cuh"
 #include "traits.h"
+#include "warp_tile.cuh"
 
 namespace flashattn::cuda {
 
 template <typename Traits, typename Element>
-__global__ void __launch_bounds__(Traits::kNThreads)
+__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     bwd_dq_kernel_16bit(const AttnBwdParams p, const float* d_gmem /* D_i, by query_row_index */) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -33,7 +34,6 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   constexpr int kNTilesN = kBlockN / kMmaN;
   constexpr int kNTilesD = kHeadDim / kMmaN;
   constexpr int kKStepsD = kHeadDim / kMmaK;
-  constexpr int kKStepsN = kBlockN / kMmaK;
 
   const int64_t batch_head = folded_batch_head();
   if (batch_head >= static_cast<int64_t>(p.batch) * p.heads_q) return;
@@ -60,12 +60,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   auto v_smem = [&](int stage) { return kv_smem + (2 * stage + 1) * Traits::kKVTileSmemElems; };
 
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
-  const int key_begin = first_visible_key(seq, m_start);
-  const int key_end = visible_key_end(seq, m_last);
-  const int tile_begin = key_begin / kBlockN;
-  const int tile_end = key_end > key_begin ? (key_end + kBlockN - 1) / kBlockN : tile_begin;
-  const int unmasked_from = first_visible_key(seq, m_last);
-  const int unmasked_to = visible_key_end(seq, m_start);
+  const KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, m_start, m_last);
+  const int tile_begin = tiles.begin, tile_end = tiles.end;
 
   auto load_kv = [&](int tile) {
     const int stage = (tile - tile_begin) % kStages;
@@ -93,30 +89,22 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   }
 
   const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
+  const WarpLanes lanes = WarpLanes::of(threadIdx.x % kWarpSize);
   const int warp_row0 = warp * kMmaM;
-  int row[kRowsPerThread], row_first_key[kRowsPerThread], row_key_end[kRowsPerThread];
+  int row[kRowsPerThread];
   float lse_log2[kRowsPerThread], dsum[kRowsPerThread];
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
-    row[r] = m_start + warp_row0 + lane / 4 + r * kRowOffsetHi;
-    row_first_key[r] = first_visible_key(seq, row[r]);
-    row_key_end[r] = visible_key_end(seq, row[r]);
+    row[r] = m_start + warp_row0 + lanes.acc_row + r * kRowOffsetHi;
     const bool valid = row[r] < seq.seqlen_q;
     lse_log2[r] =
         valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, seq.q_row0 + row[r])) : 0.f;
     dsum[r] = valid ? d_gmem[query_row_index(p, seq, head, row[r])] : 0.f;
   }
-  const int lane_col = 2 * (lane % 4);
-  const int a_row = lane % 16, a_col = (lane / 16) * 8;
-  const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
   const LogitRules rules = LogitRules::make(p, seq, batch, head);
 
-  float dq_rmem[kNTilesD][4];
-#pragma unroll
-  for (int d = 0; d < kNTilesD; ++d)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) dq_rmem[d][c] = 0.f;
+  float dq_rmem[1][kNTilesD][4];  // one m-tile per warp (traits.h)
+  zero_acc(dq_rmem);
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     ptx::cp_async_wait<kStages - 2>();
@@ -135,74 +123,41 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     // Dropout's decisions for this tile, drawn before the S and dP accumulators are live.
     const uint32_t keep = p.dropout.on() ? keep_bits_by_query_rows<kNTilesN>(
                                                p.dropout, batch, head, row, n_start,
-                                               lane_col)
+                                               lanes.acc_col)
                                          : 0u;
-    float s_rmem[kNTilesN][4], dp_rmem[kNTilesN][4];
-#pragma unroll
-    for (int j = 0; j < kNTilesN; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) s_rmem[j][c] = 0.f, dp_rmem[j][c] = 0.f;
-#pragma unroll
-    for (int k = 0; k < kKStepsD; ++k) {
-      uint32_t a_q[4], a_do[4];
-      ptx::ldmatrix_x4(a_q[0], a_q[1], a_q[2], a_q[3],
-                       q_smem + (warp_row0 + a_row) * kStride + k * kMmaK + a_col);
-      ptx::ldmatrix_x4(a_do[0], a_do[1], a_do[2], a_do[3],
-                       do_smem + (warp_row0 + a_row) * kStride + k * kMmaK + a_col);
-#pragma unroll
-      for (int j = 0; j < kNTilesN; j += 2) {
-        uint32_t b[2][2];
-        ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
-                         kj_smem + (j * kMmaN + b_row) * kStride + k * kMmaK + b_col);
-        mma_16816<Element>(s_rmem[j], a_q, b[0]);
-        mma_16816<Element>(s_rmem[j + 1], a_q, b[1]);
-        ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
-                         vj_smem + (j * kMmaN + b_row) * kStride + k * kMmaK + b_col);
-        mma_16816<Element>(dp_rmem[j], a_do, b[0]);
-        mma_16816<Element>(dp_rmem[j + 1], a_do, b[1]);
-      }
-    }
+    // S_ij = Qi Kj^T and dP_ij = dOi Vj^T for this warp's 16 rows.
+    float s_rmem[1][kNTilesN][4], dp_rmem[1][kNTilesN][4];
+    zero_acc(s_rmem);
+    zero_acc(dp_rmem);
+    mma_ABt<Element, kKStepsD, kStride>(s_rmem, q_smem + warp_row0 * kStride, kj_smem, lanes);
+    mma_ABt<Element, kKStepsD, kStride>(dp_rmem, do_smem + warp_row0 * kStride, vj_smem, lanes);
 
-    const bool needs_mask = n_start < unmasked_from || n_start + kBlockN > unmasked_to;
+    const bool needs_mask = tiles.needs_mask(tile);
 #pragma unroll
     for (int j = 0; j < kNTilesN; ++j) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int r = c / 2;
-        const int kv = n_start + j * kMmaN + lane_col + c % 2;
-        const bool visible = !needs_mask || (kv >= row_first_key[r] && kv < row_key_end[r]);
+        const int kv = n_start + j * kMmaN + lanes.acc_col + c % 2;
+        const bool visible = !needs_mask || key_visible(seq, row[r], kv);
         float dlogit_ds;
-        float x = rules.log2_logit(s_rmem[j][c], row[r], kv, dlogit_ds);
+        float x = rules.log2_logit(s_rmem[0][j][c], row[r], kv, dlogit_ds);
         if (mask_class == kMaskRead && row[r] < seq.seqlen_q && kv < seq.seqlen_k)
           x += mask_bias(p.mask, batch, head, row[r], kv) * kLog2e;
         const float prob = visible ? ptx::exp2_approx(x - lse_log2[r]) : 0.f;
         const float kept = p.dropout.on() ? kept_factor(p.dropout, keep, 4 * j + c) : 1.f;
-        dp_rmem[j][c] = prob * (dp_rmem[j][c] * kept - dsum[r]) * dlogit_ds;
+        dp_rmem[0][j][c] = prob * (dp_rmem[0][j][c] * kept - dsum[r]) * dlogit_ds;
       }
     }
 
     // dQ_i += dS_ij Kj: dS from the accumulator as A fragments, Kj through ldmatrix.trans.
-#pragma unroll
-    for (int k = 0; k < kKStepsN; ++k) {
-      const uint32_t a[4] = {pack_rn<Element>(dp_rmem[2 * k][0], dp_rmem[2 * k][1]),
-                             pack_rn<Element>(dp_rmem[2 * k][2], dp_rmem[2 * k][3]),
-                             pack_rn<Element>(dp_rmem[2 * k + 1][0], dp_rmem[2 * k + 1][1]),
-                             pack_rn<Element>(dp_rmem[2 * k + 1][2], dp_rmem[2 * k + 1][3])};
-#pragma unroll
-      for (int d = 0; d < kNTilesD; d += 2) {
-        uint32_t b[2][2];
-        ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
-                               kj_smem + (k * kMmaK + a_row) * kStride + d * kMmaN + a_col);
-        mma_16816<Element>(dq_rmem[d], a, b[0]);
-        mma_16816<Element>(dq_rmem[d + 1], a, b[1]);
-      }
-    }
+    mma_AB_trans<Element, kStride>(dq_rmem, dp_rmem, kj_smem, lanes);
   }
   ptx::cp_async_wait_all();
 
   const float unit[kRowsPerThread] = {1.f, 1.f};
-  store_accumulator_rows<Element, kNTilesD>(dq_rmem, row, unit, seq.seqlen_q, p.head_dim,
-                                            lane_col, p.dq, batch, head, seq.q_row0);
+  store_accumulator_rows<Element, kNTilesD>(dq_rmem[0], row, unit, seq.seqlen_q, p.head_dim,
+                                            lanes.acc_col, p.dq, batch, head, seq.q_row0);
 }
 
 }  // namespace flashattn::cuda

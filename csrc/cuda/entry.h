@@ -45,20 +45,24 @@ void dispatch_choice(const KernelChoice& choice, F&& f) {
 template <typename Element>
 inline constexpr bool kIsFloat = std::is_same_v<Element, float>;
 
-// Largest dynamic shared memory any kernel of the forward / backward asks for.
-inline int fwd_smem_bytes(const KernelChoice& choice) {
-  int bytes = 0;
+// The forward's launch shape for an input (grid.h): which kernel runs depends on the element
+// type, the head-dim tile and whether dropout is on.
+inline FwdLaunchShape fwd_launch_shape(const KernelChoice& choice, bool dropout) {
+  FwdLaunchShape shape{};
   dispatch_choice(choice, [&](auto element, auto tile) {
     constexpr int kTile = decltype(tile)::value;
     if constexpr (kIsFloat<decltype(element)>) {
-      bytes = SimtTraits<kTile>::kSmemBytes;
+      shape = FwdLaunchShape::of<SimtTraits<kTile>>(SimtTraits<kTile>::kNWarps);
     } else {
-      bytes = FwdTraits<kTile>::kSmemBytes;
+      with_fwd_traits<kTile>(dropout, [&](auto traits) {
+        shape = FwdLaunchShape::of<decltype(traits)>();
+      });
     }
   });
-  return bytes;
+  return shape;
 }
 
+// Largest dynamic shared memory any kernel of the backward asks for.
 inline int bwd_smem_bytes(const KernelChoice& choice) {
   int bytes = 0;
   dispatch_choice(choice, [&](auto element, auto tile) {
@@ -101,26 +105,12 @@ inline void launch_fwd(const AttnParams& p, const KernelChoice& choice, float* s
   });
 }
 
-// Query rows per forward CTA of a choice (the split-KV heuristic counts CTAs).
-inline int fwd_block_rows(const KernelChoice& choice) {
-  int rows = 0;
-  dispatch_choice(choice, [&](auto element, auto tile) {
-    constexpr int kTile = decltype(tile)::value;
-    if constexpr (kIsFloat<decltype(element)>) {
-      rows = SimtTraits<kTile>::kNWarps;
-    } else {
-      rows = FwdTraits<kTile>::kBlockM;
-    }
-  });
-  return rows;
-}
-
 // The split count of a forward: num_splits when given (>= 1; at most kMaxSplits), else (0)
 // enough CTAs for every SM, each split keeping at least two 64-key tiles.
 constexpr int kMaxSplits = 64;
 inline int choose_num_splits(const AttnParams& p, const KernelChoice& choice, int sm_count) {
   if (p.num_splits >= 1) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
-  const int rows = fwd_block_rows(choice);
+  const int rows = fwd_launch_shape(choice, p.dropout.on()).block_rows;
   const int64_t ctas = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + rows - 1) / rows);
   if (ctas == 0 || ctas >= sm_count) return 1;
   int64_t splits = (sm_count + ctas - 1) / ctas;

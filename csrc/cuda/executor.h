@@ -45,7 +45,7 @@ struct CudaExecutor {
     const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), params.head_dim);
     if (params.batch == 0 || params.heads_q == 0 || params.seqlen_q == 0) return;
     const typename Device::Guard guard(q.device());
-    Device::check_smem_fits(fwd_smem_bytes(choice), q);
+    Device::check_smem_fits(fwd_launch_shape(choice, params.dropout.on()).smem_bytes, q);
     AttnParams p = params;
     p.num_splits = choose_num_splits(p, choice, Device::sm_count(q));
     at::Tensor split_scratch;

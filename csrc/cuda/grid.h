@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 
+#include "../params.h"
 #include "launch.cuh"
 #include "traits.h"
 
@@ -43,6 +44,40 @@ inline dim3 split_attention_grid(int seqlen, int block, int64_t batch_heads, int
   dim3 grid = attention_grid(seqlen, block, batch_heads);
   grid.x *= static_cast<unsigned>(num_splits > 1 ? num_splits : 1);
   return grid;
+}
+
+// A forward kernel's launch: query rows per CTA, threads per CTA, dynamic shared memory, and the
+// grid they give for an input. The one place the host reads a forward's geometry: the launch,
+// the shared-memory check and the split-KV heuristic all take it from here.
+struct FwdLaunchShape {
+  int block_rows;
+  int threads;
+  int smem_bytes;
+
+  template <typename Traits>
+  static constexpr FwdLaunchShape of(int block_rows = Traits::kBlockM) {
+    return {block_rows, Traits::kNThreads, Traits::kSmemBytes};
+  }
+  dim3 grid(const AttnParams& p) const {
+    return split_attention_grid(p.seqlen_q, block_rows, static_cast<int64_t>(p.batch) * p.heads_q,
+                                p.num_splits);
+  }
+  dim3 block() const { return dim3(static_cast<unsigned>(threads)); }
+};
+
+// Calls f(Traits{}) with the forward traits (traits.h) of head-dim tile kHeadDim that run an
+// input with or without dropout: the dropout-capable kernel only where the two differ.
+template <int kHeadDim, typename F>
+void with_fwd_traits(bool dropout, F&& f) {
+  using Plain = FwdTraits<kHeadDim, false>;
+  using WithDropout = FwdTraits<kHeadDim, true>;
+  if constexpr (Plain::kMTiles == WithDropout::kMTiles) {
+    f(WithDropout{});
+  } else if (dropout) {
+    f(WithDropout{});
+  } else {
+    f(Plain{});
+  }
 }
 
 // The (batch, head) index of this CTA in a grid laid out by attention_grid().

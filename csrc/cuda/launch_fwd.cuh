@@ -15,13 +15,14 @@ namespace flashattn::cuda {
 template <typename Element, int kHeadDim>
 void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t stream,
                    LaunchCheck after_launch) {
-  using Traits = FwdTraits<kHeadDim>;
-  const dim3 grid = split_attention_grid(p.seqlen_q, Traits::kBlockM,
-                                         static_cast<int64_t>(p.batch) * p.heads_q, p.num_splits);
-  auto* kernel = &fwd_kernel_16bit<Traits, Element>;
-  allow_smem(kernel, Traits::kSmemBytes);
-  FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p,
-                          split_scratch);
+  with_fwd_traits<kHeadDim>(p.dropout.on(), [&](auto traits) {
+    using Traits = decltype(traits);
+    constexpr FwdLaunchShape shape = FwdLaunchShape::of<Traits>();
+    auto* kernel = &fwd_kernel_16bit<Traits, Element>;
+    allow_smem(kernel, shape.smem_bytes);
+    FLASHATTN_LAUNCH_KERNEL(kernel, shape.grid(p), shape.block(), shape.smem_bytes, stream, p,
+                            split_scratch);
+  });
   after_launch();
 }
 

@@ -15,11 +15,10 @@ template <int kHeadDim>
 void run_fwd_simt(const AttnParams& p, float* split_scratch, cudaStream_t stream,
                   LaunchCheck after_launch) {
   using Traits = SimtTraits<kHeadDim>;
+  constexpr FwdLaunchShape shape = FwdLaunchShape::of<Traits>(Traits::kNWarps);
   auto* kernel = &simt_fwd_kernel<Traits>;
-  allow_smem(kernel, Traits::kSmemBytes);
-  const dim3 grid = split_attention_grid(p.seqlen_q, Traits::kNWarps,
-                                         static_cast<int64_t>(p.batch) * p.heads_q, p.num_splits);
-  FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p,
+  allow_smem(kernel, shape.smem_bytes);
+  FLASHATTN_LAUNCH_KERNEL(kernel, shape.grid(p), shape.block(), shape.smem_bytes, stream, p,
                           split_scratch);
   after_launch();
 }

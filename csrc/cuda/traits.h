@@ -2,8 +2,10 @@
 //
 // Instantiation budget (what nvcc compiles, and why)
 // --------------------------------------------------
-// 16-bit forward: one kernel per (head-dim tile, dtype):
-//   head-dim tiles {32, 64, 96, 128, 192, 256} x {fp16, bf16} = 12 kernels, one .cu each in inst/.
+// 16-bit forward: per (head-dim tile, dtype) a kernel that may apply dropout, and for tiles
+//   <= 128 one without dropout that gives each warp two m-tiles (FwdTraits::kMTiles):
+//   head-dim tiles {32, 64, 96, 128, 192, 256} x {fp16, bf16} = 12 + 8 = 20 kernels, one .cu per
+//   (tile, dtype) in inst/. Above 128 both geometries are one, so one kernel serves both.
 //   A head dim d runs on the smallest tile >= d; the columns d..tile are zero-filled by cp.async
 //   (no copy), so every d <= 256 works. Six tiles keep the padding waste <= 33% for d >= 48
 //   (d = 65 on the 96 tile is the worst case) while the build stays within budget.
@@ -43,35 +45,46 @@ constexpr int kDefaultSmemBytes = 48 * 1024;
 // The largest head dim any CUDA kernel accepts.
 constexpr int kMaxHeadDim = 256;
 
-// Forward kernel for fp16/bf16 (FA2 class, see fwd_kernel.cuh).
-template <int kHeadDim_>
+// Forward kernel for fp16/bf16 (FA2 class, see fwd_kernel.cuh). kDropout: the kernel can
+// apply dropout (a runtime choice, p.dropout); without it the dropout code is compiled out.
+template <int kHeadDim_, bool kDropout_>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;  // tile width in elements (>= the real head dim)
-  // Four warps, each owning 16 query rows: Q tile 64 x d, as FA2 uses for these head dims.
+  static constexpr bool kDropout = kDropout_;
   static constexpr int kNWarps = 4;
   static constexpr int kNThreads = kNWarps * kWarpSize;
-  static constexpr int kBlockM = kNWarps * kMmaM;
-  // Keys per K/V tile. The O accumulator grows with d (d/2 floats per thread), so the S tile
-  // shrinks for d > 128 to stay under 255 registers without spilling.
+  // Query rows per warp, in m16 tiles. Up to d = 128 a warp owns 32 rows (two m-tiles), FA2's
+  // geometry: every K or V fragment a warp loads from smem then feeds two mma, so ldmatrix.x4
+  // per mma falls from 0.5625 to 0.3125 at d = 128 (bench/gpu_model.py; the forward is bound by
+  // shared memory, not tensor cores). Above d = 128 the O accumulator (d/2 floats per m-tile
+  // per thread) leaves no registers for a second m-tile. Nor does dropout: its keep bits and
+  // Philox state on top of two m-tiles spilled 168 bytes at d = 128 on sm_80 (255 registers),
+  // as FA2 also drops to a smaller tile with dropout.
+  static constexpr int kMTiles = kHeadDim <= 128 && !kDropout ? 2 : 1;
+  static constexpr int kBlockM = kNWarps * kMmaM * kMTiles;
+  // Keys per K/V tile. The S tile (kBlockN/2 floats per m-tile per thread) shrinks above
+  // d = 128 to stay under 255 registers without spilling.
   static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
-  // K/V tiles in flight: tile j+1 is copied while tile j is multiplied.
-  static constexpr int kStages = 2;
 
   static constexpr int kSmemStride = kHeadDim + kSmemPadElems;  // elements per smem row
   static constexpr int kQSmemElems = kBlockM * kSmemStride;
   static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;
-  // Q, then kStages x (K tile, V tile).
-  static constexpr int kSmemBytes =
-      (kQSmemElems + 2 * kStages * kKVTileSmemElems) * kElemBytes16;
+  // Qi, one K tile and one V tile. FA2's pipeline overlaps without a second stage: V_j is
+  // copied while S = Qi Kj^T is computed, K_j+1 while O += P Vj. At d = 128 that is 68 KB,
+  // two CTAs per SM on A100 (a K/V ring of two stages would take 102 KB: one).
+  static constexpr int kSmemBytes = (kQSmemElems + 2 * kKVTileSmemElems) * kElemBytes16;
 
   // CTAs per SM that sm_80's shared memory holds (at most 3), given to __launch_bounds__: the
-  // register budget is then what that many CTAs can share (170 registers at 3). Without it
-  // ptxas picks a budget of its own (128 registers at d <= 64, 168 at d = 128) and spills to
-  // reach it; registers beyond what the shared memory lets CTAs use would buy no occupancy.
-  // 4 CTAs (128 registers) spill at d = 32.
+  // register budget is then what that many CTAs can share (170 registers at 3, 255 at 2).
+  // Without it ptxas picks a budget of its own and spills to reach it; registers beyond what
+  // the shared memory lets CTAs use would buy no occupancy. At 3, two m-tiles per warp (twice
+  // the accumulators) cannot fit, and one m-tile spilled at d = 128 and 192 (sm_90), so those
+  // ask for at most 2.
+  static constexpr int kMaxBlocksPerSm = kMTiles == 2 || kHeadDim >= 128 ? 2 : 3;
   static constexpr int kMinBlocksPerSm =
       kMaxSmemBytesSm80 / kSmemBytes < 1 ? 1
-      : (kMaxSmemBytesSm80 / kSmemBytes > 3 ? 3 : kMaxSmemBytesSm80 / kSmemBytes);
+      : (kMaxSmemBytesSm80 / kSmemBytes > kMaxBlocksPerSm ? kMaxBlocksPerSm
+                                                          : kMaxSmemBytesSm80 / kSmemBytes);
 
   static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim,
                 "head-dim tile must be a multiple of the mma K (16) and at most 256");
@@ -79,7 +92,6 @@ struct FwdTraits {
   static_assert(kSmemBytes <= kMaxSmemBytesSm80, "forward tile exceeds sm_80 shared memory");
   static_assert((kSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
                 "row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
-  static_assert(kStages >= 2, "need at least double buffering");
 };
 
 // Backward dK/dV kernel for fp16/bf16 (bwd_dkdv_kernel.cuh). Each warp owns 16 keys of Kj/Vj
@@ -129,13 +141,28 @@ struct BwdTraits {
                 "dS row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
 };
 
-// Deterministic dQ kernel (bwd_dq_kernel.cuh): the forward's shape, with dQ_i in registers
-// where the forward keeps O_i, and dOi in smem next to Qi.
+// Deterministic dQ kernel (bwd_dq_kernel.cuh): the forward's loop, with dQ_i in registers where
+// the forward keeps O_i and dOi in smem next to Qi. It keeps S and dP live at once, so a warp
+// owns 16 query rows (one m-tile) at every d, and a two-stage K/V ring hides the copies.
 template <int kHeadDim_>
-struct BwdDqTraits : FwdTraits<kHeadDim_> {
-  using Base = FwdTraits<kHeadDim_>;
-  static constexpr int kSmemBytes = Base::kSmemBytes + Base::kQSmemElems * kElemBytes16;
+struct BwdDqTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kNWarps = 4;
+  static constexpr int kNThreads = kNWarps * kWarpSize;
+  static constexpr int kBlockM = kNWarps * kMmaM;
+  static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
+  static constexpr int kStages = 2;  // K/V tiles in flight
+  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;
+  static constexpr int kQSmemElems = kBlockM * kSmemStride;
+  static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;
+  // Qi, dOi, then kStages x (K tile, V tile).
+  static constexpr int kSmemBytes =
+      (2 * kQSmemElems + 2 * kStages * kKVTileSmemElems) * kElemBytes16;
+  // For __launch_bounds__, as FwdTraits: ptxas' own budget (168 registers) spilled at d = 64 on
+  // sm_90.
+  static constexpr int kMinBlocksPerSm = kMaxSmemBytesSm80 / kSmemBytes >= 2 ? 2 : 1;
   static_assert(kSmemBytes <= kMaxSmemBytesSm80, "dQ tile exceeds sm_80 shared memory");
+  static_assert(kStages >= 2, "need at least double buffering");
 };
 
 // fp32 SIMT kernels (simt_kernels.cuh): one warp per query row (forward, dQ) or per key row

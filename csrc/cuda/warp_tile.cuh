@@ -1,0 +1,148 @@
+// One warp's tensor-core tile arithmetic, written once for every 16-bit kernel, so that each
+// kernel's main loop reads as its algorithm (S = Q K^T, O += P V, ...).
+//
+// Shapes. mma.m16n8k16 multiplies a 16x16 A fragment by a 16x8 B fragment into a 16x8 fp32
+// accumulator. A warp's accumulator here is float[kMTiles][kNTiles][4]: kMTiles m-tiles of 16
+// rows times kNTiles n-tiles of 8 columns. Lane L holds rows L/4 and L/4 + 8 of each m-tile and
+// columns 2(L%4), 2(L%4) + 1 of each n-tile: acc[m][j][0..1] the low row, [2..3] the high row.
+//
+// Operands come from shared memory tiles of 16-bit elements, rows kStride elements apart,
+// through ldmatrix (x4: four 8x8 matrices per instruction, one row address per lane). One B
+// fragment loaded by a warp feeds all kMTiles m-tiles: that reuse is what more rows per warp
+// buys (traits.h, FwdTraits).
+#pragma once
+#include <cstdint>
+
+#include "../mask.h"
+#include "element.cuh"
+#include "ptx.cuh"
+#include "traits.h"
+
+namespace flashattn::cuda {
+
+// Which row and column of an ldmatrix.x4 a lane addresses, and where its accumulator lives.
+struct WarpLanes {
+  // A operand (16 rows x 16 at column k): lanes 0-15 give rows 0-15 at k, lanes 16-31 rows 0-15
+  // at k + 8. The same map serves a B operand read with .trans (16 rows of K-dim x two 8-column
+  // n-tiles) and the C-fragment row-major layout of P for O += P V.
+  int a_row, a_col;
+  // B operand (two 8-row n-tiles x 16 at column k): matrices (rows 0-7, k), (0-7, k + 8),
+  // (8-15, k), (8-15, k + 8) -> b0, b1 of n-tile 2t and b0, b1 of n-tile 2t + 1.
+  int b_row, b_col;
+  // Accumulator: this lane's low row (lane / 4; the high one is 8 further) and its first column
+  // in an 8-column n-tile.
+  int acc_row, acc_col;
+
+  __device__ __forceinline__ static WarpLanes of(int lane) {
+    return {lane % 16,         (lane / 16) * 8, lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8,
+            lane / 4,          2 * (lane % 4)};
+  }
+};
+
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void zero_acc(float (&acc)[kMTiles][kNTiles][4]) {
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[m][j][c] = 0.f;
+}
+
+// acc += A B^T over kKSteps 16-column k-steps:
+//   A: kMTiles x 16 rows of a_smem (this warp's rows, row-major),
+//   B: kNTiles x 8 rows of b_smem (row-major, so B^T is the mma's column-major operand).
+// Per k-step: kMTiles ldmatrix.x4 for A, kNTiles / 2 for B, kMTiles x kNTiles mma.
+template <typename Element, int kKSteps, int kStride, int kMTiles, int kNTiles>
+__device__ __forceinline__ void mma_ABt(float (&acc)[kMTiles][kNTiles][4],
+                                        const uint16_t* a_smem,  // [kMTiles * 16, kStride]
+                                        const uint16_t* b_smem,  // [kNTiles * 8, kStride]
+                                        const WarpLanes& lanes) {
+  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4");
+#pragma unroll
+  for (int k = 0; k < kKSteps; ++k) {
+    uint32_t a[kMTiles][4];
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m)
+      ptx::ldmatrix_x4(a[m][0], a[m][1], a[m][2], a[m][3],
+                       a_smem + (m * kMmaM + lanes.a_row) * kStride + k * kMmaK + lanes.a_col);
+#pragma unroll
+    for (int j = 0; j < kNTiles; j += 2) {
+      uint32_t b[2][2];
+      ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
+                       b_smem + (j * kMmaN + lanes.b_row) * kStride + k * kMmaK + lanes.b_col);
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+        mma_16816<Element>(acc[m][j], a[m], b[0]);
+        mma_16816<Element>(acc[m][j + 1], a[m], b[1]);
+      }
+    }
+  }
+}
+
+// The accumulator's n-tiles (2k, 2k + 1), rounded to Element, are exactly the A fragment of
+// k-step k of a product with it on the left: a0/a1 = low/high row of columns 0-7, a2/a3 = of
+// columns 8-15. No shuffle, no shared memory.
+template <typename Element, int kNTiles>
+__device__ __forceinline__ void acc_to_a_frag(const float (&acc)[kNTiles][4], int k,
+                                              uint32_t (&a)[4]) {
+  a[0] = pack_rn<Element>(acc[2 * k][0], acc[2 * k][1]);
+  a[1] = pack_rn<Element>(acc[2 * k][2], acc[2 * k][3]);
+  a[2] = pack_rn<Element>(acc[2 * k + 1][0], acc[2 * k + 1][1]);
+  a[3] = pack_rn<Element>(acc[2 * k + 1][2], acc[2 * k + 1][3]);
+}
+
+// out += P B, P an accumulator of this warp (kMTiles x 16 rows, kNTilesP x 8 columns) used as
+// the A operand, B = rows 0 .. 8 kNTilesP of b_smem (row-major, kNTilesOut x 8 columns) read
+// with ldmatrix.trans. Per 16-row k-step: kNTilesOut / 2 ldmatrix.x4.trans, shared by the
+// kMTiles m-tiles.
+template <typename Element, int kStride, int kMTiles, int kNTilesP, int kNTilesOut>
+__device__ __forceinline__ void mma_AB_trans(float (&out)[kMTiles][kNTilesOut][4],
+                                             const float (&p)[kMTiles][kNTilesP][4],
+                                             const uint16_t* b_smem,  // [8 kNTilesP, kStride]
+                                             const WarpLanes& lanes) {
+  static_assert(kNTilesP % 2 == 0 && kNTilesOut % 2 == 0, "whole 16x16 fragments");
+#pragma unroll
+  for (int k = 0; k < kNTilesP / 2; ++k) {
+    uint32_t a[kMTiles][4];
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) acc_to_a_frag<Element>(p[m], k, a[m]);
+#pragma unroll
+    for (int d = 0; d < kNTilesOut; d += 2) {
+      uint32_t b[2][2];
+      ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
+                             b_smem + (k * kMmaK + lanes.a_row) * kStride + d * kMmaN +
+                                 lanes.a_col);
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+        mma_16816<Element>(out[m][d], a[m], b[0]);
+        mma_16816<Element>(out[m][d + 1], a[m], b[1]);
+      }
+    }
+  }
+}
+
+// The key tiles [tile_begin, tile_end) of kBlockN keys that rows [m_first, m_last] may see, and
+// the key range every one of them sees (tiles inside it need no per-element mask).
+// first_visible_key and visible_key_end never decrease with the row (mask.h), so the union
+// over the rows is [first(m_first), end(m_last)) and the intersection [first(m_last),
+// end(m_first)).
+template <int kBlockN>
+struct KeyTiles {
+  int begin, end;                    // tile indices
+  int unmasked_from, unmasked_to;    // keys
+
+  __device__ __forceinline__ static KeyTiles of(const Sequence& seq, int m_first, int m_last) {
+    const int key_begin = first_visible_key(seq, m_first);
+    const int key_end = visible_key_end(seq, m_last);
+    const int begin = key_begin / kBlockN;
+    return {begin, key_end > key_begin ? (key_end + kBlockN - 1) / kBlockN : begin,
+            first_visible_key(seq, m_last), visible_key_end(seq, m_first)};
+  }
+  // Whether tile `tile` holds a key some row of the block must not see.
+  __device__ __forceinline__ bool needs_mask(int tile) const {
+    return tile * kBlockN < unmasked_from || (tile + 1) * kBlockN > unmasked_to;
+  }
+};
+
+}  // namespace flashattn::cuda
