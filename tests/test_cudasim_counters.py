@@ -42,6 +42,8 @@ EXPECTED = {
                        "cp_async.smem_wavefronts_ideal": 8},
     "atomic_count": {"atomics.ops": 72, "atomics.instructions": 3, "atomics.sectors": 7,
                      "atomics.by_width.4": 64, "atomics.by_width.8": 8},
+    "red_v2_count": {"atomics.ops": 32, "atomics.instructions": 1, "atomics.sectors": 8,
+                     "atomics.by_width.8": 32},
     "gmem_count": {"gmem_store.instructions": 1, "gmem_store.bytes": 128,
                    "gmem_store.sectors": 4, "gmem_load.instructions": 1, "gmem_load.bytes": 256,
                    "gmem_load.sectors": 1},

@@ -31,6 +31,8 @@ CASES = {
         ["pending_behind_empty"]),
     "ldmatrix_misaligned": (r"ldmatrix\.x4: lane 5's row address .* not 16-byte aligned",
                             ["misaligned"]),
+    "red_v2_misaligned": (r"red\.global\.add\.v2\.f32: address .* is not 8-byte aligned",
+                          ["red_misaligned"]),
     "ldmatrix_not_shared": (r"ldmatrix\.x1: lane 0's row address .* inside dynamic shared memory",
                             ["not_shared"]),
     "shuffle_excludes_caller": (r"mask 0xfffffffe, which does not include the calling lane 0",

@@ -303,14 +303,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
           mma_16816<Element>(acc[0], a, b[0]);
           mma_16816<Element>(acc[1], a, b[1]);
         }
+        // Each lane's two neighbouring columns go out as one 8-byte reduction: rows of the
+        // accumulator are dq_accum_cols (even) floats and the scratch starts 8-byte aligned
+        // (grid.h, dq_accum_offset). The pair's second column may be the tile's padding, which
+        // nothing reads.
 #pragma unroll
         for (int t = 0; t < 2; ++t)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int row = m_start + row_group * kMmaM + lane / 4 + (c / 2) * kRowOffsetHi;
-            const int col = col0 + t * kMmaN + lane_col + c % 2;
+          for (int h = 0; h < kRowsPerThread; ++h) {
+            const int row = m_start + row_group * kMmaM + lane / 4 + h * kRowOffsetHi;
+            const int col = col0 + t * kMmaN + lane_col;
             if (row < seq.seqlen_q && col < p.head_dim)
-              atomicAdd(dq_accum + static_cast<int64_t>(row) * dq_accum_cols + col, acc[t][c]);
+              ptx::red_add_f32x2(dq_accum + static_cast<int64_t>(row) * dq_accum_cols + col,
+                                 acc[t][2 * h], acc[t][2 * h + 1]);
           }
       }
     }

@@ -82,11 +82,11 @@ inline int bwd_smem_bytes(const KernelChoice& choice) {
 
 // fp32 scratch of the backward, in floats, rows by query_row_index (mask.h): D_i [Hq, total_q],
 // then, for the 16-bit kernels unless deterministic, the dQ accumulator
-// [Hq, total_q, head_dim_tile].
+// [Hq, total_q, head_dim_tile] from dq_accum_offset(p) on (grid.h).
 inline int64_t bwd_workspace_floats(const AttnBwdParams& p, const KernelChoice& choice) {
-  const int64_t rows = p.heads_q * p.total_q;
+  const int64_t rows = static_cast<int64_t>(p.heads_q) * p.total_q;
   const bool dq_accum = choice.type != ElementType::kFloat && !p.deterministic;
-  return rows * (1 + (dq_accum ? choice.head_dim_tile : 0));
+  return dq_accum ? dq_accum_offset(p) + rows * choice.head_dim_tile : rows;
 }
 
 // Launches the forward for p on `stream`. p must have batch, heads and seqlen_q > 0 and

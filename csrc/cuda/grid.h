@@ -80,6 +80,14 @@ void with_fwd_traits(bool dropout, F&& f) {
   }
 }
 
+// Where the backward's fp32 dQ accumulator starts in its workspace (entry.h,
+// bwd_workspace_floats): after D_i's rows (heads_q x total_q floats), rounded up to an even
+// count so that the dK/dV kernel's 8-byte reductions are aligned.
+inline int64_t dq_accum_offset(const AttnBwdParams& p) {
+  const int64_t d_rows = static_cast<int64_t>(p.heads_q) * p.total_q;
+  return d_rows + d_rows % 2;
+}
+
 // The (batch, head) index of this CTA in a grid laid out by attention_grid().
 __device__ __forceinline__ int64_t folded_batch_head() {
   return static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;

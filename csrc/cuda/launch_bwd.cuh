@@ -29,7 +29,7 @@ void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream
   const int64_t batch_heads_kv = static_cast<int64_t>(p.batch) * p.heads_kv;
   if (batch_heads == 0) return;
   float* d_gmem = workspace;
-  float* dq_accum = p.deterministic ? nullptr : workspace + p.heads_q * p.total_q;
+  float* dq_accum = p.deterministic ? nullptr : workspace + dq_accum_offset(p);
   const dim3 row_grid = attention_grid(p.seqlen_q, kRowKernelWarps, batch_heads);
 
   if (p.seqlen_q > 0) {

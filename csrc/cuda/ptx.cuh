@@ -155,6 +155,10 @@ FLASHATTN_PTX_DEVICE void cp_async_wait_all(FLASHATTN_PTX_SITE_ONLY) {
 // ex2.approx.ftz.f32 has ~2 ulp error and flushes subnormals; the shim computes exp2f exactly.
 FLASHATTN_PTX_DEVICE float exp2_approx(float x) { return exp2f(x); }
 
+FLASHATTN_PTX_DEVICE void red_add_f32x2(float* gmem, float a, float b FLASHATTN_PTX_SITE) {
+  ::cudasim::detail::red_add_f32x2(gmem, a, b, file, line);
+}
+
 #else  // nvcc
 
 FLASHATTN_PTX_DEVICE uint32_t smem_u32addr(const void* smem_ptr) {
@@ -226,6 +230,18 @@ FLASHATTN_PTX_DEVICE float exp2_approx(float x) {
   float y;
   asm volatile("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// gmem[0] += a, gmem[1] += b for an 8-byte aligned pair in global memory: one 8-byte reduction
+// (red.global.add.v2.f32, PTX 8.1, sm_90) where the GPU has it, two 4-byte ones elsewhere. Half
+// the instructions and L2 requests of scalar atomics for the backward's dQ.
+FLASHATTN_PTX_DEVICE void red_add_f32x2(float* gmem, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(gmem), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(gmem, a);
+  atomicAdd(gmem + 1, b);
+#endif
 }
 
 #endif

@@ -192,6 +192,9 @@ void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, const char
 void cp_async_commit(const char* file, int line);
 void cp_async_wait_group(int pending_groups_allowed, const char* file, int line);
 void cp_async_wait_all(const char* file, int line);
+// red.global.add.v2.f32: address[0] += a, address[1] += b as one 8-byte reduction (counted as
+// one atomic operation of width 8). The address must be 8-byte aligned, as the hardware requires.
+void red_add_f32x2(float* address, float a, float b, const char* file, int line);
 uint32_t smem_offset(const void* ptr, const char* file, int line);
 
 template <class T>

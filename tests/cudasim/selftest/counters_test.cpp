@@ -146,6 +146,12 @@ __global__ void atomic_count(float* f, double* d) {
   if (lane < 8) atomicAdd(d + lane, 1.0);
 }
 
+// 32 lanes add a float pair each to 64 consecutive floats from a 128-byte boundary: one
+// red.global.add.v2.f32, 32 operations of 8 bytes, 256 bytes = 8 sectors.
+__global__ void red_v2_count(float* f) {
+  red_add_f32x2(f + 2 * threadIdx.x, 1.f, 2.f);
+}
+
 // 32 consecutive 4-byte stores through FLASHATTN_GMEM: 128 bytes, 4 sectors, 1 request; then
 // 32 loads of one 8-byte word (a broadcast): 8 bytes each, 1 sector.
 __global__ void gmem_count(uint32_t* out, const double* in) {
@@ -203,10 +209,17 @@ int main(int argc, char** argv) {
     cudasim::launch(cp_async_count, one, warp, 64 * sizeof(uint4), src, u.data());
     cudasim::launch(atomic_count, one, warp, 0, fa, da);
     cudasim::launch(gmem_count, one, warp, 0, ua, da);
+    cudasim::launch(red_v2_count, one, warp, 0, fa);
     cudasim::launch(barriers_and_shuffles, dim3(2), dim3(64), 0, f.data());
   } catch (const cudasim::SimError& e) {
     std::printf("SimError: %s\n", e.what());
     return 3;
+  }
+  for (int i = 0; i < 64; ++i) {
+    if (fa[i] != (i % 2 == 0 ? 1.f : 2.f) + (i == 0 ? 32.f : 0.f) + (i >= 32 ? 1.f : 0.f)) {
+      std::printf("red_v2_count: f[%d] = %g\n", i, fa[i]);
+      return 4;
+    }
   }
   std::printf("%s\n", cudasim::counters_json().c_str());
   std::free(src);

@@ -73,6 +73,10 @@ __global__ void ldmatrix_misaligned(uint32_t* out) {
   out[lane] = r0 + r1 + r2 + r3;
 }
 
+__global__ void red_v2_misaligned(float* out) {
+  if (threadIdx.x == 0) red_add_f32x2(out + 1, 1.f, 2.f);  // SITE:red_misaligned
+}
+
 __global__ void ldmatrix_from_global(const uint4* global_rows, uint32_t* out) {
   const int lane = threadIdx.x;
   uint32_t r0;
@@ -157,6 +161,7 @@ const std::map<std::string, std::function<void()>> kCases = {
                        words.data());
      }},
     {"ldmatrix_misaligned", [] { cudasim::launch(ldmatrix_misaligned, kOneBlock, dim3(32), 1024, words.data()); }},
+    {"red_v2_misaligned", [] { cudasim::launch(red_v2_misaligned, kOneBlock, dim3(32), 0, floats.data()); }},
     {"ldmatrix_not_shared", [] { cudasim::launch(ldmatrix_from_global, kOneBlock, dim3(32), 512, rows.data(), words.data()); }},
     {"shuffle_excludes_caller", [] { cudasim::launch(shuffle_mask_excludes_caller, kOneBlock, dim3(32), 0, floats.data()); }},
     {"shuffle_outside_mask", [] { cudasim::launch(shuffle_reads_outside_mask, kOneBlock, dim3(32), 0, floats.data()); }},

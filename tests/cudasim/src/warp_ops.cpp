@@ -116,3 +116,18 @@ void syncwarp(unsigned mask, const char* file, int line) {
 }
 
 }  // namespace cudasim::detail
+
+namespace cudasim::detail {
+
+void red_add_f32x2(float* address, float a, float b, const char* file, int line) {
+  const Site site{file, line};
+  current_thread("red.global.add.v2.f32");
+  if (reinterpret_cast<uintptr_t>(address) % (2 * sizeof(float)) != 0)
+    fail(site, "red.global.add.v2.f32: address " + format_address(address) +
+                   " is not 8-byte aligned");
+  if (counting_on()) count_access(Access::Atomic, address, 2 * sizeof(float), file, line);
+  address[0] += a;
+  address[1] += b;
+}
+
+}  // namespace cudasim::detail
