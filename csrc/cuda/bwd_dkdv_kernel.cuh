@@ -26,6 +26,7 @@
 #include "softmax.cuh"
 #include "tile_io.cuh"
 #include "traits.h"
+#include "warp_tile.cuh"
 
 namespace flashattn::cuda {
 
@@ -45,7 +46,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kNTilesM = kBlockM / kMmaN;  // 8-query n-tiles of S^T
   constexpr int kNTilesD = kHeadDim / kMmaN;
   constexpr int kKStepsD = kHeadDim / kMmaK;
-  constexpr int kKStepsM = kBlockM / kMmaK;
   constexpr int kKStepsN = kBlockN / kMmaK;
   static_assert(ComputeDk || ComputeDv, "nothing to compute");
 
@@ -128,17 +128,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r)
     key[r] = n_start + warp_key0 + lane / 4 + r * kRowOffsetHi;
-  const int lane_col = 2 * (lane % 4);
-  // ldmatrix lane -> row/column maps, as in fwd_kernel.cuh.
-  const int a_row = lane % 16, a_col = (lane / 16) * 8;
-  const int b_row = lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
+  const WarpLanes lanes = WarpLanes::of(lane);
+  const int lane_col = lanes.acc_col;
   const bool tail_keys = n_start + kBlockN > seq.seqlen_k;
 
-  float dk_rmem[kNTilesD][4], dv_rmem[kNTilesD][4];
-#pragma unroll
-  for (int d = 0; d < kNTilesD; ++d)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) dk_rmem[d][c] = 0.f, dv_rmem[d][c] = 0.f;
+  // One m-tile per warp (its 16 keys): the accumulators are [1][n-tiles][4] (warp_tile.cuh).
+  float dk_rmem[1][kNTilesD][4], dv_rmem[1][kNTilesD][4];
+  zero_acc(dk_rmem);
+  zero_acc(dv_rmem);
 
   for (int it = 0; it < iterations; ++it) {
     ptx::cp_async_wait<kStages - 2>();
@@ -168,36 +165,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
                                                p.dropout, batch, head, key, m_start,
                                                lane_col)
                                          : 0u;
-    float s_rmem[kNTilesM][4], dp_rmem[kNTilesM][4];
-#pragma unroll
-    for (int j = 0; j < kNTilesM; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) s_rmem[j][c] = 0.f, dp_rmem[j][c] = 0.f;
-#pragma unroll
-    for (int k = 0; k < kKStepsD; ++k) {
-      uint32_t a[4];
-      ptx::ldmatrix_x4(a[0], a[1], a[2], a[3],
-                       k_smem + (warp_key0 + a_row) * kStride + k * kMmaK + a_col);
-#pragma unroll
-      for (int j = 0; j < kNTilesM; j += 2) {
-        uint32_t b[2][2];
-        ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
-                         qi_smem + (j * kMmaN + b_row) * kStride + k * kMmaK + b_col);
-        mma_16816<Element>(s_rmem[j], a, b[0]);
-        mma_16816<Element>(s_rmem[j + 1], a, b[1]);
-      }
-      if constexpr (ComputeDk) {
-        ptx::ldmatrix_x4(a[0], a[1], a[2], a[3],
-                         v_smem + (warp_key0 + a_row) * kStride + k * kMmaK + a_col);
-#pragma unroll
-        for (int j = 0; j < kNTilesM; j += 2) {
-          uint32_t b[2][2];
-          ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
-                           doi_smem + (j * kMmaN + b_row) * kStride + k * kMmaK + b_col);
-          mma_16816<Element>(dp_rmem[j], a, b[0]);
-          mma_16816<Element>(dp_rmem[j + 1], a, b[1]);
-        }
-      }
+    float s_rmem[1][kNTilesM][4], dp_rmem[1][kNTilesM][4];
+    zero_acc(s_rmem);
+    mma_ABt<Element, kKStepsD, kStride>(s_rmem, k_smem + warp_key0 * kStride, qi_smem, lanes);
+    if constexpr (ComputeDk) {
+      zero_acc(dp_rmem);
+      mma_ABt<Element, kKStepsD, kStride>(dp_rmem, v_smem + warp_key0 * kStride, doi_smem, lanes);
     }
 
     // P^T and dS^T, element by element. Only tiles some query of which misses some key (or
@@ -218,57 +191,28 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
                                              kv < visible_key_end(seq, query));
         const bool in_range = query < seq.seqlen_q && kv < seq.seqlen_k;
         float dlogit_ds;
-        float x = rules.log2_logit(s_rmem[j][c], query, kv, dlogit_ds);
+        float x = rules.log2_logit(s_rmem[0][j][c], query, kv, dlogit_ds);
         if (mask_class == kMaskRead && in_range)
           x += mask_bias(p.mask, batch, head, query, kv) * kLog2e;
         const float prob = visible ? ptx::exp2_approx(x - FLASHATTN_SMEM(lse_log2)[col]) : 0.f;
         // Dropout: dV takes the dropped P, dS the dropped dP (P * (dP * Z / (1 - p) - D)).
         const float kept = p.dropout.on() ? kept_factor(p.dropout, keep, 4 * j + c) : 1.f;
-        s_rmem[j][c] = prob * kept;
+        s_rmem[0][j][c] = prob * kept;
         if constexpr (ComputeDk) {
           // dL / dlogit
-          const float ds = prob * (dp_rmem[j][c] * kept - FLASHATTN_SMEM(dsum)[col]);
+          const float ds = prob * (dp_rmem[0][j][c] * kept - FLASHATTN_SMEM(dsum)[col]);
           if (p.dmask != nullptr && in_range)
             p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
                         p.seqlen_k + kv] = ds;
-          dp_rmem[j][c] = ds * dlogit_ds;
+          dp_rmem[0][j][c] = ds * dlogit_ds;
         }
       }
     }
 
-    // dV_j += P^T dOi and dK_j += dS^T Qi: accumulator pairs (2k, 2k+1) are the A fragment of
-    // k-step k (16 queries), the B operand is the query tile through ldmatrix.trans.
-#pragma unroll
-    for (int k = 0; k < kKStepsM; ++k) {
-      if constexpr (ComputeDv) {
-        const uint32_t a[4] = {pack_rn<Element>(s_rmem[2 * k][0], s_rmem[2 * k][1]),
-                               pack_rn<Element>(s_rmem[2 * k][2], s_rmem[2 * k][3]),
-                               pack_rn<Element>(s_rmem[2 * k + 1][0], s_rmem[2 * k + 1][1]),
-                               pack_rn<Element>(s_rmem[2 * k + 1][2], s_rmem[2 * k + 1][3])};
-#pragma unroll
-        for (int d = 0; d < kNTilesD; d += 2) {
-          uint32_t b[2][2];
-          ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
-                                 doi_smem + (k * kMmaK + a_row) * kStride + d * kMmaN + a_col);
-          mma_16816<Element>(dv_rmem[d], a, b[0]);
-          mma_16816<Element>(dv_rmem[d + 1], a, b[1]);
-        }
-      }
-      if constexpr (ComputeDk) {
-        const uint32_t a[4] = {pack_rn<Element>(dp_rmem[2 * k][0], dp_rmem[2 * k][1]),
-                               pack_rn<Element>(dp_rmem[2 * k][2], dp_rmem[2 * k][3]),
-                               pack_rn<Element>(dp_rmem[2 * k + 1][0], dp_rmem[2 * k + 1][1]),
-                               pack_rn<Element>(dp_rmem[2 * k + 1][2], dp_rmem[2 * k + 1][3])};
-#pragma unroll
-        for (int d = 0; d < kNTilesD; d += 2) {
-          uint32_t b[2][2];
-          ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
-                                 qi_smem + (k * kMmaK + a_row) * kStride + d * kMmaN + a_col);
-          mma_16816<Element>(dk_rmem[d], a, b[0]);
-          mma_16816<Element>(dk_rmem[d + 1], a, b[1]);
-        }
-      }
-    }
+    // dV_j += P^T dOi and dK_j += dS^T Qi: P^T and dS^T as A fragments, the query tile through
+    // ldmatrix.trans.
+    if constexpr (ComputeDv) mma_AB_trans<Element, kStride>(dv_rmem, s_rmem, doi_smem, lanes);
+    if constexpr (ComputeDk) mma_AB_trans<Element, kStride>(dk_rmem, dp_rmem, qi_smem, lanes);
 
     if (want_dq) {
       // dS_ij (query-major) into smem: dS^T's rows are this warp's keys.
@@ -279,7 +223,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
           const int query = j * kMmaN + lane_col + c % 2;
           const int kv = warp_key0 + lane / 4 + (c / 2) * kRowOffsetHi;
           FLASHATTN_SMEM(ds_smem)[query * kDsStride + kv] =
-              static_cast<uint16_t>(pack_rn<Element>(dp_rmem[j][c], 0.f));
+              static_cast<uint16_t>(pack_rn<Element>(dp_rmem[0][j][c], 0.f));
         }
       __syncthreads();
       // dQ_i += dS_ij Kj: warp = (row group of 16 queries, column part); 16 columns at a time
@@ -291,18 +235,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
       for (int c0 = 0; c0 < Traits::kDqColsPerWarp; c0 += 2 * kMmaN) {
         const int col0 = col_part * Traits::kDqColsPerWarp + c0;
-        float acc[2][4] = {};
-#pragma unroll
-        for (int k = 0; k < kKStepsN; ++k) {
-          uint32_t a[4];
-          ptx::ldmatrix_x4(a[0], a[1], a[2], a[3],
-                           ds_smem + (row_group * kMmaM + a_row) * kDsStride + k * kMmaK + a_col);
-          uint32_t b[2][2];
-          ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
-                                 k_smem + (k * kMmaK + a_row) * kStride + col0 + a_col);
-          mma_16816<Element>(acc[0], a, b[0]);
-          mma_16816<Element>(acc[1], a, b[1]);
-        }
+        float acc[1][2][4];
+        zero_acc(acc);
+        mma_AB_trans_smem_a<Element, kKStepsN, kDsStride, kStride>(
+            acc, ds_smem + row_group * kMmaM * kDsStride, k_smem + col0, lanes);
         // Each lane's two neighbouring columns go out as one 8-byte reduction: rows of the
         // accumulator are dq_accum_cols (even) floats and the scratch starts 8-byte aligned
         // (grid.h, dq_accum_offset). The pair's second column may be the tile's padding, which
@@ -315,7 +251,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
             const int col = col0 + t * kMmaN + lane_col;
             if (row < seq.seqlen_q && col < p.head_dim)
               ptx::red_add_f32x2(dq_accum + static_cast<int64_t>(row) * dq_accum_cols + col,
-                                 acc[t][2 * h], acc[t][2 * h + 1]);
+                                 acc[0][t][2 * h], acc[0][t][2 * h + 1]);
           }
       }
     }
@@ -327,10 +263,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // Epilogue: dK_j, dV_j (already summed over the GQA group).
   const float unit[kRowsPerThread] = {1.f, 1.f};
   if constexpr (ComputeDk)
-    store_accumulator_rows<Element, kNTilesD>(dk_rmem, key, unit, seq.seqlen_k, p.head_dim,
+    store_accumulator_rows<Element, kNTilesD>(dk_rmem[0], key, unit, seq.seqlen_k, p.head_dim,
                                               lane_col, p.dk, batch, head_kv, seq.k_row0);
   if constexpr (ComputeDv)
-    store_accumulator_rows<Element, kNTilesD>(dv_rmem, key, unit, seq.seqlen_k, p.head_dim,
+    store_accumulator_rows<Element, kNTilesD>(dv_rmem[0], key, unit, seq.seqlen_k, p.head_dim,
                                               lane_col, p.dv, batch, head_kv, seq.k_row0);
 }
 

@@ -122,6 +122,37 @@ __device__ __forceinline__ void mma_AB_trans(float (&out)[kMTiles][kNTilesOut][4
   }
 }
 
+// acc += A B with both operands in shared memory: A = kMTiles x 16 rows of a_smem (row-major,
+// kKSteps x 16 columns), B = kKSteps x 16 rows of b_smem (row-major, kNTiles x 8 columns) read
+// with ldmatrix.trans. For a product whose left operand another warp wrote (dS for dQ).
+template <typename Element, int kKSteps, int kStrideA, int kStrideB, int kMTiles, int kNTiles>
+__device__ __forceinline__ void mma_AB_trans_smem_a(float (&acc)[kMTiles][kNTiles][4],
+                                                    const uint16_t* a_smem,
+                                                    const uint16_t* b_smem,
+                                                    const WarpLanes& lanes) {
+  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4.trans");
+#pragma unroll
+  for (int k = 0; k < kKSteps; ++k) {
+    uint32_t a[kMTiles][4];
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m)
+      ptx::ldmatrix_x4(a[m][0], a[m][1], a[m][2], a[m][3],
+                       a_smem + (m * kMmaM + lanes.a_row) * kStrideA + k * kMmaK + lanes.a_col);
+#pragma unroll
+    for (int d = 0; d < kNTiles; d += 2) {
+      uint32_t b[2][2];
+      ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
+                             b_smem + (k * kMmaK + lanes.a_row) * kStrideB + d * kMmaN +
+                                 lanes.a_col);
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+        mma_16816<Element>(acc[m][d], a[m], b[0]);
+        mma_16816<Element>(acc[m][d + 1], a[m], b[1]);
+      }
+    }
+  }
+}
+
 // The key tiles [tile_begin, tile_end) of kBlockN keys that rows [m_first, m_last] may see, and
 // the key range every one of them sees (tiles inside it need no per-element mask).
 // first_visible_key and visible_key_end never decrease with the row (mask.h), so the union
