@@ -92,7 +92,7 @@ def dq_tiles(d):
 
 def dkdv_tiles(d):
     """BwdTraits: kBlockN (keys), kBlockM (queries), threads."""
-    return 64, (64 if d <= 64 else 32), 128
+    return 64, (64 if d <= 64 else (32 if d <= 128 else 16)), 128
 
 
 def smem_fwd(d):
