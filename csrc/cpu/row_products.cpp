@@ -7,31 +7,24 @@
 namespace flashattn::cpu {
 namespace {
 
-// dst[0 .. n) = src[0 .. n) in fp32.
-FLASHATTN_ROW_STEP void widen(const float* src, float* dst, int n) {
-  std::memcpy(dst, src, sizeof(float) * n);
-}
+// kVecWidth elements from src, in fp32, straight into a register: no row is widened into a
+// buffer first (perf: the store and reload of widened rows took a quarter of a bf16 decode).
+FLASHATTN_ROW_STEP VecF load_widened(const float* src) { return load_vec(src); }
 
-FLASHATTN_ROW_STEP void widen(const c10::BFloat16* src, float* dst, int n) {
+FLASHATTN_ROW_STEP VecF load_widened(const c10::BFloat16* src) {
   // bf16 is the top half of a float.
-  using VecU32 = uint32_t __attribute__((vector_size(kVecWidth * sizeof(uint32_t))));
   using VecU16 = uint16_t __attribute__((vector_size(kVecWidth * sizeof(uint16_t))));
-  int i = 0;
-  for (; i + kVecWidth <= n; i += kVecWidth) {
-    VecU16 half_bits;
-    std::memcpy(&half_bits, src + i, sizeof(half_bits));
-    const VecU32 bits = __builtin_convertvector(half_bits, VecU32) << 16;
-    std::memcpy(dst + i, &bits, sizeof(bits));
-  }
-  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+  using VecU32 = uint32_t __attribute__((vector_size(kVecWidth * sizeof(uint32_t))));
+  VecU16 half_bits;
+  std::memcpy(&half_bits, src, sizeof(half_bits));
+  return reinterpret_cast<VecF>(__builtin_convertvector(half_bits, VecU32) << 16);
 }
 
-FLASHATTN_ROW_STEP void widen(const c10::Half* src, float* dst, int n) {
-  for (int i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+FLASHATTN_ROW_STEP VecF load_widened(const c10::Half* src) {
+  VecF v;
+  for (int i = 0; i < kVecWidth; ++i) v[i] = static_cast<float>(src[i]);
+  return v;
 }
-
-// Room for one widened row: the CPU kernels take any head dim, so longer rows go in pieces.
-constexpr int kRowPiece = 256;
 
 // Rows of a cache are far apart (other heads lie between them), so the hardware prefetcher
 // does not see a stream: each row is requested this many rows before it is read, or every
@@ -46,55 +39,51 @@ FLASHATTN_ROW_STEP void prefetch_row(const In* const* rows, int c, int cols, int
     __builtin_prefetch(row + byte);
 }
 
-// Keys (or values) taken together, and query rows with them: a 4 x 4 block of dot products
-// loads 8 vectors per 16 FMAs, where one row and one key load 2 per FMA.
+// Keys taken together, and query rows with them: a 4 x 4 block of dot products loads 8
+// vectors per 16 FMAs, where one row and one key load 2 per FMA.
 constexpr int kBlock = 4;
+// Values taken together: each output vector is loaded and stored once per 8 of them.
+constexpr int kValueBlock = 8;
 
-// One dot product's value from its lanes (in a fixed order: the same on every target) and the
-// scalar tail: each (row, key) is summed alone, so the result depends on nothing else in the
-// tile and a sequence gets the same bits however its rows are grouped.
-FLASHATTN_ROW_STEP float lanes_plus_tail(VecF lanes, const float* q, const float* key, int whole,
-                                         int dim) {
-  float sum = 0.f;
-  for (int k = 0; k < kVecWidth; ++k) sum += lanes[k];
-  float tail = 0.f;
-  for (int d = whole; d < dim; ++d) tail += q[d] * key[d];
-  return sum + tail;
+// sums[k] = 0 + v[k][0] + v[k][1] + ... + v[k][7], added in that order: the lanes of 8 dot
+// products at once, through an 8 x 8 transpose, with the bits of a scalar loop over the lanes.
+// Each sum depends on its own vector only, so a (row, key) gets the same bits however the
+// rows and keys around it are grouped.
+static_assert(kVecWidth == 8, "lane_sums transposes 8 x 8");
+FLASHATTN_ROW_STEP VecF lane_sums(const VecF (&v)[8]) {
+  VecF t[8], u[8];
+  for (int k = 0; k < 8; k += 2) {  // pairs of rows, interleaved within 128-bit halves
+    t[k] = __builtin_shufflevector(v[k], v[k + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[k + 1] = __builtin_shufflevector(v[k], v[k + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int k = 0; k < 8; k += 4) {  // quads: lanes (l, l + 4) of 4 rows
+    u[k] = __builtin_shufflevector(t[k], t[k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[k + 1] = __builtin_shufflevector(t[k], t[k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    u[k + 2] = __builtin_shufflevector(t[k + 1], t[k + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[k + 3] = __builtin_shufflevector(t[k + 1], t[k + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+  }
+  VecF lane[8];  // lane[l][k] = v[k][l]
+  for (int l = 0; l < 4; ++l) {
+    lane[l] = __builtin_shufflevector(u[l], u[l + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    lane[l + 4] = __builtin_shufflevector(u[l], u[l + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+  VecF sums = splat(0.f);
+  for (int l = 0; l < 8; ++l) sums += lane[l];
+  return sums;
 }
 
 template <typename In>
 FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld,
                                           const In* const* keys, int cols, int dim,
                                           float* scores, int64_t ld) {
-  alignas(64) float key[kBlock][kRowPiece];
-  if (dim > kRowPiece) {  // rare head dims: one key and one row at a time, in pieces
-    for (int c = 0; c < cols; ++c) {
-      prefetch_row(keys, c, cols, dim);
-      for (int r = 0; r < rows; ++r) scores[r * ld + c] = 0.f;
-      for (int d0 = 0; d0 < dim; d0 += kRowPiece) {
-        const int n = dim - d0 < kRowPiece ? dim - d0 : kRowPiece;
-        widen(keys[c] + d0, key[0], n);
-        const int whole = n - n % kVecWidth;
-        for (int r = 0; r < rows; ++r) {
-          const float* q_row = q + r * q_ld + d0;
-          VecF acc = splat(0.f);
-          for (int d = 0; d < whole; d += kVecWidth) acc += load_vec(q_row + d) * load_vec(key[0] + d);
-          scores[r * ld + c] += lanes_plus_tail(acc, q_row, key[0], whole, n);
-        }
-      }
-    }
-    return;
-  }
   const int whole = dim - dim % kVecWidth;
   for (int c = 0; c < kRowsAhead && c < cols; ++c) prefetch_row(keys, c - kRowsAhead, cols, dim);
   for (int c0 = 0; c0 < cols; c0 += kBlock) {
     const int n_keys = cols - c0 < kBlock ? cols - c0 : kBlock;
+    const In* key[kBlock];  // a missing key repeats the last one: computed and dropped
     for (int j = 0; j < kBlock; ++j) {
       prefetch_row(keys, c0 + j, cols, dim);
-      if (j < n_keys)
-        widen(keys[c0 + j], key[j], dim);
-      else
-        std::memset(key[j], 0, sizeof(float) * dim);  // computed and dropped
+      key[j] = keys[c0 + (j < n_keys ? j : n_keys - 1)];
     }
     for (int r0 = 0; r0 < rows; r0 += kBlock) {
       const int n_rows = rows - r0 < kBlock ? rows - r0 : kBlock;
@@ -108,7 +97,7 @@ FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld
       for (int d = 0; d < whole; d += kVecWidth) {
         VecF k[kBlock];
 #pragma GCC unroll 4
-        for (int j = 0; j < kBlock; ++j) k[j] = load_vec(key[j] + d);
+        for (int j = 0; j < kBlock; ++j) k[j] = load_widened(key[j] + d);
 #pragma GCC unroll 4
         for (int i = 0; i < kBlock; ++i) {
           const VecF qv = load_vec(q_rows[i] + d);
@@ -116,9 +105,25 @@ FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld
           for (int j = 0; j < kBlock; ++j) acc[i][j] += qv * k[j];
         }
       }
+      // Lanes, then the scalar tail of a head dim that is not a multiple of kVecWidth.
+      alignas(64) float dots[kBlock][kBlock];
+      for (int half = 0; half < 2; ++half) {
+        const VecF pairs[8] = {acc[2 * half][0],     acc[2 * half][1],     acc[2 * half][2],
+                               acc[2 * half][3],     acc[2 * half + 1][0], acc[2 * half + 1][1],
+                               acc[2 * half + 1][2], acc[2 * half + 1][3]};
+        VecF tails = splat(0.f);
+        if (whole < dim)
+          for (int e = 0; e < 8; ++e) {
+            const int i = 2 * half + e / kBlock, j = e % kBlock;
+            float tail = 0.f;
+            for (int d = whole; d < dim; ++d)
+              tail += q_rows[i][d] * static_cast<float>(key[j][d]);
+            tails[e] = tail;
+          }
+        store_vec(&dots[2 * half][0], lane_sums(pairs) + tails);
+      }
       for (int i = 0; i < n_rows; ++i)
-        for (int j = 0; j < n_keys; ++j)
-          scores[(r0 + i) * ld + c0 + j] = lanes_plus_tail(acc[i][j], q_rows[i], key[j], whole, dim);
+        for (int j = 0; j < n_keys; ++j) scores[(r0 + i) * ld + c0 + j] = dots[i][j];
     }
   }
 }
@@ -127,37 +132,38 @@ template <typename In>
 FLASHATTN_ROW_STEP void add_value_rows_impl(const float* probs, int rows, int64_t ld,
                                             const In* const* values, int cols, int dim,
                                             float* out, int64_t out_ld) {
-  alignas(64) float value[kBlock][kRowPiece];
   for (int c = 0; c < kRowsAhead && c < cols; ++c)
     prefetch_row(values, c - kRowsAhead, cols, dim);
-  for (int c0 = 0; c0 < cols; c0 += kBlock) {
-    const int n_values = cols - c0 < kBlock ? cols - c0 : kBlock;
-    for (int j = 0; j < kBlock; ++j) prefetch_row(values, c0 + j, cols, dim);
-    for (int d0 = 0; d0 < dim; d0 += kRowPiece) {
-      const int n = dim - d0 < kRowPiece ? dim - d0 : kRowPiece;
-      for (int j = 0; j < kBlock; ++j) {
-        if (j < n_values)
-          widen(values[c0 + j] + d0, value[j], n);
-        else
-          std::memset(value[j], 0, sizeof(float) * n);
-      }
-      const int whole = n - n % kVecWidth;
+  const int whole = dim - dim % kVecWidth;
+  for (int c0 = 0; c0 < cols; c0 += kValueBlock) {
+    const int n_values = cols - c0 < kValueBlock ? cols - c0 : kValueBlock;
+    const In* value[kValueBlock];
+    for (int j = 0; j < kValueBlock; ++j) {
+      prefetch_row(values, c0 + j, cols, dim);
+      value[j] = values[c0 + (j < n_values ? j : 0)];
+    }
+    // The values in key order, one after another, as a single running sum per element. A
+    // missing value adds 0 * 0, not 0 times a row (which might hold an inf).
+    float p[kRowProductMaxRows][kValueBlock];
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < kValueBlock; ++j) p[r][j] = j < n_values ? probs[r * ld + c0 + j] : 0.f;
+    for (int d = 0; d < whole; d += kVecWidth) {
+      VecF v[kValueBlock];
+#pragma GCC unroll 8
+      for (int j = 0; j < kValueBlock; ++j)
+        v[j] = j < n_values ? load_widened(value[j] + d) : splat(0.f);
       for (int r = 0; r < rows; ++r) {
-        // The values in key order, one after another, as a single running sum per element;
-        // a missing key adds 0 * 0.
-        float p[kBlock];
-        for (int j = 0; j < kBlock; ++j) p[j] = j < n_values ? probs[r * ld + c0 + j] : 0.f;
-        float* out_row = out + r * out_ld + d0;
-        for (int d = 0; d < whole; d += kVecWidth) {
-          VecF acc = load_vec(out_row + d);
-#pragma GCC unroll 4
-          for (int j = 0; j < kBlock; ++j) acc += splat(p[j]) * load_vec(value[j] + d);
-          store_vec(out_row + d, acc);
-        }
-        for (int d = whole; d < n; ++d)
-          for (int j = 0; j < kBlock; ++j) out_row[d] += p[j] * value[j][d];
+        float* out_row = out + r * out_ld + d;
+        VecF acc = load_vec(out_row);
+#pragma GCC unroll 8
+        for (int j = 0; j < kValueBlock; ++j) acc += splat(p[r][j]) * v[j];
+        store_vec(out_row, acc);
       }
     }
+    for (int d = whole; d < dim; ++d)
+      for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < kValueBlock; ++j)
+          out[r * out_ld + d] += p[r][j] * (j < n_values ? static_cast<float>(value[j][d]) : 0.f);
   }
 }
 
