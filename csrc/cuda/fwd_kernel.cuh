@@ -193,20 +193,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // leaving Qi's copy pending.
   ptx::cp_async_wait_all();
 
-  // Epilogue: O_i / l_i, and LSE_i.
+  // Epilogue: O_i / l_i, and LSE_i. With one split, O_i goes out through shared memory (Qi's
+  // tile, free once every warp is past the loop) so that each thread stores 16 bytes at a time:
+  // stored from the accumulator, a warp's 4-byte stores fill half of each 32-byte sector.
+  if (splits == 1) __syncthreads();
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
     int row[kRowsPerThread];
     rows_of(m, row);
     float inv_l[kRowsPerThread], lse[kRowsPerThread];
     stats[m].finalize(rules.to_log2, inv_l, lse);
-    if (p.num_splits > 1) {  // this split's part, in fp32, for split_merge_kernel
-      const int split = static_cast<int>(blockIdx.x % p.num_splits);
+    if (splits > 1) {  // this split's part, in fp32, for split_merge_kernel
+      const int split = static_cast<int>(blockIdx.x % splits);
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r) {
         if (row[r] >= seq.seqlen_q) continue;
-        float* out =
-            split_out_row(p, split_scratch, split, batch, head, seq.q_row0 + row[r]);
+        float* out = split_out_row(p, split_scratch, split, batch, head, seq.q_row0 + row[r]);
 #pragma unroll
         for (int d = 0; d < kNTilesD; ++d)
 #pragma unroll
@@ -219,16 +221,21 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       }
       continue;
     }
-    store_accumulator_rows<Element, kNTilesD>(o_rmem[m], row, inv_l, seq.seqlen_q,
-                                              p.head_dim, lanes.acc_col, p.o, batch, head,
-                                              seq.q_row0);
+    accumulator_to_smem<Element, kNTilesD, kStride>(o_rmem[m], inv_l, lanes.acc_row,
+                                                    lanes.acc_col,
+                                                    q_smem + (warp_row0 + m * kMmaM) * kStride);
     if (lanes.acc_col == 0) {
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r)
-        if (row[r] < seq.seqlen_q)
-          *p.lse.row<float>(batch, head, seq.q_row0 + row[r]) = lse[r];
+        if (row[r] < seq.seqlen_q) *p.lse.row<float>(batch, head, seq.q_row0 + row[r]) = lse[r];
     }
   }
+  if (splits > 1) return;
+  __syncthreads();
+  const bool out_aligned = p.head_dim % kChunkElems == 0 && rows_are_16b_aligned(p.o);
+  store_tile<kBlockM, kHeadDim, kStride, kNThreads>(
+      q_smem, p.o.row<uint16_t>(batch, head, seq.q_row0 + m_start), p.o.row_stride,
+      seq.seqlen_q - m_start, p.head_dim, out_aligned);
 }
 
 }  // namespace flashattn::cuda

@@ -68,6 +68,54 @@ __device__ __forceinline__ void load_tile_async(
       cols_valid, aligned FLASHATTN_CALLER_SITE_ARGS);
 }
 
+// Copies rows [0, rows_valid) x columns [0, cols_valid) of a [kRows, kSmemStride] tile of 16-bit
+// elements in shared memory to rows row_stride apart from tile_gmem: 16 bytes per thread per
+// store where the destination rows are 16-byte aligned and the chunk is whole, element by
+// element at a ragged head dim or an unaligned view. Must be called by all kNThreads threads,
+// after a barrier that made the tile visible to them.
+template <int kRows, int kCols, int kSmemStride, int kNThreads>
+__device__ __forceinline__ void store_tile(const uint16_t* tile_smem,  // [kRows, kSmemStride]
+                                           uint16_t* tile_gmem,  // [rows_valid, cols_valid]
+                                           int64_t row_stride, int rows_valid, int cols_valid,
+                                           bool aligned) {
+  constexpr int kChunksPerRow = kCols / kChunkElems;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  for (int chunk = threadIdx.x; chunk < kChunks; chunk += kNThreads) {
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * kChunkElems;
+    if (row >= rows_valid || col >= cols_valid) continue;
+    const uint16_t* src = tile_smem + row * kSmemStride + col;
+    uint16_t* dst = tile_gmem + row * row_stride + col;
+    if (aligned && col + kChunkElems <= cols_valid) {
+      *FLASHATTN_GMEM(reinterpret_cast<uint4*>(dst)) =
+          FLASHATTN_SMEM(reinterpret_cast<const uint4*>(src))[0];
+    } else {
+      const int n = cols_valid - col < kChunkElems ? cols_valid - col : kChunkElems;
+      for (int e = 0; e < n; ++e) FLASHATTN_GMEM(dst)[e] = FLASHATTN_SMEM(src)[e];
+    }
+  }
+}
+
+// Writes a warp's accumulator (16 rows x kNTilesD 8-column n-tiles; this lane: rows acc_row and
+// acc_row + 8, columns acc_col and acc_col + 1 of each n-tile) times row_scale[r], rounded to
+// Element, into rows [0, 16) of a [*, kSmemStride] tile in shared memory, one 32-bit store per
+// pair. With a pitch of an odd number of 16-byte chunks the 8 rows x 4 lanes of a store hit 32
+// different banks.
+template <typename Element, int kNTilesD, int kSmemStride>
+__device__ __forceinline__ void accumulator_to_smem(const float (&acc)[kNTilesD][4],
+                                                    const float (&row_scale)[2], int acc_row,
+                                                    int acc_col,
+                                                    uint16_t* rows_smem /* [16, kSmemStride] */) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    uint16_t* row = rows_smem + (acc_row + r * kMmaM / 2) * kSmemStride;
+#pragma unroll
+    for (int d = 0; d < kNTilesD; ++d)
+      FLASHATTN_SMEM(reinterpret_cast<uint32_t*>(row + d * kMmaN + acc_col))[0] =
+          pack_rn<Element>(acc[d][2 * r] * row_scale[r], acc[d][2 * r + 1] * row_scale[r]);
+  }
+}
+
 // Stores a warp's mma accumulator (16 rows x kNTilesD 8-column n-tiles; this lane holds rows
 // row[0], row[1] and columns lane_col, lane_col + 1 of each n-tile) times row_scale[r] as
 // Element into rows [0, rows_valid) x columns [0, cols_valid) of head (batch, head) of `dst`,

@@ -78,9 +78,9 @@ struct FwdTraits {
   // register budget is then what that many CTAs can share (170 registers at 3, 255 at 2).
   // Without it ptxas picks a budget of its own and spills to reach it; registers beyond what
   // the shared memory lets CTAs use would buy no occupancy. At 3, two m-tiles per warp (twice
-  // the accumulators) cannot fit, and one m-tile spilled at d = 128 and 192 (sm_90), so those
-  // ask for at most 2.
-  static constexpr int kMaxBlocksPerSm = kMTiles == 2 || kHeadDim >= 128 ? 2 : 3;
+  // the accumulators) cannot fit, and one m-tile spilled at d = 96 (sm_80), 128 and 192
+  // (sm_90), so those ask for at most 2.
+  static constexpr int kMaxBlocksPerSm = kMTiles == 2 || kHeadDim >= 96 ? 2 : 3;
   static constexpr int kMinBlocksPerSm =
       kMaxSmemBytesSm80 / kSmemBytes < 1 ? 1
       : (kMaxSmemBytesSm80 / kSmemBytes > kMaxBlocksPerSm ? kMaxBlocksPerSm
