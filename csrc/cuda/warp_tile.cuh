@@ -49,6 +49,29 @@ __device__ __forceinline__ void zero_acc(float (&acc)[kMTiles][kNTiles][4]) {
       for (int c = 0; c < 4; ++c) acc[m][j][c] = 0.f;
 }
 
+// The A fragments of k-step k for kMTiles m-tiles of 16 rows of a_smem (row-major).
+template <int kStride, int kMTiles>
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[kMTiles][4], const uint16_t* a_smem,
+                                             int k, const WarpLanes& lanes) {
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m)
+    ptx::ldmatrix_x4(a[m][0], a[m][1], a[m][2], a[m][3],
+                     a_smem + (m * kMmaM + lanes.a_row) * kStride + k * kMmaK + lanes.a_col);
+}
+
+// acc[m][j] and acc[m][j + 1] += a[m] times the two B fragments of n-tiles j, j + 1, for every
+// m-tile: one B load feeds kMTiles x 2 mma.
+template <typename Element, int kMTiles, int kNTiles>
+__device__ __forceinline__ void mma_n_pair(float (&acc)[kMTiles][kNTiles][4], int j,
+                                           const uint32_t (&a)[kMTiles][4],
+                                           const uint32_t (&b)[2][2]) {
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+    mma_16816<Element>(acc[m][j], a[m], b[0]);
+    mma_16816<Element>(acc[m][j + 1], a[m], b[1]);
+  }
+}
+
 // acc += A B^T over kKSteps 16-column k-steps:
 //   A: kMTiles x 16 rows of a_smem (this warp's rows, row-major),
 //   B: kNTiles x 8 rows of b_smem (row-major, so B^T is the mma's column-major operand).
@@ -62,20 +85,13 @@ __device__ __forceinline__ void mma_ABt(float (&acc)[kMTiles][kNTiles][4],
 #pragma unroll
   for (int k = 0; k < kKSteps; ++k) {
     uint32_t a[kMTiles][4];
-#pragma unroll
-    for (int m = 0; m < kMTiles; ++m)
-      ptx::ldmatrix_x4(a[m][0], a[m][1], a[m][2], a[m][3],
-                       a_smem + (m * kMmaM + lanes.a_row) * kStride + k * kMmaK + lanes.a_col);
+    load_a_frags<kStride>(a, a_smem, k, lanes);
 #pragma unroll
     for (int j = 0; j < kNTiles; j += 2) {
       uint32_t b[2][2];
       ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
                        b_smem + (j * kMmaN + lanes.b_row) * kStride + k * kMmaK + lanes.b_col);
-#pragma unroll
-      for (int m = 0; m < kMTiles; ++m) {
-        mma_16816<Element>(acc[m][j], a[m], b[0]);
-        mma_16816<Element>(acc[m][j + 1], a[m], b[1]);
-      }
+      mma_n_pair<Element>(acc, j, a, b);
     }
   }
 }
@@ -113,11 +129,7 @@ __device__ __forceinline__ void mma_AB_trans(float (&out)[kMTiles][kNTilesOut][4
       ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
                              b_smem + (k * kMmaK + lanes.a_row) * kStride + d * kMmaN +
                                  lanes.a_col);
-#pragma unroll
-      for (int m = 0; m < kMTiles; ++m) {
-        mma_16816<Element>(out[m][d], a[m], b[0]);
-        mma_16816<Element>(out[m][d + 1], a[m], b[1]);
-      }
+      mma_n_pair<Element>(out, d, a, b);
     }
   }
 }
@@ -134,21 +146,14 @@ __device__ __forceinline__ void mma_AB_trans_smem_a(float (&acc)[kMTiles][kNTile
 #pragma unroll
   for (int k = 0; k < kKSteps; ++k) {
     uint32_t a[kMTiles][4];
-#pragma unroll
-    for (int m = 0; m < kMTiles; ++m)
-      ptx::ldmatrix_x4(a[m][0], a[m][1], a[m][2], a[m][3],
-                       a_smem + (m * kMmaM + lanes.a_row) * kStrideA + k * kMmaK + lanes.a_col);
+    load_a_frags<kStrideA>(a, a_smem, k, lanes);
 #pragma unroll
     for (int d = 0; d < kNTiles; d += 2) {
       uint32_t b[2][2];
       ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
                              b_smem + (k * kMmaK + lanes.a_row) * kStrideB + d * kMmaN +
                                  lanes.a_col);
-#pragma unroll
-      for (int m = 0; m < kMTiles; ++m) {
-        mma_16816<Element>(acc[m][d], a[m], b[0]);
-        mma_16816<Element>(acc[m][d + 1], a[m], b[1]);
-      }
+      mma_n_pair<Element>(acc, d, a, b);
     }
   }
 }
