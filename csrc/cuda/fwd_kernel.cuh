@@ -54,15 +54,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const Sequence seq = sequence_of(p, batch);
   if (m_start >= seq.seqlen_q) return;
 
-  // [Sq, D] / [Sk, D] views of this (batch, head); rows strided, last dim contiguous.
+  // [Sq, D] view of this (batch, head); rows strided, last dim contiguous.
   const uint16_t* q_gmem = p.q.row<const uint16_t>(batch, head, seq.q_row0 + m_start);
   // Keys and values: rows of k / v from k_row0 on, or wherever a KV cache keeps them
   // (kv_rows.h: pages of a block table, another batch entry).
   const bool keys_in_rows = keys_in_place(p.kv_cache);
-  const uint16_t* k_gmem = p.k.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
-                                                   keys_in_rows ? seq.k_row0 : 0);
-  const uint16_t* v_gmem = p.v.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
-                                                   keys_in_rows ? seq.k_row0 : 0);
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 &&
@@ -77,9 +73,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, m_start, m_last);
   split_part(tiles.begin, tiles.end, static_cast<int>(blockIdx.x % splits), splits);
 
-  // One K or V tile into its buffer, as one cp.async group.
-  auto load_keys = [&](uint16_t* tile_smem, const TensorView& view, const uint16_t*,
-                       int tile) {
+  // One K or V tile (view: p.k or p.v) into its buffer, as one cp.async group. The [Sk, D]
+  // base of this (batch, kv head) is recomputed per load rather than kept across the loop: with
+  // two m-tiles per warp, those four registers made the d = 128 kernel spill.
+  auto load_keys = [&](uint16_t* tile_smem, const TensorView& view, int tile) {
     const uint16_t* gmem = view.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
                                                    keys_in_rows ? seq.k_row0 : 0);
     const int n_start = tile * kBlockN;
@@ -102,7 +99,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // Prologue: Qi and the first K tile, one cp.async group.
   load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
       q_smem, q_gmem, p.q.row_stride, seq.seqlen_q - m_start, p.head_dim, aligned);
-  if (tiles.begin < tiles.end) load_keys(k_smem, p.k, k_gmem, tiles.begin);
+  if (tiles.begin < tiles.end) load_keys(k_smem, p.k, tiles.begin);
 
   const int warp = threadIdx.x / kWarpSize;
   const WarpLanes lanes = WarpLanes::of(threadIdx.x % kWarpSize);
@@ -132,7 +129,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start, m_last + 1, n_start,
                                          min(n_start + kBlockN, seq.seqlen_k));
     const bool visible = mask_class != kMaskHidden;
-    if (visible) load_keys(v_smem, p.v, v_gmem, tile);
+    if (visible) load_keys(v_smem, p.v, tile);
 
     float s_rmem[kMTiles][kNTilesN][4];
     if (visible) {
@@ -150,8 +147,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       zero_acc(s_rmem);
       mma_ABt<Element, kKStepsD, kStride>(s_rmem, q_smem + warp_row0 * kStride, k_smem, lanes);
 
-      const bool needs_mask = n_start < first_visible_key(seq, m_last) ||
-                              n_start + kBlockN > visible_key_end(seq, m_start);
+      const bool needs_mask = tiles.needs_mask(tile);
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
 #pragma unroll
@@ -185,7 +181,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     ptx::cp_async_wait_all();
     // Vj is in smem for every thread, and every warp is done with Kj.
     __syncthreads();
-    if (tile + 1 < tiles.end) load_keys(k_smem, p.k, k_gmem, tile + 1);
+    if (tile + 1 < tiles.end) load_keys(k_smem, p.k, tile + 1);
     // O_i += P_ij Vj.
     if (visible) mma_AB_trans<Element, kStride>(o_rmem, s_rmem, v_smem, lanes);
   }
