@@ -33,7 +33,12 @@ inline VecF load_vec(const float* p) {
   return v;
 }
 inline void store_vec(float* p, VecF v) { std::memcpy(p, &v, sizeof(v)); }
-inline VecF splat(float value) { return VecF{} + value; }
+// A broadcast. Not VecF{} + value: 0 + x is not an identity in IEEE arithmetic (-0 + 0 = +0),
+// so the compiler kept a scalar add in front of every broadcast (objdump of add_value_rows).
+static_assert(kVecWidth == 8, "splat lists kVecWidth lanes");
+inline VecF splat(float value) {
+  return VecF{value, value, value, value, value, value, value, value};
+}
 
 // The same few operations on a plain float, so that one template serves vector and scalar tail.
 inline float bits_to_float(int32_t bits) { return __builtin_bit_cast(float, bits); }
