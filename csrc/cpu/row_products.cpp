@@ -72,11 +72,17 @@ FLASHATTN_ROW_STEP VecF lane_sums(const VecF (&v)[8]) {
   return sums;
 }
 
+// A tile of more than kBlock rows reads each key kBlock-row block after block: its keys are
+// widened once into a buffer (fp32, in L1) instead of once per row block. Longer rows than this
+// are widened per block (rare head dims).
+constexpr int kWidenedRowMax = 256;
+
 template <typename In>
 FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld,
                                           const In* const* keys, int cols, int dim,
                                           float* scores, int64_t ld) {
   const int whole = dim - dim % kVecWidth;
+  alignas(64) float widened[kBlock][kWidenedRowMax];
   for (int c = 0; c < kRowsAhead && c < cols; ++c) prefetch_row(keys, c - kRowsAhead, cols, dim);
   for (int c0 = 0; c0 < cols; c0 += kBlock) {
     const int n_keys = cols - c0 < kBlock ? cols - c0 : kBlock;
@@ -85,6 +91,10 @@ FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld
       prefetch_row(keys, c0 + j, cols, dim);
       key[j] = keys[c0 + (j < n_keys ? j : n_keys - 1)];
     }
+    const bool widen_once = rows > kBlock && dim <= kWidenedRowMax;
+    if (widen_once)
+      for (int j = 0; j < kBlock; ++j)
+        for (int d = 0; d < whole; d += kVecWidth) store_vec(widened[j] + d, load_widened(key[j] + d));
     for (int r0 = 0; r0 < rows; r0 += kBlock) {
       const int n_rows = rows - r0 < kBlock ? rows - r0 : kBlock;
       const float* q_rows[kBlock];
@@ -97,7 +107,8 @@ FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld
       for (int d = 0; d < whole; d += kVecWidth) {
         VecF k[kBlock];
 #pragma GCC unroll 4
-        for (int j = 0; j < kBlock; ++j) k[j] = load_widened(key[j] + d);
+        for (int j = 0; j < kBlock; ++j)
+          k[j] = widen_once ? load_vec(widened[j] + d) : load_widened(key[j] + d);
 #pragma GCC unroll 4
         for (int i = 0; i < kBlock; ++i) {
           const VecF qv = load_vec(q_rows[i] + d);
