@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         const int col0 = col_part * Traits::kDqColsPerWarp + c0;
         float acc[1][2][4];
         zero_acc(acc);
-        mma_AB_trans_smem_a<Element, kKStepsN, kDsStride, kStride>(
+        mma_smem<Element, kKStepsN, kDsStride, kStride, BRows::kRowsAreK>(
             acc, ds_smem + row_group * kMmaM * kDsStride, k_smem + col0, lanes);
         // Each lane's two neighbouring columns go out as one 8-byte reduction: rows of the
         // accumulator are dq_accum_cols (even) floats and the scratch starts 8-byte aligned

@@ -72,28 +72,57 @@ __device__ __forceinline__ void mma_n_pair(float (&acc)[kMTiles][kNTiles][4], in
   }
 }
 
-// acc += A B^T over kKSteps 16-column k-steps:
+// How a B operand lies in shared memory (row-major either way):
+//   kRowsAreN: one row per output column (K for S = Q K^T: the mma's column-major B is its
+//              transpose), read with ldmatrix;
+//   kRowsAreK: one row per k (V for O = P V), read with ldmatrix.trans.
+enum class BRows { kRowsAreN, kRowsAreK };
+
+// The B fragments of n-tiles n and n + 1 at k-step k: one ldmatrix.x4, b[t] for n-tile n + t.
+template <BRows kLayout, int kStride>
+__device__ __forceinline__ void load_b_pair(uint32_t (&b)[2][2], const uint16_t* b_smem, int k,
+                                            int n, const WarpLanes& lanes) {
+  if constexpr (kLayout == BRows::kRowsAreN) {
+    ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
+                     b_smem + (n * kMmaN + lanes.b_row) * kStride + k * kMmaK + lanes.b_col);
+  } else {
+    ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
+                           b_smem + (k * kMmaK + lanes.a_row) * kStride + n * kMmaN +
+                               lanes.a_col);
+  }
+}
+
+// acc += A B with both operands in shared memory, over kKSteps 16-wide k-steps:
 //   A: kMTiles x 16 rows of a_smem (this warp's rows, row-major),
-//   B: kNTiles x 8 rows of b_smem (row-major, so B^T is the mma's column-major operand).
+//   B: kNTiles x 8 output columns laid out as kLayout says.
 // Per k-step: kMTiles ldmatrix.x4 for A, kNTiles / 2 for B, kMTiles x kNTiles mma.
+template <typename Element, int kKSteps, int kStrideA, int kStrideB, BRows kLayout, int kMTiles,
+          int kNTiles>
+__device__ __forceinline__ void mma_smem(float (&acc)[kMTiles][kNTiles][4],
+                                         const uint16_t* a_smem, const uint16_t* b_smem,
+                                         const WarpLanes& lanes) {
+  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4");
+#pragma unroll
+  for (int k = 0; k < kKSteps; ++k) {
+    uint32_t a[kMTiles][4];
+    load_a_frags<kStrideA>(a, a_smem, k, lanes);
+#pragma unroll
+    for (int n = 0; n < kNTiles; n += 2) {
+      uint32_t b[2][2];
+      load_b_pair<kLayout, kStrideB>(b, b_smem, k, n, lanes);
+      mma_n_pair<Element>(acc, n, a, b);
+    }
+  }
+}
+
+// acc += A B^T over kKSteps 16-column k-steps, B = kNTiles x 8 rows of b_smem: the shape of
+// S = Q K^T, S^T = K Q^T and dP = dO V^T.
 template <typename Element, int kKSteps, int kStride, int kMTiles, int kNTiles>
 __device__ __forceinline__ void mma_ABt(float (&acc)[kMTiles][kNTiles][4],
                                         const uint16_t* a_smem,  // [kMTiles * 16, kStride]
                                         const uint16_t* b_smem,  // [kNTiles * 8, kStride]
                                         const WarpLanes& lanes) {
-  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4");
-#pragma unroll
-  for (int k = 0; k < kKSteps; ++k) {
-    uint32_t a[kMTiles][4];
-    load_a_frags<kStride>(a, a_smem, k, lanes);
-#pragma unroll
-    for (int j = 0; j < kNTiles; j += 2) {
-      uint32_t b[2][2];
-      ptx::ldmatrix_x4(b[0][0], b[0][1], b[1][0], b[1][1],
-                       b_smem + (j * kMmaN + lanes.b_row) * kStride + k * kMmaK + lanes.b_col);
-      mma_n_pair<Element>(acc, j, a, b);
-    }
-  }
+  mma_smem<Element, kKSteps, kStride, kStride, BRows::kRowsAreN>(acc, a_smem, b_smem, lanes);
 }
 
 // The accumulator's n-tiles (2k, 2k + 1), rounded to Element, are exactly the A fragment of
@@ -126,34 +155,8 @@ __device__ __forceinline__ void mma_AB_trans(float (&out)[kMTiles][kNTilesOut][4
 #pragma unroll
     for (int d = 0; d < kNTilesOut; d += 2) {
       uint32_t b[2][2];
-      ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
-                             b_smem + (k * kMmaK + lanes.a_row) * kStride + d * kMmaN +
-                                 lanes.a_col);
+      load_b_pair<BRows::kRowsAreK, kStride>(b, b_smem, k, d, lanes);
       mma_n_pair<Element>(out, d, a, b);
-    }
-  }
-}
-
-// acc += A B with both operands in shared memory: A = kMTiles x 16 rows of a_smem (row-major,
-// kKSteps x 16 columns), B = kKSteps x 16 rows of b_smem (row-major, kNTiles x 8 columns) read
-// with ldmatrix.trans. For a product whose left operand another warp wrote (dS for dQ).
-template <typename Element, int kKSteps, int kStrideA, int kStrideB, int kMTiles, int kNTiles>
-__device__ __forceinline__ void mma_AB_trans_smem_a(float (&acc)[kMTiles][kNTiles][4],
-                                                    const uint16_t* a_smem,
-                                                    const uint16_t* b_smem,
-                                                    const WarpLanes& lanes) {
-  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4.trans");
-#pragma unroll
-  for (int k = 0; k < kKSteps; ++k) {
-    uint32_t a[kMTiles][4];
-    load_a_frags<kStrideA>(a, a_smem, k, lanes);
-#pragma unroll
-    for (int d = 0; d < kNTiles; d += 2) {
-      uint32_t b[2][2];
-      ptx::ldmatrix_x4_trans(b[0][0], b[0][1], b[1][0], b[1][1],
-                             b_smem + (k * kMmaK + lanes.a_row) * kStrideB + d * kMmaN +
-                                 lanes.a_col);
-      mma_n_pair<Element>(acc, d, a, b);
     }
   }
 }
