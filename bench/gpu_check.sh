@@ -2,7 +2,8 @@
 # The whole GPU pass in one device call (at most 10 minutes; 15 minutes of device time in all):
 # build for the chip in front of us (the primitive layout check runs meanwhile), the CUDA tests,
 # compute-sanitizer memcheck and racecheck, and a trimmed benchmark against every SDPA backend,
-# each measured figure printed next to bench/gpu_model.py's prediction for it.
+# each measured figure printed next to bench/gpu_model.py's prediction for it, and a decoding
+# step's (flash_attn_with_kvcache) KV bandwidth.
 #
 #   bash bench/gpu_check.sh          logs and results go to $OUT (default ./gpu-out)
 #
@@ -141,6 +142,10 @@ step racecheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool 
 # 64, 256, forward and forward+backward, causal and not; N = 1024 too at d = 128.
 step bench-d128 90 $PY -m flashattn.bench --device cuda --head-dim 128 --heads 16 \
   --seqlens 1024,4096 --repeats 5 --json "$OUT/bench-d128.json"
+# Issue 12's decode target (B = 32, Sk >= 8k: >= 80% of the bandwidth), with B = 1 beside it:
+# the GQA-packed decode path (cuda/gqa_decode.h) against every SDPA backend and FA2 if present.
+step bench-decode 60 $PY -m flashattn.bench --device cuda --decode --batch-sizes 1,32 \
+  --kv-lens 8192,32768 --repeats 5 --json "$OUT/bench-decode.json"
 step bench-d64 60 $PY -m flashattn.bench --device cuda --head-dim 64 --heads 32 --seqlens 4096 \
   --repeats 5 --json "$OUT/bench-d64.json"
 step bench-d256 60 $PY -m flashattn.bench --device cuda --head-dim 256 --heads 8 --seqlens 4096 \

@@ -78,6 +78,20 @@ def test_fwd_gqa(sim, heads_kv):
     check_forward(sim, q, k, v, MASKS["causal"])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("mask", MASKS, ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "bhsd_slice"])
+def test_fwd_gqa_decode(sim, mask, dtype, layout):
+    """One query per sequence with GQA: where the mask allows, each group's query heads run as
+    the rows of one tile (cuda/gqa_decode.h), q, out and lse seen through other strides; where
+    it does not (left windows, ALiBi, top-left alignment), as they come. Both must match."""
+    q, k, v = make_qkv(2, 1, 129, 6, 2, 64, dtype, sim.device)
+    if layout == "bhsd_slice":  # heads not adjacent in memory, rows wider than the head dim
+        wide = torch.randn(2, 6, 1, 80, dtype=dtype, device=sim.device)
+        q = wide.transpose(1, 2)[..., :64]
+    check_forward(sim, q, k, v, MASKS[mask])
+
+
 @pytest.mark.parametrize("head_dim", [7, 13, 100])
 def test_fwd_unaligned_head_dim(sim, head_dim):
     """Head dims that are not whole 16-byte chunks take the non-cp.async load path."""

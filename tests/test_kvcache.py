@@ -1,6 +1,7 @@
 """flash_attn_with_kvcache (and block_table in flash_attn_varlen_func): appends into dense and
 paged caches in place, rotary embeddings, cache_batch_idx, cache_leftpad, split-KV, against a
 float64 reference built sequence by sequence from the logical (unpaged) cache."""
+import json
 import math
 
 import pytest
@@ -221,6 +222,41 @@ def test_cuda_kernels_on_the_shim(sim, case, dtype):
 def test_cuda_kernels_on_a_gpu(case, dtype):
     make_executor("cuda")  # skips without a GPU
     Case(dtype=dtype, device="cuda", **CUDA_CASES[case]).check()
+
+
+@pytest.mark.parametrize("page_size", [None, 16])
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_cuda_decode_reads_the_cache_once_per_kv_head(sim, num_splits, page_size):
+    """A decoding step with GQA (4 query heads per kv head) copies each K/V byte into shared
+    memory once, not once per query head (cuda/gqa_decode.h), counted by the shim: the forward's
+    cp.async bytes are the cache's bytes plus q's, once per split. And it computes one m16 tile
+    per key tile, the group's 4 rows: the tile's other warps skip their products (grid.h,
+    kFwdFewRows)."""
+    batch, heads, heads_kv, head_dim, keys = 2, 8, 2, 64, 256
+    case = Case(batch=batch, heads=heads, heads_kv=heads_kv, head_dim=head_dim, seqlen_q=1,
+                seqlen_new=0, rotary_dim=0, seqlen_cache=keys, page_size=page_size,
+                num_splits=num_splits)
+    case.cache_seqlens.fill_(keys)
+    sim.ops.counters_enable(False)
+    sim.ops.counters_reset()
+    sim.ops.counters_enable(True)
+    try:
+        case.check(sim.ops)
+    finally:
+        sim.ops.counters_enable(False)
+        launches = json.loads(sim.ops.counters_json())["launches"]
+        sim.ops.counters_reset()
+    forward = [l["counters"] for l in launches if "fwd_kernel" in l["kernel"]]
+    element = 2
+    cache_bytes = 2 * batch * heads_kv * keys * head_dim * element  # K and V
+    q_bytes = batch * heads * head_dim * element
+    assert sum(c["cp_async"]["bytes"] for c in forward) == cache_bytes + num_splits * q_bytes
+    key_tile = 64
+    # m16n8k16 products of one m16 tile per key tile: S (head_dim / 16 k-steps x key_tile / 8
+    # columns), then PV (key_tile / 16 k-steps x head_dim / 8 columns).
+    products = (head_dim // 16) * (key_tile // 8) + (key_tile // 16) * (head_dim // 8)
+    mma = sum(sum(c["mma"].values()) for c in forward)
+    assert mma == batch * heads_kv * (keys // key_tile) * products
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)

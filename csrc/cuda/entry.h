@@ -45,16 +45,16 @@ void dispatch_choice(const KernelChoice& choice, F&& f) {
 template <typename Element>
 inline constexpr bool kIsFloat = std::is_same_v<Element, float>;
 
-// The forward's launch shape for an input (grid.h): which kernel runs depends on the element
-// type, the head-dim tile and whether dropout is on.
-inline FwdLaunchShape fwd_launch_shape(const KernelChoice& choice, bool dropout) {
+// The forward's launch shape for p (grid.h): which kernel runs depends on the element type,
+// the head-dim tile, dropout and the query rows.
+inline FwdLaunchShape fwd_launch_shape(const KernelChoice& choice, const AttnParams& p) {
   FwdLaunchShape shape{};
   dispatch_choice(choice, [&](auto element, auto tile) {
     constexpr int kTile = decltype(tile)::value;
     if constexpr (kIsFloat<decltype(element)>) {
       shape = FwdLaunchShape::of<SimtTraits<kTile>>(SimtTraits<kTile>::kNWarps);
     } else {
-      with_fwd_traits<kTile>(dropout, [&](auto traits) {
+      with_fwd_traits<kTile>(p, [&](auto traits) {
         shape = FwdLaunchShape::of<decltype(traits)>();
       });
     }
@@ -110,7 +110,7 @@ inline void launch_fwd(const AttnParams& p, const KernelChoice& choice, float* s
 constexpr int kMaxSplits = 64;
 inline int choose_num_splits(const AttnParams& p, const KernelChoice& choice, int sm_count) {
   if (p.num_splits >= 1) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
-  const int rows = fwd_launch_shape(choice, p.dropout.on()).block_rows;
+  const int rows = fwd_launch_shape(choice, p).block_rows;
   const int64_t ctas = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + rows - 1) / rows);
   if (ctas == 0 || ctas >= sm_count) return 1;
   int64_t splits = (sm_count + ctas - 1) / ctas;

@@ -15,6 +15,7 @@
 #include "../attn_args.h"
 #include "../mask.h"
 #include "entry.h"
+#include "gqa_decode.h"
 #include "traits.h"
 
 namespace flashattn::cuda {
@@ -45,8 +46,9 @@ struct CudaExecutor {
     const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), params.head_dim);
     if (params.batch == 0 || params.heads_q == 0 || params.seqlen_q == 0) return;
     const typename Device::Guard guard(q.device());
-    Device::check_smem_fits(fwd_launch_shape(choice, params.dropout.on()).smem_bytes, q);
-    AttnParams p = params;
+    // A decoding step with GQA reads each kv head's cache once for its whole group.
+    AttnParams p = pack_gqa_decode(params);
+    Device::check_smem_fits(fwd_launch_shape(choice, p).smem_bytes, q);
     p.num_splits = choose_num_splits(p, choice, Device::sm_count(q));
     at::Tensor split_scratch;
     if (p.num_splits > 1) {

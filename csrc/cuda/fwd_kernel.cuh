@@ -130,9 +130,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
                                          min(n_start + kBlockN, seq.seqlen_k));
     const bool visible = mask_class != kMaskHidden;
     if (visible) load_keys(v_smem, p.v, tile);
+    // In the one-m-tile kernel, which runs decoding steps (1 to 16 rows of a 64-row tile,
+    // grid.h kFwdFewRows), a warp whose rows all lie past the sequence takes part in the copies
+    // and barriers only: its products would be thrown away. The two-m-tile kernel meets such
+    // warps only in a sequence's last query block, and the test made it spill at d = 128.
+    const bool computes = visible && (kMTiles > 1 || m_start + warp_row0 < seq.seqlen_q);
 
     float s_rmem[kMTiles][kNTilesN][4];
-    if (visible) {
+    if (computes) {
       // Dropout's decisions for this tile, drawn before the S accumulator is live.
       uint32_t keep[kMTiles];
 #pragma unroll
@@ -183,7 +188,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     __syncthreads();
     if (tile + 1 < tiles.end) load_keys(k_smem, p.k, tile + 1);
     // O_i += P_ij Vj.
-    if (visible) mma_AB_trans<Element, kStride>(o_rmem, s_rmem, v_smem, lanes);
+    if (computes) mma_AB_trans<Element, kStride>(o_rmem, s_rmem, v_smem, lanes);
   }
   // Nothing is in flight here, unless the CTA saw no key tile at all and skipped the loop,
   // leaving Qi's copy pending.

@@ -65,18 +65,25 @@ struct FwdLaunchShape {
   dim3 block() const { return dim3(static_cast<unsigned>(threads)); }
 };
 
-// Calls f(Traits{}) with the forward traits (traits.h) of head-dim tile kHeadDim that run an
-// input with or without dropout: the dropout-capable kernel only where the two differ.
+// Query rows (a sequence's longest) up to which the forward runs its one-m-tile kernel even
+// where a two-m-tile kernel exists: a decoding step's rows (one query token, or one per head of
+// a GQA group, gqa_decode.h). Only a tile's first warp then has rows, the others skip their
+// products (fwd_kernel.cuh), and that warp computes one m-tile instead of two, one of them empty.
+constexpr int kFwdFewRows = kMmaM;
+
+// Calls f(Traits{}) with the forward traits (traits.h) of head-dim tile kHeadDim that run p:
+// the two-m-tile kernel where there is one, unless p has dropout (which only the one-m-tile
+// kernel applies) or at most kFwdFewRows query rows.
 template <int kHeadDim, typename F>
-void with_fwd_traits(bool dropout, F&& f) {
-  using Plain = FwdTraits<kHeadDim, false>;
-  using WithDropout = FwdTraits<kHeadDim, true>;
-  if constexpr (Plain::kMTiles == WithDropout::kMTiles) {
-    f(WithDropout{});
-  } else if (dropout) {
-    f(WithDropout{});
+void with_fwd_traits(const AttnParams& p, F&& f) {
+  using TwoMTiles = FwdTraits<kHeadDim, false>;
+  using OneMTile = FwdTraits<kHeadDim, true>;
+  if constexpr (TwoMTiles::kMTiles == OneMTile::kMTiles) {
+    f(OneMTile{});
+  } else if (p.dropout.on() || p.seqlen_q <= kFwdFewRows) {
+    f(OneMTile{});
   } else {
-    f(Plain{});
+    f(TwoMTiles{});
   }
 }
 

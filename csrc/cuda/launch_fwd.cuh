@@ -15,7 +15,7 @@ namespace flashattn::cuda {
 template <typename Element, int kHeadDim>
 void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t stream,
                    LaunchCheck after_launch) {
-  with_fwd_traits<kHeadDim>(p.dropout.on(), [&](auto traits) {
+  with_fwd_traits<kHeadDim>(p, [&](auto traits) {
     using Traits = decltype(traits);
     constexpr FwdLaunchShape shape = FwdLaunchShape::of<Traits>();
     auto* kernel = &fwd_kernel_16bit<Traits, Element>;

@@ -2,8 +2,9 @@
 //
 // Instantiation budget (what nvcc compiles, and why)
 // --------------------------------------------------
-// 16-bit forward: per (head-dim tile, dtype) a kernel that may apply dropout, and for tiles
-//   <= 128 one without dropout that gives each warp two m-tiles (FwdTraits::kMTiles):
+// 16-bit forward: per (head-dim tile, dtype) a kernel that may apply dropout (one m-tile per
+//   warp; it also runs decoding steps, grid.h kFwdFewRows), and for tiles <= 128 one without
+//   dropout that gives each warp two m-tiles (FwdTraits::kMTiles):
 //   head-dim tiles {32, 64, 96, 128, 192, 256} x {fp16, bf16} = 12 + 8 = 20 kernels, one .cu per
 //   (tile, dtype) in inst/. Above 128 both geometries are one, so one kernel serves both.
 //   A head dim d runs on the smallest tile >= d; the columns d..tile are zero-filled by cp.async
