@@ -4,6 +4,14 @@ the counts into modeled H100/H200/A100 time with a roofline model. FlashAttentio
 its own tile geometry are worked out on paper and go through the same model.
 
     python bench/gpu_model.py [--json FILE] [--quick] [--build-log build/wheel.log]
+    python bench/gpu_model.py --decode     one KV-cache decoding step instead (issue 12), below
+
+--decode counts issue 12's H200 decode shape (B = 32, Sq = 1, 32 / 8 heads, d = 128, bf16,
+Sk = 8k and 32k) the same way: one sequence on the shim at 512 and 1024 keys, each counter
+fitted exactly as a * key tiles + b and checked at 768, scaled to the batch, and modeled as
+below with the cache's bytes as the compulsory HBM traffic. Latency and the bytes in flight per
+SM, which decide how close a real decode step gets to HBM bandwidth, are not modeled: it says
+whether the kernel's own work (tensor cores, shared memory) stays under the memory time.
 
 What it does, and the method, in order:
 
@@ -467,6 +475,102 @@ def model_fa2(family, gpu, d, causal):
                 per_iteration=per_it, **c)
 
 
+# ---- A decoding step (issue 12) ----
+
+# Issue 12's H200 target shape: B = 32 sequences of one new token, 32 query / 8 kv heads of 128,
+# a dense bf16 cache every sequence fills. At B x Hkv = 256 CTAs >= the SMs no split is chosen.
+DECODE = dict(batch=32, heads=32, heads_kv=8, head_dim=128, kv_lens=(8192, 32768))
+DECODE_FIT_KEYS = (512, 1024)
+DECODE_CHECK_KEYS = 768
+DECODE_KEY_TILE = 64  # FwdTraits<128, *>::kBlockN
+
+
+def count_decode(ops, torch, keys):
+    """Flat counters of the forward launch(es) of one decoding step of one sequence, Sk keys."""
+    d = DECODE
+    gen = torch.Generator().manual_seed(keys)
+    q = torch.randn(1, 1, d["heads"], d["head_dim"], generator=gen).to(torch.bfloat16)
+    k_cache, v_cache = (torch.randn(1, keys, d["heads_kv"], d["head_dim"], generator=gen)
+                        .to(torch.bfloat16) for _ in range(2))
+    seqlens = torch.full((1,), keys, dtype=torch.int32)
+    ops.counters_enable(False)
+    ops.counters_reset()
+    ops.counters_enable(True)
+    ops.fwd_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, causal=True, num_splits=1)
+    ops.counters_enable(False)
+    launches = json.loads(ops.counters_json())["launches"]
+    ops.counters_reset()
+    assert len(launches) == 1 and "fwd_kernel_16bit" in launches[0]["kernel"], launches
+    launch = launches[0]
+    assert launch["grid"][0] * launch["grid"][1] * launch["grid"][2] == d["heads_kv"], launch["grid"]
+    return launch["kernel"], launch["block"], launch["smem_bytes"], flatten(launch["counters"])
+
+
+def decode_model(ops, torch, regs, log):
+    """Counts one sequence's step on the shim at two cache lengths, fits each counter exactly as
+    a * key_tiles + b per kv head (checked exactly at a third length), scales to the batch and
+    models it: a decoding step moves its cache once, so HBM is the bound to reach."""
+    d = DECODE
+    samples = {n: count_decode(ops, torch, n) for n in (*DECODE_FIT_KEYS, DECODE_CHECK_KEYS)}
+    name, block, smem, _ = samples[DECODE_FIT_KEYS[0]]
+    (n1, n2), heads_kv = DECODE_FIT_KEYS, d["heads_kv"]
+    t1, t2 = n1 // DECODE_KEY_TILE, n2 // DECODE_KEY_TILE
+    coef = {}
+    for key in samples[n1][3]:
+        y1, y2 = Fraction(samples[n1][3][key]), Fraction(samples[n2][3][key])
+        a = (y2 - y1) / (t2 - t1)
+        coef[key] = (a, y1 - a * t1)  # per step of heads_kv CTAs: a per key tile, b per step
+    tc = DECODE_CHECK_KEYS // DECODE_KEY_TILE
+    bad = [k for k, (a, b) in coef.items() if a * tc + b != samples[DECODE_CHECK_KEYS][3][k]]
+    if bad:
+        raise RuntimeError(f"decode counts are not linear in key tiles: {bad}")
+    threads = block[0] * block[1] * block[2]
+    out = []
+    for keys in d["kv_lens"]:
+        tiles = keys // DECODE_KEY_TILE
+        c = {k: float(a * tiles + b) * d["batch"] for k, (a, b) in coef.items()}
+        c["mma"] = c["mma.m16n8k16.f16"] + c["mma.m16n8k16.bf16"]
+        kv_bytes = 2 * d["batch"] * keys * heads_kv * d["head_dim"] * ELEM
+        io_bytes = 2 * d["batch"] * d["heads"] * d["head_dim"] * ELEM  # q in, out
+        lse_bytes = d["batch"] * d["heads"] * 4                        # plain stores, uncounted
+        row = dict(kv_len=keys, kernel=normalize(name), mma=c["mma"],
+                   smem_wavefronts=c["smem_wavefronts"], global_sectors=c["global_sectors"],
+                   kv_bytes=kv_bytes, modeled={})
+        for key, gpu in (("h100", gpu_specs.H100), ("h200", gpu_specs.H200)):
+            r = regs.get((gpu.arch, row["kernel"]))
+            if r is None:
+                raise RuntimeError(f"no ptxas report for {row['kernel']} ({gpu.arch})")
+            per_sm = ctas_per_sm(gpu, threads, r, smem)
+            t, bound, q, parts = kernel_time(gpu, c, [tiles + 1] * d["batch"] * heads_kv, per_sm,
+                                             lse_bytes, kv_bytes + io_bytes + lse_bytes)
+            row["modeled"][key] = dict(seconds=t, bound=bound, wave_factor=q, ctas_per_sm=per_sm,
+                                       kv_gb_s=kv_bytes / t / 1e9,
+                                       hbm_share=kv_bytes / t / gpu.hbm_bytes_per_s,
+                                       parts_s=parts)
+        out.append(row)
+    return out
+
+
+def decode_table(rows):
+    d = DECODE
+    lines = [f"Decoding step (issue 12): B={d['batch']}, Sq=1, {d['heads']}/{d['heads_kv']} heads, "
+             f"d={d['head_dim']}, bf16 dense cache, num_splits=1; counts fitted per key tile on "
+             f"the shim ({DECODE_FIT_KEYS[0]}, {DECODE_FIT_KEYS[1]} keys; {DECODE_CHECK_KEYS} "
+             f"checked exactly)",
+             f"{'Sk':>6} {'mma/tile':>8} {'smem_wf/tile':>12} {'sectors/tile':>12} {'GPU':>5} "
+             f"{'CTA/SM':>6} {'bound':>6} {'tensor/hbm':>10} {'modeled us':>10} {'KV GB/s':>8} "
+             f"{'%HBM':>5}"]
+    for r in rows:
+        per_tile = d["batch"] * d["heads_kv"] * (r["kv_len"] // DECODE_KEY_TILE)
+        for key, m in r["modeled"].items():
+            lines.append(
+                f"{r['kv_len']:>6} {r['mma'] / per_tile:>8.1f} {r['smem_wavefronts'] / per_tile:>12.1f} "
+                f"{r['global_sectors'] / per_tile:>12.1f} {key:>5} {m['ctas_per_sm']:>6} "
+                f"{m['bound']:>6} {m['parts_s']['tensor'] / m['parts_s']['hbm']:>10.2f} "
+                f"{m['seconds'] * 1e6:>10.1f} {m['kv_gb_s']:>8.0f} {m['hbm_share']:>5.0%}")
+    return "\n".join(lines)
+
+
 # ---- Driver ----
 
 def build_sim(log):
@@ -643,6 +747,8 @@ def main():
                         help="instead: print these flashattn.bench results next to --model's")
     parser.add_argument("--model", default=os.path.join(HERE, "gpu_model.json"))
     parser.add_argument("--gpu", default="h200", choices=sorted(gpu_specs.GPUS))
+    parser.add_argument("--decode", action="store_true",
+                        help="instead: count and model one KV-cache decoding step (issue 12)")
     args = parser.parse_args()
     if args.compare is not None:
         return compare(args.compare, args.model, args.gpu)
@@ -661,6 +767,9 @@ def main():
     head_dims = ([int(x) for x in args.head_dims.split(",")] if args.head_dims
                  else (128,) if args.quick else HEAD_DIMS)
     torch, ops = build_sim(log)
+    if args.decode:
+        print(decode_table(decode_model(ops, torch, regs, log)))
+        return 0
     start = time.time()
     recs = records(ops, torch, regs, head_dims, log)
     digest = csrc_digest()

@@ -92,3 +92,22 @@ def test_fa2_paper_counts_match_issue_15():
     assert (bwd["block_m"], bwd["block_n"], bwd["warps"]) == (64, 128, 8)
     assert bwd["mma"] == 5 * (64 // 16) * (128 // 8) * (128 // 16)
     assert bwd["ldmatrix_x4"] == 1152  # S, dP: 256 each; dV, dK: 192 each; dQ: 256
+
+
+def test_decode_step_reads_its_cache_once_and_is_hbm_bound():
+    """--decode counts a KV-cache decoding step (issue 12's H200 shape): per key tile of one kv
+    head, one m16 tile of products (S and PV at d = 128: 64 + 64 mma) and the K and V tiles'
+    sectors once (2 x 64 keys x 256 bytes / 32, plus q's and out's per CTA spread over the
+    tiles), so the model is bound by HBM, not by the tensor cores."""
+    env = dict(os.environ)
+    env.setdefault("CUDA_HOME", "/usr/local/cuda")
+    result = subprocess.run([sys.executable, SCRIPT, "--decode"], capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.split()[:1] in
+            (["8192"], ["32768"])]
+    assert len(rows) == 4, result.stdout
+    for kv_len, mma, _, sectors, gpu, _, bound, *_ in rows:
+        assert float(mma) == 128.0, result.stdout
+        assert 1024 <= float(sectors) < 1026, result.stdout
+        assert bound == "hbm", result.stdout
