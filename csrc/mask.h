@@ -77,7 +77,8 @@ FLASHATTN_HOST_DEVICE Sequence sequence_of(const AttnParams& p, int b) {
     s.k_row0 += pad;
     s.seqlen_k -= pad;
   }
-  s.diag_offset = p.align_bottom_right ? s.seqlen_k - s.seqlen_q : 0;
+  // Packed GQA heads (params.h): seqlen_q counts packed_heads rows per query.
+  s.diag_offset = p.align_bottom_right ? s.seqlen_k - s.seqlen_q / p.packed_heads : 0;
   s.window_left = p.window_left;
   s.window_right = p.window_right;
   return s;

@@ -104,6 +104,13 @@ struct AttnParams {
   // bound, which sizes grids and scratch) in a varlen batch.
   int seqlen_q = 0;
   int seqlen_k = 0;
+  // GQA decoding on CUDA (cuda/gqa_decode.h): 1, or g > 1 when the forward's CTAs take the g
+  // query heads of one kv head as the rows of one tile. Then heads_q is heads_kv, head_group 1,
+  // seqlen_q and total_q count rows (g per query token), and row r of a sequence (QueryRows
+  // there) is its query r / g of query head h * g + r % g; q, o and lse keep their views.
+  // Placed in the 4 bytes of padding before total_q: growing the struct moved the backward's
+  // parameters and made ptxas spill its dK/dV kernel (d = 128, sm_80).
+  int packed_heads = 1;
   // Query / key rows in all: batch * seqlen_* when dense, the tensors' token count in varlen.
   int64_t total_q = 0;
   int64_t total_k = 0;

@@ -81,13 +81,15 @@ def test_fwd_gqa(sim, heads_kv):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("mask", MASKS, ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "bhsd_slice"])
-def test_fwd_gqa_decode(sim, mask, dtype, layout):
-    """One query per sequence with GQA: where the mask allows, each group's query heads run as
-    the rows of one tile (cuda/gqa_decode.h), q, out and lse seen through other strides; where
-    it does not (left windows, ALiBi, top-left alignment), as they come. Both must match."""
-    q, k, v = make_qkv(2, 1, 129, 6, 2, 64, dtype, sim.device)
+@pytest.mark.parametrize("seqlen_q", [1, 5, 21, 22])
+def test_fwd_gqa_decode(sim, mask, dtype, layout, seqlen_q):
+    """A few queries per sequence with GQA (3 query heads per kv head): up to 64 rows (21
+    queries) each group's query heads run as the rows of one tile (cuda/gqa_decode.h), each
+    row's position its token's, unless ALiBi is on; 22 queries, 66 rows, run as they come. Both
+    must match, in every mask and in a layout whose heads are not adjacent in memory."""
+    q, k, v = make_qkv(2, seqlen_q, 129, 6, 2, 64, dtype, sim.device)
     if layout == "bhsd_slice":  # heads not adjacent in memory, rows wider than the head dim
-        wide = torch.randn(2, 6, 1, 80, dtype=dtype, device=sim.device)
+        wide = torch.randn(2, 6, seqlen_q, 80, dtype=dtype, device=sim.device)
         q = wide.transpose(1, 2)[..., :64]
     check_forward(sim, q, k, v, MASKS[mask])
 

@@ -224,18 +224,19 @@ def test_cuda_kernels_on_a_gpu(case, dtype):
     Case(dtype=dtype, device="cuda", **CUDA_CASES[case]).check()
 
 
+@pytest.mark.parametrize("seqlen_q", [1, 4])
 @pytest.mark.parametrize("page_size", [None, 16])
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_cuda_decode_reads_the_cache_once_per_kv_head(sim, num_splits, page_size):
-    """A decoding step with GQA (4 query heads per kv head) copies each K/V byte into shared
-    memory once, not once per query head (cuda/gqa_decode.h), counted by the shim: the forward's
-    cp.async bytes are the cache's bytes plus q's, once per split. And it computes one m16 tile
-    per key tile, the group's 4 rows: the tile's other warps skip their products (grid.h,
-    kFwdFewRows)."""
+def test_cuda_decode_reads_the_cache_once_per_kv_head(sim, num_splits, page_size, seqlen_q):
+    """A decoding step with GQA (4 query heads per kv head; 1 or 4 query tokens) copies each
+    K/V byte into shared memory once, not once per query head (cuda/gqa_decode.h), counted by
+    the shim: the forward's cp.async bytes are the cache's bytes plus q's, once per split. And it
+    computes one m16 tile per key tile, the group's 4 or 16 rows: the tile's other warps skip
+    their products (grid.h, kFwdFewRows)."""
     batch, heads, heads_kv, head_dim, keys = 2, 8, 2, 64, 256
-    case = Case(batch=batch, heads=heads, heads_kv=heads_kv, head_dim=head_dim, seqlen_q=1,
-                seqlen_new=0, rotary_dim=0, seqlen_cache=keys, page_size=page_size,
-                num_splits=num_splits)
+    case = Case(batch=batch, heads=heads, heads_kv=heads_kv, head_dim=head_dim,
+                seqlen_q=seqlen_q, seqlen_new=0, rotary_dim=0, seqlen_cache=keys,
+                page_size=page_size, num_splits=num_splits)
     case.cache_seqlens.fill_(keys)
     sim.ops.counters_enable(False)
     sim.ops.counters_reset()
@@ -249,7 +250,7 @@ def test_cuda_decode_reads_the_cache_once_per_kv_head(sim, num_splits, page_size
     forward = [l["counters"] for l in launches if "fwd_kernel" in l["kernel"]]
     element = 2
     cache_bytes = 2 * batch * heads_kv * keys * head_dim * element  # K and V
-    q_bytes = batch * heads * head_dim * element
+    q_bytes = batch * seqlen_q * heads * head_dim * element
     assert sum(c["cp_async"]["bytes"] for c in forward) == cache_bytes + num_splits * q_bytes
     key_tile = 64
     # m16n8k16 products of one m16 tile per key tile: S (head_dim / 16 k-steps x key_tile / 8

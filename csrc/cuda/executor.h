@@ -62,8 +62,12 @@ struct CudaExecutor {
     }
     float* scratch = p.num_splits > 1 ? split_scratch.data_ptr<float>() : nullptr;
     launch_fwd(p, choice, scratch, Device::stream(q), &Device::check_launch);
-    if (p.num_splits > 1)
-      launch_split_merge(p, scratch, choice.type, Device::stream(q), &Device::check_launch);
+    if (p.num_splits > 1) {
+      // The merge walks out's rows as they are: unpacked (gqa_decode.h).
+      AttnParams merge = params;
+      merge.num_splits = p.num_splits;
+      launch_split_merge(merge, scratch, choice.type, Device::stream(q), &Device::check_launch);
+    }
   }
 
   // flash_attn_with_kvcache's append and rotary embedding, before run_fwd on the same stream.

@@ -1,6 +1,7 @@
 // Forward attention for fp16/bf16 on tensor cores (FlashAttention-2, Algorithm 1).
 //
-// One CTA computes O_i for a tile Qi of kBlockM query rows of one (batch, head). Qi stays in
+// One CTA computes O_i for a tile Qi of kBlockM query rows of one (batch, head), or in a
+// decoding step with GQA of the query heads of one kv head (gqa_decode.h, QueryRows). Qi stays in
 // shared memory; the key/value tiles Kj, Vj it may see are streamed through one K and one V
 // buffer, FA2's pipeline: V_j is copied while S_ij is computed, K_j+1 while O_i += P_ij Vj.
 // Each of the kNWarps warps owns kMTiles x 16 query rows (warp_tile.cuh):
@@ -18,6 +19,7 @@
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
+#include "gqa_decode.h"
 #include "grid.h"
 #include "logit.cuh"
 #include "ptx.cuh"
@@ -53,9 +55,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // The grid covers the longest sequence; CTAs past this one's end have nothing to do.
   const Sequence seq = sequence_of(p, batch);
   if (m_start >= seq.seqlen_q) return;
-
-  // [Sq, D] view of this (batch, head); rows strided, last dim contiguous.
-  const uint16_t* q_gmem = p.q.row<const uint16_t>(batch, head, seq.q_row0 + m_start);
+  // Which query token of which query head each row is: with packed GQA heads (gqa_decode.h), a
+  // group's heads share the tile. Only the one-m-tile kernel is given them (grid.h).
+  auto rows_from_params = [&] { return QueryRows{kMTiles == 1 ? p.packed_heads : 1, head}; };
+  const QueryRows rows = rows_from_params();
+  // Row r's query: a row of q, strided, last dim contiguous.
+  auto q_row_of = [&](int row) {
+    return p.q.row<const uint16_t>(batch, rows.q_head(row), seq.q_row0 + rows.token(row));
+  };
   // Keys and values: rows of k / v from k_row0 on, or wherever a KV cache keeps them
   // (kv_rows.h: pages of a block table, another batch entry).
   const bool keys_in_rows = keys_in_place(p.kv_cache);
@@ -70,7 +77,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;     // [kBlockN, kStride]
 
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
-  KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, m_start, m_last);
+  KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, rows.token(m_start), rows.token(m_last));
   split_part(tiles.begin, tiles.end, static_cast<int>(blockIdx.x % splits), splits);
 
   // One K or V tile (view: p.k or p.v) into its buffer, as one cp.async group. The [Sk, D]
@@ -97,8 +104,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   };
 
   // Prologue: Qi and the first K tile, one cp.async group.
-  load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-      q_smem, q_gmem, p.q.row_stride, seq.seqlen_q - m_start, p.head_dim, aligned);
+  if (rows.packed == 1) {
+    load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
+        q_smem, q_row_of(m_start), p.q.row_stride, seq.seqlen_q - m_start, p.head_dim, aligned);
+  } else {
+    load_rows_async<kBlockM, kHeadDim, kStride, kNThreads>(
+        q_smem, [&](int r) { return q_row_of(m_start + r); }, q_row_of(m_start),
+        seq.seqlen_q - m_start, p.head_dim, aligned);
+  }
   if (tiles.begin < tiles.end) load_keys(k_smem, p.k, tiles.begin);
 
   const int warp = threadIdx.x / kWarpSize;
@@ -163,11 +176,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
             const int q_row = lane_row0 + m * kMmaM + (c / 2) * kRowOffsetHi;
             float x = s_rmem[m][j][c];
             if (!rules.keep_raw) {
+              // The row is a position for ALiBi alone, and ALiBi never comes with packed heads.
               x = rules.logit(x, q_row, key);
               if (mask_class == kMaskRead && q_row < seq.seqlen_q && key < seq.seqlen_k)
                 x += mask_bias(p.mask, batch, head, q_row, key);
             }
-            if (needs_mask && !key_visible(seq, q_row, key)) x = -INFINITY;
+            // Visibility goes by the row's query token: q_row unless heads are packed. The
+            // mapping is rebuilt from p (constant memory) here: `rows`, kept in registers
+            // across the loop, spilled the d = 256 kernel.
+            if (needs_mask && !key_visible(seq, rows_from_params().token(q_row), key))
+              x = -INFINITY;
             s_rmem[m][j][c] = x;
           }
         stats[m].update(s_rmem[m], o_rmem[m], rules.to_log2);
@@ -209,7 +227,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r) {
         if (row[r] >= seq.seqlen_q) continue;
-        float* out = split_out_row(p, split_scratch, split, batch, head, seq.q_row0 + row[r]);
+        const int q_head = rows.q_head(row[r]);
+        const int64_t token = seq.q_row0 + rows.token(row[r]);
+        float* out = split_out_row(p, split_scratch, split, batch, q_head, token);
 #pragma unroll
         for (int d = 0; d < kNTilesD; ++d)
 #pragma unroll
@@ -217,8 +237,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
             const int col = d * kMmaN + lanes.acc_col + e;
             if (col < p.head_dim) out[col] = o_rmem[m][d][2 * r + e] * inv_l[r];
           }
-        if (lanes.acc_col == 0)
-          *split_lse_of(p, split_scratch, split, batch, head, seq.q_row0 + row[r]) = lse[r];
+        if (lanes.acc_col == 0) *split_lse_of(p, split_scratch, split, batch, q_head, token) = lse[r];
       }
       continue;
     }
@@ -228,15 +247,28 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     if (lanes.acc_col == 0) {
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r)
-        if (row[r] < seq.seqlen_q) *p.lse.row<float>(batch, head, seq.q_row0 + row[r]) = lse[r];
+        if (row[r] < seq.seqlen_q)
+          *p.lse.row<float>(batch, rows.q_head(row[r]), seq.q_row0 + rows.token(row[r])) = lse[r];
     }
   }
   if (splits > 1) return;
   __syncthreads();
   const bool out_aligned = p.head_dim % kChunkElems == 0 && rows_are_16b_aligned(p.o);
-  store_tile<kBlockM, kHeadDim, kStride, kNThreads>(
-      q_smem, p.o.row<uint16_t>(batch, head, seq.q_row0 + m_start), p.o.row_stride,
-      seq.seqlen_q - m_start, p.head_dim, out_aligned);
+  const int rows_valid = seq.seqlen_q - m_start;
+  if (rows.packed == 1) {
+    uint16_t* o_gmem = p.o.row<uint16_t>(batch, head, seq.q_row0 + m_start);
+    store_rows<kBlockM, kHeadDim, kStride, kNThreads>(
+        q_smem, [&](int r) { return o_gmem + r * p.o.row_stride; }, rows_valid, p.head_dim,
+        out_aligned);
+  } else {
+    store_rows<kBlockM, kHeadDim, kStride, kNThreads>(
+        q_smem,
+        [&](int r) {
+          const int row = m_start + r;
+          return p.o.row<uint16_t>(batch, rows.q_head(row), seq.q_row0 + rows.token(row));
+        },
+        rows_valid, p.head_dim, out_aligned);
+  }
 }
 
 }  // namespace flashattn::cuda

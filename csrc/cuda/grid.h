@@ -72,15 +72,15 @@ struct FwdLaunchShape {
 constexpr int kFwdFewRows = kMmaM;
 
 // Calls f(Traits{}) with the forward traits (traits.h) of head-dim tile kHeadDim that run p:
-// the two-m-tile kernel where there is one, unless p has dropout (which only the one-m-tile
-// kernel applies) or at most kFwdFewRows query rows.
+// the two-m-tile kernel where there is one, unless p has dropout or packed GQA heads (which
+// only the one-m-tile kernel applies, gqa_decode.h) or at most kFwdFewRows query rows.
 template <int kHeadDim, typename F>
 void with_fwd_traits(const AttnParams& p, F&& f) {
   using TwoMTiles = FwdTraits<kHeadDim, false>;
   using OneMTile = FwdTraits<kHeadDim, true>;
   if constexpr (TwoMTiles::kMTiles == OneMTile::kMTiles) {
     f(OneMTile{});
-  } else if (p.dropout.on() || p.seqlen_q <= kFwdFewRows) {
+  } else if (p.dropout.on() || p.seqlen_q <= kFwdFewRows || p.packed_heads > 1) {
     f(OneMTile{});
   } else {
     f(TwoMTiles{});

@@ -14,6 +14,7 @@
 #include "../kv_rows.h"
 #include "../mask.h"
 #include "../params.h"
+#include "gqa_decode.h"
 #include "grid.h"
 #include "logit.cuh"
 #include "mask_range.cuh"
@@ -86,15 +87,16 @@ __device__ __forceinline__ void accumulate_rows(float (&acc)[kColsPerLane], floa
 // the default it capped these kernels near 64 and spilled (sm_90, d = 128 and 256).
 constexpr int kSimtMinBlocksPerSm = 1;
 
-// The CTA's query rows [m_start, m_start + kNWarps) and the 32-key tiles they see.
+// The CTA's query rows [m_start, m_start + kNWarps) and the 32-key tiles they see; `rows`
+// gives the rows' positions (packed GQA heads, gqa_decode.h).
 struct SimtRowBlock {
   int m_start, m_end;
   int tile_begin, tile_end;
-  __device__ __forceinline__ SimtRowBlock(const Sequence& seq, int m_start_, int rows)
-      : m_start(m_start_), m_end(min(m_start_ + rows, seq.seqlen_q)) {
-    const int m_last = m_end - 1;
-    const int key_begin = first_visible_key(seq, m_start);
-    const int key_end = visible_key_end(seq, m_last);
+  __device__ __forceinline__ SimtRowBlock(const Sequence& seq, const QueryRows& rows,
+                                          int m_start_, int block_rows)
+      : m_start(m_start_), m_end(min(m_start_ + block_rows, seq.seqlen_q)) {
+    const int key_begin = first_visible_key(seq, rows.token(m_start));
+    const int key_end = visible_key_end(seq, rows.token(m_end - 1));
     tile_begin = key_begin / kWarpSize;
     tile_end = key_end > key_begin ? (key_end + kWarpSize - 1) / kWarpSize : tile_begin;
   }
@@ -127,6 +129,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   // The grid covers the longest sequence; CTAs past this one's end have nothing to do.
   const Sequence seq = sequence_of(p, batch);
   if (m_start >= seq.seqlen_q) return;
+  // Which query token of which query head each row is (packed GQA heads, gqa_decode.h).
+  const QueryRows rows{p.packed_heads, head};
+  const int token = rows.token(row), q_head = rows.q_head(row);  // this warp's row
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   float* q_smem = smem;                              // [kNWarps, kStride]
@@ -138,12 +143,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     return key_row<const float>(view, p.kv_cache, seq, head_kv, key);
   };
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
-      q_smem, p.q.row<const float>(batch, head, seq.q_row0 + m_start), p.q.row_stride,
+      q_smem,
+      [&](int r) {
+        const int q_row = m_start + r;
+        return p.q.row<const float>(batch, rows.q_head(q_row), seq.q_row0 + rows.token(q_row));
+      },
       seq.seqlen_q - m_start, p.head_dim);
 
   const LogitRules rules = LogitRules::make(p, seq, batch, head);
-  const int row_first = first_visible_key(seq, row), row_end = visible_key_end(seq, row);
-  const SimtRowBlock block(seq, m_start, Traits::kNWarps);
+  const int row_first = first_visible_key(seq, token), row_end = visible_key_end(seq, token);
+  const SimtRowBlock block(seq, rows, m_start, Traits::kNWarps);
   int tile_begin = block.tile_begin, tile_end = block.tile_end;
   split_part(tile_begin, tile_end, split, splits);
   const DropoutSeed dropout = dropout_seed(p.dropout);
@@ -164,7 +173,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
     const bool visible = row < seq.seqlen_q && key >= row_first && key < row_end;
-    float x_raw = rules.log2_logit(s, row, key);
+    float x_raw = rules.log2_logit(s, token, key);
     if (mask_class == kMaskRead && visible) x_raw += mask_bias(p.mask, batch, head, row, key) * kLog2e;
     const float x = visible ? x_raw : -INFINITY;
     const float m_new = fmaxf(m_i, warp_max(x));
@@ -184,10 +193,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   const bool saw_keys = l_i != 0.f;
   const float inv_l = saw_keys ? 1.f / l_i : 0.f;
   // [D]: the output row, or this split's part of it (for split_merge_kernel).
-  float* o_row = splits > 1 ? split_out_row(p, split_scratch, split, batch, head, seq.q_row0 + row)
-                            : p.o.row<float>(batch, head, seq.q_row0 + row);
-  float* lse_row = splits > 1 ? split_lse_of(p, split_scratch, split, batch, head, seq.q_row0 + row)
-                              : p.lse.row<float>(batch, head, seq.q_row0 + row);
+  const int64_t q_token = seq.q_row0 + token;
+  float* o_row = splits > 1 ? split_out_row(p, split_scratch, split, batch, q_head, q_token)
+                            : p.o.row<float>(batch, q_head, q_token);
+  float* lse_row = splits > 1 ? split_lse_of(p, split_scratch, split, batch, q_head, q_token)
+                              : p.lse.row<float>(batch, q_head, q_token);
 #pragma unroll
   for (int t = 0; t < kCols; ++t)
     if (lane + t * kWarpSize < p.head_dim) o_row[lane + t * kWarpSize] = o[t] * inv_l;
@@ -232,7 +242,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   const float lse_log2 =
       row_valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, seq.q_row0 + row)) : 0.f;
   const float dsum = row_valid ? d_gmem[query_row_index(p, seq, head, row)] : 0.f;
-  const SimtRowBlock block(seq, m_start, Traits::kNWarps);
+  const SimtRowBlock block(seq, QueryRows{1, head}, m_start, Traits::kNWarps);  // never packed
   const DropoutSeed dropout = dropout_seed(p.dropout);
   float dq[kCols] = {};
   for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {

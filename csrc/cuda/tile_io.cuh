@@ -69,14 +69,13 @@ __device__ __forceinline__ void load_tile_async(
 }
 
 // Copies rows [0, rows_valid) x columns [0, cols_valid) of a [kRows, kSmemStride] tile of 16-bit
-// elements in shared memory to rows row_stride apart from tile_gmem: 16 bytes per thread per
-// store where the destination rows are 16-byte aligned and the chunk is whole, element by
-// element at a ragged head dim or an unaligned view. Must be called by all kNThreads threads,
-// after a barrier that made the tile visible to them.
-template <int kRows, int kCols, int kSmemStride, int kNThreads>
-__device__ __forceinline__ void store_tile(const uint16_t* tile_smem,  // [kRows, kSmemStride]
-                                           uint16_t* tile_gmem,  // [rows_valid, cols_valid]
-                                           int64_t row_stride, int rows_valid, int cols_valid,
+// elements in shared memory to global memory, row r to row_of(r): 16 bytes per thread per store
+// where the destination rows are 16-byte aligned and the chunk is whole, element by element at a
+// ragged head dim or an unaligned view. Must be called by all kNThreads threads, after a barrier
+// that made the tile visible to them.
+template <int kRows, int kCols, int kSmemStride, int kNThreads, typename RowOf>
+__device__ __forceinline__ void store_rows(const uint16_t* tile_smem,  // [kRows, kSmemStride]
+                                           const RowOf& row_of, int rows_valid, int cols_valid,
                                            bool aligned) {
   constexpr int kChunksPerRow = kCols / kChunkElems;
   constexpr int kChunks = kRows * kChunksPerRow;
@@ -85,7 +84,7 @@ __device__ __forceinline__ void store_tile(const uint16_t* tile_smem,  // [kRows
     const int col = (chunk % kChunksPerRow) * kChunkElems;
     if (row >= rows_valid || col >= cols_valid) continue;
     const uint16_t* src = tile_smem + row * kSmemStride + col;
-    uint16_t* dst = tile_gmem + row * row_stride + col;
+    uint16_t* dst = row_of(row) + col;
     if (aligned && col + kChunkElems <= cols_valid) {
       *FLASHATTN_GMEM(reinterpret_cast<uint4*>(dst)) =
           FLASHATTN_SMEM(reinterpret_cast<const uint4*>(src))[0];
