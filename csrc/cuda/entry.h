@@ -105,12 +105,13 @@ inline void launch_fwd(const AttnParams& p, const KernelChoice& choice, float* s
   });
 }
 
-// The split count of a forward: num_splits when given (>= 1; at most kMaxSplits), else (0)
-// enough CTAs for every SM, each split keeping at least two 64-key tiles.
+// The split count of a forward that runs in `shape` (fwd_launch_shape): num_splits when given
+// (>= 1; at most kMaxSplits), else (0) enough CTAs for every SM, each split keeping at least
+// two 64-key tiles.
 constexpr int kMaxSplits = 64;
-inline int choose_num_splits(const AttnParams& p, const KernelChoice& choice, int sm_count) {
+inline int choose_num_splits(const AttnParams& p, const FwdLaunchShape& shape, int sm_count) {
   if (p.num_splits >= 1) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
-  const int rows = fwd_launch_shape(choice, p).block_rows;
+  const int rows = shape.block_rows;
   const int64_t ctas = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + rows - 1) / rows);
   if (ctas == 0 || ctas >= sm_count) return 1;
   int64_t splits = (sm_count + ctas - 1) / ctas;

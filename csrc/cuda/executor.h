@@ -48,8 +48,9 @@ struct CudaExecutor {
     const typename Device::Guard guard(q.device());
     // A decoding step with GQA reads each kv head's cache once for its whole group.
     AttnParams p = pack_gqa_decode(params);
-    Device::check_smem_fits(fwd_launch_shape(choice, p).smem_bytes, q);
-    p.num_splits = choose_num_splits(p, choice, Device::sm_count(q));
+    const FwdLaunchShape shape = fwd_launch_shape(choice, p);
+    Device::check_smem_fits(shape.smem_bytes, q);
+    p.num_splits = choose_num_splits(p, shape, Device::sm_count(q));
     at::Tensor split_scratch;
     if (p.num_splits > 1) {
       // The parts of out (0) and of lse (-inf): rows no split writes merge to 0 and -inf.
