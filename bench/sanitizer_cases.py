@@ -1,4 +1,5 @@
-"""One small forward+backward per CUDA kernel family, for compute-sanitizer (bench/gpu_check.sh).
+"""One small forward+backward per CUDA kernel family, and KV-cache decoding steps, for
+compute-sanitizer (bench/gpu_check.sh).
 
 Sizes are tails on purpose (not multiples of any tile) so out-of-bounds accesses show up."""
 import torch
@@ -7,6 +8,33 @@ import flashattn
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+
+
+def decode_cases(dtype):
+    """flash_attn_with_kvcache with GQA (8 / 2 heads): one and five query tokens (packed as the
+    rows of one tile, cuda/gqa_decode.h), a paged cache of 16-token pages with an append, one
+    and three splits, and ALiBi (a tile per query head); then a block table with indices outside
+    the pool and lengths past it, which the kernels must clamp without a host check."""
+    for head_dim in (64, 256):
+        for seqlen_q in (1, 5):
+            for num_splits, alibi in ((1, False), (3, False), (0, True)):
+                q = torch.randn(3, seqlen_q, 8, head_dim, device="cuda", dtype=dtype)
+                k_cache = torch.randn(20, 16, 2, head_dim, device="cuda", dtype=dtype)
+                v_cache = torch.randn_like(k_cache)
+                block_table = torch.randperm(20, device="cuda", dtype=torch.int32)[:18].view(3, 6)
+                k_new = torch.randn(3, seqlen_q, 2, head_dim, device="cuda", dtype=dtype)
+                v_new = torch.randn_like(k_new)
+                seqlens = torch.tensor([0, 41, 90], device="cuda", dtype=torch.int32)
+                slopes = torch.rand(8, device="cuda") if alibi else None
+                flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new,
+                                                  cache_seqlens=seqlens, block_table=block_table,
+                                                  causal=True, alibi_slopes=slopes,
+                                                  num_splits=num_splits)
+            bad_table = block_table.clone()
+            bad_table[0, 1], bad_table[1, 0], bad_table[2, 5] = -1, 20, 2**31 - 1
+            bad_lengths = torch.tensor([95, -4, 2**31 - 8], device="cuda", dtype=torch.int32)
+            flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=bad_lengths,
+                                              block_table=bad_table, causal=True, num_splits=3)
 
 
 def main():
@@ -19,6 +47,7 @@ def main():
                 out = flashattn.flash_attn_func(q, k, v, causal=causal, softcap=5.0,
                                                 deterministic=deterministic)
                 out.sum().backward()
+        decode_cases(dtype)
     torch.cuda.synchronize()
     print("sanitizer cases ran")
 

@@ -4,12 +4,16 @@
 // (kv_rows.h, kv_append.h, mask.h). Built with ASan, every tensor here is a heap block of
 // exactly its size, so a read or write outside one is reported.
 //   kvcache_bounds_test
-// Exit 0: the append, both forward kernels and split-KV's merge ran on every malformed case.
+// Exit 0: the append, both forward kernels and split-KV's merge ran on every malformed case, with
+// each GQA group's query heads as tiles of their own and packed as the rows of one tile
+// (cuda/gqa_decode.h).
 #include <climits>
 #include <limits>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
+#include "cuda/gqa_decode.h"
 #include "cuda/kv_append_kernel.cuh"
 #include "cuda/launch_fwd.cuh"
 #include "cuda/launch_simt.cuh"
@@ -54,7 +58,7 @@ TensorView dense_view(void* data, int rows, int heads, int dim) {
 void no_check() {}
 
 template <typename Storage>
-void run_case(const Case& c, bool fp32, int splits) {
+void run_case(const Case& c, bool fp32, int splits, bool packed) {
   // Without cache_batch_idx a dense cache has one entry per sequence (the op checks the shape).
   const int cache_entries = c.paged ? kNumPages : (c.batch_index.empty() ? kBatch : kCacheBatch);
   const int cache_rows = c.paged ? kPageSize : kCacheRows;
@@ -139,17 +143,23 @@ void run_case(const Case& c, bool fp32, int splits) {
   float* split_scratch_ptr = splits > 1 ? split_scratch.data() : nullptr;
 
   using namespace flashattn::cuda;
+  // The forward as the executor runs it (executor.h): packed or not; the merge unpacked.
+  const AttnParams fwd = packed ? pack_gqa_decode(p) : p;
+  if (packed != (fwd.packed_heads > 1)) {
+    std::printf("%s: packed_heads %d\n", c.name, fwd.packed_heads);
+    std::exit(1);
+  }
   if (fp32) {
     run_kv_append<float>(a, nullptr, &no_check);
-    run_fwd_simt<kHeadDim>(p, split_scratch_ptr, nullptr, &no_check);
+    run_fwd_simt<kHeadDim>(fwd, split_scratch_ptr, nullptr, &no_check);
     if (splits > 1) run_split_merge<float>(p, split_scratch_ptr, nullptr, &no_check);
   } else {
     run_kv_append<__nv_bfloat16>(a, nullptr, &no_check);
-    run_fwd_16bit<__nv_bfloat16, kHeadDim>(p, split_scratch_ptr, nullptr, &no_check);
+    run_fwd_16bit<__nv_bfloat16, kHeadDim>(fwd, split_scratch_ptr, nullptr, &no_check);
     if (splits > 1) run_split_merge<__nv_bfloat16>(p, split_scratch_ptr, nullptr, &no_check);
   }
-  std::printf("%s (%s, %d split%s): ran\n", c.name, fp32 ? "fp32" : "bf16", splits,
-              splits > 1 ? "s" : "");
+  std::printf("%s (%s, %d split%s%s): ran\n", c.name, fp32 ? "fp32" : "bf16", splits,
+              splits > 1 ? "s" : "", packed ? ", packed heads" : "");
 }
 
 }  // namespace
@@ -166,10 +176,11 @@ template void run_split_merge<float>(const AttnParams&, const float*, cudaStream
 
 int main() {
   for (const Case& c : kCases)
-    for (int splits : {1, 3}) {
-      run_case<uint16_t>(c, /*fp32=*/false, splits);
-      run_case<float>(c, /*fp32=*/true, splits);
-    }
+    for (int splits : {1, 3})
+      for (bool packed : {false, true}) {
+        run_case<uint16_t>(c, /*fp32=*/false, splits, packed);
+        run_case<float>(c, /*fp32=*/true, splits, packed);
+      }
   std::printf("all cases ran\n");
   return 0;
 }
