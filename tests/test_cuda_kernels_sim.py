@@ -94,6 +94,14 @@ def test_fwd_gqa_decode(sim, mask, dtype, layout, seqlen_q):
     check_forward(sim, q, k, v, MASKS[mask])
 
 
+@pytest.mark.parametrize("head_dim", HEAD_DIM_PER_TILE)
+def test_fwd_gqa_decode_every_head_dim_tile(sim, head_dim):
+    """Packed GQA heads (4 per kv head, 3 query tokens, causal) on every 16-bit head-dim tile:
+    above d = 128 the kernel rebuilds the row mapping inside its loop (fwd_kernel.cuh)."""
+    q, k, v = make_qkv(2, 3, 129, 8, 2, head_dim, torch.bfloat16, sim.device)
+    check_forward(sim, q, k, v, MASKS["window_causal"])
+
+
 @pytest.mark.parametrize("head_dim", [7, 13, 100])
 def test_fwd_unaligned_head_dim(sim, head_dim):
     """Head dims that are not whole 16-byte chunks take the non-cp.async load path."""

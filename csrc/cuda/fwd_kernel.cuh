@@ -143,9 +143,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
                                          min(n_start + kBlockN, seq.seqlen_k));
     const bool visible = mask_class != kMaskHidden;
     if (visible) load_keys(v_smem, p.v, tile);
-    // In the one-m-tile kernel, which runs decoding steps (1 to 16 rows of a 64-row tile,
-    // grid.h kFwdFewRows), a warp whose rows all lie past the sequence takes part in the copies
-    // and barriers only: its products would be thrown away. The two-m-tile kernel meets such
+    // In the one-m-tile kernel, which runs decoding steps (a few rows of a 64-row tile: grid.h
+    // kFwdFewRows, gqa_decode.h), a warp whose rows all lie past the sequence takes part in the
+    // copies and barriers only: its products would be thrown away. The two-m-tile kernel meets such
     // warps only in a sequence's last query block, and the test made it spill at d = 128.
     const bool computes = visible && (kMTiles > 1 || m_start + warp_row0 < seq.seqlen_q);
 

@@ -23,11 +23,13 @@
 // (cpu/fwd.cpp, plan_forward).
 #pragma once
 #include "../params.h"
+#include "traits.h"
 
 namespace flashattn::cuda {
 
-// Rows of the one-m-tile 16-bit forward kernel's tile, which can hold a packed GQA group.
-constexpr int kPackedRowsMax = 64;
+// Rows of the one-m-tile 16-bit forward kernel's tile (the same at every head dim), which can
+// hold a packed GQA group.
+constexpr int kPackedRowsMax = FwdTraits<kMaxHeadDim, true>::kBlockM;
 
 inline bool can_pack_gqa_decode(const AttnParams& p) {
   return p.head_group > 1 && p.seqlen_q >= 1 &&
