@@ -16,7 +16,7 @@ are negligible beside them). Implementations, on the same values:
                    past Sk, the last page holds large values that no correct kernel reads
   flashattn-dense  the same on the dense cache (B, Sk, Hkv, d), FlashAttention's layout
   sdpa-<backend>   F.scaled_dot_product_attention forced to each backend of the device
-                   (bench.SDPA_BACKENDS) on the padded cache in its own layout, contiguous
+                   (common.SDPA_BACKENDS) on the padded cache in its own layout, contiguous
                    (B, Hkv, Sk, d), q (B, Hq, Sq, d), enable_gqa=True, no mask
   fa2-paged,       FlashAttention-2's flash_attn.flash_attn_with_kvcache on the same two caches,
   fa2-dense        when flash_attn is importable (CUDA only; FA2 takes pages that are multiples
@@ -44,7 +44,7 @@ from torch.nn.attention import sdpa_kernel
 
 from . import __version__
 from . import _bench_measure as measure
-from . import bench
+from . import _bench_common as common
 from .kvcache import flash_attn_with_kvcache
 from .reference import attention_reference
 
@@ -137,16 +137,16 @@ def add_arguments(parser):
     group = parser.add_argument_group("KV-cache decoding", HELP)
     group.add_argument("--decode", action="store_true",
                        help="benchmark a KV-cache decoding step instead (described above)")
-    group.add_argument("--batch-sizes", type=bench._int_list, dest="batches", metavar="LIST",
+    group.add_argument("--batch-sizes", type=common.int_list, dest="batches", metavar="LIST",
                        help="comma list of batch sizes (default 1,8,32)")
-    group.add_argument("--q-lens", type=bench._int_list, dest="q_lens", metavar="LIST",
+    group.add_argument("--q-lens", type=common.int_list, dest="q_lens", metavar="LIST",
                        help="comma list of new query tokens per sequence, Sq (default 1,4)")
-    group.add_argument("--kv-lens", type=bench._int_list, dest="kv_lens", metavar="LIST",
+    group.add_argument("--kv-lens", type=common.int_list, dest="kv_lens", metavar="LIST",
                        help="comma list of cached keys per sequence, Sk (default cpu 1024,"
                             "4096,16384,65536; cuda 1024 ... 131072, doubling)")
-    group.add_argument("--heads-kv", type=bench._positive_int, dest="heads_kv", metavar="N",
+    group.add_argument("--heads-kv", type=common.positive_int, dest="heads_kv", metavar="N",
                        help="key/value heads; must divide --heads (default 8)")
-    group.add_argument("--page-size", type=bench._positive_int, dest="page_size", metavar="N",
+    group.add_argument("--page-size", type=common.positive_int, dest="page_size", metavar="N",
                        help="tokens per page of the paged cache (default 16)")
     group.add_argument("--num-splits", type=_non_negative_int, dest="num_splits", metavar="N",
                        help="flash_attn_with_kvcache's num_splits (default 0: its heuristic)")
@@ -223,7 +223,7 @@ class Case:
                         self.dtype)
 
     def label(self):
-        return (f"{bench._dtype_name(self.dtype)} B={self.batch} Sq={self.q_len} "
+        return (f"{common.dtype_name(self.dtype)} B={self.batch} Sq={self.q_len} "
                 f"Sk={self.kv_len}")
 
 
@@ -244,7 +244,7 @@ class Result:
     impl: str
     layout: str
     kv_bytes: int
-    status: str = "ok"                   # or bench.NOT_AVAILABLE, with the reason
+    status: str = "ok"                   # or common.NOT_AVAILABLE, with the reason
     reason: Optional[str] = None
     max_err: Optional[float] = None      # max |out - float64 reference|, checked sequences
     dq_err: Optional[float] = None       # always None: forward only (measure's interface)
@@ -309,7 +309,7 @@ def implementations(device_type, settings, fa2):
         Impl(DENSE, "dense (B,Sk,Hkv,d)", lambda x: flash_attn_with_kvcache(
             x.q, x.k, x.v, cache_seqlens=x.cache_seqlens, num_splits=settings.num_splits)),
         *(Impl(f"sdpa-{label}", "dense (B,Hkv,Sk,d)", _sdpa_forced_to(backend))
-          for label, backend in bench.SDPA_BACKENDS[device_type]),
+          for label, backend in common.SDPA_BACKENDS[device_type]),
     ]
     if fa2 is not None:
         impls += [
@@ -377,11 +377,11 @@ def measure_case(case, settings, probe, device, fa2, copy_gb_per_s):
     refs = references(inputs, settings)
     nbytes = case.kv_bytes(settings)
     candidates = [(impl.name,
-                   Result(bench._dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
+                   Result(common.dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
                           impl.name, impl.layout, nbytes),
                    (lambda impl=impl: (impl.attend(inputs), None)), make_check(refs))
                   for impl in implementations(device.type, settings, fa2)]
-    results, times = measure.check_then_time(candidates, probe, settings, bench.NOT_AVAILABLE)
+    results, times = measure.check_then_time(candidates, probe, settings, common.NOT_AVAILABLE)
     for name in times:
         r = results[name]
         r.gb_per_s = nbytes / (r.time_ms / measure.MS_PER_S) / 1e9
@@ -514,15 +514,15 @@ def table_header(dtype_name, settings, with_fa2):
 def table_row(r, with_fa2):
     columns = _columns(with_fa2)
     cells = [r.batch, r.q_len, r.kv_len, f"{r.kv_bytes / measure.BYTES_PER_MB:.1f}", r.impl]
-    if r.status == bench.NOT_AVAILABLE:
+    if r.status == common.NOT_AVAILABLE:
         head = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, columns))
-        return f"{head}  {bench.NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
-    cells += [bench._fmt(r.max_err, ".1e"), bench._fmt(r.time_ms, ".3f"),
-              bench._fmt(r.gb_per_s, ".3g"), f"{100 * r.copy_share:.1f}",
+        return f"{head}  {common.NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
+    cells += [common.fmt(r.max_err, ".1e"), common.fmt(r.time_ms, ".3f"),
+              common.fmt(r.gb_per_s, ".3g"), f"{100 * r.copy_share:.1f}",
               _times(r.speedup_vs_best_sdpa)]
     if with_fa2:
         cells.append(_times(r.speedup_vs_fa2))
-    cells.append(bench._fmt(r.peak_mb, ".1f"))
+    cells.append(common.fmt(r.peak_mb, ".1f"))
     return "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, columns))
 
 
@@ -586,7 +586,7 @@ def summary_lines(summary, bandwidth, cuts, settings):
 
 def main(argv, args, parser):
     """bench.main hands over here when --decode is given."""
-    device = bench.resolve_device(args, parser)
+    device = common.resolve_device(args, parser)
     settings = resolve_settings(args, device.type)
     if settings.heads % settings.heads_kv:
         parser.error(f"--decode: --heads-kv {settings.heads_kv} must divide --heads "
@@ -608,7 +608,7 @@ def main(argv, args, parser):
     for case in enumerate_cases(settings):
         if case.dtype != dtype:
             dtype = case.dtype
-            print(table_header(bench._dtype_name(dtype), settings, with_fa2), file=table)
+            print(table_header(common.dtype_name(dtype), settings, with_fa2), file=table)
         nbytes = case.kv_bytes(settings)
         available = available_memory_bytes(device)
         reason = budget.reason_to_cut(case, nbytes)
@@ -617,7 +617,7 @@ def main(argv, args, parser):
             reason = (f"memory: needs about {MEMORY_FACTOR * nbytes / 2 ** 30:.1f} GiB, "
                       f"{available / 2 ** 30:.1f} GiB available")
         if reason:
-            cuts.append(Cut(bench._dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
+            cuts.append(Cut(common.dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
                             nbytes, reason))
             continue
         began = time.perf_counter()
@@ -637,7 +637,7 @@ def main(argv, args, parser):
         report = {"meta": _meta(argv, device, probe, settings, fa2_line),
                   "bandwidth": bandwidth, "summary": summary,
                   "results": [asdict(r) for r in results], "cut": [asdict(c) for c in cuts]}
-        bench.write_json(report, args.json)
+        common.write_json(report, args.json)
     return 0
 
 
@@ -648,7 +648,7 @@ def _meta(argv, device, probe, settings, fa2_line):
         "flashattn": __version__, "torch": torch.__version__, "fa2": fa2_line,
         "device": device.type, "device_name": probe.describe(),
         "threads": torch.get_num_threads(),
-        "dtypes": [bench._dtype_name(d) for d in settings.dtypes],
+        "dtypes": [common.dtype_name(d) for d in settings.dtypes],
         "batches": list(settings.batches), "q_lens": list(settings.q_lens),
         "kv_lens": list(settings.kv_lens), "heads": settings.heads,
         "heads_kv": settings.heads_kv, "head_dim": settings.head_dim,

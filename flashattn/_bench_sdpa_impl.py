@@ -52,7 +52,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import __version__
 from . import _bench_measure as measure
-from . import bench
+from . import _bench_common as common
 from . import sdpa_impl
 from .interface import scaled_dot_product_attention as flashattn_sdpa
 
@@ -131,7 +131,7 @@ def _sizes(text):
     sizes = []
     for part in text.split(","):
         try:
-            d_model, nhead, seqlen, batch = (bench._positive_int(x) for x in part.split(":"))
+            d_model, nhead, seqlen, batch = (common.positive_int(x) for x in part.split(":"))
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"{part!r}: expected d_model:nhead:seqlen:batch, positive integers")
@@ -212,7 +212,7 @@ class SdpaCalls(TorchDispatchMode):
                 f"{name.split('.')[-1]}(q {tuple(given['query'].shape)}, "
                 f"is_causal={bool(given.get('is_causal', False))}, attn_mask="
                 + ("None" if mask is None else
-                   f"{bench._dtype_name(mask.dtype)} {tuple(mask.shape)}") + ")")
+                   f"{common.dtype_name(mask.dtype)} {tuple(mask.shape)}") + ")")
         return func(*args, **kwargs)
 
 
@@ -392,7 +392,7 @@ def time_in_alternation(sides, probe, repeats):
 
 
 def measure_train(size, variant, dtype, settings, probe, device, seed):
-    result = TrainResult(bench._dtype_name(dtype), size.d_model, size.nhead, size.seqlen,
+    result = TrainResult(common.dtype_name(dtype), size.d_model, size.nhead, size.seqlen,
                          size.batch, LAYERS, variant, tolerance=TOLERANCE[dtype])
     torch.manual_seed(seed)
     model = make_model(size, dtype, device)
@@ -406,7 +406,7 @@ def measure_train(size, variant, dtype, settings, probe, device, seed):
             if device.type != "cpu" and not result.flashattn_ran:
                 # On CUDA F.sdpa picks its backend itself; only its flash backend's op is
                 # flashattn's, so another choice is not a failure of flashattn.
-                result.status = bench.NOT_AVAILABLE
+                result.status = common.NOT_AVAILABLE
             return result
         for _ in range(settings.warmup):
             for side in sides.values():
@@ -417,7 +417,7 @@ def measure_train(size, variant, dtype, settings, probe, device, seed):
                         side.train_step()
         times = time_in_alternation(sides, probe, settings.repeats)
     except (RuntimeError, MemoryError) as err:
-        result.status, result.reason = bench.NOT_AVAILABLE, measure.first_line(err)
+        result.status, result.reason = common.NOT_AVAILABLE, measure.first_line(err)
         probe.after_failure()
         return result
     result.times_ms_pytorch, result.times_ms_flashattn = times[PYTORCH], times[FLASHATTN]
@@ -451,13 +451,13 @@ def train_header(dtype_name):
 def train_row(r):
     cells = [r.d_model, r.nhead, r.seqlen, r.batch, r.variant,
              "-" if r.flashattn_ran is None else ("yes" if r.flashattn_ran else "NO"),
-             bench._fmt(r.loss_rel, ".1e"), bench._fmt(r.out_rel, ".1e"),
-             bench._fmt(r.grad_rel, ".1e"), bench._fmt(r.time_ms_pytorch, ".1f"),
-             bench._fmt(r.time_ms_flashattn, ".1f"),
+             common.fmt(r.loss_rel, ".1e"), common.fmt(r.out_rel, ".1e"),
+             common.fmt(r.grad_rel, ".1e"), common.fmt(r.time_ms_pytorch, ".1f"),
+             common.fmt(r.time_ms_flashattn, ".1f"),
              "-" if r.speedup is None else f"{r.speedup:.3f}x",
              "-" if r.speedup_quartiles is None else
              f"{r.speedup_quartiles[0]:.2f}-{r.speedup_quartiles[1]:.2f}",
-             bench._fmt(r.attn_ms_pytorch, ".1f"), bench._fmt(r.attn_ms_flashattn, ".1f")]
+             common.fmt(r.attn_ms_pytorch, ".1f"), common.fmt(r.attn_ms_flashattn, ".1f")]
     line = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, TRAIN_COLUMNS))
     if r.status != "ok":
         line += f"\n    {r.status}: {r.reason[:REASON_WIDTH]}"
@@ -569,7 +569,7 @@ def measure_overhead(shape, settings):
                 out = fn()
                 _, events, _ = profiled(fn)
         except (RuntimeError, MemoryError) as err:
-            r.status, r.reason = bench.NOT_AVAILABLE, measure.first_line(err)
+            r.status, r.reason = common.NOT_AVAILABLE, measure.first_line(err)
             continue
         r.max_diff = (out - expected).abs().max().item()
         r.flashattn_fwd_events = events.get(FA_FWD, 0)
@@ -621,10 +621,10 @@ def overhead_header(settings):
 
 
 def overhead_row(r):
-    cells = ["x".join(map(str, r.shape)), r.impl, bench._fmt(r.flashattn_fwd_events, "d"),
-             bench._fmt(r.max_diff, ".1e"), bench._fmt(r.us_per_call, ".2f"),
-             bench._fmt(r.us_min, ".2f"),
-             bench._fmt(r.us_vs_op, "+.2f"),
+    cells = ["x".join(map(str, r.shape)), r.impl, common.fmt(r.flashattn_fwd_events, "d"),
+             common.fmt(r.max_diff, ".1e"), common.fmt(r.us_per_call, ".2f"),
+             common.fmt(r.us_min, ".2f"),
+             common.fmt(r.us_vs_op, "+.2f"),
              "-" if r.ratio_vs_pytorch is None else f"{r.ratio_vs_pytorch:.2f}x"]
     line = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, OVERHEAD_COLUMNS))
     if r.status != "ok":
@@ -653,7 +653,7 @@ def main(argv, args, parser):
     if not sdpa_impl.REGISTERED:
         parser.error(f"--sdpa-impl: torch {torch.__version__} has no "
                      f"torch.nn.attention.register_flash_attention_impl (torch >= 2.13 has)")
-    device = bench.resolve_device(args, parser)
+    device = common.resolve_device(args, parser)
     settings = resolve_settings(args, device.type)
     probe = measure.make_probe(device)
     table = sys.stderr if args.json == "-" else sys.stdout
@@ -667,7 +667,7 @@ def main(argv, args, parser):
         print(f"{settings.repeats} timed steps per side after {settings.warmup} warm-up",
               file=table)
         for dtype in settings.dtypes:
-            print(train_header(bench._dtype_name(dtype)), file=table, flush=True)
+            print(train_header(common.dtype_name(dtype)), file=table, flush=True)
             for size in settings.sizes:
                 for variant in VARIANTS_FOR_CAUSAL[args.causal]:
                     result = measure_train(size, variant, dtype, settings, probe, device, seed)
@@ -701,7 +701,7 @@ def main(argv, args, parser):
                   "train": [asdict(r) for r in train_results],
                   "overhead": [asdict(r) for r in overhead_results],
                   "toggle_us": toggle_us, "failed": len(failed)}
-        bench.write_json(report, args.json)
+        common.write_json(report, args.json)
     return 1 if failed else 0
 
 
@@ -712,7 +712,7 @@ def _meta(argv, device, probe, settings, args, parts, seed):
         "flashattn": __version__, "torch": torch.__version__,
         "device": device.type, "device_name": probe.describe(),
         "threads": torch.get_num_threads(), "parts": list(parts),
-        "dtypes": [bench._dtype_name(d) for d in settings.dtypes],
+        "dtypes": [common.dtype_name(d) for d in settings.dtypes],
         "sizes": [asdict(s) for s in settings.sizes], "layers": LAYERS,
         "dim_feedforward_per_d_model": FF_PER_D_MODEL, "optimizer": "AdamW",
         "learning_rate": LEARNING_RATE, "variants": list(VARIANTS_FOR_CAUSAL[args.causal]),

@@ -15,7 +15,7 @@ once per batch, not per layer):
                     seqused_k (torch.ops.flashattn.fwd(..., seqused_k=lengths)): the padded
                     queries are still computed, the padded keys not.
   sdpa-<backend>    F.scaled_dot_product_attention forced to each backend of the device
-                    (bench.SDPA_BACKENDS), on the (B, H, Lmax, D) view of the padded tensors:
+                    (common.SDPA_BACKENDS), on the (B, H, Lmax, D) view of the padded tensors:
                     is_causal=True when causal (no mask needed, as above), a boolean
                     (B, 1, 1, Lmax) key-padding attn_mask when not.
   sdpa-nested       F.scaled_dot_product_attention on jagged nested tensors made from the
@@ -50,7 +50,7 @@ from torch.nn.attention import sdpa_kernel
 
 from . import __version__
 from . import _bench_measure as measure
-from . import bench
+from . import _bench_common as common
 from .interface import flash_attn_func, flash_attn_varlen_func
 
 VARLEN = "flashattn-varlen"
@@ -116,11 +116,11 @@ def add_arguments(parser):
     group.add_argument("--varlen", action="store_true",
                        help="benchmark a packed variable-length batch instead of dense ones "
                             "(described above)")
-    group.add_argument("--total-tokens", type=bench._positive_int, dest="total_tokens",
+    group.add_argument("--total-tokens", type=common.positive_int, dest="total_tokens",
                        metavar="N", help="tokens in the batch (cpu 4096, cuda 16384)")
-    group.add_argument("--max-seqlen", type=bench._positive_int, dest="max_seqlen", metavar="N",
+    group.add_argument("--max-seqlen", type=common.positive_int, dest="max_seqlen", metavar="N",
                        help="longest sequence allowed (cpu 2048, cuda 8192)")
-    group.add_argument("--median-seqlen", type=bench._positive_int, dest="median_seqlen",
+    group.add_argument("--median-seqlen", type=common.positive_int, dest="median_seqlen",
                        metavar="N", help="median of the lognormal (cpu 128, cuda 512)")
     group.add_argument("--seed", type=int, help="of the lengths and the inputs (default 0)")
     group.add_argument("--thread-balance", action="store_true", dest="thread_balance",
@@ -178,10 +178,10 @@ def lengths_summary(lengths):
 
 def real_flops(lengths, heads, head_dim, causal, mode):
     """FlashAttention's convention per sequence, summed: only the real tokens' work."""
-    forward = sum(bench.FWD_FLOPS_PER_QKD * heads * length ** 2 * head_dim for length in lengths)
+    forward = sum(common.FWD_FLOPS_PER_QKD * heads * length ** 2 * head_dim for length in lengths)
     if causal:
         forward /= 2
-    return forward * (1 + bench.BWD_FLOPS_PER_FWD) if mode == "fwdbwd" else forward
+    return forward * (1 + common.BWD_FLOPS_PER_FWD) if mode == "fwdbwd" else forward
 
 
 @dataclass
@@ -192,7 +192,7 @@ class Result:
     impl: str
     mask: str                          # how this implementation keeps padded keys out
     flops: float                       # the real work (see real_flops), the same for all
-    status: str = "ok"                 # or bench.NOT_AVAILABLE, with the reason
+    status: str = "ok"                 # or common.NOT_AVAILABLE, with the reason
     reason: Optional[str] = None
     max_err: Optional[float] = None    # max |out - float64 reference|, checked rows
     dq_err: Optional[float] = None     # same for dq, forward+backward only
@@ -299,7 +299,7 @@ def implementations(device_type, causal):
     return [Impl(VARLEN, "cu_seqlens", False, _varlen),
             Impl(PADDED, "none (causal)" if causal else "seqused_k", True, _padded),
             *(Impl(f"sdpa-{label}", mask, True, _sdpa_padded_forced_to(backend))
-              for label, backend in bench.SDPA_BACKENDS[device_type]),
+              for label, backend in common.SDPA_BACKENDS[device_type]),
             Impl(NESTED, "jagged", False, _sdpa_nested)]
 
 
@@ -342,15 +342,15 @@ def measure_case(mode, dtype, causal, lengths, settings, probe, device):
     refs = references(batch, causal, with_dq=mode == "fwdbwd")
     flops = real_flops(lengths, settings.heads, settings.head_dim, causal, mode)
     candidates = [(impl.name,
-                   Result(mode, bench._dtype_name(dtype), causal, impl.name, impl.mask, flops),
+                   Result(mode, common.dtype_name(dtype), causal, impl.name, impl.mask, flops),
                    make_step(impl, batch, mode, causal), make_check(impl, batch, refs))
                   for impl in implementations(device.type, causal)]
-    results, times = measure.check_then_time(candidates, probe, settings, bench.NOT_AVAILABLE)
+    results, times = measure.check_then_time(candidates, probe, settings, common.NOT_AVAILABLE)
     for name, samples in times.items():
         r = results[name]
         seconds = r.time_ms / measure.MS_PER_S
         r.tokens_per_s = sum(lengths) / seconds
-        r.tflops = flops / seconds / bench.FLOPS_PER_TFLOP
+        r.tflops = flops / seconds / common.FLOPS_PER_TFLOP
         if VARLEN in times and name != VARLEN:
             r.varlen_speedup = measure.paired_speedup(samples, times[VARLEN])
     return list(results.values())
@@ -362,7 +362,7 @@ class Balance:
     dtype: str
     causal: bool
     threads: int                          # all of them; the other side is 1 thread
-    status: str = "ok"                    # or bench.NOT_AVAILABLE, with the reason
+    status: str = "ok"                    # or common.NOT_AVAILABLE, with the reason
     reason: Optional[str] = None
     time_ms_1_thread: Optional[float] = None
     time_ms_all_threads: Optional[float] = None
@@ -382,7 +382,7 @@ def measure_balance(mode, dtype, causal, settings, probe, device):
     in alternation (torch.set_num_threads before each call, inside the timed call: the kernels
     run on at::parallel_for's threads)."""
     threads = torch.get_num_threads()
-    result = Balance(mode, bench._dtype_name(dtype), causal, threads)
+    result = Balance(mode, common.dtype_name(dtype), causal, threads)
     lengths = balance_lengths(settings)
     batch = Batch(lengths, settings.balance_heads, settings.head_dim, dtype, device,
                   with_grad=mode == "fwdbwd", padded=False)
@@ -406,7 +406,7 @@ def measure_balance(mode, dtype, causal, settings, probe, device):
         del outputs
         times = measure.time_in_alternation(steps, probe, settings.repeats)
     except (RuntimeError, MemoryError) as err:
-        result.status, result.reason = bench.NOT_AVAILABLE, measure.first_line(err)
+        result.status, result.reason = common.NOT_AVAILABLE, measure.first_line(err)
         probe.after_failure()
         return result
     finally:
@@ -418,7 +418,7 @@ def measure_balance(mode, dtype, causal, settings, probe, device):
     result.tflops_all_threads = (real_flops(lengths, settings.balance_heads, settings.head_dim,
                                             causal, mode)
                                  / (result.time_ms_all_threads / measure.MS_PER_S)
-                                 / bench.FLOPS_PER_TFLOP)
+                                 / common.FLOPS_PER_TFLOP)
     return result
 
 
@@ -431,19 +431,19 @@ REASON_WIDTH = 110
 
 
 def table_header(mode, dtype_name, settings):
-    return bench.table_header(mode, dtype_name, settings, COLUMNS)
+    return common.table_header(mode, dtype_name, settings, COLUMNS)
 
 
 def table_row(r):
     cells = ["yes" if r.causal else "no", r.impl, r.mask]
-    if r.status == bench.NOT_AVAILABLE:
+    if r.status == common.NOT_AVAILABLE:
         head = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, COLUMNS))
-        return f"{head}  {bench.NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
-    cells += [bench._fmt(r.max_err, ".1e"), bench._fmt(r.dq_err, ".1e"),
-              bench._fmt(r.time_ms, ".3f"), bench._fmt(r.tokens_per_s, ".3g"),
-              bench._fmt(r.tflops, ".3g"),
+        return f"{head}  {common.NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
+    cells += [common.fmt(r.max_err, ".1e"), common.fmt(r.dq_err, ".1e"),
+              common.fmt(r.time_ms, ".3f"), common.fmt(r.tokens_per_s, ".3g"),
+              common.fmt(r.tflops, ".3g"),
               "-" if r.varlen_speedup is None else f"{r.varlen_speedup:.2f}x",
-              bench._fmt(r.peak_mb, ".1f")]
+              common.fmt(r.peak_mb, ".1f")]
     return "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, COLUMNS))
 
 
@@ -454,9 +454,9 @@ def balance_lines(balances, settings):
              f"{'mode':>16}  {'causal':>6}  {'1 thread ms':>11}  {'all ms':>10}  "
              f"{'threads':>7}  {'speedup':>7}  {'TFLOP/s':>8}  same output"]
     for b in balances:
-        head = f"{bench.MODE_TITLES[b.mode]:>16}  {'yes' if b.causal else 'no':>6}"
-        if b.status == bench.NOT_AVAILABLE:
-            lines.append(f"{head}  {bench.NOT_AVAILABLE}: {b.reason[:REASON_WIDTH]}")
+        head = f"{common.MODE_TITLES[b.mode]:>16}  {'yes' if b.causal else 'no':>6}"
+        if b.status == common.NOT_AVAILABLE:
+            lines.append(f"{head}  {common.NOT_AVAILABLE}: {b.reason[:REASON_WIDTH]}")
             continue
         lines.append(f"{head}  {b.time_ms_1_thread:>11.1f}  {b.time_ms_all_threads:>10.1f}  "
                      f"{b.threads:>7}  {b.speedup:>6.2f}x  {b.tflops_all_threads:>8.3g}  "
@@ -466,7 +466,7 @@ def balance_lines(balances, settings):
 
 def main(argv, args, parser):
     """bench.main hands over here when --varlen is given."""
-    device = bench.resolve_device(args, parser)
+    device = common.resolve_device(args, parser)
     if args.thread_balance and device.type != "cpu":
         parser.error("--thread-balance: CPU only (run it with --device cpu)")
     settings = resolve_settings(args, device.type)
@@ -488,12 +488,12 @@ def main(argv, args, parser):
               f"{summary['count'] * summary['max']} tokens, "
               f"{summary['count'] * summary['max'] ** 2 / sum(n * n for n in lengths):.1f}x the "
               f"real attention work", file=table)
-    modes = bench.MODES if args.mode == "both" else (args.mode,)
+    modes = common.MODES if args.mode == "both" else (args.mode,)
     causal_flags = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     results = []
     for mode in () if args.thread_balance else modes:
         for dtype in settings.dtypes:
-            print(table_header(mode, bench._dtype_name(dtype), settings), file=table)
+            print(table_header(mode, common.dtype_name(dtype), settings), file=table)
             for causal in causal_flags:
                 for result in measure_case(mode, dtype, causal, lengths, settings, probe,
                                            device):
@@ -519,7 +519,7 @@ def main(argv, args, parser):
         report = {"meta": _meta(argv, device, probe, settings, args, lengths),
                   "results": [asdict(r) for r in results],
                   "thread_balance": [asdict(b) for b in balances]}
-        bench.write_json(report, args.json)
+        common.write_json(report, args.json)
     return 0
 
 
@@ -530,7 +530,7 @@ def _meta(argv, device, probe, settings, args, lengths):
         "flashattn": __version__, "torch": torch.__version__,
         "device": device.type, "device_name": probe.describe(),
         "threads": torch.get_num_threads(),
-        "dtypes": [bench._dtype_name(d) for d in settings.dtypes], "heads": settings.heads,
+        "dtypes": [common.dtype_name(d) for d in settings.dtypes], "heads": settings.heads,
         "head_dim": settings.head_dim, "total_tokens": settings.total_tokens,
         "max_seqlen": settings.max_seqlen, "median_seqlen": settings.median_seqlen,
         "sigma": settings.sigma, "seed": settings.seed,

@@ -8,7 +8,6 @@ process, so each speedup is a ratio of calls made back to back. `--help` lists t
 """
 import argparse
 import datetime
-import json
 import math
 import statistics
 import sys
@@ -17,9 +16,10 @@ from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 
 from . import __version__
+from . import _bench_common as common
 from . import _bench_decode as decode
 from . import _bench_measure as measure
 from . import _bench_plot as plot
@@ -28,26 +28,6 @@ from . import _bench_varlen as varlen
 from .interface import scaled_dot_product_attention as flashattn_sdpa
 
 FLASHATTN = "flashattn"
-MODES = ("fwd", "fwdbwd")
-MODE_TITLES = {"fwd": "forward", "fwdbwd": "forward+backward"}
-NOT_AVAILABLE = "n/a"
-MIN_REPEATS = 5
-
-# FlashAttention's FLOP convention: the forward is two (Sq x Sk x d) matmuls of 2 FLOPs per
-# multiply-add, halved under a causal mask when Sq == Sk; the backward does 2.5x the forward.
-FWD_FLOPS_PER_QKD = 4
-BWD_FLOPS_PER_FWD = 2.5
-FLOPS_PER_TFLOP = 1e12
-
-SDPA_BACKENDS = {
-    "cuda": (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
-             ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)),
-    "cpu": (("flash", SDPBackend.FLASH_ATTENTION), ("math", SDPBackend.MATH)),
-}
-
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
-          "float64": torch.float64, "fp64": torch.float64}
 
 
 @dataclass(frozen=True)
@@ -102,10 +82,11 @@ class Case:
     head_dim: int
 
     def flops(self):
-        forward = FWD_FLOPS_PER_QKD * self.batch * self.heads * self.seqlen ** 2 * self.head_dim
+        forward = (common.FWD_FLOPS_PER_QKD * self.batch * self.heads * self.seqlen ** 2
+                   * self.head_dim)
         if self.causal:
             forward /= 2
-        return forward * (1 + BWD_FLOPS_PER_FWD) if self.mode == "fwdbwd" else forward
+        return forward * (1 + common.BWD_FLOPS_PER_FWD) if self.mode == "fwdbwd" else forward
 
 
 @dataclass
@@ -118,7 +99,7 @@ class Result:
     heads: int
     head_dim: int
     impl: str
-    status: str = "ok"                # or NOT_AVAILABLE, with the reason
+    status: str = "ok"                # or common.NOT_AVAILABLE, with the reason
     reason: Optional[str] = None
     max_err: Optional[float] = None   # max |out - float64 reference| over the checked rows
     dq_err: Optional[float] = None    # same for dq, forward+backward only
@@ -138,7 +119,7 @@ class Impl:
 def implementations(device_type):
     impls = [Impl(FLASHATTN, lambda q, k, v, causal: flashattn_sdpa(q, k, v, is_causal=causal))]
     impls += [Impl(f"sdpa-{label}", _sdpa_forced_to(backend))
-              for label, backend in SDPA_BACKENDS[device_type]]
+              for label, backend in common.SDPA_BACKENDS[device_type]]
     return impls
 
 
@@ -179,32 +160,17 @@ def measure_case(case, impls, probe, settings, device):
                 None if grads is None else measure.max_error(grads[0], references, "dq"))
 
     candidates = [(impl.name,
-                   Result(case.mode, _dtype_name(case.dtype), case.causal, case.seqlen,
+                   Result(case.mode, common.dtype_name(case.dtype), case.causal, case.seqlen,
                           case.batch, case.heads, case.head_dim, impl.name),
                    make_step(impl, case, q, k, v, dout), check)
                   for impl in impls]
-    results, times = measure.check_then_time(candidates, probe, settings, NOT_AVAILABLE)
+    results, times = measure.check_then_time(candidates, probe, settings, common.NOT_AVAILABLE)
     for name, samples in times.items():
         result = results[name]
-        result.tflops = case.flops() / (result.time_ms / measure.MS_PER_S) / FLOPS_PER_TFLOP
+        result.tflops = case.flops() / (result.time_ms / measure.MS_PER_S) / common.FLOPS_PER_TFLOP
         if FLASHATTN in times and name != FLASHATTN:
             result.speedup = measure.paired_speedup(samples, times[FLASHATTN])
     return list(results.values())
-
-
-def resolve_device(args, parser):
-    """The device of a run (--device, else CUDA where there is one) with --threads applied;
-    every bench mode starts here."""
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device is available")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    return device
-
-
-def _dtype_name(dtype):
-    return str(dtype).replace("torch.", "")
 
 
 def summarize(results):
@@ -230,26 +196,16 @@ COLUMNS = (("causal", 6), ("seqlen", 6), ("batch", 5), ("impl", 14), ("max_err",
 REASON_WIDTH = 70
 
 
-def table_header(mode, dtype_name, settings, columns=COLUMNS):
-    title = (f"{MODE_TITLES[mode]}, {dtype_name}, heads={settings.heads}, "
-             f"head_dim={settings.head_dim}")
-    names = "  ".join(name.rjust(width) for name, width in columns)
-    return f"\n{title}\n{names}\n{'-' * len(names)}"
-
-
 def table_row(r):
     cells = ["yes" if r.causal else "no", r.seqlen, r.batch, r.impl]
-    if r.status == NOT_AVAILABLE:
+    if r.status == common.NOT_AVAILABLE:
         head = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, COLUMNS))
-        return f"{head}  {NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
-    cells += [_fmt(r.max_err, ".1e"), _fmt(r.dq_err, ".1e"), _fmt(r.time_ms, ".3f"),
-              _fmt(r.tflops, ".3g"), "-" if r.speedup is None else f"{r.speedup:.2f}x",
-              _fmt(r.peak_mb, ".1f")]
+        return f"{head}  {common.NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
+    cells += [common.fmt(r.max_err, ".1e"), common.fmt(r.dq_err, ".1e"),
+              common.fmt(r.time_ms, ".3f"),
+              common.fmt(r.tflops, ".3g"), "-" if r.speedup is None else f"{r.speedup:.2f}x",
+              common.fmt(r.peak_mb, ".1f")]
     return "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, COLUMNS))
-
-
-def _fmt(value, spec):
-    return "-" if value is None else format(value, spec)
 
 
 def add_matmul_ceilings(summary, results, ceilings):
@@ -301,7 +257,8 @@ def summary_lines(summary):
         value = s["geomean_speedup_vs_best_sdpa"]
         verdict = (f"{value:.2f}x (geometric mean over {s['cases']} cases)" if value
                    else "n/a (flashattn or every SDPA backend could not run)")
-        lines.append(f"{MODE_TITLES[s['mode']]:>16}, {s['dtype']}: flashattn vs the best SDPA "
+        title = common.MODE_TITLES[s['mode']]
+        lines.append(f"{title:>16}, {s['dtype']}: flashattn vs the best SDPA "
                      f"backend: {verdict}")
         if s.get("tile_products"):
             rates = ", ".join(f"{t['kernel']} {1e3 * t['tflops']:.3g} GFLOP/s"
@@ -317,52 +274,6 @@ def summary_lines(summary):
     return lines
 
 
-def write_json(report, destination):
-    """--json: the report to the file `destination`, or to stdout for "-"."""
-    text = json.dumps(_json_safe(report), indent=1)
-    if destination == "-":
-        print(text)
-    else:
-        with open(destination, "w") as f:
-            f.write(text + "\n")
-
-
-def _json_safe(value):
-    # NaN and infinity are not JSON: spell them out rather than hide a broken result.
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    return value
-
-
-def _positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _repeats(text):
-    value = int(text)
-    if value < MIN_REPEATS:
-        raise argparse.ArgumentTypeError(f"medians need at least {MIN_REPEATS} repeats")
-    return value
-
-
-def _int_list(text):
-    return tuple(_positive_int(part) for part in text.split(","))
-
-
-def _dtype_list(text):
-    try:
-        return tuple(DTYPES[part.strip().lower()] for part in text.split(","))
-    except KeyError as err:
-        raise argparse.ArgumentTypeError(f"unknown dtype {err}; choose from {', '.join(DTYPES)}")
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m flashattn.bench",
@@ -371,17 +282,19 @@ def parse_args(argv):
         epilog="Defaults depend on the device: CPU float32, batch 1, 8 heads of 64, seqlen "
                "512-4096; CUDA bfloat16, 16 heads of 128, 16k tokens per batch, seqlen 1k-16k.")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available")
-    p.add_argument("--dtype", type=_dtype_list, dest="dtypes", metavar="LIST",
+    p.add_argument("--dtype", type=common.dtype_list, dest="dtypes", metavar="LIST",
                    help="comma list: float32, bfloat16, float16, float64 (or fp32, bf16, ...)")
-    p.add_argument("--batch", type=_positive_int, help="default: cpu 1, cuda 16k tokens / seqlen")
-    p.add_argument("--heads", type=_positive_int)
-    p.add_argument("--head-dim", type=_positive_int, dest="head_dim")
-    p.add_argument("--seqlens", type=_int_list, metavar="LIST", help="comma list, e.g. 512,1024")
+    p.add_argument("--batch", type=common.positive_int,
+                   help="default: cpu 1, cuda 16k tokens / seqlen")
+    p.add_argument("--heads", type=common.positive_int)
+    p.add_argument("--head-dim", type=common.positive_int, dest="head_dim")
+    p.add_argument("--seqlens", type=common.int_list, metavar="LIST",
+                   help="comma list, e.g. 512,1024")
     p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     p.add_argument("--mode", choices=("fwd", "fwdbwd", "both"), default="both")
-    p.add_argument("--repeats", type=_repeats, metavar="N",
-                   help=f"timed calls each, >= {MIN_REPEATS}")
-    p.add_argument("--threads", type=_positive_int, metavar="N",
+    p.add_argument("--repeats", type=common.repeats, metavar="N",
+                   help=f"timed calls each, >= {common.MIN_REPEATS}")
+    p.add_argument("--threads", type=common.positive_int, metavar="N",
                    help="CPU threads (torch.set_num_threads)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds (CI)")
     p.add_argument("--plot", type=plot.plot_path, metavar="FILE",
@@ -411,7 +324,7 @@ def resolve_settings(args, device_type):
 
 
 def enumerate_cases(args, settings):
-    modes = MODES if args.mode == "both" else (args.mode,)
+    modes = common.MODES if args.mode == "both" else (args.mode,)
     causal_flags = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     return [Case(mode, dtype, causal, seqlen, settings.batch_for(seqlen), settings.heads,
                  settings.head_dim)
@@ -428,7 +341,7 @@ def main(argv=None):
         return varlen.main(argv, args, parser)
     if args.decode:
         return decode.main(argv, args, parser)
-    device = resolve_device(args, parser)
+    device = common.resolve_device(args, parser)
     settings = resolve_settings(args, device.type)
     probe = measure.make_probe(device)
     impls = implementations(device.type)
@@ -440,20 +353,21 @@ def main(argv=None):
     for case in enumerate_cases(args, settings):
         if (case.mode, case.dtype) != group:
             group = (case.mode, case.dtype)
-            print(table_header(case.mode, _dtype_name(case.dtype), settings), file=table)
+            print(common.table_header(case.mode, common.dtype_name(case.dtype), settings, COLUMNS),
+                  file=table)
         for result in measure_case(case, impls, probe, settings, device):
             print(table_row(result), file=table, flush=True)
             results.append(result)
     summary = summarize(results)
-    if "fwd" in (MODES if args.mode == "both" else (args.mode,)):
+    if "fwd" in (common.MODES if args.mode == "both" else (args.mode,)):
         max_size = QUICK_MATMUL_SIZE if args.quick else MATMUL_SIZE[device.type]
-        ceilings = {_dtype_name(dtype): measure.matmul_tflops(dtype, max_size, probe,
+        ceilings = {common.dtype_name(dtype): measure.matmul_tflops(dtype, max_size, probe,
                                                               settings.repeats, device)
                     for dtype in settings.dtypes}
         add_matmul_ceilings(summary, results, ceilings)
         if device.type == "cpu":
             seconds = QUICK_TILE_PRODUCTS_SECONDS if args.quick else TILE_PRODUCTS_SECONDS
-            tiles = {_dtype_name(dtype): measure.cpu_tile_products_tflops(
+            tiles = {common.dtype_name(dtype): measure.cpu_tile_products_tflops(
                          dtype, settings.head_dim, seconds)
                      for dtype in settings.dtypes if dtype != torch.float64}
             add_tile_product_ceilings(summary, results, tiles, settings.head_dim)
@@ -462,7 +376,7 @@ def main(argv=None):
     if args.json:
         report = {"meta": _meta(argv, device, probe, settings, args), "summary": summary,
                   "results": [asdict(r) for r in results]}
-        write_json(report, args.json)
+        common.write_json(report, args.json)
     # After the JSON, so that a plot that fails to save cannot lose the measurements.
     if args.plot:
         plot.plot_results(args.plot, results, title=(
@@ -478,7 +392,7 @@ def _meta(argv, device, probe, settings, args):
         "flashattn": __version__, "torch": torch.__version__,
         "device": device.type, "device_name": probe.describe(),
         "threads": torch.get_num_threads(),
-        "dtypes": [_dtype_name(d) for d in settings.dtypes], "heads": settings.heads,
+        "dtypes": [common.dtype_name(d) for d in settings.dtypes], "heads": settings.heads,
         "head_dim": settings.head_dim, "seqlens": list(settings.seqlens),
         "batch": settings.batch, "tokens_per_batch": settings.tokens_per_batch,
         "causal": args.causal, "mode": args.mode,
