@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The whole GPU pass in one device call (at most 10 minutes; 15 minutes of device time in all):
-# build for the chip in front of us (the primitive layout check runs meanwhile), the CUDA tests,
-# compute-sanitizer memcheck and racecheck, and a trimmed benchmark against every SDPA backend,
-# each measured figure printed next to bench/gpu_model.py's prediction for it, and a decoding
-# step's (flash_attn_with_kvcache) KV bandwidth.
+# build for the chip in front of us (the primitive layout check runs meanwhile); the CUDA tests,
+# with FA2's own tests through the adapter beside them when .fa2/ was carried, then
+# compute-sanitizer memcheck and racecheck; then, with the GPU to itself, a trimmed benchmark
+# against every SDPA backend (each figure printed next to bench/gpu_model.py's prediction), a
+# decoding step's (flash_attn_with_kvcache) KV bandwidth, and Nsight Compute's counters for the
+# model's d = 128 shape (bench/ncu_workload.py).
 #
-#   bash bench/gpu_check.sh          logs and results go to $OUT (default ./gpu-out)
+#   bash bench/gpu_check.sh          the log goes to $OUT/gpu_check.log, everything else to
+#                                    $OUT/raw, packed into $OUT/raw.tgz (default OUT ./gpu-out)
 #
 # GPU_CHECK_DEADLINE_S (default 540) bounds the whole script, so a 600 s call returns with time
 # to spare: each step runs under `timeout`, given what its cap allows of the time left (less
@@ -14,14 +17,19 @@
 # measurement -- is printed by an EXIT trap, whatever happens (a failure, a timeout, SIGTERM),
 # and last, because the device tool returns only the tail of the output.
 #
-# Checked here, before any GPU (2026-11-30, csrc of branch gpu-model): every csrc source compiles
-# against the GPU box's torch 2.11.0+cu130 headers at -std=c++17, which its cpp_extension uses
-# (scripts/compile_check_torch.py --torch 2.11.0: g++ -fsyntax-only, nvcc -cuda front end).
+# Checked here before the first GPU call (2026-11-30, csrc of f552cd6): every csrc source
+# compiles against the GPU box's torch 2.11.0+cu130 headers at -std=c++17, which its
+# cpp_extension uses (scripts/compile_check_torch.py --torch 2.11.0 --all-cu: g++ -fsyntax-only,
+# nvcc -cuda front end), and a dry run of this script on a machine without a GPU goes through
+# every step (each failing for want of one) and packs raw.tgz.
 # The model's predictions come from the snapshot bench/gpu_model.json (rerun bench/gpu_model.py
 # after kernel changes; --compare says when the snapshot's csrc differs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-out}
+# The device tool brings back at most 8 files from $OUT: the log stays there, every other file
+# goes to $OUT/raw, which the EXIT trap packs into $OUT/raw.tgz.
+OUT_TOP=${OUT:-$PWD/gpu-out}
+OUT=$OUT_TOP/raw
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 ARCH=${FLASHATTN_CUDA_ARCHS:-90}
@@ -29,7 +37,7 @@ DEADLINE_S=${GPU_CHECK_DEADLINE_S:-540}
 SUMMARY_RESERVE_S=15
 START=$(date +%s)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-exec > >(tee "$OUT/gpu_check.log") 2>&1
+exec > >(tee "$OUT_TOP/gpu_check.log") 2>&1
 
 summary=()
 failed=0
@@ -66,17 +74,59 @@ step() {
   esac
 }
 
+# bg_step NAME CAP_S CMD...: like step, but CMD runs in the background (output in
+# $OUT/NAME.log) while later steps go on; bg_wait NAME collects it.
+declare -A BG_PID=()
+bg_step() {
+  local name=$1 cap=$2 limit
+  shift 2
+  limit=$(left)
+  (( cap < limit )) && limit=$cap
+  if (( limit < 10 )); then
+    record "$name" "SKIPPED (deadline)" 0
+    return
+  fi
+  printf '\n== %s (in the background, at most %d s): %s\n' "$name" "$limit" "$*"
+  rm -f "$OUT/$name.rc" "$OUT/$name.pid"
+  (
+    start=$(date +%s)
+    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1 &
+    echo $! >"$OUT/$name.pid"
+    wait $!
+    echo "$? $(( $(date +%s) - start ))" >"$OUT/$name.rc"
+  ) &
+  BG_PID[$name]=$!
+}
+
+bg_wait() {  # NAME: wait for it, show the end of its log, record its result
+  local name=$1 rc secs
+  [[ -n ${BG_PID[$name]:-} ]] || return 0
+  printf '\n== %s (ran in the background): waiting\n' "$name"
+  wait "${BG_PID[$name]}"
+  unset "BG_PID[$name]"
+  tail -n 40 "$OUT/$name.log"
+  read -r rc secs <"$OUT/$name.rc" || { rc=1; secs=0; }
+  case $rc in
+    0) record "$name" PASS "$secs" ;;
+    124|137) record "$name" TIMEOUT "$secs" ;;
+    *) record "$name" "FAIL (exit $rc)" "$secs" ;;
+  esac
+}
+
 stop_children() {
+  local name
   if [[ -n ${STEP_PID:-} ]]; then
     kill -TERM -- "-$STEP_PID" 2>/dev/null
     record "$STEP_NAME" INTERRUPTED $(( $(date +%s) - STEP_START ))
   fi
-  if [[ -n ${LAYOUT_PID:-} ]]; then
-    [[ -s $OUT/layout.pid ]] && kill -TERM -- "-$(cat "$OUT/layout.pid")" 2>/dev/null
-    kill -TERM "$LAYOUT_PID" 2>/dev/null
-    record layout INTERRUPTED 0
-  fi
-  STEP_PID= LAYOUT_PID=
+  for name in "${!BG_PID[@]}"; do
+    # timeout leads its own process group: the whole background command goes
+    [[ -s $OUT/$name.pid ]] && kill -TERM -- "-$(cat "$OUT/$name.pid")" 2>/dev/null
+    kill -TERM "${BG_PID[$name]}" 2>/dev/null
+    record "$name" INTERRUPTED 0
+  done
+  STEP_PID=
+  BG_PID=()
 }
 
 finish() {
@@ -90,6 +140,7 @@ finish() {
   printf '\n== summary (%s, %d s of %d)\n' "$(date -u)" $(( $(date +%s) - START )) "$DEADLINE_S"
   printf '%s\n' "${summary[@]}"
   (( failed )) && printf '%d step(s) did not pass\n' "$failed"
+  tar czf "$OUT_TOP/raw.tgz" -C "$OUT_TOP" raw && echo "files: $OUT_TOP/raw.tgz"
   exit $rc
 }
 trap finish EXIT
@@ -104,40 +155,54 @@ case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)" in
 esac
 
 # The layout check builds its own nvcc and g++ programs: it runs while the extension builds.
-rm -f "$OUT/layout.rc" "$OUT/layout.pid"
-(
-  start=$(date +%s)
-  timeout --kill-after=10 "$(( $(left) < 300 ? $(left) : 300 ))" \
-    $PY tests/cudasim/layout_check.py --arch "$ARCH" >"$OUT/layout.log" 2>&1 &
-  echo $! >"$OUT/layout.pid"
-  wait $!
-  echo "$? $(( $(date +%s) - start ))" >"$OUT/layout.rc"
-) &
-LAYOUT_PID=$!
+bg_step layout 300 $PY tests/cudasim/layout_check.py --arch "$ARCH"
 STEP_PID=
 
 # Not FLASHATTN_PTXAS_STRICT: a spill must not cost the whole run (ptxas warns in the log).
 step build 330 bash -c "set -o pipefail; env FLASHATTN_CUDA=1 FLASHATTN_CUDA_ARCHS=$ARCH \
   MAX_JOBS=$(nproc) $PY setup.py build_ext --inplace 2>&1 | tee $OUT/build.log | tail -n 30"
+bg_wait layout
 
-printf '\n== layout (ran during the build): waiting\n'
-wait "$LAYOUT_PID"
-LAYOUT_PID=
-cat "$OUT/layout.log"
-read -r layout_rc layout_s <"$OUT/layout.rc" || { layout_rc=1; layout_s=0; }
-case $layout_rc in
-  0) record layout PASS "$layout_s" ;;
-  124|137) record layout TIMEOUT "$layout_s" ;;
-  *) record layout "FAIL (exit $layout_rc)" "$layout_s" ;;
-esac
+# FlashAttention-2's own tests/test_flash_attn.py through the adapter (a flash_attn package
+# backed by flashattn, FA2's test file, the case sampler): it is kept outside the repository,
+# so it runs only when a copy was carried to .fa2/. They run beside our tests and the
+# sanitizers, and are waited for before the benchmarks, which must have the GPU to themselves.
+if [[ -f .fa2/test_flash_attn.py ]]; then
+  fa2() {  # NAME CAP_S SAMPLER_ARGS... TEST_FILE::FUNCTION...
+    local name=$1 cap=$2
+    shift 2
+    bg_step "$name" "$cap" env PYTHONPATH="$PWD/.fa2:$PWD" bash -c 'cd .fa2 && exec "$@"' _ \
+      $PY -m pytest -c pytest.ini --rootdir . -p fa2_sampler -q -rf --tb=line \
+      --junitxml "$OUT/$name.xml" --fa2-out-dir "$OUT/$name" --fa2-seed 1 --fa2-cover \
+      --fa2-max-est-s 1e9 --fa2-max-est-gib 40 --fa2-skip-n 0 "$@"
+  }
+  fa2 fa2-kvcache 200 --fa2-per-func 120 --fa2-paged-n 40 \
+    test_flash_attn.py::test_flash_attn_kvcache test_flash_attn.py::test_flash_attn_splitkv \
+    test_flash_attn.py::test_flash_attn_varlen_paged_kv_num_splits \
+    test_flash_attn.py::test_flash_attn_kvcache_paged_block_table_bounds
+  [[ -f .fa2/test_flash_attn_smallpages.py ]] && fa2 fa2-smallpages 200 --fa2-per-func 0 \
+    --fa2-paged-n 80 test_flash_attn_smallpages.py::test_flash_attn_kvcache
+  [[ -f .fa2/test_flash_attn_batchidx.py ]] && fa2 fa2-batchidx 200 --fa2-per-func 40 \
+    test_flash_attn_batchidx.py::test_flash_attn_kvcache
+  fa2 fa2-dense 200 --fa2-per-func 40 --fa2-dropout-n 4 --fa2-paged-n 4 \
+    --fa2-n test_flash_attn_deterministic=8 \
+    test_flash_attn.py::test_flash_attn_output test_flash_attn.py::test_flash_attn_causal \
+    test_flash_attn.py::test_flash_attn_qkvpacked test_flash_attn.py::test_flash_attn_bwd_overflow \
+    test_flash_attn.py::test_flash_attn_deterministic test_flash_attn.py::test_flash_attn_varlen_output \
+    test_flash_attn.py::test_flash_attn_varlen_causal
+fi
 
+# Four pytest workers when pytest-xdist is there (the box has it): the matrix is ~930 cases.
+XDIST=()
+$PY -c 'import xdist' 2>/dev/null && XDIST=(-n 4)
 step cuda-tests 180 $PY -m pytest tests -q --maxfail=10 -k "cuda and not sim" -p no:cacheprovider \
-  --junitxml "$OUT/cuda-tests.xml"
+  "${XDIST[@]}" --junitxml "$OUT/cuda-tests.xml"
 # The caching allocator would hide out-of-bounds accesses inside its blocks from memcheck.
 step memcheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
   --error-exitcode 1 $PY bench/sanitizer_cases.py
 step racecheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool racecheck \
   --error-exitcode 1 $PY bench/sanitizer_cases.py
+for name in "${!BG_PID[@]}"; do bg_wait "$name"; done
 # Trimmed first benchmark: the model's shape (16k tokens, hidden 2048, N = 4096) for d = 128,
 # 64, 256, forward and forward+backward, causal and not; N = 1024 too at d = 128.
 step bench-d128 90 $PY -m flashattn.bench --device cuda --head-dim 128 --heads 16 \
@@ -146,6 +211,19 @@ step bench-d128 90 $PY -m flashattn.bench --device cuda --head-dim 128 --heads 1
 # the GQA-packed decode path (cuda/gqa_decode.h) against every SDPA backend and FA2 if present.
 step bench-decode 60 $PY -m flashattn.bench --device cuda --decode --batch-sizes 1,32 \
   --kv-lens 8192,32768 --repeats 5 --json "$OUT/bench-decode.json"
+# Nsight Compute on the model's d = 128 shape (bench/ncu_workload.py): the counters that
+# bench/gpu_model.py counts on the shim (mma, ldmatrix, shared-memory wavefronts and bank
+# conflicts, sectors), measured, plus each kernel's duration and throughput breakdown.
+if command -v ncu >/dev/null; then
+  step ncu 90 bash -c "ncu --clock-control none -f -o $OUT/ncu -c 4 \
+    -k 'regex:fwd_kernel_16bit|bwd_dkdv_kernel_16bit|bwd_dq_kernel_16bit' \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis_Tables --section InstructionStats --section LaunchStats \
+    --section Occupancy --section WarpStateStats $PY bench/ncu_workload.py \
+    && ncu --import $OUT/ncu.ncu-rep --page details > $OUT/ncu_details.txt \
+    && { ncu --import $OUT/ncu.ncu-rep --page raw --csv --print-metric-instances values \
+           > $OUT/ncu_raw.csv || ncu --import $OUT/ncu.ncu-rep --page raw --csv > $OUT/ncu_raw.csv; }"
+fi
 step bench-d64 60 $PY -m flashattn.bench --device cuda --head-dim 64 --heads 32 --seqlens 4096 \
   --repeats 5 --json "$OUT/bench-d64.json"
 step bench-d256 60 $PY -m flashattn.bench --device cuda --head-dim 256 --heads 8 --seqlens 4096 \
