@@ -17,6 +17,17 @@ __device__ __forceinline__ float lse_shift_log2(float lse) {
   return lse == -INFINITY ? INFINITY : lse * kLog2e;
 }
 
+// tanh(x) to a few ulp. The build's --use_fast_math (setup.py) turns tanhf into the hardware's
+// tanh.approx.f32, ~2^-11 relative error: on an H200 that made softcapped fp32 results 30x less
+// accurate than PyTorch's (the shim, with the host's tanhf, cannot see it). expm1f keeps its
+// accuracy under fast math; only the division becomes approximate (2 ulp). tanh(9) rounds to 1
+// in fp32, and the comparison lets a NaN through.
+__device__ __forceinline__ float tanh_accurate(float x) {
+  const float a = fabsf(x);
+  const float e = expm1f(2.f * (a > 9.f ? 9.f : a));
+  return copysignf(e / (e + 2.f), x);
+}
+
 // How a raw score q_i . k_j becomes a logit, and the factor from the accumulator's units to
 // log2 units. Plain attention keeps raw scores in the accumulator and folds log2(e) * scale
 // into the exp2 FMA (FA2's trick); softcap, ALiBi, attn_mask or a non-positive scale first turn
@@ -46,7 +57,7 @@ struct LogitRules {
 
   // Raw score -> natural-log logit (only called when !keep_raw).
   __device__ __forceinline__ float logit(float s, int row, int key) const {
-    const float x = softcap > 0.f ? softcap * tanhf(s * scale_over_cap) : s * scale;
+    const float x = softcap > 0.f ? softcap * tanh_accurate(s * scale_over_cap) : s * scale;
     return x + alibi_bias(alibi_slope, diag_offset, row, key);
   }
 
@@ -68,7 +79,7 @@ struct LogitRules {
   // Like logit(), and also d logit / d s.
   __device__ __forceinline__ float logit(float s, int row, int key, float& dlogit_ds) const {
     if (softcap > 0.f) {
-      const float t = tanhf(s * scale_over_cap);
+      const float t = tanh_accurate(s * scale_over_cap);
       dlogit_ds = scale * (1.f - t * t);
       return softcap * t + alibi_bias(alibi_slope, diag_offset, row, key);
     }
