@@ -45,7 +45,7 @@ def check_masked(ex, q, k, v, mask, scale=0.3, backward=True, mask_grad=True):
     """ex with attn_mask against the float64 reference, forward and backward (with the float
     mask's gradient)."""
     out, lse = ex.fwd(q, k, v, scale, attn_mask=mask, align_bottom_right=False)
-    mask64 = mask if mask.dtype == torch.bool else to64(mask)
+    mask64 = mask.cpu() if mask.dtype == torch.bool else to64(mask)  # to64: on the CPU too
     ref_kwargs = dict(softmax_scale=scale, align_bottom_right=False)
     ref_out, ref_lse = attention_reference(to64(q), to64(k), to64(v), attn_mask=mask64,
                                            **ref_kwargs)
