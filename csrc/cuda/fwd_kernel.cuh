@@ -89,7 +89,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     const int n_start = tile * kBlockN;
     const int rows_valid = seq.seqlen_k - n_start;
     if (keys_in_rows) {
-      load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
+      // Unrolled: the main loop's copies (tile_io.cuh, TileChunks).
+      load_tile_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
           tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, p.head_dim,
           aligned);
     } else {

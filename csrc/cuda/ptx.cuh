@@ -155,6 +155,8 @@ FLASHATTN_PTX_DEVICE void cp_async_wait_all(FLASHATTN_PTX_SITE_ONLY) {
 // ex2.approx.ftz.f32 has ~2 ulp error and flushes subnormals; the shim computes exp2f exactly.
 FLASHATTN_PTX_DEVICE float exp2_approx(float x) { return exp2f(x); }
 
+FLASHATTN_PTX_DEVICE int thread_index() { return static_cast<int>(threadIdx.x); }
+
 FLASHATTN_PTX_DEVICE void red_add_f32x2(float* gmem, float a, float b FLASHATTN_PTX_SITE) {
   ::cudasim::detail::red_add_f32x2(gmem, a, b, file, line);
 }
@@ -230,6 +232,15 @@ FLASHATTN_PTX_DEVICE float exp2_approx(float x) {
   float y;
   asm volatile("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// threadIdx.x, read where it is used: a volatile read is not hoisted, so what is computed from
+// it (a tile copy's row and column) is recomputed per use instead of held in registers across
+// a main loop, where the kernels at 255 registers have none to spare.
+FLASHATTN_PTX_DEVICE int thread_index() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  return tid;
 }
 
 // gmem[0] += a, gmem[1] += b for an 8-byte aligned pair in global memory: one 8-byte reduction

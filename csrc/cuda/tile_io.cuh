@@ -26,30 +26,92 @@ __device__ __forceinline__ bool rows_are_16b_aligned(const TensorView& view) {
          view.row_stride % kChunkElems == 0 && view.head_stride % kChunkElems == 0;
 }
 
+// The chunks of a [kRows x kCols] tile, 16 bytes each, split over kNThreads threads: thread t
+// takes chunks t, t + kNThreads, ... (consecutive threads, consecutive 16 bytes of a row). The
+// trip count is a compile-time constant, so a copy can unroll into straight-line code: the
+// loop from threadIdx.x it replaces cost ~50 SASS instructions per cp.async in the d = 128
+// forward, whose H200 run then stalled on instruction fetch (bench/RESULTS.md, first GPU run).
+// threadIdx.x is read through ptx::thread_index(), a volatile read, so that its row and column
+// are recomputed per copy instead of held across the main loop: with plain threadIdx.x the
+// d = 128 forward spilled (60 bytes on sm_80).
+template <int kRows, int kCols, int kNThreads>
+struct TileChunks {
+  static constexpr int kPerRow = kCols / kChunkElems;
+  static constexpr int kCount = kRows * kPerRow;
+  static constexpr int kPerThread = (kCount + kNThreads - 1) / kNThreads;
+  static_assert(kCols % kChunkElems == 0, "tile width must be whole 16-byte chunks");
+
+  // Whether this thread's i-th chunk exists (only a partial last pass leaves some out).
+  __device__ __forceinline__ static bool exists(int i) {
+    return kCount % kNThreads == 0 || ptx::thread_index() + i * kNThreads < kCount;
+  }
+  // Its row and first column. When a pass of the CTA covers whole rows, the column is the same
+  // on every pass and the row advances by a constant.
+  __device__ __forceinline__ static int row(int i) {
+    if constexpr (kNThreads % kPerRow == 0)
+      return ptx::thread_index() / kPerRow + i * (kNThreads / kPerRow);
+    return (ptx::thread_index() + i * kNThreads) / kPerRow;
+  }
+  __device__ __forceinline__ static int col(int i) {
+    if constexpr (kNThreads % kPerRow == 0)
+      return ptx::thread_index() % kPerRow * kChunkElems;
+    return (ptx::thread_index() + i * kNThreads) % kPerRow * kChunkElems;
+  }
+};
+
 // Copies rows [0, kRows) x columns [0, kCols) of a tile into smem with row pitch kSmemStride
 // elements; rows >= rows_valid and columns >= cols_valid become zero. Row r < rows_valid is
 // at row_of(r): strided rows of a view, or a sequence's keys wherever a KV cache keeps them
 // (pages, cache_batch_idx: kv_rows.h). `anywhere` is any valid address, the source of the
 // chunks that read nothing. Must be called by all kNThreads threads of the CTA.
-template <int kRows, int kCols, int kSmemStride, int kNThreads, typename RowOf>
+//
+// kUnrolled (strided rows: load_tile_async) unrolls the cp.async copies; a row lookup per chunk
+// (pages) stays a rolled loop, since eight copies of a page lookup at three call sites would
+// only grow the kernel. A separate path for whole tiles (no bounds at all) was faster still on
+// the H200 but made the d = 128 forward spill on sm_80 (ptxas, 164 bytes).
+template <int kRows, int kCols, int kSmemStride, int kNThreads, bool kUnrolled = false,
+          typename RowOf>
 __device__ __forceinline__ void load_rows_async(
     uint16_t* tile_smem,  // [kRows, kSmemStride]
     const RowOf& row_of, const uint16_t* anywhere, int rows_valid, int cols_valid,
     bool aligned FLASHATTN_CALLER_SITE) {
-  constexpr int kChunksPerRow = kCols / kChunkElems;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  static_assert(kCols % kChunkElems == 0, "tile width must be whole 16-byte chunks");
-  for (int chunk = threadIdx.x; chunk < kChunks; chunk += kNThreads) {
-    const int row = chunk / kChunksPerRow;
-    const int col = (chunk % kChunksPerRow) * kChunkElems;
+  using Chunks = TileChunks<kRows, kCols, kNThreads>;
+  // The bytes of a chunk that hold data: none for a row past rows_valid, fewer than 16 at the
+  // head dim's end. An invalid chunk reads nothing, and no out-of-range address is formed.
+  auto valid_elems = [&](int row, int col) {
     const int cols_left = row < rows_valid ? cols_valid - col : 0;
-    const int n_valid = cols_left < 0 ? 0 : (cols_left < kChunkElems ? cols_left : kChunkElems);
+    return cols_left < 0 ? 0 : (cols_left < kChunkElems ? cols_left : kChunkElems);
+  };
+  if (kUnrolled && aligned && rows_valid >= kRows && cols_valid >= kCols) {
+#pragma unroll
+    for (int i = 0; i < Chunks::kPerThread; ++i) {
+      if (!Chunks::exists(i)) continue;
+      const int row = Chunks::row(i), col = Chunks::col(i);
+      ptx::cp_async_16(tile_smem + row * kSmemStride + col, row_of(row) + col,
+                       kChunkBytes FLASHATTN_CALLER_SITE_ARGS);
+    }
+    return;
+  }
+  if (kUnrolled && aligned) {
+#pragma unroll
+    for (int i = 0; i < Chunks::kPerThread; ++i) {
+      if (!Chunks::exists(i)) continue;
+      const int row = Chunks::row(i), col = Chunks::col(i), n_valid = valid_elems(row, col);
+      ptx::cp_async_16(tile_smem + row * kSmemStride + col,
+                       n_valid > 0 ? row_of(row) + col : anywhere,
+                       n_valid * kElemBytes16 FLASHATTN_CALLER_SITE_ARGS);
+    }
+    return;
+  }
+  for (int chunk = threadIdx.x; chunk < Chunks::kCount; chunk += kNThreads) {
+    const int row = chunk / Chunks::kPerRow;
+    const int col = (chunk % Chunks::kPerRow) * kChunkElems;
+    const int n_valid = valid_elems(row, col);
     uint16_t* dst = tile_smem + row * kSmemStride + col;
-    // An invalid chunk reads nothing, and no out-of-range address is ever formed for it.
     const uint16_t* src = n_valid > 0 ? row_of(row) + col : anywhere;
     if (aligned) {
       ptx::cp_async_16(dst, src, n_valid * kElemBytes16 FLASHATTN_CALLER_SITE_ARGS);
-    } else {
+    } else {  // plain loads and stores: rare (unaligned views)
 #pragma unroll
       for (int e = 0; e < kChunkElems; ++e)
         FLASHATTN_SMEM(dst)[e] = e < n_valid ? src[e] : uint16_t{0};
@@ -58,12 +120,12 @@ __device__ __forceinline__ void load_rows_async(
 }
 
 // load_rows_async for rows row_stride apart from tile_gmem ([rows_valid, cols_valid]).
-template <int kRows, int kCols, int kSmemStride, int kNThreads>
+template <int kRows, int kCols, int kSmemStride, int kNThreads, bool kUnrolled = false>
 __device__ __forceinline__ void load_tile_async(
     uint16_t* tile_smem,        // [kRows, kSmemStride]
     const uint16_t* tile_gmem,  // [rows_valid, cols_valid], rows row_stride apart
     int64_t row_stride, int rows_valid, int cols_valid, bool aligned FLASHATTN_CALLER_SITE) {
-  load_rows_async<kRows, kCols, kSmemStride, kNThreads>(
+  load_rows_async<kRows, kCols, kSmemStride, kNThreads, kUnrolled>(
       tile_smem, [&](int row) { return tile_gmem + row * row_stride; }, tile_gmem, rows_valid,
       cols_valid, aligned FLASHATTN_CALLER_SITE_ARGS);
 }

@@ -299,6 +299,16 @@ inline CaseResult exp2_case(Rng& rng) {
   return {"exp2_approx", GpuCompare::CloseF32, actual, bytes_of(expected), actual};
 }
 
+// ptx::thread_index(), the volatile read of %tid.x that the tile copies use: threadIdx.x.
+inline CaseResult thread_index_case() {
+  std::vector<int> expected(kLanes);
+  for (int lane = 0; lane < kLanes; ++lane) expected[lane] = lane;
+  DeviceArray<int> out_d{std::vector<int>(kLanes, -1)};
+  launch_one_block(thread_index_kernel, kLanes, 0, out_d.get());
+  const auto actual = bytes_of(out_d.read());
+  return {"thread_index", GpuCompare::Bitwise, actual, bytes_of(expected), actual};
+}
+
 // Every case, in a fixed order. hardware_safe: give ignored ldmatrix lanes, and zero-byte
 // cp.async sources, valid addresses (the shim test uses invalid ones to prove they go unread).
 inline std::vector<CaseResult> run_all_cases(uint64_t seed, bool hardware_safe) {
@@ -324,6 +334,7 @@ inline std::vector<CaseResult> run_all_cases(uint64_t seed, bool hardware_safe) 
   results.push_back(vote_case(0x0f0f00ffu, rng));
   results.push_back(cp_async_case(rng, hardware_safe));
   results.push_back(exp2_case(rng));
+  results.push_back(thread_index_case());
   return results;
 }
 

@@ -106,6 +106,10 @@ __global__ void exp2_kernel(const float* in, float* out) {
   out[threadIdx.x] = flashattn::ptx::exp2_approx(in[threadIdx.x]);
 }
 
+__global__ void thread_index_kernel(int* out) {
+  out[threadIdx.x] = flashattn::ptx::thread_index();
+}
+
 // Lane L issues one 16-byte copy per group g into slot g*32+L, reading src_bytes[g*32+L] bytes
 // from src + (g*32+L)*16, or from empty_source when that is 0 (the shim test passes nullptr: a
 // zero-byte copy must not read). Groups 0-2 are committed, group 3 is not. After each step it snapshots its own 4 slots:
