@@ -48,6 +48,26 @@ def pytest_configure(config):
             f"not the installed wheel")
 
 
+def runs_on_the_shim(item):
+    """Whether a test runs the CUDA kernels' source on the CPU shim: the sim executor as a
+    fixture or a parameter, or a test file of the shim itself."""
+    params = getattr(item, "callspec", None)
+    return ("sim" in getattr(item, "fixturenames", ())
+            or (params is not None
+                and any(isinstance(v, str) and v == "sim" for v in params.params.values()))
+            or item.path.name == "test_cuda_kernels_sim.py"
+            or item.path.name.startswith("test_cudasim_"))
+
+
+def pytest_collection_modifyitems(config, items):
+    # `-m "not shim"` leaves them out where a GPU is tested (bench/gpu_check.sh): names like
+    # test_cuda_kernels_on_the_shim match `-k cuda`, and eight pytest workers building the shim
+    # extension at once crashed two of them on the H200.
+    for item in items:
+        if runs_on_the_shim(item):
+            item.add_marker(pytest.mark.shim)
+
+
 @pytest.fixture(autouse=True)
 def fresh_seed(request):
     """Every test gets its own inputs, different in every run, reproducible from the header."""
