@@ -56,17 +56,33 @@ skipped() {
   record "$1" "SKIPPED (asked)" 0
 }
 
-# step NAME CAP_S CMD...: CMD under timeout min(CAP_S, time left); PASS, FAIL or TIMEOUT.
-step() {
-  local name=$1 cap=$2 limit start rc
-  shift 2
-  skipped "$name" && return
-  limit=$(left)
-  (( cap < limit )) && limit=$cap
-  if (( limit < 10 )); then
-    record "$name" "SKIPPED (deadline)" 0
-    return
+# step_limit NAME CAP_S: sets STEP_LIMIT to the step's time limit, min(CAP_S, time left); fails
+# (and records the step as skipped) when it was asked to be left out or under 10 s are left.
+# Not called as $(...): its records must reach this shell's summary.
+step_limit() {
+  skipped "$1" && return 1
+  STEP_LIMIT=$(left)
+  (( $2 < STEP_LIMIT )) && STEP_LIMIT=$2
+  if (( STEP_LIMIT < 10 )); then
+    record "$1" "SKIPPED (deadline)" 0
+    return 1
   fi
+}
+
+record_exit() {  # NAME EXIT_STATUS SECONDS: PASS, TIMEOUT or FAIL
+  case $2 in
+    0) record "$1" PASS "$3" ;;
+    124|137) record "$1" TIMEOUT "$3" ;;
+    *) record "$1" "FAIL (exit $2)" "$3" ;;
+  esac
+}
+
+# step NAME CAP_S CMD...: CMD under timeout min(CAP_S, time left).
+step() {
+  local name=$1 limit start rc
+  step_limit "$1" "$2" || return 0
+  limit=$STEP_LIMIT
+  shift 2
   printf '\n== %s (at most %d s): %s\n' "$name" "$limit" "$*"
   start=$(date +%s)
   # In the background, so that a signal to this script is handled at once (bash runs traps
@@ -76,26 +92,17 @@ step() {
   wait "$STEP_PID"
   rc=$?
   STEP_PID=
-  case $rc in
-    0) record "$name" PASS $(( $(date +%s) - start )) ;;
-    124|137) record "$name" "TIMEOUT (${limit} s)" $(( $(date +%s) - start )) ;;
-    *) record "$name" "FAIL (exit $rc)" $(( $(date +%s) - start )) ;;
-  esac
+  record_exit "$name" "$rc" $(( $(date +%s) - start ))
 }
 
 # bg_step NAME CAP_S CMD...: like step, but CMD runs in the background (output in
 # $OUT/NAME.log) while later steps go on; bg_wait NAME collects it.
 declare -A BG_PID=()
 bg_step() {
-  local name=$1 cap=$2 limit
+  local name=$1 limit
+  step_limit "$1" "$2" || return 0
+  limit=$STEP_LIMIT
   shift 2
-  skipped "$name" && return
-  limit=$(left)
-  (( cap < limit )) && limit=$cap
-  if (( limit < 10 )); then
-    record "$name" "SKIPPED (deadline)" 0
-    return
-  fi
   printf '\n== %s (in the background, at most %d s): %s\n' "$name" "$limit" "$*"
   rm -f "$OUT/$name.rc" "$OUT/$name.pid"
   (
@@ -116,11 +123,7 @@ bg_wait() {  # NAME: wait for it, show the end of its log, record its result
   unset "BG_PID[$name]"
   tail -n 40 "$OUT/$name.log"
   read -r rc secs <"$OUT/$name.rc" || { rc=1; secs=0; }
-  case $rc in
-    0) record "$name" PASS "$secs" ;;
-    124|137) record "$name" TIMEOUT "$secs" ;;
-    *) record "$name" "FAIL (exit $rc)" "$secs" ;;
-  esac
+  record_exit "$name" "$rc" "$secs"
 }
 
 stop_children() {
