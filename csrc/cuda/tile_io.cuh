@@ -32,8 +32,8 @@ __device__ __forceinline__ bool rows_are_16b_aligned(const TensorView& view) {
 // loop from threadIdx.x it replaces cost ~50 SASS instructions per cp.async in the d = 128
 // forward, whose H200 run then stalled on instruction fetch (bench/RESULTS.md, first GPU run).
 // threadIdx.x is read through ptx::thread_index(), a volatile read, so that its row and column
-// are recomputed per copy instead of held across the main loop: with plain threadIdx.x the
-// d = 128 forward spilled (60 bytes on sm_80).
+// are recomputed per copy instead of held across the main loop: with plain threadIdx.x, a
+// variant of these copies made the d = 128 forward spill (60 bytes on sm_80, 20 on sm_90).
 template <int kRows, int kCols, int kNThreads>
 struct TileChunks {
   static constexpr int kPerRow = kCols / kChunkElems;
@@ -65,10 +65,10 @@ struct TileChunks {
 // (pages, cache_batch_idx: kv_rows.h). `anywhere` is any valid address, the source of the
 // chunks that read nothing. Must be called by all kNThreads threads of the CTA.
 //
-// kUnrolled (strided rows: load_tile_async) unrolls the cp.async copies; a row lookup per chunk
-// (pages) stays a rolled loop, since eight copies of a page lookup at three call sites would
-// only grow the kernel. A separate path for whole tiles (no bounds at all) was faster still on
-// the H200 but made the d = 128 forward spill on sm_80 (ptxas, 164 bytes).
+// kUnrolled (strided rows, load_tile_async) unrolls the cp.async copies, with no bounds at all
+// for a whole tile. Only the forward's main loop asks for it: unrolled copies at every call
+// site (the Q tile's, the backward's) made the d = 128 forward spill on sm_80 (164 bytes) and
+// dK/dV on sm_90 (strict ptxas). A row lookup per chunk (pages) stays a rolled loop.
 template <int kRows, int kCols, int kSmemStride, int kNThreads, bool kUnrolled = false,
           typename RowOf>
 __device__ __forceinline__ void load_rows_async(
