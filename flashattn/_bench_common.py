@@ -81,11 +81,19 @@ def json_safe(value):
 
 
 # argparse types.
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def int_at_least(minimum, name):
+    """An argparse type: an int >= minimum (argparse names `name` in its "invalid" message)."""
+    def parse(text):
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    parse.__name__ = name
+    return parse
+
+
+positive_int = int_at_least(1, "positive_int")
+non_negative_int = int_at_least(0, "non_negative_int")
 
 
 def repeats(text):

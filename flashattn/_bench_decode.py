@@ -148,7 +148,7 @@ def add_arguments(parser):
                        help="key/value heads; must divide --heads (default 8)")
     group.add_argument("--page-size", type=common.positive_int, dest="page_size", metavar="N",
                        help="tokens per page of the paged cache (default 16)")
-    group.add_argument("--num-splits", type=_non_negative_int, dest="num_splits", metavar="N",
+    group.add_argument("--num-splits", type=common.non_negative_int, dest="num_splits", metavar="N",
                        help="flash_attn_with_kvcache's num_splits (default 0: its heuristic)")
     group.add_argument("--budget", type=_non_negative_float, dest="budget_s", metavar="SECONDS",
                        help="per dtype: cases that would end past it are not run (default: "
@@ -177,13 +177,6 @@ def check_arguments(parser, args):
                  if getattr(args, n) is not None]
         if given:
             parser.error(f"{', '.join(given)}: only with --decode")
-
-
-def _non_negative_int(text):
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def _non_negative_float(text):
