@@ -185,15 +185,59 @@ def test_kvcache_matches_the_reference(case, dtype):
     Case(dtype=dtype, **CASES[case]).check()
 
 
+def runs_x86_64_v4():
+    """Whether this CPU has AVX-512 as x86-64-v4 defines it (F, BW, CD, DQ, VL)."""
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    return {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= set(flags)
+
+
+LANES = "FLASHATTN_CPU_ROW_LANES"
+
+
+@pytest.fixture(params=["8", "16"])
+def row_lanes(request, monkeypatch):
+    """The CPU row products forced to 8 or 16 fp32 lanes. A CPU without AVX-512 refuses 16 (that
+    is checked, then the test ends)."""
+    monkeypatch.setenv(LANES, request.param)
+    if request.param == "16" and not runs_x86_64_v4():
+        with pytest.raises(RuntimeError, match="FLASHATTN_CPU_ROW_LANES=16 needs AVX-512"):
+            Case(head_dim=16).call()
+        pytest.skip("checked that this CPU, without AVX-512, refuses 16 lanes")
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
-@pytest.mark.parametrize("head_dim", [7, 65, 300])
+@pytest.mark.parametrize("head_dim", [7, 24, 65, 300])
 @pytest.mark.parametrize("seqlen_q, heads, heads_kv", [(1, 4, 1), (3, 8, 2), (1, 16, 1)])
-def test_cpu_decode_tiles_of_any_head_dim(seqlen_q, heads, heads_kv, head_dim, dtype):
+def test_cpu_decode_tiles_of_any_head_dim(row_lanes, seqlen_q, heads, heads_kv, head_dim, dtype):
     """Tiles of at most 16 query rows take their products from the cache rows (row_products.h),
-    in blocks of 4 rows x 4 keys, with tails of rows, keys and head dim, and head dims past
-    their 256-element row buffer in pieces."""
+    in blocks of 4 rows x 4 keys, 8 or 16 lanes at a time, with tails of rows, keys and head dim
+    (at 16 lanes: a last 8-lane piece, then scalars), and head dims past their 256-element row
+    buffer in pieces."""
     Case(batch=2, seqlen_q=seqlen_q, seqlen_new=seqlen_q, heads=heads, heads_kv=heads_kv,
          head_dim=head_dim, seqlen_cache=203, rotary_dim=6, page_size=17, dtype=dtype).check()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_cpu_row_lanes_switch_the_products(monkeypatch, dtype):
+    """FLASHATTN_CPU_ROW_LANES takes effect: 8 and 16 lanes sum in different orders, both within
+    tolerance, and in fp32 their bits differ (16-bit products are exact in fp32, so their sums
+    may not depend on the order); an unknown width is an error naming the variable."""
+    if not runs_x86_64_v4():
+        pytest.skip("this CPU has only 8 lanes (test_cpu_decode_tiles_of_any_head_dim checks "
+                    "that it refuses 16)")
+    case = Case(batch=2, seqlen_q=1, heads=8, heads_kv=2, head_dim=128, seqlen_cache=600,
+                seqlen_new=0, rotary_dim=0, dtype=dtype)
+    outs = {}
+    for lanes in ("8", "16"):
+        monkeypatch.setenv(LANES, lanes)
+        outs[lanes] = case.check()
+    if dtype == torch.float32:
+        assert not torch.equal(outs["8"][1], outs["16"][1])
+    monkeypatch.setenv(LANES, "32")
+    with pytest.raises(RuntimeError, match="FLASHATTN_CPU_ROW_LANES must be 8, 16 or auto"):
+        case.call()
 
 
 # ---- the CUDA kernels: on a GPU, and their own source on the CPU shim ----

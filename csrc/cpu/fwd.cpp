@@ -115,7 +115,8 @@ class ForwardKernel {
         seqs_(host_sequences(p)),
         plan_(plan),
         values_in_place_(!kNative16 && keys_in_place(p.kv_cache) && std::is_same_v<In, T> &&
-                         p.v.row_stride >= p.head_dim) {}
+                         p.v.row_stride >= p.head_dim),
+        row_lanes_(kRowProductsTaken ? row_lanes() : RowLanes::k8) {}
 
   void run() {
     const std::vector<QueryBlock> tasks = query_blocks();
@@ -344,8 +345,8 @@ class ForwardKernel {
     } else if (rows_in_place) {
       if constexpr (kRowProductsTaken) {
         point_at_rows(p_.k, b, kv_head, kb, cols, s);
-        dot_key_rows(s.q_tile.data(), rows, dim_, s.kv_rows.data(), cols, dim_, s.scores.data(),
-                     kKeyBlock);
+        dot_key_rows(row_lanes_, s.q_tile.data(), rows, dim_, s.kv_rows.data(), cols, dim_,
+                     s.scores.data(), kKeyBlock);
       }
     } else {
       const T* keys = plan_.stream_kv
@@ -371,8 +372,8 @@ class ForwardKernel {
     } else if (rows_in_place) {
       if constexpr (kRowProductsTaken) {
         point_at_rows(p_.v, b, kv_head, kb, cols, s);
-        add_value_rows(s.scores.data(), rows, kKeyBlock, s.kv_rows.data(), cols, dim_,
-                       s.out_acc.data(), dim_);
+        add_value_rows(row_lanes_, s.scores.data(), rows, kKeyBlock, s.kv_rows.data(), cols,
+                       dim_, s.out_acc.data(), dim_);
       }
     } else if (values_in_place_) {
       tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
@@ -492,6 +493,7 @@ class ForwardKernel {
   // V in the compute type with rows that do not overlap (row stride >= head_dim, the leading
   // dimension brgemm accepts; an expanded V has stride 0) is read in place.
   const bool values_in_place_;
+  const RowLanes row_lanes_;  // the row products' vector width, asked once per op
   PackedHeads<T> k_panels_;  // kCompute operands
   PackedHeads<T> v_rows_;    // unless values_in_place_
   Panels16<In> k_panels16_;  // kNative16 operands (unused on the kCompute path)

@@ -1,75 +1,120 @@
 #include "row_products.h"
 
-#include <cstring>
+#include <c10/util/Exception.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "row_sums.h"
 #include "simd.h"
 
 namespace flashattn::cpu {
 namespace {
 
-// kVecWidth elements from src, in fp32, straight into a register: no row is widened into a
-// buffer first (perf: the store and reload of widened rows took a quarter of a bf16 decode).
-FLASHATTN_ROW_STEP VecF load_widened(const float* src) { return load_vec(src); }
+// The products run on 8- or 16-lane vectors (row_lanes()). On an AVX-512 CPU they take 16
+// lanes at a time, one zmm: a bf16 decode step was issue-bound at 8 lanes (perf: one core read
+// the cache at 6.4 GB/s, where a plain read loop pulls 13; 9.4 at 16 lanes). Other CPUs take 8
+// (16 would need 32 ymm accumulators, twice what AVX2 has). The 16-lane code is compiled once,
+// for x86-64-v4 (the FLASHATTN_AVX512 functions below), not in every clone.
 
-FLASHATTN_ROW_STEP VecF load_widened(const c10::BFloat16* src) {
+// lanes<V> elements from src, in fp32, straight into a register: no row is widened into a
+// buffer first (perf: the store and reload of widened rows took a quarter of a bf16 decode).
+template <typename V>
+FLASHATTN_ROW_STEP V load_widened(const float* src) { return load<V>(src); }
+
+template <typename V>
+FLASHATTN_ROW_STEP V load_widened(const c10::BFloat16* src);
+template <typename V>
+FLASHATTN_ROW_STEP V load_widened(const c10::Half* src);
+
+template <>
+FLASHATTN_ROW_STEP VecF load_widened<VecF>(const c10::BFloat16* src) {
   // bf16 is the top half of a float.
-  using VecU16 = uint16_t __attribute__((vector_size(kVecWidth * sizeof(uint16_t))));
-  using VecU32 = uint32_t __attribute__((vector_size(kVecWidth * sizeof(uint32_t))));
+  using VecU16 = uint16_t __attribute__((vector_size(8 * sizeof(uint16_t))));
+  using VecU32 = uint32_t __attribute__((vector_size(8 * sizeof(uint32_t))));
   VecU16 half_bits;
   std::memcpy(&half_bits, src, sizeof(half_bits));
   return reinterpret_cast<VecF>(__builtin_convertvector(half_bits, VecU32) << 16);
 }
 
-FLASHATTN_ROW_STEP VecF load_widened(const c10::Half* src) {
+template <>
+FLASHATTN_ROW_STEP VecF load_widened<VecF>(const c10::Half* src) {
   VecF v;
-  for (int i = 0; i < kVecWidth; ++i) v[i] = static_cast<float>(src[i]);
+  for (int i = 0; i < 8; ++i) v[i] = static_cast<float>(src[i]);
+  return v;
+}
+
+// The 16-lane widenings are one instruction each, written out: GCC 12 lowers the same
+// __builtin_convertvector as two 8-lane halves and an insert (6 instructions, objdump), and
+// the intrinsics cannot be inlined into these target-neutral templates. Only FLASHATTN_AVX512
+// functions instantiate them, and only x86-64-v4 CPUs run those (row_lanes()).
+template <>
+FLASHATTN_ROW_STEP VecF16 load_widened<VecF16>(const c10::BFloat16* src) {
+  using VecU32x16 = uint32_t __attribute__((vector_size(16 * sizeof(uint32_t))));
+  VecU32x16 bits;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  asm("vpmovzxwd %1, %0" : "=v"(bits) : "m"(*reinterpret_cast<const char(*)[32]>(src)));
+#else  // never run (row_lanes() is 8 off x86), but compiled
+  for (int i = 0; i < 16; ++i) bits[i] = reinterpret_cast<const uint16_t*>(src)[i];
+#endif
+  return reinterpret_cast<VecF16>(bits << 16);  // bf16 is the top half of a float
+}
+
+template <>
+FLASHATTN_ROW_STEP VecF16 load_widened<VecF16>(const c10::Half* src) {
+  VecF16 v;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  asm("vcvtph2ps %1, %0" : "=v"(v) : "m"(*reinterpret_cast<const char(*)[32]>(src)));
+#else
+  for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(src[i]);
+#endif
   return v;
 }
 
 // Rows of a cache are far apart (other heads lie between them), so the hardware prefetcher
-// does not see a stream: each row is requested this many rows before it is read, or every
-// row's first touch waits for memory (74% of the time of a bf16 decode in perf).
-constexpr int kRowsAhead = 6;
+// does not see a stream: each row is requested ahead of its use, twice. kRowsAheadToL1 rows
+// before, into L1, or every row's first touch waits for memory (74% of the time of a bf16
+// decode in perf). kRowsAheadToL2 rows before, into L2: more requests in flight than L1's fill
+// buffers hold, for DRAM's latency (bf16 decode, B = 8, Sk = 16k, 2 threads: 12.1 -> 15.1 GB/s;
+// 20.1 -> 17.7 on a cache small enough to stay in L3, which decoding rarely is).
+constexpr int kRowsAheadToL1 = 6;
+constexpr int kRowsAheadToL2 = 16;
 
-template <typename In>
-FLASHATTN_ROW_STEP void prefetch_row(const In* const* rows, int c, int cols, int dim) {
-  if (c + kRowsAhead >= cols) return;
-  const char* row = reinterpret_cast<const char*>(rows[c + kRowsAhead]);
+// Locality 3: prefetcht0 (into L1); 2: prefetcht1 (into L2).
+template <int kLocality, typename In>
+FLASHATTN_ROW_STEP void prefetch_whole_row(const In* row, int dim) {
+  const char* bytes = reinterpret_cast<const char*>(row);
   for (int64_t byte = 0; byte < int64_t(dim) * int64_t(sizeof(In)); byte += 64)
-    __builtin_prefetch(row + byte);
+    __builtin_prefetch(bytes + byte, 0, kLocality);
+}
+
+// Row c is next: requests the rows kRowsAheadToL1 and kRowsAheadToL2 after it.
+template <typename In>
+FLASHATTN_ROW_STEP void prefetch_ahead_of(const In* const* rows, int c, int cols, int dim) {
+  if (c + kRowsAheadToL1 < cols) prefetch_whole_row<3>(rows[c + kRowsAheadToL1], dim);
+  if (c + kRowsAheadToL2 < cols) prefetch_whole_row<2>(rows[c + kRowsAheadToL2], dim);
+}
+
+// Before row 0: what prefetch_ahead_of would have requested for the rows before it.
+template <typename In>
+FLASHATTN_ROW_STEP void prefetch_first_rows(const In* const* rows, int cols, int dim) {
+  for (int c = 0; c < kRowsAheadToL1 && c < cols; ++c) prefetch_whole_row<3>(rows[c], dim);
+  for (int c = kRowsAheadToL1; c < kRowsAheadToL2 && c < cols; ++c)
+    prefetch_whole_row<2>(rows[c], dim);
 }
 
 // Keys taken together, and query rows with them: a 4 x 4 block of dot products loads 8
 // vectors per 16 FMAs, where one row and one key load 2 per FMA.
-constexpr int kBlock = 4;
+constexpr int kBlock = kDotBlock;
 // Values taken together: each output vector is loaded and stored once per 8 of them.
 constexpr int kValueBlock = 8;
 
-// sums[k] = 0 + v[k][0] + v[k][1] + ... + v[k][7], added in that order: the lanes of 8 dot
-// products at once, through an 8 x 8 transpose, with the bits of a scalar loop over the lanes.
-// Each sum depends on its own vector only, so a (row, key) gets the same bits however the
-// rows and keys around it are grouped.
-static_assert(kVecWidth == 8, "lane_sums transposes 8 x 8");
-FLASHATTN_ROW_STEP VecF lane_sums(const VecF (&v)[8]) {
-  VecF t[8], u[8];
-  for (int k = 0; k < 8; k += 2) {  // pairs of rows, interleaved within 128-bit halves
-    t[k] = __builtin_shufflevector(v[k], v[k + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[k + 1] = __builtin_shufflevector(v[k], v[k + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  for (int k = 0; k < 8; k += 4) {  // quads: lanes (l, l + 4) of 4 rows
-    u[k] = __builtin_shufflevector(t[k], t[k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-    u[k + 1] = __builtin_shufflevector(t[k], t[k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-    u[k + 2] = __builtin_shufflevector(t[k + 1], t[k + 3], 0, 1, 8, 9, 4, 5, 12, 13);
-    u[k + 3] = __builtin_shufflevector(t[k + 1], t[k + 3], 2, 3, 10, 11, 6, 7, 14, 15);
-  }
-  VecF lane[8];  // lane[l][k] = v[k][l]
-  for (int l = 0; l < 4; ++l) {
-    lane[l] = __builtin_shufflevector(u[l], u[l + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    lane[l + 4] = __builtin_shufflevector(u[l], u[l + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-  }
-  VecF sums = splat(0.f);
-  for (int l = 0; l < 8; ++l) sums += lane[l];
-  return sums;
+// Adds an 8-lane vector to the first 8 lanes of a wider one (the last 8-element piece of a
+// head dim that is not a multiple of 16).
+FLASHATTN_ROW_STEP VecF16 add_to_first_8(VecF16 wide, VecF v) {
+  return wide + __builtin_shufflevector(v, VecF{}, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                        14, 15);
 }
 
 // A tile of more than kBlock rows reads each key kBlock-row block after block: its keys are
@@ -77,100 +122,131 @@ FLASHATTN_ROW_STEP VecF lane_sums(const VecF (&v)[8]) {
 // are widened per block (rare head dims).
 constexpr int kWidenedRowMax = 256;
 
-template <typename In>
-FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld,
-                                          const In* const* keys, int cols, int dim,
-                                          float* scores, int64_t ld) {
-  const int whole = dim - dim % kVecWidth;
-  alignas(64) float widened[kBlock][kWidenedRowMax];
-  for (int c = 0; c < kRowsAhead && c < cols; ++c) prefetch_row(keys, c - kRowsAhead, cols, dim);
-  for (int c0 = 0; c0 < cols; c0 += kBlock) {
-    const int n_keys = cols - c0 < kBlock ? cols - c0 : kBlock;
-    const In* key[kBlock];  // a missing key repeats the last one: computed and dropped
-    for (int j = 0; j < kBlock; ++j) {
-      prefetch_row(keys, c0 + j, cols, dim);
-      key[j] = keys[c0 + (j < n_keys ? j : n_keys - 1)];
-    }
-    const bool widen_once = rows > kBlock && dim <= kWidenedRowMax;
-    if (widen_once)
-      for (int j = 0; j < kBlock; ++j)
-        for (int d = 0; d < whole; d += kVecWidth) store_vec(widened[j] + d, load_widened(key[j] + d));
-    for (int r0 = 0; r0 < rows; r0 += kBlock) {
-      const int n_rows = rows - r0 < kBlock ? rows - r0 : kBlock;
-      const float* q_rows[kBlock];
-      for (int i = 0; i < kBlock; ++i) q_rows[i] = q + (r0 + (i < n_rows ? i : 0)) * q_ld;
-      VecF acc[kBlock][kBlock];
+// acc[i][j] += q_rows[i][d, d + lanes) · key[j][d, d + lanes) for d in [begin, end), a
+// vector at a time.
+template <typename V, typename In>
+FLASHATTN_ROW_STEP void accumulate_dots(const float* const (&q_rows)[kBlock],
+                                        const In* const (&key)[kBlock],
+                                        const float (*widened)[kWidenedRowMax], int begin,
+                                        int end, V (&acc)[kBlock][kBlock]) {
+  for (int d = begin; d < end; d += lanes<V>) {
+    V k[kBlock];
 #pragma GCC unroll 4
-      for (int i = 0; i < kBlock; ++i)
+    for (int j = 0; j < kBlock; ++j)
+      k[j] = widened ? load<V>(widened[j] + d) : load_widened<V>(key[j] + d);
 #pragma GCC unroll 4
-        for (int j = 0; j < kBlock; ++j) acc[i][j] = splat(0.f);
-      for (int d = 0; d < whole; d += kVecWidth) {
-        VecF k[kBlock];
+    for (int i = 0; i < kBlock; ++i) {
+      const V qv = load<V>(q_rows[i] + d);
 #pragma GCC unroll 4
-        for (int j = 0; j < kBlock; ++j)
-          k[j] = widen_once ? load_vec(widened[j] + d) : load_widened(key[j] + d);
-#pragma GCC unroll 4
-        for (int i = 0; i < kBlock; ++i) {
-          const VecF qv = load_vec(q_rows[i] + d);
-#pragma GCC unroll 4
-          for (int j = 0; j < kBlock; ++j) acc[i][j] += qv * k[j];
-        }
-      }
-      // Lanes, then the scalar tail of a head dim that is not a multiple of kVecWidth.
-      alignas(64) float dots[kBlock][kBlock];
-      for (int half = 0; half < 2; ++half) {
-        const VecF pairs[8] = {acc[2 * half][0],     acc[2 * half][1],     acc[2 * half][2],
-                               acc[2 * half][3],     acc[2 * half + 1][0], acc[2 * half + 1][1],
-                               acc[2 * half + 1][2], acc[2 * half + 1][3]};
-        VecF tails = splat(0.f);
-        if (whole < dim)
-          for (int e = 0; e < 8; ++e) {
-            const int i = 2 * half + e / kBlock, j = e % kBlock;
-            float tail = 0.f;
-            for (int d = whole; d < dim; ++d)
-              tail += q_rows[i][d] * static_cast<float>(key[j][d]);
-            tails[e] = tail;
-          }
-        store_vec(&dots[2 * half][0], lane_sums(pairs) + tails);
-      }
-      for (int i = 0; i < n_rows; ++i)
-        for (int j = 0; j < n_keys; ++j) scores[(r0 + i) * ld + c0 + j] = dots[i][j];
+      for (int j = 0; j < kBlock; ++j) acc[i][j] += qv * k[j];
     }
   }
 }
 
-template <typename In>
+// Dot products of lanes<Wide> lanes as far as the head dim allows them, then of 8, then the
+// scalar tail. The sums' order is fixed by the head dim and Wide alone.
+template <typename Wide, typename In>
+FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld,
+                                          const In* const* keys, int cols, int dim,
+                                          float* scores, int64_t ld) {
+  const int whole_wide = dim - dim % lanes<Wide>;
+  const int whole = dim - dim % kVecWidth;
+  alignas(64) float widened[kBlock][kWidenedRowMax];
+  prefetch_first_rows(keys, cols, dim);
+  for (int c0 = 0; c0 < cols; c0 += kBlock) {
+    const int n_keys = cols - c0 < kBlock ? cols - c0 : kBlock;
+    const In* key[kBlock];  // a missing key repeats the last one: computed and dropped
+    for (int j = 0; j < kBlock; ++j) {
+      prefetch_ahead_of(keys, c0 + j, cols, dim);
+      key[j] = keys[c0 + (j < n_keys ? j : n_keys - 1)];
+    }
+    const bool widen_once = rows > kBlock && dim <= kWidenedRowMax;
+    if (widen_once)
+      for (int j = 0; j < kBlock; ++j) {
+        for (int d = 0; d < whole_wide; d += lanes<Wide>)
+          store(widened[j] + d, load_widened<Wide>(key[j] + d));
+        for (int d = whole_wide; d < whole; d += kVecWidth)
+          store(widened[j] + d, load_widened<VecF>(key[j] + d));
+      }
+    for (int r0 = 0; r0 < rows; r0 += kBlock) {
+      const int n_rows = rows - r0 < kBlock ? rows - r0 : kBlock;
+      const float* q_rows[kBlock];
+      for (int i = 0; i < kBlock; ++i) q_rows[i] = q + (r0 + (i < n_rows ? i : 0)) * q_ld;
+      Wide acc[kBlock][kBlock];
+#pragma GCC unroll 4
+      for (int i = 0; i < kBlock; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < kBlock; ++j) acc[i][j] = Wide{};
+      accumulate_dots(q_rows, key, widen_once ? widened : nullptr, 0, whole_wide, acc);
+      if constexpr (lanes<Wide> == 16)
+        if (whole > whole_wide) {  // an 8-element piece before the scalar tail
+          VecF piece[kBlock][kBlock] = {};
+          accumulate_dots(q_rows, key, widen_once ? widened : nullptr, whole_wide, whole, piece);
+          for (int i = 0; i < kBlock; ++i)
+            for (int j = 0; j < kBlock; ++j) acc[i][j] = add_to_first_8(acc[i][j], piece[i][j]);
+        }
+      // Lanes, then the scalar tail of a head dim that is not a multiple of kVecWidth.
+      alignas(64) float dots[kBlock * kBlock];
+      block_dots(acc, dots);
+      if (whole < dim)
+        for (int e = 0; e < kBlock * kBlock; ++e) {
+          const int i = e / kBlock, j = e % kBlock;
+          float tail = 0.f;
+          for (int d = whole; d < dim; ++d) tail += q_rows[i][d] * static_cast<float>(key[j][d]);
+          dots[e] += tail;
+        }
+      if (n_rows == kBlock && n_keys == kBlock)
+        for (int i = 0; i < kBlock; ++i)
+          std::memcpy(scores + (r0 + i) * ld + c0, dots + kBlock * i, sizeof(float) * kBlock);
+      else
+        for (int i = 0; i < n_rows; ++i)
+          for (int j = 0; j < n_keys; ++j) scores[(r0 + i) * ld + c0 + j] = dots[kBlock * i + j];
+    }
+  }
+}
+
+// out[r][d, d + lanes) += sum_j p[r][j] * value[j][d, d + lanes) for d in [begin, end), the
+// values in key order, one after another, as a single running sum per element.
+template <typename V, typename In>
+FLASHATTN_ROW_STEP void accumulate_values(const float (*p)[kValueBlock], int rows,
+                                          const In* const (&value)[kValueBlock], int n_values,
+                                          int begin, int end, float* out, int64_t out_ld) {
+  for (int d = begin; d < end; d += lanes<V>) {
+    V v[kValueBlock];
+#pragma GCC unroll 8
+    for (int j = 0; j < kValueBlock; ++j)
+      v[j] = j < n_values ? load_widened<V>(value[j] + d) : V{};
+    for (int r = 0; r < rows; ++r) {
+      float* out_row = out + r * out_ld + d;
+      V acc = load<V>(out_row);
+#pragma GCC unroll 8
+      for (int j = 0; j < kValueBlock; ++j) acc += v[j] * p[r][j];  // a scalar operand: one broadcast
+      store(out_row, acc);
+    }
+  }
+}
+
+// Each output element is one running sum over the keys in order, whatever the vector width.
+template <typename Wide, typename In>
 FLASHATTN_ROW_STEP void add_value_rows_impl(const float* probs, int rows, int64_t ld,
                                             const In* const* values, int cols, int dim,
                                             float* out, int64_t out_ld) {
-  for (int c = 0; c < kRowsAhead && c < cols; ++c)
-    prefetch_row(values, c - kRowsAhead, cols, dim);
+  prefetch_first_rows(values, cols, dim);
+  const int whole_wide = dim - dim % lanes<Wide>;
   const int whole = dim - dim % kVecWidth;
   for (int c0 = 0; c0 < cols; c0 += kValueBlock) {
     const int n_values = cols - c0 < kValueBlock ? cols - c0 : kValueBlock;
     const In* value[kValueBlock];
     for (int j = 0; j < kValueBlock; ++j) {
-      prefetch_row(values, c0 + j, cols, dim);
+      prefetch_ahead_of(values, c0 + j, cols, dim);
       value[j] = values[c0 + (j < n_values ? j : 0)];
     }
-    // The values in key order, one after another, as a single running sum per element. A
-    // missing value adds 0 * 0, not 0 times a row (which might hold an inf).
+    // A missing value adds 0 * 0, not 0 times a row (which might hold an inf).
     float p[kRowProductMaxRows][kValueBlock];
     for (int r = 0; r < rows; ++r)
       for (int j = 0; j < kValueBlock; ++j) p[r][j] = j < n_values ? probs[r * ld + c0 + j] : 0.f;
-    for (int d = 0; d < whole; d += kVecWidth) {
-      VecF v[kValueBlock];
-#pragma GCC unroll 8
-      for (int j = 0; j < kValueBlock; ++j)
-        v[j] = j < n_values ? load_widened(value[j] + d) : splat(0.f);
-      for (int r = 0; r < rows; ++r) {
-        float* out_row = out + r * out_ld + d;
-        VecF acc = load_vec(out_row);
-#pragma GCC unroll 8
-        for (int j = 0; j < kValueBlock; ++j) acc += splat(p[r][j]) * v[j];
-        store_vec(out_row, acc);
-      }
-    }
+    accumulate_values<Wide>(p, rows, value, n_values, 0, whole_wide, out, out_ld);
+    accumulate_values<VecF>(p, rows, value, n_values, whole_wide, whole, out, out_ld);
     for (int d = whole; d < dim; ++d)
       for (int r = 0; r < rows; ++r)
         for (int j = 0; j < kValueBlock; ++j)
@@ -178,38 +254,99 @@ FLASHATTN_ROW_STEP void add_value_rows_impl(const float* probs, int rows, int64_
   }
 }
 
+// Whether the running CPU can run x86-64-v4 code (AVX-512), and so the 16-lane products.
+bool runs_x86_64_v4() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool v4 = __builtin_cpu_supports("x86-64-v4");
+  return v4;
+#else
+  return false;
+#endif
+}
+
+template <typename In>
+FLASHATTN_AVX512 void dot_key_rows_16_lanes(const float* q, int rows, int64_t q_ld,
+                                            const In* const* keys, int cols, int dim,
+                                            float* scores, int64_t ld) {
+  dot_key_rows_impl<VecF16>(q, rows, q_ld, keys, cols, dim, scores, ld);
+}
+template <typename In>
+FLASHATTN_EARLIER_VECTOR_CLONES void dot_key_rows_8_lanes(const float* q, int rows, int64_t q_ld,
+                                                          const In* const* keys, int cols,
+                                                          int dim, float* scores, int64_t ld) {
+  dot_key_rows_impl<VecF>(q, rows, q_ld, keys, cols, dim, scores, ld);
+}
+
+template <typename In>
+FLASHATTN_AVX512 void add_value_rows_16_lanes(const float* probs, int rows, int64_t ld,
+                                              const In* const* values, int cols, int dim,
+                                              float* out, int64_t out_ld) {
+  add_value_rows_impl<VecF16>(probs, rows, ld, values, cols, dim, out, out_ld);
+}
+template <typename In>
+FLASHATTN_EARLIER_VECTOR_CLONES void add_value_rows_8_lanes(const float* probs, int rows,
+                                                            int64_t ld, const In* const* values,
+                                                            int cols, int dim, float* out,
+                                                            int64_t out_ld) {
+  add_value_rows_impl<VecF>(probs, rows, ld, values, cols, dim, out, out_ld);
+}
+
+template <typename In>
+void dot_key_rows_any(RowLanes lanes, const float* q, int rows, int64_t q_ld,
+                      const In* const* keys, int cols, int dim, float* scores, int64_t ld) {
+  if (lanes == RowLanes::k16)
+    dot_key_rows_16_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);
+  else
+    dot_key_rows_8_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);
+}
+
+template <typename In>
+void add_value_rows_any(RowLanes lanes, const float* probs, int rows, int64_t ld,
+                        const In* const* values, int cols, int dim, float* out, int64_t out_ld) {
+  if (lanes == RowLanes::k16)
+    add_value_rows_16_lanes(probs, rows, ld, values, cols, dim, out, out_ld);
+  else
+    add_value_rows_8_lanes(probs, rows, ld, values, cols, dim, out, out_ld);
+}
+
 }  // namespace
 
-FLASHATTN_VECTOR_CLONES void dot_key_rows(const float* q, int rows, int64_t q_ld,
-                                          const float* const* keys, int cols, int dim,
-                                          float* scores, int64_t ld) {
-  dot_key_rows_impl(q, rows, q_ld, keys, cols, dim, scores, ld);
-}
-FLASHATTN_VECTOR_CLONES void dot_key_rows(const float* q, int rows, int64_t q_ld,
-                                          const c10::BFloat16* const* keys, int cols, int dim,
-                                          float* scores, int64_t ld) {
-  dot_key_rows_impl(q, rows, q_ld, keys, cols, dim, scores, ld);
-}
-FLASHATTN_VECTOR_CLONES void dot_key_rows(const float* q, int rows, int64_t q_ld,
-                                          const c10::Half* const* keys, int cols, int dim,
-                                          float* scores, int64_t ld) {
-  dot_key_rows_impl(q, rows, q_ld, keys, cols, dim, scores, ld);
+RowLanes row_lanes() {
+  const char* forced = std::getenv("FLASHATTN_CPU_ROW_LANES");
+  const std::string value = forced == nullptr ? "" : forced;
+  if (value.empty() || value == "auto") return runs_x86_64_v4() ? RowLanes::k16 : RowLanes::k8;
+  TORCH_CHECK(value == "8" || value == "16", "flashattn: FLASHATTN_CPU_ROW_LANES must be 8, 16 or "
+              "auto (or unset), got '", value, "'");
+  TORCH_CHECK(value == "8" || runs_x86_64_v4(), "flashattn: FLASHATTN_CPU_ROW_LANES=16 needs "
+              "AVX-512 (x86-64-v4: F, BW, CD, DQ, VL), which this CPU lacks");
+  return value == "16" ? RowLanes::k16 : RowLanes::k8;
 }
 
-FLASHATTN_VECTOR_CLONES void add_value_rows(const float* probs, int rows, int64_t ld,
-                                            const float* const* values, int cols, int dim,
-                                            float* out, int64_t out_ld) {
-  add_value_rows_impl(probs, rows, ld, values, cols, dim, out, out_ld);
+void dot_key_rows(RowLanes lanes, const float* q, int rows, int64_t q_ld, const float* const* keys,
+                  int cols, int dim, float* scores, int64_t ld) {
+  dot_key_rows_any(lanes, q, rows, q_ld, keys, cols, dim, scores, ld);
 }
-FLASHATTN_VECTOR_CLONES void add_value_rows(const float* probs, int rows, int64_t ld,
-                                            const c10::BFloat16* const* values, int cols,
-                                            int dim, float* out, int64_t out_ld) {
-  add_value_rows_impl(probs, rows, ld, values, cols, dim, out, out_ld);
+void dot_key_rows(RowLanes lanes, const float* q, int rows, int64_t q_ld,
+                  const c10::BFloat16* const* keys, int cols, int dim, float* scores, int64_t ld) {
+  dot_key_rows_any(lanes, q, rows, q_ld, keys, cols, dim, scores, ld);
 }
-FLASHATTN_VECTOR_CLONES void add_value_rows(const float* probs, int rows, int64_t ld,
-                                            const c10::Half* const* values, int cols, int dim,
-                                            float* out, int64_t out_ld) {
-  add_value_rows_impl(probs, rows, ld, values, cols, dim, out, out_ld);
+void dot_key_rows(RowLanes lanes, const float* q, int rows, int64_t q_ld,
+                  const c10::Half* const* keys, int cols, int dim, float* scores, int64_t ld) {
+  dot_key_rows_any(lanes, q, rows, q_ld, keys, cols, dim, scores, ld);
+}
+
+void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
+                    const float* const* values, int cols, int dim, float* out, int64_t out_ld) {
+  add_value_rows_any(lanes, probs, rows, ld, values, cols, dim, out, out_ld);
+}
+void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
+                    const c10::BFloat16* const* values, int cols, int dim, float* out,
+                    int64_t out_ld) {
+  add_value_rows_any(lanes, probs, rows, ld, values, cols, dim, out, out_ld);
+}
+void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
+                    const c10::Half* const* values, int cols, int dim, float* out, int64_t out_ld) {
+  add_value_rows_any(lanes, probs, rows, ld, values, cols, dim, out, out_ld);
 }
 
 }  // namespace flashattn::cpu

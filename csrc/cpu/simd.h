@@ -16,8 +16,14 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FLASHATTN_VECTOR_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// Code whose AVX-512 version is written apart (FLASHATTN_AVX512) takes the other two clones.
+#define FLASHATTN_EARLIER_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define FLASHATTN_AVX512 __attribute__((target("arch=x86-64-v4")))
 #else
 #define FLASHATTN_VECTOR_CLONES
+#define FLASHATTN_EARLIER_VECTOR_CLONES
+#define FLASHATTN_AVX512
 #endif
 #define FLASHATTN_ROW_STEP __attribute__((always_inline)) inline
 
@@ -33,6 +39,24 @@ inline VecF load_vec(const float* p) {
   return v;
 }
 inline void store_vec(float* p, VecF v) { std::memcpy(p, &v, sizeof(v)); }
+
+// A second width, one zmm, for code compiled for AVX-512 alone (FLASHATTN_AVX512): the row
+// products (row_products.cpp). The same code serves both widths through these templates.
+using VecF16 = float __attribute__((vector_size(16 * sizeof(float))));
+
+template <typename V>
+constexpr int lanes = sizeof(V) / sizeof(float);
+
+template <typename V>
+FLASHATTN_ROW_STEP V load(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <typename V>
+FLASHATTN_ROW_STEP void store(float* p, V v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 // A broadcast. Not VecF{} + value: 0 + x is not an identity in IEEE arithmetic (-0 + 0 = +0),
 // so the compiler kept a scalar add in front of every broadcast (objdump of add_value_rows).
 static_assert(kVecWidth == 8, "splat lists kVecWidth lanes");
