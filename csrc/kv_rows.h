@@ -7,18 +7,25 @@
 
 namespace flashattn {
 
-// Key (or value) j of sequence s, head h, in view kv. j < s.seqlen_k, which sequence_of keeps
-// within the block table's max_blocks * page_size; a page index outside the cache is clamped,
-// so a bad table never leads a kernel out of its tensors (the CPU checks it on the host).
+// Key (or value) j of sequence s, head h, in a paged cache's view kv (cache.paged()).
+// j < s.seqlen_k, which sequence_of keeps within the block table's max_blocks * page_size; a
+// page index outside the cache is clamped, so a bad table never leads a kernel out of its
+// tensors (the CPU checks it on the host).
+template <typename T>
+FLASHATTN_HOST_DEVICE T* paged_key_row(const TensorView& kv, const KvCache& cache,
+                                       const Sequence& s, int h, int j) {
+  const int entry = cache.page_size.div(j);
+  const int page =
+      clamp_index(cache.block_table[s.batch * cache.block_table_stride + entry], cache.num_pages);
+  return kv.row<T>(page, h, cache.page_size.mod(j, entry));
+}
+
+// Key (or value) j of sequence s, head h, in view kv: a page's row, or row k_row0 + j of batch
+// entry kv_batch (cache_batch_idx, leftpad and varlen offsets are in those two).
 template <typename T>
 FLASHATTN_HOST_DEVICE T* key_row(const TensorView& kv, const KvCache& cache, const Sequence& s,
                                  int h, int j) {
-  if (cache.paged()) {
-    const int page = clamp_index(
-        cache.block_table[s.batch * cache.block_table_stride + j / cache.page_size],
-        cache.num_pages);
-    return kv.row<T>(page, h, j % cache.page_size);
-  }
+  if (cache.paged()) return paged_key_row<T>(kv, cache, s, h, j);
   return kv.row<T>(s.kv_batch, h, s.k_row0 + j);
 }
 

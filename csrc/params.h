@@ -5,11 +5,8 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FLASHATTN_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define FLASHATTN_HOST_DEVICE inline
-#endif
+#include "fast_divmod.h"
+#include "host_device.h"
 
 namespace flashattn {
 
@@ -77,7 +74,9 @@ struct KvCache {
   const int* block_table = nullptr;
   int64_t block_table_stride = 0;  // elements from one sequence's row of the table to the next
   int max_blocks = 0;
-  int page_size = 0;
+  // Rows per page, with the division by it (key j: table entry j / page_size). Assigned an
+  // int, which builds the divisor.
+  FastDivmod page_size;
   int num_pages = 0;
   // cache_batch_idx: sequence b reads the keys of cache entry batch_index[b] (int32 [B]; dense
   // caches only), of the cache's cache_batch entries. null: entry b.

@@ -66,6 +66,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // Keys and values: rows of k / v from k_row0 on, or wherever a KV cache keeps them
   // (kv_rows.h: pages of a block table, another batch entry).
   const bool keys_in_rows = keys_in_place(p.kv_cache);
+  // Decoding reads its cache in the one-m-tile kernel (gqa_decode.h). There a cache's copies
+  // are unrolled too: a paged cache's with a page lookup per row (~40 SASS instructions per
+  // 16-byte copy at d = 128, sm_90, against ~160 in the rolled loop, on which paged decoding
+  // reached 32% of the H200's bandwidth where dense rows reached 87%: bench/RESULTS.md, first
+  // GPU run), another batch entry's (cache_batch_idx, leftpad) as strided rows. Not in the
+  // two-m-tile kernels (their registers are full), nor above d = 128 (d = 256 spilled 40-48
+  // bytes): those keep the rolled loop.
+  constexpr bool kUnrolledCacheCopies = kMTiles == 1 && kHeadDim <= 128;
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 &&
@@ -84,22 +92,38 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // base of this (batch, kv head) is recomputed per load rather than kept across the loop: with
   // two m-tiles per warp, those four registers made the d = 128 kernel spill.
   auto load_keys = [&](uint16_t* tile_smem, const TensorView& view, int tile) {
-    const uint16_t* gmem = view.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
-                                                   keys_in_rows ? seq.k_row0 : 0);
     const int n_start = tile * kBlockN;
     const int rows_valid = seq.seqlen_k - n_start;
-    if (keys_in_rows) {
-      // Unrolled: the main loop's copies (tile_io.cuh, TileChunks).
-      load_tile_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
-          tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, p.head_dim,
-          aligned);
+    if constexpr (kUnrolledCacheCopies) {
+      if (!p.kv_cache.paged()) {
+        const uint16_t* gmem = view.row<const uint16_t>(seq.kv_batch, head_kv, seq.k_row0);
+        load_tile_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
+            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid,
+            p.head_dim, aligned);
+      } else {
+        load_rows_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
+            tile_smem,
+            [&](int r) {
+              return paged_key_row<const uint16_t>(view, p.kv_cache, seq, head_kv, n_start + r);
+            },
+            view.row<const uint16_t>(0, head_kv, 0), rows_valid, p.head_dim, aligned);
+      }
     } else {
-      load_rows_async<kBlockN, kHeadDim, kStride, kNThreads>(
-          tile_smem,
-          [&](int r) {
-            return key_row<const uint16_t>(view, p.kv_cache, seq, head_kv, n_start + r);
-          },
-          gmem, rows_valid, p.head_dim, aligned);
+      const uint16_t* gmem = view.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
+                                                     keys_in_rows ? seq.k_row0 : 0);
+      if (keys_in_rows) {
+        // Unrolled: the main loop's copies (tile_io.cuh, TileChunks).
+        load_tile_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
+            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid,
+            p.head_dim, aligned);
+      } else {
+        load_rows_async<kBlockN, kHeadDim, kStride, kNThreads>(
+            tile_smem,
+            [&](int r) {
+              return key_row<const uint16_t>(view, p.kv_cache, seq, head_kv, n_start + r);
+            },
+            gmem, rows_valid, p.head_dim, aligned);
+      }
     }
     ptx::cp_async_commit();
   };
