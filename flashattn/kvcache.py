@@ -11,6 +11,23 @@ import torch
 from .interface import _optional_real, _real, _window_pair
 
 
+class _ForwardOnly(torch.autograd.Function):
+    """The outputs of a call whose inputs require grad: differentiating them is an error, as
+    the varlen function's cache arguments are. fwd_kvcache itself can have no autograd formula
+    (torch.library refuses one for an op that writes its inputs), and autograd's fallback would
+    let a backward through it give no gradient, with only a warning."""
+
+    @staticmethod
+    def forward(ctx, out, lse):
+        return out.view_as(out), lse.view_as(lse)
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        raise RuntimeError("flashattn: flash_attn_with_kvcache is forward only (inference): its "
+                           "outputs cannot be differentiated; train with flash_attn_func or "
+                           "flash_attn_varlen_func")
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
                             block_table=None, softmax_scale=None, causal=False,
@@ -65,4 +82,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         window_left=left, window_right=right, softcap=_real(fn, "softcap", softcap),
         rotary_interleaved=bool(rotary_interleaved), alibi_slopes=alibi_slopes,
         num_splits=num_splits)
+    if out.requires_grad:
+        out, lse = _ForwardOnly.apply(out, lse)
     return (out, lse) if return_softmax_lse else out

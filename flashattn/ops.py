@@ -112,3 +112,17 @@ def _fwd_backward(ctx, dout, dlse):
 
 
 torch.library.register_autograd("flashattn::fwd", _fwd_backward, setup_context=_fwd_setup_context)
+
+
+def _bwd_backward(ctx, *grads):
+    # Without a formula of its own, autograd's fallback would let a second differentiation run
+    # through bwd with a warning and return zeros (torch 2.14) or None under AOT (2.11): a
+    # wrong answer. Differentiating bwd's outputs is an error instead; bwd itself, and first
+    # gradients with create_graph=True, run as before.
+    raise RuntimeError(
+        "flashattn: double backward is not supported: the gradients of flash attention cannot "
+        "be differentiated again (a gradient penalty, a Hessian-vector product). Use "
+        "F.scaled_dot_product_attention's math backend for those terms.")
+
+
+torch.library.register_autograd("flashattn::bwd", _bwd_backward)

@@ -417,6 +417,23 @@ def test_block_table_is_forward_only():
                                          block_table=table)
 
 
+@pytest.mark.parametrize("needs_grad", ["q", "k", "v"])
+def test_kvcache_call_is_forward_only(needs_grad):
+    """Inputs that require grad run forward, with the same result; a backward through the
+    outputs (out or lse) is a clear error, not autograd's silent fallback (no gradient)."""
+    case = Case(batch=2, seqlen_q=1, heads=4, heads_kv=2, head_dim=16, seqlen_cache=40,
+                rotary_dim=8, dtype=torch.float32)
+    with torch.no_grad():
+        expected = case.call()
+    getattr(case, needs_grad).requires_grad_()
+    out, lse = case.call()
+    assert torch.equal(out, expected[0]) and torch.equal(lse, expected[1])
+    assert out.requires_grad and lse.requires_grad
+    for output in (out, lse):
+        with pytest.raises(RuntimeError, match="flash_attn_with_kvcache is forward only"):
+            output.sum().backward(retain_graph=True)
+
+
 # ---- bad input: a clear error naming the argument, and the cache left as it was ----
 
 def errors_case():

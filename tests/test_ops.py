@@ -5,6 +5,7 @@ import torch
 
 import flashattn
 from checks import make_qkv
+from flashattn.reference import attention_reference
 
 
 def fwd_samples():
@@ -32,6 +33,19 @@ def test_opcheck_bwd(index):
     grads = dict(dout=torch.randn_like(out), out=out, lse=lse, dlse=torch.randn_like(lse))
     torch.library.opcheck(torch.ops.flashattn.bwd.default, (),
                           dict(grads, q=q, k=k, v=v, **arguments))
+
+
+def test_double_backward_is_an_error_not_zeros():
+    """A gradient of flashattn's gradients (create_graph=True, then differentiate again) raises
+    a clear error: autograd's fallback for an op without a formula would give zeros. The first
+    gradient, taken with create_graph=True, is still right."""
+    q, k, v = (t.requires_grad_() for t in make_qkv(1, 7, 9, 2, 1, 8, torch.float64, "cpu"))
+    dq, = torch.autograd.grad(flashattn.flash_attn_func(q, k, v, causal=True).sum(), q,
+                              create_graph=True)
+    reference = torch.autograd.grad(attention_reference(q, k, v, causal=True)[0].sum(), q)[0]
+    torch.testing.assert_close(dq, reference)
+    with pytest.raises(RuntimeError, match="flashattn: double backward is not supported"):
+        torch.autograd.grad(dq.square().sum(), q)
 
 
 def test_schema_defaults_are_flash_attn_funcs():
