@@ -16,7 +16,7 @@ CASES = (
        for ty in ("float", "int", "double")]
     + ["shfl_xor_width16_mask_0000ffff", "shfl_xor_width16_mask_ffff0000",
        "vote_mask_ffffffff", "vote_mask_0f0f00ff", "cp_async_groups_and_zero_fill",
-       "exp2_approx", "thread_index"]
+       "exp2_approx", "thread_index", "red_add_f32x2"]
 )
 
 _results = {}

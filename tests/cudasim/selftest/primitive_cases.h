@@ -309,6 +309,26 @@ inline CaseResult thread_index_case() {
   return {"thread_index", GpuCompare::Bitwise, actual, bytes_of(expected), actual};
 }
 
+// red.global.add.v2.f32 (sm_90; atomicAdd per element before): "performs a reduction
+// operation ... atomically" on two consecutive floats. Small integers, so that the sums are
+// exact in any order and the result is bitwise.
+inline CaseResult red_add_f32x2_case(Rng& rng) {
+  std::vector<float> a(kLanes), b(kLanes), out(2 * kRedSlots), expected;
+  for (float& x : out) x = static_cast<float>(rng.below(17) - 8);
+  expected = out;
+  for (int lane = 0; lane < kLanes; ++lane) {
+    a[lane] = static_cast<float>(rng.below(17) - 8);
+    b[lane] = static_cast<float>(rng.below(17) - 8);
+    expected[2 * (lane % kRedSlots)] += a[lane];
+    expected[2 * (lane % kRedSlots) + 1] += b[lane];
+  }
+  DeviceArray<float> a_d(a), b_d(b), out_d(out);
+  launch_one_block(red_add_f32x2_kernel, kLanes, 0, static_cast<const float*>(a_d.get()),
+                   static_cast<const float*>(b_d.get()), out_d.get());
+  const auto actual = bytes_of(out_d.read());
+  return {"red_add_f32x2", GpuCompare::Bitwise, actual, bytes_of(expected), actual};
+}
+
 // Every case, in a fixed order. hardware_safe: give ignored ldmatrix lanes, and zero-byte
 // cp.async sources, valid addresses (the shim test uses invalid ones to prove they go unread).
 inline std::vector<CaseResult> run_all_cases(uint64_t seed, bool hardware_safe) {
@@ -335,6 +355,7 @@ inline std::vector<CaseResult> run_all_cases(uint64_t seed, bool hardware_safe) 
   results.push_back(cp_async_case(rng, hardware_safe));
   results.push_back(exp2_case(rng));
   results.push_back(thread_index_case());
+  results.push_back(red_add_f32x2_case(rng));
   return results;
 }
 

@@ -110,6 +110,14 @@ __global__ void thread_index_kernel(int* out) {
   out[threadIdx.x] = flashattn::ptx::thread_index();
 }
 
+// Lane L adds the pair (a[L], b[L]) into out[2 s], out[2 s + 1] for s = L % kRedSlots: four
+// lanes per 8-byte slot, so the adds must be atomic (the dK/dV kernel's dQ atomics).
+constexpr int kRedSlots = 8;
+__global__ void red_add_f32x2_kernel(const float* a, const float* b, float* out) {
+  const int lane = threadIdx.x;
+  flashattn::ptx::red_add_f32x2(out + 2 * (lane % kRedSlots), a[lane], b[lane]);
+}
+
 // Lane L issues one 16-byte copy per group g into slot g*32+L, reading src_bytes[g*32+L] bytes
 // from src + (g*32+L)*16, or from empty_source when that is 0 (the shim test passes nullptr: a
 // zero-byte copy must not read). Groups 0-2 are committed, group 3 is not. After each step it snapshots its own 4 slots:
