@@ -54,7 +54,7 @@ FLASHATTN_ROW_STEP VecF16 load_widened<VecF16>(const c10::BFloat16* src) {
   using VecU32x16 = uint32_t __attribute__((vector_size(16 * sizeof(uint32_t))));
   VecU32x16 bits;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  asm("vpmovzxwd %1, %0" : "=v"(bits) : "m"(*reinterpret_cast<const char(*)[32]>(src)));
+  asm("vpmovzxwd {%1, %0|%0, %1}" : "=v"(bits) : "m"(*reinterpret_cast<const char(*)[32]>(src)));
 #else  // never run (row_lanes() is 8 off x86), but compiled
   for (int i = 0; i < 16; ++i) bits[i] = reinterpret_cast<const uint16_t*>(src)[i];
 #endif
@@ -65,7 +65,7 @@ template <>
 FLASHATTN_ROW_STEP VecF16 load_widened<VecF16>(const c10::Half* src) {
   VecF16 v;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  asm("vcvtph2ps %1, %0" : "=v"(v) : "m"(*reinterpret_cast<const char(*)[32]>(src)));
+  asm("vcvtph2ps {%1, %0|%0, %1}" : "=v"(v) : "m"(*reinterpret_cast<const char(*)[32]>(src)));
 #else
   for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(src[i]);
 #endif
@@ -219,8 +219,9 @@ FLASHATTN_ROW_STEP void accumulate_values(const float (*p)[kValueBlock], int row
     for (int r = 0; r < rows; ++r) {
       float* out_row = out + r * out_ld + d;
       V acc = load<V>(out_row);
+      // A scalar operand: one broadcast (an embedded one in the 16-lane FMA).
 #pragma GCC unroll 8
-      for (int j = 0; j < kValueBlock; ++j) acc += v[j] * p[r][j];  // a scalar operand: one broadcast
+      for (int j = 0; j < kValueBlock; ++j) acc += v[j] * p[r][j];
       store(out_row, acc);
     }
   }
@@ -264,17 +265,13 @@ bool runs_x86_64_v4() {
 #endif
 }
 
+// The 16-lane products, compiled for x86-64-v4 alone; the public functions below take 8 lanes
+// in their own clones (AVX2, baseline) and call these for RowLanes::k16.
 template <typename In>
 FLASHATTN_AVX512 void dot_key_rows_16_lanes(const float* q, int rows, int64_t q_ld,
                                             const In* const* keys, int cols, int dim,
                                             float* scores, int64_t ld) {
   dot_key_rows_impl<VecF16>(q, rows, q_ld, keys, cols, dim, scores, ld);
-}
-template <typename In>
-FLASHATTN_EARLIER_VECTOR_CLONES void dot_key_rows_8_lanes(const float* q, int rows, int64_t q_ld,
-                                                          const In* const* keys, int cols,
-                                                          int dim, float* scores, int64_t ld) {
-  dot_key_rows_impl<VecF>(q, rows, q_ld, keys, cols, dim, scores, ld);
 }
 
 template <typename In>
@@ -282,31 +279,6 @@ FLASHATTN_AVX512 void add_value_rows_16_lanes(const float* probs, int rows, int6
                                               const In* const* values, int cols, int dim,
                                               float* out, int64_t out_ld) {
   add_value_rows_impl<VecF16>(probs, rows, ld, values, cols, dim, out, out_ld);
-}
-template <typename In>
-FLASHATTN_EARLIER_VECTOR_CLONES void add_value_rows_8_lanes(const float* probs, int rows,
-                                                            int64_t ld, const In* const* values,
-                                                            int cols, int dim, float* out,
-                                                            int64_t out_ld) {
-  add_value_rows_impl<VecF>(probs, rows, ld, values, cols, dim, out, out_ld);
-}
-
-template <typename In>
-void dot_key_rows_any(RowLanes lanes, const float* q, int rows, int64_t q_ld,
-                      const In* const* keys, int cols, int dim, float* scores, int64_t ld) {
-  if (lanes == RowLanes::k16)
-    dot_key_rows_16_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);
-  else
-    dot_key_rows_8_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);
-}
-
-template <typename In>
-void add_value_rows_any(RowLanes lanes, const float* probs, int rows, int64_t ld,
-                        const In* const* values, int cols, int dim, float* out, int64_t out_ld) {
-  if (lanes == RowLanes::k16)
-    add_value_rows_16_lanes(probs, rows, ld, values, cols, dim, out, out_ld);
-  else
-    add_value_rows_8_lanes(probs, rows, ld, values, cols, dim, out, out_ld);
 }
 
 }  // namespace
@@ -322,31 +294,51 @@ RowLanes row_lanes() {
   return value == "16" ? RowLanes::k16 : RowLanes::k8;
 }
 
-void dot_key_rows(RowLanes lanes, const float* q, int rows, int64_t q_ld, const float* const* keys,
-                  int cols, int dim, float* scores, int64_t ld) {
-  dot_key_rows_any(lanes, q, rows, q_ld, keys, cols, dim, scores, ld);
+FLASHATTN_EARLIER_VECTOR_CLONES void dot_key_rows(RowLanes lanes, const float* q, int rows,
+                                                  int64_t q_ld, const float* const* keys,
+                                                  int cols, int dim, float* scores, int64_t ld) {
+  if (lanes == RowLanes::k16)
+    return dot_key_rows_16_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);
+  dot_key_rows_impl<VecF>(q, rows, q_ld, keys, cols, dim, scores, ld);
 }
-void dot_key_rows(RowLanes lanes, const float* q, int rows, int64_t q_ld,
-                  const c10::BFloat16* const* keys, int cols, int dim, float* scores, int64_t ld) {
-  dot_key_rows_any(lanes, q, rows, q_ld, keys, cols, dim, scores, ld);
+FLASHATTN_EARLIER_VECTOR_CLONES void dot_key_rows(RowLanes lanes, const float* q, int rows,
+                                                  int64_t q_ld, const c10::BFloat16* const* keys,
+                                                  int cols, int dim, float* scores, int64_t ld) {
+  if (lanes == RowLanes::k16)
+    return dot_key_rows_16_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);
+  dot_key_rows_impl<VecF>(q, rows, q_ld, keys, cols, dim, scores, ld);
 }
-void dot_key_rows(RowLanes lanes, const float* q, int rows, int64_t q_ld,
-                  const c10::Half* const* keys, int cols, int dim, float* scores, int64_t ld) {
-  dot_key_rows_any(lanes, q, rows, q_ld, keys, cols, dim, scores, ld);
+FLASHATTN_EARLIER_VECTOR_CLONES void dot_key_rows(RowLanes lanes, const float* q, int rows,
+                                                  int64_t q_ld, const c10::Half* const* keys,
+                                                  int cols, int dim, float* scores, int64_t ld) {
+  if (lanes == RowLanes::k16)
+    return dot_key_rows_16_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);
+  dot_key_rows_impl<VecF>(q, rows, q_ld, keys, cols, dim, scores, ld);
 }
 
-void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
-                    const float* const* values, int cols, int dim, float* out, int64_t out_ld) {
-  add_value_rows_any(lanes, probs, rows, ld, values, cols, dim, out, out_ld);
+FLASHATTN_EARLIER_VECTOR_CLONES void add_value_rows(RowLanes lanes, const float* probs, int rows,
+                                                    int64_t ld, const float* const* values,
+                                                    int cols, int dim, float* out,
+                                                    int64_t out_ld) {
+  if (lanes == RowLanes::k16)
+    return add_value_rows_16_lanes(probs, rows, ld, values, cols, dim, out, out_ld);
+  add_value_rows_impl<VecF>(probs, rows, ld, values, cols, dim, out, out_ld);
 }
-void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
-                    const c10::BFloat16* const* values, int cols, int dim, float* out,
-                    int64_t out_ld) {
-  add_value_rows_any(lanes, probs, rows, ld, values, cols, dim, out, out_ld);
+FLASHATTN_EARLIER_VECTOR_CLONES void add_value_rows(RowLanes lanes, const float* probs, int rows,
+                                                    int64_t ld,
+                                                    const c10::BFloat16* const* values, int cols,
+                                                    int dim, float* out, int64_t out_ld) {
+  if (lanes == RowLanes::k16)
+    return add_value_rows_16_lanes(probs, rows, ld, values, cols, dim, out, out_ld);
+  add_value_rows_impl<VecF>(probs, rows, ld, values, cols, dim, out, out_ld);
 }
-void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
-                    const c10::Half* const* values, int cols, int dim, float* out, int64_t out_ld) {
-  add_value_rows_any(lanes, probs, rows, ld, values, cols, dim, out, out_ld);
+FLASHATTN_EARLIER_VECTOR_CLONES void add_value_rows(RowLanes lanes, const float* probs, int rows,
+                                                    int64_t ld, const c10::Half* const* values,
+                                                    int cols, int dim, float* out,
+                                                    int64_t out_ld) {
+  if (lanes == RowLanes::k16)
+    return add_value_rows_16_lanes(probs, rows, ld, values, cols, dim, out, out_ld);
+  add_value_rows_impl<VecF>(probs, rows, ld, values, cols, dim, out, out_ld);
 }
 
 }  // namespace flashattn::cpu
