@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // (kv_rows.h: pages of a block table, another batch entry).
   const bool keys_in_rows = keys_in_place(p.kv_cache);
   // Decoding reads its cache in the one-m-tile kernel (gqa_decode.h). There a cache's copies
-  // are unrolled too: a paged cache's with a page lookup per row (~40 SASS instructions per
+  // are unrolled too: a paged cache's with a page lookup per row (40-70 SASS instructions per
   // 16-byte copy at d = 128, sm_90, against ~160 in the rolled loop, on which paged decoding
   // reached 32% of the H200's bandwidth where dense rows reached 87%: bench/RESULTS.md, first
   // GPU run), another batch entry's (cache_batch_idx, leftpad) as strided rows. Not in the
