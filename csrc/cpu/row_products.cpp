@@ -265,8 +265,7 @@ bool runs_x86_64_v4() {
 #endif
 }
 
-// The 16-lane products, compiled for x86-64-v4 alone; the public functions below take 8 lanes
-// in their own clones (AVX2, baseline) and call these for RowLanes::k16.
+// The 16-lane products, compiled for x86-64-v4 alone (called by the entry points below).
 template <typename In>
 FLASHATTN_AVX512 void dot_key_rows_16_lanes(const float* q, int rows, int64_t q_ld,
                                             const In* const* keys, int cols, int dim,
@@ -294,51 +293,29 @@ RowLanes row_lanes() {
   return value == "16" ? RowLanes::k16 : RowLanes::k8;
 }
 
-FLASHATTN_EARLIER_VECTOR_CLONES void dot_key_rows(RowLanes lanes, const float* q, int rows,
-                                                  int64_t q_ld, const float* const* keys,
-                                                  int cols, int dim, float* scores, int64_t ld) {
-  if (lanes == RowLanes::k16)
-    return dot_key_rows_16_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);
-  dot_key_rows_impl<VecF>(q, rows, q_ld, keys, cols, dim, scores, ld);
-}
-FLASHATTN_EARLIER_VECTOR_CLONES void dot_key_rows(RowLanes lanes, const float* q, int rows,
-                                                  int64_t q_ld, const c10::BFloat16* const* keys,
-                                                  int cols, int dim, float* scores, int64_t ld) {
-  if (lanes == RowLanes::k16)
-    return dot_key_rows_16_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);
-  dot_key_rows_impl<VecF>(q, rows, q_ld, keys, cols, dim, scores, ld);
-}
-FLASHATTN_EARLIER_VECTOR_CLONES void dot_key_rows(RowLanes lanes, const float* q, int rows,
-                                                  int64_t q_ld, const c10::Half* const* keys,
-                                                  int cols, int dim, float* scores, int64_t ld) {
-  if (lanes == RowLanes::k16)
-    return dot_key_rows_16_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);
-  dot_key_rows_impl<VecF>(q, rows, q_ld, keys, cols, dim, scores, ld);
-}
+// The six entry points, one per operation and input type. Not templates: Clang does not
+// multiversion those. Each takes 8 lanes in its own clones (AVX2, baseline) and calls the
+// x86-64-v4 template for 16.
+#define FLASHATTN_ROW_PRODUCTS_FOR(In)                                                       \
+  FLASHATTN_EARLIER_VECTOR_CLONES void dot_key_rows(RowLanes lanes, const float* q, int rows, \
+                                                    int64_t q_ld, const In* const* keys,       \
+                                                    int cols, int dim, float* scores,          \
+                                                    int64_t ld) {                              \
+    if (lanes == RowLanes::k16)                                                               \
+      return dot_key_rows_16_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);               \
+    dot_key_rows_impl<VecF>(q, rows, q_ld, keys, cols, dim, scores, ld);                      \
+  }                                                                                           \
+  FLASHATTN_EARLIER_VECTOR_CLONES void add_value_rows(                                        \
+      RowLanes lanes, const float* probs, int rows, int64_t ld, const In* const* values,      \
+      int cols, int dim, float* out, int64_t out_ld) {                                        \
+    if (lanes == RowLanes::k16)                                                               \
+      return add_value_rows_16_lanes(probs, rows, ld, values, cols, dim, out, out_ld);        \
+    add_value_rows_impl<VecF>(probs, rows, ld, values, cols, dim, out, out_ld);               \
+  }
 
-FLASHATTN_EARLIER_VECTOR_CLONES void add_value_rows(RowLanes lanes, const float* probs, int rows,
-                                                    int64_t ld, const float* const* values,
-                                                    int cols, int dim, float* out,
-                                                    int64_t out_ld) {
-  if (lanes == RowLanes::k16)
-    return add_value_rows_16_lanes(probs, rows, ld, values, cols, dim, out, out_ld);
-  add_value_rows_impl<VecF>(probs, rows, ld, values, cols, dim, out, out_ld);
-}
-FLASHATTN_EARLIER_VECTOR_CLONES void add_value_rows(RowLanes lanes, const float* probs, int rows,
-                                                    int64_t ld,
-                                                    const c10::BFloat16* const* values, int cols,
-                                                    int dim, float* out, int64_t out_ld) {
-  if (lanes == RowLanes::k16)
-    return add_value_rows_16_lanes(probs, rows, ld, values, cols, dim, out, out_ld);
-  add_value_rows_impl<VecF>(probs, rows, ld, values, cols, dim, out, out_ld);
-}
-FLASHATTN_EARLIER_VECTOR_CLONES void add_value_rows(RowLanes lanes, const float* probs, int rows,
-                                                    int64_t ld, const c10::Half* const* values,
-                                                    int cols, int dim, float* out,
-                                                    int64_t out_ld) {
-  if (lanes == RowLanes::k16)
-    return add_value_rows_16_lanes(probs, rows, ld, values, cols, dim, out, out_ld);
-  add_value_rows_impl<VecF>(probs, rows, ld, values, cols, dim, out, out_ld);
-}
+FLASHATTN_ROW_PRODUCTS_FOR(float)
+FLASHATTN_ROW_PRODUCTS_FOR(c10::BFloat16)
+FLASHATTN_ROW_PRODUCTS_FOR(c10::Half)
+#undef FLASHATTN_ROW_PRODUCTS_FOR
 
 }  // namespace flashattn::cpu

@@ -33,15 +33,9 @@ constexpr int kVecWidth = 8;
 using VecF = float __attribute__((vector_size(kVecWidth * sizeof(float))));
 using VecI = int32_t __attribute__((vector_size(kVecWidth * sizeof(int32_t))));
 
-inline VecF load_vec(const float* p) {
-  VecF v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void store_vec(float* p, VecF v) { std::memcpy(p, &v, sizeof(v)); }
-
-// A second width, one zmm, for code compiled for AVX-512 alone (FLASHATTN_AVX512): the row
-// products (row_products.cpp). The same code serves both widths through these templates.
+// A vector of V's lanes from p / to p, any alignment. V: VecF, or VecF16 in code compiled for
+// AVX-512 alone (FLASHATTN_AVX512: the row products, row_products.cpp), so that one template
+// serves both widths.
 using VecF16 = float __attribute__((vector_size(16 * sizeof(float))));
 
 template <typename V>
@@ -57,6 +51,10 @@ template <typename V>
 FLASHATTN_ROW_STEP void store(float* p, V v) {
   std::memcpy(p, &v, sizeof(v));
 }
+
+inline VecF load_vec(const float* p) { return load<VecF>(p); }
+inline void store_vec(float* p, VecF v) { store(p, v); }
+
 // A broadcast. Not VecF{} + value: 0 + x is not an identity in IEEE arithmetic (-0 + 0 = +0),
 // so the compiler kept a scalar add in front of every broadcast (objdump of add_value_rows).
 static_assert(kVecWidth == 8, "splat lists kVecWidth lanes");
