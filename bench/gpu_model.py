@@ -100,7 +100,7 @@ def dq_tiles(d):
 
 def dkdv_tiles(d):
     """BwdTraits: kBlockN (keys), kBlockM (queries), threads."""
-    return 64, (64 if d <= 64 else (32 if d <= 128 else 16)), 128
+    return (128 if d <= 128 else 64), (128 if d <= 64 else 64), 256
 
 
 def smem_fwd(d):
@@ -116,10 +116,11 @@ def smem_dq(d):
 
 
 def smem_dkdv(d):
+    """K, V, one stage of (Qi, dOi), P^T and dS^T; LSE_i and D_i in fp32."""
     bn, bm, _ = dkdv_tiles(d)
-    stride, ds_stride = d + 8, bn + 8
-    elems16 = 2 * bn * stride + 2 * 2 * bm * stride + bm * ds_stride
-    return elems16 * ELEM + 2 * 2 * bm * 4
+    stride, p_stride = d + 8, bm + 8
+    elems16 = 2 * bn * stride + 2 * bm * stride + 2 * bn * p_stride
+    return elems16 * ELEM + 2 * bm * 4
 
 
 def query_tile_steps(n, bm, bn, causal):

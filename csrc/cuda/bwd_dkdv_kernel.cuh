@@ -2,15 +2,17 @@
 //
 // One CTA owns a key tile Kj, Vj of one (batch, kv head) and keeps dK_j, dV_j in registers
 // while it walks every query tile Qi that sees it, for every query head of the GQA group, so
-// the group's sum is formed in registers in a fixed order. Each warp owns 16 keys and computes
-// the transposed tiles, whose rows are its keys:
+// the group's sum is formed in registers in a fixed order. Per query tile, in three products
+// with three warp grids (traits.h, BwdTraits):
 //   S_ij^T  = Kj Qi^T                 P_ij^T = exp2(S^T * log2e - LSE_i)   (LSE from the forward)
 //   dP_ij^T = Vj dOi^T                dS_ij^T = P_ij^T * (dP_ij^T - D_i) * dlogit/ds
+//       (P^T and dS^T to shared memory)
 //   dV_j   += P_ij^T dOi              dK_j   += dS_ij^T Qi
-// with P^T and dS^T re-packed from accumulators straight into A fragments. For dQ, dS_ij goes
-// through shared memory and dQ_i += dS_ij Kj is added with fp32 atomics into an accumulator
-// (bwd_row_kernels.cuh converts it), unless the deterministic dQ kernel runs instead.
-// Qi, dOi, LSE_i and D_i are streamed through a kStages-deep cp.async ring.
+//   dQ_i   += dS_ij Kj                (fp32 atomics into an accumulator that
+//                                      bwd_row_kernels.cuh converts, unless the deterministic
+//                                      dQ kernel runs instead)
+// S^T has keys as rows, so each lane's entries share its key rows, and LSE_i, D_i are read per
+// column. dQ reads dS out of dS^T's rows with ldmatrix.trans.
 #pragma once
 #include <cstdint>
 
@@ -30,7 +32,7 @@
 
 namespace flashattn::cuda {
 
-template <typename Traits, typename Element, bool ComputeDk, bool ComputeDv>
+template <typename Traits, typename Element>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     bwd_dkdv_kernel_16bit(const AttnBwdParams p,
                           const float* d_gmem,   // D_i (mask.h, query_row_index)
@@ -40,14 +42,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
-  constexpr int kDsStride = Traits::kDsSmemStride;
-  constexpr int kStages = Traits::kStages;
+  constexpr int kPStride = Traits::kPSmemStride;
   constexpr int kNThreads = Traits::kNThreads;
-  constexpr int kNTilesM = kBlockM / kMmaN;  // 8-query n-tiles of S^T
-  constexpr int kNTilesD = kHeadDim / kMmaN;
-  constexpr int kKStepsD = kHeadDim / kMmaK;
-  constexpr int kKStepsN = kBlockN / kMmaK;
-  static_assert(ComputeDk || ComputeDv, "nothing to compute");
+  constexpr int kSdpMTiles = Traits::kSdpKeys / kMmaM;       // 16-key m-tiles of S^T
+  constexpr int kPassQueries = Traits::kSdpQueries / Traits::kSdpPasses;
+  constexpr int kPassNTiles = kPassQueries / kMmaN;          // 8-query n-tiles of S^T
+  constexpr int kPassKSteps = kPassQueries / kMmaK;          // of dV's k-steps (16 queries)
+  constexpr int kOwnKSteps = Traits::kSdpQueries / kMmaK;
+  constexpr int kQueryGroups = kBlockM / Traits::kSdpQueries;  // warps along S^T's queries
+  constexpr int kDkvMTiles = Traits::kDkvKeys / kMmaM;
+  constexpr int kDkvNTiles = Traits::kDkvCols / kMmaN;
+  constexpr int kDqMTiles = Traits::kDqRows / kMmaM;
+  constexpr int kPassCols = Traits::kDqCols / Traits::kDqPasses;
+  constexpr int kPassColTiles = kPassCols / kMmaN;
 
   const int64_t batch_head_kv = folded_batch_head();
   if (batch_head_kv >= static_cast<int64_t>(p.batch) * p.heads_kv) return;
@@ -57,18 +64,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // The grid covers the longest sequence; CTAs past this one's keys have nothing to do.
   const Sequence seq = sequence_of(p, batch);
   if (n_start >= seq.seqlen_k) return;
-  const bool want_dq = ComputeDk && dq_accum_gmem != nullptr;
+  const bool want_dq = dq_accum_gmem != nullptr;
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
-  uint16_t* k_smem = smem;                                     // [kBlockN, kStride]
-  uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;        // [kBlockN, kStride]
-  uint16_t* qdo_smem = v_smem + Traits::kKVTileSmemElems;      // kStages x (Qi, dOi)
-  uint16_t* ds_smem = qdo_smem + 2 * kStages * Traits::kQTileSmemElems;  // [kBlockM, kDsStride]
-  // kStages x [kBlockM] each: LSE_i in log2 units, D_i.
+  uint16_t* k_smem = smem;                                 // [kBlockN, kStride]
+  uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;    // [kBlockN, kStride]
+  uint16_t* q_smem = v_smem + Traits::kKVTileSmemElems;    // [kBlockM, kStride]
+  uint16_t* do_smem = q_smem + Traits::kQTileSmemElems;    // [kBlockM, kStride]
+  uint16_t* pt_smem = do_smem + Traits::kQTileSmemElems;   // P^T  [kBlockN, kPStride]
+  uint16_t* dst_smem = pt_smem + Traits::kPSmemElems;      // dS^T [kBlockN, kPStride]
+  // [kBlockM] each: LSE_i in log2 units, D_i.
   float* lse_smem = reinterpret_cast<float*>(smem + Traits::kSmem16BitElems);
-  float* dsum_smem = lse_smem + kStages * kBlockM;
-  auto q_smem = [&](int stage) { return qdo_smem + (2 * stage) * Traits::kQTileSmemElems; };
-  auto do_smem = [&](int stage) { return qdo_smem + (2 * stage + 1) * Traits::kQTileSmemElems; };
+  float* dsum_smem = lse_smem + kBlockM;
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 &&
@@ -85,29 +92,30 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   auto head_of = [&](int it) { return head_kv * p.head_group + it / m_blocks; };
   auto m_start_of = [&](int it) { return (m_block_begin + it % m_blocks) * kBlockM; };
+  // Q_i, dO_i by cp.async (one group), LSE_i and D_i by plain loads (a few floats; rows past
+  // Sq are masked).
   auto load_q_do = [&](int it) {
-    const int stage = it % kStages;
     const int head = head_of(it);
     const int m_start = m_start_of(it);
     const int rows_valid = seq.seqlen_q - m_start;
     const int64_t q_row = seq.q_row0 + m_start;
     load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-        q_smem(stage), p.q.row<const uint16_t>(batch, head, q_row), p.q.row_stride, rows_valid,
+        q_smem, p.q.row<const uint16_t>(batch, head, q_row), p.q.row_stride, rows_valid,
         p.head_dim, aligned);
     load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-        do_smem(stage), p.dout.row<const uint16_t>(batch, head, q_row), p.dout.row_stride,
-        rows_valid, p.head_dim, aligned);
-    // LSE_i (in log2 units) and D_i: a few floats, plain loads; rows past Sq are masked.
+        do_smem, p.dout.row<const uint16_t>(batch, head, q_row), p.dout.row_stride, rows_valid,
+        p.head_dim, aligned);
+    ptx::cp_async_commit();
     const int64_t d_row0 = query_row_index(p, seq, head, m_start);
-    for (int i = threadIdx.x; i < kBlockM; i += kNThreads) {
+    for (int i = ptx::thread_index(); i < kBlockM; i += kNThreads) {
       const bool valid = i < rows_valid;
-      FLASHATTN_SMEM(lse_smem)[stage * kBlockM + i] =
+      FLASHATTN_SMEM(lse_smem)[i] =
           valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, q_row + i)) : 0.f;
-      FLASHATTN_SMEM(dsum_smem)[stage * kBlockM + i] = valid ? d_gmem[d_row0 + i] : 0.f;
+      FLASHATTN_SMEM(dsum_smem)[i] = valid ? d_gmem[d_row0 + i] : 0.f;
     }
   };
 
-  // Prologue: Kj, Vj and the first kStages - 1 query tiles, one cp.async group per tile.
+  // Prologue: Kj, Vj (one group) and the first query tile.
   const int keys_valid = seq.seqlen_k - n_start;
   load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
       k_smem, p.k.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.k.row_stride,
@@ -115,144 +123,183 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
       v_smem, p.v.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.v.row_stride,
       keys_valid, p.head_dim, aligned);
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < iterations) load_q_do(s);
-    ptx::cp_async_commit();
-  }
+  ptx::cp_async_commit();
+  if (iterations > 0) load_q_do(0);
 
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  const int warp_key0 = warp * kMmaM;  // first of this warp's 16 keys within Kj
-  int key[kRowsPerThread];             // this lane's two keys (accumulator rows)
-#pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r)
-    key[r] = n_start + warp_key0 + lane / 4 + r * kRowOffsetHi;
   const WarpLanes lanes = WarpLanes::of(lane);
   const int lane_col = lanes.acc_col;
+  // This warp's tiles of the three products (traits.h), as offsets into the CTA's tiles.
+  const int sdp_key0 = (warp % Traits::kSdpWarpsN) * Traits::kSdpKeys;
+  const int query_group = warp / Traits::kSdpWarpsN;
+  const int sdp_query0 = query_group * Traits::kSdpQueries;
+  const int dkv_key0 = (warp % Traits::kDkvWarpsN) * Traits::kDkvKeys;
+  const int dkv_col0 = (warp / Traits::kDkvWarpsN) * Traits::kDkvCols;
+  const int dq_row0 = (warp % Traits::kDqWarpsM) * Traits::kDqRows;
+  const int dq_col0 = (warp / Traits::kDqWarpsM) * Traits::kDqCols;
+  // The keys of this lane's accumulator rows in S^T: m-tile m, low (r = 0) or high row.
+  int key[kSdpMTiles][kRowsPerThread];
+#pragma unroll
+  for (int m = 0; m < kSdpMTiles; ++m)
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r)
+      key[m][r] = n_start + sdp_key0 + m * kMmaM + lanes.acc_row + r * kRowOffsetHi;
   const bool tail_keys = n_start + kBlockN > seq.seqlen_k;
 
-  // One m-tile per warp (its 16 keys): the accumulators are [1][n-tiles][4] (warp_tile.cuh).
-  float dk_rmem[1][kNTilesD][4], dv_rmem[1][kNTilesD][4];
+  float dk_rmem[kDkvMTiles][kDkvNTiles][4], dv_rmem[kDkvMTiles][kDkvNTiles][4];
   zero_acc(dk_rmem);
   zero_acc(dv_rmem);
 
   for (int it = 0; it < iterations; ++it) {
-    ptx::cp_async_wait<kStages - 2>();
-    // Tile `it` (and Kj, Vj) are in smem for every thread; every warp is done with the stage
-    // the next copy overwrites and with dS of the previous tile.
+    ptx::cp_async_wait<0>();
+    // Tile `it` (and Kj, Vj) are in smem for every thread; every warp is done with dS^T of the
+    // previous tile.
     __syncthreads();
-    if (it + kStages - 1 < iterations) load_q_do(it + kStages - 1);
-    ptx::cp_async_commit();
 
-    const int stage = it % kStages;
     const int head = head_of(it);
     const int m_start = m_start_of(it);
     // attn_mask: a tile it hides is skipped (the whole CTA alike, so the barriers still match).
     const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start,
                                          min(m_start + kBlockM, seq.seqlen_q), n_start,
                                          key_last + 1);
-    if (mask_class == kMaskHidden) continue;
-    const uint16_t* qi_smem = q_smem(stage);
-    const uint16_t* doi_smem = do_smem(stage);
-    const float* lse_log2 = lse_smem + stage * kBlockM;
-    const float* dsum = dsum_smem + stage * kBlockM;
+    if (mask_class == kMaskHidden) {
+      if (it + 1 < iterations) load_q_do(it + 1);
+      continue;
+    }
     const LogitRules rules = LogitRules::make(p, seq, batch, head);
 
-    // S^T = Kj Qi^T and dP^T = Vj dOi^T for this warp's 16 keys.
-    // Dropout's decisions for this tile, drawn before the S and dP accumulators are live.
-    const uint32_t keep = p.dropout.on() ? keep_bits_by_key_rows<kNTilesM>(
-                                               p.dropout, batch, head, key, m_start,
-                                               lane_col)
-                                         : 0u;
-    float s_rmem[1][kNTilesM][4], dp_rmem[1][kNTilesM][4];
-    zero_acc(s_rmem);
-    mma_ABt<Element, kKStepsD, kStride>(s_rmem, k_smem + warp_key0 * kStride, qi_smem, lanes);
-    if constexpr (ComputeDk) {
-      zero_acc(dp_rmem);
-      mma_ABt<Element, kKStepsD, kStride>(dp_rmem, v_smem + warp_key0 * kStride, doi_smem, lanes);
-    }
-
-    // P^T and dS^T, element by element. Only tiles some query of which misses some key (or
-    // that hang over Sq or Sk) pay for the mask.
+    // Only tiles some query of which misses some key (or that hang over Sq or Sk) pay for the
+    // mask.
     const int m_last = m_start + kBlockM - 1;
     const bool needs_mask = tail_keys || m_last >= seq.seqlen_q ||
                             first_visible_key(seq, m_last) > n_start ||
                             visible_key_end(seq, m_start) < n_start + kBlockN;
+    // This warp's S tile, in kSdpPasses slices of its queries.
 #pragma unroll
-    for (int j = 0; j < kNTilesM; ++j) {
+    for (int pass = 0; pass < Traits::kSdpPasses; ++pass) {
+      const int query0 = sdp_query0 + pass * kPassQueries;  // first query within Qi
+      // P^T and dS^T of these queries as A fragments: the k-steps of dV += P^T dOi and
+      // dK += dS^T Qi this warp can multiply before the others' columns are in smem.
+      uint32_t own_p[kPassKSteps][kSdpMTiles][4], own_ds[kPassKSteps][kSdpMTiles][4];
+      // S^T = Kj Qi^T and dP^T = Vj dOi^T.
+      float s_rmem[kSdpMTiles][kPassNTiles][4], dp_rmem[kSdpMTiles][kPassNTiles][4];
+      zero_acc(s_rmem);
+      mma_ABt<Element, kHeadDim / kMmaK, kStride>(s_rmem, k_smem + sdp_key0 * kStride,
+                                                 q_smem + query0 * kStride, lanes);
+      zero_acc(dp_rmem);
+      mma_ABt<Element, kHeadDim / kMmaK, kStride>(dp_rmem, v_smem + sdp_key0 * kStride,
+                                                 do_smem + query0 * kStride, lanes);
+
+      // Dropout's decisions, per m-tile: dV takes the dropped P, dS the dropped dP
+      // (P * (dP * Z / (1 - p) - D)).
+      uint32_t keep[kSdpMTiles];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int col = j * kMmaN + lane_col + c % 2;  // query within Qi
-        const int query = m_start + col;
-        const int kv = key[c / 2];
-        const bool visible = !needs_mask || (query < seq.seqlen_q &&
-                                             kv >= first_visible_key(seq, query) &&
-                                             kv < visible_key_end(seq, query));
-        const bool in_range = query < seq.seqlen_q && kv < seq.seqlen_k;
-        float dlogit_ds;
-        float x = rules.log2_logit(s_rmem[0][j][c], query, kv, dlogit_ds);
-        if (mask_class == kMaskRead && in_range)
-          x += mask_bias(p.mask, batch, head, query, kv) * kLog2e;
-        const float prob = visible ? ptx::exp2_approx(x - FLASHATTN_SMEM(lse_log2)[col]) : 0.f;
-        // Dropout: dV takes the dropped P, dS the dropped dP (P * (dP * Z / (1 - p) - D)).
-        const float kept = p.dropout.on() ? kept_factor(p.dropout, keep, 4 * j + c) : 1.f;
-        s_rmem[0][j][c] = prob * kept;
-        if constexpr (ComputeDk) {
-          // dL / dlogit
-          const float ds = prob * (dp_rmem[0][j][c] * kept - FLASHATTN_SMEM(dsum)[col]);
-          if (p.dmask != nullptr && in_range)
-            p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
-                        p.seqlen_k + kv] = ds;
-          dp_rmem[0][j][c] = ds * dlogit_ds;
+      for (int m = 0; m < kSdpMTiles; ++m)
+        keep[m] = p.dropout.on() ? keep_bits_by_key_rows<kPassNTiles>(
+                                       p.dropout, batch, head, key[m], m_start + query0,
+                                       lane_col)
+                                 : 0u;
+      // P^T and dS^T, element by element, into shared memory. Queries outer: a column's
+      // LSE_i and D_i are read once for both m-tiles, then dead.
+#pragma unroll
+      for (int j = 0; j < kPassNTiles; ++j) {
+        const int col0 = query0 + j * kMmaN + lane_col;  // the lane's first query in Qi
+        const float lse_log2[2] = {FLASHATTN_SMEM(lse_smem)[col0],
+                                   FLASHATTN_SMEM(lse_smem)[col0 + 1]};
+        const float dsum[2] = {FLASHATTN_SMEM(dsum_smem)[col0],
+                               FLASHATTN_SMEM(dsum_smem)[col0 + 1]};
+#pragma unroll
+        for (int m = 0; m < kSdpMTiles; ++m) {
+          float prob_pair[2], ds_pair[2];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int col = col0 + c % 2;  // query within Qi
+            const int query = m_start + col;
+            const int kv = key[m][c / 2];
+            const bool visible = !needs_mask || (query < seq.seqlen_q &&
+                                                 kv >= first_visible_key(seq, query) &&
+                                                 kv < visible_key_end(seq, query));
+            const bool in_range = query < seq.seqlen_q && kv < seq.seqlen_k;
+            float dlogit_ds;
+            float x = rules.log2_logit(s_rmem[m][j][c], query, kv, dlogit_ds);
+            if (mask_class == kMaskRead && in_range)
+              x += mask_bias(p.mask, batch, head, query, kv) * kLog2e;
+            const float prob = visible ? ptx::exp2_approx(x - lse_log2[c % 2]) : 0.f;
+            const float kept =
+                p.dropout.on() ? kept_factor(p.dropout, keep[m], 4 * j + c) : 1.f;
+            // dL / dlogit
+            const float ds = prob * (dp_rmem[m][j][c] * kept - dsum[c % 2]);
+            if (p.dmask != nullptr && in_range)
+              p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
+                          p.seqlen_k + kv] = ds;
+            prob_pair[c % 2] = prob * kept;
+            ds_pair[c % 2] = ds * dlogit_ds;
+            if (c % 2 == 1) {
+              // The lane's two neighbouring queries of one key row: one 32-bit store each,
+              // and word (j % 2) * 2 + c / 2 of k-step j / 2's A fragment (warp_tile.cuh,
+              // acc_to_a_frag).
+              const uint32_t p_word = pack_rn<Element>(prob_pair[0], prob_pair[1]);
+              const uint32_t ds_word = pack_rn<Element>(ds_pair[0], ds_pair[1]);
+              const int row = sdp_key0 + m * kMmaM + lanes.acc_row + (c / 2) * kRowOffsetHi;
+              const int at = row * kPStride + col0;
+              *FLASHATTN_SMEM(reinterpret_cast<uint32_t*>(pt_smem + at)) = p_word;
+              *FLASHATTN_SMEM(reinterpret_cast<uint32_t*>(dst_smem + at)) = ds_word;
+              own_p[j / 2][m][(j % 2) * 2 + c / 2] = p_word;
+              own_ds[j / 2][m][(j % 2) * 2 + c / 2] = ds_word;
+            }
+          }
         }
       }
+      // dV_j += P^T dOi and dK_j += dS^T Qi over these queries, from registers: the warp's
+      // dK/dV rows are its S tile's keys (traits.h).
+      mma_regs_AB<Element, kStride>(dv_rmem, own_p, query0 / kMmaK, do_smem + dkv_col0, lanes);
+      mma_regs_AB<Element, kStride>(dk_rmem, own_ds, query0 / kMmaK, q_smem + dkv_col0, lanes);
+    }
+    // P^T and dS^T are whole.
+    __syncthreads();
+
+    // The rest of dV_j += P^T dOi and dK_j += dS^T Qi: the other warps' queries, A (rows are
+    // keys) from smem, B (the query tile) read with ldmatrix.trans.
+    mma_smem_AB_except<Element, kQueryGroups, kOwnKSteps, kPStride, kStride>(
+        dv_rmem, query_group, pt_smem + dkv_key0 * kPStride, do_smem + dkv_col0, lanes);
+    mma_smem_AB_except<Element, kQueryGroups, kOwnKSteps, kPStride, kStride>(
+        dk_rmem, query_group, dst_smem + dkv_key0 * kPStride, q_smem + dkv_col0, lanes);
+
+    if (it + 1 < iterations) {
+      // Every warp is done with Qi and dOi: the next tile's copy overlaps dQ.
+      __syncthreads();
+      load_q_do(it + 1);
     }
 
-    // dV_j += P^T dOi and dK_j += dS^T Qi: P^T and dS^T as A fragments, the query tile through
-    // ldmatrix.trans.
-    if constexpr (ComputeDv) mma_AB_trans<Element, kStride>(dv_rmem, s_rmem, doi_smem, lanes);
-    if constexpr (ComputeDk) mma_AB_trans<Element, kStride>(dk_rmem, dp_rmem, qi_smem, lanes);
-
     if (want_dq) {
-      // dS_ij (query-major) into smem: dS^T's rows are this warp's keys.
-#pragma unroll
-      for (int j = 0; j < kNTilesM; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int query = j * kMmaN + lane_col + c % 2;
-          const int kv = warp_key0 + lane / 4 + (c / 2) * kRowOffsetHi;
-          FLASHATTN_SMEM(ds_smem)[query * kDsStride + kv] =
-              static_cast<uint16_t>(pack_rn<Element>(dp_rmem[0][j][c], 0.f));
-        }
-      __syncthreads();
-      // dQ_i += dS_ij Kj: warp = (row group of 16 queries, column part); 16 columns at a time
-      // so the partial sums stay small, each added to the fp32 accumulator right away.
-      const int row_group = warp % Traits::kDqRowGroups;
-      const int col_part = warp / Traits::kDqRowGroups;
+      // dQ_i += dS_ij Kj on this warp's dQ tile, in kDqPasses slices of its columns: dS from
+      // dS^T's rows by ldmatrix.trans, Kj's rows are the k dimension.
       float* dq_accum = dq_accum_gmem + query_row_index(p, seq, head, 0) *
                                             dq_accum_cols;  // [Sq, dq_accum_cols]
 #pragma unroll
-      for (int c0 = 0; c0 < Traits::kDqColsPerWarp; c0 += 2 * kMmaN) {
-        const int col0 = col_part * Traits::kDqColsPerWarp + c0;
-        float acc[1][2][4];
+      for (int pass = 0; pass < Traits::kDqPasses; ++pass) {
+        const int col0 = dq_col0 + pass * kPassCols;
+        float acc[kDqMTiles][kPassColTiles][4];
         zero_acc(acc);
-        mma_smem<Element, kKStepsN, kDsStride, kStride, BRows::kRowsAreK>(
-            acc, ds_smem + row_group * kMmaM * kDsStride, k_smem + col0, lanes);
+        mma_smem<Element, kBlockN / kMmaK, kPStride, kStride, BRows::kRowsAreK, kDqMTiles,
+                 kPassColTiles, ARows::kRowsAreK>(acc, dst_smem + dq_row0, k_smem + col0, lanes);
         // Each lane's two neighbouring columns go out as one 8-byte reduction: rows of the
         // accumulator are dq_accum_cols (even) floats and the scratch starts 8-byte aligned
         // (grid.h, dq_accum_offset). The pair's second column may be the tile's padding, which
         // nothing reads.
 #pragma unroll
-        for (int t = 0; t < 2; ++t)
+        for (int m = 0; m < kDqMTiles; ++m)
 #pragma unroll
-          for (int h = 0; h < kRowsPerThread; ++h) {
-            const int row = m_start + row_group * kMmaM + lane / 4 + h * kRowOffsetHi;
-            const int col = col0 + t * kMmaN + lane_col;
-            if (row < seq.seqlen_q && col < p.head_dim)
-              ptx::red_add_f32x2(dq_accum + static_cast<int64_t>(row) * dq_accum_cols + col,
-                                 acc[0][t][2 * h], acc[0][t][2 * h + 1]);
-          }
+          for (int t = 0; t < kPassColTiles; ++t)
+#pragma unroll
+            for (int h = 0; h < kRowsPerThread; ++h) {
+              const int row = m_start + dq_row0 + m * kMmaM + lanes.acc_row + h * kRowOffsetHi;
+              const int col = col0 + t * kMmaN + lane_col;
+              if (row < seq.seqlen_q && col < p.head_dim)
+                ptx::red_add_f32x2(dq_accum + static_cast<int64_t>(row) * dq_accum_cols + col,
+                                   acc[m][t][2 * h], acc[m][t][2 * h + 1]);
+            }
       }
     }
   }
@@ -260,14 +307,21 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // never ran, leaving Kj and Vj in flight.
   ptx::cp_async_wait_all();
 
-  // Epilogue: dK_j, dV_j (already summed over the GQA group).
+  // Epilogue: dK_j, dV_j (already summed over the GQA group), this warp's rows and columns.
   const float unit[kRowsPerThread] = {1.f, 1.f};
-  if constexpr (ComputeDk)
-    store_accumulator_rows<Element, kNTilesD>(dk_rmem[0], key, unit, seq.seqlen_k, p.head_dim,
-                                              lane_col, p.dk, batch, head_kv, seq.k_row0);
-  if constexpr (ComputeDv)
-    store_accumulator_rows<Element, kNTilesD>(dv_rmem[0], key, unit, seq.seqlen_k, p.head_dim,
-                                              lane_col, p.dv, batch, head_kv, seq.k_row0);
+#pragma unroll
+  for (int m = 0; m < kDkvMTiles; ++m) {
+    int rows[kRowsPerThread];
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r)
+      rows[r] = n_start + dkv_key0 + m * kMmaM + lanes.acc_row + r * kRowOffsetHi;
+    store_accumulator_rows<Element, kDkvNTiles>(dk_rmem[m], rows, unit, seq.seqlen_k,
+                                                p.head_dim, dkv_col0 + lane_col, p.dk, batch,
+                                                head_kv, seq.k_row0);
+    store_accumulator_rows<Element, kDkvNTiles>(dv_rmem[m], rows, unit, seq.seqlen_k,
+                                                p.head_dim, dkv_col0 + lane_col, p.dv, batch,
+                                                head_kv, seq.k_row0);
+  }
 }
 
 }  // namespace flashattn::cuda

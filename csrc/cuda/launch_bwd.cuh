@@ -39,18 +39,11 @@ void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream
   }
   if (p.seqlen_k > 0) {
     const dim3 grid = attention_grid(p.seqlen_k, Traits::kBlockN, batch_heads_kv);
-    auto launch_dkdv = [&](auto* kernel, float* accum) {
-      allow_smem(kernel, Traits::kSmemBytes);
-      FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream,
-                              p, d_gmem, accum, kHeadDim);
-      after_launch();
-    };
-    if constexpr (Traits::kSplitDkDv) {
-      launch_dkdv(&bwd_dkdv_kernel_16bit<Traits, Element, true, false>, dq_accum);
-      launch_dkdv(&bwd_dkdv_kernel_16bit<Traits, Element, false, true>, nullptr);
-    } else {
-      launch_dkdv(&bwd_dkdv_kernel_16bit<Traits, Element, true, true>, dq_accum);
-    }
+    auto* kernel = &bwd_dkdv_kernel_16bit<Traits, Element>;
+    allow_smem(kernel, Traits::kSmemBytes);
+    FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p,
+                            d_gmem, dq_accum, kHeadDim);
+    after_launch();
   }
   if (p.seqlen_q == 0) return;
   if (p.deterministic) {

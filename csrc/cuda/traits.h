@@ -14,9 +14,9 @@
 //   template flags: a mask-free tile takes the same path as non-causal attention, and only the
 //   boundary tiles pay for per-element masking, so a template flag would double the build for a
 //   few percent.
-// 16-bit backward: per (head-dim tile, dtype) the dK/dV kernel (two variants, dK+dQ and dV only,
-//   for tiles > 128), the deterministic dQ kernel and two row kernels (D_i, dQ conversion):
-//   every tile of the forward, so every d <= 256 has a backward.
+// 16-bit backward: per (head-dim tile, dtype) the dK/dV kernel (which also adds dQ by atomics),
+//   the deterministic dQ kernel and two row kernels (D_i, dQ conversion): every tile of the
+//   forward, so every d <= 256 has a backward.
 // fp32: SIMT kernels (no tensor cores; fp32 inputs are for accuracy, not speed), forward, dK/dV
 //   and dQ, on three head-dim tiles {64, 128, 256}: each lane owns d/32 columns, so a tile
 //   costs registers and loop trips, not correctness. Two .cu files (fwd, bwd) hold all six.
@@ -95,51 +95,82 @@ struct FwdTraits {
                 "row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
 };
 
-// Backward dK/dV kernel for fp16/bf16 (bwd_dkdv_kernel.cuh). Each warp owns 16 keys of Kj/Vj
-// and keeps their dK_j/dV_j rows in registers (d/2 floats each per thread), so the key tile is
-// kNWarps x 16 = 64 keys and the query tile shrinks as d grows to bound the S/dP registers
-// (64, 32, then 16 queries above d = 128, where 32 spilled on sm_90).
-// Above d = 128, dK and dV together would need > 255 registers: that tile runs two passes,
-// one for dK (with dQ) and one for dV, recomputing S_ij in the second.
+// Backward dK/dV kernel for fp16/bf16 (bwd_dkdv_kernel.cuh), FA2's sm80 geometry: 8 warps, a
+// CTA of kBlockN keys walks query tiles of kBlockM, and each of its three products gives the
+// warps its own grid, so that every warp tile is 32 rows deep (two m16 tiles) and each fragment
+// loaded from shared memory feeds two or more mma:
+//   S^T, dP^T (kBlockN x kBlockM): kSdpWarpsN warps along keys x the rest along queries;
+//   dK, dV   (kBlockN x d):       kDkvWarpsN warps along keys x the rest along columns;
+//   dQ       (kBlockM x d):       kDqWarpsM warps along queries x the rest along columns.
+// P^T and dS^T go through shared memory between the first and the other two: a warp's dK/dV
+// rows are its S tile's keys, so it keeps the P^T and dS^T of its own queries in registers and
+// loads only the other warps' columns. dK and dV (kBlockN x d over 8 warps, 64 floats each per
+// thread at d >= 128) stay in registers for the whole CTA.
+// Tiles (keys x queries): 128 x 128 up to d = 64, 128 x 64 up to d = 128, 64 x 64 above, as
+// FA2 (flash_bwd_launch_template.h, its non-double-buffered sm80 choices). Per mma this loads
+// 0.45 ldmatrix.x4 at d = 128, against 0.70 of the former 4-warp, 64 x 32 tile whose warps each
+// owned 16 keys x every column (bench/gpu_model.py).
+// Q_i and dO_i are one stage: the copy of tile i + 1 starts once every warp is done with
+// dK/dV of tile i, and overlaps the dQ product (two stages at d = 128 would take 177 KB, more
+// than sm_80's 163).
 template <int kHeadDim_>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kNWarps = 4;
+  static constexpr int kNWarps = 8;
   static constexpr int kNThreads = kNWarps * kWarpSize;
-  static constexpr int kBlockN = kNWarps * kMmaM;
-  static constexpr int kBlockM = kHeadDim <= 64 ? 64 : (kHeadDim <= 128 ? 32 : 16);
-  static constexpr bool kSplitDkDv = kHeadDim > 128;
-  // (Qi, dOi, LSE_i, D_i) tiles in flight: block i+1 is copied while block i is used.
-  static constexpr int kStages = 2;
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per CTA
+  static constexpr int kBlockM = kHeadDim <= 64 ? 128 : 64;   // queries per step
+
+  // S^T / dP^T warp tile: 32 keys x kSdpQueries.
+  static constexpr int kSdpWarpsN = kBlockN / 32;
+  static constexpr int kSdpKeys = kBlockN / kSdpWarpsN;
+  static constexpr int kSdpQueries = kBlockM / (kNWarps / kSdpWarpsN);
+  // At d = 64 S^T and dP^T (64 floats each per thread) next to dK and dV (32 each) spilled
+  // 32 bytes on sm_90: the warp computes its S tile in two slices of its queries, which
+  // reloads its K and V fragments once more (0.5 ldmatrix.x4 per mma there, not 0.375).
+  static constexpr int kSdpPasses = kHeadDim == 64 ? 2 : 1;
+  // dK / dV warp tile: 32 keys x kDkvCols.
+  static constexpr int kDkvWarpsN = kBlockN / 32;
+  static constexpr int kDkvKeys = kBlockN / kDkvWarpsN;
+  static constexpr int kDkvCols = kHeadDim / (kNWarps / kDkvWarpsN);
+  // dQ warp tile: kDqRows queries x kDqCols. Two warps along the queries where that leaves
+  // whole 16-column loads per warp (d = 96 would split its columns in 24s: four there).
+  static constexpr int kDqWarpsM = kBlockM == 128 || kHeadDim % 64 != 0 ? 4 : 2;
+  static constexpr int kDqRows = kBlockM / kDqWarpsM;
+  static constexpr int kDqCols = kHeadDim / (kNWarps / kDqWarpsM);
+  // At d = 256 the dQ tile (32 x 64, 64 floats per thread) next to dK and dV (64 each)
+  // spilled 124 bytes on sm_80, and still 72 in two slices of 32 columns: four slices of 16,
+  // each reloading the dS fragments (0.75 ldmatrix.x4 per mma in dQ, not 0.375).
+  static constexpr int kDqPasses = kDqCols > 48 ? 4 : 1;
 
   static constexpr int kSmemStride = kHeadDim + kSmemPadElems;
   static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;
   static constexpr int kQTileSmemElems = kBlockM * kSmemStride;
-  // dS_ij (kBlockM x kBlockN), the A operand of dQ += dS_ij Kj, padded like the other tiles.
-  static constexpr int kDsSmemStride = kBlockN + kSmemPadElems;
-  static constexpr int kDsSmemElems = kBlockM * kDsSmemStride;
-  // Warps split dQ's kBlockM x d tile as (kBlockM / 16 row groups) x (column parts).
-  static constexpr int kDqRowGroups = kBlockM / kMmaM;
-  static constexpr int kDqColParts = kNWarps / kDqRowGroups;
-  static constexpr int kDqColsPerWarp = kHeadDim / kDqColParts;
-  // K, V; kStages x (Qi, dOi); dS; kStages x (LSE_i, D_i) in fp32.
+  // P^T and dS^T, [kBlockN keys][kBlockM queries], padded like the other tiles.
+  static constexpr int kPSmemStride = kBlockM + kSmemPadElems;
+  static constexpr int kPSmemElems = kBlockN * kPSmemStride;
+  // K, V, Q_i, dO_i, P^T, dS^T; then LSE_i, D_i in fp32.
   static constexpr int kSmem16BitElems =
-      2 * kKVTileSmemElems + 2 * kStages * kQTileSmemElems + kDsSmemElems;
+      2 * kKVTileSmemElems + 2 * kQTileSmemElems + 2 * kPSmemElems;
   static constexpr int kSmemBytes =
-      kSmem16BitElems * kElemBytes16 + 2 * kStages * kBlockM * static_cast<int>(sizeof(float));
-
-  // For __launch_bounds__, as FwdTraits::kMinBlocksPerSm, at most 2: ptxas' own budget (168
-  // registers) spilled at d = 32 on sm_90.
-  static constexpr int kMinBlocksPerSm = kMaxSmemBytesSm80 / kSmemBytes >= 2 ? 2 : 1;
+      kSmem16BitElems * kElemBytes16 + 2 * kBlockM * static_cast<int>(sizeof(float));
+  // One CTA of 8 warps per SM: 255 registers per thread.
+  static constexpr int kMinBlocksPerSm = 1;
 
   static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim, "bad head-dim tile");
-  static_assert(kBlockM % (2 * kMmaN) == 0, "Q tiles are loaded 16 rows per ldmatrix.x4");
-  static_assert(kNWarps % kDqRowGroups == 0 && kDqColsPerWarp % (2 * kMmaN) == 0,
-                "dQ columns per warp must be whole 16-column ldmatrix.x4.trans loads");
+  static_assert(kSdpKeys % kMmaM == 0 && kSdpQueries % (2 * kMmaN * kSdpPasses) == 0 &&
+                    kDkvKeys % kMmaM == 0 && kDkvCols % (2 * kMmaN) == 0 &&
+                    kDqRows % kMmaM == 0 && kDqCols % (2 * kMmaN * kDqPasses) == 0,
+                "warp tiles must be whole m16 tiles by whole 16-column ldmatrix.x4 loads");
+  // A warp's dK/dV rows are its S tile's keys, so it multiplies the P^T and dS^T of its own
+  // queries straight from its registers, right after computing them and before the barrier
+  // (warp_tile.cuh, mma_regs_AB): at d = 128 half of those two products' A loads.
+  static_assert(kDkvWarpsN == kSdpWarpsN && kDkvKeys == kSdpKeys,
+                "dK/dV and S^T warp tiles must share their keys");
   static_assert(kSmem16BitElems * kElemBytes16 % kChunkBytes == 0, "fp32 tail must stay aligned");
   static_assert(kSmemBytes <= kMaxSmemBytesSm80, "backward tile exceeds sm_80 shared memory");
-  static_assert((kDsSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
-                "dS row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
+  static_assert((kPSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
+                "P^T row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
 };
 
 // Deterministic dQ kernel (bwd_dq_kernel.cuh): the forward's loop, with dQ_i in registers where

@@ -49,14 +49,29 @@ __device__ __forceinline__ void zero_acc(float (&acc)[kMTiles][kNTiles][4]) {
       for (int c = 0; c < 4; ++c) acc[m][j][c] = 0.f;
 }
 
-// The A fragments of k-step k for kMTiles m-tiles of 16 rows of a_smem (row-major).
-template <int kStride, int kMTiles>
+// How an A operand lies in shared memory (row-major either way):
+//   kRowsAreM: one row per output row (Q for S = Q K^T), read with ldmatrix;
+//   kRowsAreK: one row per k, i.e. the operand's transpose (dS^T for dQ = dS K in the
+//              backward), read with ldmatrix.trans: each 8x8 block comes out transposed, so the
+//              four blocks are addressed with the B lane map (blocks (k, m), (k, m + 8),
+//              (k + 8, m), (k + 8, m + 8) -> a0..a3).
+enum class ARows { kRowsAreM, kRowsAreK };
+
+// The A fragments of k-step k for kMTiles m-tiles of 16 rows of a_smem.
+template <int kStride, int kMTiles, ARows kLayout = ARows::kRowsAreM>
 __device__ __forceinline__ void load_a_frags(uint32_t (&a)[kMTiles][4], const uint16_t* a_smem,
                                              int k, const WarpLanes& lanes) {
 #pragma unroll
-  for (int m = 0; m < kMTiles; ++m)
-    ptx::ldmatrix_x4(a[m][0], a[m][1], a[m][2], a[m][3],
-                     a_smem + (m * kMmaM + lanes.a_row) * kStride + k * kMmaK + lanes.a_col);
+  for (int m = 0; m < kMTiles; ++m) {
+    if constexpr (kLayout == ARows::kRowsAreM) {
+      ptx::ldmatrix_x4(a[m][0], a[m][1], a[m][2], a[m][3],
+                       a_smem + (m * kMmaM + lanes.a_row) * kStride + k * kMmaK + lanes.a_col);
+    } else {
+      ptx::ldmatrix_x4_trans(a[m][0], a[m][1], a[m][2], a[m][3],
+                             a_smem + (k * kMmaK + lanes.b_row) * kStride + m * kMmaM +
+                                 lanes.b_col);
+    }
+  }
 }
 
 // acc[m][j] and acc[m][j + 1] += a[m] times the two B fragments of n-tiles j, j + 1, for every
@@ -93,11 +108,11 @@ __device__ __forceinline__ void load_b_pair(uint32_t (&b)[2][2], const uint16_t*
 }
 
 // acc += A B with both operands in shared memory, over kKSteps 16-wide k-steps:
-//   A: kMTiles x 16 rows of a_smem (this warp's rows, row-major),
+//   A: kMTiles x 16 rows laid out as kALayout says (this warp's rows),
 //   B: kNTiles x 8 output columns laid out as kLayout says.
 // Per k-step: kMTiles ldmatrix.x4 for A, kNTiles / 2 for B, kMTiles x kNTiles mma.
 template <typename Element, int kKSteps, int kStrideA, int kStrideB, BRows kLayout, int kMTiles,
-          int kNTiles>
+          int kNTiles, ARows kALayout = ARows::kRowsAreM>
 __device__ __forceinline__ void mma_smem(float (&acc)[kMTiles][kNTiles][4],
                                          const uint16_t* a_smem, const uint16_t* b_smem,
                                          const WarpLanes& lanes) {
@@ -105,12 +120,58 @@ __device__ __forceinline__ void mma_smem(float (&acc)[kMTiles][kNTiles][4],
 #pragma unroll
   for (int k = 0; k < kKSteps; ++k) {
     uint32_t a[kMTiles][4];
-    load_a_frags<kStrideA>(a, a_smem, k, lanes);
+    load_a_frags<kStrideA, kMTiles, kALayout>(a, a_smem, k, lanes);
 #pragma unroll
     for (int n = 0; n < kNTiles; n += 2) {
       uint32_t b[2][2];
       load_b_pair<kLayout, kStrideB>(b, b_smem, k, n, lanes);
       mma_n_pair<Element>(acc, n, a, b);
+    }
+  }
+}
+
+// acc += A B over k-steps [k0, k0 + kKSteps) with A already in registers (a[kk][m]: the A
+// fragments of k-step k0 + kk, m-tile m) and B's rows being k (ldmatrix.trans). The backward's
+// dV += P^T dO and dK += dS^T Q for the queries whose P^T a warp has just computed itself.
+template <typename Element, int kStrideB, int kKSteps, int kMTiles, int kNTiles>
+__device__ __forceinline__ void mma_regs_AB(float (&acc)[kMTiles][kNTiles][4],
+                                            const uint32_t (&a)[kKSteps][kMTiles][4], int k0,
+                                            const uint16_t* b_smem, const WarpLanes& lanes) {
+  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4");
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+    for (int n = 0; n < kNTiles; n += 2) {
+      uint32_t b[2][2];
+      load_b_pair<BRows::kRowsAreK, kStrideB>(b, b_smem, k0 + kk, n, lanes);
+      mma_n_pair<Element>(acc, n, a[kk], b);
+    }
+}
+
+// acc += A B over kGroups groups of kGroupKSteps k-steps each except group `skip` (the one
+// mma_regs_AB took from registers), A from a_smem (rows are this warp's M rows), B's rows being
+// k (ldmatrix.trans). Groups in a fixed order per warp, so the sum is deterministic.
+template <typename Element, int kGroups, int kGroupKSteps, int kStrideA, int kStrideB,
+          int kMTiles, int kNTiles>
+__device__ __forceinline__ void mma_smem_AB_except(float (&acc)[kMTiles][kNTiles][4], int skip,
+                                                   const uint16_t* a_smem,
+                                                   const uint16_t* b_smem,
+                                                   const WarpLanes& lanes) {
+  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4");
+#pragma unroll
+  for (int g = 1; g < kGroups; ++g) {
+    const int group = (skip + g) % kGroups;
+#pragma unroll
+    for (int kk = 0; kk < kGroupKSteps; ++kk) {
+      const int k = group * kGroupKSteps + kk;
+      uint32_t a[kMTiles][4];
+      load_a_frags<kStrideA>(a, a_smem, k, lanes);
+#pragma unroll
+      for (int n = 0; n < kNTiles; n += 2) {
+        uint32_t b[2][2];
+        load_b_pair<BRows::kRowsAreK, kStrideB>(b, b_smem, k, n, lanes);
+        mma_n_pair<Element>(acc, n, a, b);
+      }
     }
   }
 }
