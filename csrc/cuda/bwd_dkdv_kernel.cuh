@@ -92,17 +92,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   auto head_of = [&](int it) { return head_kv * p.head_group + it / m_blocks; };
   auto m_start_of = [&](int it) { return (m_block_begin + it % m_blocks) * kBlockM; };
-  // Q_i, dO_i by cp.async (one group), LSE_i and D_i by plain loads (a few floats; rows past
-  // Sq are masked).
+  // Q_i, dO_i by cp.async (one group; unrolled, as the forward's K/V: tile_io.cuh), LSE_i and
+  // D_i by plain loads (a few floats; rows past Sq are masked).
   auto load_q_do = [&](int it) {
     const int head = head_of(it);
     const int m_start = m_start_of(it);
     const int rows_valid = seq.seqlen_q - m_start;
     const int64_t q_row = seq.q_row0 + m_start;
-    load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
+    load_tile_async<kBlockM, kHeadDim, kStride, kNThreads, true>(
         q_smem, p.q.row<const uint16_t>(batch, head, q_row), p.q.row_stride, rows_valid,
         p.head_dim, aligned);
-    load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
+    load_tile_async<kBlockM, kHeadDim, kStride, kNThreads, true>(
         do_smem, p.dout.row<const uint16_t>(batch, head, q_row), p.dout.row_stride, rows_valid,
         p.head_dim, aligned);
     ptx::cp_async_commit();

@@ -65,10 +65,10 @@ struct TileChunks {
 // (pages, cache_batch_idx: kv_rows.h). `anywhere` is any valid address, the source of the
 // chunks that read nothing. Must be called by all kNThreads threads of the CTA.
 //
-// kUnrolled unrolls the cp.async copies, with no bounds at all for a whole tile. Only the
-// forward's main loop asks for it (strided rows, and a KV cache's rows in the one-m-tile
-// kernel): unrolled copies at every call site (the Q tile's, the backward's) made the d = 128
-// forward spill on sm_80 (164 bytes) and dK/dV on sm_90 (strict ptxas).
+// kUnrolled unrolls the cp.async copies, with no bounds at all for a whole tile. The main
+// loops ask for it: the forward's K/V tiles (strided rows, and a KV cache's rows in the
+// one-m-tile kernel) and the dK/dV kernel's Q/dO tiles. Unrolled copies at every call site
+// (the forward's Q tile too) made the d = 128 forward spill on sm_80 (164 bytes, strict ptxas).
 template <int kRows, int kCols, int kSmemStride, int kNThreads, bool kUnrolled = false,
           typename RowOf>
 __device__ __forceinline__ void load_rows_async(
