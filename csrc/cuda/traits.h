@@ -107,9 +107,10 @@ struct FwdTraits {
 // loads only the other warps' columns. dK and dV (kBlockN x d over 8 warps, 64 floats each per
 // thread at d >= 128) stay in registers for the whole CTA.
 // Tiles (keys x queries): 128 x 128 up to d = 64, 128 x 64 up to d = 128, 64 x 64 above, as
-// FA2 (flash_bwd_launch_template.h, its non-double-buffered sm80 choices). Per mma this loads
-// 0.45 ldmatrix.x4 at d = 128, against 0.70 of the former 4-warp, 64 x 32 tile whose warps each
-// owned 16 keys x every column (bench/gpu_model.py).
+// FA2 (flash_bwd_launch_template.h, its non-double-buffered sm80 choices). At d = 128 that
+// geometry loads 0.45 ldmatrix.x4 per mma, and 0.425 with each warp's own P^T and dS^T taken
+// from registers, against 0.70 of the former 4-warp, 64 x 32 tile whose warps each owned 16
+// keys x every column (bench/gpu_model.py).
 // Q_i and dO_i are one stage: the copy of tile i + 1 starts once every warp is done with
 // dK/dV of tile i, and overlaps the dQ product (two stages at d = 128 would take 177 KB, more
 // than sm_80's 163).
