@@ -107,6 +107,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         p.head_dim, aligned);
     ptx::cp_async_commit();
     const int64_t d_row0 = query_row_index(p, seq, head, m_start);
+    // thread_index(): read here, not held across the main loop (tile_io.cuh, TileChunks); with
+    // threadIdx.x the d = 128 kernel spilled 32 bytes on sm_90.
     for (int i = ptx::thread_index(); i < kBlockM; i += kNThreads) {
       const bool valid = i < rows_valid;
       FLASHATTN_SMEM(lse_smem)[i] =

@@ -107,6 +107,23 @@ __device__ __forceinline__ void load_b_pair(uint32_t (&b)[2][2], const uint16_t*
   }
 }
 
+// acc += a B for one k-step k: a holds the A fragments of the k-step (kMTiles m-tiles), B's
+// kNTiles n-tiles are loaded two at a time (kLayout as load_b_pair says), each load feeding
+// kMTiles x 2 mma. The inner step of every product below.
+template <typename Element, BRows kLayout, int kStrideB, int kMTiles, int kNTiles>
+__device__ __forceinline__ void mma_k_step(float (&acc)[kMTiles][kNTiles][4],
+                                           const uint32_t (&a)[kMTiles][4],
+                                           const uint16_t* b_smem, int k,
+                                           const WarpLanes& lanes) {
+  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4");
+#pragma unroll
+  for (int n = 0; n < kNTiles; n += 2) {
+    uint32_t b[2][2];
+    load_b_pair<kLayout, kStrideB>(b, b_smem, k, n, lanes);
+    mma_n_pair<Element>(acc, n, a, b);
+  }
+}
+
 // acc += A B with both operands in shared memory, over kKSteps 16-wide k-steps:
 //   A: kMTiles x 16 rows laid out as kALayout says (this warp's rows),
 //   B: kNTiles x 8 output columns laid out as kLayout says.
@@ -116,17 +133,11 @@ template <typename Element, int kKSteps, int kStrideA, int kStrideB, BRows kLayo
 __device__ __forceinline__ void mma_smem(float (&acc)[kMTiles][kNTiles][4],
                                          const uint16_t* a_smem, const uint16_t* b_smem,
                                          const WarpLanes& lanes) {
-  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4");
 #pragma unroll
   for (int k = 0; k < kKSteps; ++k) {
     uint32_t a[kMTiles][4];
     load_a_frags<kStrideA, kMTiles, kALayout>(a, a_smem, k, lanes);
-#pragma unroll
-    for (int n = 0; n < kNTiles; n += 2) {
-      uint32_t b[2][2];
-      load_b_pair<kLayout, kStrideB>(b, b_smem, k, n, lanes);
-      mma_n_pair<Element>(acc, n, a, b);
-    }
+    mma_k_step<Element, kLayout, kStrideB>(acc, a, b_smem, k, lanes);
   }
 }
 
@@ -137,15 +148,9 @@ template <typename Element, int kStrideB, int kKSteps, int kMTiles, int kNTiles>
 __device__ __forceinline__ void mma_regs_AB(float (&acc)[kMTiles][kNTiles][4],
                                             const uint32_t (&a)[kKSteps][kMTiles][4], int k0,
                                             const uint16_t* b_smem, const WarpLanes& lanes) {
-  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4");
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk)
-#pragma unroll
-    for (int n = 0; n < kNTiles; n += 2) {
-      uint32_t b[2][2];
-      load_b_pair<BRows::kRowsAreK, kStrideB>(b, b_smem, k0 + kk, n, lanes);
-      mma_n_pair<Element>(acc, n, a[kk], b);
-    }
+    mma_k_step<Element, BRows::kRowsAreK, kStrideB>(acc, a[kk], b_smem, k0 + kk, lanes);
 }
 
 // acc += A B over kGroups groups of kGroupKSteps k-steps each except group `skip` (the one
@@ -157,7 +162,6 @@ __device__ __forceinline__ void mma_smem_AB_except(float (&acc)[kMTiles][kNTiles
                                                    const uint16_t* a_smem,
                                                    const uint16_t* b_smem,
                                                    const WarpLanes& lanes) {
-  static_assert(kNTiles % 2 == 0, "B is loaded two n-tiles per ldmatrix.x4");
 #pragma unroll
   for (int g = 1; g < kGroups; ++g) {
     const int group = (skip + g) % kGroups;
@@ -166,12 +170,7 @@ __device__ __forceinline__ void mma_smem_AB_except(float (&acc)[kMTiles][kNTiles
       const int k = group * kGroupKSteps + kk;
       uint32_t a[kMTiles][4];
       load_a_frags<kStrideA>(a, a_smem, k, lanes);
-#pragma unroll
-      for (int n = 0; n < kNTiles; n += 2) {
-        uint32_t b[2][2];
-        load_b_pair<BRows::kRowsAreK, kStrideB>(b, b_smem, k, n, lanes);
-        mma_n_pair<Element>(acc, n, a, b);
-      }
+      mma_k_step<Element, BRows::kRowsAreK, kStrideB>(acc, a, b_smem, k, lanes);
     }
   }
 }
@@ -213,12 +212,7 @@ __device__ __forceinline__ void mma_AB_trans(float (&out)[kMTiles][kNTilesOut][4
     uint32_t a[kMTiles][4];
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) acc_to_a_frag<Element>(p[m], k, a[m]);
-#pragma unroll
-    for (int d = 0; d < kNTilesOut; d += 2) {
-      uint32_t b[2][2];
-      load_b_pair<BRows::kRowsAreK, kStride>(b, b_smem, k, d, lanes);
-      mma_n_pair<Element>(out, d, a, b);
-    }
+    mma_k_step<Element, BRows::kRowsAreK, kStride>(out, a, b_smem, k, lanes);
   }
 }
 
