@@ -7,6 +7,7 @@ kernels on VNNI-2 panels where the CPU has AVX-512 (test_cpu_gemm_16bit.py check
 /proc/cpuinfo), AMX on ATen-packed panels where it has AMX; and checks that the kernel ran.
 """
 import pytest
+import flashattn
 import torch
 
 from checks import (MASKS, assert_bitwise_deterministic, check_backward, check_forward,
@@ -31,10 +32,16 @@ def products_run():
     return {kernel: INTERNAL.cpu_16bit_products_run(kernel) for kernel in ALL_KERNELS}
 
 
+# The most query rows of a tile that takes the row products (row_products.h) on either operand
+# path rather than tile products.
+ROW_PRODUCT_ROWS = 16
+
+
 @pytest.fixture(params=kernels_here())
 def cpu16(monkeypatch, request):
     """The 16-bit path with one kernel forced; afterwards, checks that the tile products ran on
-    that kernel (for bf16 or fp16, whichever the test used) and on no other."""
+    that kernel (for bf16 or fp16, whichever the test used) and on no other. A forward-only test
+    whose query tiles are all small enough for the row products runs none."""
     monkeypatch.setenv(FORCE, "1")
     monkeypatch.setenv(KERNEL, request.param)
     expected = {INTERNAL.cpu_16bit_path(dtype)[0] for dtype in DTYPES_16}
@@ -42,7 +49,11 @@ def cpu16(monkeypatch, request):
     before = products_run()
     yield make_executor("cpu")
     ran = {kernel for kernel, count in products_run().items() if count > before[kernel]}
-    assert ran and ran <= expected, f"forced {request.param}, products ran on {ran}"
+    assert ran <= expected, f"forced {request.param}, products ran on {ran}"
+    seqlens = getattr(request.node, "callspec", None) and request.node.callspec.params.get("seqlens")
+    row_products_only = (request.node.originalname == "test_forward_16bit_products"
+                         and seqlens[0] <= ROW_PRODUCT_ROWS)
+    assert bool(ran) != row_products_only, f"forced {request.param}, products ran on {ran}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
@@ -136,3 +147,35 @@ def test_bad_override_is_named(monkeypatch):
     q, k, v = make_qkv(1, 8, 8, 1, 1, 16, torch.bfloat16, torch.device("cpu"))
     with pytest.raises(RuntimeError, match=f"{FORCE} must be 0 or 1.*'yes'"):
         torch.ops.flashattn.fwd(q, k, v, 0.25, False, -1, -1, 0.0, None, True, False)
+
+
+@pytest.mark.parametrize("kernel", kernels_here())
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
+def test_decode_tiles_take_the_row_products_on_either_path(monkeypatch, kernel, dtype):
+    """A tile of at most 16 query rows (a decode step: 1 or 4 tokens of a GQA group of 4) reads
+    the cache rows where they are on the 16-bit path too, with the fp32 path's bits, and runs
+    no 16-bit tile product (packing panels for a few rows made a bf16 decode step 4x slower on
+    a Zen 4, where the 16-bit path is the default). A longer query on the same cache does run
+    the forced kernel, so the override took effect."""
+    torch.manual_seed(0)
+    k_cache, v_cache = (torch.randn(2, 300, 2, 64, dtype=dtype) for _ in range(2))
+    seqlens = torch.tensor([300, 177], dtype=torch.int32)
+
+    def call(seqlen_q):
+        q = torch.randn(2, seqlen_q, 8, 64, dtype=dtype, generator=torch.Generator().manual_seed(1))
+        return flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                                 causal=True, return_softmax_lse=True)
+
+    for seqlen_q in (1, 4):
+        monkeypatch.setenv(FORCE, "0")
+        want = call(seqlen_q)
+        monkeypatch.setenv(FORCE, "1")
+        monkeypatch.setenv(KERNEL, kernel)
+        before = products_run()
+        got = call(seqlen_q)
+        assert products_run() == before, "a decode tile ran the 16-bit tile products"
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+    before = products_run()
+    call(40)
+    assert products_run() != before

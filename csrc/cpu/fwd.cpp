@@ -101,8 +101,10 @@ class ForwardKernel {
   static constexpr bool kNative16 = kPath == OperandPath::kNative16;
   // The element type of the products' A and B operands.
   using Operand = std::conditional_t<kNative16, In, T>;
-  // row_products.h takes fp32 products (not the 16-bit path's, not gradcheck's fp64).
-  static constexpr bool kRowProductsTaken = !kNative16 && std::is_same_v<T, float>;
+  // row_products.h takes fp32 products (not gradcheck's fp64), on either operand path: a
+  // decoding tile's products take the rows where they are whatever multiplies the big tiles
+  // (on a Zen 4 the 16-bit path's panels made a bf16 decode step 4x slower).
+  static constexpr bool kRowProductsTaken = std::is_same_v<T, float>;
 
  public:
   ForwardKernel(const AttnParams& p, bool vnni, const ForwardPlan& plan)
@@ -172,6 +174,7 @@ class ForwardKernel {
     // stream: room for one key block's operands, in the layout packing would give them.
     Scratch(int gemm_dim, int out_stride, bool stream)
         : q_tile(size_t(kQueryBlock) * gemm_dim, Operand(0.f)),
+          q_rows32(kNative16 && kRowProductsTaken ? size_t(kRowProductMaxRows) * gemm_dim : 0),
           scores(size_t(kQueryBlock) * kKeyBlock),
           probs16(kNative16 ? size_t(kQueryBlock) * kKeyBlock : 0),
           out_acc(size_t(kQueryBlock) * out_stride),
@@ -181,6 +184,8 @@ class ForwardKernel {
           v_tile(stream ? size_t(kKeyBlock) * out_stride : 0),
           staging(stream && kNative16 ? size_t(kKeyBlock) * std::max(gemm_dim, kPanelWidth) : 0) {}
     std::vector<Operand> q_tile;  // Qi; scaled by the softmax scale on the kCompute path
+    // kNative16, takes_row_products(): Qi in fp32, scaled, as the kCompute path's q_tile.
+    std::vector<T> q_rows32;
     std::vector<T> scores;        // S_ij, then P_ij, row stride kKeyBlock
     std::vector<In> probs16;      // kNative16: P_ij in 16 bits, zero past the tile's keys
     std::vector<T> out_acc;       // O_i before division by l_i, row stride out_stride_
@@ -276,12 +281,12 @@ class ForwardKernel {
 
     for (int r = 0; r < tile_rows; ++r) {
       const In* q_row = p_.q.row<const In>(b, head0 + r / rows, seq.q_row0 + row_begin + r % rows);
-      Operand* tile_row = s.q_tile.data() + size_t(r) * gemm_dim_;
-      if constexpr (kNative16)
-        std::copy_n(q_row, dim_, tile_row);  // a column padding dim_ to even stays 0
-      else
-        for (int d = 0; d < dim_; ++d)
-          tile_row[d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
+      if (kNative16 && !rows_in_place) {  // a column padding dim_ to even stays 0
+        std::copy_n(q_row, dim_, s.q_tile.data() + size_t(r) * gemm_dim_);
+        continue;
+      }
+      T* tile_row = row_products_q(s) + size_t(r) * dim_;
+      for (int d = 0; d < dim_; ++d) tile_row[d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
     }
     std::fill(s.out_acc.begin(), s.out_acc.end(), T(0));
     std::fill(s.row_max.begin(), s.row_max.end(), -std::numeric_limits<T>::infinity());
@@ -298,12 +303,14 @@ class ForwardKernel {
       if (visibility == TileVisibility::kNone || mask_class == kMaskHidden) continue;
       if (plan_.stream_kv && !rows_in_place) load_kv_tile(seq, kv_head, kb, s);
       multiply_q_kt(b, kv_head, kb, tile_rows, cols, rows_in_place, s);  // S_ij = scale · Qi Kjᵀ
-      if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || visibility == TileVisibility::kPartial ||
-          mask_class == kMaskRead)
+      // The 16-bit products leave S_ij unscaled (the row products' Qi is scaled).
+      const bool scale_scores = kNative16 && !rows_in_place;
+      if (scale_scores || p_.softcap > 0 || p_.alibi.ptr ||
+          visibility == TileVisibility::kPartial || mask_class == kMaskRead)
         for (int r = 0; r < tile_rows; ++r) {
           T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
           const int row = row_begin + r % rows, h = head0 + r / rows;
-          if (kNative16) scale_by(score_row, cols, softmax_scale<T>(p_));
+          if (scale_scores) scale_by(score_row, cols, softmax_scale<T>(p_));
           if (p_.softcap > 0) apply_softcap(score_row, cols, softcap<T>(p_), nullptr);
           if (p_.alibi.ptr)
             add_alibi(score_row, cols, T(alibi_slope(p_, b, h)), row + seq.diag_offset - key_begin,
@@ -321,7 +328,7 @@ class ForwardKernel {
           dropout_rows(p_.dropout, dropout_seed(p_.dropout), b, head0 + g, row_begin, rows,
                        key_begin, cols, s.scores.data() + size_t(g) * rows * kKeyBlock, kKeyBlock);
       if constexpr (kNative16)
-        for (int r = 0; r < tile_rows; ++r) {
+        for (int r = 0; r < tile_rows && !rows_in_place; ++r) {
           In* probs_row = s.probs16.data() + size_t(r) * kKeyBlock;
           round_to_16bit(s.scores.data() + size_t(r) * kKeyBlock, probs_row, cols);
           std::fill(probs_row + cols, probs_row + kKeyBlock, In(0.f));
@@ -332,22 +339,22 @@ class ForwardKernel {
       store_output(task, head0 + g, g * rows, s);
   }
 
-  // S_ij = scale · Qi Kjᵀ into s.scores (the kNative16 path applies the scale afterwards).
+  // S_ij = scale · Qi Kjᵀ into s.scores (the 16-bit products leave the scale for later).
   void multiply_q_kt(int b, int kv_head, int kb, int rows, int cols, bool rows_in_place,
                      Scratch& s) const {
-    if constexpr (kNative16) {
+    if (rows_in_place) {
+      if constexpr (kRowProductsTaken) {
+        point_at_rows(p_.k, b, kv_head, kb, cols, s);
+        dot_key_rows(row_lanes_, row_products_q(s), rows, dim_, s.kv_rows.data(), cols, dim_,
+                     s.scores.data(), kKeyBlock);
+      }
+    } else if constexpr (kNative16) {
       for (int panel = 0; panel * kPanelWidth < cols; ++panel)
         tile_gemm(rows, kPanelWidth, gemm_dim_, s.q_tile.data(), gemm_dim_,
                   plan_.stream_kv ? s.k_tile.data() + size_t(panel) * gemm_dim_ * kPanelWidth
                                   : k_panels16_.panel(b, kv_head, kb, panel),
                   kPanelWidth,
                   s.scores.data() + panel * kPanelWidth, kKeyBlock, /*accumulate=*/false, vnni_);
-    } else if (rows_in_place) {
-      if constexpr (kRowProductsTaken) {
-        point_at_rows(p_.k, b, kv_head, kb, cols, s);
-        dot_key_rows(row_lanes_, s.q_tile.data(), rows, dim_, s.kv_rows.data(), cols, dim_,
-                     s.scores.data(), kKeyBlock);
-      }
     } else {
       const T* keys = plan_.stream_kv
                           ? s.k_tile.data()
@@ -358,10 +365,16 @@ class ForwardKernel {
   }
 
   // O_i += P_ij Vj. The 16-bit product runs over the whole key block: P_ij and Vj are zero
-  // past the last key.
+  // past the last key. The row products take P_ij in fp32.
   void multiply_p_v(int b, int kv_head, int kb, int rows, int cols, bool rows_in_place,
                     Scratch& s) const {
-    if constexpr (kNative16) {
+    if (rows_in_place) {
+      if constexpr (kRowProductsTaken) {
+        point_at_rows(p_.v, b, kv_head, kb, cols, s);
+        add_value_rows(row_lanes_, s.scores.data(), rows, kKeyBlock, s.kv_rows.data(), cols,
+                       dim_, s.out_acc.data(), out_stride_);
+      }
+    } else if constexpr (kNative16) {
       for (int panel = 0; panel < out_stride_ / kPanelWidth; ++panel)
         tile_gemm(rows, kPanelWidth, kKeyBlock, s.probs16.data(), kKeyBlock,
                   plan_.stream_kv ? s.v_tile.data() + size_t(panel) * kKeyBlock * kPanelWidth
@@ -369,12 +382,6 @@ class ForwardKernel {
                   kPanelWidth,
                   s.out_acc.data() + panel * kPanelWidth, out_stride_, /*accumulate=*/true,
                   vnni_);
-    } else if (rows_in_place) {
-      if constexpr (kRowProductsTaken) {
-        point_at_rows(p_.v, b, kv_head, kb, cols, s);
-        add_value_rows(row_lanes_, s.scores.data(), rows, kKeyBlock, s.kv_rows.data(), cols,
-                       dim_, s.out_acc.data(), dim_);
-      }
     } else if (values_in_place_) {
       tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
                 p_.v.row<const T>(b, kv_head, seqs_[b].k_row0 + kb * kKeyBlock),
@@ -393,6 +400,15 @@ class ForwardKernel {
   // varlen batch still gets the bits it gets alone.
   bool takes_row_products(const Sequence& seq) const {
     return kRowProductsTaken && int64_t(seq.seqlen_q) * p_.head_group <= kRowProductMaxRows;
+  }
+
+  // The row products' Qi: scaled fp32 rows of stride dim_ (kNative16: of a tile of at most
+  // kRowProductMaxRows rows).
+  T* row_products_q(Scratch& s) const {
+    if constexpr (kNative16)
+      return s.q_rows32.data();
+    else
+      return s.q_tile.data();
   }
 
   // s.kv_rows = the rows of key block kb of kv head kv_head in view (k or v).
