@@ -58,6 +58,10 @@ struct ForwardPlan {
   // Query heads per tile: the whole GQA group when its rows fit one tile (decoding), the rows
   // head-major; else 1.
   int heads_per_tile = 1;
+  // KV heads per tile: when every tile takes the row products (decoding), as many kv heads'
+  // groups as fill a tile, so that the products read the cache key by key through the heads
+  // (row_products.h: RowStream); else 1. heads_per_tile = head_group * kv_heads_per_tile.
+  int kv_heads_per_tile = 1;
   // Query rows of each head per task.
   int query_block = kQueryBlock;
   // Each kv head's keys are read by one task only: key and value tiles are converted into
@@ -67,7 +71,9 @@ struct ForwardPlan {
   int splits = 1;
 };
 
-ForwardPlan plan_forward(const AttnParams& p, const std::vector<Sequence>& seqs) {
+// row_products: whether the kernel has the row products (an fp32 compute type).
+ForwardPlan plan_forward(const AttnParams& p, const std::vector<Sequence>& seqs,
+                         bool row_products) {
   ForwardPlan plan;
   int max_q = 0, max_k = 0;
   for (const Sequence& s : seqs) {
@@ -79,7 +85,16 @@ ForwardPlan plan_forward(const AttnParams& p, const std::vector<Sequence>& seqs)
     plan.heads_per_tile = group;
     plan.query_block = kQueryBlock / group;
   }
-  plan.stream_kv = plan.heads_per_tile == group && max_q <= plan.query_block;
+  if (row_products && int64_t(max_q) * group <= kRowProductMaxRows) {
+    for (int kv_heads = p.heads_kv; kv_heads > 1; --kv_heads)
+      if (p.heads_kv % kv_heads == 0 && int64_t(max_q) * group * kv_heads <= kQueryBlock) {
+        plan.kv_heads_per_tile = kv_heads;
+        break;
+      }
+    plan.heads_per_tile = group * plan.kv_heads_per_tile;
+    plan.query_block = kQueryBlock / plan.heads_per_tile;
+  }
+  plan.stream_kv = plan.heads_per_tile % group == 0 && max_q <= plan.query_block;
   if (p.num_splits > 0) {
     plan.splits = std::min(p.num_splits, kMaxSplits);
   } else {  // 0: enough tasks for twice the threads, if the keys go that far
@@ -174,7 +189,7 @@ class ForwardKernel {
     // stream: room for one key block's operands, in the layout packing would give them.
     Scratch(int gemm_dim, int out_stride, bool stream)
         : q_tile(size_t(kQueryBlock) * gemm_dim, Operand(0.f)),
-          q_rows32(kNative16 && kRowProductsTaken ? size_t(kRowProductMaxRows) * gemm_dim : 0),
+          q_rows32(kNative16 && kRowProductsTaken ? size_t(kQueryBlock) * gemm_dim : 0),
           scores(size_t(kQueryBlock) * kKeyBlock),
           probs16(kNative16 ? size_t(kQueryBlock) * kKeyBlock : 0),
           out_acc(size_t(kQueryBlock) * out_stride),
@@ -196,8 +211,12 @@ class ForwardKernel {
     std::vector<Operand> k_tile;
     std::vector<Operand> v_tile;
     std::vector<Operand> staging;
-    // takes_row_products(): the key (or value) rows of the tile, where they are.
-    std::vector<const In*> kv_rows = std::vector<const In*>(kKeyBlock);
+    // takes_row_products(): the key and value rows of the tile where they are, and the next
+    // key block's key rows (requested from memory while the values are read).
+    std::vector<const In*> key_rows = std::vector<const In*>(kKeyBlock);
+    std::vector<const In*> value_rows = std::vector<const In*>(kKeyBlock);
+    std::vector<const In*> next_key_rows = std::vector<const In*>(kKeyBlock);
+    int key_rows_block = -1;  // the key block of the task that key_rows point at, or -1
   };
 
   void pack_keys_and_values() {
@@ -276,8 +295,9 @@ class ForwardKernel {
     const int b = task.b, head0 = task.head0, row_begin = task.row_begin, rows = task.rows;
     const int tile_rows = rows * plan_.heads_per_tile;
     const Sequence& seq = seqs_[b];
-    const int kv_head = head0 / p_.head_group;
+    const int kv_head = head0 / p_.head_group;  // the tile's first
     const bool rows_in_place = takes_row_products(seq);
+    TORCH_INTERNAL_ASSERT(rows_in_place || plan_.kv_heads_per_tile == 1);
 
     for (int r = 0; r < tile_rows; ++r) {
       const In* q_row = p_.q.row<const In>(b, head0 + r / rows, seq.q_row0 + row_begin + r % rows);
@@ -293,6 +313,7 @@ class ForwardKernel {
     std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
 
     const BlockRange key_blocks = key_blocks_of(task);
+    s.key_rows_block = -1;
     for (int kb = key_blocks.first; kb < key_blocks.last; ++kb) {
       const int key_begin = kb * kKeyBlock;
       const int cols = std::min(kKeyBlock, seq.seqlen_k - key_begin);
@@ -333,7 +354,8 @@ class ForwardKernel {
           round_to_16bit(s.scores.data() + size_t(r) * kKeyBlock, probs_row, cols);
           std::fill(probs_row + cols, probs_row + kKeyBlock, In(0.f));
         }
-      multiply_p_v(b, kv_head, kb, tile_rows, cols, rows_in_place, s);  // O_i += P_ij Vj
+      const int next_kb = kb + 1 < key_blocks.last ? kb + 1 : -1;
+      multiply_p_v(b, kv_head, kb, next_kb, tile_rows, cols, rows_in_place, s);  // O_i += P_ij Vj
     }
     for (int g = 0; g < plan_.heads_per_tile; ++g)
       store_output(task, head0 + g, g * rows, s);
@@ -344,9 +366,12 @@ class ForwardKernel {
                      Scratch& s) const {
     if (rows_in_place) {
       if constexpr (kRowProductsTaken) {
-        point_at_rows(p_.k, b, kv_head, kb, cols, s);
-        dot_key_rows(row_lanes_, row_products_q(s), rows, dim_, s.kv_rows.data(), cols, dim_,
-                     s.scores.data(), kKeyBlock);
+        if (s.key_rows_block != kb) point_at_rows(p_.k, b, kv_head, kb, cols, s.key_rows);
+        point_at_rows(p_.v, b, kv_head, kb, cols, s.value_rows);
+        const RowStream<In> keys{s.key_rows.data(), cols, s.value_rows.data(), cols,
+                                 plan_.kv_heads_per_tile, p_.k.head_stride};
+        dot_key_rows(row_lanes_, row_products_q(s), rows / plan_.kv_heads_per_tile, dim_, keys,
+                     dim_, s.scores.data(), kKeyBlock);
       }
     } else if constexpr (kNative16) {
       for (int panel = 0; panel * kPanelWidth < cols; ++panel)
@@ -365,14 +390,21 @@ class ForwardKernel {
   }
 
   // O_i += P_ij Vj. The 16-bit product runs over the whole key block: P_ij and Vj are zero
-  // past the last key. The row products take P_ij in fp32.
-  void multiply_p_v(int b, int kv_head, int kb, int rows, int cols, bool rows_in_place,
-                    Scratch& s) const {
+  // past the last key. The row products take P_ij in fp32, and point at the key rows of the
+  // task's next key block next_kb (-1: none), which they request from memory.
+  void multiply_p_v(int b, int kv_head, int kb, int next_kb, int rows, int cols,
+                    bool rows_in_place, Scratch& s) const {
     if (rows_in_place) {
       if constexpr (kRowProductsTaken) {
-        point_at_rows(p_.v, b, kv_head, kb, cols, s);
-        add_value_rows(row_lanes_, s.scores.data(), rows, kKeyBlock, s.kv_rows.data(), cols,
-                       dim_, s.out_acc.data(), out_stride_);
+        const int next_cols =
+            next_kb < 0 ? 0 : std::min(kKeyBlock, seqs_[b].seqlen_k - next_kb * kKeyBlock);
+        point_at_rows(p_.k, b, kv_head, next_kb, next_cols, s.next_key_rows);
+        const RowStream<In> values{s.value_rows.data(), cols, s.next_key_rows.data(),
+                                   next_cols, plan_.kv_heads_per_tile, p_.v.head_stride};
+        add_value_rows(row_lanes_, s.scores.data(), rows / plan_.kv_heads_per_tile, kKeyBlock,
+                       values, dim_, s.out_acc.data(), out_stride_);
+        std::swap(s.key_rows, s.next_key_rows);
+        s.key_rows_block = next_kb;
       }
     } else if constexpr (kNative16) {
       for (int panel = 0; panel < out_stride_ / kPanelWidth; ++panel)
@@ -402,8 +434,7 @@ class ForwardKernel {
     return kRowProductsTaken && int64_t(seq.seqlen_q) * p_.head_group <= kRowProductMaxRows;
   }
 
-  // The row products' Qi: scaled fp32 rows of stride dim_ (kNative16: of a tile of at most
-  // kRowProductMaxRows rows).
+  // The row products' Qi: scaled fp32 rows of stride dim_.
   T* row_products_q(Scratch& s) const {
     if constexpr (kNative16)
       return s.q_rows32.data();
@@ -411,11 +442,11 @@ class ForwardKernel {
       return s.q_tile.data();
   }
 
-  // s.kv_rows = the rows of key block kb of kv head kv_head in view (k or v).
+  // rows = the first `cols` rows of key block kb of kv head kv_head in view (k or v).
   void point_at_rows(const TensorView& view, int b, int kv_head, int kb, int cols,
-                     Scratch& s) const {
+                     std::vector<const In*>& rows) const {
     for (int c = 0; c < cols; ++c)
-      s.kv_rows[c] = key_row<const In>(view, p_.kv_cache, seqs_[b], kv_head, kb * kKeyBlock + c);
+      rows[c] = key_row<const In>(view, p_.kv_cache, seqs_[b], kv_head, kb * kKeyBlock + c);
   }
 
   // Keys of the tile that `row` may not see become -inf.
@@ -523,7 +554,8 @@ class ForwardKernel {
 }  // namespace
 
 void run_fwd(const AttnParams& p, c10::ScalarType dtype) {
-  run_on_operand_path<ForwardKernel>(p, dtype, plan_forward(p, host_sequences(p)));
+  run_on_operand_path<ForwardKernel>(p, dtype,
+                                     plan_forward(p, host_sequences(p), dtype != at::kDouble));
 }
 
 }  // namespace flashattn::cpu

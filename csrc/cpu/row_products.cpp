@@ -73,11 +73,14 @@ FLASHATTN_ROW_STEP VecF16 load_widened<VecF16>(const c10::Half* src) {
 }
 
 // Rows of a cache are far apart (other heads lie between them), so the hardware prefetcher
-// does not see a stream: each row is requested ahead of its use, twice. kRowsAheadToL1 rows
-// before, into L1, or every row's first touch waits for memory (74% of the time of a bf16
-// decode in perf). kRowsAheadToL2 rows before, into L2: more requests in flight than L1's fill
-// buffers hold, for DRAM's latency (bf16 decode, B = 8, Sk = 16k, 2 threads: 12.1 -> 15.1 GB/s;
-// 20.1 -> 17.7 on a cache small enough to stay in L3, which decoding rarely is).
+// does not see a stream: each key is requested ahead of its use (its row in every head of the
+// stream), twice. kRowsAheadToL1 keys before, into L1, or every row's first touch waits for
+// memory (74% of the time of a bf16 decode in perf, one head at a time). kRowsAheadToL2 keys
+// before, into L2: more requests in flight than L1's fill buffers hold, for DRAM's latency
+// (bf16 decode, B = 8, Sk = 16k, 2 threads, one head at a time: 12.1 -> 15.1 GB/s; 20.1 -> 17.7
+// on a cache small enough to stay in L3, which decoding rarely is). Key by key through 8 heads
+// (2 KB a key) on a Zen 4, 0, 1 or 6 keys to L1 and 8, 16 or 32 to L2 were all within noise of
+// each other (17-19 GB/s, 2 threads).
 constexpr int kRowsAheadToL1 = 6;
 constexpr int kRowsAheadToL2 = 16;
 
@@ -89,19 +92,35 @@ FLASHATTN_ROW_STEP void prefetch_whole_row(const In* row, int dim) {
     __builtin_prefetch(bytes + byte, 0, kLocality);
 }
 
-// Row c is next: requests the rows kRowsAheadToL1 and kRowsAheadToL2 after it.
+// Row `at` (of the first head) of the stream, counting on into the next rows; null past them.
 template <typename In>
-FLASHATTN_ROW_STEP void prefetch_ahead_of(const In* const* rows, int c, int cols, int dim) {
-  if (c + kRowsAheadToL1 < cols) prefetch_whole_row<3>(rows[c + kRowsAheadToL1], dim);
-  if (c + kRowsAheadToL2 < cols) prefetch_whole_row<2>(rows[c + kRowsAheadToL2], dim);
+FLASHATTN_ROW_STEP const In* stream_row(const RowStream<In>& stream, int at) {
+  if (at < stream.count) return stream.rows[at];
+  return at - stream.count < stream.next_count ? stream.next[at - stream.count] : nullptr;
 }
 
-// Before row 0: what prefetch_ahead_of would have requested for the rows before it.
+// Requests row `at` of every head of the stream (if there is one), into L1 or L2.
+template <int kLocality, typename In>
+FLASHATTN_ROW_STEP void prefetch_key(const RowStream<In>& stream, int at, int dim) {
+  const In* row = stream_row(stream, at);
+  if (row == nullptr) return;
+  for (int g = 0; g < stream.heads; ++g) prefetch_whole_row<kLocality>(row + g * stream.head_stride, dim);
+}
+
+// Row c is next: requests the rows kRowsAheadToL1 and kRowsAheadToL2 after it.
 template <typename In>
-FLASHATTN_ROW_STEP void prefetch_first_rows(const In* const* rows, int cols, int dim) {
-  for (int c = 0; c < kRowsAheadToL1 && c < cols; ++c) prefetch_whole_row<3>(rows[c], dim);
-  for (int c = kRowsAheadToL1; c < kRowsAheadToL2 && c < cols; ++c)
-    prefetch_whole_row<2>(rows[c], dim);
+FLASHATTN_ROW_STEP void prefetch_ahead_of(const RowStream<In>& stream, int c, int dim) {
+  if (kRowsAheadToL1 > 0) prefetch_key<3>(stream, c + kRowsAheadToL1, dim);
+  if (kRowsAheadToL2 > 0) prefetch_key<2>(stream, c + kRowsAheadToL2, dim);
+}
+
+// Before row 0: what prefetch_ahead_of would have requested for the rows before it. (After a
+// call whose next rows these were, most are in flight or cached already: a hit.)
+template <typename In>
+FLASHATTN_ROW_STEP void prefetch_first_rows(const RowStream<In>& stream, int dim) {
+  for (int c = 0; c < kRowsAheadToL1 && c < stream.count; ++c) prefetch_key<3>(stream, c, dim);
+  for (int c = kRowsAheadToL1; c < kRowsAheadToL2 && c < stream.count; ++c)
+    prefetch_key<2>(stream, c, dim);
 }
 
 // Keys taken together, and query rows with them: a 4 x 4 block of dot products loads 8
@@ -143,64 +162,77 @@ FLASHATTN_ROW_STEP void accumulate_dots(const float* const (&q_rows)[kBlock],
   }
 }
 
-// Dot products of lanes<Wide> lanes as far as the head dim allows them, then of 8, then the
-// scalar tail. The sums' order is fixed by the head dim and Wide alone.
+// The dots of `rows` query rows (q_ld apart) with kBlock keys (n_keys of them real: a missing
+// key repeats the last one, computed and dropped) into scores[r * ld + j]: lanes<Wide> lanes as
+// far as the head dim allows them, then 8, then the scalar tail. The sums' order is fixed by
+// the head dim and Wide alone.
 template <typename Wide, typename In>
-FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld,
-                                          const In* const* keys, int cols, int dim,
-                                          float* scores, int64_t ld) {
+FLASHATTN_ROW_STEP void dot_key_block(const float* q, int rows, int64_t q_ld,
+                                      const In* const (&key)[kBlock], int n_keys, int dim,
+                                      float (*widened)[kWidenedRowMax], float* scores,
+                                      int64_t ld) {
   const int whole_wide = dim - dim % lanes<Wide>;
   const int whole = dim - dim % kVecWidth;
-  alignas(64) float widened[kBlock][kWidenedRowMax];
-  prefetch_first_rows(keys, cols, dim);
-  for (int c0 = 0; c0 < cols; c0 += kBlock) {
-    const int n_keys = cols - c0 < kBlock ? cols - c0 : kBlock;
-    const In* key[kBlock];  // a missing key repeats the last one: computed and dropped
+  const bool widen_once = rows > kBlock && dim <= kWidenedRowMax;
+  if (widen_once)
     for (int j = 0; j < kBlock; ++j) {
-      prefetch_ahead_of(keys, c0 + j, cols, dim);
-      key[j] = keys[c0 + (j < n_keys ? j : n_keys - 1)];
+      for (int d = 0; d < whole_wide; d += lanes<Wide>)
+        store(widened[j] + d, load_widened<Wide>(key[j] + d));
+      for (int d = whole_wide; d < whole; d += kVecWidth)
+        store(widened[j] + d, load_widened<VecF>(key[j] + d));
     }
-    const bool widen_once = rows > kBlock && dim <= kWidenedRowMax;
-    if (widen_once)
-      for (int j = 0; j < kBlock; ++j) {
-        for (int d = 0; d < whole_wide; d += lanes<Wide>)
-          store(widened[j] + d, load_widened<Wide>(key[j] + d));
-        for (int d = whole_wide; d < whole; d += kVecWidth)
-          store(widened[j] + d, load_widened<VecF>(key[j] + d));
-      }
-    for (int r0 = 0; r0 < rows; r0 += kBlock) {
-      const int n_rows = rows - r0 < kBlock ? rows - r0 : kBlock;
-      const float* q_rows[kBlock];
-      for (int i = 0; i < kBlock; ++i) q_rows[i] = q + (r0 + (i < n_rows ? i : 0)) * q_ld;
-      Wide acc[kBlock][kBlock];
+  for (int r0 = 0; r0 < rows; r0 += kBlock) {
+    const int n_rows = rows - r0 < kBlock ? rows - r0 : kBlock;
+    const float* q_rows[kBlock];
+    for (int i = 0; i < kBlock; ++i) q_rows[i] = q + (r0 + (i < n_rows ? i : 0)) * q_ld;
+    Wide acc[kBlock][kBlock];
 #pragma GCC unroll 4
-      for (int i = 0; i < kBlock; ++i)
+    for (int i = 0; i < kBlock; ++i)
 #pragma GCC unroll 4
-        for (int j = 0; j < kBlock; ++j) acc[i][j] = Wide{};
-      accumulate_dots(q_rows, key, widen_once ? widened : nullptr, 0, whole_wide, acc);
-      if constexpr (lanes<Wide> == 16)
-        if (whole > whole_wide) {  // an 8-element piece before the scalar tail
-          VecF piece[kBlock][kBlock] = {};
-          accumulate_dots(q_rows, key, widen_once ? widened : nullptr, whole_wide, whole, piece);
-          for (int i = 0; i < kBlock; ++i)
-            for (int j = 0; j < kBlock; ++j) acc[i][j] = add_to_first_8(acc[i][j], piece[i][j]);
-        }
-      // Lanes, then the scalar tail of a head dim that is not a multiple of kVecWidth.
-      alignas(64) float dots[kBlock * kBlock];
-      block_dots(acc, dots);
-      if (whole < dim)
-        for (int e = 0; e < kBlock * kBlock; ++e) {
-          const int i = e / kBlock, j = e % kBlock;
-          float tail = 0.f;
-          for (int d = whole; d < dim; ++d) tail += q_rows[i][d] * static_cast<float>(key[j][d]);
-          dots[e] += tail;
-        }
-      if (n_rows == kBlock && n_keys == kBlock)
+      for (int j = 0; j < kBlock; ++j) acc[i][j] = Wide{};
+    accumulate_dots(q_rows, key, widen_once ? widened : nullptr, 0, whole_wide, acc);
+    if constexpr (lanes<Wide> == 16)
+      if (whole > whole_wide) {  // an 8-element piece before the scalar tail
+        VecF piece[kBlock][kBlock] = {};
+        accumulate_dots(q_rows, key, widen_once ? widened : nullptr, whole_wide, whole, piece);
         for (int i = 0; i < kBlock; ++i)
-          std::memcpy(scores + (r0 + i) * ld + c0, dots + kBlock * i, sizeof(float) * kBlock);
-      else
-        for (int i = 0; i < n_rows; ++i)
-          for (int j = 0; j < n_keys; ++j) scores[(r0 + i) * ld + c0 + j] = dots[kBlock * i + j];
+          for (int j = 0; j < kBlock; ++j) acc[i][j] = add_to_first_8(acc[i][j], piece[i][j]);
+      }
+    // Lanes, then the scalar tail of a head dim that is not a multiple of kVecWidth.
+    alignas(64) float dots[kBlock * kBlock];
+    block_dots(acc, dots);
+    if (whole < dim)
+      for (int e = 0; e < kBlock * kBlock; ++e) {
+        const int i = e / kBlock, j = e % kBlock;
+        float tail = 0.f;
+        for (int d = whole; d < dim; ++d) tail += q_rows[i][d] * static_cast<float>(key[j][d]);
+        dots[e] += tail;
+      }
+    if (n_rows == kBlock && n_keys == kBlock)
+      for (int i = 0; i < kBlock; ++i)
+        std::memcpy(scores + (r0 + i) * ld, dots + kBlock * i, sizeof(float) * kBlock);
+    else
+      for (int i = 0; i < n_rows; ++i)
+        for (int j = 0; j < n_keys; ++j) scores[(r0 + i) * ld + j] = dots[kBlock * i + j];
+  }
+}
+
+// kBlock keys at a time, each through every head (row_products.h: RowStream).
+template <typename Wide, typename In>
+FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld,
+                                          const RowStream<In>& keys, int dim, float* scores,
+                                          int64_t ld) {
+  alignas(64) float widened[kBlock][kWidenedRowMax];
+  prefetch_first_rows(keys, dim);
+  for (int c0 = 0; c0 < keys.count; c0 += kBlock) {
+    const int n_keys = keys.count - c0 < kBlock ? keys.count - c0 : kBlock;
+    for (int j = 0; j < kBlock; ++j) prefetch_ahead_of(keys, c0 + j, dim);
+    for (int g = 0; g < keys.heads; ++g) {
+      const In* key[kBlock];
+      for (int j = 0; j < kBlock; ++j)
+        key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
+      dot_key_block<Wide>(q + int64_t(g) * rows * q_ld, rows, q_ld, key, n_keys, dim, widened,
+                          scores + int64_t(g) * rows * ld + c0, ld);
     }
   }
 }
@@ -230,28 +262,33 @@ FLASHATTN_ROW_STEP void accumulate_values(const float (*p)[kValueBlock], int row
 // Each output element is one running sum over the keys in order, whatever the vector width.
 template <typename Wide, typename In>
 FLASHATTN_ROW_STEP void add_value_rows_impl(const float* probs, int rows, int64_t ld,
-                                            const In* const* values, int cols, int dim,
-                                            float* out, int64_t out_ld) {
-  prefetch_first_rows(values, cols, dim);
+                                            const RowStream<In>& values, int dim, float* out,
+                                            int64_t out_ld) {
+  const int cols = values.count;
+  prefetch_first_rows(values, dim);
   const int whole_wide = dim - dim % lanes<Wide>;
   const int whole = dim - dim % kVecWidth;
   for (int c0 = 0; c0 < cols; c0 += kValueBlock) {
     const int n_values = cols - c0 < kValueBlock ? cols - c0 : kValueBlock;
-    const In* value[kValueBlock];
-    for (int j = 0; j < kValueBlock; ++j) {
-      prefetch_ahead_of(values, c0 + j, cols, dim);
-      value[j] = values[c0 + (j < n_values ? j : 0)];
-    }
-    // A missing value adds 0 * 0, not 0 times a row (which might hold an inf).
-    float p[kRowProductMaxRows][kValueBlock];
-    for (int r = 0; r < rows; ++r)
-      for (int j = 0; j < kValueBlock; ++j) p[r][j] = j < n_values ? probs[r * ld + c0 + j] : 0.f;
-    accumulate_values<Wide>(p, rows, value, n_values, 0, whole_wide, out, out_ld);
-    accumulate_values<VecF>(p, rows, value, n_values, whole_wide, whole, out, out_ld);
-    for (int d = whole; d < dim; ++d)
+    for (int j = 0; j < kValueBlock; ++j) prefetch_ahead_of(values, c0 + j, dim);
+    for (int g = 0; g < values.heads; ++g) {  // each value through every head
+      const In* value[kValueBlock];
+      for (int j = 0; j < kValueBlock; ++j)
+        value[j] = values.rows[c0 + (j < n_values ? j : 0)] + g * values.head_stride;
+      const float* probs_head = probs + int64_t(g) * rows * ld + c0;
+      float* out_head = out + int64_t(g) * rows * out_ld;
+      // A missing value adds 0 * 0, not 0 times a row (which might hold an inf).
+      float p[kRowProductMaxRows][kValueBlock];
       for (int r = 0; r < rows; ++r)
-        for (int j = 0; j < kValueBlock; ++j)
-          out[r * out_ld + d] += p[r][j] * (j < n_values ? static_cast<float>(value[j][d]) : 0.f);
+        for (int j = 0; j < kValueBlock; ++j) p[r][j] = j < n_values ? probs_head[r * ld + j] : 0.f;
+      accumulate_values<Wide>(p, rows, value, n_values, 0, whole_wide, out_head, out_ld);
+      accumulate_values<VecF>(p, rows, value, n_values, whole_wide, whole, out_head, out_ld);
+      for (int d = whole; d < dim; ++d)
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < kValueBlock; ++j)
+            out_head[r * out_ld + d] +=
+                p[r][j] * (j < n_values ? static_cast<float>(value[j][d]) : 0.f);
+    }
   }
 }
 
@@ -268,16 +305,16 @@ bool runs_x86_64_v4() {
 // The 16-lane products, compiled for x86-64-v4 alone (called by the entry points below).
 template <typename In>
 FLASHATTN_AVX512 void dot_key_rows_16_lanes(const float* q, int rows, int64_t q_ld,
-                                            const In* const* keys, int cols, int dim,
-                                            float* scores, int64_t ld) {
-  dot_key_rows_impl<VecF16>(q, rows, q_ld, keys, cols, dim, scores, ld);
+                                            const RowStream<In>& keys, int dim, float* scores,
+                                            int64_t ld) {
+  dot_key_rows_impl<VecF16>(q, rows, q_ld, keys, dim, scores, ld);
 }
 
 template <typename In>
 FLASHATTN_AVX512 void add_value_rows_16_lanes(const float* probs, int rows, int64_t ld,
-                                              const In* const* values, int cols, int dim,
-                                              float* out, int64_t out_ld) {
-  add_value_rows_impl<VecF16>(probs, rows, ld, values, cols, dim, out, out_ld);
+                                              const RowStream<In>& values, int dim, float* out,
+                                              int64_t out_ld) {
+  add_value_rows_impl<VecF16>(probs, rows, ld, values, dim, out, out_ld);
 }
 
 }  // namespace
@@ -298,19 +335,18 @@ RowLanes row_lanes() {
 // x86-64-v4 template for 16.
 #define FLASHATTN_ROW_PRODUCTS_FOR(In)                                                       \
   FLASHATTN_EARLIER_VECTOR_CLONES void dot_key_rows(RowLanes lanes, const float* q, int rows, \
-                                                    int64_t q_ld, const In* const* keys,       \
-                                                    int cols, int dim, float* scores,          \
-                                                    int64_t ld) {                              \
+                                                    int64_t q_ld, const RowStream<In>& keys,   \
+                                                    int dim, float* scores, int64_t ld) {      \
     if (lanes == RowLanes::k16)                                                               \
-      return dot_key_rows_16_lanes(q, rows, q_ld, keys, cols, dim, scores, ld);               \
-    dot_key_rows_impl<VecF>(q, rows, q_ld, keys, cols, dim, scores, ld);                      \
+      return dot_key_rows_16_lanes(q, rows, q_ld, keys, dim, scores, ld);                     \
+    dot_key_rows_impl<VecF>(q, rows, q_ld, keys, dim, scores, ld);                            \
   }                                                                                           \
   FLASHATTN_EARLIER_VECTOR_CLONES void add_value_rows(                                        \
-      RowLanes lanes, const float* probs, int rows, int64_t ld, const In* const* values,      \
-      int cols, int dim, float* out, int64_t out_ld) {                                        \
+      RowLanes lanes, const float* probs, int rows, int64_t ld, const RowStream<In>& values,  \
+      int dim, float* out, int64_t out_ld) {                                                  \
     if (lanes == RowLanes::k16)                                                               \
-      return add_value_rows_16_lanes(probs, rows, ld, values, cols, dim, out, out_ld);        \
-    add_value_rows_impl<VecF>(probs, rows, ld, values, cols, dim, out, out_ld);               \
+      return add_value_rows_16_lanes(probs, rows, ld, values, dim, out, out_ld);              \
+    add_value_rows_impl<VecF>(probs, rows, ld, values, dim, out, out_ld);                     \
   }
 
 FLASHATTN_ROW_PRODUCTS_FOR(float)
