@@ -240,6 +240,40 @@ def test_cpu_row_lanes_switch_the_products(monkeypatch, dtype):
         case.call()
 
 
+def cpu_has_avx512_bf16():
+    """Whether the extension found AVX512-BF16 here, and its vdpbf16ps kernel multiplies
+    correctly (test_cpu_gemm_16bit.py checks that against /proc/cpuinfo)."""
+    return torch.ops.flashattn_internal.cpu_16bit_features(torch.bfloat16)[2]
+
+
+# (page_size, mask): leftpad applies to a dense cache only.
+VDPBF16PS_LAYOUTS = [(page_size, mask) for page_size in (None, 17)
+                     for mask in (dict(), dict(window=(5, 0)), dict(softcap=3.0, alibi=True))]
+VDPBF16PS_LAYOUTS.append((None, dict(causal=False, leftpad=True)))
+
+
+@pytest.mark.parametrize("page_size, mask", VDPBF16PS_LAYOUTS, ids=str)
+@pytest.mark.parametrize("head_dim", [7, 24, 65, 128, 300])
+@pytest.mark.parametrize("seqlen_q, heads, heads_kv", [(1, 4, 1), (3, 8, 2), (1, 16, 1),
+                                                       (4, 32, 8), (2, 6, 3)])
+def test_cpu_decode_tiles_on_vdpbf16ps(monkeypatch, seqlen_q, heads, heads_kv, head_dim,
+                                       page_size, mask):
+    """bf16 decode tiles where the 16-bit products run on vdpbf16ps (the default on a Zen 4;
+    forced here) take the vdpbf16ps row products (row_products_dot.cpp) and stay within
+    tolerance: head dims in 32-element steps with an odd or partial tail, key blocks that end
+    mid-pair, 1 to 8 kv heads a tile, masks, pages."""
+    if not cpu_has_avx512_bf16():
+        pytest.skip("this CPU has no AVX512-BF16 (test_cpu_gemm_16bit.py checks the dispatch "
+                    "against /proc/cpuinfo)")
+    monkeypatch.setenv("FLASHATTN_CPU_16BIT_PRODUCTS", "1")
+    monkeypatch.setenv("FLASHATTN_CPU_16BIT_KERNEL", "avx512-dot")
+    before = torch.ops.flashattn_internal.cpu_bf16_row_products_run()
+    Case(batch=2, seqlen_q=seqlen_q, seqlen_new=seqlen_q, heads=heads, heads_kv=heads_kv,
+         head_dim=head_dim, seqlen_cache=203, rotary_dim=6, page_size=page_size,
+         dtype=torch.bfloat16, **mask).check()
+    assert torch.ops.flashattn_internal.cpu_bf16_row_products_run() > before
+
+
 # ---- the CUDA kernels: on a GPU, and their own source on the CPU shim ----
 
 CUDA_CASES = CASES

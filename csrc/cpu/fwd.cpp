@@ -133,7 +133,9 @@ class ForwardKernel {
         plan_(plan),
         values_in_place_(!kNative16 && keys_in_place(p.kv_cache) && std::is_same_v<In, T> &&
                          p.v.row_stride >= p.head_dim),
-        row_lanes_(kRowProductsTaken ? row_lanes() : RowLanes::k8) {}
+        row_lanes_(kRowProductsTaken ? row_lanes() : RowLanes::k8),
+        row_dot_(kNative16 && std::is_same_v<In, c10::BFloat16> && vnni &&
+                 packed_gemm16_kernel_of<In>().load() == Gemm16Kernel::kAvx512Dot) {}
 
   void run() {
     const std::vector<QueryBlock> tasks = query_blocks();
@@ -301,7 +303,8 @@ class ForwardKernel {
 
     for (int r = 0; r < tile_rows; ++r) {
       const In* q_row = p_.q.row<const In>(b, head0 + r / rows, seq.q_row0 + row_begin + r % rows);
-      if (kNative16 && !rows_in_place) {  // a column padding dim_ to even stays 0
+      // 16-bit products: a column padding dim_ to even stays 0.
+      if (kNative16 && (!rows_in_place || row_dot_)) {
         std::copy_n(q_row, dim_, s.q_tile.data() + size_t(r) * gemm_dim_);
         continue;
       }
@@ -324,14 +327,15 @@ class ForwardKernel {
       if (visibility == TileVisibility::kNone || mask_class == kMaskHidden) continue;
       if (plan_.stream_kv && !rows_in_place) load_kv_tile(seq, kv_head, kb, s);
       multiply_q_kt(b, kv_head, kb, tile_rows, cols, rows_in_place, s);  // S_ij = scale · Qi Kjᵀ
-      // The 16-bit products leave S_ij unscaled (the row products' Qi is scaled).
-      const bool scale_scores = kNative16 && !rows_in_place;
-      if (scale_scores || p_.softcap > 0 || p_.alibi.ptr ||
+      // The 16-bit products leave S_ij unscaled (the fp32 row products' Qi is scaled) and take
+      // P_ij rounded to 16 bits.
+      const bool products_16bit = kNative16 && (!rows_in_place || row_dot_);
+      if (products_16bit || p_.softcap > 0 || p_.alibi.ptr ||
           visibility == TileVisibility::kPartial || mask_class == kMaskRead)
         for (int r = 0; r < tile_rows; ++r) {
           T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
           const int row = row_begin + r % rows, h = head0 + r / rows;
-          if (scale_scores) scale_by(score_row, cols, softmax_scale<T>(p_));
+          if (products_16bit) scale_by(score_row, cols, softmax_scale<T>(p_));
           if (p_.softcap > 0) apply_softcap(score_row, cols, softcap<T>(p_), nullptr);
           if (p_.alibi.ptr)
             add_alibi(score_row, cols, T(alibi_slope(p_, b, h)), row + seq.diag_offset - key_begin,
@@ -349,7 +353,7 @@ class ForwardKernel {
           dropout_rows(p_.dropout, dropout_seed(p_.dropout), b, head0 + g, row_begin, rows,
                        key_begin, cols, s.scores.data() + size_t(g) * rows * kKeyBlock, kKeyBlock);
       if constexpr (kNative16)
-        for (int r = 0; r < tile_rows && !rows_in_place; ++r) {
+        for (int r = 0; r < tile_rows && products_16bit; ++r) {
           In* probs_row = s.probs16.data() + size_t(r) * kKeyBlock;
           round_to_16bit(s.scores.data() + size_t(r) * kKeyBlock, probs_row, cols);
           std::fill(probs_row + cols, probs_row + kKeyBlock, In(0.f));
@@ -370,8 +374,12 @@ class ForwardKernel {
         point_at_rows(p_.v, b, kv_head, kb, cols, s.value_rows);
         const RowStream<In> keys{s.key_rows.data(), cols, s.value_rows.data(), cols,
                                  plan_.kv_heads_per_tile, p_.k.head_stride};
-        dot_key_rows(row_lanes_, row_products_q(s), rows / plan_.kv_heads_per_tile, dim_, keys,
-                     dim_, s.scores.data(), kKeyBlock);
+        const int rows_per_head = rows / plan_.kv_heads_per_tile;
+        if (row_dot_)
+          dot_rows_on_vdpbf16ps(s, rows_per_head, keys);
+        else
+          dot_key_rows(row_lanes_, row_products_q(s), rows_per_head, dim_, keys, dim_,
+                       s.scores.data(), kKeyBlock);
       }
     } else if constexpr (kNative16) {
       for (int panel = 0; panel * kPanelWidth < cols; ++panel)
@@ -401,8 +409,12 @@ class ForwardKernel {
         point_at_rows(p_.k, b, kv_head, next_kb, next_cols, s.next_key_rows);
         const RowStream<In> values{s.value_rows.data(), cols, s.next_key_rows.data(),
                                    next_cols, plan_.kv_heads_per_tile, p_.v.head_stride};
-        add_value_rows(row_lanes_, s.scores.data(), rows / plan_.kv_heads_per_tile, kKeyBlock,
-                       values, dim_, s.out_acc.data(), out_stride_);
+        const int rows_per_head = rows / plan_.kv_heads_per_tile;
+        if (row_dot_)
+          add_rows_on_vdpbf16ps(s, rows_per_head, values);
+        else
+          add_value_rows(row_lanes_, s.scores.data(), rows_per_head, kKeyBlock, values, dim_,
+                         s.out_acc.data(), out_stride_);
         std::swap(s.key_rows, s.next_key_rows);
         s.key_rows_block = next_kb;
       }
@@ -434,7 +446,23 @@ class ForwardKernel {
     return kRowProductsTaken && int64_t(seq.seqlen_q) * p_.head_group <= kRowProductMaxRows;
   }
 
-  // The row products' Qi: scaled fp32 rows of stride dim_.
+  // row_dot_: the two row products on vdpbf16ps, from Qi and P_ij in bf16 (row_products.h).
+  void dot_rows_on_vdpbf16ps(Scratch& s, int rows_per_head, const RowStream<In>& keys) const {
+    if constexpr (std::is_same_v<In, c10::BFloat16> && kNative16)
+      dot_key_rows_bf16(s.q_tile.data(), rows_per_head, gemm_dim_, keys, dim_, s.scores.data(),
+                        kKeyBlock);
+    else
+      TORCH_INTERNAL_ASSERT(false, "flashattn: vdpbf16ps multiplies bf16 only");
+  }
+  void add_rows_on_vdpbf16ps(Scratch& s, int rows_per_head, const RowStream<In>& values) const {
+    if constexpr (std::is_same_v<In, c10::BFloat16> && kNative16)
+      add_value_rows_bf16(s.probs16.data(), rows_per_head, kKeyBlock, values, dim_,
+                          s.out_acc.data(), out_stride_);
+    else
+      TORCH_INTERNAL_ASSERT(false, "flashattn: vdpbf16ps multiplies bf16 only");
+  }
+
+  // The fp32 row products' Qi: scaled fp32 rows of stride dim_.
   T* row_products_q(Scratch& s) const {
     if constexpr (kNative16)
       return s.q_rows32.data();
@@ -541,6 +569,9 @@ class ForwardKernel {
   // dimension brgemm accepts; an expanded V has stride 0) is read in place.
   const bool values_in_place_;
   const RowLanes row_lanes_;  // the row products' vector width, asked once per op
+  // The tile products run on vdpbf16ps (bf16), and so do the row products: Qi in bf16 and
+  // unscaled, P rounded to bf16, as in the tile products (row_products.h).
+  const bool row_dot_;
   PackedHeads<T> k_panels_;  // kCompute operands
   PackedHeads<T> v_rows_;    // unless values_in_place_
   Panels16<In> k_panels16_;  // kNative16 operands (unused on the kCompute path)

@@ -15,6 +15,7 @@
 
 #include "gemm_avx512_16bit.h"
 #include "panels16.h"
+#include "row_products.h"
 #include "tile_gemm.h"
 
 namespace flashattn::cpu {
@@ -258,6 +259,7 @@ TORCH_LIBRARY(flashattn_internal, m) {
         "bool dot_outruns_fma, bool dot_outruns_fp32, ScalarType dtype) -> (str, bool)",
         &choice_for);
   m.def("cpu_16bit_products_run(str kernel) -> int", &products_run);
+  m.def("cpu_bf16_row_products_run() -> int", &bf16_row_products_run);
   m.def("cpu_16bit_hot_tile_seconds() -> (float, float, float)", &hot_tile_seconds_of);
   m.def("cpu_tile_products_gflops(ScalarType dtype, int head_dim, str path, float seconds) -> "
         "(float, str)",

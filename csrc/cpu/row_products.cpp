@@ -12,6 +12,9 @@
 namespace flashattn::cpu {
 namespace {
 
+using row_stream::prefetch_ahead_of;
+using row_stream::prefetch_first_rows;
+
 // The products run on 8- or 16-lane vectors (row_lanes()). On an AVX-512 CPU they take 16
 // lanes at a time, one zmm: a bf16 decode step was issue-bound at 8 lanes (perf: one core read
 // the cache at 6.4 GB/s, where a plain read loop pulls 13; 9.4 at 16 lanes). Other CPUs take 8
@@ -70,57 +73,6 @@ FLASHATTN_ROW_STEP VecF16 load_widened<VecF16>(const c10::Half* src) {
   for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(src[i]);
 #endif
   return v;
-}
-
-// Rows of a cache are far apart (other heads lie between them), so the hardware prefetcher
-// does not see a stream: each key is requested ahead of its use (its row in every head of the
-// stream), twice. kRowsAheadToL1 keys before, into L1, or every row's first touch waits for
-// memory (74% of the time of a bf16 decode in perf, one head at a time). kRowsAheadToL2 keys
-// before, into L2: more requests in flight than L1's fill buffers hold, for DRAM's latency
-// (bf16 decode, B = 8, Sk = 16k, 2 threads, one head at a time: 12.1 -> 15.1 GB/s; 20.1 -> 17.7
-// on a cache small enough to stay in L3, which decoding rarely is). Key by key through 8 heads
-// (2 KB a key) on a Zen 4, 0, 1 or 6 keys to L1 and 8, 16 or 32 to L2 were all within noise of
-// each other (17-19 GB/s, 2 threads).
-constexpr int kRowsAheadToL1 = 6;
-constexpr int kRowsAheadToL2 = 16;
-
-// Locality 3: prefetcht0 (into L1); 2: prefetcht1 (into L2).
-template <int kLocality, typename In>
-FLASHATTN_ROW_STEP void prefetch_whole_row(const In* row, int dim) {
-  const char* bytes = reinterpret_cast<const char*>(row);
-  for (int64_t byte = 0; byte < int64_t(dim) * int64_t(sizeof(In)); byte += 64)
-    __builtin_prefetch(bytes + byte, 0, kLocality);
-}
-
-// Row `at` (of the first head) of the stream, counting on into the next rows; null past them.
-template <typename In>
-FLASHATTN_ROW_STEP const In* stream_row(const RowStream<In>& stream, int at) {
-  if (at < stream.count) return stream.rows[at];
-  return at - stream.count < stream.next_count ? stream.next[at - stream.count] : nullptr;
-}
-
-// Requests row `at` of every head of the stream (if there is one), into L1 or L2.
-template <int kLocality, typename In>
-FLASHATTN_ROW_STEP void prefetch_key(const RowStream<In>& stream, int at, int dim) {
-  const In* row = stream_row(stream, at);
-  if (row == nullptr) return;
-  for (int g = 0; g < stream.heads; ++g) prefetch_whole_row<kLocality>(row + g * stream.head_stride, dim);
-}
-
-// Row c is next: requests the rows kRowsAheadToL1 and kRowsAheadToL2 after it.
-template <typename In>
-FLASHATTN_ROW_STEP void prefetch_ahead_of(const RowStream<In>& stream, int c, int dim) {
-  if (kRowsAheadToL1 > 0) prefetch_key<3>(stream, c + kRowsAheadToL1, dim);
-  if (kRowsAheadToL2 > 0) prefetch_key<2>(stream, c + kRowsAheadToL2, dim);
-}
-
-// Before row 0: what prefetch_ahead_of would have requested for the rows before it. (After a
-// call whose next rows these were, most are in flight or cached already: a hit.)
-template <typename In>
-FLASHATTN_ROW_STEP void prefetch_first_rows(const RowStream<In>& stream, int dim) {
-  for (int c = 0; c < kRowsAheadToL1 && c < stream.count; ++c) prefetch_key<3>(stream, c, dim);
-  for (int c = kRowsAheadToL1; c < kRowsAheadToL2 && c < stream.count; ++c)
-    prefetch_key<2>(stream, c, dim);
 }
 
 // Keys taken together, and query rows with them: a 4 x 4 block of dot products loads 8

@@ -10,29 +10,13 @@
 
 #include <cstdint>
 
+#include "row_stream.h"
+
 namespace flashattn::cpu {
 
-// The most query rows a tile may have to take these products rather than packed GEMMs.
+// The most query rows per kv head a tile may have to take these products rather than packed
+// GEMMs.
 constexpr int kRowProductMaxRows = 16;
-
-// The key (or value) rows a product reads: rows[0 .. count) of `heads` kv heads, row c of head
-// g at rows[c] + g * head_stride; and the rows the caller reads next, next[0 .. next_count)
-// (none: next_count 0). A product requests rows from memory a fixed distance ahead of its use;
-// past its own last row it requests the next ones, so the stream of cache rows does not
-// restart at each call (a decode step reads K rows, V rows, the next block's K rows, ...).
-// The products go key by key through all the heads: in a cache laid out (keys, heads, dim)
-// that reads memory in order, where one head after another read every row head_stride apart
-// (bf16 decode, Sk 16k, 8 kv heads, one thread of a Zen 4: 6 GB/s head by head; a plain read
-// loop pulls 12 in that order, 18 key by key).
-template <typename In>
-struct RowStream {
-  const In* const* rows;
-  int count;
-  const In* const* next = nullptr;
-  int next_count = 0;
-  int heads = 1;
-  int64_t head_stride = 0;
-};
 
 // How many fp32 lanes the products take at a time: 16 (one zmm) on a CPU that runs x86-64-v4
 // (AVX-512), else 8. The sums' order, and so the bits, differ between the two.
@@ -58,5 +42,21 @@ void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
                     const RowStream<c10::BFloat16>& values, int dim, float* out, int64_t out_ld);
 void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
                     const RowStream<c10::Half>& values, int dim, float* out, int64_t out_ld);
+
+// The same two products on vdpbf16ps (AVX512-BF16): bf16 operands, exact products, fp32 sums,
+// for the 16-bit operand path when its tile products run on vdpbf16ps too (CPUs where it
+// outruns fp32 FMAs: AMD Zen 4/5). Qi is bf16 and unscaled (the caller scales the scores), P
+// is rounded to bf16, and like the dot tile kernel (gemm_avx512_16bit.h) vdpbf16ps treats bf16
+// subnormal inputs and fp32 subnormal results as zero. The head dim in pairs of elements, each
+// pair summed in vdpbf16ps' order; a (row, key) or output element's sum depends on nothing
+// else. Call only where avx512::cpu_has_avx512_bf16(). probs[r * ld + c] must be 0 for c in
+// [values.count, values.count rounded up to a multiple of 16).
+void dot_key_rows_bf16(const c10::BFloat16* q, int rows, int64_t q_ld,
+                       const RowStream<c10::BFloat16>& keys, int dim, float* scores, int64_t ld);
+void add_value_rows_bf16(const c10::BFloat16* probs, int rows, int64_t ld,
+                         const RowStream<c10::BFloat16>& values, int dim, float* out,
+                         int64_t out_ld);
+// How many times this process has called each (tests/test_cpu_16bit_products.py).
+int64_t bf16_row_products_run();
 
 }  // namespace flashattn::cpu

@@ -1,0 +1,208 @@
+// The row products on vdpbf16ps (row_products.h: dot_key_rows_bf16, add_value_rows_bf16).
+// Compiled for AVX512-BF16 with __attribute__((target)) in an extension built for baseline
+// x86-64; fwd.cpp calls them only where the 16-bit tile products run on vdpbf16ps, which
+// panels16.h allows only after cpu_has_avx512_bf16() and a correctness check.
+//
+// Why: on a Zen 4 a decode step of 16 query rows per kv head (Sq = 4, a GQA group of 4) is
+// compute-bound on fp32 FMAs (7.6 GB/s of cache read with 2 threads, a quarter of the copy
+// bandwidth), and vdpbf16ps multiplies twice the pairs per instruction with nothing to widen.
+//
+// S = Q Kᵀ: a 4 x 4 block of (row, key) dots per step of 32 head-dim elements, 8 loads for 16
+// vdpbf16ps; each dot is a vector of 16 partial sums, reduced by row_sums.h's tree.
+// O += P V: the lanes are 16 head-dim columns and the pairs are two keys, so two value rows are
+// interleaved (vpermt2w) into the pair order vdpbf16ps takes, and each row's pair of
+// probabilities is broadcast from memory.
+#include <c10/util/Exception.h>
+
+#include <atomic>
+
+#include "row_products.h"
+#include "row_sums.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+// GCC 12 warns that its own intrinsics' _mm512_undefined_*() "may be used uninitialized".
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define FLASHATTN_HAVE_ROW_DOT 1
+#endif
+
+namespace flashattn::cpu {
+namespace {
+
+std::atomic<int64_t> calls{0};
+
+}  // namespace
+
+int64_t bf16_row_products_run() { return calls.load(std::memory_order_relaxed); }
+
+#if FLASHATTN_HAVE_ROW_DOT
+namespace {
+
+#define FA_ROW_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define FA_INLINE __attribute__((always_inline)) inline
+
+using row_stream::prefetch_ahead_of;
+using row_stream::prefetch_first_rows;
+using BF16 = c10::BFloat16;
+
+constexpr int kBlock = kDotBlock;
+// Keys per step of the value product: 8 pairs, 16 zmm of interleaved values.
+constexpr int kValuePairs = 8;
+
+// Lanes [0, n) of 32 16-bit lanes (all for n >= 32).
+FA_INLINE __mmask32 lanes32(int n) { return n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1; }
+// Lanes [0, n) of 16 32-bit lanes (none for n <= 0).
+FA_INLINE __mmask16 lanes16(int n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// 32 bf16 from p, lanes at or past n zero (never read).
+FA_ROW_DOT FA_INLINE __m512i load_bf16(const BF16* p, int n) {
+  return _mm512_maskz_loadu_epi16(lanes32(n), p);
+}
+
+// The dots of `rows` query rows with kBlock keys (n_keys real: a missing key repeats the last,
+// computed and dropped) into scores[r * ld + j].
+FA_ROW_DOT FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_ld,
+                                        const BF16* const (&key)[kBlock], int n_keys, int dim,
+                                        float* scores, int64_t ld) {
+  for (int r0 = 0; r0 < rows; r0 += kBlock) {
+    const int n_rows = rows - r0 < kBlock ? rows - r0 : kBlock;
+    const BF16* q_rows[kBlock];
+    for (int i = 0; i < kBlock; ++i) q_rows[i] = q + (r0 + (i < n_rows ? i : 0)) * q_ld;
+    __m512 acc[kBlock][kBlock];
+#pragma GCC unroll 4
+    for (int i = 0; i < kBlock; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < kBlock; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int d = 0; d < dim; d += 32) {
+      __m512i k[kBlock];
+#pragma GCC unroll 4
+      for (int j = 0; j < kBlock; ++j) k[j] = load_bf16(key[j] + d, dim - d);
+#pragma GCC unroll 4
+      for (int i = 0; i < kBlock; ++i) {
+        const __m512i qv = load_bf16(q_rows[i] + d, dim - d);
+#pragma GCC unroll 4
+        for (int j = 0; j < kBlock; ++j)
+          acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)qv, (__m512bh)k[j]);
+      }
+    }
+    VecF16 sums[kBlock][kBlock];
+    for (int i = 0; i < kBlock; ++i)
+      for (int j = 0; j < kBlock; ++j) sums[i][j] = acc[i][j];
+    alignas(64) float dots[kBlock * kBlock];
+    block_dots(sums, dots);
+    for (int i = 0; i < n_rows; ++i)
+      for (int j = 0; j < n_keys; ++j) scores[(r0 + i) * ld + j] = dots[kBlock * i + j];
+  }
+}
+
+FA_ROW_DOT void dot_key_rows_impl(const BF16* q, int rows, int64_t q_ld,
+                                  const RowStream<BF16>& keys, int dim, float* scores,
+                                  int64_t ld) {
+  prefetch_first_rows(keys, dim);
+  for (int c0 = 0; c0 < keys.count; c0 += kBlock) {
+    const int n_keys = keys.count - c0 < kBlock ? keys.count - c0 : kBlock;
+    for (int j = 0; j < kBlock; ++j) prefetch_ahead_of(keys, c0 + j, dim);
+    for (int g = 0; g < keys.heads; ++g) {  // each key through every head
+      const BF16* key[kBlock];
+      for (int j = 0; j < kBlock; ++j)
+        key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
+      dot_key_block(q + int64_t(g) * rows * q_ld, rows, q_ld, key, n_keys, dim,
+                    scores + int64_t(g) * rows * ld + c0, ld);
+    }
+  }
+}
+
+// Two value rows' 32 columns from d as the pairs vdpbf16ps multiplies: half h holds columns
+// d + 16 h .. + 16, each lane (even's, odd's) element. A missing row is zeros.
+FA_ROW_DOT FA_INLINE void interleave_pair(const BF16* even, const BF16* odd, int n,
+                                          __m512i (&half)[2]) {
+  const __m512i idx_low = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                           40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                           32, 0);
+  const __m512i idx_high = _mm512_add_epi16(idx_low, _mm512_set1_epi16(16));
+  const __m512i a = even ? load_bf16(even, n) : _mm512_setzero_si512();
+  const __m512i b = odd ? load_bf16(odd, n) : _mm512_setzero_si512();
+  half[0] = _mm512_permutex2var_epi16(a, idx_low, b);
+  half[1] = _mm512_permutex2var_epi16(a, idx_high, b);
+}
+
+// out[r][d ..] += the kValuePairs pairs of keys from c (value rows `value`, null when missing)
+// for `rows` rows, 32 columns from d at a time.
+FA_ROW_DOT FA_INLINE void add_value_pairs(const BF16* probs, int rows, int64_t ld,
+                                          const BF16* const (&value)[2 * kValuePairs], int dim,
+                                          float* out, int64_t out_ld) {
+  for (int d = 0; d < dim; d += 32) {
+    __m512i pairs[kValuePairs][2];
+#pragma GCC unroll 8
+    for (int p = 0; p < kValuePairs; ++p)
+      interleave_pair(value[2 * p] ? value[2 * p] + d : nullptr,
+                      value[2 * p + 1] ? value[2 * p + 1] + d : nullptr, dim - d, pairs[p]);
+    const __mmask16 low = lanes16(dim - d), high = lanes16(dim - d - 16);
+    for (int r = 0; r < rows; ++r) {
+      float* out_row = out + r * out_ld + d;
+      __m512 acc_low = _mm512_maskz_loadu_ps(low, out_row);
+      __m512 acc_high = _mm512_maskz_loadu_ps(high, out_row + 16);
+      const int32_t* prob_pairs = reinterpret_cast<const int32_t*>(probs + r * ld);
+#pragma GCC unroll 8
+      for (int p = 0; p < kValuePairs; ++p) {
+        const __m512i prob = _mm512_set1_epi32(prob_pairs[p]);
+        acc_low = _mm512_dpbf16_ps(acc_low, (__m512bh)prob, (__m512bh)pairs[p][0]);
+        acc_high = _mm512_dpbf16_ps(acc_high, (__m512bh)prob, (__m512bh)pairs[p][1]);
+      }
+      _mm512_mask_storeu_ps(out_row, low, acc_low);
+      _mm512_mask_storeu_ps(out_row + 16, high, acc_high);
+    }
+  }
+}
+
+FA_ROW_DOT void add_value_rows_impl(const BF16* probs, int rows, int64_t ld,
+                                    const RowStream<BF16>& values, int dim, float* out,
+                                    int64_t out_ld) {
+  constexpr int kKeys = 2 * kValuePairs;
+  prefetch_first_rows(values, dim);
+  for (int c0 = 0; c0 < values.count; c0 += kKeys) {
+    const int n_values = values.count - c0 < kKeys ? values.count - c0 : kKeys;
+    for (int j = 0; j < kKeys; ++j) prefetch_ahead_of(values, c0 + j, dim);
+    for (int g = 0; g < values.heads; ++g) {  // each value through every head
+      const BF16* value[kKeys];
+      for (int j = 0; j < kKeys; ++j)
+        value[j] = j < n_values ? values.rows[c0 + j] + g * values.head_stride : nullptr;
+      // Past the last value, whole pairs of zeros (probabilities included) are added: 0 * 0.
+      add_value_pairs(probs + int64_t(g) * rows * ld + c0, rows, ld, value, dim,
+                      out + int64_t(g) * rows * out_ld, out_ld);
+    }
+  }
+}
+
+}  // namespace
+
+void dot_key_rows_bf16(const BF16* q, int rows, int64_t q_ld, const RowStream<BF16>& keys,
+                       int dim, float* scores, int64_t ld) {
+  calls.fetch_add(1, std::memory_order_relaxed);
+  dot_key_rows_impl(q, rows, q_ld, keys, dim, scores, ld);
+}
+
+void add_value_rows_bf16(const BF16* probs, int rows, int64_t ld, const RowStream<BF16>& values,
+                         int dim, float* out, int64_t out_ld) {
+  calls.fetch_add(1, std::memory_order_relaxed);
+  add_value_rows_impl(probs, rows, ld, values, dim, out, out_ld);
+}
+
+#else  // no AVX512-BF16 code on this compiler or architecture: never chosen (panels16.h)
+
+void dot_key_rows_bf16(const c10::BFloat16*, int, int64_t, const RowStream<c10::BFloat16>&, int,
+                       float*, int64_t) {
+  TORCH_CHECK(false, "flashattn: vdpbf16ps row products are not built for this CPU");
+}
+void add_value_rows_bf16(const c10::BFloat16*, int, int64_t, const RowStream<c10::BFloat16>&,
+                         int, float*, int64_t) {
+  TORCH_CHECK(false, "flashattn: vdpbf16ps row products are not built for this CPU");
+}
+
+#endif
+
+}  // namespace flashattn::cpu
