@@ -50,9 +50,9 @@ def cpu16(monkeypatch, request):
     yield make_executor("cpu")
     ran = {kernel for kernel, count in products_run().items() if count > before[kernel]}
     assert ran <= expected, f"forced {request.param}, products ran on {ran}"
-    seqlens = getattr(request.node, "callspec", None) and request.node.callspec.params.get("seqlens")
+    params = request.node.callspec.params
     row_products_only = (request.node.originalname == "test_forward_16bit_products"
-                         and seqlens[0] <= ROW_PRODUCT_ROWS)
+                         and params["seqlens"][0] <= ROW_PRODUCT_ROWS)
     assert bool(ran) != row_products_only, f"forced {request.param}, products ran on {ran}"
 
 

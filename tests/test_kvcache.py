@@ -240,6 +240,26 @@ def test_cpu_row_lanes_switch_the_products(monkeypatch, dtype):
         case.call()
 
 
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_cpu_decode_bits_do_not_depend_on_the_thread_count(num_splits):
+    """How many kv heads share a decode tile follows the thread count (as many as leave a task
+    for every thread: here 4, 2 or 1), and the sums do not depend on it: the same bits at 1, 2, 3
+    and 8 threads for a given split count."""
+    case = Case(batch=2, seqlen_q=1, heads=16, heads_kv=4, head_dim=64, seqlen_cache=700,
+                seqlen_new=0, rotary_dim=0, num_splits=num_splits)
+    case.check()
+    threads = torch.get_num_threads()
+    outs = []
+    try:
+        for n in (1, 2, 3, 8):
+            torch.set_num_threads(n)
+            outs.append(case.call())
+    finally:
+        torch.set_num_threads(threads)
+    for out in outs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(out, outs[0]))
+
+
 def cpu_has_avx512_bf16():
     """Whether the extension found AVX512-BF16 here, and its vdpbf16ps kernel multiplies
     correctly (test_cpu_gemm_16bit.py checks that against /proc/cpuinfo)."""

@@ -81,30 +81,44 @@ ForwardPlan plan_forward(const AttnParams& p, const std::vector<Sequence>& seqs,
     max_k = std::max(max_k, s.seqlen_k);
   }
   const int group = p.head_group;
+  // Tasks before any split, with `heads` query heads and `query_block` rows of each per tile.
+  auto tasks_with = [&](int heads, int query_block) {
+    int64_t tasks = 0;
+    for (const Sequence& s : seqs)
+      tasks += int64_t(p.heads_q / heads) * num_blocks(s.seqlen_q, query_block);
+    return tasks;
+  };
+  const int64_t wanted = 2 * int64_t(at::get_num_threads());
+  // The most parts the keys of a sequence are split into.
+  const int64_t most_splits = p.num_splits > 0
+                                  ? std::min(p.num_splits, kMaxSplits)
+                                  : std::min<int64_t>(num_blocks(max_k, kKeyBlock), kMaxSplits);
   if (group > 1 && int64_t(max_q) * group <= kQueryBlock) {
     plan.heads_per_tile = group;
     plan.query_block = kQueryBlock / group;
   }
   if (row_products && int64_t(max_q) * group <= kRowProductMaxRows) {
-    for (int kv_heads = p.heads_kv; kv_heads > 1; --kv_heads)
-      if (p.heads_kv % kv_heads == 0 && int64_t(max_q) * group * kv_heads <= kQueryBlock) {
+    // The most kv heads a tile can hold while the tasks, split as far as they may be, still
+    // give every thread work (with all of them a sequence is one task before splitting, and
+    // with num_splits = 1 one task in all).
+    for (int kv_heads = p.heads_kv; kv_heads > 1; --kv_heads) {
+      const int heads = group * kv_heads;
+      if (p.heads_kv % kv_heads == 0 && int64_t(max_q) * heads <= kQueryBlock &&
+          tasks_with(heads, kQueryBlock / heads) * most_splits >= wanted) {
         plan.kv_heads_per_tile = kv_heads;
+        plan.heads_per_tile = heads;
+        plan.query_block = kQueryBlock / heads;
         break;
       }
-    plan.heads_per_tile = group * plan.kv_heads_per_tile;
-    plan.query_block = kQueryBlock / plan.heads_per_tile;
+    }
   }
   plan.stream_kv = plan.heads_per_tile % group == 0 && max_q <= plan.query_block;
   if (p.num_splits > 0) {
     plan.splits = std::min(p.num_splits, kMaxSplits);
   } else {  // 0: enough tasks for twice the threads, if the keys go that far
-    int64_t tasks = 0;
-    for (const Sequence& s : seqs)
-      tasks += int64_t(p.heads_q / plan.heads_per_tile) * num_blocks(s.seqlen_q, plan.query_block);
-    const int64_t wanted = 2 * int64_t(at::get_num_threads());
+    const int64_t tasks = tasks_with(plan.heads_per_tile, plan.query_block);
     if (tasks > 0 && tasks < wanted)
-      plan.splits = static_cast<int>(std::min<int64_t>(
-          {(wanted + tasks - 1) / tasks, num_blocks(max_k, kKeyBlock), kMaxSplits}));
+      plan.splits = static_cast<int>(std::min((wanted + tasks - 1) / tasks, most_splits));
   }
   plan.splits = std::max(plan.splits, 1);
   return plan;
