@@ -19,9 +19,11 @@
 // per kv head; when each kv head's keys are read by one task only they are converted tile by
 // tile as they stream past rather than packed first (a second copy of the cache); and a
 // sequence's keys may be split into num_splits parts, computed as separate tasks and merged by
-// their LSEs, so one long sequence keeps every thread busy. When a tile has only a few rows
-// (one token of each head of a GQA group), its products read the key and value rows where they
-// are (row_products.h) instead of converting them into GEMM operands first.
+// their LSEs, so one long sequence keeps every thread busy. When each kv head has only a few
+// query rows (one token of each head of a GQA group), the products read the key and value rows
+// where they are (row_products.h) instead of converting them into GEMM operands first, and a
+// tile takes the groups of several kv heads, so that it reads the cache key by key through the
+// heads, in memory order.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -59,8 +61,9 @@ struct ForwardPlan {
   // head-major; else 1.
   int heads_per_tile = 1;
   // KV heads per tile: when every tile takes the row products (decoding), as many kv heads'
-  // groups as fill a tile, so that the products read the cache key by key through the heads
-  // (row_products.h: RowStream); else 1. heads_per_tile = head_group * kv_heads_per_tile.
+  // groups as fit a tile while every thread still gets a task, so that the products read the
+  // cache key by key through the heads (row_stream.h: RowStream); else 1. heads_per_tile =
+  // head_group * kv_heads_per_tile.
   int kv_heads_per_tile = 1;
   // Query rows of each head per task.
   int query_block = kQueryBlock;

@@ -169,7 +169,7 @@ FLASHATTN_ROW_STEP void dot_key_block(const float* q, int rows, int64_t q_ld,
   }
 }
 
-// kBlock keys at a time, each through every head (row_products.h: RowStream).
+// kBlock keys at a time, each through every head (row_stream.h: RowStream).
 template <typename Wide, typename In>
 FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld,
                                           const RowStream<In>& keys, int dim, float* scores,
