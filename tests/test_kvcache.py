@@ -240,13 +240,15 @@ def test_cpu_row_lanes_switch_the_products(monkeypatch, dtype):
         case.call()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_cpu_decode_bits_do_not_depend_on_the_thread_count(num_splits):
+def test_cpu_decode_bits_do_not_depend_on_the_thread_count(num_splits, dtype):
     """How many kv heads share a decode tile follows the thread count (as many as leave a task
     for every thread: here 4, 2 or 1), and the sums do not depend on it: the same bits at 1, 2, 3
-    and 8 threads for a given split count."""
+    and 8 threads for a given split count (float32: the fp32 row products; bfloat16: this CPU's
+    default, on vdpbf16ps where the 16-bit products run on it)."""
     case = Case(batch=2, seqlen_q=1, heads=16, heads_kv=4, head_dim=64, seqlen_cache=700,
-                seqlen_new=0, rotary_dim=0, num_splits=num_splits)
+                seqlen_new=0, rotary_dim=0, num_splits=num_splits, dtype=dtype)
     case.check()
     threads = torch.get_num_threads()
     outs = []
