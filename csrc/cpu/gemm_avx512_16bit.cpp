@@ -20,14 +20,10 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define FLASHATTN_HAVE_AVX512_KERNELS 1
+#include "avx512_intrinsics.h"
+
+#if FLASHATTN_HAVE_AVX512_KERNELS
 #include <cpuid.h>
-#include <immintrin.h>
-// GCC 12 warns that its own intrinsics' _mm512_undefined_*() "may be used uninitialized".
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #endif
 
 namespace flashattn::cpu::avx512 {
@@ -80,18 +76,9 @@ const Features& features() {
   return f;
 }
 
-#define FA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-#define FA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-#define FA_INLINE __attribute__((always_inline)) inline
-
 constexpr int kRowBlock = 6;
 constexpr int kColBlock = 64;  // four zmm of fp32
 constexpr int kDepthBlock = 128;  // k per widened fp32 B panel (even)
-
-// Lanes [0, n) of a 16-lane vector (none for n <= 0, all for n >= 16).
-FA_INLINE __mmask16 lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
 
 int32_t load_pair(const uint16_t* p) {
   int32_t v;
@@ -105,7 +92,7 @@ int32_t load_pair(const uint16_t* p) {
 template <int kRows, int kVecs>
 FA_AVX512_BF16 void dot_block(int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
                               int64_t ldb, float* C, int64_t ldc, bool accumulate, int64_t cols) {
-  const __mmask16 last = lanes(cols - 16 * (kVecs - 1));
+  const __mmask16 last = lanes16(cols - 16 * (kVecs - 1));
   __m512 acc[kRows][kVecs];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
@@ -194,7 +181,7 @@ FA_AVX512 FA_INLINE void widen_pairs(__m512i pairs, __m512* even, __m512* odd) {
 template <bool kHalf>
 FA_AVX512 void widen_b(const uint16_t* B, int64_t ldb, int64_t depth, int64_t cols, float* out) {
   __mmask16 mask[kColBlock / 16];
-  for (int v = 0; v < kColBlock / 16; ++v) mask[v] = lanes(cols - 16 * v);
+  for (int v = 0; v < kColBlock / 16; ++v) mask[v] = lanes16(cols - 16 * v);
   for (int64_t p = 0; p < (depth + 1) / 2; ++p) {
     const uint16_t* b = B + p * 2 * ldb;
     float* even_row = out + 2 * p * kColBlock;
@@ -213,7 +200,7 @@ FA_AVX512 void widen_b(const uint16_t* B, int64_t ldb, int64_t depth, int64_t co
 template <bool kHalf>
 FA_AVX512 void widen_a(const uint16_t* A, int64_t lda, int rows, int64_t depth, float* out) {
   const int64_t whole = depth / 16 * 16;
-  const __mmask16 tail = lanes(depth - whole);
+  const __mmask16 tail = lanes16(depth - whole);
   for (int r = 0; r < rows; ++r) {
     const uint16_t* a = A + r * lda;
     float* a32 = out + r * kDepthBlock;
@@ -244,7 +231,7 @@ FA_AVX512 FA_INLINE void fma_step(__m512 (&acc)[kRows][kVecs], const float* a, c
 template <int kRows, int kVecs>
 FA_AVX512 void fma_block(int64_t depth, const float* a, const float* b, float* C, int64_t ldc,
                          bool accumulate, int64_t cols) {
-  const __mmask16 last = lanes(cols - 16 * (kVecs - 1));
+  const __mmask16 last = lanes16(cols - 16 * (kVecs - 1));
   __m512 acc[kRows][kVecs];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)

@@ -1,9 +1,10 @@
 // The two products of the forward for a tile of a few query rows per kv head (decoding: one or
 // a few tokens of each query head of a GQA group, for one or several kv heads), taking each key
 // and value row where it is, in the input's type: no tile is packed or transposed first, and
-// each row is read once for all the tile's query rows of its head. With so few rows a packed GEMM spends its time packing; these loops read
-// the cache at memory speed. fp32 accumulation, sums in a fixed order (reproducible), compiled
-// for the running CPU's vector width like softmax_vec.cpp.
+// each row is read once for all the tile's query rows of its head. With so few rows a packed
+// GEMM spends its time packing; these loops read the cache at memory speed. fp32 accumulation,
+// sums in a fixed order (reproducible), compiled for the running CPU's vector width like
+// softmax_vec.cpp.
 #pragma once
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>

@@ -16,17 +16,9 @@
 
 #include <atomic>
 
+#include "avx512_intrinsics.h"
 #include "row_products.h"
 #include "row_sums.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-// GCC 12 warns that its own intrinsics' _mm512_undefined_*() "may be used uninitialized".
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#define FLASHATTN_HAVE_ROW_DOT 1
-#endif
 
 namespace flashattn::cpu {
 namespace {
@@ -37,35 +29,27 @@ std::atomic<int64_t> calls{0};
 
 int64_t bf16_row_products_run() { return calls.load(std::memory_order_relaxed); }
 
-#if FLASHATTN_HAVE_ROW_DOT
+#if FLASHATTN_HAVE_AVX512_KERNELS
 namespace {
-
-#define FA_ROW_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-#define FA_INLINE __attribute__((always_inline)) inline
 
 using row_stream::prefetch_ahead_of;
 using row_stream::prefetch_first_rows;
 using BF16 = c10::BFloat16;
+using avx512::lanes16;
+using avx512::lanes32;
 
 constexpr int kBlock = kDotBlock;
 // Keys per step of the value product: 8 pairs, 16 zmm of interleaved values.
 constexpr int kValuePairs = 8;
 
-// Lanes [0, n) of 32 16-bit lanes (all for n >= 32).
-FA_INLINE __mmask32 lanes32(int n) { return n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1; }
-// Lanes [0, n) of 16 32-bit lanes (none for n <= 0).
-FA_INLINE __mmask16 lanes16(int n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-
 // 32 bf16 from p, lanes at or past n zero (never read).
-FA_ROW_DOT FA_INLINE __m512i load_bf16(const BF16* p, int n) {
+FA_AVX512_BF16 FA_INLINE __m512i load_bf16(const BF16* p, int n) {
   return _mm512_maskz_loadu_epi16(lanes32(n), p);
 }
 
 // The dots of `rows` query rows with kBlock keys (n_keys real: a missing key repeats the last,
 // computed and dropped) into scores[r * ld + j].
-FA_ROW_DOT FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_ld,
+FA_AVX512_BF16 FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_ld,
                                         const BF16* const (&key)[kBlock], int n_keys, int dim,
                                         float* scores, int64_t ld) {
   for (int r0 = 0; r0 < rows; r0 += kBlock) {
@@ -99,7 +83,7 @@ FA_ROW_DOT FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_ld,
   }
 }
 
-FA_ROW_DOT void dot_key_rows_impl(const BF16* q, int rows, int64_t q_ld,
+FA_AVX512_BF16 void dot_key_rows_impl(const BF16* q, int rows, int64_t q_ld,
                                   const RowStream<BF16>& keys, int dim, float* scores,
                                   int64_t ld) {
   prefetch_first_rows(keys, dim);
@@ -118,7 +102,7 @@ FA_ROW_DOT void dot_key_rows_impl(const BF16* q, int rows, int64_t q_ld,
 
 // Two value rows' 32 columns from d as the pairs vdpbf16ps multiplies: half h holds columns
 // d + 16 h .. + 16, each lane (even's, odd's) element. A missing row is zeros.
-FA_ROW_DOT FA_INLINE void interleave_pair(const BF16* even, const BF16* odd, int n,
+FA_AVX512_BF16 FA_INLINE void interleave_pair(const BF16* even, const BF16* odd, int n,
                                           __m512i (&half)[2]) {
   const __m512i idx_low = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
                                            40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
@@ -132,7 +116,7 @@ FA_ROW_DOT FA_INLINE void interleave_pair(const BF16* even, const BF16* odd, int
 
 // out[r][d ..] += the kValuePairs pairs of keys from c (value rows `value`, null when missing)
 // for `rows` rows, 32 columns from d at a time.
-FA_ROW_DOT FA_INLINE void add_value_pairs(const BF16* probs, int rows, int64_t ld,
+FA_AVX512_BF16 FA_INLINE void add_value_pairs(const BF16* probs, int rows, int64_t ld,
                                           const BF16* const (&value)[2 * kValuePairs], int dim,
                                           float* out, int64_t out_ld) {
   for (int d = 0; d < dim; d += 32) {
@@ -159,7 +143,7 @@ FA_ROW_DOT FA_INLINE void add_value_pairs(const BF16* probs, int rows, int64_t l
   }
 }
 
-FA_ROW_DOT void add_value_rows_impl(const BF16* probs, int rows, int64_t ld,
+FA_AVX512_BF16 void add_value_rows_impl(const BF16* probs, int rows, int64_t ld,
                                     const RowStream<BF16>& values, int dim, float* out,
                                     int64_t out_ld) {
   constexpr int kKeys = 2 * kValuePairs;
