@@ -274,6 +274,11 @@ VDPBF16PS_LAYOUTS = [(page_size, mask) for page_size in (None, 17)
 VDPBF16PS_LAYOUTS.append((None, dict(causal=False, leftpad=True)))
 
 
+# row_products.h's kLaneRowsMin: from this many query rows per kv head the score product takes
+# the rows in the lanes of a vector, below it blocks of (row, key) dots.
+ROWS_IN_LANES_FROM = 9
+
+
 @pytest.mark.parametrize("page_size, mask", VDPBF16PS_LAYOUTS, ids=str)
 @pytest.mark.parametrize("head_dim", [7, 24, 65, 128, 300])
 @pytest.mark.parametrize("seqlen_q, heads, heads_kv", [(1, 4, 1), (3, 8, 2), (1, 16, 1),
@@ -283,17 +288,22 @@ def test_cpu_decode_tiles_on_vdpbf16ps(monkeypatch, seqlen_q, heads, heads_kv, h
     """bf16 decode tiles where the 16-bit products run on vdpbf16ps (the default on a Zen 4;
     forced here) take the vdpbf16ps row products (row_products_dot.cpp) and stay within
     tolerance: head dims in 32-element steps with an odd or partial tail, key blocks that end
-    mid-pair, 1 to 8 kv heads a tile, masks, pages."""
+    mid-pair, 1 to 8 kv heads a tile, masks, pages; 4 query rows per kv head (dot blocks) and
+    12 or 16 (rows in lanes, each way counted)."""
     if not cpu_has_avx512_bf16():
         pytest.skip("this CPU has no AVX512-BF16 (test_cpu_gemm_16bit.py checks the dispatch "
                     "against /proc/cpuinfo)")
     monkeypatch.setenv("FLASHATTN_CPU_16BIT_PRODUCTS", "1")
     monkeypatch.setenv("FLASHATTN_CPU_16BIT_KERNEL", "avx512-dot")
-    before = torch.ops.flashattn_internal.cpu_bf16_row_products_run()
+    internal = torch.ops.flashattn_internal
+    before, lanes_before = internal.cpu_bf16_row_products_run(), internal.cpu_bf16_query_lanes_run()
     Case(batch=2, seqlen_q=seqlen_q, seqlen_new=seqlen_q, heads=heads, heads_kv=heads_kv,
          head_dim=head_dim, seqlen_cache=203, rotary_dim=6, page_size=page_size,
          dtype=torch.bfloat16, **mask).check()
-    assert torch.ops.flashattn_internal.cpu_bf16_row_products_run() > before
+    assert internal.cpu_bf16_row_products_run() > before
+    rows_per_kv_head = seqlen_q * heads // heads_kv
+    assert ((internal.cpu_bf16_query_lanes_run() > lanes_before)
+            == (rows_per_kv_head >= ROWS_IN_LANES_FROM))
 
 
 # ---- the CUDA kernels: on a GPU, and their own source on the CPU shim ----

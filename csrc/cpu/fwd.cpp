@@ -236,6 +236,8 @@ class ForwardKernel {
     std::vector<const In*> value_rows = std::vector<const In*>(kKeyBlock);
     std::vector<const In*> next_key_rows = std::vector<const In*>(kKeyBlock);
     int key_rows_block = -1;  // the key block of the task that key_rows point at, or -1
+    // row_dot_ with enough rows per kv head: Qi laid out for the rows-in-lanes dots.
+    std::vector<int32_t> q_lanes;
   };
 
   void pack_keys_and_values() {
@@ -328,6 +330,7 @@ class ForwardKernel {
       T* tile_row = row_products_q(s) + size_t(r) * dim_;
       for (int d = 0; d < dim_; ++d) tile_row[d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
     }
+    if (rows_in_place && row_dot_) lay_query_in_lanes(s, tile_rows / plan_.kv_heads_per_tile);
     std::fill(s.out_acc.begin(), s.out_acc.end(), T(0));
     std::fill(s.row_max.begin(), s.row_max.end(), -std::numeric_limits<T>::infinity());
     std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
@@ -464,10 +467,21 @@ class ForwardKernel {
   }
 
   // row_dot_: the two row products on vdpbf16ps, from Qi and P_ij in bf16 (row_products.h).
+  // Qi as the score product on vdpbf16ps takes it: with enough rows per kv head, also laid
+  // out in the lanes of a vector, once per tile.
+  void lay_query_in_lanes(Scratch& s, int rows_per_head) const {
+    if constexpr (std::is_same_v<In, c10::BFloat16> && kNative16) {
+      if (!takes_query_lanes(rows_per_head)) return;
+      s.q_lanes.resize(query_lanes_size(plan_.kv_heads_per_tile, dim_));
+      lay_query_lanes_bf16(s.q_tile.data(), rows_per_head, plan_.kv_heads_per_tile, gemm_dim_,
+                           dim_, s.q_lanes.data());
+    }
+  }
   void dot_rows_on_vdpbf16ps(Scratch& s, int rows_per_head, const RowStream<In>& keys) const {
     if constexpr (std::is_same_v<In, c10::BFloat16> && kNative16)
-      dot_key_rows_bf16(s.q_tile.data(), rows_per_head, gemm_dim_, keys, dim_, s.scores.data(),
-                        kKeyBlock);
+      dot_key_rows_bf16({s.q_tile.data(), rows_per_head, gemm_dim_,
+                         takes_query_lanes(rows_per_head) ? s.q_lanes.data() : nullptr},
+                        keys, dim_, s.scores.data(), kKeyBlock);
     else
       TORCH_INTERNAL_ASSERT(false, "flashattn: vdpbf16ps multiplies bf16 only");
   }

@@ -260,6 +260,7 @@ TORCH_LIBRARY(flashattn_internal, m) {
         &choice_for);
   m.def("cpu_16bit_products_run(str kernel) -> int", &products_run);
   m.def("cpu_bf16_row_products_run() -> int", &bf16_row_products_run);
+  m.def("cpu_bf16_query_lanes_run() -> int", &bf16_query_lanes_run);
   m.def("cpu_16bit_hot_tile_seconds() -> (float, float, float)", &hot_tile_seconds_of);
   m.def("cpu_tile_products_gflops(ScalarType dtype, int head_dim, str path, float seconds) -> "
         "(float, str)",

@@ -52,12 +52,37 @@ void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
 // pair summed in vdpbf16ps' order; a (row, key) or output element's sum depends on nothing
 // else. Call only where avx512::cpu_has_avx512_bf16(). probs[r * ld + c] must be 0 for c in
 // [values.count, values.count rounded up to a multiple of 16).
-void dot_key_rows_bf16(const c10::BFloat16* q, int rows, int64_t q_ld,
-                       const RowStream<c10::BFloat16>& keys, int dim, float* scores, int64_t ld);
+//
+// Qi as dot_key_rows_bf16 takes it: `rows` query rows per kv head of the key stream, row r of
+// head g at q + (g * rows + r) * ld, a zero after an odd dim; and where takes_query_lanes(rows),
+// the same rows as lay_query_lanes_bf16 lays them out in `lanes` (else null). From kLaneRowsMin
+// rows the dots take the rows in the lanes of a vector (16 keys' dots at a time, no horizontal
+// sums): at 16 rows, half the instructions of the dot blocks fewer rows take. A (row, key)'s
+// sum is the same whichever key block or head it is computed with, but the two ways sum in
+// different orders, so the bits depend on the rows per kv head (a property of the sequence).
+struct QueryTileBf16 {
+  const c10::BFloat16* q;
+  int rows;
+  int64_t ld;
+  const int32_t* lanes = nullptr;
+};
+constexpr int kLaneRowsMin = 9;
+constexpr int kQueryLanes = 16;  // one zmm of fp32 sums
+static_assert(kRowProductMaxRows <= kQueryLanes, "a kv head's query rows fit the lanes");
+inline bool takes_query_lanes(int rows) { return rows >= kLaneRowsMin; }
+// lanes[(g * ceil(dim / 2) + p) * 16 + r] = the pair of elements 2p, 2p + 1 of head g's row r (0
+// for r >= rows): query_lanes_size(heads, dim) int32 in all.
+int64_t query_lanes_size(int heads, int dim);
+void lay_query_lanes_bf16(const c10::BFloat16* q, int rows, int heads, int64_t ld, int dim,
+                          int32_t* lanes);
+void dot_key_rows_bf16(const QueryTileBf16& q, const RowStream<c10::BFloat16>& keys, int dim,
+                       float* scores, int64_t ld);
 void add_value_rows_bf16(const c10::BFloat16* probs, int rows, int64_t ld,
                          const RowStream<c10::BFloat16>& values, int dim, float* out,
                          int64_t out_ld);
-// How many times this process has called each (tests/test_cpu_16bit_products.py).
+// How many times this process has called each (tests/test_cpu_16bit_products.py), and how many
+// of the score products took the rows in lanes (tests/test_kvcache.py).
 int64_t bf16_row_products_run();
+int64_t bf16_query_lanes_run();
 
 }  // namespace flashattn::cpu

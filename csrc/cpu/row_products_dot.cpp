@@ -7,14 +7,23 @@
 // compute-bound on fp32 FMAs (7.6 GB/s of cache read with 2 threads, a quarter of the copy
 // bandwidth), and vdpbf16ps multiplies twice the pairs per instruction with nothing to widen.
 //
-// S = Q Kᵀ: a 4 x 4 block of (row, key) dots per step of 32 head-dim elements, 8 loads for 16
-// vdpbf16ps; each dot is a vector of 16 partial sums, reduced by row_sums.h's tree.
+// S = Q Kᵀ, two ways, by the query rows per kv head:
+// - at least kLaneRowsMin (Sq = 4 of a GQA group of 4): the rows in the lanes of a vector, laid
+//   out once per tile (lay_query_lanes_bf16), each key's pair of head-dim elements broadcast
+//   from the cache row: 16 keys' dots for 16 rows with no horizontal sum, one 16 x 16 transpose
+//   to store them. The dot blocks below took ~180 instructions a key and head at 16 rows, this
+//   takes ~75 (64 of them vdpbf16ps; a hot-cache loop of it: ~80 cycles a key and head on a
+//   Zen 4).
+// - fewer (Sq = 1): a rows-in-lanes vector would be mostly empty; a 4 x 4 block of (row, key)
+//   dots per step of 32 head-dim elements, 8 loads for 16 vdpbf16ps, each dot a vector of 16
+//   partial sums reduced by row_sums.h's tree.
 // O += P V: the lanes are 16 head-dim columns and the pairs are two keys, so two value rows are
 // interleaved (vpermt2w) into the pair order vdpbf16ps takes, and each row's pair of
 // probabilities is broadcast from memory.
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <cstring>
 
 #include "avx512_intrinsics.h"
 #include "row_products.h"
@@ -24,10 +33,28 @@ namespace flashattn::cpu {
 namespace {
 
 std::atomic<int64_t> calls{0};
+std::atomic<int64_t> lane_calls{0};  // the score products that took the rows in lanes
 
 }  // namespace
 
 int64_t bf16_row_products_run() { return calls.load(std::memory_order_relaxed); }
+int64_t bf16_query_lanes_run() { return lane_calls.load(std::memory_order_relaxed); }
+
+int64_t query_lanes_size(int heads, int dim) { return int64_t(heads) * ((dim + 1) / 2) * kQueryLanes; }
+
+void lay_query_lanes_bf16(const c10::BFloat16* q, int rows, int heads, int64_t ld, int dim,
+                          int32_t* lanes) {
+  TORCH_INTERNAL_ASSERT(rows <= kQueryLanes);
+  const int pairs = (dim + 1) / 2;
+  for (int g = 0; g < heads; ++g)
+    for (int p = 0; p < pairs; ++p) {
+      int32_t* lane = lanes + (int64_t(g) * pairs + p) * kQueryLanes;
+      for (int r = 0; r < kQueryLanes; ++r) {
+        lane[r] = 0;  // rows past the last: zero dots, never stored
+        if (r < rows) std::memcpy(&lane[r], q + (int64_t(g) * rows + r) * ld + 2 * p, sizeof(int32_t));
+      }
+    }
+}
 
 #if FLASHATTN_HAVE_AVX512_KERNELS
 namespace {
@@ -80,6 +107,118 @@ FA_AVX512_BF16 FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_l
     block_dots(sums, dots);
     for (int i = 0; i < n_rows; ++i)
       for (int j = 0; j < n_keys; ++j) scores[(r0 + i) * ld + j] = dots[kBlock * i + j];
+  }
+}
+
+// Keys whose dots one step of the rows-in-lanes product takes: one accumulator each.
+constexpr int kLaneKeys = 16;
+// Pairs of head-dim elements per step: 8 query vectors, which with the 16 accumulators leave
+// room in the 32 zmm for the broadcasts (16 pairs spilled accumulators to the stack).
+constexpr int kLanePairs = 8;
+
+// The pair of bf16 at p as one 32-bit lane (unaligned: an odd head dim leaves rows at odd
+// elements), in every lane.
+FA_AVX512_BF16 FA_INLINE __m512i broadcast_pair(const BF16* p) {
+  int32_t pair;
+  std::memcpy(&pair, p, sizeof(pair));
+  return _mm512_set1_epi32(pair);
+}
+
+// v[i][j] -> v[j][i] for 16 x 16 floats.
+FA_AVX512_BF16 FA_INLINE void transpose16(__m512 (&v)[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {  // 2 x 2 blocks within each 128-bit lane
+    t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {  // 4 x 4 blocks within each 128-bit lane
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+    v[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    v[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    v[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    v[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {  // then the 4 x 4 grid of 128-bit lanes
+    t[i] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    v[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    v[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+    v[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+}
+
+// acc[j] += the kLanePairs pairs from pair p0 of the rows in lanes `lanes` times those of key j.
+FA_AVX512_BF16 FA_INLINE void dot_lane_pairs(const int32_t* lanes, const BF16* const (&key)[kLaneKeys],
+                                         int p0, __m512 (&acc)[kLaneKeys]) {
+  __m512i q[kLanePairs];
+#pragma GCC unroll 8
+  for (int i = 0; i < kLanePairs; ++i) q[i] = _mm512_loadu_si512(lanes + (p0 + i) * kQueryLanes);
+#pragma GCC unroll 16
+  for (int j = 0; j < kLaneKeys; ++j)
+#pragma GCC unroll 8
+    for (int i = 0; i < kLanePairs; ++i)
+      acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)q[i],
+                                (__m512bh)broadcast_pair(key[j] + 2 * (p0 + i)));
+}
+
+// L2 requests for lines [from, to) of each row in `rows` (null: none).
+FA_INLINE void prefetch_lines_to_l2(const char* const (&rows)[kLaneKeys], int64_t from, int64_t to) {
+  for (int j = 0; j < kLaneKeys; ++j)
+    for (int64_t byte = from; rows[j] && byte < to; byte += 64) __builtin_prefetch(rows[j] + byte, 0, 2);
+}
+
+FA_AVX512_BF16 void dot_key_rows_in_lanes(const int32_t* lanes, int rows,
+                                      const RowStream<BF16>& keys, int dim, float* scores,
+                                      int64_t ld) {
+  const int pairs = (dim + 1) / 2, whole_pairs = dim / 2;
+  const int64_t row_bytes = int64_t(dim) * sizeof(BF16);
+  prefetch_first_rows(keys, dim);
+  for (int c0 = 0; c0 < keys.count; c0 += kLaneKeys) {
+    const int n_keys = keys.count - c0 < kLaneKeys ? keys.count - c0 : kLaneKeys;
+    for (int g = 0; g < keys.heads; ++g) {  // each block of keys through every head
+      const BF16* key[kLaneKeys];  // a missing key repeats the last, computed and dropped
+      const char* next[kLaneKeys];  // this head's rows of the next block, into L2 meanwhile
+      for (int j = 0; j < kLaneKeys; ++j) {
+        key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
+        const BF16* row = row_stream::stream_row(keys, c0 + kLaneKeys + j);
+        next[j] = row ? reinterpret_cast<const char*>(row + g * keys.head_stride) : nullptr;
+      }
+      const int32_t* head_lanes = lanes + int64_t(g) * pairs * kQueryLanes;
+      __m512 acc[kLaneKeys];
+#pragma GCC unroll 16
+      for (int j = 0; j < kLaneKeys; ++j) acc[j] = _mm512_setzero_ps();
+      // The requests spread over the products (one line of each row every 64 bytes of them):
+      // all of a block's at once stalled on the full miss queue (perf: a fifth of the time).
+      int p0 = 0;
+      for (; p0 + kLanePairs <= whole_pairs; p0 += kLanePairs) {
+        if (p0 % 16 == 0) prefetch_lines_to_l2(next, 4 * p0, 4 * p0 + 64);
+        dot_lane_pairs(head_lanes, key, p0, acc);
+      }
+      prefetch_lines_to_l2(next, (4 * p0 + 63) / 64 * 64, row_bytes);
+      for (int p = p0; p < pairs; ++p) {
+        const __m512i q = _mm512_loadu_si512(head_lanes + p * kQueryLanes);
+        const bool last_odd = p == whole_pairs;  // the row ends half way through the pair
+#pragma GCC unroll 16
+        for (int j = 0; j < kLaneKeys; ++j) {
+          const __m512i k = last_odd ? _mm512_set1_epi32(key[j][2 * p].x) : broadcast_pair(key[j] + 2 * p);
+          acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)q, (__m512bh)k);
+        }
+      }
+      transpose16(acc);  // acc[r]: row r's dots with the block's keys
+      const __mmask16 stored = lanes16(n_keys);
+      float* head_scores = scores + int64_t(g) * rows * ld + c0;
+      for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(head_scores + r * ld, stored, acc[r]);
+    }
   }
 }
 
@@ -164,10 +303,16 @@ FA_AVX512_BF16 void add_value_rows_impl(const BF16* probs, int rows, int64_t ld,
 
 }  // namespace
 
-void dot_key_rows_bf16(const BF16* q, int rows, int64_t q_ld, const RowStream<BF16>& keys,
-                       int dim, float* scores, int64_t ld) {
+void dot_key_rows_bf16(const QueryTileBf16& q, const RowStream<BF16>& keys, int dim,
+                       float* scores, int64_t ld) {
   calls.fetch_add(1, std::memory_order_relaxed);
-  dot_key_rows_impl(q, rows, q_ld, keys, dim, scores, ld);
+  TORCH_INTERNAL_ASSERT(q.rows <= kQueryLanes && (q.lanes != nullptr) == takes_query_lanes(q.rows));
+  if (q.lanes) {
+    lane_calls.fetch_add(1, std::memory_order_relaxed);
+    dot_key_rows_in_lanes(q.lanes, q.rows, keys, dim, scores, ld);
+  } else {
+    dot_key_rows_impl(q.q, q.rows, q.ld, keys, dim, scores, ld);
+  }
 }
 
 void add_value_rows_bf16(const BF16* probs, int rows, int64_t ld, const RowStream<BF16>& values,
@@ -178,8 +323,8 @@ void add_value_rows_bf16(const BF16* probs, int rows, int64_t ld, const RowStrea
 
 #else  // no AVX512-BF16 code on this compiler or architecture: never chosen (panels16.h)
 
-void dot_key_rows_bf16(const c10::BFloat16*, int, int64_t, const RowStream<c10::BFloat16>&, int,
-                       float*, int64_t) {
+void dot_key_rows_bf16(const QueryTileBf16&, const RowStream<c10::BFloat16>&, int, float*,
+                       int64_t) {
   TORCH_CHECK(false, "flashattn: vdpbf16ps row products are not built for this CPU");
 }
 void add_value_rows_bf16(const c10::BFloat16*, int, int64_t, const RowStream<c10::BFloat16>&,
