@@ -74,6 +74,31 @@ FA_AVX512_BF16 FA_INLINE __m512i load_bf16(const BF16* p, int n) {
   return _mm512_maskz_loadu_epi16(lanes32(n), p);
 }
 
+// Keys a step of the rows-in-lanes score product or of the value product takes.
+constexpr int kStepKeys = 16;
+
+// Head g's rows of the kStepKeys keys after a step (the stream's next rows past its end; null
+// where there are none), which the step requests into L2 as it works: one line of each row per
+// 64 bytes of its own rows, spread over the products. All of a step's requests at once stalled
+// on the full miss queue (perf: a fifth of a Sq = 4 decode step's time in prefetch
+// instructions).
+struct NextRows {
+  const char* row[kStepKeys];
+  NextRows(const RowStream<BF16>& stream, int step_begin, int g) {
+    for (int j = 0; j < kStepKeys; ++j) {
+      const BF16* first_head = row_stream::stream_row(stream, step_begin + kStepKeys + j);
+      row[j] = first_head ? reinterpret_cast<const char*>(first_head + g * stream.head_stride)
+                          : nullptr;
+    }
+  }
+  // The lines that hold bytes [from, to) of each row.
+  FA_INLINE void request(int64_t from, int64_t to) const {
+    for (int j = 0; j < kStepKeys; ++j)
+      for (int64_t byte = from / 64 * 64; row[j] && byte < to; byte += 64)
+        __builtin_prefetch(row[j] + byte, 0, 2);
+  }
+};
+
 // The dots of `rows` query rows with kBlock keys (n_keys real: a missing key repeats the last,
 // computed and dropped) into scores[r * ld + j].
 FA_AVX512_BF16 FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_ld,
@@ -110,8 +135,8 @@ FA_AVX512_BF16 FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_l
   }
 }
 
-// Keys whose dots one step of the rows-in-lanes product takes: one accumulator each.
-constexpr int kLaneKeys = 16;
+// The rows-in-lanes score product: one accumulator a key.
+constexpr int kLaneKeys = kStepKeys;
 // Pairs of head-dim elements per step: 8 query vectors, which with the 16 accumulators leave
 // room in the 32 zmm for the broadcasts (16 pairs spilled accumulators to the stack).
 constexpr int kLanePairs = 8;
@@ -171,12 +196,6 @@ FA_AVX512_BF16 FA_INLINE void dot_lane_pairs(const int32_t* lanes, const BF16* c
                                 (__m512bh)broadcast_pair(key[j] + 2 * (p0 + i)));
 }
 
-// L2 requests for lines [from, to) of each row in `rows` (null: none).
-FA_INLINE void prefetch_lines_to_l2(const char* const (&rows)[kLaneKeys], int64_t from, int64_t to) {
-  for (int j = 0; j < kLaneKeys; ++j)
-    for (int64_t byte = from; rows[j] && byte < to; byte += 64) __builtin_prefetch(rows[j] + byte, 0, 2);
-}
-
 FA_AVX512_BF16 void dot_key_rows_in_lanes(const int32_t* lanes, int rows,
                                       const RowStream<BF16>& keys, int dim, float* scores,
                                       int64_t ld) {
@@ -187,24 +206,19 @@ FA_AVX512_BF16 void dot_key_rows_in_lanes(const int32_t* lanes, int rows,
     const int n_keys = keys.count - c0 < kLaneKeys ? keys.count - c0 : kLaneKeys;
     for (int g = 0; g < keys.heads; ++g) {  // each block of keys through every head
       const BF16* key[kLaneKeys];  // a missing key repeats the last, computed and dropped
-      const char* next[kLaneKeys];  // this head's rows of the next block, into L2 meanwhile
-      for (int j = 0; j < kLaneKeys; ++j) {
+      for (int j = 0; j < kLaneKeys; ++j)
         key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
-        const BF16* row = row_stream::stream_row(keys, c0 + kLaneKeys + j);
-        next[j] = row ? reinterpret_cast<const char*>(row + g * keys.head_stride) : nullptr;
-      }
+      const NextRows next(keys, c0, g);
       const int32_t* head_lanes = lanes + int64_t(g) * pairs * kQueryLanes;
       __m512 acc[kLaneKeys];
 #pragma GCC unroll 16
       for (int j = 0; j < kLaneKeys; ++j) acc[j] = _mm512_setzero_ps();
-      // The requests spread over the products (one line of each row every 64 bytes of them):
-      // all of a block's at once stalled on the full miss queue (perf: a fifth of the time).
       int p0 = 0;
       for (; p0 + kLanePairs <= whole_pairs; p0 += kLanePairs) {
-        if (p0 % 16 == 0) prefetch_lines_to_l2(next, 4 * p0, 4 * p0 + 64);
+        if (p0 % 16 == 0) next.request(4 * p0, 4 * p0 + 64);  // 16 pairs: 64 bytes
         dot_lane_pairs(head_lanes, key, p0, acc);
       }
-      prefetch_lines_to_l2(next, (4 * p0 + 63) / 64 * 64, row_bytes);
+      next.request((4 * p0 + 63) / 64 * 64, row_bytes);
       for (int p = p0; p < pairs; ++p) {
         const __m512i q = _mm512_loadu_si512(head_lanes + p * kQueryLanes);
         const bool last_odd = p == whole_pairs;  // the row ends half way through the pair
@@ -257,8 +271,9 @@ FA_AVX512_BF16 FA_INLINE void interleave_pair(const BF16* even, const BF16* odd,
 // for `rows` rows, 32 columns from d at a time.
 FA_AVX512_BF16 FA_INLINE void add_value_pairs(const BF16* probs, int rows, int64_t ld,
                                           const BF16* const (&value)[2 * kValuePairs], int dim,
-                                          float* out, int64_t out_ld) {
+                                          const NextRows& next, float* out, int64_t out_ld) {
   for (int d = 0; d < dim; d += 32) {
+    next.request(2 * d, 2 * d + 64);  // 32 columns: 64 bytes
     __m512i pairs[kValuePairs][2];
 #pragma GCC unroll 8
     for (int p = 0; p < kValuePairs; ++p)
@@ -286,17 +301,17 @@ FA_AVX512_BF16 void add_value_rows_impl(const BF16* probs, int rows, int64_t ld,
                                     const RowStream<BF16>& values, int dim, float* out,
                                     int64_t out_ld) {
   constexpr int kKeys = 2 * kValuePairs;
+  static_assert(kKeys == kStepKeys);
   prefetch_first_rows(values, dim);
   for (int c0 = 0; c0 < values.count; c0 += kKeys) {
     const int n_values = values.count - c0 < kKeys ? values.count - c0 : kKeys;
-    for (int j = 0; j < kKeys; ++j) prefetch_ahead_of(values, c0 + j, dim);
-    for (int g = 0; g < values.heads; ++g) {  // each value through every head
+    for (int g = 0; g < values.heads; ++g) {  // each step of values through every head
       const BF16* value[kKeys];
       for (int j = 0; j < kKeys; ++j)
         value[j] = j < n_values ? values.rows[c0 + j] + g * values.head_stride : nullptr;
       // Past the last value, whole pairs of zeros (probabilities included) are added: 0 * 0.
       add_value_pairs(probs + int64_t(g) * rows * ld + c0, rows, ld, value, dim,
-                      out + int64_t(g) * rows * out_ld, out_ld);
+                      NextRows(values, c0, g), out + int64_t(g) * rows * out_ld, out_ld);
     }
   }
 }
