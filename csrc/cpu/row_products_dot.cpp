@@ -59,7 +59,6 @@ void lay_query_lanes_bf16(const c10::BFloat16* q, int rows, int heads, int64_t l
 #if FLASHATTN_HAVE_AVX512_KERNELS
 namespace {
 
-using row_stream::prefetch_ahead_of;
 using row_stream::prefetch_first_rows;
 using BF16 = c10::BFloat16;
 using avx512::lanes16;
@@ -77,33 +76,37 @@ FA_AVX512_BF16 FA_INLINE __m512i load_bf16(const BF16* p, int n) {
 // Keys a step of the rows-in-lanes score product or of the value product takes.
 constexpr int kStepKeys = 16;
 
-// Head g's rows of the kStepKeys keys after a step (the stream's next rows past its end; null
-// where there are none), which the step requests into L2 as it works: one line of each row per
-// 64 bytes of its own rows, spread over the products. All of a step's requests at once stalled
-// on the full miss queue (perf: a fifth of a Sq = 4 decode step's time in prefetch
-// instructions).
+// Head g's rows of kKeys keys from `first` of a stream (the stream's next rows past its end;
+// null where there are none), which a step of a product requests into L2 as it works: one
+// line of each row per 64 bytes of its own rows, spread over its products. Requests for all
+// heads of a step's keys at once stalled on the full miss queue (perf: a fifth of a Sq = 4
+// decode step's time in prefetch instructions).
+template <int kKeys>
 struct NextRows {
-  const char* row[kStepKeys];
-  NextRows(const RowStream<BF16>& stream, int step_begin, int g) {
-    for (int j = 0; j < kStepKeys; ++j) {
-      const BF16* first_head = row_stream::stream_row(stream, step_begin + kStepKeys + j);
+  const char* row[kKeys];
+  NextRows(const RowStream<BF16>& stream, int first, int g) {
+    for (int j = 0; j < kKeys; ++j) {
+      const BF16* first_head = row_stream::stream_row(stream, first + j);
       row[j] = first_head ? reinterpret_cast<const char*>(first_head + g * stream.head_stride)
                           : nullptr;
     }
   }
   // The lines that hold bytes [from, to) of each row.
   FA_INLINE void request(int64_t from, int64_t to) const {
-    for (int j = 0; j < kStepKeys; ++j)
+    for (int j = 0; j < kKeys; ++j)
       for (int64_t byte = from / 64 * 64; row[j] && byte < to; byte += 64)
         __builtin_prefetch(row[j] + byte, 0, 2);
   }
 };
+// How far ahead the products request rows: one step of the rows-in-lanes and value products.
+constexpr int kKeysAhead = 16;
 
 // The dots of `rows` query rows with kBlock keys (n_keys real: a missing key repeats the last,
 // computed and dropped) into scores[r * ld + j].
 FA_AVX512_BF16 FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_ld,
                                         const BF16* const (&key)[kBlock], int n_keys, int dim,
-                                        float* scores, int64_t ld) {
+                                        const NextRows<kBlock>& next, float* scores,
+                                        int64_t ld) {
   for (int r0 = 0; r0 < rows; r0 += kBlock) {
     const int n_rows = rows - r0 < kBlock ? rows - r0 : kBlock;
     const BF16* q_rows[kBlock];
@@ -114,6 +117,7 @@ FA_AVX512_BF16 FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_l
 #pragma GCC unroll 4
       for (int j = 0; j < kBlock; ++j) acc[i][j] = _mm512_setzero_ps();
     for (int d = 0; d < dim; d += 32) {
+      if (r0 == 0) next.request(2 * d, 2 * d + 64);  // 32 elements: 64 bytes
       __m512i k[kBlock];
 #pragma GCC unroll 4
       for (int j = 0; j < kBlock; ++j) k[j] = load_bf16(key[j] + d, dim - d);
@@ -136,7 +140,7 @@ FA_AVX512_BF16 FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_l
 }
 
 // The rows-in-lanes score product: one accumulator a key.
-constexpr int kLaneKeys = kStepKeys;
+constexpr int kLaneKeys = 16;
 // Pairs of head-dim elements per step: 8 query vectors, which with the 16 accumulators leave
 // room in the 32 zmm for the broadcasts (16 pairs spilled accumulators to the stack).
 constexpr int kLanePairs = 8;
@@ -208,7 +212,7 @@ FA_AVX512_BF16 void dot_key_rows_in_lanes(const int32_t* lanes, int rows,
       const BF16* key[kLaneKeys];  // a missing key repeats the last, computed and dropped
       for (int j = 0; j < kLaneKeys; ++j)
         key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
-      const NextRows next(keys, c0, g);
+      const NextRows<kLaneKeys> next(keys, c0 + kKeysAhead, g);
       const int32_t* head_lanes = lanes + int64_t(g) * pairs * kQueryLanes;
       __m512 acc[kLaneKeys];
 #pragma GCC unroll 16
@@ -242,12 +246,12 @@ FA_AVX512_BF16 void dot_key_rows_impl(const BF16* q, int rows, int64_t q_ld,
   prefetch_first_rows(keys, dim);
   for (int c0 = 0; c0 < keys.count; c0 += kBlock) {
     const int n_keys = keys.count - c0 < kBlock ? keys.count - c0 : kBlock;
-    for (int j = 0; j < kBlock; ++j) prefetch_ahead_of(keys, c0 + j, dim);
-    for (int g = 0; g < keys.heads; ++g) {  // each key through every head
+    for (int g = 0; g < keys.heads; ++g) {  // each block of keys through every head
       const BF16* key[kBlock];
       for (int j = 0; j < kBlock; ++j)
         key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
       dot_key_block(q + int64_t(g) * rows * q_ld, rows, q_ld, key, n_keys, dim,
+                    NextRows<kBlock>(keys, c0 + kKeysAhead, g),
                     scores + int64_t(g) * rows * ld + c0, ld);
     }
   }
@@ -271,7 +275,8 @@ FA_AVX512_BF16 FA_INLINE void interleave_pair(const BF16* even, const BF16* odd,
 // for `rows` rows, 32 columns from d at a time.
 FA_AVX512_BF16 FA_INLINE void add_value_pairs(const BF16* probs, int rows, int64_t ld,
                                           const BF16* const (&value)[2 * kValuePairs], int dim,
-                                          const NextRows& next, float* out, int64_t out_ld) {
+                                          const NextRows<2 * kValuePairs>& next, float* out,
+                                          int64_t out_ld) {
   for (int d = 0; d < dim; d += 32) {
     next.request(2 * d, 2 * d + 64);  // 32 columns: 64 bytes
     __m512i pairs[kValuePairs][2];
@@ -301,7 +306,6 @@ FA_AVX512_BF16 void add_value_rows_impl(const BF16* probs, int rows, int64_t ld,
                                     const RowStream<BF16>& values, int dim, float* out,
                                     int64_t out_ld) {
   constexpr int kKeys = 2 * kValuePairs;
-  static_assert(kKeys == kStepKeys);
   prefetch_first_rows(values, dim);
   for (int c0 = 0; c0 < values.count; c0 += kKeys) {
     const int n_values = values.count - c0 < kKeys ? values.count - c0 : kKeys;
@@ -311,7 +315,8 @@ FA_AVX512_BF16 void add_value_rows_impl(const BF16* probs, int rows, int64_t ld,
         value[j] = j < n_values ? values.rows[c0 + j] + g * values.head_stride : nullptr;
       // Past the last value, whole pairs of zeros (probabilities included) are added: 0 * 0.
       add_value_pairs(probs + int64_t(g) * rows * ld + c0, rows, ld, value, dim,
-                      NextRows(values, c0, g), out + int64_t(g) * rows * out_ld, out_ld);
+                      NextRows<kKeys>(values, c0 + kKeysAhead, g),
+                      out + int64_t(g) * rows * out_ld, out_ld);
     }
   }
 }
