@@ -1,10 +1,14 @@
 """Memory grows with N, not N^2: forward+backward at long sequence lengths on the CPU, measured
-as the rise of the process's peak RSS in a fresh subprocess."""
+as the rise of the process's peak RSS in a fresh subprocess; and the forward holds packed K and V
+for a few heads at a time, not all."""
 import json
 import subprocess
 import sys
 
 import pytest
+import torch
+
+import flashattn
 
 MEASURE = r"""
 import json, sys, torch, flashattn
@@ -41,3 +45,30 @@ def test_forward_backward_memory_is_linear(seqlen, heads, limit_mb):
     rise = peak_rss_rise_mb(seqlen, heads, 64)
     print(f"seqlen={seqlen} heads={heads}: peak RSS rose {rise:.0f} MB (limit {limit_mb} MB)")
     assert rise < limit_mb
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_forward_packs_a_few_heads_at_a_time(threads, causal, dtype):
+    """The forward packs each kv head's K and V when its first task needs them and frees them
+    after its last (head_operands.h), the tasks queued in groups of as many heads as threads:
+    at most the group being worked on and the unfinished tasks of the one before hold packed
+    heads, not all 12 (or 6 kv heads with GQA), and the output does not depend on it."""
+    torch.manual_seed(0)
+    internal = torch.ops.flashattn_internal
+    q = torch.randn(2, 300, 12, 40, dtype=dtype)
+    outs = {}
+    before = torch.get_num_threads()
+    try:
+        for heads_kv in (12, 6):
+            k, v = (torch.randn(2, 300, heads_kv, 40, dtype=dtype) for _ in range(2))
+            for n in (threads, 1):
+                torch.set_num_threads(n)
+                outs[n] = flashattn.flash_attn_func(q, k, v, causal=causal)
+                if n == threads:
+                    peak = internal.cpu_fwd_packed_heads_peak()
+            assert 1 <= peak <= 2 * threads - 1, (heads_kv, peak)
+            assert torch.equal(outs[threads], outs[1])
+    finally:
+        torch.set_num_threads(before)

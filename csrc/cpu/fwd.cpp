@@ -5,7 +5,9 @@
 // Sq x Sk is ever allocated. Blocks start at each sequence's first row, so in a varlen batch a
 // sequence's result is bit for bit the dense op's on that sequence alone; the task queue runs
 // the blocks of all sequences, heaviest first, so one long sequence among short ones still
-// keeps every thread busy.
+// keeps every thread busy. Kj and Vj are packed into the tile products' operand layout block
+// by block as the first task of their head needs them, and a head's packed operands live only
+// while its tasks run (head_operands.h), so that memory stays O(threads·S·D), not O(H·S·D).
 //
 // The tile products take their operands in one of two forms (OperandPath):
 //   kCompute  the compute type (fp32, or fp64 for gradcheck): Kjᵀ packed once, V read in place
@@ -25,13 +27,18 @@
 // tile takes the groups of several kv heads, so that it reads the cache key by key through the
 // heads, in memory order.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "dropout_tile.h"
 #include "../kv_rows.h"
 #include "dtype_dispatch.h"
+#include "head_operands.h"
 #include "kernels.h"
 #include "packing.h"
 #include "panels16.h"
@@ -51,6 +58,9 @@ namespace {
 // stay in L2.
 constexpr int kQueryBlock = 128;
 constexpr int kKeyBlock = 128;
+
+// fwd_packed_heads_peak() (kernels.h).
+std::atomic<int64_t> last_packed_heads_peak{0};
 
 // Beyond this many splits the merge costs more than the parallelism gains.
 constexpr int kMaxSplits = 64;
@@ -157,7 +167,8 @@ class ForwardKernel {
   void run() {
     const std::vector<QueryBlock> tasks = query_blocks();
     if (tasks.empty()) return;
-    if (!plan_.stream_kv) pack_keys_and_values();
+    for (const QueryBlock& t : tasks)
+      if (takes_packed_operands(t)) head_operands_.expect_task(t.b, kv_head_of(t));
     if (plan_.splits > 1) {
       const int64_t rows = int64_t(plan_.splits) * p_.heads_q * p_.total_q;
       split_lse_ = alloc_workspace<T>(split_lse_storage_, rows);
@@ -167,13 +178,25 @@ class ForwardKernel {
       const BlockRange keys = key_blocks_of(tasks[task]);
       return int64_t(keys.last - keys.first);
     };
-    run_task_queue(int64_t(tasks.size()), cost, [&](const auto& claim) {
-      Scratch scratch(gemm_dim_, out_stride_, plan_.stream_kv);
-      for (int64_t task = claim(); task >= 0; task = claim())
-        run_query_block(tasks[task], scratch);
-      release_tile_gemm(vnni_);
-    });
+    // The tasks of as many (sequence, kv head)s as there are threads queue together: the K and
+    // V packed for a head live while its tasks run, so a few heads are packed at any moment,
+    // not all. One head at a time put every thread on the same head, and a causal forward
+    // (bf16, H 8, N 2048, d 128, 2 threads) took 7% longer than heavy-first over all tasks,
+    // which as many heads as threads did not.
+    const int64_t heads_together = std::max(1, at::get_num_threads());
+    auto heads_of = [&](int64_t task) {
+      return (int64_t(tasks[task].b) * p_.heads_kv + kv_head_of(tasks[task])) / heads_together;
+    };
+    const int64_t groups = (int64_t(p_.batch) * p_.heads_kv + heads_together - 1) / heads_together;
+    run_task_queue(int64_t(tasks.size()), cost, groups, heads_of,
+                   [&](const auto& claim) {
+                     Scratch scratch(gemm_dim_, out_stride_, plan_.stream_kv);
+                     for (int64_t task = claim(); task >= 0; task = claim())
+                       run_query_block(tasks[task], scratch);
+                     release_tile_gemm(vnni_);
+                   });
     if (plan_.splits > 1) merge_splits();
+    if (head_operands_.peak() > 0) last_packed_heads_peak.store(head_operands_.peak());
   }
 
  private:
@@ -203,6 +226,21 @@ class ForwardKernel {
     return blocks;
   }
 
+  // K and V of one (sequence, kv head), key block by key block as load_kv_tile lays them out,
+  // each block packed by the first task to need it (head_operands.h): the threads on one head
+  // pack its blocks between them, none waits for a whole head.
+  struct PackedKeysAndValues {
+    at::Tensor keys;    // [blocks][key_block_elements()]
+    at::Tensor values;  // [blocks][value_block_elements()], unless values_in_place_
+    std::unique_ptr<std::once_flag[]> block_packed;
+  };
+
+  // One key block's K and V operands, where the tile products read them.
+  struct KvTile {
+    const Operand* keys;
+    const Operand* values;  // unused where values_in_place_
+  };
+
   // One worker thread's tiles, reused across its tasks.
   struct Scratch {
     // stream: room for one key block's operands, in the layout packing would give them.
@@ -216,7 +254,7 @@ class ForwardKernel {
           row_sum(kQueryBlock),
           k_tile(stream ? size_t(kKeyBlock) * (kNative16 ? gemm_dim : out_stride) : 0),
           v_tile(stream ? size_t(kKeyBlock) * out_stride : 0),
-          staging(stream && kNative16 ? size_t(kKeyBlock) * std::max(gemm_dim, kPanelWidth) : 0) {}
+          staging(kNative16 ? size_t(kKeyBlock) * std::max(gemm_dim, kPanelWidth) : 0) {}
     std::vector<Operand> q_tile;  // Qi; scaled by the softmax scale on the kCompute path
     // kNative16, takes_row_products(): Qi in fp32, scaled, as the kCompute path's q_tile.
     std::vector<T> q_rows32;
@@ -226,7 +264,7 @@ class ForwardKernel {
     std::vector<T> row_max;       // m_i
     std::vector<T> row_sum;       // l_i
     // stream_kv: Kjᵀ [dim][kKeyBlock] and Vj [kKeyBlock][dim], or on kNative16 the key and
-    // value panels of the block (panels16.h), row-major panels staged before VNNI packing.
+    // value panels of the block (panels16.h); and a row-major panel staged before VNNI packing.
     std::vector<Operand> k_tile;
     std::vector<Operand> v_tile;
     std::vector<Operand> staging;
@@ -238,54 +276,74 @@ class ForwardKernel {
     int key_rows_block = -1;  // the key block of the task that key_rows point at, or -1
     // row_dot_ with enough rows per kv head: Qi laid out for the rows-in-lanes dots.
     std::vector<int32_t> q_lanes;
+    // takes_packed_operands(): the task's kv head's packed K and V.
+    PackedKeysAndValues* packed = nullptr;
   };
 
-  void pack_keys_and_values() {
-    std::vector<SequenceRows> keys = key_rows(seqs_);
-    auto key_of = [&](int b, int h, int j) {
-      return key_row<const In>(p_.k, p_.kv_cache, seqs_[b], h, j);
-    };
-    auto value_of = [&](int b, int h, int j) {
-      return key_row<const In>(p_.v, p_.kv_cache, seqs_[b], h, j);
-    };
-    if constexpr (kNative16) {
-      k_panels16_ = pack_key_panels<In>(key_of, keys, p_.heads_kv, dim_, kKeyBlock, vnni_);
-      v_panels16_ = pack_value_panels<In>(value_of, keys, p_.heads_kv, dim_, kKeyBlock, vnni_);
-    } else {
-      // Kj enters the score product transposed; Vj as it is, so only a V that needs converting
-      // (or has overlapping rows, or is not plain rows) is copied.
-      k_panels_ = pack_heads<T, In>(key_of, keys, p_.heads_kv, dim_,
-                                    PackLayout::kTransposedPanels, kKeyBlock, T(1));
-      if (!values_in_place_)
-        v_rows_ = pack_heads<T, In>(value_of, keys, p_.heads_kv, dim_, PackLayout::kRows,
-                                    kKeyBlock, T(1));
-    }
+  // Whether a task's tiles multiply packed K and V (not streamed, not the rows in place).
+  bool takes_packed_operands(const QueryBlock& t) const {
+    return !plan_.stream_kv && !takes_row_products(seqs_[t.b]);
+  }
+  int kv_head_of(const QueryBlock& t) const { return t.head0 / p_.head_group; }
+
+  // One key block's operands, as load_kv_tile lays them out.
+  int64_t key_block_elements() const {
+    return int64_t(kKeyBlock) * (kNative16 ? gemm_dim_ : out_stride_);
+  }
+  int64_t value_block_elements() const { return int64_t(kKeyBlock) * out_stride_; }
+
+  // Room for every key block of (sequence b, a kv head), in the memory `packed` holds (a
+  // finished head's) when it is large enough; the blocks are packed as the tasks reach them.
+  void make_room_for_keys_and_values(int b, PackedKeysAndValues& packed) const {
+    const int blocks = num_blocks(seqs_[b].seqlen_k, kKeyBlock);
+    alloc_workspace<Operand>(packed.keys, blocks * key_block_elements());
+    if (!values_in_place_) alloc_workspace<Operand>(packed.values, blocks * value_block_elements());
+    packed.block_packed.reset(new std::once_flag[blocks]);
   }
 
-  // stream_kv: key block kb of kv head kv_head into the tile buffers, as packing would lay
-  // it out: Kjᵀ and (unless read in place) Vj, or the block's key and value panels.
-  void load_kv_tile(const Sequence& seq, int kv_head, int kb, Scratch& s) const {
+  // Key block kb's K and V for a task: streamed into the scratch tiles (stream_kv), or packed
+  // once for all the tasks of the head.
+  KvTile kv_tile(const Sequence& seq, int kv_head, int kb, Scratch& s) const {
+    if (plan_.stream_kv) {
+      load_kv_tile(seq, kv_head, kb, s.k_tile.data(), s.v_tile.data(), s);
+      return {s.k_tile.data(), s.v_tile.data()};
+    }
+    Operand* keys = s.packed->keys.template data_ptr<Operand>() + kb * key_block_elements();
+    Operand* values =
+        values_in_place_
+            ? nullptr
+            : s.packed->values.template data_ptr<Operand>() + kb * value_block_elements();
+    std::call_once(s.packed->block_packed[kb],
+                   [&] { load_kv_tile(seq, kv_head, kb, keys, values, s); });
+    return {keys, values};
+  }
+
+  // Key block kb of kv head kv_head into `keys` and `values` (key_block_elements() and
+  // value_block_elements()): Kjᵀ and (unless read in place) Vj, or the block's key and value
+  // panels.
+  void load_kv_tile(const Sequence& seq, int kv_head, int kb, Operand* keys, Operand* values,
+                    Scratch& s) const {
     auto key_of = [&](int j) { return key_row<const In>(p_.k, p_.kv_cache, seq, kv_head, j); };
     auto value_of = [&](int j) { return key_row<const In>(p_.v, p_.kv_cache, seq, kv_head, j); };
     if constexpr (kNative16) {
       const int key_panels = kKeyBlock / kPanelWidth, key_panel = gemm_dim_ * kPanelWidth;
       for (int index = 0; index < key_panels; ++index)
-        stream_panel(s, s.k_tile.data() + size_t(index) * key_panel, gemm_dim_, [&](In* panel) {
+        stream_panel(s, keys + size_t(index) * key_panel, gemm_dim_, [&](In* panel) {
           fill_key_panel(key_of, seq.seqlen_k, dim_, kKeyBlock, kb, index, panel);
         });
       const int value_panel = kKeyBlock * kPanelWidth;
       for (int index = 0; index < out_stride_ / kPanelWidth; ++index)
-        stream_panel(s, s.v_tile.data() + size_t(index) * value_panel, kKeyBlock, [&](In* panel) {
+        stream_panel(s, values + size_t(index) * value_panel, kKeyBlock, [&](In* panel) {
           fill_value_panel(value_of, seq.seqlen_k, dim_, kKeyBlock, kb, index, panel);
         });
     } else {
       const int key_begin = kb * kKeyBlock, cols = std::min(kKeyBlock, seq.seqlen_k - key_begin);
       for (int c = 0; c < cols; ++c) {
         const In* key = key_of(key_begin + c);
-        for (int d = 0; d < dim_; ++d) s.k_tile[size_t(d) * kKeyBlock + c] = static_cast<T>(key[d]);
+        for (int d = 0; d < dim_; ++d) keys[size_t(d) * kKeyBlock + c] = static_cast<T>(key[d]);
         if (values_in_place_) continue;
         const In* value = value_of(key_begin + c);
-        T* v_out = s.v_tile.data() + size_t(c) * dim_;
+        T* v_out = values + size_t(c) * dim_;
         for (int d = 0; d < dim_; ++d) v_out[d] = static_cast<T>(value[d]);
       }
     }
@@ -316,9 +374,15 @@ class ForwardKernel {
     const int b = task.b, head0 = task.head0, row_begin = task.row_begin, rows = task.rows;
     const int tile_rows = rows * plan_.heads_per_tile;
     const Sequence& seq = seqs_[b];
-    const int kv_head = head0 / p_.head_group;  // the tile's first
+    const int kv_head = kv_head_of(task);  // the tile's first
     const bool rows_in_place = takes_row_products(seq);
     TORCH_INTERNAL_ASSERT(rows_in_place || plan_.kv_heads_per_tile == 1);
+    // The head's packed K and V, for as long as this task runs.
+    std::optional<typename HeadOperands<PackedKeysAndValues>::Hold> packed;
+    if (takes_packed_operands(task))
+      packed.emplace(head_operands_.take(
+          b, kv_head, [&](PackedKeysAndValues& kv) { make_room_for_keys_and_values(b, kv); }));
+    s.packed = packed ? &**packed : nullptr;
 
     for (int r = 0; r < tile_rows; ++r) {
       const In* q_row = p_.q.row<const In>(b, head0 + r / rows, seq.q_row0 + row_begin + r % rows);
@@ -345,8 +409,8 @@ class ForwardKernel {
       const uint8_t mask_class =
           tile_mask_class(b, head0, row_begin, row_begin + rows, key_begin, key_begin + cols);
       if (visibility == TileVisibility::kNone || mask_class == kMaskHidden) continue;
-      if (plan_.stream_kv && !rows_in_place) load_kv_tile(seq, kv_head, kb, s);
-      multiply_q_kt(b, kv_head, kb, tile_rows, cols, rows_in_place, s);  // S_ij = scale · Qi Kjᵀ
+      const KvTile kv = rows_in_place ? KvTile{} : kv_tile(seq, kv_head, kb, s);
+      multiply_q_kt(b, kv_head, kb, tile_rows, cols, rows_in_place, kv, s);  // S_ij = scale · Qi Kjᵀ
       // The 16-bit products leave S_ij unscaled (the fp32 row products' Qi is scaled) and take
       // P_ij rounded to 16 bits.
       const bool products_16bit = kNative16 && (!rows_in_place || row_dot_);
@@ -379,7 +443,7 @@ class ForwardKernel {
           std::fill(probs_row + cols, probs_row + kKeyBlock, In(0.f));
         }
       const int next_kb = kb + 1 < key_blocks.last ? kb + 1 : -1;
-      multiply_p_v(b, kv_head, kb, next_kb, tile_rows, cols, rows_in_place, s);  // O_i += P_ij Vj
+      multiply_p_v(b, kv_head, kb, next_kb, tile_rows, cols, rows_in_place, kv, s);  // O_i += P_ij Vj
     }
     for (int g = 0; g < plan_.heads_per_tile; ++g)
       store_output(task, head0 + g, g * rows, s);
@@ -387,7 +451,7 @@ class ForwardKernel {
 
   // S_ij = scale · Qi Kjᵀ into s.scores (the 16-bit products leave the scale for later).
   void multiply_q_kt(int b, int kv_head, int kb, int rows, int cols, bool rows_in_place,
-                     Scratch& s) const {
+                     const KvTile& kv, Scratch& s) const {
     if (rows_in_place) {
       if constexpr (kRowProductsTaken) {
         if (s.key_rows_block != kb) point_at_rows(p_.k, b, kv_head, kb, cols, s.key_rows);
@@ -404,15 +468,10 @@ class ForwardKernel {
     } else if constexpr (kNative16) {
       for (int panel = 0; panel * kPanelWidth < cols; ++panel)
         tile_gemm(rows, kPanelWidth, gemm_dim_, s.q_tile.data(), gemm_dim_,
-                  plan_.stream_kv ? s.k_tile.data() + size_t(panel) * gemm_dim_ * kPanelWidth
-                                  : k_panels16_.panel(b, kv_head, kb, panel),
-                  kPanelWidth,
+                  kv.keys + size_t(panel) * gemm_dim_ * kPanelWidth, kPanelWidth,
                   s.scores.data() + panel * kPanelWidth, kKeyBlock, /*accumulate=*/false, vnni_);
     } else {
-      const T* keys = plan_.stream_kv
-                          ? s.k_tile.data()
-                          : k_panels_.head(b, kv_head) + int64_t(kb) * dim_ * kKeyBlock;
-      tile_gemm(rows, cols, dim_, s.q_tile.data(), dim_, keys, kKeyBlock, s.scores.data(),
+      tile_gemm(rows, cols, dim_, s.q_tile.data(), dim_, kv.keys, kKeyBlock, s.scores.data(),
                 kKeyBlock, /*accumulate=*/false);
     }
   }
@@ -421,7 +480,7 @@ class ForwardKernel {
   // past the last key. The row products take P_ij in fp32, and point at the key rows of the
   // task's next key block next_kb (-1: none), which they request from memory.
   void multiply_p_v(int b, int kv_head, int kb, int next_kb, int rows, int cols,
-                    bool rows_in_place, Scratch& s) const {
+                    bool rows_in_place, const KvTile& kv, Scratch& s) const {
     if (rows_in_place) {
       if constexpr (kRowProductsTaken) {
         const int next_cols =
@@ -441,9 +500,7 @@ class ForwardKernel {
     } else if constexpr (kNative16) {
       for (int panel = 0; panel < out_stride_ / kPanelWidth; ++panel)
         tile_gemm(rows, kPanelWidth, kKeyBlock, s.probs16.data(), kKeyBlock,
-                  plan_.stream_kv ? s.v_tile.data() + size_t(panel) * kKeyBlock * kPanelWidth
-                                  : v_panels16_.panel(b, kv_head, kb, panel),
-                  kPanelWidth,
+                  kv.values + size_t(panel) * kKeyBlock * kPanelWidth, kPanelWidth,
                   s.out_acc.data() + panel * kPanelWidth, out_stride_, /*accumulate=*/true,
                   vnni_);
     } else if (values_in_place_) {
@@ -452,8 +509,7 @@ class ForwardKernel {
                 p_.v.row_stride, s.out_acc.data(), dim_, /*accumulate=*/true);
     } else {
       tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
-                plan_.stream_kv ? s.v_tile.data()
-                                : v_rows_.head(b, kv_head) + int64_t(kb) * kKeyBlock * dim_,
+                kv.values,
                 dim_, s.out_acc.data(), dim_, /*accumulate=*/true);
     }
   }
@@ -603,10 +659,7 @@ class ForwardKernel {
   // The tile products run on vdpbf16ps (bf16), and so do the row products: Qi in bf16 and
   // unscaled, P rounded to bf16, as in the tile products (row_products.h).
   const bool row_dot_;
-  PackedHeads<T> k_panels_;  // kCompute operands
-  PackedHeads<T> v_rows_;    // unless values_in_place_
-  Panels16<In> k_panels16_;  // kNative16 operands (unused on the kCompute path)
-  Panels16<In> v_panels16_;
+  HeadOperands<PackedKeysAndValues> head_operands_{p_.batch, p_.heads_kv};
   // Split-KV partial results: lse [splits][heads_q * total_q], out [...][dim].
   at::Tensor split_lse_storage_, split_out_storage_;
   T* split_lse_ = nullptr;
@@ -614,6 +667,8 @@ class ForwardKernel {
 };
 
 }  // namespace
+
+int64_t fwd_packed_heads_peak() { return last_packed_heads_peak.load(); }
 
 void run_fwd(const AttnParams& p, c10::ScalarType dtype) {
   run_on_operand_path<ForwardKernel>(p, dtype,

@@ -1,7 +1,8 @@
 // torch.ops.flashattn_internal: the CPU tile products' kernel choice, made visible, and each
 // kernel called directly, for tests/test_cpu_gemm_16bit.py and tests/test_cpu_16bit_products.py;
 // and the rate of the forward's own tile products on a hot tile, the ceiling that
-// `python -m flashattn.bench` reports. Not an API: names and arguments may change.
+// `python -m flashattn.bench` reports; and how many heads' packed operands the last forward held
+// at once (tests/test_memory.py). Not an API: names and arguments may change.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "gemm_avx512_16bit.h"
+#include "kernels.h"
 #include "panels16.h"
 #include "row_products.h"
 #include "tile_gemm.h"
@@ -262,6 +264,7 @@ TORCH_LIBRARY(flashattn_internal, m) {
   m.def("cpu_bf16_row_products_run() -> int", &bf16_row_products_run);
   m.def("cpu_bf16_query_lanes_run() -> int", &bf16_query_lanes_run);
   m.def("cpu_16bit_hot_tile_seconds() -> (float, float, float)", &hot_tile_seconds_of);
+  m.def("cpu_fwd_packed_heads_peak() -> int", &fwd_packed_heads_peak);
   m.def("cpu_tile_products_gflops(ScalarType dtype, int head_dim, str path, float seconds) -> "
         "(float, str)",
         &tile_products_gflops);

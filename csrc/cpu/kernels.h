@@ -10,6 +10,10 @@ namespace flashattn::cpu {
 // double in fp64).
 void run_fwd(const AttnParams& p, c10::ScalarType dtype);
 
+// The most kv heads whose packed K and V the last forward that packed any held at once
+// (head_operands.h; tests/test_memory.py).
+int64_t fwd_packed_heads_peak();
+
 // Writes p.dq, p.dk and p.dv from the saved output and LSE.
 void run_bwd(const AttnBwdParams& p, c10::ScalarType dtype);
 

@@ -80,10 +80,13 @@ enum class PackLayout {
   kTransposedPanels,  // [S / W][D][W]: the transpose of each block of W rows, for Q·Kᵀ-like products
 };
 
-// Scratch memory for a kernel: uninitialized, in the compute type.
+// Scratch memory for a kernel: uninitialized, in the compute type. Memory `owner` holds
+// already is reused when it is large enough (head_operands.h recycles packed heads).
 template <typename T>
 T* alloc_workspace(at::Tensor& owner, int64_t elements) {
-  owner = at::empty({elements}, at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
+  const auto dtype = c10::CppTypeToScalarType<T>::value;
+  if (!owner.defined() || owner.scalar_type() != dtype || owner.numel() < elements)
+    owner = at::empty({elements}, at::TensorOptions().dtype(dtype));
   return owner.data_ptr<T>();
 }
 

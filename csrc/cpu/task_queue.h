@@ -2,8 +2,9 @@
 //
 // Attention tasks are uneven (a causal query block near the top sees a few key blocks, one near
 // the bottom sees them all), and at::parallel_for hands each thread one fixed, contiguous range.
-// Here every worker thread claims the next task from a shared counter, heaviest tasks first,
-// which keeps the threads busy until the end. Each task writes only its own outputs, so which
+// Here every worker thread claims the next task from a shared counter, heaviest tasks first
+// (within groups of tasks that share operands, below), which keeps the threads busy until the
+// end. Each task writes only its own outputs, so which
 // thread runs it never changes a result.
 #pragma once
 #include <ATen/Parallel.h>
@@ -16,17 +17,30 @@
 
 namespace flashattn::cpu {
 
-// Runs worker(claim) on each thread; claim() returns the next task index, heaviest first by
-// cost(task), or -1 when none is left. A worker sets up its scratch space once, then loops.
-template <typename CostFn, typename WorkerFn>
-void run_task_queue(int64_t num_tasks, const CostFn& cost, const WorkerFn& worker) {
+// Runs worker(claim) on each thread; claim() returns the next task index, or -1 when none is
+// left. Tasks come group by group (group(task) in [0, num_groups)), the heaviest group first
+// by the sum of cost(task), and heaviest first within a group: a group's tasks run together,
+// so what they share (head_operands.h) lives only while they do, and the light tasks of the
+// last groups still fill in at the end. A worker sets up its scratch space once, then loops.
+template <typename CostFn, typename GroupFn, typename WorkerFn>
+void run_task_queue(int64_t num_tasks, const CostFn& cost, int64_t num_groups,
+                    const GroupFn& group, const WorkerFn& worker) {
   if (num_tasks <= 0) return;
+  std::vector<int64_t> task_cost(num_tasks), task_group(num_tasks);
+  std::vector<int64_t> group_cost(num_groups, 0);
+  for (int64_t t = 0; t < num_tasks; ++t) {
+    task_cost[t] = cost(t);
+    task_group[t] = group(t);
+    group_cost[task_group[t]] += task_cost[t];
+  }
   std::vector<int64_t> order(num_tasks);
   std::iota(order.begin(), order.end(), 0);
-  std::vector<int64_t> task_cost(num_tasks);
-  for (int64_t t = 0; t < num_tasks; ++t) task_cost[t] = cost(t);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return task_cost[a] > task_cost[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const int64_t ga = task_group[a], gb = task_group[b];
+    if (ga != gb)
+      return group_cost[ga] != group_cost[gb] ? group_cost[ga] > group_cost[gb] : ga < gb;
+    return task_cost[a] > task_cost[b];
+  });
   std::atomic<int64_t> next{0};
   auto claim = [&]() -> int64_t {
     const int64_t slot = next.fetch_add(1, std::memory_order_relaxed);
@@ -36,6 +50,12 @@ void run_task_queue(int64_t num_tasks, const CostFn& cost, const WorkerFn& worke
   at::parallel_for(0, num_workers, 1, [&](int64_t begin, int64_t end) {
     for (int64_t w = begin; w < end; ++w) worker(claim);
   });
+}
+
+// Every task a group of its own: the heaviest first.
+template <typename CostFn, typename WorkerFn>
+void run_task_queue(int64_t num_tasks, const CostFn& cost, const WorkerFn& worker) {
+  run_task_queue(num_tasks, cost, num_tasks, [](int64_t task) { return task; }, worker);
 }
 
 }  // namespace flashattn::cpu

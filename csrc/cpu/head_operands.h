@@ -1,0 +1,106 @@
+// Operands packed per (sequence, kv head) when a task first needs them, shared by the tasks of
+// that head, and freed when the last of them ends.
+//
+// Why: packing every head's K and V before the first task held a second copy of the whole
+// cache for the whole call (forward, H = 8, N = 4096, d = 64, 2 threads: 8 MB of fp32 Kᵀ, 8 MB
+// of bf16 K and V panels, where SDPA-CPU's whole forward takes 9.3 and 5.8 MB above its inputs;
+// flashattn's took 16.4 and 12.4). With the tasks of a few heads queued together
+// (run_task_queue's groups), the heads packed at any moment are those of the group being worked
+// on and the end of the one before (10.4 and 6.5 MB). A finished head's memory goes to the next
+// head packed: freed and allocated anew, glibc kept a changing share of it (2-6 MB more at the
+// peak). Each head is still packed once, so the packing costs what it did.
+#pragma once
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace flashattn::cpu {
+
+template <typename Operands>
+class HeadOperands {
+  struct Slot {
+    std::once_flag packed;
+    std::atomic<int64_t> tasks_left{0};
+    Operands operands;
+  };
+
+ public:
+  HeadOperands(int batch, int heads) : heads_(heads), slots_(new Slot[size_t(batch) * heads]) {}
+
+  // Before the run: one more task of head (b, h) will take the operands.
+  void expect_task(int b, int h) { slot(b, h).tasks_left.fetch_add(1, std::memory_order_relaxed); }
+
+  // A task's hold on head (b, h)'s operands, packed by pack(Operands&) on the first take of any
+  // thread (the others wait for it), into a finished head's Operands when there is one (pack
+  // reuses what memory they hold); the last task's hold to end passes them on.
+  class Hold {
+   public:
+    Hold(Hold&& other) noexcept : owner_(other.owner_), slot_(other.slot_) {
+      other.slot_ = nullptr;
+    }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    Hold& operator=(Hold&&) = delete;
+    ~Hold() {
+      if (slot_ && slot_->tasks_left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+        owner_->recycle(std::move(slot_->operands));
+    }
+    // Mutable: operands may be filled in part by part as the tasks need them.
+    Operands& operator*() const { return slot_->operands; }
+    Operands* operator->() const { return &slot_->operands; }
+
+   private:
+    friend class HeadOperands;
+    Hold(HeadOperands* owner, Slot* slot) : owner_(owner), slot_(slot) {}
+    HeadOperands* owner_;
+    Slot* slot_;
+  };
+
+  // The most heads whose operands were held at once so far.
+  int64_t peak() const { return peak_.load(); }
+
+  template <typename Pack>
+  Hold take(int b, int h, const Pack& pack) {
+    Slot& s = slot(b, h);
+    TORCH_INTERNAL_ASSERT(s.tasks_left.load(std::memory_order_relaxed) > 0,
+                          "flashattn: a task took operands no task was expected to take");
+    std::call_once(s.packed, [&] {
+      Operands operands = reused();
+      pack(operands);
+      s.operands = std::move(operands);
+      const int64_t live = live_.fetch_add(1, std::memory_order_relaxed) + 1;
+      for (int64_t peak = peak_.load(); live > peak && !peak_.compare_exchange_weak(peak, live);) {
+      }
+    });
+    return Hold(this, &s);
+  }
+
+ private:
+  Slot& slot(int b, int h) { return slots_[size_t(b) * heads_ + h]; }
+
+  Operands reused() {
+    std::lock_guard<std::mutex> lock(finished_mutex_);
+    if (finished_.empty()) return Operands();
+    Operands operands = std::move(finished_.back());
+    finished_.pop_back();
+    return operands;
+  }
+  void recycle(Operands&& operands) {
+    live_.fetch_sub(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(finished_mutex_);
+    finished_.push_back(std::move(operands));
+  }
+
+  int heads_;
+  std::unique_ptr<Slot[]> slots_;
+  std::mutex finished_mutex_;
+  std::vector<Operands> finished_;  // the operands of heads whose tasks are done
+  std::atomic<int64_t> live_{0}, peak_{0};
+};
+
+}  // namespace flashattn::cpu
