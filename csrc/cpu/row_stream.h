@@ -32,7 +32,9 @@ namespace row_stream {
 
 // Rows of a cache are far apart (other heads lie between them), so the hardware prefetcher
 // does not see a stream: each key is requested ahead of its use (its row in every head of the
-// stream), twice. kRowsAheadToL1 keys before, into L1, or every row's first touch waits for
+// stream), twice. (The vdpbf16ps products, row_products_dot.cpp, request rows differently:
+// spread over their work, one head at a time, 32 keys ahead; there bursts for all heads stalled
+// on the full miss queue.) kRowsAheadToL1 keys before, into L1, or every row's first touch waits for
 // memory (74% of the time of a bf16 decode in perf, one head at a time). kRowsAheadToL2 keys
 // before, into L2: more requests in flight than L1's fill buffers hold, for DRAM's latency
 // (bf16 decode, B = 8, Sk = 16k, 2 threads, one head at a time: 12.1 -> 15.1 GB/s; 20.1 -> 17.7
