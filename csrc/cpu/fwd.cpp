@@ -410,7 +410,8 @@ class ForwardKernel {
           tile_mask_class(b, head0, row_begin, row_begin + rows, key_begin, key_begin + cols);
       if (visibility == TileVisibility::kNone || mask_class == kMaskHidden) continue;
       const KvTile kv = rows_in_place ? KvTile{} : kv_tile(seq, kv_head, kb, s);
-      multiply_q_kt(b, kv_head, kb, tile_rows, cols, rows_in_place, kv, s);  // S_ij = scale · Qi Kjᵀ
+      // S_ij = scale · Qi Kjᵀ
+      multiply_q_kt(b, kv_head, kb, tile_rows, cols, rows_in_place, kv, s);
       // The 16-bit products leave S_ij unscaled (the fp32 row products' Qi is scaled) and take
       // P_ij rounded to 16 bits.
       const bool products_16bit = kNative16 && (!rows_in_place || row_dot_);
@@ -443,7 +444,8 @@ class ForwardKernel {
           std::fill(probs_row + cols, probs_row + kKeyBlock, In(0.f));
         }
       const int next_kb = kb + 1 < key_blocks.last ? kb + 1 : -1;
-      multiply_p_v(b, kv_head, kb, next_kb, tile_rows, cols, rows_in_place, kv, s);  // O_i += P_ij Vj
+      // O_i += P_ij Vj
+      multiply_p_v(b, kv_head, kb, next_kb, tile_rows, cols, rows_in_place, kv, s);
     }
     for (int g = 0; g < plan_.heads_per_tile; ++g)
       store_output(task, head0 + g, g * rows, s);

@@ -40,7 +40,9 @@ std::atomic<int64_t> lane_calls{0};  // the score products that took the rows in
 int64_t bf16_row_products_run() { return calls.load(std::memory_order_relaxed); }
 int64_t bf16_query_lanes_run() { return lane_calls.load(std::memory_order_relaxed); }
 
-int64_t query_lanes_size(int heads, int dim) { return int64_t(heads) * ((dim + 1) / 2) * kQueryLanes; }
+int64_t query_lanes_size(int heads, int dim) {
+  return int64_t(heads) * ((dim + 1) / 2) * kQueryLanes;
+}
 
 void lay_query_lanes_bf16(const c10::BFloat16* q, int rows, int heads, int64_t ld, int dim,
                           int32_t* lanes) {
@@ -51,7 +53,8 @@ void lay_query_lanes_bf16(const c10::BFloat16* q, int rows, int heads, int64_t l
       int32_t* lane = lanes + (int64_t(g) * pairs + p) * kQueryLanes;
       for (int r = 0; r < kQueryLanes; ++r) {
         lane[r] = 0;  // rows past the last: zero dots, never stored
-        if (r < rows) std::memcpy(&lane[r], q + (int64_t(g) * rows + r) * ld + 2 * p, sizeof(int32_t));
+        if (r < rows)
+          std::memcpy(&lane[r], q + (int64_t(g) * rows + r) * ld + 2 * p, sizeof(int32_t));
       }
     }
 }
@@ -73,9 +76,6 @@ FA_AVX512_BF16 FA_INLINE __m512i load_bf16(const BF16* p, int n) {
   return _mm512_maskz_loadu_epi16(lanes32(n), p);
 }
 
-// Keys a step of the rows-in-lanes score product or of the value product takes.
-constexpr int kStepKeys = 16;
-
 // Head g's rows of kKeys keys from `first` of a stream (the stream's next rows past its end;
 // null where there are none), which a step of a product requests into L2 as it works: one
 // line of each row per 64 bytes of its own rows, spread over its products. Requests for all
@@ -91,7 +91,7 @@ struct NextRows {
                           : nullptr;
     }
   }
-  // The lines that hold bytes [from, to) of each row.
+  // Bytes [from, to) of each row, a line (64 bytes) at a time from `from` rounded down to 64.
   FA_INLINE void request(int64_t from, int64_t to) const {
     for (int j = 0; j < kKeys; ++j)
       for (int64_t byte = from / 64 * 64; row[j] && byte < to; byte += 64)
@@ -190,8 +190,9 @@ FA_AVX512_BF16 FA_INLINE void transpose16(__m512 (&v)[16]) {
 }
 
 // acc[j] += the kLanePairs pairs from pair p0 of the rows in lanes `lanes` times those of key j.
-FA_AVX512_BF16 FA_INLINE void dot_lane_pairs(const int32_t* lanes, const BF16* const (&key)[kLaneKeys],
-                                         int p0, __m512 (&acc)[kLaneKeys]) {
+FA_AVX512_BF16 FA_INLINE void dot_lane_pairs(const int32_t* lanes,
+                                             const BF16* const (&key)[kLaneKeys], int p0,
+                                             __m512 (&acc)[kLaneKeys]) {
   __m512i q[kLanePairs];
 #pragma GCC unroll 8
   for (int i = 0; i < kLanePairs; ++i) q[i] = _mm512_loadu_si512(lanes + (p0 + i) * kQueryLanes);
@@ -231,7 +232,8 @@ FA_AVX512_BF16 void dot_key_rows_in_lanes(const int32_t* lanes, int rows,
         const bool last_odd = p == whole_pairs;  // the row ends half way through the pair
 #pragma GCC unroll 16
         for (int j = 0; j < kLaneKeys; ++j) {
-          const __m512i k = last_odd ? _mm512_set1_epi32(key[j][2 * p].x) : broadcast_pair(key[j] + 2 * p);
+          const __m512i k =
+              last_odd ? _mm512_set1_epi32(key[j][2 * p].x) : broadcast_pair(key[j] + 2 * p);
           acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)q, (__m512bh)k);
         }
       }
