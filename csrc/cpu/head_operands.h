@@ -1,5 +1,5 @@
 // Operands packed per (sequence, kv head) when a task first needs them, shared by the tasks of
-// that head, and freed when the last of them ends.
+// that head, and passed on to the next head packed when the last of them ends.
 //
 // Why: packing every head's K and V before the first task held a second copy of the whole
 // cache for the whole call (forward, H = 8, N = 4096, d = 64, 2 threads: 8 MB of fp32 Kᵀ, 8 MB

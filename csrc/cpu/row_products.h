@@ -57,7 +57,7 @@ void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
 // head g at q + (g * rows + r) * ld, a zero after an odd dim; and where takes_query_lanes(rows),
 // the same rows as lay_query_lanes_bf16 lays them out in `lanes` (else null). From kLaneRowsMin
 // rows the dots take the rows in the lanes of a vector (16 keys' dots at a time, no horizontal
-// sums): at 16 rows, half the instructions of the dot blocks fewer rows take. A (row, key)'s
+// sums): at 16 rows, half the instructions of the dot blocks, which fewer rows take. A (row, key)'s
 // sum is the same whichever key block or head it is computed with, but the two ways sum in
 // different orders, so the bits depend on the rows per kv head (a property of the sequence).
 struct QueryTileBf16 {

@@ -4,8 +4,7 @@
 // the bottom sees them all), and at::parallel_for hands each thread one fixed, contiguous range.
 // Here every worker thread claims the next task from a shared counter, heaviest tasks first
 // (within groups of tasks that share operands, below), which keeps the threads busy until the
-// end. Each task writes only its own outputs, so which
-// thread runs it never changes a result.
+// end. Each task writes only its own outputs, so which thread runs it never changes a result.
 #pragma once
 #include <ATen/Parallel.h>
 
