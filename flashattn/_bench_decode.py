@@ -23,11 +23,14 @@ are negligible beside them). Implementations, on the same values:
                    of 256 only, so fa2-paged reports n/a at smaller pages)
 
 Each output is checked against a float64 reference (flashattn.reference) on the first and the
-last sequence of the batch, all heads. The memory bandwidth is measured in the same run: a
-large copy_ at the start (the denominator of every share) and again at the end (to show how
-much the machine drifted). Cases run in increasing KV size, so that on the CPU a time budget
-(seconds per dtype, predicted from the last case's seconds per byte) cuts the largest ones;
-the cut cases are listed.
+last sequence of the batch, all heads. The memory bandwidth is measured in the same run, by a
+large copy_ (1 GiB by default; measure.CopyStep) timed in every case's rotation next to its
+implementations, so that %copy is a paired ratio: the median over the repeats of this call's
+GB/s over the copy's in the same repeat (on a shared machine the bandwidth moves within a run:
+by a third on the 2-core cloud VM of bench/RESULTS.md). The copy is also timed at the start and
+the end of the run, to show how much the machine drifted. Cases run in increasing KV size, so
+that on the CPU a time budget (seconds per dtype, predicted from the last case's seconds per
+byte) cuts the largest ones; the cut cases are listed.
 """
 import argparse
 import datetime
@@ -53,6 +56,7 @@ DENSE = "flashattn-dense"
 FA2_PAGED = "fa2-paged"
 FA2_DENSE = "fa2-dense"
 FLASHATTN_IMPLS = (PAGED, DENSE)
+COPY = "copy"  # the bandwidth's copy in each case's rotation
 # Past each sequence's last key, its last page holds this: a kernel that read it would be far
 # off the reference (scores and values of this size), one that masks it multiplies it by 0.
 POISON = 1000.0
@@ -244,7 +248,9 @@ class Result:
     time_ms: Optional[float] = None      # median of times_ms
     times_ms: Optional[list] = None
     gb_per_s: Optional[float] = None     # kv_bytes / time_ms
-    copy_share: Optional[float] = None   # gb_per_s / the copy bandwidth at the start
+    copy_share: Optional[float] = None   # median over repeats of GB/s / the copy's GB/s
+    copy_gb_per_s: Optional[float] = None   # median of the case's copies
+    copy_times_ms: Optional[list] = None    # the copy's samples, repeat by repeat with times_ms
     speedup_vs_best_sdpa: Optional[float] = None  # flashattn rows: min over SDPA backends of
     best_sdpa: Optional[str] = None               # the paired median t_sdpa / t_this
     speedup_vs_fa2: Optional[float] = None        # flashattn rows: t_fa2 / t_this, same layout
@@ -364,7 +370,8 @@ def make_check(refs):
     return check
 
 
-def measure_case(case, settings, probe, device, fa2, copy_gb_per_s):
+def measure_case(case, settings, probe, device, fa2, copy):
+    """The case's results; copy (a measure.CopyStep) is timed in the same rotation."""
     generator = torch.Generator(device=device).manual_seed(settings.seed)
     inputs = Inputs(case, settings, device, generator)
     refs = references(inputs, settings)
@@ -374,11 +381,15 @@ def measure_case(case, settings, probe, device, fa2, copy_gb_per_s):
                           impl.name, impl.layout, nbytes),
                    (lambda impl=impl: (impl.attend(inputs), None)), make_check(refs))
                   for impl in implementations(device.type, settings, fa2)]
-    results, times = measure.check_then_time(candidates, probe, settings, common.NOT_AVAILABLE)
+    results, times = measure.check_then_time(candidates, probe, settings, common.NOT_AVAILABLE,
+                                             companions={COPY: copy})
+    copy_ms = times.pop(COPY)
     for name in times:
         r = results[name]
         r.gb_per_s = nbytes / (r.time_ms / measure.MS_PER_S) / 1e9
-        r.copy_share = r.gb_per_s / copy_gb_per_s
+        r.copy_times_ms = copy_ms
+        r.copy_gb_per_s = statistics.median(copy.gb_per_s(ms) for ms in copy_ms)
+        r.copy_share = copy_share(nbytes, times[name], copy.nbytes, copy_ms)
     sdpa = [name for name in times if name.startswith("sdpa-")]
     for name, fa2_name in ((PAGED, FA2_PAGED), (DENSE, FA2_DENSE)):
         if name not in times:
@@ -390,6 +401,13 @@ def measure_case(case, settings, probe, device, fa2, copy_gb_per_s):
         if fa2_name in times:
             r.speedup_vs_fa2 = measure.paired_speedup(times[fa2_name], times[name])
     return list(results.values())
+
+
+def copy_share(nbytes, times_ms, copy_nbytes, copy_ms):
+    """Median over the repeats of (nbytes / this repeat's time) / (the copy's GB/s in the same
+    repeat): its bytes read + written, 2 * copy_nbytes, over its time."""
+    return statistics.median(nbytes * t_copy / (2 * copy_nbytes * t)
+                             for t, t_copy in zip(times_ms, copy_ms))
 
 
 def available_memory_bytes(device):
@@ -487,7 +505,8 @@ def _geomean(values):
 
 
 COLUMNS = (("B", 3), ("Sq", 3), ("Sk", 7), ("KV_MB", 8), ("impl", 16), ("max_err", 8),
-           ("time_ms", 10), ("GB/s", 7), ("%copy", 6), ("vs_sdpa", 8), ("vs_fa2", 7),
+           ("time_ms", 10), ("GB/s", 7), ("copy", 6), ("%copy", 6), ("vs_sdpa", 8),
+           ("vs_fa2", 7),
            ("peak_MB", 9))
 REASON_WIDTH = 100
 
@@ -511,7 +530,8 @@ def table_row(r, with_fa2):
         head = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, columns))
         return f"{head}  {common.NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
     cells += [common.fmt(r.max_err, ".1e"), common.fmt(r.time_ms, ".3f"),
-              common.fmt(r.gb_per_s, ".3g"), f"{100 * r.copy_share:.1f}",
+              common.fmt(r.gb_per_s, ".3g"), common.fmt(r.copy_gb_per_s, ".3g"),
+              f"{100 * r.copy_share:.1f}",
               _times(r.speedup_vs_best_sdpa)]
     if with_fa2:
         cells.append(_times(r.speedup_vs_fa2))
@@ -542,8 +562,9 @@ def summary_lines(summary, bandwidth, cuts, settings):
              f"{bandwidth['end_gb_per_s']:.3g} GB/s at the end (copy_ of "
              f"{settings.copy_bytes / measure.BYTES_PER_MB:.0f} MB, bytes read + written / "
              f"time, median of {settings.copy_repeats})",
-             "GB/s = KV bytes read (2·B·Sk·Hkv·d·itemsize) / median time; %copy = that / the "
-             "copy bandwidth at the start; vs_sdpa = min over the SDPA backends of the median "
+             "GB/s = KV bytes read (2·B·Sk·Hkv·d·itemsize) / median time; copy = the median "
+             "GB/s of the copy_ timed in the case's rotation; %copy = the median over the "
+             "repeats of this call's GB/s / that copy's in the same repeat; vs_sdpa = min over the SDPA backends of the median "
              "over repeats of t_sdpa / t_flashattn, calls back to back (> 1: flashattn is "
              "faster). Every sequence holds Sk keys: the padded cache is full, no mask."]
     for s in summary:
@@ -592,8 +613,8 @@ def main(argv, args, parser):
     print(f"flashattn {__version__} KV-cache decode vs F.scaled_dot_product_attention on the "
           f"padded cache, torch {torch.__version__}, {device.type} ({probe.describe()}), "
           f"{settings.repeats} timed repeats; {fa2_line}", file=table)
-    start = statistics.median(measure.copy_bandwidth(settings.copy_bytes, probe,
-                                                     settings.copy_repeats, device))
+    copy = measure.CopyStep(settings.copy_bytes, device)
+    start = statistics.median(measure.copy_bandwidth(copy, probe, settings.copy_repeats))
     print(f"copy bandwidth at the start: {start:.3g} GB/s", file=table, flush=True)
 
     results, cuts, dtype = [], [], None
@@ -614,13 +635,12 @@ def main(argv, args, parser):
                             nbytes, reason))
             continue
         began = time.perf_counter()
-        for result in measure_case(case, settings, probe, device, fa2, start):
+        for result in measure_case(case, settings, probe, device, fa2, copy):
             print(table_row(result, with_fa2), file=table, flush=True)
             results.append(result)
         budget.record(case, nbytes, time.perf_counter() - began)
 
-    end = statistics.median(measure.copy_bandwidth(settings.copy_bytes, probe,
-                                                   settings.copy_repeats, device))
+    end = statistics.median(measure.copy_bandwidth(copy, probe, settings.copy_repeats))
     bandwidth = {"start_gb_per_s": start, "end_gb_per_s": end,
                  "copy_bytes": settings.copy_bytes, "repeats": settings.copy_repeats}
     summary = summarize(results, cuts, device.type, torch.get_num_threads())

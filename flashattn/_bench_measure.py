@@ -119,16 +119,28 @@ def matmul_tflops(dtype, max_size, probe, repeats, device, slow_call_ms=100):
     return 2 * size ** 3 / (median_ms / MS_PER_S) / 1e12, size
 
 
-def copy_bandwidth(nbytes, probe, repeats, device):
-    """The machine's memory bandwidth as a large tensor copy sees it: dst.copy_(src) of nbytes,
-    (bytes read + bytes written) / time, STREAM's convention for copy (the write-allocate reads
-    of the destination are not counted). Returns [GB/s of each timed copy], after one warm-up
-    copy (page faults); the caller takes the median."""
-    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.zeros_like(src)
-    probe.time_ms(lambda: dst.copy_(src))
-    return [2 * nbytes / (probe.time_ms(lambda: dst.copy_(src)) / MS_PER_S) / 1e9
-            for _ in range(repeats)]
+class CopyStep:
+    """The machine's memory bandwidth as a large tensor copy sees it, as a step to time:
+    dst.copy_(src) of nbytes. gb_per_s(ms) counts bytes read + written (STREAM's convention for
+    copy; the write-allocate reads of the destination are not counted)."""
+
+    def __init__(self, nbytes, device):
+        self.nbytes = nbytes
+        self.src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+        self.dst = torch.zeros_like(self.src)
+
+    def __call__(self):
+        return self.dst.copy_(self.src)
+
+    def gb_per_s(self, ms):
+        return 2 * self.nbytes / (ms / MS_PER_S) / 1e9
+
+
+def copy_bandwidth(copy, probe, repeats):
+    """[GB/s of each of `repeats` timed copies] (a CopyStep), after one warm-up copy (page
+    faults); the caller takes the median."""
+    probe.time_ms(copy)
+    return [copy.gb_per_s(probe.time_ms(copy)) for _ in range(repeats)]
 
 
 def cpu_tile_products_tflops(dtype, head_dim, seconds):
@@ -181,12 +193,14 @@ def time_in_alternation(steps, probe, repeats):
     return times
 
 
-def check_then_time(candidates, probe, settings, not_available):
+def check_then_time(candidates, probe, settings, not_available, companions=None):
     """Every bench mode's measurement of one case. candidates: [(name, result, step, check)];
     each step is warmed up, checked and profiled (warm_up_check_and_profile), and one that
     cannot run gets result.status = not_available with its reason and no timing. The others
-    are timed in alternation, and each result gets its samples and their median. Returns
-    ({name: result}, {name: [ms, ...]} of those timed)."""
+    are timed in alternation, and each result gets its samples and their median. companions:
+    {name: step} timed in the same rotation, neither checked nor given a result (a yardstick
+    that the results are compared with repeat by repeat, as a CopyStep for the bandwidth).
+    Returns ({name: result}, {name: [ms, ...]} of those timed, companions included)."""
     results, runnable = {}, {}
     for name, result, step, check in candidates:
         reason = warm_up_check_and_profile(result, step, check, probe, settings.warmup)
@@ -196,8 +210,10 @@ def check_then_time(candidates, probe, settings, not_available):
         else:
             runnable[name] = step
         results[name] = result
-    times = time_in_alternation(runnable, probe, settings.repeats)
+    times = time_in_alternation({**runnable, **(companions or {})}, probe, settings.repeats)
     for name, samples in times.items():
+        if name not in results:
+            continue  # a companion
         results[name].times_ms, results[name].time_ms = samples, statistics.median(samples)
     return results, times
 
