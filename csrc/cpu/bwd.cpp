@@ -10,25 +10,36 @@
 //
 // Parallel and deterministic: a task owns (sequence, kv head, chunk of key blocks). It alone
 // writes its key blocks' dK/dV (summed over the GQA group and the query blocks in a fixed
-// order) and its chunk's own partial dQ buffer. A last pass sums the chunks' partial dQ in
-// chunk order. A sequence's chunk count depends only on its own shape, as if it were alone in
-// the batch, so results are bitwise identical for any thread count and schedule, and a varlen
-// sequence's gradients equal the dense op's on that sequence alone. Sequences are processed in
-// waves whose partial dQ buffers fit kMaxPartialDqBytes.
+// order) and its chunk's own partial dQ of the group's query heads. The last of the (sequence,
+// kv head)'s tasks to finish sums the chunks' partial dQ in chunk order. A sequence's chunk
+// count depends only on its own shape, as if it were alone in the batch, so results are
+// bitwise identical for any thread count and schedule, and a varlen sequence's gradients equal
+// the dense op's on that sequence alone.
 //
-// Operands: as in fwd.cpp, either in the compute type (kCompute: the transposes packed once,
-// Qiᵀ with the softmax scale folded in; rows read in place when the input is in the compute
-// type already, else packed), or, for bf16/fp16 on CPUs with native 16-bit products, kept in 16
-// bits (kNative16, panels16.h): P_ijᵀ and dS_ijᵀ are rounded to 16 bits for the products they
-// feed, the scale is applied to S_ijᵀ and to dKj at the end, and every product runs over whole
+// Operands: as in fwd.cpp, either in the compute type (kCompute: the transposes packed, Qiᵀ
+// with the softmax scale folded in; rows read in place when the input is in the compute type
+// already, else packed), or, for bf16/fp16 on CPUs with native 16-bit products, kept in 16 bits
+// (kNative16, panels16.h): P_ijᵀ and dS_ijᵀ are rounded to 16 bits for the products they feed,
+// the scale is applied to S_ijᵀ and to dKj at the end, and every product runs over whole
 // zero-padded panels (queries in blocks of one panel, kPanelWidth).
+//
+// Memory: the operands and the partial dQ of a (sequence, kv head) are packed and allocated
+// when its first task starts, and passed on to the next (sequence, kv head) after its last
+// (head_operands.h), the tasks queued head by head: about as many heads are held as there are
+// threads. Packing every head up front, with one partial dQ buffer of the whole batch per chunk,
+// held twice SDPA-CPU's transient memory (forward+backward, 2 threads, H = 8, N = 4096, d = 64,
+// peak RSS above the inputs: fp32 89.5 MB against 43.3, bf16 77.7 against 24.6; the packed
+// operands were 24 MB fp32 and 28 MB bf16, the partial dQ 32 MB, each the whole batch's).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "dropout_tile.h"
 #include "dtype_dispatch.h"
+#include "head_operands.h"
 #include "kernels.h"
 #include "packing.h"
 #include "panels16.h"
@@ -40,20 +51,23 @@
 namespace flashattn::cpu {
 namespace {
 
+// The most (sequence, kv head)s whose operands the last backward held at once:
+// bwd_packed_heads_peak() (kernels.h).
+std::atomic<int64_t> last_bwd_heads_peak{0};
+
 // Keys (rows) of a transposed tile; its queries (columns) are query_block_, below. Every
 // product has its sizes in {32, 64, 128, head_dim}, where fp32 brgemm runs at 60-90 GFLOP/s
 // per thread on AVX2.
 constexpr int kKeyBlock = 128;
 // Key blocks of one (sequence, kv head) are split into chunks until the sequence alone has about
-// this many tasks, enough to balance 16+ threads; a fixed number, never the thread count, so the
-// dQ summation order does not depend on the machine.
-constexpr int64_t kTargetTasks = 32;
-// ... but a sequence's chunks' partial dQ buffers (one fp32 copy of its dQ each), and those of
-// one wave of sequences together, may use at most this much (a sequence whose single copy is
-// larger gets a wave of its own). With 256 MB, fwd+bwd at N=32768, 2 heads, d=64 raised peak
-// RSS by 472 MB (tests/test_memory.py, limit 512); the packed operands need 7 more fp32 copies
-// of q/k/v.
-constexpr int64_t kMaxPartialDqBytes = int64_t(64) << 20;
+// this many tasks, enough to balance 16 threads; a fixed number, never the thread count, so the
+// dQ summation order does not depend on the machine. Each chunk holds an fp32 copy of the
+// group's dQ while its head is worked on: 32 (4 chunks at 8 kv heads) put bf16 fwd+bwd at
+// 1.3x SDPA-CPU's peak memory (H = 8, N = 4096, d = 64, 2 threads).
+constexpr int64_t kTargetTasks = 16;
+// ... and a (sequence, kv head)'s chunks' partial dQ may use at most this much (at least one
+// chunk): fwd+bwd at N = 32768, 2 heads, d = 64 holds 2 chunks of 8 MB per head.
+constexpr int64_t kMaxGroupPartialDqBytes = int64_t(16) << 20;
 
 template <typename In, OperandPath kPath>
 class BackwardKernel {
@@ -71,24 +85,55 @@ class BackwardKernel {
         vnni_(vnni),
         query_block_(choose_query_block(p.head_dim)),
         seqs_(host_sequences(p)),
-        work_(plan_sequences()) {
+        work_(plan_sequences()),
+        groups_(p.batch, p.heads_kv),
+        chunks_left_(new std::atomic<int>[size_t(p.batch) * p.heads_kv]) {
     // The 16-bit products take a query block as one panel.
     TORCH_INTERNAL_ASSERT(!kNative16 || query_block_ == kPanelWidth);
   }
 
   void run() {
     if (int64_t(p_.batch) * p_.heads_q == 0) return;
-    pack_operands();
     compute_row_terms();
-    const std::vector<Wave> waves = plan_waves();
-    int64_t partial_elements = 1;
-    for (const Wave& wave : waves)
-      partial_elements = std::max(partial_elements, wave.partial_elements);
-    dq_partial_ = alloc_workspace<T>(dq_partial_storage_, partial_elements);
-    for (const Wave& wave : waves) run_wave(wave);
+    std::vector<Task> tasks;
+    for (int b = 0; b < p_.batch; ++b)
+      for (int kv_head = 0; kv_head < p_.heads_kv; ++kv_head) {
+        chunks_left_[group_index(b, kv_head)].store(work_[b].chunks, std::memory_order_relaxed);
+        for (int chunk = 0; chunk < work_[b].chunks; ++chunk) {
+          tasks.push_back({b, kv_head, chunk});
+          groups_.expect_task(b, kv_head);
+        }
+      }
+    auto cost = [&](int64_t task) { return count_visible_tiles(tasks[task]); };
+    // Head by head (the heaviest first): a head's chunks cost about the same (their key blocks
+    // interleave), so the threads finish a head together and about as many heads as threads
+    // hold operands at once. (The forward queues as many heads as threads together: its tasks
+    // of one head differ in cost.)
+    auto head_of = [&](int64_t task) { return group_index(tasks[task].b, tasks[task].kv_head); };
+    run_task_queue(int64_t(tasks.size()), cost, int64_t(p_.batch) * p_.heads_kv, head_of,
+                   [&](const auto& claim) {
+                     Scratch scratch(query_block_, acc_stride_, p_.softcap > 0,
+                                     p_.dropout.on());
+                     for (int64_t task = claim(); task >= 0; task = claim())
+                       run_key_chunk(tasks[task], scratch);
+                     release_tile_gemm(vnni_);
+                   });
+    last_bwd_heads_peak.store(groups_.peak());
   }
 
  private:
+  // One (sequence, kv head)'s operands, packed as the products take them (fields of the
+  // operand path taken; the others stay empty), Q and dO of its group's query heads (head g of
+  // the group is head g of the packing, of batch entry 0) and K and V of the kv head; and the
+  // partial dQ of each chunk, [chunk][group_dq_elements].
+  struct GroupOperands {
+    PackedHeads<T> q_rows, q_panels, do_rows, do_panels, k_rows, k_panels, v_rows;
+    // kNative16: B panels of Qiᵀ, Qi, dOiᵀ, dOi; A tiles of Kj, Kjᵀ, Vj.
+    Panels16<In> q_t16, q_rows16, do_t16, do_rows16, k_rows16, k_t16, v_rows16;
+    at::Tensor dq_partial_storage;
+    T* dq_partial = nullptr;
+  };
+
   struct Scratch {
     Scratch(int query_block, int acc_stride, bool softcap, bool dropout)
         : probs_t(size_t(kKeyBlock) * query_block),
@@ -111,26 +156,21 @@ class BackwardKernel {
     // kNative16: P_ijᵀ and dS_ijᵀ rounded to 16 bits, zero outside the tile's keys x queries,
     // and dS_ijᵀ VNNI-packed as the B operand of dQ.
     std::vector<In> probs16_t, grad16_t, grad16_vnni;
+    // The operands of the task's (sequence, kv head).
+    const GroupOperands* ops = nullptr;
   };
 
   struct Task {
     int b, kv_head, chunk;
   };
 
-  // One sequence's share of the work: its query and key blocks, its dQ chunk count and where its
-  // partial dQ buffers start within its wave's.
+  // One sequence's share of the work: its query and key blocks and its dQ chunk count.
   struct SequenceWork {
     int query_blocks = 0;
     int key_blocks = 0;
     int chunks = 1;
-    int64_t dq_elements = 0;     // one fp32 copy of its dQ: [Hq][query block][D][query_block_]
-    int64_t partial_offset = 0;  // of chunk 0 in its wave's partial dQ buffer
-  };
-
-  // Sequences [first, last) whose partial dQ buffers are live together: partial_elements.
-  struct Wave {
-    int first, last;
-    int64_t partial_elements;
+    // One copy of a GQA group's dQ, in T: [group head][query block][D][query_block_].
+    int64_t group_dq_elements = 0;
   };
 
   // Queries per tile: one 64-wide panel for the 16-bit products; 32 on the kCompute path from
@@ -150,44 +190,17 @@ class BackwardKernel {
       SequenceWork& w = work[b];
       w.query_blocks = num_blocks(seqs_[b].seqlen_q, query_block_);
       w.key_blocks = num_blocks(seqs_[b].seqlen_k, kKeyBlock);
-      w.dq_elements = int64_t(p_.heads_q) * w.query_blocks * query_block_ * dim_;
-      const int64_t copy_bytes = std::max<int64_t>(w.dq_elements * int64_t(sizeof(T)), 1);
+      w.group_dq_elements = int64_t(p_.head_group) * w.query_blocks * query_block_ * dim_;
+      const int64_t copy_bytes = std::max<int64_t>(w.group_dq_elements * int64_t(sizeof(T)), 1);
       const int64_t chunks = std::min<int64_t>({(kTargetTasks + kv_heads - 1) / kv_heads,
-                                                w.key_blocks, kMaxPartialDqBytes / copy_bytes});
+                                                w.key_blocks,
+                                                kMaxGroupPartialDqBytes / copy_bytes});
       w.chunks = static_cast<int>(std::max<int64_t>(chunks, 1));
     }
     return work;
   }
 
-  // Consecutive sequences whose partial dQ buffers fit kMaxPartialDqBytes together (at least
-  // one each); sets each sequence's partial_offset within its wave.
-  std::vector<Wave> plan_waves() {
-    std::vector<Wave> waves;
-    const int64_t budget = kMaxPartialDqBytes / int64_t(sizeof(T));
-    for (int b = 0; b < int(seqs_.size()); ++b) {
-      const int64_t elements = work_[b].chunks * work_[b].dq_elements;
-      if (waves.empty() || waves.back().partial_elements + elements > budget)
-        waves.push_back({b, b, 0});
-      work_[b].partial_offset = waves.back().partial_elements;
-      waves.back().partial_elements += elements;
-      waves.back().last = b + 1;
-    }
-    return waves;
-  }
-
-  void run_wave(const Wave& wave) {
-    std::vector<Task> tasks;
-    for (int b = wave.first; b < wave.last; ++b)
-      for (int kv_head = 0; kv_head < p_.heads_kv; ++kv_head)
-        for (int chunk = 0; chunk < work_[b].chunks; ++chunk) tasks.push_back({b, kv_head, chunk});
-    auto cost = [&](int64_t task) { return count_visible_tiles(tasks[task]); };
-    run_task_queue(int64_t(tasks.size()), cost, [&](const auto& claim) {
-      Scratch scratch(query_block_, acc_stride_, p_.softcap > 0, p_.dropout.on());
-      for (int64_t task = claim(); task >= 0; task = claim()) run_key_chunk(tasks[task], scratch);
-      release_tile_gemm(vnni_);
-    });
-    reduce_dq(wave);
-  }
+  int64_t group_index(int b, int kv_head) const { return int64_t(b) * p_.heads_kv + kv_head; }
 
   int rows_of(int b, int query_block) const {
     return std::min(query_block_, seqs_[b].seqlen_q - query_block * query_block_);
@@ -210,51 +223,97 @@ class BackwardKernel {
     return tiles;
   }
 
-  void pack_operands() {
-    const TensorView &q = p_.q, &dout = p_.dout, &k = p_.k, &v = p_.v;
-    const std::vector<SequenceRows> queries = query_rows(seqs_), keys = key_rows(seqs_);
-    const int Hq = p_.heads_q, Hkv = p_.heads_kv, D = dim_;
+  // (sequence b, kv head)'s operands are packed in kPackPieces parts, one operand each (the
+  // first also makes room for the partial dQ), which the tasks that reach the head together
+  // share (head_operands.h).
+  static constexpr int kPackPieces = 7;
+
+  // Packs part `piece` of (sequence b, kv head)'s operands into `ops`, reusing the memory of a
+  // finished head's.
+  void pack_group(int b, int kv_head, int piece, GroupOperands& ops) const {
+    const Sequence& seq = seqs_[b];
+    const std::vector<SequenceRows> queries{{seq.q_row0, seq.seqlen_q}};
+    const std::vector<SequenceRows> keys{{seq.k_row0, seq.seqlen_k}};
+    const int group = p_.head_group, D = dim_;
+    const TensorView q = heads_from<In>(p_.q, b, kv_head * group);
+    const TensorView dout = heads_from<In>(p_.dout, b, kv_head * group);
+    const TensorView k = heads_from<In>(p_.k, b, kv_head), v = heads_from<In>(p_.v, b, kv_head);
+    if (piece == 0)
+      ops.dq_partial =
+          alloc_workspace<T>(ops.dq_partial_storage, work_[b].chunks * work_[b].group_dq_elements);
     if constexpr (kNative16) {
-      q_t16_ = pack_key_panels<In>(q, queries, Hq, D, query_block_, vnni_);
-      q_rows16_ = pack_value_panels<In>(q, queries, Hq, D, query_block_, vnni_);
-      do_t16_ = pack_key_panels<In>(dout, queries, Hq, D, query_block_, vnni_);
-      do_rows16_ = pack_value_panels<In>(dout, queries, Hq, D, query_block_, vnni_);
-      k_rows16_ = pack_row_tiles<In>(k, keys, Hkv, D, kKeyBlock);
-      k_t16_ = pack_transposed_tiles<In>(k, keys, Hkv, D, kKeyBlock);
-      v_rows16_ = pack_row_tiles<In>(v, keys, Hkv, D, kKeyBlock);
+      switch (piece) {
+        case 0:
+          pack_key_panels<In>(ops.q_t16, q, queries, group, D, query_block_, vnni_);
+          break;
+        case 1:
+          pack_value_panels<In>(ops.q_rows16, q, queries, group, D, query_block_, vnni_);
+          break;
+        case 2:
+          pack_key_panels<In>(ops.do_t16, dout, queries, group, D, query_block_, vnni_);
+          break;
+        case 3:
+          pack_value_panels<In>(ops.do_rows16, dout, queries, group, D, query_block_, vnni_);
+          break;
+        case 4:
+          pack_row_tiles<In>(ops.k_rows16, k, keys, 1, D, kKeyBlock);
+          break;
+        case 5:
+          pack_transposed_tiles<In>(ops.k_t16, k, keys, 1, D, kKeyBlock);
+          break;
+        case 6:
+          pack_row_tiles<In>(ops.v_rows16, v, keys, 1, D, kKeyBlock);
+          break;
+      }
       return;
     }
     const T scale = softmax_scale<T>(p_);
     constexpr PackLayout kPanels = PackLayout::kTransposedPanels, kRows = PackLayout::kRows;
-    q_panels_ = pack_heads<T, In>(q, queries, Hq, D, kPanels, query_block_, scale);
-    do_panels_ = pack_heads<T, In>(dout, queries, Hq, D, kPanels, query_block_, T(1));
-    k_panels_ = pack_heads<T, In>(k, keys, Hkv, D, kPanels, kKeyBlock, T(1));
     // Row-major operands are read in place where rows_in_place() allows.
-    if (!rows_in_place(q.row_stride))
-      q_rows_ = pack_heads<T, In>(q, queries, Hq, D, kRows, query_block_, T(1));
-    if (!rows_in_place(dout.row_stride))
-      do_rows_ = pack_heads<T, In>(dout, queries, Hq, D, kRows, query_block_, T(1));
-    if (!rows_in_place(k.row_stride))
-      k_rows_ = pack_heads<T, In>(k, keys, Hkv, D, kRows, kKeyBlock, T(1));
-    if (!rows_in_place(v.row_stride))
-      v_rows_ = pack_heads<T, In>(v, keys, Hkv, D, kRows, kKeyBlock, T(1));
+    switch (piece) {
+      case 0:
+        pack_heads<T, In>(ops.q_panels, q, queries, group, D, kPanels, query_block_, scale);
+        break;
+      case 1:
+        pack_heads<T, In>(ops.do_panels, dout, queries, group, D, kPanels, query_block_, T(1));
+        break;
+      case 2:
+        pack_heads<T, In>(ops.k_panels, k, keys, 1, D, kPanels, kKeyBlock, T(1));
+        break;
+      case 3:
+        if (!rows_in_place(q.row_stride))
+          pack_heads<T, In>(ops.q_rows, q, queries, group, D, kRows, query_block_, T(1));
+        break;
+      case 4:
+        if (!rows_in_place(dout.row_stride))
+          pack_heads<T, In>(ops.do_rows, dout, queries, group, D, kRows, query_block_, T(1));
+        break;
+      case 5:
+        if (!rows_in_place(k.row_stride))
+          pack_heads<T, In>(ops.k_rows, k, keys, 1, D, kRows, kKeyBlock, T(1));
+        break;
+      case 6:
+        if (!rows_in_place(v.row_stride))
+          pack_heads<T, In>(ops.v_rows, v, keys, 1, D, kRows, kKeyBlock, T(1));
+        break;
+    }
   }
 
   // An input already in the compute type, with rows that do not overlap (row stride >= head
   // dim, the leading dimension brgemm accepts; an expanded tensor has stride 0), needs no copy.
   bool rows_in_place(int64_t row_stride) const { return kRowsInPlace && row_stride >= dim_; }
 
-  // Rows [first_row, ...) of one head of sequence b of a row-major operand whose sequence
+  // Rows [first_row, ...) of head `head` of sequence b of a row-major operand whose sequence
   // starts at row row0 of `input`: the input itself where rows_in_place(), else its packed
-  // copy. Returns the pointer; *ld gets the row stride.
-  const T* operand_rows(const PackedHeads<T>& packed, const TensorView& input, int64_t row0,
-                        int b, int head, int first_row, int64_t* ld) const {
+  // copy, where it is head `packed_head`. Returns the pointer; *ld gets the row stride.
+  const T* operand_rows(const PackedHeads<T>& packed, int packed_head, const TensorView& input,
+                        int64_t row0, int b, int head, int first_row, int64_t* ld) const {
     if (rows_in_place(input.row_stride)) {
       *ld = input.row_stride;
       return input.row<const T>(b, head, row0 + first_row);
     }
     *ld = dim_;
-    return packed.head(b, head) + int64_t(first_row) * dim_;
+    return packed.head(0, packed_head) + int64_t(first_row) * dim_;
   }
 
   // Per query row: D_i = rowsum(dO_i ∘ O_i) - dlse_i, and the shift that recomputes P_ij from
@@ -289,19 +348,22 @@ class BackwardKernel {
     });
   }
 
-  // The partial dQᵀ of (chunk, sequence b, query head h, query block) in the current wave.
-  T* dq_partial(int chunk, int b, int h, int query_block) const {
+  // The partial dQᵀ of (chunk, query head g of the group, query block) of sequence b.
+  T* dq_partial(const GroupOperands& ops, int b, int chunk, int g, int query_block) const {
     const SequenceWork& w = work_[b];
-    return dq_partial_ + w.partial_offset + int64_t(chunk) * w.dq_elements +
-           (int64_t(h) * w.query_blocks + query_block) * dim_ * query_block_;
+    return ops.dq_partial + chunk * w.group_dq_elements +
+           (int64_t(g) * w.query_blocks + query_block) * dim_ * query_block_;
   }
 
   void run_key_chunk(const Task& task, Scratch& s) {
     const SequenceWork& w = work_[task.b];
+    const auto ops =
+        groups_.take(task.b, task.kv_head, kPackPieces, [&](GroupOperands& packed, int piece) {
+          pack_group(task.b, task.kv_head, piece, packed);
+        });
+    s.ops = &*ops;
+    std::fill_n(dq_partial(*ops, task.b, task.chunk, 0, 0), w.group_dq_elements, T(0));
     const int first_head = task.kv_head * p_.head_group;
-    const int64_t head_dq_elements = int64_t(w.query_blocks) * query_block_ * dim_;
-    for (int g = 0; g < p_.head_group; ++g)
-      std::fill_n(dq_partial(task.chunk, task.b, first_head + g, 0), head_dq_elements, T(0));
     for (int kb = task.chunk; kb < w.key_blocks; kb += w.chunks) {
       std::fill(s.dk_acc.begin(), s.dk_acc.end(), T(0));
       std::fill(s.dv_acc.begin(), s.dv_acc.end(), T(0));
@@ -310,6 +372,11 @@ class BackwardKernel {
           accumulate_tile(task, first_head + g, qb, kb, s);
       store_dk_dv(task, kb, s);
     }
+    s.ops = nullptr;
+    // The last chunk of the head to finish sums them all (acq_rel: it sees the others' writes).
+    if (chunks_left_[group_index(task.b, task.kv_head)].fetch_sub(
+            1, std::memory_order_acq_rel) == 1)
+      reduce_dq(task.b, task.kv_head, *ops);
   }
 
   // What masks a tile: the window (causal, local) and attn_mask.
@@ -412,43 +479,45 @@ class BackwardKernel {
   }
 
   // acc (cols x whole panels, row stride acc_stride_) += a (cols x query_block_, 16-bit) times
-  // the panels of query block qb, one 64-column panel at a time.
-  void accumulate_panel_products(int cols, const In* a, const Panels16<In>& panels, int b,
-                                 int h, int qb, T* acc) const {
+  // the panels of query block qb of the group's head g, one 64-column panel at a time.
+  void accumulate_panel_products(int cols, const In* a, const Panels16<In>& panels, int g, int qb,
+                                 T* acc) const {
     for (int panel = 0; panel < panels.panels_per_block; ++panel)
-      tile_gemm(cols, kPanelWidth, query_block_, a, query_block_, panels.panel(b, h, qb, panel),
+      tile_gemm(cols, kPanelWidth, query_block_, a, query_block_, panels.panel(0, g, qb, panel),
                 kPanelWidth, acc + panel * kPanelWidth, acc_stride_, /*accumulate=*/true, vnni_);
   }
 
   void accumulate_tile_16bit(const Task& task, int h, int qb, int kb, const TileMasks& masks,
                              Scratch& s) {
     if constexpr (kNative16) {
-      const int b = task.b, kv_head = task.kv_head, rows = rows_of(b, qb), cols = cols_of(b, kb);
+      const int b = task.b, rows = rows_of(b, qb), cols = cols_of(b, kb);
+      const int g = h - task.kv_head * p_.head_group;
+      const GroupOperands& ops = *s.ops;
       T* probs = s.probs_t.data();
       T* grads = s.grad_t.data();
 
       // S_ijᵀ = Kj Qiᵀ (unscaled), then P_ijᵀ.
-      tile_gemm(cols, query_block_, gemm_dim_, k_rows16_.panel(b, kv_head, kb, 0), gemm_dim_,
-                q_t16_.panel(b, h, qb, 0), kPanelWidth, probs, query_block_, false, vnni_);
+      tile_gemm(cols, query_block_, gemm_dim_, ops.k_rows16.panel(0, 0, kb, 0), gemm_dim_,
+                ops.q_t16.panel(0, g, qb, 0), kPanelWidth, probs, query_block_, false, vnni_);
       scores_to_probs(task, h, qb, kb, masks, probs, s);
       round_tile_to_16bit(probs_for_dv(task, h, qb, kb, probs, s), rows, cols, s.probs16_t);
       // dVj += P_ijᵀ dOi
-      accumulate_panel_products(cols, s.probs16_t.data(), do_rows16_, b, h, qb, s.dv_acc.data());
+      accumulate_panel_products(cols, s.probs16_t.data(), ops.do_rows16, g, qb, s.dv_acc.data());
       // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ.
-      tile_gemm(cols, query_block_, gemm_dim_, v_rows16_.panel(b, kv_head, kb, 0), gemm_dim_,
-                do_t16_.panel(b, h, qb, 0), kPanelWidth, grads, query_block_, false, vnni_);
+      tile_gemm(cols, query_block_, gemm_dim_, ops.v_rows16.panel(0, 0, kb, 0), gemm_dim_,
+                ops.do_t16.panel(0, g, qb, 0), kPanelWidth, grads, query_block_, false, vnni_);
       probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
       round_tile_to_16bit(grads, rows, cols, s.grad16_t);
       // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
-      accumulate_panel_products(cols, s.grad16_t.data(), q_rows16_, b, h, qb, s.dk_acc.data());
+      accumulate_panel_products(cols, s.grad16_t.data(), ops.q_rows16, g, qb, s.dk_acc.data());
       // dQiᵀ += Kjᵀ dS_ijᵀ over the whole key block (dS_ijᵀ is 0 past the last key).
       const In* grads_b = s.grad16_t.data();
       if (vnni_) {
         pack_vnni_panel(grads_b, s.grad16_vnni.data(), kKeyBlock);
         grads_b = s.grad16_vnni.data();
       }
-      tile_gemm(dim_, query_block_, kKeyBlock, k_t16_.panel(b, kv_head, kb, 0), kKeyBlock, grads_b,
-                kPanelWidth, dq_partial(task.chunk, b, h, qb), query_block_, true, vnni_);
+      tile_gemm(dim_, query_block_, kKeyBlock, ops.k_t16.panel(0, 0, kb, 0), kKeyBlock, grads_b,
+                kPanelWidth, dq_partial(ops, b, task.chunk, g, qb), query_block_, true, vnni_);
     }
   }
 
@@ -456,32 +525,37 @@ class BackwardKernel {
                                Scratch& s) {
     const int b = task.b, D = dim_;
     const Sequence& seq = seqs_[b];
+    const GroupOperands& ops = *s.ops;
+    const int g = h - task.kv_head * p_.head_group;
     const int row_begin = qb * query_block_, rows = rows_of(b, qb);
     const int key_begin = kb * kKeyBlock, cols = cols_of(b, kb);
     int64_t ld_k, ld_v, ld_q, ld_do;
-    const T* k_rows = operand_rows(k_rows_, p_.k, seq.k_row0, b, task.kv_head, key_begin, &ld_k);
-    const T* v_rows = operand_rows(v_rows_, p_.v, seq.k_row0, b, task.kv_head, key_begin, &ld_v);
-    const T* q_rows = operand_rows(q_rows_, p_.q, seq.q_row0, b, h, row_begin, &ld_q);
-    const T* do_rows = operand_rows(do_rows_, p_.dout, seq.q_row0, b, h, row_begin, &ld_do);
+    const T* k_rows =
+        operand_rows(ops.k_rows, 0, p_.k, seq.k_row0, b, task.kv_head, key_begin, &ld_k);
+    const T* v_rows =
+        operand_rows(ops.v_rows, 0, p_.v, seq.k_row0, b, task.kv_head, key_begin, &ld_v);
+    const T* q_rows = operand_rows(ops.q_rows, g, p_.q, seq.q_row0, b, h, row_begin, &ld_q);
+    const T* do_rows = operand_rows(ops.do_rows, g, p_.dout, seq.q_row0, b, h, row_begin, &ld_do);
     T* probs = s.probs_t.data();
     T* grads = s.grad_t.data();
 
     // S_ijᵀ = Kj (scale·Qi)ᵀ, then P_ijᵀ row by row (a row is one key, across the queries).
-    tile_gemm(cols, rows, D, k_rows, ld_k, q_panels_.head(b, h) + int64_t(qb) * D * query_block_,
+    tile_gemm(cols, rows, D, k_rows, ld_k, ops.q_panels.head(0, g) + int64_t(qb) * D * query_block_,
               query_block_, probs, query_block_, /*accumulate=*/false);
     scores_to_probs(task, h, qb, kb, masks, probs, s);
     // dVj += P_ijᵀ dOi (dropped)
     tile_gemm(cols, D, rows, probs_for_dv(task, h, qb, kb, probs, s), query_block_, do_rows, ld_do,
               s.dv_acc.data(), D, true);
     // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ in place.
-    tile_gemm(cols, rows, D, v_rows, ld_v, do_panels_.head(b, h) + int64_t(qb) * D * query_block_,
-              query_block_, grads, query_block_, /*accumulate=*/false);
+    tile_gemm(cols, rows, D, v_rows, ld_v,
+              ops.do_panels.head(0, g) + int64_t(qb) * D * query_block_, query_block_, grads,
+              query_block_, /*accumulate=*/false);
     probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
     // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
     tile_gemm(cols, D, rows, grads, query_block_, q_rows, ld_q, s.dk_acc.data(), D, true);
     // dQiᵀ += Kjᵀ dS_ijᵀ, into this chunk's partial buffer.
-    tile_gemm(D, rows, cols, k_panels_.head(b, task.kv_head) + int64_t(kb) * D * kKeyBlock,
-              kKeyBlock, grads, query_block_, dq_partial(task.chunk, b, h, qb), query_block_, true);
+    tile_gemm(D, rows, cols, ops.k_panels.head(0, 0) + int64_t(kb) * D * kKeyBlock, kKeyBlock,
+              grads, query_block_, dq_partial(ops, b, task.chunk, g, qb), query_block_, true);
   }
 
   void store_dk_dv(const Task& task, int kb, const Scratch& s) const {
@@ -498,35 +572,26 @@ class BackwardKernel {
     }
   }
 
-  // dQ_i = scale · (sum over chunks, in chunk order, of the partial dQiᵀ)ᵀ, for the wave's
-  // sequences.
-  void reduce_dq(const Wave& wave) {
-    struct Tile {
-      int b, h, qb;
-    };
-    std::vector<Tile> tiles;
-    for (int b = wave.first; b < wave.last; ++b)
-      for (int h = 0; h < p_.heads_q; ++h)
-        for (int qb = 0; qb < work_[b].query_blocks; ++qb) tiles.push_back({b, h, qb});
+  // dQ_i = scale · (sum over chunks, in chunk order, of the partial dQiᵀ)ᵀ, for the query
+  // heads of (sequence b, kv head).
+  void reduce_dq(int b, int kv_head, const GroupOperands& ops) const {
     const int64_t tile_elements = int64_t(dim_) * query_block_;
-    at::parallel_for(0, int64_t(tiles.size()), 1, [&](int64_t begin, int64_t end) {
-      std::vector<T> sum(tile_elements);
-      for (int64_t t = begin; t < end; ++t) {
-        const auto [b, h, qb] = tiles[t];
-        std::copy_n(dq_partial(0, b, h, qb), tile_elements, sum.data());
+    const T scale = softmax_scale<T>(p_);
+    std::vector<T> sum(tile_elements);
+    for (int g = 0; g < p_.head_group; ++g)
+      for (int qb = 0; qb < work_[b].query_blocks; ++qb) {
+        std::copy_n(dq_partial(ops, b, 0, g, qb), tile_elements, sum.data());
         for (int chunk = 1; chunk < work_[b].chunks; ++chunk) {
-          const T* part = dq_partial(chunk, b, h, qb);
+          const T* part = dq_partial(ops, b, chunk, g, qb);
           for (int64_t e = 0; e < tile_elements; ++e) sum[e] += part[e];
         }
-        const T scale = softmax_scale<T>(p_);
         const int64_t row0 = seqs_[b].q_row0 + qb * query_block_;
         for (int r = 0; r < rows_of(b, qb); ++r) {
-          In* dq_row = p_.dq.row<In>(b, h, row0 + r);
+          In* dq_row = p_.dq.row<In>(b, kv_head * p_.head_group + g, row0 + r);
           for (int d = 0; d < dim_; ++d)
             dq_row[d] = static_cast<In>(scale * sum[size_t(d) * query_block_ + r]);
         }
       }
-    });
   }
 
   const AttnBwdParams& p_;
@@ -537,13 +602,11 @@ class BackwardKernel {
   const int query_block_;
   const std::vector<Sequence> seqs_;
   std::vector<SequenceWork> work_;  // per sequence
-  PackedHeads<T> q_rows_, q_panels_, do_rows_, do_panels_, k_rows_, k_panels_, v_rows_;
-  // kNative16 operands: B panels of Qiᵀ, Qi, dOiᵀ, dOi; A tiles of Kj, Kjᵀ, Vj.
-  Panels16<In> q_t16_, q_rows16_, do_t16_, do_rows16_, k_rows16_, k_t16_, v_rows16_;
-  at::Tensor d_terms_storage_, lse_shift_storage_, dq_partial_storage_;
+  HeadOperands<GroupOperands> groups_;  // per (sequence, kv head)
+  std::unique_ptr<std::atomic<int>[]> chunks_left_;  // per (sequence, kv head): unfinished
+  at::Tensor d_terms_storage_, lse_shift_storage_;
   T* d_terms_ = nullptr;
   T* lse_shift_ = nullptr;
-  T* dq_partial_ = nullptr;
 };
 
 }  // namespace
@@ -551,5 +614,7 @@ class BackwardKernel {
 void run_bwd(const AttnBwdParams& p, c10::ScalarType dtype) {
   run_on_operand_path<BackwardKernel>(p, dtype);
 }
+
+int64_t bwd_packed_heads_peak() { return last_bwd_heads_peak.load(); }
 
 }  // namespace flashattn::cpu

@@ -265,6 +265,7 @@ TORCH_LIBRARY(flashattn_internal, m) {
   m.def("cpu_bf16_query_lanes_run() -> int", &bf16_query_lanes_run);
   m.def("cpu_16bit_hot_tile_seconds() -> (float, float, float)", &hot_tile_seconds_of);
   m.def("cpu_fwd_packed_heads_peak() -> int", &fwd_packed_heads_peak);
+  m.def("cpu_bwd_packed_heads_peak() -> int", &bwd_packed_heads_peak);
   m.def("cpu_tile_products_gflops(ScalarType dtype, int head_dim, str path, float seconds) -> "
         "(float, str)",
         &tile_products_gflops);

@@ -17,6 +17,10 @@ int64_t fwd_packed_heads_peak();
 // Writes p.dq, p.dk and p.dv from the saved output and LSE.
 void run_bwd(const AttnBwdParams& p, c10::ScalarType dtype);
 
+// The most (sequence, kv head)s whose packed operands and partial dQ the last backward held at
+// once (head_operands.h; tests/test_memory.py).
+int64_t bwd_packed_heads_peak();
+
 // flash_attn_with_kvcache's append into the cache and rotary embedding (kv_append.h).
 void run_kv_append(const KvAppendParams& p, c10::ScalarType dtype);
 

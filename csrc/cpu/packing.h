@@ -90,6 +90,16 @@ T* alloc_workspace(at::Tensor& owner, int64_t elements) {
   return owner.data_ptr<T>();
 }
 
+// Heads [first_head, ...) of batch entry b of a view, as batch entry 0 of a view of their own
+// (its rows keep their numbers: a varlen sequence's start at its row0).
+template <typename In>
+TensorView heads_from(const TensorView& t, int b, int first_head) {
+  TensorView view = t;
+  view.ptr = const_cast<In*>(t.row<const In>(b, first_head, 0));
+  view.batch_stride = 0;
+  return view;
+}
+
 // All (b, h) heads of a tensor, packed in a layout; head (b, h) starts at head(b, h).
 template <typename T>
 struct PackedHeads {
@@ -103,11 +113,11 @@ struct PackedHeads {
 
 // Packs each sequence (its `seqs[b].length` rows of every head, `dim` elements of In each, row
 // s of head h at row_of(b, h, s)), multiplied by `factor` (1 copies exactly), in parallel over
-// heads, in blocks of block_rows rows (the panel width W of kTransposedPanels).
+// heads, in blocks of block_rows rows (the panel width W of kTransposedPanels), into `packed`
+// (reusing the memory it holds when large enough).
 template <typename T, typename In, typename RowOf>
-PackedHeads<T> pack_heads(const RowOf& row_of, const std::vector<SequenceRows>& seqs, int heads,
-                          int dim, PackLayout layout, int block_rows, T factor) {
-  PackedHeads<T> packed;
+void pack_heads(PackedHeads<T>& packed, const RowOf& row_of, const std::vector<SequenceRows>& seqs,
+                int heads, int dim, PackLayout layout, int block_rows, T factor) {
   packed.layout = block_layout(seqs, heads, block_rows);
   packed.block_elements = int64_t(block_rows) * dim;
   packed.data =
@@ -124,15 +134,15 @@ PackedHeads<T> pack_heads(const RowOf& row_of, const std::vector<SequenceRows>& 
       }
     }
   });
-  return packed;
 }
 
 // The same for the rows [row0, row0 + length) of batch entry b of a view.
 template <typename T, typename In>
-PackedHeads<T> pack_heads(const TensorView& src, const std::vector<SequenceRows>& seqs,
-                          int heads, int dim, PackLayout layout, int block_rows, T factor) {
+void pack_heads(PackedHeads<T>& packed, const TensorView& src,
+                const std::vector<SequenceRows>& seqs, int heads, int dim, PackLayout layout,
+                int block_rows, T factor) {
   auto row_of = [&](int b, int h, int s) { return src.row<const In>(b, h, seqs[b].row0 + s); };
-  return pack_heads<T, In>(row_of, seqs, heads, dim, layout, block_rows, factor);
+  pack_heads<T, In>(packed, row_of, seqs, heads, dim, layout, block_rows, factor);
 }
 
 }  // namespace flashattn::cpu

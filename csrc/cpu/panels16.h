@@ -307,22 +307,19 @@ struct Panels16 {
 };
 
 // Calls fill(b, h, block, index, panel) for every panel, on a zeroed row-major panel, then
-// VNNI-packs it when `vnni`; in parallel over heads.
+// VNNI-packs it when `vnni`; in parallel over heads. Into `panels`, reusing the memory it holds
+// when large enough.
 template <typename In16, typename Fill>
-Panels16<In16> build_panels(BlockLayout layout, int panels_per_block, int panel_rows,
-                            int panel_width, bool vnni, const Fill& fill) {
+void build_panels(Panels16<In16>& panels, BlockLayout layout, int panels_per_block,
+                  int panel_rows, int panel_width, bool vnni, const Fill& fill) {
   TORCH_CHECK(!vnni || (panel_width == kPanelWidth && panel_rows % 2 == 0),
               "flashattn: internal error: VNNI panels must be 64 wide with an even row count");
-  Panels16<In16> panels;
   panels.layout = std::move(layout);
   panels.panel_rows = panel_rows;
   panels.panel_width = panel_width;
   panels.panels_per_block = panels_per_block;
-  panels.storage =
-      at::empty({panels.layout.total_blocks * panels_per_block * panels.panel_elements()},
-                at::TensorOptions().dtype(c10::CppTypeToScalarType<In16>::value));
-  In16* data = panels.storage.template data_ptr<In16>();
-  panels.data = data;
+  panels.data = alloc_workspace<In16>(
+      panels.storage, panels.layout.total_blocks * panels_per_block * panels.panel_elements());
   const BlockLayout& placed = panels.layout;
   at::parallel_for(0, placed.num_heads(), 1, [&](int64_t begin, int64_t end) {
     std::vector<In16> row_major(vnni ? panels.panel_elements() : 0);
@@ -338,7 +335,6 @@ Panels16<In16> build_panels(BlockLayout layout, int panels_per_block, int panel_
         }
     }
   });
-  return panels;
 }
 
 // Kᵀ for S = Q Kᵀ: block kb holds keys [kb·key_block, +key_block) as key_block / kPanelWidth
@@ -358,10 +354,11 @@ void fill_key_panel(const KeyOf& key_of, int length, int dim, int key_block, int
 
 // key_of(b, h, j): key j of sequence b, head h.
 template <typename In16, typename KeyOf>
-Panels16<In16> pack_key_panels(const KeyOf& key_of, const std::vector<SequenceRows>& seqs,
-                               int heads, int dim, int key_block, bool vnni) {
-  return build_panels<In16>(
-      block_layout(seqs, heads, key_block), key_block / kPanelWidth, round_up(dim, 2),
+void pack_key_panels(Panels16<In16>& into, const KeyOf& key_of,
+                     const std::vector<SequenceRows>& seqs, int heads, int dim, int key_block,
+                     bool vnni) {
+  build_panels<In16>(
+      into, block_layout(seqs, heads, key_block), key_block / kPanelWidth, round_up(dim, 2),
       kPanelWidth, vnni, [&](int b, int h, int block, int index, In16* panel) {
         fill_key_panel(
             [&](int j) { return key_of(b, h, j); }, seqs[b].length, dim, key_block, block,
@@ -370,10 +367,11 @@ Panels16<In16> pack_key_panels(const KeyOf& key_of, const std::vector<SequenceRo
 }
 
 template <typename In16>
-Panels16<In16> pack_key_panels(const TensorView& keys, const std::vector<SequenceRows>& seqs,
-                               int heads, int dim, int key_block, bool vnni) {
+void pack_key_panels(Panels16<In16>& into, const TensorView& keys,
+                     const std::vector<SequenceRows>& seqs, int heads, int dim, int key_block,
+                     bool vnni) {
   auto key_of = [&](int b, int h, int j) { return keys.row<const In16>(b, h, seqs[b].row0 + j); };
-  return pack_key_panels<In16>(key_of, seqs, heads, dim, key_block, vnni);
+  pack_key_panels<In16>(into, key_of, seqs, heads, dim, key_block, vnni);
 }
 
 // V for O += P V: block kb holds rows [kb·key_block, +key_block) (key_block is even) as
@@ -391,11 +389,12 @@ void fill_value_panel(const ValueOf& value_of, int length, int dim, int key_bloc
 }
 
 template <typename In16, typename ValueOf>
-Panels16<In16> pack_value_panels(const ValueOf& value_of, const std::vector<SequenceRows>& seqs,
-                                 int heads, int dim, int key_block, bool vnni) {
-  return build_panels<In16>(
-      block_layout(seqs, heads, key_block), num_blocks(dim, kPanelWidth), key_block, kPanelWidth,
-      vnni, [&](int b, int h, int block, int index, In16* panel) {
+void pack_value_panels(Panels16<In16>& into, const ValueOf& value_of,
+                       const std::vector<SequenceRows>& seqs, int heads, int dim, int key_block,
+                       bool vnni) {
+  build_panels<In16>(
+      into, block_layout(seqs, heads, key_block), num_blocks(dim, kPanelWidth), key_block,
+      kPanelWidth, vnni, [&](int b, int h, int block, int index, In16* panel) {
         fill_value_panel(
             [&](int j) { return value_of(b, h, j); }, seqs[b].length, dim, key_block, block,
             index, panel);
@@ -403,22 +402,23 @@ Panels16<In16> pack_value_panels(const ValueOf& value_of, const std::vector<Sequ
 }
 
 template <typename In16>
-Panels16<In16> pack_value_panels(const TensorView& values, const std::vector<SequenceRows>& seqs,
-                                 int heads, int dim, int key_block, bool vnni) {
+void pack_value_panels(Panels16<In16>& into, const TensorView& values,
+                       const std::vector<SequenceRows>& seqs, int heads, int dim, int key_block,
+                       bool vnni) {
   auto value_of = [&](int b, int h, int j) {
     return values.row<const In16>(b, h, seqs[b].row0 + j);
   };
-  return pack_value_panels<In16>(value_of, seqs, heads, dim, key_block, vnni);
+  pack_value_panels<In16>(into, value_of, seqs, heads, dim, key_block, vnni);
 }
 
 // A operands (row-major): block kb is rows [kb·block_rows, +block_rows) of `src` as a
 // [block_rows][dim rounded up to even] tile, the K of a product with pack_key_panels' panels.
 template <typename In16>
-Panels16<In16> pack_row_tiles(const TensorView& src, const std::vector<SequenceRows>& seqs,
-                              int heads, int dim, int block_rows) {
+void pack_row_tiles(Panels16<In16>& into, const TensorView& src,
+                    const std::vector<SequenceRows>& seqs, int heads, int dim, int block_rows) {
   const int width = round_up(dim, 2);
-  return build_panels<In16>(
-      block_layout(seqs, heads, block_rows), 1, block_rows, width, /*vnni=*/false,
+  build_panels<In16>(
+      into, block_layout(seqs, heads, block_rows), 1, block_rows, width, /*vnni=*/false,
       [&](int b, int h, int block, int, In16* tile) {
         const int rows = std::min(block_rows, seqs[b].length - block * block_rows);
         for (int j = 0; j < rows; ++j)
@@ -430,10 +430,11 @@ Panels16<In16> pack_row_tiles(const TensorView& src, const std::vector<SequenceR
 // A operands (row-major): block kb is the transpose of rows [kb·block_rows, +block_rows) of
 // `src`, a [dim][block_rows] tile with zero columns past the last row.
 template <typename In16>
-Panels16<In16> pack_transposed_tiles(const TensorView& src, const std::vector<SequenceRows>& seqs,
-                                     int heads, int dim, int block_rows) {
-  return build_panels<In16>(
-      block_layout(seqs, heads, block_rows), 1, dim, block_rows, /*vnni=*/false,
+void pack_transposed_tiles(Panels16<In16>& into, const TensorView& src,
+                           const std::vector<SequenceRows>& seqs, int heads, int dim,
+                           int block_rows) {
+  build_panels<In16>(
+      into, block_layout(seqs, heads, block_rows), 1, dim, block_rows, /*vnni=*/false,
       [&](int b, int h, int block, int, In16* tile) {
         const int rows = std::min(block_rows, seqs[b].length - block * block_rows);
         for (int j = 0; j < rows; ++j) {
