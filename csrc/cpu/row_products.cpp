@@ -12,7 +12,8 @@
 namespace flashattn::cpu {
 namespace {
 
-using row_stream::prefetch_ahead_of;
+using row_stream::kKeysAhead;
+using row_stream::NextRows;
 using row_stream::prefetch_first_rows;
 
 // The products run on 8- or 16-lane vectors (row_lanes()). On an AVX-512 CPU they take 16
@@ -94,13 +95,15 @@ FLASHATTN_ROW_STEP VecF16 add_to_first_8(VecF16 wide, VecF v) {
 constexpr int kWidenedRowMax = 256;
 
 // acc[i][j] += q_rows[i][d, d + lanes) · key[j][d, d + lanes) for d in [begin, end), a
-// vector at a time.
+// vector at a time; requesting the same elements of the next rows, unless `next` is null.
 template <typename V, typename In>
 FLASHATTN_ROW_STEP void accumulate_dots(const float* const (&q_rows)[kBlock],
                                         const In* const (&key)[kBlock],
                                         const float (*widened)[kWidenedRowMax], int begin,
-                                        int end, V (&acc)[kBlock][kBlock]) {
+                                        int end, const NextRows<kBlock, In>* next,
+                                        V (&acc)[kBlock][kBlock]) {
   for (int d = begin; d < end; d += lanes<V>) {
+    if (next) next->request(int64_t(d) * sizeof(In), int64_t(d + lanes<V>) * sizeof(In));
     V k[kBlock];
 #pragma GCC unroll 4
     for (int j = 0; j < kBlock; ++j)
@@ -117,10 +120,11 @@ FLASHATTN_ROW_STEP void accumulate_dots(const float* const (&q_rows)[kBlock],
 // The dots of `rows` query rows (q_ld apart) with kBlock keys (n_keys of them real: a missing
 // key repeats the last one, computed and dropped) into scores[r * ld + j]: lanes<Wide> lanes as
 // far as the head dim allows them, then 8, then the scalar tail. The sums' order is fixed by
-// the head dim and Wide alone.
+// the head dim and Wide alone. Requests `next` as it goes (row_stream.h).
 template <typename Wide, typename In>
 FLASHATTN_ROW_STEP void dot_key_block(const float* q, int rows, int64_t q_ld,
                                       const In* const (&key)[kBlock], int n_keys, int dim,
+                                      const NextRows<kBlock, In>& next,
                                       float (*widened)[kWidenedRowMax], float* scores,
                                       int64_t ld) {
   const int whole_wide = dim - dim % lanes<Wide>;
@@ -128,8 +132,11 @@ FLASHATTN_ROW_STEP void dot_key_block(const float* q, int rows, int64_t q_ld,
   const bool widen_once = rows > kBlock && dim <= kWidenedRowMax;
   if (widen_once)
     for (int j = 0; j < kBlock; ++j) {
-      for (int d = 0; d < whole_wide; d += lanes<Wide>)
+      for (int d = 0; d < whole_wide; d += lanes<Wide>) {
+        if (j == 0)
+          next.request(int64_t(d) * sizeof(In), int64_t(d + lanes<Wide>) * sizeof(In));
         store(widened[j] + d, load_widened<Wide>(key[j] + d));
+      }
       for (int d = whole_wide; d < whole; d += kVecWidth)
         store(widened[j] + d, load_widened<VecF>(key[j] + d));
     }
@@ -142,11 +149,13 @@ FLASHATTN_ROW_STEP void dot_key_block(const float* q, int rows, int64_t q_ld,
     for (int i = 0; i < kBlock; ++i)
 #pragma GCC unroll 4
       for (int j = 0; j < kBlock; ++j) acc[i][j] = Wide{};
-    accumulate_dots(q_rows, key, widen_once ? widened : nullptr, 0, whole_wide, acc);
+    accumulate_dots(q_rows, key, widen_once ? widened : nullptr, 0, whole_wide,
+                    widen_once || r0 > 0 ? nullptr : &next, acc);
     if constexpr (lanes<Wide> == 16)
       if (whole > whole_wide) {  // an 8-element piece before the scalar tail
         VecF piece[kBlock][kBlock] = {};
-        accumulate_dots(q_rows, key, widen_once ? widened : nullptr, whole_wide, whole, piece);
+        accumulate_dots(q_rows, key, widen_once ? widened : nullptr, whole_wide, whole,
+                        static_cast<const NextRows<kBlock, In>*>(nullptr), piece);
         for (int i = 0; i < kBlock; ++i)
           for (int j = 0; j < kBlock; ++j) acc[i][j] = add_to_first_8(acc[i][j], piece[i][j]);
       }
@@ -160,6 +169,7 @@ FLASHATTN_ROW_STEP void dot_key_block(const float* q, int rows, int64_t q_ld,
         for (int d = whole; d < dim; ++d) tail += q_rows[i][d] * static_cast<float>(key[j][d]);
         dots[e] += tail;
       }
+    if (r0 == 0) next.request(int64_t(whole_wide) * sizeof(In), int64_t(dim) * sizeof(In));
     if (n_rows == kBlock && n_keys == kBlock)
       for (int i = 0; i < kBlock; ++i)
         std::memcpy(scores + (r0 + i) * ld, dots + kBlock * i, sizeof(float) * kBlock);
@@ -178,24 +188,28 @@ FLASHATTN_ROW_STEP void dot_key_rows_impl(const float* q, int rows, int64_t q_ld
   prefetch_first_rows(keys, dim);
   for (int c0 = 0; c0 < keys.count; c0 += kBlock) {
     const int n_keys = keys.count - c0 < kBlock ? keys.count - c0 : kBlock;
-    for (int j = 0; j < kBlock; ++j) prefetch_ahead_of(keys, c0 + j, dim);
     for (int g = 0; g < keys.heads; ++g) {
       const In* key[kBlock];
       for (int j = 0; j < kBlock; ++j)
         key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
-      dot_key_block<Wide>(q + int64_t(g) * rows * q_ld, rows, q_ld, key, n_keys, dim, widened,
+      dot_key_block<Wide>(q + int64_t(g) * rows * q_ld, rows, q_ld, key, n_keys, dim,
+                          NextRows<kBlock, In>(keys, c0 + kKeysAhead, g), widened,
                           scores + int64_t(g) * rows * ld + c0, ld);
     }
   }
 }
 
 // out[r][d, d + lanes) += sum_j p[r][j] * value[j][d, d + lanes) for d in [begin, end), the
-// values in key order, one after another, as a single running sum per element.
+// values in key order, one after another, as a single running sum per element; requesting the
+// same elements of the next rows.
 template <typename V, typename In>
 FLASHATTN_ROW_STEP void accumulate_values(const float (*p)[kValueBlock], int rows,
                                           const In* const (&value)[kValueBlock], int n_values,
-                                          int begin, int end, float* out, int64_t out_ld) {
+                                          int begin, int end,
+                                          const NextRows<kValueBlock, In>& next, float* out,
+                                          int64_t out_ld) {
   for (int d = begin; d < end; d += lanes<V>) {
+    next.request(int64_t(d) * sizeof(In), int64_t(d + lanes<V>) * sizeof(In));
     V v[kValueBlock];
 #pragma GCC unroll 8
     for (int j = 0; j < kValueBlock; ++j)
@@ -222,8 +236,8 @@ FLASHATTN_ROW_STEP void add_value_rows_impl(const float* probs, int rows, int64_
   const int whole = dim - dim % kVecWidth;
   for (int c0 = 0; c0 < cols; c0 += kValueBlock) {
     const int n_values = cols - c0 < kValueBlock ? cols - c0 : kValueBlock;
-    for (int j = 0; j < kValueBlock; ++j) prefetch_ahead_of(values, c0 + j, dim);
     for (int g = 0; g < values.heads; ++g) {  // each value through every head
+      const NextRows<kValueBlock, In> next(values, c0 + kKeysAhead, g);
       const In* value[kValueBlock];
       for (int j = 0; j < kValueBlock; ++j)
         value[j] = values.rows[c0 + (j < n_values ? j : 0)] + g * values.head_stride;
@@ -233,8 +247,10 @@ FLASHATTN_ROW_STEP void add_value_rows_impl(const float* probs, int rows, int64_
       float p[kRowProductMaxRows][kValueBlock];
       for (int r = 0; r < rows; ++r)
         for (int j = 0; j < kValueBlock; ++j) p[r][j] = j < n_values ? probs_head[r * ld + j] : 0.f;
-      accumulate_values<Wide>(p, rows, value, n_values, 0, whole_wide, out_head, out_ld);
-      accumulate_values<VecF>(p, rows, value, n_values, whole_wide, whole, out_head, out_ld);
+      accumulate_values<Wide>(p, rows, value, n_values, 0, whole_wide, next, out_head, out_ld);
+      accumulate_values<VecF>(p, rows, value, n_values, whole_wide, whole, next, out_head,
+                              out_ld);
+      next.request(int64_t(whole) * sizeof(In), int64_t(dim) * sizeof(In));
       for (int d = whole; d < dim; ++d)
         for (int r = 0; r < rows; ++r)
           for (int j = 0; j < kValueBlock; ++j)

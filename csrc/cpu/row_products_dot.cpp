@@ -62,7 +62,10 @@ void lay_query_lanes_bf16(const c10::BFloat16* q, int rows, int heads, int64_t l
 #if FLASHATTN_HAVE_AVX512_KERNELS
 namespace {
 
+using row_stream::kKeysAhead;
 using row_stream::prefetch_first_rows;
+template <int kKeys>
+using NextRows = row_stream::NextRows<kKeys, c10::BFloat16>;
 using BF16 = c10::BFloat16;
 using avx512::lanes16;
 using avx512::lanes32;
@@ -75,34 +78,6 @@ constexpr int kValuePairs = 8;
 FA_AVX512_BF16 FA_INLINE __m512i load_bf16(const BF16* p, int n) {
   return _mm512_maskz_loadu_epi16(lanes32(n), p);
 }
-
-// Head g's rows of kKeys keys from `first` of a stream (the stream's next rows past its end;
-// null where there are none), which a step of a product requests into L2 as it works: one
-// line of each row per 64 bytes of its own rows, spread over its products. Requests for all
-// heads of a step's keys at once stalled on the full miss queue (perf: a fifth of a Sq = 4
-// decode step's time in prefetch instructions).
-template <int kKeys>
-struct NextRows {
-  const char* row[kKeys];
-  NextRows(const RowStream<BF16>& stream, int first, int g) {
-    for (int j = 0; j < kKeys; ++j) {
-      const BF16* first_head = row_stream::stream_row(stream, first + j);
-      row[j] = first_head ? reinterpret_cast<const char*>(first_head + g * stream.head_stride)
-                          : nullptr;
-    }
-  }
-  // Bytes [from, to) of each row, a line (64 bytes) at a time from `from` rounded down to 64.
-  FA_INLINE void request(int64_t from, int64_t to) const {
-    for (int j = 0; j < kKeys; ++j)
-      for (int64_t byte = from / 64 * 64; row[j] && byte < to; byte += 64)
-        __builtin_prefetch(row[j] + byte, 0, 2);
-  }
-};
-// How far ahead the products request rows: two steps of the rows-in-lanes and value products.
-// B=8 Sk=16k bf16 32/8 heads d=128 Sq=1, 2 threads, medians of two runs: 16 keys ahead 21.6,
-// 23.5 GB/s dense and 19.6, 22.7 paged (page 16); 32: 25.4, 25.5 and 22.5, 24.3; 64 and 128 no
-// better than 16. Sq = 4 (compute-bound) did not move.
-constexpr int kKeysAhead = 32;
 
 // The dots of `rows` query rows with kBlock keys (n_keys real: a missing key repeats the last,
 // computed and dropped) into scores[r * ld + j].

@@ -31,16 +31,24 @@ struct RowStream {
 namespace row_stream {
 
 // Rows of a cache are far apart (other heads lie between them), so the hardware prefetcher
-// does not see a stream: each key is requested ahead of its use (its row in every head of the
-// stream), twice. (The vdpbf16ps products, row_products_dot.cpp, request rows differently:
-// spread over their work, one head at a time, 32 keys ahead; there bursts for all heads stalled
-// on the full miss queue.) kRowsAheadToL1 keys before, into L1, or every row's first touch waits for
-// memory (74% of the time of a bf16 decode in perf, one head at a time). kRowsAheadToL2 keys
-// before, into L2: more requests in flight than L1's fill buffers hold, for DRAM's latency
-// (bf16 decode, B = 8, Sk = 16k, 2 threads, one head at a time: 12.1 -> 15.1 GB/s; 20.1 -> 17.7
-// on a cache small enough to stay in L3, which decoding rarely is). Key by key through 8 heads
-// (2 KB a key) on a Zen 4, 0, 1 or 6 keys to L1 and 8, 16 or 32 to L2 were all within noise of
-// each other (17-19 GB/s, 2 threads).
+// does not see a stream: the products request each row from memory themselves.
+//
+// Ahead of their work (NextRows, below): each step of a product, a few keys through one head,
+// requests the rows of the same head kKeysAhead keys later into L2, one line per 64 bytes of
+// its own rows, spread over its products. bf16 decode (vdpbf16ps, B = 8, Sk = 16k, 32/8 heads,
+// d = 128, Sq = 1, 2 threads of a Zen 4): a burst for all heads of a key at once stalled on the
+// full miss queue (perf: a fifth of a Sq = 4 step's time in prefetch instructions); 16 keys
+// ahead gave 21.6 and 23.5 GB/s, 32 25.4 and 25.5, 64 and 128 no better than 16. The fp32
+// products took the same scheme from a burst of 6 keys ahead into L1 and 16 into L2 for all
+// heads (same case, share of a copy_ timed beside it): fp32 cache 66-68% -> 87%; bf16 cache
+// on 16 fp32 lanes 57-63% -> 70-80%, on 8 lanes (as an AVX2 CPU runs it) 36-40% -> 47-57%;
+// Sq = 4 (compute-bound) within noise in bf16, fp32 40% -> 46%.
+constexpr int kKeysAhead = 32;
+
+// At a product's start (prefetch_first_rows): its first kRowsAheadToL2 keys, the first
+// kRowsAheadToL1 of them into L1. After a call whose next rows these were (RowStream::next),
+// most are in flight or cached already: a hit. Before the products requested rows ahead, a
+// bf16 decode waited on each row's first touch for 74% of its time (one head at a time).
 constexpr int kRowsAheadToL1 = 6;
 constexpr int kRowsAheadToL2 = 16;
 
@@ -68,21 +76,34 @@ FLASHATTN_ROW_STEP void prefetch_key(const RowStream<In>& stream, int at, int di
     prefetch_whole_row<kLocality>(row + g * stream.head_stride, dim);
 }
 
-// Row c is next: requests the rows kRowsAheadToL1 and kRowsAheadToL2 after it.
-template <typename In>
-FLASHATTN_ROW_STEP void prefetch_ahead_of(const RowStream<In>& stream, int c, int dim) {
-  prefetch_key<3>(stream, c + kRowsAheadToL1, dim);
-  prefetch_key<2>(stream, c + kRowsAheadToL2, dim);
-}
-
-// Before row 0: what prefetch_ahead_of would have requested for the rows before it. (After a
-// call whose next rows these were, most are in flight or cached already: a hit.)
+// Before row 0: its first rows (kRowsAheadToL1, kRowsAheadToL2 above).
 template <typename In>
 FLASHATTN_ROW_STEP void prefetch_first_rows(const RowStream<In>& stream, int dim) {
   for (int c = 0; c < kRowsAheadToL1 && c < stream.count; ++c) prefetch_key<3>(stream, c, dim);
   for (int c = kRowsAheadToL1; c < kRowsAheadToL2 && c < stream.count; ++c)
     prefetch_key<2>(stream, c, dim);
 }
+
+// Head g's rows of kKeys keys from `first` of a stream (the stream's next rows past its end;
+// null where there are none), which a step of a product requests into L2 as it works.
+template <int kKeys, typename In>
+struct NextRows {
+  const char* row[kKeys];
+  NextRows(const RowStream<In>& stream, int first, int g) {
+    for (int j = 0; j < kKeys; ++j) {
+      const In* first_head = stream_row(stream, first + j);
+      row[j] = first_head ? reinterpret_cast<const char*>(first_head + g * stream.head_stride)
+                          : nullptr;
+    }
+  }
+  // The lines of each row that start in bytes [from, to): called for consecutive ranges, it
+  // requests each line once.
+  FLASHATTN_ROW_STEP void request(int64_t from, int64_t to) const {
+    for (int j = 0; j < kKeys; ++j)
+      for (int64_t byte = (from + 63) / 64 * 64; row[j] && byte < to; byte += 64)
+        __builtin_prefetch(row[j] + byte, 0, 2);
+  }
+};
 
 }  // namespace row_stream
 }  // namespace flashattn::cpu
