@@ -10,8 +10,8 @@
 // head packed: freed and allocated anew, glibc kept a changing share of it (2-6 MB more at the
 // peak). Each head is still packed once, so the packing costs what it did; the threads that
 // reach a head together pack its parts between them (the backward's tasks run head by head, so
-// its threads meet at every head: bf16 fwd+bwd, N = 512, 2 threads, took 20% longer with one
-// thread packing a head while the other waited).
+// its threads meet at every head: bf16 fwd+bwd, N = 512, 2 threads, took about a fifth longer
+// with one thread packing a head while the other waited).
 #pragma once
 #include <c10/util/Exception.h>
 
