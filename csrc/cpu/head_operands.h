@@ -30,6 +30,7 @@ class HeadOperands {
   struct Slot {
     std::once_flag started;
     std::atomic<int> next_piece{0}, pieces_done{0};
+    std::atomic<bool> failed{false};  // a part's pack threw
     std::atomic<int64_t> tasks_left{0};
     Operands operands;
   };
@@ -44,7 +45,9 @@ class HeadOperands {
   // into a finished head's Operands when there is one (pack reuses what memory they hold). The
   // tasks that take the head while it is being packed pack the parts between them (each takes
   // the next part no one has; the parts must write disjoint members), and each returns when
-  // every part is packed. The last task's hold to end passes the operands on.
+  // every part is packed. The last task's hold to end passes the operands on. A pack that
+  // throws (out of memory) throws from its own take, and the takes waiting for it throw too
+  // instead of waiting forever.
   class Hold {
    public:
     Hold(Hold&& other) noexcept : owner_(other.owner_), slot_(other.slot_) {
@@ -83,10 +86,19 @@ class HeadOperands {
       }
     });
     for (int piece = s.next_piece.fetch_add(1); piece < pieces; piece = s.next_piece.fetch_add(1)) {
-      pack(s.operands, piece);
+      try {
+        pack(s.operands, piece);
+      } catch (...) {
+        s.failed.store(true, std::memory_order_relaxed);
+        s.pieces_done.fetch_add(1, std::memory_order_release);
+        throw;
+      }
       s.pieces_done.fetch_add(1, std::memory_order_release);
     }
     while (s.pieces_done.load(std::memory_order_acquire) < pieces) std::this_thread::yield();
+    TORCH_CHECK(!s.failed.load(std::memory_order_relaxed),
+                "flashattn: packing a head's operands failed in another thread (which raises its "
+                "error)");
     return Hold(this, &s);
   }
 

@@ -1,0 +1,115 @@
+// HeadOperands (csrc/cpu/head_operands.h) with real threads: the tasks that take a head
+// together pack its parts between them, each part once, and all see every part; the last
+// task's hold passes the memory on to the next head; and a part whose pack throws makes every
+// take of that head throw, none waits forever. Exits non-zero and says which check failed.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "cpu/head_operands.h"
+
+using flashattn::cpu::HeadOperands;
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const char* what) {
+  if (ok) return;
+  ++failures;
+  std::printf("FAIL %s\n", what);
+}
+
+constexpr int kPieces = 7;
+constexpr int kThreads = 3;
+
+struct Parts {
+  std::vector<int> part = std::vector<int>(kPieces, 0);
+};
+
+// Runs f() on kThreads threads at once; false if any is still running after 20 s (a hang: its
+// thread is left behind, detached, and main exits with the failure).
+template <typename F>
+bool run_together(const F& f) {
+  std::atomic<int> ready{0};
+  auto finished = std::make_shared<std::atomic<int>>(0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&f, &ready, finished] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) std::this_thread::yield();
+      f();
+      finished->fetch_add(1);
+    });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (finished->load() < kThreads && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool all = finished->load() == kThreads;
+  for (auto& thread : threads) all ? thread.join() : thread.detach();
+  return all;
+}
+
+void parts_are_shared() {
+  HeadOperands<Parts> heads(1, 2);
+  for (int t = 0; t < kThreads; ++t) heads.expect_task(0, 0);
+  heads.expect_task(0, 1);
+  std::atomic<int> packed{0}, complete{0};
+  const bool finished = run_together([&] {
+    auto hold = heads.take(0, 0, kPieces, [&](Parts& parts, int piece) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      parts.part[piece] += piece + 1;
+      packed.fetch_add(1);
+    });
+    bool all = true;
+    for (int piece = 0; piece < kPieces; ++piece) all = all && hold->part[piece] == piece + 1;
+    complete.fetch_add(all);
+  });
+  check(finished, "parts_are_shared: a take did not return");
+  check(packed.load() == kPieces, "parts_are_shared: each part packed once");
+  check(complete.load() == kThreads, "parts_are_shared: every take sees every part");
+  check(heads.peak() == 1, "parts_are_shared: one head held");
+  // The first head's holds are gone: the next head gets its Parts back (packed parts included).
+  auto next = heads.take(0, 1, [](Parts& parts) {
+    check(parts.part[kPieces - 1] == kPieces, "parts_are_shared: memory passed on");
+  });
+  check(heads.peak() == 1, "parts_are_shared: still one head held at a time");
+}
+
+void a_failed_part_fails_every_take() {
+  HeadOperands<Parts> heads(1, 1);
+  for (int t = 0; t < kThreads; ++t) heads.expect_task(0, 0);
+  std::atomic<int> thrown{0}, returned{0};
+  const bool finished = run_together([&] {
+    try {
+      auto hold = heads.take(0, 0, kPieces, [&](Parts&, int piece) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        if (piece == 3) throw std::runtime_error("out of memory");
+      });
+      returned.fetch_add(1);
+    } catch (const std::exception&) {  // the pack's own error or c10::Error
+      thrown.fetch_add(1);
+    }
+  });
+  check(finished, "a_failed_part_fails_every_take: a take waited forever");
+  check(thrown.load() == kThreads && returned.load() == 0,
+        "a_failed_part_fails_every_take: every take throws");
+}
+
+}  // namespace
+
+int main() {
+  parts_are_shared();
+  a_failed_part_fails_every_take();
+  if (failures) {
+    std::printf("%d checks failed\n", failures);
+    std::fflush(stdout);
+    std::_Exit(1);  // a hung thread may still be waiting
+  }
+  std::printf("head_operands: all checks passed\n");
+  return 0;
+}
