@@ -29,18 +29,6 @@ inline std::vector<Sequence> host_sequences(const AttnParams& p) {
   return seqs;
 }
 
-inline std::vector<SequenceRows> query_rows(const std::vector<Sequence>& seqs) {
-  std::vector<SequenceRows> rows;
-  for (const Sequence& s : seqs) rows.push_back({s.q_row0, s.seqlen_q});
-  return rows;
-}
-
-inline std::vector<SequenceRows> key_rows(const std::vector<Sequence>& seqs) {
-  std::vector<SequenceRows> rows;
-  for (const Sequence& s : seqs) rows.push_back({s.k_row0, s.seqlen_k});
-  return rows;
-}
-
 // Where each (batch entry, head) starts in a packing of whole blocks of block_rows rows:
 // head h of entry b holds blocks[b] blocks from block first(b, h); sequences may differ in
 // length.
