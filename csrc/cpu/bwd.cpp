@@ -34,7 +34,6 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <memory>
 #include <vector>
 
 #include "dropout_tile.h"
@@ -86,8 +85,7 @@ class BackwardKernel {
         query_block_(choose_query_block(p.head_dim)),
         seqs_(host_sequences(p)),
         work_(plan_sequences()),
-        groups_(p.batch, p.heads_kv),
-        chunks_left_(new std::atomic<int>[size_t(p.batch) * p.heads_kv]) {
+        groups_(p.batch, p.heads_kv) {
     // The 16-bit products take a query block as one panel.
     TORCH_INTERNAL_ASSERT(!kNative16 || query_block_ == kPanelWidth);
   }
@@ -97,13 +95,11 @@ class BackwardKernel {
     compute_row_terms();
     std::vector<Task> tasks;
     for (int b = 0; b < p_.batch; ++b)
-      for (int kv_head = 0; kv_head < p_.heads_kv; ++kv_head) {
-        chunks_left_[group_index(b, kv_head)].store(work_[b].chunks, std::memory_order_relaxed);
+      for (int kv_head = 0; kv_head < p_.heads_kv; ++kv_head)
         for (int chunk = 0; chunk < work_[b].chunks; ++chunk) {
           tasks.push_back({b, kv_head, chunk});
           groups_.expect_task(b, kv_head);
         }
-      }
     auto cost = [&](int64_t task) { return count_visible_tiles(tasks[task]); };
     // Head by head (the heaviest first): a head's chunks cost about the same (their key blocks
     // interleave), so the threads finish a head together and about as many heads as threads
@@ -357,7 +353,7 @@ class BackwardKernel {
 
   void run_key_chunk(const Task& task, Scratch& s) {
     const SequenceWork& w = work_[task.b];
-    const auto ops =
+    auto ops =
         groups_.take(task.b, task.kv_head, kPackPieces, [&](GroupOperands& packed, int piece) {
           pack_group(task.b, task.kv_head, piece, packed);
         });
@@ -373,10 +369,8 @@ class BackwardKernel {
       store_dk_dv(task, kb, s);
     }
     s.ops = nullptr;
-    // The last chunk of the head to finish sums them all (acq_rel: it sees the others' writes).
-    if (chunks_left_[group_index(task.b, task.kv_head)].fetch_sub(
-            1, std::memory_order_acq_rel) == 1)
-      reduce_dq(task.b, task.kv_head, *ops);
+    // The last chunk of the head to finish sums them all.
+    ops.release([&](GroupOperands& done) { reduce_dq(task.b, task.kv_head, done); });
   }
 
   // What masks a tile: the window (causal, local) and attn_mask.
@@ -603,7 +597,6 @@ class BackwardKernel {
   const std::vector<Sequence> seqs_;
   std::vector<SequenceWork> work_;  // per sequence
   HeadOperands<GroupOperands> groups_;  // per (sequence, kv head)
-  std::unique_ptr<std::atomic<int>[]> chunks_left_;  // per (sequence, kv head): unfinished
   at::Tensor d_terms_storage_, lse_shift_storage_;
   T* d_terms_ = nullptr;
   T* lse_shift_ = nullptr;

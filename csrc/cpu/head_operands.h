@@ -45,7 +45,8 @@ class HeadOperands {
   // into a finished head's Operands when there is one (pack reuses what memory they hold). The
   // tasks that take the head while it is being packed pack the parts between them (each takes
   // the next part no one has; the parts must write disjoint members), and each returns when
-  // every part is packed. The last task's hold to end passes the operands on. A pack that
+  // every part is packed. The last task's hold to end passes the operands on (release() can
+  // end a hold early and run a last step on them, under the same count). A pack that
   // throws (out of memory) throws from its own take, and the takes waiting for it throw too
   // instead of waiting forever.
   class Hold {
@@ -57,8 +58,16 @@ class HeadOperands {
     Hold& operator=(const Hold&) = delete;
     Hold& operator=(Hold&&) = delete;
     ~Hold() {
-      if (slot_ && slot_->tasks_left.fetch_sub(1, std::memory_order_acq_rel) == 1)
-        owner_->recycle(std::move(slot_->operands));
+      if (slot_) release([](Operands&) {});
+    }
+    // Ends the hold; when it was the head's last, calls last(operands) first (acq_rel: it sees
+    // every other task's writes to them), then passes them on.
+    template <typename Last>
+    void release(const Last& last) {
+      Slot* slot = std::exchange(slot_, nullptr);
+      if (slot->tasks_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+      last(slot->operands);
+      owner_->recycle(std::move(slot->operands));
     }
     // Mutable: operands may be filled in part by part as the tasks need them.
     Operands& operator*() const { return slot_->operands; }

@@ -64,9 +64,9 @@ namespace {
 
 using row_stream::kKeysAhead;
 using row_stream::prefetch_first_rows;
-template <int kKeys>
-using NextRows = row_stream::NextRows<kKeys, c10::BFloat16>;
 using BF16 = c10::BFloat16;
+template <int kKeys>
+using NextRows = row_stream::NextRows<kKeys, BF16>;
 using avx512::lanes16;
 using avx512::lanes32;
 

@@ -1,6 +1,7 @@
 // HeadOperands (csrc/cpu/head_operands.h) with real threads: the tasks that take a head
 // together pack its parts between them, each part once, and all see every part; the last
-// task's hold passes the memory on to the next head; and a part whose pack throws makes every
+// task's hold passes the memory on to the next head, after the last step release() gives it, run
+// once; and a part whose pack throws makes every
 // take of that head throw, none waits forever. Exits non-zero and says which check failed.
 #include <atomic>
 #include <chrono>
@@ -30,6 +31,7 @@ constexpr int kThreads = 3;
 
 struct Parts {
   std::vector<int> part = std::vector<int>(kPieces, 0);
+  std::vector<int> by_task = std::vector<int>(kThreads, 0);  // each task's own write
 };
 
 // Runs f() on kThreads threads at once; false if any is still running after 20 s (a hang: its
@@ -58,7 +60,7 @@ void parts_are_shared() {
   HeadOperands<Parts> heads(1, 2);
   for (int t = 0; t < kThreads; ++t) heads.expect_task(0, 0);
   heads.expect_task(0, 1);
-  std::atomic<int> packed{0}, complete{0};
+  std::atomic<int> packed{0}, complete{0}, tasks{0}, last_steps{0}, last_saw_all{0};
   const bool finished = run_together([&] {
     auto hold = heads.take(0, 0, kPieces, [&](Parts& parts, int piece) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -68,11 +70,20 @@ void parts_are_shared() {
     bool all = true;
     for (int piece = 0; piece < kPieces; ++piece) all = all && hold->part[piece] == piece + 1;
     complete.fetch_add(all);
+    hold->by_task[tasks.fetch_add(1)] = 1;  // which the last step must see
+    hold.release([&](Parts& parts) {
+      last_steps.fetch_add(1);
+      bool saw_all = true;
+      for (int task : parts.by_task) saw_all = saw_all && task == 1;
+      last_saw_all.store(saw_all);
+    });
   });
   check(finished, "parts_are_shared: a take did not return");
   check(packed.load() == kPieces, "parts_are_shared: each part packed once");
   check(complete.load() == kThreads, "parts_are_shared: every take sees every part");
   check(heads.peak() == 1, "parts_are_shared: one head held");
+  check(last_steps.load() == 1, "parts_are_shared: the last step runs once");
+  check(last_saw_all.load() == 1, "parts_are_shared: the last step sees every task's write");
   // The first head's holds are gone: the next head gets its Parts back (packed parts included).
   auto next = heads.take(0, 1, [](Parts& parts) {
     check(parts.part[kPieces - 1] == kPieces, "parts_are_shared: memory passed on");
