@@ -63,6 +63,9 @@ void check_mask_options(const AttnInputs& in) {
               "or >= 0, got ", in.window_left);
   TORCH_CHECK(in.window_right >= -1, "flashattn: window_size[1] (right) must be -1 "
               "(unbounded) or >= 0, got ", in.window_right);
+  TORCH_CHECK(in.softmax_scale.has_value() || q.size(-1) > 0,
+              "flashattn: head_dim is 0 (q has shape ", q.sizes(), "), so the default "
+              "softmax_scale 1/sqrt(head_dim) is infinite; pass softmax_scale explicitly");
   TORCH_CHECK(std::isfinite(resolved_scale(in)), "flashattn: softmax_scale must be finite, got ",
               resolved_scale(in));
   TORCH_CHECK(in.softcap >= 0 && std::isfinite(in.softcap),

@@ -122,6 +122,10 @@ BAD_INPUTS = {
                         r"q must be contiguous in its last \(head_dim\) dimension"),
     "meta_device": (qkv(k=torch.randn(2, 12, 2, 16, device="meta")),
                     r"k must be on the same device as q"),
+    "zero_head_dim": (qkv(q=torch.randn(2, 10, 4, 0), k=torch.randn(2, 12, 2, 0),
+                          v=torch.randn(2, 12, 2, 0)),
+                      r"head_dim is 0 \(q has shape \[2, 10, 4, 0\]\), so the default "
+                      r"softmax_scale 1/sqrt\(head_dim\) is infinite"),
 }
 
 
