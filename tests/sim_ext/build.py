@@ -3,12 +3,13 @@ torch.utils.cpp_extension.load and returns the loaded module.
 
     python tests/sim_ext/build.py        # build (or reuse the cached build) and print the time
 
-The build is cached by torch under TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions);
-a rebuild happens only when a source or header changes. Two translation units carry the
+The build is cached by torch under TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions),
+one folder per torch version; a rebuild happens only when a source or header changes. Two translation units carry the
 kernels' instantiations (forward, backward), so 2 cores compile them in parallel.
 """
 import importlib.util
 import os
+import re
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,8 +53,14 @@ def load(verbose=False):
     # cheap to compile and the fibers fast enough), with torch's C++ standard (2.14 needs C++20).
     # No debug info: it doubles the compile time of the kernel translation units.
     flags = cudasim_build.compile_flags(cxx_std=None) + ["-g0"]
+    # One build folder per torch version. Torch 2.14 keeps a folder's `lock` file (it locks it
+    # with flock), and torch 2.11 waits, silently and forever, for that file to go away: a
+    # folder shared by the two hung every test on 2.11 (seen on 2026-12-01). The library's name
+    # is only the folder's and the .so's: the ops register as torch.ops.flashattn_sim either way.
+    import torch
+    version = re.sub(r"[^0-9A-Za-z]", "_", torch.__version__)
     return torch_load(
-        name="flashattn_sim",
+        name=f"flashattn_sim_torch{version}",
         sources=sources,
         extra_cflags=flags,
         is_python_module=False,
