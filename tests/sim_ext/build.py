@@ -4,8 +4,9 @@ torch.utils.cpp_extension.load and returns the loaded module.
     python tests/sim_ext/build.py        # build (or reuse the cached build) and print the time
 
 The build is cached by torch under TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions),
-one folder per torch version; a rebuild happens only when a source or header changes. Two translation units carry the
-kernels' instantiations (forward, backward), so 2 cores compile them in parallel.
+one folder per torch version; a rebuild happens only when a source or header changes. Two
+translation units carry the kernels' instantiations (forward, backward), so 2 cores compile them
+in parallel.
 """
 import importlib.util
 import os
