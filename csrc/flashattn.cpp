@@ -1,7 +1,7 @@
 // Registers the op schemas (schema.h): the single definition of torch.ops.flashattn.*.
 //
 // Implementations register per dispatch key next to their kernels (cpu/api.cpp, cuda/api.cu);
-// fake (meta) kernels and autograd are registered once, in Python (flashattn/ops.py).
+// fake (meta) kernels and autograd are registered once, in Python (flashattn/_ops.py).
 #include <torch/library.h>
 
 #include <memory>
@@ -19,7 +19,7 @@ std::vector<SdpaImplInstaller>& sdpa_impl_installers() {
 }
 
 // Installs (active) or removes flashattn's kernels as ATen's own flash-attention ops
-// (sdpa_impl.h), for every executor this build has. flashattn/sdpa_impl.py calls it through
+// (sdpa_impl.h), for every executor this build has. flashattn/_sdpa_impl.py calls it through
 // torch.nn.attention's activate_flash_attention_impl / restore_flash_attention_impl.
 void activate_sdpa_impl(bool active) {
   static std::vector<std::unique_ptr<torch::Library>> aten_impls;

@@ -1,8 +1,8 @@
 // The op schemas, the one place their arguments are listed. csrc/flashattn.cpp registers them as
 // torch.ops.flashattn.*; the test-only CPU-shim build registers the same strings under its own
 // namespace, so the two executors cannot drift apart. Everything else reads the arguments by
-// these names: the kernels' glue (op_glue.h), the fake kernels and autograd (flashattn/ops.py)
-// and the Python front ends (flashattn/interface.py). A new argument is added here, with a
+// these names: the kernels' glue (op_glue.h), the fake kernels and autograd (flashattn/_ops.py)
+// and the Python front ends (flashattn/_interface.py). A new argument is added here, with a
 // default, and read where it is used.
 #pragma once
 

@@ -1,6 +1,6 @@
 // flashattn as the kernel behind F.scaled_dot_product_attention: replacements for ATen's own
 // flash-attention ops, written once for every executor, which torch.nn.attention's
-// activate_flash_attention_impl("flashattn") installs (flashattn/sdpa_impl.py) and
+// activate_flash_attention_impl("flashattn") installs (flashattn/_sdpa_impl.py) and
 // restore_flash_attention_impl() removes.
 //
 //   CPU:  _scaled_dot_product_flash_attention_for_cpu (+ _backward)

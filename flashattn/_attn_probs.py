@@ -7,7 +7,7 @@ It materialises (batch, heads, seqlen_q, seqlen_k): for tests and small shapes o
 decisions are the kernels' own (torch.ops.flashattn.dropout_keep_mask)."""
 import torch
 
-from .reference import attention_scores
+from ._reference import attention_scores
 
 
 def _unnormalized(scores):

@@ -22,7 +22,7 @@ are negligible beside them). Implementations, on the same values:
   fa2-dense        when flash_attn is importable (CUDA only; FA2 takes pages that are multiples
                    of 256 only, so fa2-paged reports n/a at smaller pages)
 
-Each output is checked against a float64 reference (flashattn.reference) on the first and the
+Each output is checked against a float64 reference (flashattn._reference) on the first and the
 last sequence of the batch, all heads. The memory bandwidth is measured in the same run, by a
 large copy_ (1 GiB by default; measure.CopyStep) timed in every case's rotation next to its
 implementations, so that %copy is a paired ratio: the median over the repeats of this call's
@@ -48,8 +48,8 @@ from torch.nn.attention import sdpa_kernel
 from . import __version__
 from . import _bench_measure as measure
 from . import _bench_common as common
-from .kvcache import flash_attn_with_kvcache
-from .reference import attention_reference
+from ._kvcache import flash_attn_with_kvcache
+from ._reference import attention_reference
 
 PAGED = "flashattn-paged"
 DENSE = "flashattn-dense"
@@ -347,7 +347,7 @@ def checked_sequences(batch):
 
 
 def references(inputs, settings):
-    """{sequence: float64 reference output (Sq, Hq, d)}, from flashattn.reference one kv head at
+    """{sequence: float64 reference output (Sq, Hq, d)}, from flashattn._reference one kv head at
     a time: its query heads' rows stacked as the rows of one head (the attention is not causal,
     so rows are independent), which keeps the float64 keys to one head's (Sk, d)."""
     group = settings.heads // settings.heads_kv

@@ -1,5 +1,5 @@
 """`python -m flashattn.bench --sdpa-impl`: flashattn as the implementation behind
-torch.nn.functional.scaled_dot_product_attention (flashattn/sdpa_impl.py), in an unmodified
+torch.nn.functional.scaled_dot_product_attention (flashattn/_sdpa_impl.py), in an unmodified
 model, against PyTorch's own kernel.
 
 Two parts (`--sdpa-impl train` or `--sdpa-impl overhead` runs one of them alone):
@@ -53,8 +53,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from . import __version__
 from . import _bench_measure as measure
 from . import _bench_common as common
-from . import sdpa_impl
-from .interface import scaled_dot_product_attention as flashattn_sdpa
+from . import _sdpa_impl
+from ._interface import scaled_dot_product_attention as flashattn_sdpa
 
 PYTORCH = "pytorch"
 FLASHATTN = "flashattn"

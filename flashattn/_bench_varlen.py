@@ -51,7 +51,7 @@ from torch.nn.attention import sdpa_kernel
 from . import __version__
 from . import _bench_measure as measure
 from . import _bench_common as common
-from .interface import flash_attn_func, flash_attn_varlen_func
+from ._interface import flash_attn_func, flash_attn_varlen_func
 
 VARLEN = "flashattn-varlen"
 PADDED = "flashattn-padded"

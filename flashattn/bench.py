@@ -25,7 +25,7 @@ from . import _bench_measure as measure
 from . import _bench_plot as plot
 from . import _bench_sdpa_impl as sdpa_impl_bench
 from . import _bench_varlen as varlen
-from .interface import scaled_dot_product_attention as flashattn_sdpa
+from ._interface import scaled_dot_product_attention as flashattn_sdpa
 
 FLASHATTN = "flashattn"
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from flashattn.reference import attention_reference
+from flashattn._reference import attention_reference
 from tolerance import assert_within_torch_error
 
 # name -> keyword arguments of Executor.fwd/bwd, resolved by mask_arguments(): "alibi" names the

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import flashattn
-from flashattn.reference import attention_reference
+from flashattn._reference import attention_reference
 from checks import make_qkv
 from tolerance import assert_within_torch_error
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import flashattn
 from checks import make_qkv, to64
 from executors import EXECUTORS, make_executor
-from flashattn.reference import attention_reference
+from flashattn._reference import attention_reference
 from tolerance import assert_within_torch_error
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

@@ -145,7 +145,7 @@ def test_decode_reference_is_gqa_attention_over_the_whole_cache():
     # The bench stacks each kv head's query heads as rows of one head; it must equal plain GQA
     # attention (the reference's own repeat_interleave) over all Sk keys.
     from flashattn._bench_decode import DEFAULTS, Case, Inputs, references
-    from flashattn.reference import attention_reference
+    from flashattn._reference import attention_reference
 
     settings = replace(DEFAULTS["cpu"], heads=6, heads_kv=2, head_dim=8)
     x = Inputs(Case(torch.float32, 3, 4, 37), settings, torch.device("cpu"),

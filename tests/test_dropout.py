@@ -9,7 +9,7 @@ import torch
 import flashattn
 from checks import MASKS, make_qkv, mask_arguments, to64
 from executors import EXECUTORS, make_executor
-from flashattn.reference import attention_reference
+from flashattn._reference import attention_reference
 from tolerance import assert_within_torch_error
 from varlen_checks import VarlenBatch
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import flashattn
-from flashattn.reference import attention_reference
+from flashattn._reference import attention_reference
 from executors import make_executor
 from tolerance import assert_within_torch_error
 

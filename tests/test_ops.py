@@ -5,7 +5,7 @@ import torch
 
 import flashattn
 from checks import make_qkv
-from flashattn.reference import attention_reference
+from flashattn._reference import attention_reference
 
 
 def fwd_samples():

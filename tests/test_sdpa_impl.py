@@ -1,4 +1,4 @@
-"""flashattn behind F.scaled_dot_product_attention (flashattn/sdpa_impl.py): registered on
+"""flashattn behind F.scaled_dot_product_attention (flashattn/_sdpa_impl.py): registered on
 import, active only between activate_flash_attention_impl("flashattn") and
 restore_flash_attention_impl(); while active, F.sdpa on CPU runs flashattn's kernels (the
 profiler shows flashattn::fwd / flashattn::bwd), with ATen's strides, inside real modules and

@@ -11,7 +11,7 @@ import torch
 
 from checks import MASKS, check_backward, check_forward, make_qkv, to64
 from executors import make_executor
-from flashattn.reference import attention_reference
+from flashattn._reference import attention_reference
 from tolerance import assert_within_torch_error
 from varlen_checks import check_varlen, shuffled_awkward_batch
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from checks import mask_arguments, to64
-from flashattn.reference import attention_reference
+from flashattn._reference import attention_reference
 from tolerance import assert_within_torch_error
 
 # Lengths around the tile edges (16-, 32-, 64- and 128-row tiles), mixed in one batch.

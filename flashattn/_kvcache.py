@@ -8,7 +8,7 @@ import operator
 
 import torch
 
-from .interface import _optional_real, _real, _window_pair
+from ._interface import _optional_real, _real, _window_pair
 
 
 class _ForwardOnly(torch.autograd.Function):
