@@ -19,7 +19,7 @@ from ._interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_q
                         flash_attn_varlen_qkvpacked_func, scaled_dot_product_attention)
 from ._kvcache import flash_attn_with_kvcache
 
-__version__ = "0.1.0"
+from ._version import __version__
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
            "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
            "flash_attn_varlen_kvpacked_func", "scaled_dot_product_attention", "flash_attn_with_kvcache",

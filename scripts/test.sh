@@ -18,7 +18,7 @@ step() { printf '\n== %s\n' "$*"; }
 step "build environment ($BUILD_VENV)"
 [ -x "$BUILD_VENV/bin/python" ] || "$PYTHON" -m venv "$BUILD_VENV"
 "$BUILD_VENV/bin/python" -m pip install -q --upgrade pip
-"$BUILD_VENV/bin/python" -m pip install -q "torch>=2.11" ninja "setuptools>=64" wheel numpy
+"$BUILD_VENV/bin/python" -m pip install -q "torch>=2.11,<2.15" ninja "setuptools>=77" wheel numpy
 TORCH_VERSION=$("$BUILD_VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
 
 step "build the wheel (torch $TORCH_VERSION)"
@@ -41,7 +41,7 @@ step "fresh test environment ($TEST_VENV) with the installed wheel"
 rm -rf "$TEST_VENV"
 "$PYTHON" -m venv "$TEST_VENV"
 "$TEST_VENV/bin/python" -m pip install -q --upgrade pip
-"$TEST_VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" ninja "setuptools>=64" numpy pytest matplotlib
+"$TEST_VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" ninja "setuptools>=77" numpy pytest matplotlib
 "$TEST_VENV/bin/python" -m pip install -q --no-deps "$WHEEL"
 
 if grep -q "flashattn: CUDA build of _C" build/wheel.log; then
