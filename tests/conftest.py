@@ -60,7 +60,7 @@ def runs_on_the_shim(item):
 
 
 def pytest_collection_modifyitems(config, items):
-    # `-m "not shim"` leaves them out where a GPU is tested (bench/gpu_check.sh): names like
+    # `-m "not shim"` leaves them out where a GPU is tested (tools/gpu_check.sh): names like
     # test_cuda_kernels_on_the_shim match `-k cuda`, and eight pytest workers building the shim
     # extension at once crashed two of them on the H200.
     for item in items:

@@ -1,4 +1,4 @@
-"""bench/gpu_model.py (issue 15): the CUDA kernels counted on the CPU shim and modeled on
+"""tools/gpu_model.py (issue 15): the CUDA kernels counted on the CPU shim and modeled on
 H100/H200/A100 next to FlashAttention-2. Runs the command as CI would (--quick: head dim 128,
 every family, causal and not) and checks its JSON: the fields, and the counts the kernels' tile
 geometry fixes exactly. Needs the sim extension (built on first use, as for
@@ -12,13 +12,13 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO, "bench", "gpu_model.py")
+SCRIPT = os.path.join(REPO, "tools", "gpu_model.py")
 FIELDS = {"kernel": str, "direction": str, "dtype": str, "head_dim": int, "causal": bool,
           "mma": float, "ldmatrix_x4_equiv": float, "smem_wavefronts": float,
           "smem_wavefronts_ideal": float, "global_sectors": float, "atomics": float,
           "barriers": float, "regs_per_thread": int, "smem_per_cta": int,
           "ctas_per_sm_h100": int, "modeled_tflops_h100": float, "modeled_tflops_h200": float}
-# mma.sync m16n8k16 = 4096 FLOP; the H100 model's mma.sync ceiling (bench/gpu_specs.py).
+# mma.sync m16n8k16 = 4096 FLOP; the H100 model's mma.sync ceiling (tools/gpu_specs.py).
 MMA_FLOP = 4096
 H100_MMA_SYNC_TFLOPS = 132 * 1.83e9 * 2048 / 1e12
 

@@ -1,4 +1,4 @@
-"""bench/gpu_check.sh picks the GPU tests with `-k cuda -m "not slow and not shim"`. The CPU
+"""tools/gpu_check.sh picks the GPU tests with `-k cuda -m "not slow and not shim"`. The CPU
 shim's tests must not be among them: their names can match `-k cuda`
 (test_cuda_kernels_on_the_shim), and on the first H200 run eight pytest workers building the shim
 extension at once crashed. conftest.py marks them `shim`; this checks the selection."""

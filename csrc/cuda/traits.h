@@ -56,7 +56,7 @@ struct FwdTraits {
   static constexpr int kNThreads = kNWarps * kWarpSize;
   // Query rows per warp, in m16 tiles. Up to d = 128 a warp owns 32 rows (two m-tiles), FA2's
   // geometry: every K or V fragment a warp loads from smem then feeds two mma, so ldmatrix.x4
-  // per mma falls from 0.5625 to 0.3125 at d = 128 (bench/gpu_model.py; the forward is bound by
+  // per mma falls from 0.5625 to 0.3125 at d = 128 (tools/gpu_model.py; the forward is bound by
   // shared memory, not tensor cores). Above d = 128 the O accumulator (d/2 floats per m-tile
   // per thread) leaves no registers for a second m-tile. Nor does dropout: its keep bits and
   // Philox state on top of two m-tiles spilled 168 bytes at d = 128 on sm_80 (255 registers),
@@ -110,7 +110,7 @@ struct FwdTraits {
 // FA2 (flash_bwd_launch_template.h, its non-double-buffered sm80 choices). At d = 128 that
 // geometry loads 0.45 ldmatrix.x4 per mma, and 0.425 with each warp's own P^T and dS^T taken
 // from registers, against 0.70 of the former 4-warp, 64 x 32 tile whose warps each owned 16
-// keys x every column (bench/gpu_model.py).
+// keys x every column (tools/gpu_model.py).
 // Q_i and dO_i are one stage: the copy of tile i + 1 starts once every warp is done with
 // dK/dV of tile i, and overlaps the dQ product (two stages at d = 128 would take 177 KB, more
 // than sm_80's 163).

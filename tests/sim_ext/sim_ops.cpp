@@ -51,7 +51,7 @@ std::string aten_schema_without_namespace(const char* name) {
   return schema.substr(schema.find("::") + 2);
 }
 
-// The shim's counters (tests/cudasim/README.md, "Counters"): bench/gpu_model.py reads them.
+// The shim's counters (tests/cudasim/README.md, "Counters"): tools/gpu_model.py reads them.
 void counters_enable(bool on) { ::cudasim::enable_counters(on); }
 void counters_reset() { ::cudasim::reset_counters(); }
 std::string counters_json() { return ::cudasim::counters_json(); }

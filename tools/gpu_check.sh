@@ -3,11 +3,11 @@
 # build for the chip in front of us (the primitive layout check runs meanwhile); the CUDA tests,
 # with FA2's own tests through the adapter beside them when .fa2/ was carried, then
 # compute-sanitizer memcheck and racecheck; then, with the GPU to itself, a trimmed benchmark
-# against every SDPA backend (each figure printed next to bench/gpu_model.py's prediction), a
+# against every SDPA backend (each figure printed next to tools/gpu_model.py's prediction), a
 # decoding step's (flash_attn_with_kvcache) KV bandwidth, and Nsight Compute's counters for the
-# model's d = 128 shape (bench/ncu_workload.py).
+# model's d = 128 shape (tools/ncu_workload.py).
 #
-#   bash bench/gpu_check.sh          the log goes to $OUT/gpu_check.log, everything else to
+#   bash tools/gpu_check.sh          the log goes to $OUT/gpu_check.log, everything else to
 #                                    $OUT/raw, packed into $OUT/raw.tgz (default OUT ./gpu-out)
 #
 # GPU_CHECK_DEADLINE_S (default 540) bounds the whole script, so a 600 s call returns with time
@@ -23,7 +23,7 @@
 # GPU goes through every step (each failing for want of one) and packs raw.tgz. Two calls on
 # 2026-12-01 (bench/RESULTS.md, "First GPU run") took 298 s and 380 s; the box started in
 # about 30 s each time.
-# The model's predictions come from the snapshot bench/gpu_model.json (rerun bench/gpu_model.py
+# The model's predictions come from the snapshot tools/gpu_model.json (rerun tools/gpu_model.py
 # after kernel changes; --compare says when the snapshot's csrc differs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -147,8 +147,8 @@ finish() {
   trap - EXIT INT TERM
   stop_children
   (( rc == 0 && failed > 0 )) && rc=1
-  printf '\n== model vs measured (bench/gpu_model.json: modeled on %s)\n' "${MODEL_GPU:-h200}"
-  $PY bench/gpu_model.py --compare "$OUT"/bench-*.json --model bench/gpu_model.json \
+  printf '\n== model vs measured (tools/gpu_model.json: modeled on %s)\n' "${MODEL_GPU:-h200}"
+  $PY tools/gpu_model.py --compare "$OUT"/bench-*.json --model tools/gpu_model.json \
     --gpu "${MODEL_GPU:-h200}" 2>&1 || true
   printf '\n== summary (%s, %d s of %d)\n' "$(date -u)" $(( $(date +%s) - START )) "$DEADLINE_S"
   printf '%s\n' "${summary[@]}"
@@ -218,9 +218,9 @@ step cuda-tests 240 bash -c "$PY -m pytest tests -v --maxfail=30 -k cuda -m 'not
   exit \$rc"
 # The caching allocator would hide out-of-bounds accesses inside its blocks from memcheck.
 step memcheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-  --error-exitcode 1 $PY bench/sanitizer_cases.py
+  --error-exitcode 1 $PY tests/sanitizer_cases.py
 step racecheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool racecheck \
-  --error-exitcode 1 $PY bench/sanitizer_cases.py
+  --error-exitcode 1 $PY tests/sanitizer_cases.py
 for name in "${!BG_PID[@]}"; do bg_wait "$name"; done
 # Trimmed first benchmark: the model's shape (16k tokens, hidden 2048, N = 4096) for d = 128,
 # 64, 256, forward and forward+backward, causal and not; N = 1024 too at d = 128.
@@ -230,15 +230,15 @@ step bench-d128 90 $PY -m flashattn.bench --device cuda --head-dim 128 --heads 1
 # the GQA-packed decode path (cuda/gqa_decode.h) against every SDPA backend and FA2 if present.
 step bench-decode 60 $PY -m flashattn.bench --device cuda --decode --batch-sizes 1,32 \
   --kv-lens 8192,32768 --repeats 5 --json "$OUT/bench-decode.json"
-# Nsight Compute on the model's d = 128 shape (bench/ncu_workload.py): the counters that
-# bench/gpu_model.py counts on the shim (mma, ldmatrix, shared-memory wavefronts and bank
+# Nsight Compute on the model's d = 128 shape (tools/ncu_workload.py): the counters that
+# tools/gpu_model.py counts on the shim (mma, ldmatrix, shared-memory wavefronts and bank
 # conflicts, sectors), measured, plus each kernel's duration and throughput breakdown.
 if command -v ncu >/dev/null; then
   step ncu 90 bash -c "ncu --clock-control none -f -o $OUT/ncu -c 5 \
     -k 'regex:fwd_kernel_16bit|bwd_dkdv_kernel_16bit|bwd_dq_kernel_16bit' \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section MemoryWorkloadAnalysis_Tables --section InstructionStats --section LaunchStats \
-    --section Occupancy --section WarpStateStats $PY bench/ncu_workload.py \
+    --section Occupancy --section WarpStateStats $PY tools/ncu_workload.py \
     && ncu --import $OUT/ncu.ncu-rep --page details > $OUT/ncu_details.txt \
     && { ncu --import $OUT/ncu.ncu-rep --page raw --csv --print-metric-instances values \
            > $OUT/ncu_raw.csv || ncu --import $OUT/ncu.ncu-rep --page raw --csv > $OUT/ncu_raw.csv; }"

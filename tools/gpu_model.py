@@ -3,8 +3,8 @@
 the counts into modeled H100/H200/A100 time with a roofline model. FlashAttention-2's counts for
 its own tile geometry are worked out on paper and go through the same model.
 
-    python bench/gpu_model.py [--json FILE] [--quick] [--build-log build/wheel.log]
-    python bench/gpu_model.py --decode     one KV-cache decoding step instead (issue 12), below
+    python tools/gpu_model.py [--json FILE] [--quick] [--build-log build/wheel.log]
+    python tools/gpu_model.py --decode     one KV-cache decoding step instead (issue 12), below
 
 --decode counts issue 12's H200 decode shape (B = 32, Sq = 1, 32 / 8 heads, d = 128, bf16,
 Sk = 8k and 32k) the same way: one sequence on the shim at 512 and 1024 keys, each counter
@@ -33,7 +33,7 @@ What it does, and the method, in order:
 3. Occupancy. Registers per thread come from the ptxas report in the wheel build's log
    (FLASHATTN_PTXAS_STRICT=1; .ci/cuda_gates.py parses it: sm_90 for H100/H200, sm_80 for
    A100), shared memory from the launch. CTAs per SM = the least of the register, shared-memory,
-   thread and CTA limits (bench/gpu_specs.py).
+   thread and CTA limits (tools/gpu_specs.py).
 4. Time. For each kernel: tensor time = mma.sync count / the GPU's mma.sync rate; shared-memory
    time = wavefronts / (SMs x 1 wavefront of 128 B per clock); memory time = max(L2 bytes / L2
    bandwidth, compulsory HBM bytes / HBM bandwidth), where L2 bytes = 32-byte sectors counted
@@ -728,7 +728,7 @@ def compare(bench_files, model_file, gpu):
         return 0
     print(f"{'mode':<7} {'d':>3} {'causal':>6} {'seqlen':>6} {'impl':<11} {'measured':>8} "
           f"{'modeled':>8} {'meas/model':>10}   TFLOP/s; modeled: {gpu.upper()}, N={SEQLEN} only"
-          + ("  (model snapshot from another csrc: rerun bench/gpu_model.py)" if stale else ""))
+          + ("  (model snapshot from another csrc: rerun tools/gpu_model.py)" if stale else ""))
     for mode, d, causal, n, impl, measured, m in rows:
         cells = f"{m:>8.1f} {measured / m:>10.2f}" if m else f"{'-':>8} {'-':>10}"
         print(f"{mode:<7} {d:>3} {causal:>6} {n:>6} {impl:<11} {measured:>8.1f} {cells}")

@@ -1,11 +1,11 @@
-"""The workload that bench/gpu_check.sh profiles with Nsight Compute, to calibrate
-bench/gpu_model.py: one forward and two backwards (dQ by atomics, then the deterministic dQ
+"""The workload that tools/gpu_check.sh profiles with Nsight Compute, to calibrate
+tools/gpu_model.py: one forward and two backwards (dQ by atomics, then the deterministic dQ
 kernel) at the model's shape, bf16, d = 128, N = 4096, batch 4, 16 heads (16k tokens, hidden
 2048), not causal. gpu_model.json's records for that shape count the same launches on the shim,
 so ncu's instruction and shared-memory counters can be set beside the shim's counts.
 
     ncu --clock-control none -k regex:'fwd_kernel_16bit|bwd_dkdv|bwd_dq_kernel' \\
-        python bench/ncu_workload.py
+        python tools/ncu_workload.py
 """
 import torch
 

@@ -2,7 +2,7 @@
 and with a block-causal mask, against unmasked calls doing the same visible work, timed in
 alternation in one process (medians of paired ratios). Prints one line per case.
 
-    python bench/mask_speed.py [--seqlen 2048] [--heads 8] [--head-dim 64] [--repeats 9]
+    python tools/mask_speed.py [--seqlen 2048] [--heads 8] [--head-dim 64] [--repeats 9]
 """
 import argparse
 import statistics

@@ -1,5 +1,5 @@
 """One small forward+backward per CUDA kernel family, and KV-cache decoding steps, for
-compute-sanitizer (bench/gpu_check.sh).
+compute-sanitizer (tools/gpu_check.sh).
 
 Sizes are tails on purpose (not multiples of any tile) so out-of-bounds accesses show up."""
 import torch

@@ -1,4 +1,4 @@
-"""The numbers bench/gpu_model.py models GPUs and FlashAttention-2 with, each with its source.
+"""The numbers tools/gpu_model.py models GPUs and FlashAttention-2 with, each with its source.
 
 Nothing here is measured by this project: these are vendors' published figures, FA2's own
 source, and, where no vendor figure exists, a stated assumption that the first GPU run must
