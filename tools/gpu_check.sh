@@ -2,9 +2,12 @@
 # The whole GPU pass in one device call (at most 10 minutes; 15 minutes of device time in all):
 # build for the chip in front of us (the primitive layout check runs meanwhile); the CUDA tests,
 # with FA2's own tests through the adapter beside them when .fa2/ was carried, then
-# compute-sanitizer memcheck and racecheck; then, with the GPU to itself, a trimmed benchmark
-# against every SDPA backend (each figure printed next to tools/gpu_model.py's prediction), a
-# decoding step's (flash_attn_with_kvcache) KV bandwidth, and Nsight Compute's counters for the
+# compute-sanitizer memcheck and racecheck. Then, with the GPU to itself: the results page's two
+# benchmarks at their default CUDA settings (`python -m flashattn.bench --json` and `python -m
+# flashattn.bench decode --json`, written to $OUT/raw/results/h200/dense.json and decode.json,
+# which are copied from raw.tgz to bench/results/h200/ afterwards); trimmed benchmarks against
+# every SDPA backend (each figure printed next to tools/gpu_model.py's prediction) and of a
+# decoding step's (flash_attn_with_kvcache) KV bandwidth; and Nsight Compute's counters for the
 # model's d = 128 shape (tools/ncu_workload.py).
 #
 #   bash tools/gpu_check.sh          the log goes to $OUT/gpu_check.log, everything else to
@@ -21,8 +24,8 @@
 # 2.11.0+cu130 headers at -std=c++17, which its cpp_extension uses
 # (scripts/compile_check_torch.py --torch 2.11.0 --all-cu). A dry run on a machine without a
 # GPU goes through every step (each failing for want of one) and packs raw.tgz. Two calls on
-# 2026-12-01 (bench/RESULTS.md, "First GPU run") took 298 s and 380 s; the box started in
-# about 30 s each time.
+# 2026-12-01 (bench/RESULTS.md, "First GPU run") took 298 s and 380 s, before the results
+# page's benchmarks (at most 150 s each) were added; the box started in about 30 s each time.
 # The model's predictions come from the snapshot tools/gpu_model.json (rerun tools/gpu_model.py
 # after kernel changes; --compare says when the snapshot's csrc differs).
 set -uo pipefail
@@ -148,8 +151,8 @@ finish() {
   stop_children
   (( rc == 0 && failed > 0 )) && rc=1
   printf '\n== model vs measured (tools/gpu_model.json: modeled on %s)\n' "${MODEL_GPU:-h200}"
-  $PY tools/gpu_model.py --compare "$OUT"/bench-*.json --model tools/gpu_model.json \
-    --gpu "${MODEL_GPU:-h200}" 2>&1 || true
+  $PY tools/gpu_model.py --compare "$OUT"/bench-*.json "$OUT"/results/h200/dense.json \
+    --model tools/gpu_model.json --gpu "${MODEL_GPU:-h200}" 2>&1 || true
   printf '\n== summary (%s, %d s of %d)\n' "$(date -u)" $(( $(date +%s) - START )) "$DEADLINE_S"
   printf '%s\n' "${summary[@]}"
   (( failed )) && printf '%d step(s) did not pass\n' "$failed"
@@ -222,13 +225,23 @@ step memcheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool m
 step racecheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool racecheck \
   --error-exitcode 1 $PY tests/sanitizer_cases.py
 for name in "${!BG_PID[@]}"; do bg_wait "$name"; done
+# The results page's two benchmarks (bench/results/h200/), at their default CUDA settings:
+# bf16, 16 heads of 128, 16k tokens per batch, seqlen 1k-16k, forward and forward+backward,
+# causal and not; decode at B 1, 8, 32, Sq 1 and 4, Sk 1k-128k. They run first among the
+# benchmarks; the trimmed ones below measure subsets of them, and the model's comparison reads
+# dense.json too. A step cut by the deadline writes no JSON (GPU_CHECK_SKIP="results-dense
+# results-decode" leaves them out of a rerun).
+mkdir -p "$OUT/results/h200"
+step results-dense 150 $PY -m flashattn.bench --device cuda --json "$OUT/results/h200/dense.json"
+step results-decode 150 $PY -m flashattn.bench decode --device cuda \
+  --json "$OUT/results/h200/decode.json"
 # Trimmed first benchmark: the model's shape (16k tokens, hidden 2048, N = 4096) for d = 128,
 # 64, 256, forward and forward+backward, causal and not; N = 1024 too at d = 128.
 step bench-d128 90 $PY -m flashattn.bench --device cuda --head-dim 128 --heads 16 \
   --seqlens 1024,4096 --repeats 5 --json "$OUT/bench-d128.json"
 # Issue 12's decode target (B = 32, Sk >= 8k: >= 80% of the bandwidth), with B = 1 beside it:
 # the GQA-packed decode path (cuda/gqa_decode.h) against every SDPA backend and FA2 if present.
-step bench-decode 60 $PY -m flashattn.bench --device cuda --decode --batch-sizes 1,32 \
+step bench-decode 60 $PY -m flashattn.bench decode --device cuda --batch-sizes 1,32 \
   --kv-lens 8192,32768 --repeats 5 --json "$OUT/bench-decode.json"
 # Nsight Compute on the model's d = 128 shape (tools/ncu_workload.py): the counters that
 # tools/gpu_model.py counts on the shim (mma, ldmatrix, shared-memory wavefronts and bank
