@@ -103,8 +103,8 @@ def test_plot_is_an_svg_with_labels_and_title(quick_run):
 
 
 def test_plot_writes_a_png_for_a_png_name(tmp_path):
-    from flashattn.bench import Result
-    from flashattn._bench_plot import plot_results
+    from flashattn.bench.dense import Result
+    from flashattn.bench.plot import plot_results
 
     # sdpa-flash did not run (None); the causal group has no memory measured at all.
     results = [Result("fwd", "float32", causal, seqlen, 1, 2, 32, impl, time_ms=time_ms,
@@ -154,11 +154,12 @@ def test_the_benchmark_without_plot_does_not_import_matplotlib(tmp_path):
 def test_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch, tmp_path):
     # As on a GPU before the CUDA kernels exist: flashattn raises, the SDPA backends still run.
     from flashattn import bench
+    from flashattn.bench import dense
 
     def not_built(*args, **kwargs):
         raise NotImplementedError("flashattn::fwd: no kernel for this device\nsecond line")
 
-    monkeypatch.setattr(bench, "flashattn_sdpa", not_built)
+    monkeypatch.setattr(dense, "flashattn_sdpa", not_built)
     out = tmp_path / "bench.json"
     assert bench.main(["--device", "cpu", "--quick", "--seqlens", "64", "--mode", "fwd",
                        "--causal", "no", "--json", str(out)]) == 0
@@ -173,7 +174,7 @@ def test_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch
 
 
 def test_flops_follow_the_flashattention_convention():
-    from flashattn.bench import Case
+    from flashattn.bench.dense import Case
 
     def flops(mode, causal):
         return Case(mode, torch.float32, causal, seqlen=1024, batch=2, heads=4,
@@ -229,7 +230,7 @@ def test_varlen_batch_is_the_promised_lengths(varlen_run):
     assert (f"count {summary['count']}, min {summary['min']}, median {summary['median']:g}, "
             f"max {summary['max']}") in table
     # A fixed seed: the same options draw the same batch.
-    from flashattn._bench_varlen import sample_lengths
+    from flashattn.bench.varlen import sample_lengths
     assert sample_lengths(meta["total_tokens"], meta["max_seqlen"], meta["median_seqlen"],
                           meta["sigma"], meta["seed"]) == lengths
 
@@ -300,7 +301,7 @@ def test_varlen_thread_balance(varlen_run):
 
 
 def test_varlen_sample_lengths():
-    from flashattn._bench_varlen import sample_lengths
+    from flashattn.bench.varlen import sample_lengths
 
     lengths = sample_lengths(16384, 8192, 512, 1.0, seed=0)
     assert sum(lengths) == 16384 and all(1 <= n <= 8192 for n in lengths)
@@ -311,7 +312,7 @@ def test_varlen_sample_lengths():
 
 
 def test_varlen_flops_follow_the_flashattention_convention():
-    from flashattn._bench_varlen import real_flops
+    from flashattn.bench.varlen import real_flops
 
     lengths = [1000, 37, 1]
     forward = sum(4 * 16 * n * n * 128 for n in lengths)
@@ -324,7 +325,8 @@ def test_varlen_flops_follow_the_flashattention_convention():
 def test_varlen_check_catches_padded_keys_that_take_part(monkeypatch, tmp_path):
     # flash_attn_func without a key mask lets the real queries see the padded (zero) keys:
     # the check on the real rows must see that, or it would pass any padding bug.
-    from flashattn import _bench_varlen, flash_attn_func
+    from flashattn import flash_attn_func
+    from flashattn.bench import varlen as _bench_varlen
 
     monkeypatch.setattr(_bench_varlen, "_padded",
                         lambda batch, q, k, v, causal: flash_attn_func(q, k, v, causal=causal))
@@ -337,7 +339,7 @@ def test_varlen_check_catches_padded_keys_that_take_part(monkeypatch, tmp_path):
 
 def test_varlen_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch,
                                                                             tmp_path):
-    from flashattn import _bench_varlen
+    from flashattn.bench import varlen as _bench_varlen
 
     def not_built(*args, **kwargs):
         raise NotImplementedError("flashattn::fwd: no kernel for this device\nsecond line")

@@ -90,7 +90,7 @@ def test_decode_results_are_right_and_measured(decode_run):
 def test_decode_speedup_is_against_the_best_sdpa_backend(decode_run):
     # The paired median against each backend, recomputed from the samples: the reported one is
     # the smallest of them.
-    from flashattn._bench_measure import paired_speedup
+    from flashattn.bench.measure import paired_speedup
 
     report, _ = decode_run
     cases = {}
@@ -124,7 +124,7 @@ def test_decode_summary_and_table(decode_run):
 
 
 def test_decode_inputs_hold_the_same_values_in_every_layout():
-    from flashattn._bench_decode import POISON, DEFAULTS, Case, Inputs
+    from flashattn.bench.decode import POISON, DEFAULTS, Case, Inputs
 
     settings = replace(DEFAULTS["cpu"], heads=4, heads_kv=2, head_dim=8, page_size=16)
     x = Inputs(Case(torch.float32, 3, 2, 40), settings, torch.device("cpu"),
@@ -144,7 +144,7 @@ def test_decode_inputs_hold_the_same_values_in_every_layout():
 def test_decode_reference_is_gqa_attention_over_the_whole_cache():
     # The bench stacks each kv head's query heads as rows of one head; it must equal plain GQA
     # attention (the reference's own repeat_interleave) over all Sk keys.
-    from flashattn._bench_decode import DEFAULTS, Case, Inputs, references
+    from flashattn.bench.decode import DEFAULTS, Case, Inputs, references
     from flashattn._reference import attention_reference
 
     settings = replace(DEFAULTS["cpu"], heads=6, heads_kv=2, head_dim=8)
@@ -167,7 +167,7 @@ def _tiny_report(tmp_path, *extra):
 def test_decode_check_catches_a_paged_kernel_that_reads_past_the_last_key(monkeypatch,
                                                                           tmp_path):
     # One key too many: the poisoned tail of the last page takes part.
-    from flashattn import _bench_decode
+    from flashattn.bench import decode as _bench_decode
 
     real = _bench_decode.flash_attn_with_kvcache
 
@@ -184,7 +184,7 @@ def test_decode_check_catches_a_paged_kernel_that_reads_past_the_last_key(monkey
 
 
 def test_decode_check_catches_a_kernel_that_misses_the_last_key(monkeypatch, tmp_path):
-    from flashattn import _bench_decode
+    from flashattn.bench import decode as _bench_decode
 
     real = _bench_decode.flash_attn_with_kvcache
 
@@ -200,7 +200,7 @@ def test_decode_check_catches_a_kernel_that_misses_the_last_key(monkeypatch, tmp
 
 def test_decode_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch,
                                                                            tmp_path):
-    from flashattn import _bench_decode
+    from flashattn.bench import decode as _bench_decode
 
     def not_built(*args, **kwargs):
         raise NotImplementedError("flashattn::fwd_kvcache: no kernel for this device\nsecond")
@@ -231,7 +231,7 @@ def test_decode_budget_cuts_the_largest_cases_and_lists_them(tmp_path, capsys):
 
 
 def test_decode_cases_that_do_not_fit_in_memory_are_listed(monkeypatch, tmp_path):
-    from flashattn import _bench_decode
+    from flashattn.bench import decode as _bench_decode
 
     monkeypatch.setattr(_bench_decode, "available_memory_bytes", lambda device: 1000)
     report = _tiny_report(tmp_path)
@@ -241,7 +241,7 @@ def test_decode_cases_that_do_not_fit_in_memory_are_listed(monkeypatch, tmp_path
 
 
 def test_decode_cases_run_in_increasing_kv_size():
-    from flashattn._bench_decode import DEFAULTS, enumerate_cases
+    from flashattn.bench.decode import DEFAULTS, enumerate_cases
 
     settings = DEFAULTS["cpu"]
     cases = enumerate_cases(settings)
@@ -257,7 +257,7 @@ def test_decode_cases_run_in_increasing_kv_size():
 
 
 def test_decode_target_verdict():
-    from flashattn._bench_decode import Result, summarize
+    from flashattn.bench.decode import Result, summarize
 
     def row(kv_len, share, speedup, impl="flashattn-paged"):
         return Result("bfloat16", 1, 1, kv_len, impl, "paged", 1, copy_share=share,

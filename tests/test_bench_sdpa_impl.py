@@ -150,7 +150,7 @@ def test_flashattn_not_running_is_a_failure_not_a_speedup(monkeypatch, tmp_path,
     see it, and nothing may be timed."""
     import contextlib
 
-    from flashattn import _bench_sdpa_impl
+    from flashattn.bench import sdpa_impl as _bench_sdpa_impl
 
     monkeypatch.setattr(_bench_sdpa_impl, "activated", lambda active: contextlib.nullcontext())
     out = tmp_path / "sdpa.json"
@@ -175,7 +175,7 @@ def test_flashattn_not_running_is_a_failure_not_a_speedup(monkeypatch, tmp_path,
 def test_different_results_are_a_failure(monkeypatch, tmp_path, keep_threads):
     """A flashattn side that computes something else (here: weights off by 1%) must be caught by
     the loss and gradient check, and not timed."""
-    from flashattn import _bench_sdpa_impl
+    from flashattn.bench import sdpa_impl as _bench_sdpa_impl
 
     clone = _bench_sdpa_impl.clone_model
 
@@ -226,7 +226,7 @@ def test_options_that_do_not_apply_are_errors(args, message, capsys):
 
 
 def test_sizes_option_and_padding_lengths():
-    from flashattn._bench_sdpa_impl import Size, _sizes, padding_lengths
+    from flashattn.bench.sdpa_impl import Size, _sizes, padding_lengths
 
     assert _sizes("256:4:128:8,512:8:1024:1") == (Size(256, 4, 128, 8), Size(512, 8, 1024, 1))
     assert padding_lengths(48, 2) == [48, 24]

@@ -110,7 +110,7 @@ def test_backward_packs_one_head_per_thread(threads, causal, dtype):
 MEASURE_AGAINST_SDPA = r"""
 import json, sys, torch, torch.nn.functional as F, flashattn
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from flashattn._bench_measure import CpuProbe
+from flashattn.bench.measure import CpuProbe
 
 impl, dtype = sys.argv[1], getattr(torch, sys.argv[2])
 torch.set_num_threads(2)

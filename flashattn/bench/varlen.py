@@ -48,10 +48,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
-from . import __version__
-from . import _bench_measure as measure
-from . import _bench_common as common
-from ._interface import flash_attn_func, flash_attn_varlen_func
+from .. import __version__
+from . import measure
+from . import common
+from .._interface import flash_attn_func, flash_attn_varlen_func
 
 VARLEN = "flashattn-varlen"
 PADDED = "flashattn-padded"

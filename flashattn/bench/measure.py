@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._reference import attention_reference
+from .._reference import attention_reference
 
 BYTES_PER_MB = 1024 * 1024
 KB_PER_MB = 1024

@@ -18,14 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
-from . import __version__
-from . import _bench_common as common
-from . import _bench_decode as decode
-from . import _bench_measure as measure
-from . import _bench_plot as plot
-from . import _bench_sdpa_impl as sdpa_impl_bench
-from . import _bench_varlen as varlen
-from ._interface import scaled_dot_product_attention as flashattn_sdpa
+from .. import __version__
+from . import common
+from . import decode
+from . import measure
+from . import plot
+from . import sdpa_impl as sdpa_impl_bench
+from . import varlen
+from .._interface import scaled_dot_product_attention as flashattn_sdpa
 
 FLASHATTN = "flashattn"
 
@@ -402,7 +402,3 @@ def _meta(argv, device, probe, settings, args):
                         else "Linux peak RSS (VmHWM) above the RSS before the call"),
         "peak_memory_unavailable": probe.memory_note,
     }
-
-
-if __name__ == "__main__":
-    sys.exit(main())

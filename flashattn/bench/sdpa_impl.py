@@ -50,11 +50,11 @@ import torch.nn.functional as F
 from torch.nn import attention
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import __version__
-from . import _bench_measure as measure
-from . import _bench_common as common
-from . import _sdpa_impl
-from ._interface import scaled_dot_product_attention as flashattn_sdpa
+from .. import __version__
+from . import measure
+from . import common
+from .. import _sdpa_impl as sdpa_impl
+from .._interface import scaled_dot_product_attention as flashattn_sdpa
 
 PYTORCH = "pytorch"
 FLASHATTN = "flashattn"

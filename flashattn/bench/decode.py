@@ -45,11 +45,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
-from . import __version__
-from . import _bench_measure as measure
-from . import _bench_common as common
-from ._kvcache import flash_attn_with_kvcache
-from ._reference import attention_reference
+from .. import __version__
+from . import measure
+from . import common
+from .._kvcache import flash_attn_with_kvcache
+from .._reference import attention_reference
 
 PAGED = "flashattn-paged"
 DENSE = "flashattn-dense"
