@@ -179,7 +179,8 @@ def test_choice_for_other_cpus(dtype):
     # AVX-512 without BF16 (Skylake-X, Ice Lake): the fma kernel when forced, fp32 by default.
     assert choice(avx512=True) == ("avx512-fma", False)
     # AVX512-BF16 where vdpbf16ps is slower than FMAs (Intel without AMX, e.g. the Xeon of
-    # bench/RESULTS.md): the fma kernel when forced, fp32 products by default.
+    # docs/lab/2026-11-30-avx512-bf16-16bit-kernels.md): the fma kernel when forced, fp32
+    # products by default.
     assert choice(avx512=True, avx512_bf16=bf16, avx512_fp16=True) == ("avx512-fma", False)
     if bf16:
         # vdpbf16ps faster than the fma kernel but not 1.5x the fp32 products: the dot kernel

@@ -138,11 +138,11 @@ print(json.dumps({"peak_mb": CpuProbe().peak_extra_mb(step)}))
 def test_forward_backward_memory_is_near_sdpa(dtype):
     """flashattn's forward+backward holds little more than SDPA-CPU's flash kernel above the
     inputs (the output, the gradients and what each keeps on the side), each measured in a fresh
-    process (H 8, N 2048, d 64, 2 threads). bench/RESULTS.md has the numbers (issue 16's target
-    is 1.25x: on a Zen 4, 1.19x in fp32 and 1.20x in bf16 here). bf16 on a CPU without
-    vdpbf16ps or AMX takes fp32 products, which pack 4 more fp32 copies of the operands (1.43x
-    with FLASHATTN_CPU_16BIT_PRODUCTS=0 there), hence 1.6x; packing every head up front, as
-    before, fails it (2.5x in fp32, 3.3x in bf16)."""
+    process (H 8, N 2048, d 64, 2 threads). docs/lab/2026-12-01-backward-memory-row-prefetch.md
+    has the numbers (issue 16's target is 1.25x: on a Zen 4, 1.19x in fp32 and 1.20x in bf16
+    here). bf16 on a CPU without vdpbf16ps or AMX takes fp32 products, which pack 4 more fp32
+    copies of the operands (1.43x with FLASHATTN_CPU_16BIT_PRODUCTS=0 there), hence 1.6x;
+    packing every head up front, as before, fails it (2.5x in fp32, 3.3x in bf16)."""
     rise = {}
     for impl in ("flashattn", "sdpa"):
         result = subprocess.run([sys.executable, "-c", MEASURE_AGAINST_SDPA, impl, dtype],

@@ -24,8 +24,9 @@
 # 2.11.0+cu130 headers at -std=c++17, which its cpp_extension uses
 # (scripts/compile_check_torch.py --torch 2.11.0 --all-cu). A dry run on a machine without a
 # GPU goes through every step (each failing for want of one) and packs raw.tgz. Two calls on
-# 2026-12-01 (bench/RESULTS.md, "First GPU run") took 298 s and 380 s, before the results
-# page's benchmarks (at most 150 s each) were added; the box started in about 30 s each time.
+# 2026-12-01 (docs/lab/2026-12-01-h200-first-gpu-run.md) took 298 s and 380 s, before the
+# results page's benchmarks (at most 150 s each) were added; the box started in about 30 s each
+# time.
 # The model's predictions come from the snapshot tools/gpu_model.json (rerun tools/gpu_model.py
 # after kernel changes; --compare says when the snapshot's csrc differs).
 set -uo pipefail

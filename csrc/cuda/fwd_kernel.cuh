@@ -69,10 +69,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // Decoding reads its cache in the one-m-tile kernel (gqa_decode.h). There a cache's copies
   // are unrolled too: a paged cache's with a page lookup per row (40-70 SASS instructions per
   // 16-byte copy at d = 128, sm_90, against ~160 in the rolled loop, on which paged decoding
-  // reached 32% of the H200's bandwidth where dense rows reached 87%: bench/RESULTS.md, first
-  // GPU run), another batch entry's (cache_batch_idx, leftpad) as strided rows. Not in the
-  // two-m-tile kernels (their registers are full), nor above d = 128 (d = 256 spilled 40-48
-  // bytes): those keep the rolled loop.
+  // reached 32% of the H200's bandwidth where dense rows reached 87%:
+  // docs/lab/2026-12-01-h200-first-gpu-run.md), another batch entry's (cache_batch_idx,
+  // leftpad) as strided rows. Not in the two-m-tile kernels (their registers are full), nor
+  // above d = 128 (d = 256 spilled 40-48 bytes): those keep the rolled loop.
   constexpr bool kUnrolledCacheCopies = kMTiles == 1 && kHeadDim <= 128;
 
   const bool aligned =

@@ -30,7 +30,8 @@ __device__ __forceinline__ bool rows_are_16b_aligned(const TensorView& view) {
 // takes chunks t, t + kNThreads, ... (consecutive threads, consecutive 16 bytes of a row). The
 // trip count is a compile-time constant, so a copy can unroll into straight-line code: the
 // loop from threadIdx.x it replaces cost ~50 SASS instructions per cp.async in the d = 128
-// forward, whose H200 run then stalled on instruction fetch (bench/RESULTS.md, first GPU run).
+// forward, whose H200 run then stalled on instruction fetch
+// (docs/lab/2026-12-01-h200-first-gpu-run.md).
 // threadIdx.x is read through ptx::thread_index(), a volatile read, so that its row and column
 // are recomputed per copy instead of held across the main loop: with plain threadIdx.x, a
 // variant of these copies made the d = 128 forward spill (60 bytes on sm_80, 20 on sm_90).

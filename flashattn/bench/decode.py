@@ -27,10 +27,10 @@ last sequence of the batch, all heads. The memory bandwidth is measured in the s
 large copy_ (1 GiB by default; measure.CopyStep) timed in every case's rotation next to its
 implementations, so that %copy is a paired ratio: the median over the repeats of this call's
 GB/s over the copy's in the same repeat (on a shared machine the bandwidth moves within a run:
-by a third on the 2-core cloud VM of bench/RESULTS.md). The copy is also timed at the start and
-the end of the run, to show how much the machine drifted. Cases run in increasing KV size, so
-that on the CPU a time budget (seconds per dtype, predicted from the last case's seconds per
-byte) cuts the largest ones; the cut cases are listed.
+by a third on a 2-core cloud VM, docs/lab/2026-12-01-backward-memory-row-prefetch.md). The copy
+is also timed at the start and the end of the run, to show how much the machine drifted. Cases
+run in increasing KV size, so that on the CPU a time budget (seconds per dtype, predicted from
+the last case's seconds per byte) cuts the largest ones; the cut cases are listed.
 """
 import argparse
 import datetime
