@@ -49,7 +49,7 @@ failed=0
 left() { echo $(( START + DEADLINE_S - SUMMARY_RESERVE_S - $(date +%s) )); }
 
 record() {  # name result seconds
-  summary+=("$(printf '%-12s %-22s %4d s' "$1" "$2" "$3")")
+  summary+=("$(printf '%-14s %-22s %4d s' "$1" "$2" "$3")")
   [[ $2 == PASS ]] || failed=$(( failed + 1 ))
 }
 
