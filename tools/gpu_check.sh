@@ -5,10 +5,10 @@
 # compute-sanitizer memcheck and racecheck. Then, with the GPU to itself: the results page's two
 # benchmarks at their default CUDA settings (`python -m flashattn.bench --json` and `python -m
 # flashattn.bench decode --json`, written to $OUT/raw/results/h200/dense.json and decode.json,
-# which are copied from raw.tgz to bench/results/h200/ afterwards); trimmed benchmarks against
-# every SDPA backend (each figure printed next to tools/gpu_model.py's prediction) and of a
-# decoding step's (flash_attn_with_kvcache) KV bandwidth; and Nsight Compute's counters for the
-# model's d = 128 shape (tools/ncu_workload.py).
+# h100/ or a100/ on those GPUs, and copied from raw.tgz to bench/results/ afterwards); trimmed
+# benchmarks against every SDPA backend (each figure printed next to tools/gpu_model.py's
+# prediction) and of a decoding step's (flash_attn_with_kvcache) KV bandwidth; and Nsight
+# Compute's counters for the model's d = 128 shape (tools/ncu_workload.py).
 #
 #   bash tools/gpu_check.sh          the log goes to $OUT/gpu_check.log, everything else to
 #                                    $OUT/raw, packed into $OUT/raw.tgz (default OUT ./gpu-out)
@@ -152,7 +152,7 @@ finish() {
   stop_children
   (( rc == 0 && failed > 0 )) && rc=1
   printf '\n== model vs measured (tools/gpu_model.json: modeled on %s)\n' "${MODEL_GPU:-h200}"
-  $PY tools/gpu_model.py --compare "$OUT"/bench-*.json "$OUT"/results/h200/dense.json \
+  $PY tools/gpu_model.py --compare "$OUT"/bench-*.json "$OUT"/results/*/dense.json \
     --model tools/gpu_model.json --gpu "${MODEL_GPU:-h200}" 2>&1 || true
   printf '\n== summary (%s, %d s of %d)\n' "$(date -u)" $(( $(date +%s) - START )) "$DEADLINE_S"
   printf '%s\n' "${summary[@]}"
@@ -226,16 +226,16 @@ step memcheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool m
 step racecheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool racecheck \
   --error-exitcode 1 $PY tests/sanitizer_cases.py
 for name in "${!BG_PID[@]}"; do bg_wait "$name"; done
-# The results page's two benchmarks (bench/results/h200/), at their default CUDA settings:
+# The results page's two benchmarks (bench/results/<gpu>/), at their default CUDA settings:
 # bf16, 16 heads of 128, 16k tokens per batch, seqlen 1k-16k, forward and forward+backward,
 # causal and not; decode at B 1, 8, 32, Sq 1 and 4, Sk 1k-128k. They run first among the
 # benchmarks; the trimmed ones below measure subsets of them, and the model's comparison reads
 # dense.json too. A step cut by the deadline writes no JSON (GPU_CHECK_SKIP="results-dense
 # results-decode" leaves them out of a rerun).
-mkdir -p "$OUT/results/h200"
-step results-dense 150 $PY -m flashattn.bench --device cuda --json "$OUT/results/h200/dense.json"
-step results-decode 150 $PY -m flashattn.bench decode --device cuda \
-  --json "$OUT/results/h200/decode.json"
+RESULTS=$OUT/results/$MODEL_GPU
+mkdir -p "$RESULTS"
+step results-dense 150 $PY -m flashattn.bench --device cuda --json "$RESULTS/dense.json"
+step results-decode 150 $PY -m flashattn.bench decode --device cuda --json "$RESULTS/decode.json"
 # Trimmed first benchmark: the model's shape (16k tokens, hidden 2048, N = 4096) for d = 128,
 # 64, 256, forward and forward+backward, causal and not; N = 1024 too at d = 128.
 step bench-d128 90 $PY -m flashattn.bench --device cuda --head-dim 128 --heads 16 \
