@@ -1,7 +1,7 @@
-"""`python -m flashattn.bench` runs end to end, dense and --varlen: its JSON has the promised
-structure with small, finite errors (and, for --varlen, FLOPs that count only the real tokens),
-and `--plot` draws with matplotlib in the format the file name asks for, or fails before the
-benchmark. Speed is not tested here, only that it runs."""
+"""`python -m flashattn.bench` runs end to end, dense (also without naming it) and varlen: its
+JSON has the promised structure with small, finite errors (and, for varlen, FLOPs that count only
+the real tokens), and `--plot` draws with matplotlib in the format the file name asks for, or
+fails before the benchmark. Speed is not tested here, only that it runs."""
 import json
 import math
 import os
@@ -40,9 +40,10 @@ def run_python(args, cwd=None):
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """One --quick run shared by the tests: JSON on stdout, table on stderr, plot to an SVG."""
+    """One --quick run shared by the tests, no subcommand named (dense is the default): JSON on
+    stdout, table on stderr, plot to an SVG."""
     plot = tmp_path_factory.mktemp("bench") / "bench.svg"
-    proc = run_python(["-m", "flashattn.bench", "--quick", "--device", "cpu", "--json",
+    proc = run_python(["-m", "flashattn.bench", "--quick", "--device", "cpu", "--json", "-",
                        "--plot", str(plot)])
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), proc.stderr, plot
@@ -50,7 +51,10 @@ def quick_run(tmp_path_factory):
 
 def test_json_structure(quick_run):
     report, _, _ = quick_run
-    assert {"meta", "summary", "results"} <= report.keys()
+    assert list(report) == ["subcommand", "meta", "summary", "results"]
+    assert report["subcommand"] == "dense"
+    # The command names the subcommand it ran, even where it was left to its default.
+    assert report["meta"]["command"].startswith("python -m flashattn.bench dense --quick ")
     assert report["meta"]["device"] == "cpu"
     assert report["meta"]["repeats"] >= 5
     cases = {}
@@ -89,6 +93,8 @@ def test_summary_per_mode(quick_run):
     assert "matmul ceiling (256x256x256, float32)" in table
     # The table went to stderr because the JSON took stdout; it ends with the summary lines.
     assert table.rstrip().splitlines()[-1].startswith("forward+backward, float32: flashattn vs")
+    # stderr is not a terminal here: no progress line among the table's.
+    assert "\r" not in table
 
 
 def test_plot_is_an_svg_with_labels_and_title(quick_run):
@@ -186,20 +192,20 @@ def test_flops_follow_the_flashattention_convention():
     assert flops("fwdbwd", False) == 3.5 * forward
 
 
-# --varlen: a packed batch of variable-length sequences against padding and nested tensors.
+# varlen: a packed batch of variable-length sequences against padding and nested tensors.
 VARLEN_IMPLS = {"flashattn-varlen", "flashattn-padded", "sdpa-flash", "sdpa-math", "sdpa-nested"}
 # Ours run every case on the CPU; torch's may refuse one (a mask, nested tensors), with a reason.
 VARLEN_MUST_RUN = {"flashattn-varlen", "flashattn-padded"}
 # The smallest varlen run: one case, a handful of short sequences, a tiny thread-balance batch.
-TINY_VARLEN = ["--varlen", "--device", "cpu", "--quick", "--mode", "fwd", "--causal", "no",
+TINY_VARLEN = ["varlen", "--device", "cpu", "--quick", "--mode", "fwd", "--causal", "no",
                "--total-tokens", "96", "--max-seqlen", "32", "--median-seqlen", "8"]
 
 
 @pytest.fixture(scope="module")
 def varlen_run():
-    """One --varlen --quick run shared by the tests: JSON on stdout, table on stderr. Two
+    """One varlen --quick run shared by the tests: JSON on stdout, table on stderr. Two
     threads even on a one-core machine, so that the thread balance is measured."""
-    proc = run_python(["-m", "flashattn.bench", "--varlen", "--quick", "--device", "cpu",
+    proc = run_python(["-m", "flashattn.bench", "varlen", "--quick", "--device", "cpu",
                        "--threads", "2", "--json"])
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), proc.stderr
@@ -271,6 +277,28 @@ def test_varlen_results_are_right_or_say_why_not(varlen_run):
         assert r["varlen_speedup"] is None or r["varlen_speedup"] > 0, where
 
 
+def test_varlen_summary_against_the_best_sdpa_way_and_padding(varlen_run):
+    report, table = varlen_run
+    assert report["subcommand"] == "varlen"
+    rows = {}
+    for r in report["results"]:
+        rows.setdefault((r["mode"], r["dtype"]), {}).setdefault(r["causal"], {})[r["impl"]] = r
+    summary = {(s["mode"], s["dtype"]): s for s in report["summary"]}
+    assert summary.keys() == rows.keys()
+    for key, cases in rows.items():
+        # Recomputed from the results: per case the smallest speedup over the SDPA ways.
+        best = [min(r["varlen_speedup"] for impl, r in case.items()
+                    if impl.startswith("sdpa-") and r["varlen_speedup"] is not None)
+                for case in cases.values()]
+        padded = [case["flashattn-padded"]["varlen_speedup"] for case in cases.values()]
+        s = summary[key]
+        assert s["cases"] == len(best) == 2
+        assert s["geomean_speedup_vs_best_sdpa"] == pytest.approx(statistics.geometric_mean(best))
+        assert s["geomean_speedup_vs_flashattn_padded"] == pytest.approx(
+            statistics.geometric_mean(padded))
+    assert "flashattn-varlen vs the best SDPA way (padded backends, nested): " in table
+
+
 def test_varlen_flops_count_only_the_real_tokens(varlen_run):
     report, _ = varlen_run
     meta = report["meta"]
@@ -312,23 +340,23 @@ def test_varlen_sample_lengths():
 
 
 def test_varlen_flops_follow_the_flashattention_convention():
-    from flashattn.bench.varlen import real_flops
+    from flashattn.bench.common import attention_flops
 
     lengths = [1000, 37, 1]
     forward = sum(4 * 16 * n * n * 128 for n in lengths)
-    assert real_flops(lengths, 16, 128, False, "fwd") == forward
-    assert real_flops(lengths, 16, 128, True, "fwd") == forward / 2
-    assert real_flops(lengths, 16, 128, False, "fwdbwd") == 3.5 * forward
-    assert real_flops(lengths, 16, 128, True, "fwdbwd") == 3.5 * forward / 2
+    assert attention_flops("fwd", False, 16, 128, lengths) == forward
+    assert attention_flops("fwd", True, 16, 128, lengths) == forward / 2
+    assert attention_flops("fwdbwd", False, 16, 128, lengths) == 3.5 * forward
+    assert attention_flops("fwdbwd", True, 16, 128, lengths) == 3.5 * forward / 2
 
 
 def test_varlen_check_catches_padded_keys_that_take_part(monkeypatch, tmp_path):
     # flash_attn_func without a key mask lets the real queries see the padded (zero) keys:
     # the check on the real rows must see that, or it would pass any padding bug.
     from flashattn import flash_attn_func
-    from flashattn.bench import varlen as _bench_varlen
+    from flashattn.bench import varlen
 
-    monkeypatch.setattr(_bench_varlen, "_padded",
+    monkeypatch.setattr(varlen, "_padded",
                         lambda batch, q, k, v, causal: flash_attn_func(q, k, v, causal=causal))
     out = tmp_path / "varlen.json"
     assert bench_main([*TINY_VARLEN, "--json", str(out)]) == 0
@@ -339,12 +367,12 @@ def test_varlen_check_catches_padded_keys_that_take_part(monkeypatch, tmp_path):
 
 def test_varlen_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch,
                                                                             tmp_path):
-    from flashattn.bench import varlen as _bench_varlen
+    from flashattn.bench import varlen
 
     def not_built(*args, **kwargs):
         raise NotImplementedError("flashattn::fwd: no kernel for this device\nsecond line")
 
-    monkeypatch.setattr(_bench_varlen, "flash_attn_varlen_func", not_built)
+    monkeypatch.setattr(varlen, "flash_attn_varlen_func", not_built)
     out = tmp_path / "varlen.json"
     assert bench_main([*TINY_VARLEN, "--json", str(out)]) == 0
     report = json.loads(out.read_text())
@@ -358,14 +386,17 @@ def test_varlen_an_implementation_that_cannot_run_is_reported_not_available(monk
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--varlen", "--seqlens", "64"], "--varlen: --seqlens does not apply"),
-    (["--varlen", "--plot", "out.svg"], "--varlen: --plot does not apply"),
-    (["--total-tokens", "64"], "--total-tokens: only with --varlen"),
-    (["--thread-balance"], "--thread-balance: only with --varlen"),
+    (["varlen", "--seqlens", "64"],
+     "flashattn.bench varlen: error: unrecognized arguments: --seqlens 64"),
+    (["varlen", "--batch", "2"], "flashattn.bench varlen: error: unrecognized arguments: --batch"),
+    (["varlen", "--plot", "out.svg"], "argument --plot: the varlen subcommand draws no plot"),
+    (["--total-tokens", "64"], "flashattn.bench dense: error: unrecognized arguments: "
+                               "--total-tokens 64"),
+    (["dense", "--thread-balance"], "unrecognized arguments: --thread-balance"),
 ])
 def test_varlen_options_of_the_other_mode_are_errors(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
-        bench_main(["--device", "cpu", "--quick", *args])
+        bench_main([*args, "--device", "cpu", "--quick"])
     assert exit_.value.code == 2
     out, err = capsys.readouterr()
     assert out == "" and message in err
@@ -378,7 +409,7 @@ def bench_main(argv):
 
 def test_varlen_thread_balance_alone(tmp_path):
     out = tmp_path / "balance.json"
-    assert bench_main(["--varlen", "--thread-balance", "--device", "cpu", "--quick", "--threads",
+    assert bench_main(["varlen", "--thread-balance", "--device", "cpu", "--quick", "--threads",
                        "2", "--mode", "fwd", "--causal", "yes", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["results"] == []

@@ -1,8 +1,9 @@
-"""`python -m flashattn.bench --decode` runs end to end: every case of the grid has every CPU
+"""`python -m flashattn.bench decode` runs end to end: every case of the grid has every CPU
 implementation with small errors against float64, KV bytes per second and shares of a positive
 copy bandwidth that follow from the times (paired, repeat by repeat, with the copy timed in
 the same rotation), and speedups only where they belong; its correctness check catches a
-kernel that reads a key too many or too few; a budget cuts the largest cases and says so. Speed is not tested here, only that it is measured."""
+kernel that reads a key too many or too few; a budget cuts the largest cases and says so.
+Speed is not tested here, only that it is measured."""
 import json
 import math
 import statistics
@@ -20,14 +21,14 @@ MAX_ERROR = {"float32": MAX_FLOAT32_ERROR, "bfloat16": MAX_BFLOAT16_ERROR}
 CPU_IMPLS = {"flashattn-paged", "flashattn-dense", "sdpa-flash", "sdpa-math"}
 FLASHATTN_IMPLS = {"flashattn-paged", "flashattn-dense"}
 # One case: B=2, Sq=1, Sk=40 (not a multiple of the page: its last page is partly poison).
-TINY_DECODE = ["--decode", "--device", "cpu", "--quick", "--dtype", "float32",
+TINY_DECODE = ["decode", "--device", "cpu", "--quick", "--dtype", "float32",
                "--batch-sizes", "2", "--q-lens", "1", "--kv-lens", "40"]
 
 
 @pytest.fixture(scope="module")
 def decode_run():
-    """One --decode --quick run in float32 and bfloat16: JSON on stdout, table on stderr."""
-    proc = run_python(["-m", "flashattn.bench", "--decode", "--quick", "--device", "cpu",
+    """One decode --quick run in float32 and bfloat16: JSON on stdout, table on stderr."""
+    proc = run_python(["-m", "flashattn.bench", "decode", "--quick", "--device", "cpu",
                        "--dtype", "float32,bfloat16", "--json"])
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), proc.stderr
@@ -40,6 +41,8 @@ def expected_kv_bytes(batch, kv_len, heads_kv, head_dim, dtype):
 
 def test_decode_every_case_of_the_grid_has_every_implementation(decode_run):
     report, _ = decode_run
+    assert list(report) == ["subcommand", "meta", "summary", "results", "bandwidth", "cut"]
+    assert report["subcommand"] == "decode"
     meta = report["meta"]
     assert meta["device"] == "cpu" and meta["dtypes"] == ["float32", "bfloat16"]
     grid = {(dtype, b, sq, sk) for dtype in meta["dtypes"] for b in meta["batches"]
@@ -167,9 +170,9 @@ def _tiny_report(tmp_path, *extra):
 def test_decode_check_catches_a_paged_kernel_that_reads_past_the_last_key(monkeypatch,
                                                                           tmp_path):
     # One key too many: the poisoned tail of the last page takes part.
-    from flashattn.bench import decode as _bench_decode
+    from flashattn.bench import decode
 
-    real = _bench_decode.flash_attn_with_kvcache
+    real = decode.flash_attn_with_kvcache
 
     def reads_one_more(q, k_cache, v_cache, cache_seqlens=None, block_table=None, **kw):
         if block_table is not None:
@@ -177,21 +180,21 @@ def test_decode_check_catches_a_paged_kernel_that_reads_past_the_last_key(monkey
         return real(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                     **kw)
 
-    monkeypatch.setattr(_bench_decode, "flash_attn_with_kvcache", reads_one_more)
+    monkeypatch.setattr(decode, "flash_attn_with_kvcache", reads_one_more)
     by_impl = {r["impl"]: r for r in _tiny_report(tmp_path)["results"]}
     assert by_impl["flashattn-paged"]["max_err"] > 1.0
     assert by_impl["flashattn-dense"]["max_err"] < MAX_FLOAT32_ERROR
 
 
 def test_decode_check_catches_a_kernel_that_misses_the_last_key(monkeypatch, tmp_path):
-    from flashattn.bench import decode as _bench_decode
+    from flashattn.bench import decode
 
-    real = _bench_decode.flash_attn_with_kvcache
+    real = decode.flash_attn_with_kvcache
 
     def reads_one_less(q, k_cache, v_cache, cache_seqlens=None, **kw):
         return real(q, k_cache, v_cache, cache_seqlens=cache_seqlens - 1, **kw)
 
-    monkeypatch.setattr(_bench_decode, "flash_attn_with_kvcache", reads_one_less)
+    monkeypatch.setattr(decode, "flash_attn_with_kvcache", reads_one_less)
     by_impl = {r["impl"]: r for r in _tiny_report(tmp_path)["results"]}
     for impl in FLASHATTN_IMPLS:
         assert by_impl[impl]["max_err"] > 10 * MAX_FLOAT32_ERROR, impl
@@ -200,12 +203,12 @@ def test_decode_check_catches_a_kernel_that_misses_the_last_key(monkeypatch, tmp
 
 def test_decode_an_implementation_that_cannot_run_is_reported_not_available(monkeypatch,
                                                                            tmp_path):
-    from flashattn.bench import decode as _bench_decode
+    from flashattn.bench import decode
 
     def not_built(*args, **kwargs):
         raise NotImplementedError("flashattn::fwd_kvcache: no kernel for this device\nsecond")
 
-    monkeypatch.setattr(_bench_decode, "flash_attn_with_kvcache", not_built)
+    monkeypatch.setattr(decode, "flash_attn_with_kvcache", not_built)
     report = _tiny_report(tmp_path)
     by_impl = {r["impl"]: r for r in report["results"]}
     for impl in FLASHATTN_IMPLS:
@@ -231,9 +234,9 @@ def test_decode_budget_cuts_the_largest_cases_and_lists_them(tmp_path, capsys):
 
 
 def test_decode_cases_that_do_not_fit_in_memory_are_listed(monkeypatch, tmp_path):
-    from flashattn.bench import decode as _bench_decode
+    from flashattn.bench import decode
 
-    monkeypatch.setattr(_bench_decode, "available_memory_bytes", lambda device: 1000)
+    monkeypatch.setattr(decode, "available_memory_bytes", lambda device: 1000)
     report = _tiny_report(tmp_path)
     assert report["results"] == []
     (cut,) = report["cut"]
@@ -275,16 +278,19 @@ def test_decode_target_verdict():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--decode", "--seqlens", "64"], "--decode: --seqlens does not apply"),
-    (["--decode", "--causal", "yes"], "--decode: --causal does not apply"),
-    (["--decode", "--varlen"], "--decode: --varlen does not apply"),
-    (["--kv-lens", "64"], "--kv-lens: only with --decode"),
-    (["--varlen", "--page-size", "16"], "--page-size: only with --decode"),
-    (["--budget", "5"], "--budget: only with --decode"),
+    (["decode", "--seqlens", "64"],
+     "flashattn.bench decode: error: unrecognized arguments: --seqlens 64"),
+    (["decode", "--causal", "yes"], "flashattn.bench decode: error: unrecognized arguments: "
+                                    "--causal yes"),
+    (["decode", "--plot", "out.svg"], "argument --plot: the decode subcommand draws no plot"),
+    (["decode", "--varlen"], "--varlen is now a subcommand: python -m flashattn.bench varlen"),
+    (["--kv-lens", "64"], "flashattn.bench dense: error: unrecognized arguments: --kv-lens 64"),
+    (["varlen", "--page-size", "16"], "unrecognized arguments: --page-size 16"),
+    (["--budget", "5"], "unrecognized arguments: --budget 5"),
 ])
 def test_decode_options_of_another_mode_are_errors(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
-        bench_main(["--device", "cpu", "--quick", *args])
+        bench_main([*args, "--device", "cpu", "--quick"])
     assert exit_.value.code == 2
     out, err = capsys.readouterr()
     assert out == "" and message in err

@@ -1,4 +1,4 @@
-"""`python -m flashattn.bench --sdpa-impl` runs end to end: every training-step case checks that
+"""`python -m flashattn.bench sdpa-impl` runs end to end: every training-step case checks that
 flashattn ran (profiler) and gave PyTorch's loss and gradients before it is timed, the per-call
 table covers the four ways to call the kernel, and a run in which flashattn does not run, or
 gives other results, fails instead of reporting a speedup. Speed is not tested, only that the
@@ -17,12 +17,12 @@ VARIANTS = ("unmasked", "causal", "key-padding")
 CPU_FLASH_OP = "aten::_scaled_dot_product_flash_attention_for_cpu"
 CPU_FLASH_BWD_OP = "aten::_scaled_dot_product_flash_attention_for_cpu_backward"
 OVERHEAD_IMPLS = ("op", "flashattn.sdpa", "F.sdpa+flashattn", "F.sdpa (pytorch)")
-QUICK = ["--sdpa-impl", "--device", "cpu", "--quick"]
+QUICK = ["sdpa-impl", "--device", "cpu", "--quick"]
 
 
 @pytest.fixture(scope="module")
 def quick_run():
-    """One --sdpa-impl --quick run shared by the tests: JSON on stdout, table on stderr."""
+    """One sdpa-impl --quick run shared by the tests: JSON on stdout, table on stderr."""
     proc = run_python(["-m", "flashattn.bench", *QUICK, "--json"])
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), proc.stderr
@@ -42,10 +42,13 @@ def bench_main(argv):
 
 def test_every_variant_of_every_size(quick_run):
     report, _ = quick_run
+    assert list(report) == ["subcommand", "meta", "summary", "results", "overhead", "toggle_us",
+                            "failed"]
+    assert report["subcommand"] == "sdpa-impl"
     meta = report["meta"]
     assert meta["parts"] == ["train", "overhead"] and meta["layers"] == LAYERS
     cases = [(r["d_model"], r["nhead"], r["seqlen"], r["batch"], r["variant"])
-             for r in report["train"]]
+             for r in report["results"]]
     assert cases == [(s["d_model"], s["nhead"], s["seqlen"], s["batch"], v)
                      for s in meta["sizes"] for v in VARIANTS]
     assert report["failed"] == 0
@@ -53,7 +56,7 @@ def test_every_variant_of_every_size(quick_run):
 
 def test_flashattn_ran_with_and_pytorch_without(quick_run):
     report, _ = quick_run
-    for r in report["train"]:
+    for r in report["results"]:
         where = f"{r['variant']} {r['d_model']}:{r['seqlen']}"
         assert r["status"] == "ok", f"{where}: {r['reason']}"
         assert r["flashattn_ran"] is True, where
@@ -68,7 +71,7 @@ def test_flashattn_ran_with_and_pytorch_without(quick_run):
 
 def test_the_variants_reach_the_kernel_as_intended(quick_run):
     report, table = quick_run
-    for r in report["train"]:
+    for r in report["results"]:
         call = (f"_scaled_dot_product_flash_attention_for_cpu(q ({r['batch']}, {r['nhead']}, "
                 f"{r['seqlen']}, {r['d_model'] // r['nhead']}), ")
         mask = {"unmasked": "is_causal=False, attn_mask=None",
@@ -81,7 +84,7 @@ def test_the_variants_reach_the_kernel_as_intended(quick_run):
 
 def test_same_loss_output_and_gradients(quick_run):
     report, _ = quick_run
-    for r in report["train"]:
+    for r in report["results"]:
         assert r["same_results"] is True and r["tolerance"] == 1e-3
         for name in ("loss_rel", "out_rel", "grad_rel"):
             assert isinstance(r[name], float) and 0 <= r[name] <= r["tolerance"], (name, r)
@@ -91,7 +94,7 @@ def test_same_loss_output_and_gradients(quick_run):
 def test_times_and_speedup_come_from_paired_samples(quick_run):
     report, table = quick_run
     repeats = report["meta"]["repeats"]
-    for r in report["train"]:
+    for r in report["results"]:
         pt, fa = r["times_ms_pytorch"], r["times_ms_flashattn"]
         assert len(pt) == len(fa) == repeats >= 5
         assert all(t > 0 for t in pt + fa)
@@ -108,6 +111,17 @@ def test_times_and_speedup_come_from_paired_samples(quick_run):
         assert f"{r['speedup']:.3f}x" in table
     for variant in VARIANTS:
         assert f"float32, {variant:>11}: training step with flashattn: " in table
+
+
+def test_summary_per_variant(quick_run):
+    report, _ = quick_run
+    assert [(s["dtype"], s["variant"]) for s in report["summary"]] == [
+        ("float32", variant) for variant in VARIANTS]
+    for s in report["summary"]:
+        speedups = [r["speedup"] for r in report["results"] if r["variant"] == s["variant"]]
+        assert s["sizes"] == len(speedups) == len(report["meta"]["sizes"])
+        assert s["geomean_speedup"] == pytest.approx(statistics.geometric_mean(speedups))
+        assert s["speedup_span"] == [min(speedups), max(speedups)]
 
 
 def test_per_call_table(quick_run):
@@ -150,13 +164,13 @@ def test_flashattn_not_running_is_a_failure_not_a_speedup(monkeypatch, tmp_path,
     see it, and nothing may be timed."""
     import contextlib
 
-    from flashattn.bench import sdpa_impl as _bench_sdpa_impl
+    from flashattn.bench import sdpa_impl
 
-    monkeypatch.setattr(_bench_sdpa_impl, "activated", lambda active: contextlib.nullcontext())
+    monkeypatch.setattr(sdpa_impl, "activated", lambda active: contextlib.nullcontext())
     out = tmp_path / "sdpa.json"
     assert bench_main([*QUICK, "--causal", "yes", "--json", str(out)]) == 1
     report = json.loads(out.read_text())
-    (r,) = report["train"]
+    (r,) = report["results"]
     assert r["status"] == "failed" and r["flashattn_ran"] is False
     assert "flashattn did not run" in r["reason"]
     assert r["speedup"] is None and r["times_ms_flashattn"] is None
@@ -175,9 +189,9 @@ def test_flashattn_not_running_is_a_failure_not_a_speedup(monkeypatch, tmp_path,
 def test_different_results_are_a_failure(monkeypatch, tmp_path, keep_threads):
     """A flashattn side that computes something else (here: weights off by 1%) must be caught by
     the loss and gradient check, and not timed."""
-    from flashattn.bench import sdpa_impl as _bench_sdpa_impl
+    from flashattn.bench import sdpa_impl
 
-    clone = _bench_sdpa_impl.clone_model
+    clone = sdpa_impl.clone_model
 
     def perturbed(model):
         copy = clone(model)
@@ -185,13 +199,13 @@ def test_different_results_are_a_failure(monkeypatch, tmp_path, keep_threads):
             copy.layers[0].self_attn.in_proj_weight.mul_(1.01)
         return copy
 
-    monkeypatch.setattr(_bench_sdpa_impl, "clone_model", perturbed)
+    monkeypatch.setattr(sdpa_impl, "clone_model", perturbed)
     out = tmp_path / "sdpa.json"
     assert bench_main([*QUICK[:1], "train", *QUICK[1:], "--causal", "no", "--json",
                        str(out)]) == 1
     report = json.loads(out.read_text())
     assert report["overhead"] == [] and report["failed"] == 2
-    for r in report["train"]:
+    for r in report["results"]:
         assert r["status"] == "failed" and r["flashattn_ran"] is True
         assert r["same_results"] is False and "results differ" in r["reason"]
         assert r["grad_rel"] > r["tolerance"]
@@ -200,26 +214,29 @@ def test_different_results_are_a_failure(monkeypatch, tmp_path, keep_threads):
 
 def test_overhead_part_alone(tmp_path, keep_threads):
     out = tmp_path / "sdpa.json"
-    assert bench_main(["--sdpa-impl", "overhead", "--device", "cpu", "--quick", "--threads",
+    assert bench_main(["sdpa-impl", "overhead", "--device", "cpu", "--quick", "--threads",
                        "2", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["train"] == [] and len(report["overhead"]) == 8
+    assert report["results"] == [] and len(report["overhead"]) == 8
     assert torch.get_num_threads() == 2  # the table's one thread was given back
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--sdpa-impl", "--seqlens", "64"], "--sdpa-impl: --seqlens does not apply"),
-    (["--sdpa-impl", "--varlen"], "--sdpa-impl: --varlen does not apply"),
-    (["--sdpa-impl", "--mode", "fwd"], "--sdpa-impl: --mode does not apply"),
-    (["--sdpa-impl", "--heads", "2", "--plot", "x.svg"],
-     "--sdpa-impl: --heads, --plot does not apply"),
-    (["--sdpa-sizes", "64:4:48:2"], "--sdpa-sizes: only with --sdpa-impl"),
-    (["--sdpa-impl", "--sdpa-sizes", "64:5:48:2"], "nhead must divide d_model"),
-    (["--sdpa-impl", "--sdpa-sizes", "64:4:48"], "expected d_model:nhead:seqlen:batch"),
+    # With "=": a value after an unknown option would be taken for the positional PART.
+    (["sdpa-impl", "--seqlens=64"],
+     "flashattn.bench sdpa-impl: error: unrecognized arguments: --seqlens=64"),
+    (["sdpa-impl", "--mode=fwd"], "unrecognized arguments: --mode=fwd"),
+    (["sdpa-impl", "--heads=2", "--head-dim=8"], "unrecognized arguments: --heads=2 --head-dim=8"),
+    (["sdpa-impl", "--plot", "x.svg"], "argument --plot: the sdpa-impl subcommand draws no plot"),
+    (["sdpa-impl", "everything"], "argument part: invalid choice: 'everything'"),
+    (["--sdpa-sizes", "64:4:48:2"], "flashattn.bench dense: error: unrecognized arguments: "
+                                    "--sdpa-sizes"),
+    (["sdpa-impl", "--sdpa-sizes", "64:5:48:2"], "nhead must divide d_model"),
+    (["sdpa-impl", "--sdpa-sizes", "64:4:48"], "expected d_model:nhead:seqlen:batch"),
 ])
 def test_options_that_do_not_apply_are_errors(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
-        bench_main(["--device", "cpu", "--quick", *args])
+        bench_main([*args, "--device", "cpu", "--quick"])
     assert exit_.value.code == 2
     out, err = capsys.readouterr()
     assert out == "" and message in err

@@ -1,4 +1,4 @@
-"""`python -m flashattn.bench --decode`: one KV-cache decoding step, in KV bytes read per second
+"""`python -m flashattn.bench decode`: one KV-cache decoding step, in KV bytes read per second
 against the machine's memory bandwidth, and against F.scaled_dot_product_attention on the padded
 cache.
 
@@ -16,7 +16,7 @@ are negligible beside them). Implementations, on the same values:
                    past Sk, the last page holds large values that no correct kernel reads
   flashattn-dense  the same on the dense cache (B, Sk, Hkv, d), FlashAttention's layout
   sdpa-<backend>   F.scaled_dot_product_attention forced to each backend of the device
-                   (common.SDPA_BACKENDS) on the padded cache in its own layout, contiguous
+                   (sdpa.py) on the padded cache in its own layout, contiguous
                    (B, Hkv, Sk, d), q (B, Hq, Sq, d), enable_gqa=True, no mask
   fa2-paged,       FlashAttention-2's flash_attn.flash_attn_with_kvcache on the same two caches,
   fa2-dense        when flash_attn is importable (CUDA only; FA2 takes pages that are multiples
@@ -32,24 +32,18 @@ is also timed at the start and the end of the run, to show how much the machine 
 run in increasing KV size, so that on the CPU a time budget (seconds per dtype, predicted from
 the last case's seconds per byte) cuts the largest ones; the cut cases are listed.
 """
-import argparse
-import datetime
-import math
 import statistics
-import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel
 
-from .. import __version__
-from . import measure
-from . import common
 from .._kvcache import flash_attn_with_kvcache
 from .._reference import attention_reference
+from . import measure, options, sdpa, summary
+from .common import NOT_AVAILABLE, dtype_name
+from .table import Table, fmt, times
 
 PAGED = "flashattn-paged"
 DENSE = "flashattn-dense"
@@ -126,80 +120,48 @@ MEMORY_SHARE = 0.6
 # The float64 reference checks these sequences of each batch.
 CHECKED = ("first", "last")
 
-HELP = ("KV-cache decoding (--decode): one step of flash_attn_with_kvcache over a paged and a "
-        "dense cache that every sequence fills (Sk keys), against F.sdpa on the padded cache "
-        "(every backend of the device, enable_gqa, no mask needed) and FA2's "
-        "flash_attn_with_kvcache when flash_attn is importable (CUDA). Headline: KV bytes read "
-        "per second as a share of the copy bandwidth measured in the same run. Defaults: "
-        "bfloat16, B 1,8,32, Sq 1,4, 32 query heads, 8 kv heads, head_dim 128, page 16, Sk "
-        "1k-128k doubling (CPU: 1k, 4k, 16k, 64k, cut by --budget, 60 s per dtype; the cut "
-        "cases are listed). "
-        "--heads and --head-dim apply; --seqlens, --batch, --mode, --causal and --plot do not.")
+HELP = ("one KV-cache decoding step (paged and dense cache) in KV bytes per second, as a share "
+        "of the copy bandwidth")
+DESCRIPTION = (
+    "One step of flash_attn_with_kvcache over a paged and a dense cache that every sequence "
+    "fills (Sk keys), against F.sdpa on the padded cache (every backend of the device, "
+    "enable_gqa, no mask needed) and FA2's flash_attn_with_kvcache when flash_attn is "
+    "importable (CUDA). Headline: KV bytes read per second as a share of the copy bandwidth "
+    "measured in the same run.")
+EPILOG = ("Defaults: bfloat16, B 1,8,32, Sq 1,4, 32 query heads, 8 kv heads, head_dim 128, page "
+          "16, Sk 1k-128k doubling (CPU: 1k, 4k, 16k, 64k, cut by --budget, 60 s per dtype; the "
+          "cut cases are listed).")
+PLOTS = None
 
 
 def add_arguments(parser):
-    group = parser.add_argument_group("KV-cache decoding", HELP)
-    group.add_argument("--decode", action="store_true",
-                       help="benchmark a KV-cache decoding step instead (described above)")
-    group.add_argument("--batch-sizes", type=common.int_list, dest="batches", metavar="LIST",
-                       help="comma list of batch sizes (default 1,8,32)")
-    group.add_argument("--q-lens", type=common.int_list, dest="q_lens", metavar="LIST",
-                       help="comma list of new query tokens per sequence, Sq (default 1,4)")
-    group.add_argument("--kv-lens", type=common.int_list, dest="kv_lens", metavar="LIST",
-                       help="comma list of cached keys per sequence, Sk (default cpu 1024,"
-                            "4096,16384,65536; cuda 1024 ... 131072, doubling)")
-    group.add_argument("--heads-kv", type=common.positive_int, dest="heads_kv", metavar="N",
-                       help="key/value heads; must divide --heads (default 8)")
-    group.add_argument("--page-size", type=common.positive_int, dest="page_size", metavar="N",
-                       help="tokens per page of the paged cache (default 16)")
-    group.add_argument("--num-splits", type=common.non_negative_int, dest="num_splits", metavar="N",
-                       help="flash_attn_with_kvcache's num_splits (default 0: its heuristic)")
-    group.add_argument("--budget", type=_non_negative_float, dest="budget_s", metavar="SECONDS",
-                       help="per dtype: cases that would end past it are not run (default: "
-                            "cpu 60, cuda none; 0: none)")
+    options.add_head_options(parser, heads_help="query heads (default 32)",
+                             head_dim_help="default 128")
+    parser.add_argument("--batch-sizes", type=options.int_list, dest="batches", metavar="LIST",
+                        help="comma list of batch sizes (default 1,8,32)")
+    parser.add_argument("--q-lens", type=options.int_list, dest="q_lens", metavar="LIST",
+                        help="comma list of new query tokens per sequence, Sq (default 1,4)")
+    parser.add_argument("--kv-lens", type=options.int_list, dest="kv_lens", metavar="LIST",
+                        help="comma list of cached keys per sequence, Sk (default cpu 1024,"
+                             "4096,16384,65536; cuda 1024 ... 131072, doubling)")
+    parser.add_argument("--heads-kv", type=options.positive_int, dest="heads_kv", metavar="N",
+                        help="key/value heads; must divide --heads (default 8)")
+    parser.add_argument("--page-size", type=options.positive_int, dest="page_size", metavar="N",
+                        help="tokens per page of the paged cache (default 16)")
+    parser.add_argument("--num-splits", type=options.non_negative_int, dest="num_splits",
+                        metavar="N",
+                        help="flash_attn_with_kvcache's num_splits (default 0: its heuristic)")
+    parser.add_argument("--budget", type=options.non_negative_float, dest="budget_s",
+                        metavar="SECONDS", help="per dtype: cases that would end past it are not "
+                                                "run (default: cpu 60, cuda none; 0: none)")
 
 
-DECODE_ONLY = ("batches", "q_lens", "kv_lens", "heads_kv", "page_size", "num_splits",
-               "budget_s")
-NOT_FOR_DECODE = ("seqlens", "batch", "plot")
-
-
-def check_arguments(parser, args):
-    """Options of other modes are errors with --decode, and --decode's without it: silently
-    ignoring one would measure something other than what was asked for."""
-    if args.decode:
-        given = [f"--{name.replace('_', '-')}" for name in NOT_FOR_DECODE
-                 if getattr(args, name) is not None]
-        given += [f"--{name}" for name in ("mode", "causal") if getattr(args, name) != "both"]
-        if args.varlen:
-            given.append("--varlen")
-        if given:
-            parser.error(f"--decode: {', '.join(given)} does not apply")
-    else:
-        names = {"batches": "batch-sizes", "budget_s": "budget"}
-        given = [f"--{names.get(n, n.replace('_', '-'))}" for n in DECODE_ONLY
-                 if getattr(args, n) is not None]
-        if given:
-            parser.error(f"{', '.join(given)}: only with --decode")
-
-
-def _non_negative_float(text):
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def resolve_settings(args, device_type):
-    settings = DEFAULTS[device_type]
-    if args.quick:
-        settings = replace(settings, **QUICK[device_type])
-    overrides = {name: getattr(args, name)
-                 for name in ("dtypes", "heads", "head_dim", "repeats", *DECODE_ONLY)
-                 if getattr(args, name) is not None}
-    settings = replace(settings, **overrides)
+def resolve_settings(run):
+    settings = run.settings(DEFAULTS, QUICK)
     if settings.budget_s == 0:
         settings = replace(settings, budget_s=None)
+    if settings.heads % settings.heads_kv:
+        run.parser.error(f"--heads-kv {settings.heads_kv} must divide --heads {settings.heads}")
     return settings
 
 
@@ -220,8 +182,7 @@ class Case:
                         self.dtype)
 
     def label(self):
-        return (f"{common.dtype_name(self.dtype)} B={self.batch} Sq={self.q_len} "
-                f"Sk={self.kv_len}")
+        return f"{dtype_name(self.dtype)} B={self.batch} Sq={self.q_len} Sk={self.kv_len}"
 
 
 def enumerate_cases(settings):
@@ -241,7 +202,7 @@ class Result:
     impl: str
     layout: str
     kv_bytes: int
-    status: str = "ok"                   # or common.NOT_AVAILABLE, with the reason
+    status: str = "ok"                   # or NOT_AVAILABLE, with the reason
     reason: Optional[str] = None
     max_err: Optional[float] = None      # max |out - float64 reference|, checked sequences
     dq_err: Optional[float] = None       # always None: forward only (measure's interface)
@@ -307,8 +268,8 @@ def implementations(device_type, settings, fa2):
             num_splits=settings.num_splits)),
         Impl(DENSE, "dense (B,Sk,Hkv,d)", lambda x: flash_attn_with_kvcache(
             x.q, x.k, x.v, cache_seqlens=x.cache_seqlens, num_splits=settings.num_splits)),
-        *(Impl(f"sdpa-{label}", "dense (B,Hkv,Sk,d)", _sdpa_forced_to(backend))
-          for label, backend in common.SDPA_BACKENDS[device_type]),
+        *(Impl(name, "dense (B,Hkv,Sk,d)", _sdpa_padded(forced))
+          for name, forced in sdpa.forced_backends(device_type)),
     ]
     if fa2 is not None:
         impls += [
@@ -322,11 +283,9 @@ def implementations(device_type, settings, fa2):
     return impls
 
 
-def _sdpa_forced_to(backend):
+def _sdpa_padded(forced):
     def attend(x):
-        with sdpa_kernel(backend):
-            out = F.scaled_dot_product_attention(x.q_sdpa, x.k_sdpa, x.v_sdpa, enable_gqa=True)
-        return out.transpose(1, 2)
+        return forced(x.q_sdpa, x.k_sdpa, x.v_sdpa, enable_gqa=True).transpose(1, 2)
     return attend
 
 
@@ -377,29 +336,29 @@ def measure_case(case, settings, probe, device, fa2, copy):
     refs = references(inputs, settings)
     nbytes = case.kv_bytes(settings)
     candidates = [(impl.name,
-                   Result(common.dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
+                   Result(dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
                           impl.name, impl.layout, nbytes),
                    (lambda impl=impl: (impl.attend(inputs), None)), make_check(refs))
                   for impl in implementations(device.type, settings, fa2)]
-    results, times = measure.check_then_time(candidates, probe, settings, common.NOT_AVAILABLE,
-                                             companions={COPY: copy})
-    copy_ms = times.pop(COPY)
-    for name in times:
+    results, samples = measure.check_then_time(candidates, probe, settings, NOT_AVAILABLE,
+                                               companions={COPY: copy})
+    copy_ms = samples.pop(COPY)
+    for name in samples:
         r = results[name]
         r.gb_per_s = nbytes / (r.time_ms / measure.MS_PER_S) / 1e9
         r.copy_times_ms = copy_ms
         r.copy_gb_per_s = statistics.median(copy.gb_per_s(ms) for ms in copy_ms)
-        r.copy_share = copy_share(nbytes, times[name], copy.nbytes, copy_ms)
-    sdpa = [name for name in times if name.startswith("sdpa-")]
+        r.copy_share = copy_share(nbytes, samples[name], copy.nbytes, copy_ms)
+    sdpa_names = [name for name in samples if name.startswith("sdpa-")]
     for name, fa2_name in ((PAGED, FA2_PAGED), (DENSE, FA2_DENSE)):
-        if name not in times:
+        if name not in samples:
             continue
         r = results[name]
-        if sdpa:
+        if sdpa_names:
             r.speedup_vs_best_sdpa, r.best_sdpa = min(
-                (measure.paired_speedup(times[s], times[name]), s) for s in sdpa)
-        if fa2_name in times:
-            r.speedup_vs_fa2 = measure.paired_speedup(times[fa2_name], times[name])
+                (measure.paired_speedup(samples[s], samples[name]), s) for s in sdpa_names)
+        if fa2_name in samples:
+            r.speedup_vs_fa2 = measure.paired_speedup(samples[fa2_name], samples[name])
     return list(results.values())
 
 
@@ -462,7 +421,7 @@ def summarize(results, cuts, device_type, threads):
     """Per (dtype, flashattn implementation): its share of the copy bandwidth and speedup over
     the best SDPA backend, over all cases and over the cases of issue 12's target."""
     target = TARGETS[device_type]
-    summary = []
+    entries = []
     for dtype in dict.fromkeys(r.dtype for r in results):
         for impl in FLASHATTN_IMPLS:
             rows = [r for r in results if (r.dtype, r.impl) == (dtype, impl)]
@@ -476,71 +435,54 @@ def summarize(results, cuts, device_type, threads):
             speedups = [r.speedup_vs_best_sdpa for r in ok if r.speedup_vs_best_sdpa is not None]
             target_speedups = [r.speedup_vs_best_sdpa for r in in_target
                                if r.speedup_vs_best_sdpa is not None]
-            summary.append({
+            entries.append({
                 "dtype": dtype, "impl": impl, "cases": len(ok),
                 "not_available": len(rows) - len(ok),
-                "copy_share": _span([r.copy_share for r in ok]),
-                "gb_per_s": _span([r.gb_per_s for r in ok]),
-                "speedup_vs_best_sdpa": _span(speedups),
-                "geomean_speedup_vs_best_sdpa": _geomean(speedups),
+                "copy_share": summary.span([r.copy_share for r in ok]),
+                "gb_per_s": summary.span([r.gb_per_s for r in ok]),
+                "speedup_vs_best_sdpa": summary.span(speedups),
+                "geomean_speedup_vs_best_sdpa": summary.geomean(speedups),
                 "target": target["text"], "target_threads": 2 if device_type == "cpu" else None,
                 "threads": threads,
                 "target_cases": len(in_target), "target_met": len(met),
-                "target_copy_share": _span([r.copy_share for r in in_target]),
-                "target_speedup_vs_best_sdpa": _span(target_speedups),
+                "target_copy_share": summary.span([r.copy_share for r in in_target]),
+                "target_speedup_vs_best_sdpa": summary.span(target_speedups),
                 "target_cases_cut": sum(1 for c in cuts if c.dtype == dtype
                                         and c.kv_len >= target["min_kv_len"]
                                         and (target["batches"] is None
                                              or c.batch in target["batches"])),
             })
-    return summary
-
-
-def _span(values):
-    return [min(values), max(values)] if values else None
-
-
-def _geomean(values):
-    return math.exp(statistics.fmean(math.log(x) for x in values)) if values else None
+    return entries
 
 
 COLUMNS = (("B", 3), ("Sq", 3), ("Sk", 7), ("KV_MB", 8), ("impl", 16), ("max_err", 8),
            ("time_ms", 10), ("GB/s", 7), ("copy", 6), ("%copy", 6), ("vs_sdpa", 8),
-           ("vs_fa2", 7),
-           ("peak_MB", 9))
+           ("vs_fa2", 7), ("peak_MB", 9))
 REASON_WIDTH = 100
 
 
-def _columns(with_fa2):
-    return [c for c in COLUMNS if with_fa2 or c[0] != "vs_fa2"]
+def make_table(with_fa2):
+    """The table, with a vs_fa2 column only where FA2 runs."""
+    return Table([c for c in COLUMNS if with_fa2 or c[0] != "vs_fa2"], REASON_WIDTH)
 
 
-def table_header(dtype_name, settings, with_fa2):
-    title = (f"decode, {dtype_name}, heads={settings.heads}, heads_kv={settings.heads_kv}, "
-             f"head_dim={settings.head_dim}, page {settings.page_size}, "
-             f"num_splits={settings.num_splits}")
-    names = "  ".join(name.rjust(width) for name, width in _columns(with_fa2))
-    return f"\n{title}\n{names}\n{'-' * len(names)}"
+def table_title(dtype_name, settings):
+    return (f"decode, {dtype_name}, heads={settings.heads}, heads_kv={settings.heads_kv}, "
+            f"head_dim={settings.head_dim}, page {settings.page_size}, "
+            f"num_splits={settings.num_splits}")
 
 
-def table_row(r, with_fa2):
-    columns = _columns(with_fa2)
+def table_row(table, r, with_fa2):
     cells = [r.batch, r.q_len, r.kv_len, f"{r.kv_bytes / measure.BYTES_PER_MB:.1f}", r.impl]
-    if r.status == common.NOT_AVAILABLE:
-        head = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, columns))
-        return f"{head}  {common.NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
-    cells += [common.fmt(r.max_err, ".1e"), common.fmt(r.time_ms, ".3f"),
-              common.fmt(r.gb_per_s, ".3g"), common.fmt(r.copy_gb_per_s, ".3g"),
-              f"{100 * r.copy_share:.1f}",
-              _times(r.speedup_vs_best_sdpa)]
+    if r.status == NOT_AVAILABLE:
+        return table.not_available(cells, r.reason)
+    cells += [fmt(r.max_err, ".1e"), fmt(r.time_ms, ".3f"), fmt(r.gb_per_s, ".3g"),
+              fmt(r.copy_gb_per_s, ".3g"), f"{100 * r.copy_share:.1f}",
+              times(r.speedup_vs_best_sdpa)]
     if with_fa2:
-        cells.append(_times(r.speedup_vs_fa2))
-    cells.append(common.fmt(r.peak_mb, ".1f"))
-    return "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, columns))
-
-
-def _times(value):
-    return "-" if value is None else f"{value:.2f}x"
+        cells.append(times(r.speedup_vs_fa2))
+    cells.append(fmt(r.peak_mb, ".1f"))
+    return table.row(cells)
 
 
 def _percent_span(span):
@@ -556,7 +498,7 @@ def _times_span(span):
     return f"{span[0]:.2f}x" if span[0] == span[1] else f"{span[0]:.2f}-{span[1]:.2f}x"
 
 
-def summary_lines(summary, bandwidth, cuts, settings):
+def summary_lines(entries, bandwidth, cuts, settings):
     lines = ["",
              f"copy bandwidth: {bandwidth['start_gb_per_s']:.3g} GB/s at the start, "
              f"{bandwidth['end_gb_per_s']:.3g} GB/s at the end (copy_ of "
@@ -564,10 +506,11 @@ def summary_lines(summary, bandwidth, cuts, settings):
              f"time, median of {settings.copy_repeats})",
              "GB/s = KV bytes read (2·B·Sk·Hkv·d·itemsize) / median time; copy = the median "
              "GB/s of the copy_ timed in the case's rotation; %copy = the median over the "
-             "repeats of this call's GB/s / that copy's in the same repeat; vs_sdpa = min over the SDPA backends of the median "
-             "over repeats of t_sdpa / t_flashattn, calls back to back (> 1: flashattn is "
-             "faster). Every sequence holds Sk keys: the padded cache is full, no mask."]
-    for s in summary:
+             "repeats of this call's GB/s / that copy's in the same repeat; vs_sdpa = min over "
+             "the SDPA backends of the median over repeats of t_sdpa / t_flashattn, calls back "
+             "to back (> 1: flashattn is faster). Every sequence holds Sk keys: the padded "
+             "cache is full, no mask."]
+    for s in entries:
         head = f"{s['impl']:>16}, {s['dtype']}:"
         if not s["cases"]:
             lines.append(f"{head} did not run")
@@ -586,82 +529,71 @@ def summary_lines(summary, bandwidth, cuts, settings):
         threads = ("" if s["target_threads"] in (None, s["threads"])
                    else f" [this run: {s['threads']} threads]")
         lines.append(f"{'':>16}  issue 12 target ({s['target']}){threads}: {verdict}")
-    if cuts:
-        reasons = {}
-        for c in cuts:
-            reasons.setdefault(c.reason.split(":")[0], []).append(c)
-        for why, group in reasons.items():
-            cases = ", ".join(f"{c.dtype} B={c.batch} Sq={c.q_len} Sk={c.kv_len}" for c in group)
-            budget = (f" ({settings.budget_s:g} s per dtype)" if why == "budget" else
-                      f" (over {100 * MEMORY_SHARE:.0f}% of the available memory)")
-            lines.append(f"not run, {why}{budget}: {len(group)} cases: {cases}")
+    reasons = {}
+    for c in cuts:
+        reasons.setdefault(c.reason.split(":")[0], []).append(c)
+    for why, group in reasons.items():
+        cases = ", ".join(f"{c.dtype} B={c.batch} Sq={c.q_len} Sk={c.kv_len}" for c in group)
+        budget = (f" ({settings.budget_s:g} s per dtype)" if why == "budget" else
+                  f" (over {100 * MEMORY_SHARE:.0f}% of the available memory)")
+        lines.append(f"not run, {why}{budget}: {len(group)} cases: {cases}")
     return lines
 
 
-def main(argv, args, parser):
-    """bench.main hands over here when --decode is given."""
-    device = common.resolve_device(args, parser)
-    settings = resolve_settings(args, device.type)
-    if settings.heads % settings.heads_kv:
-        parser.error(f"--decode: --heads-kv {settings.heads_kv} must divide --heads "
-                     f"{settings.heads}")
-    probe = measure.make_probe(device)
-    table = sys.stderr if args.json == "-" else sys.stdout
+def reason_to_cut(case, nbytes, budget, device):
+    """Why the case is not run (the budget, or memory), or None."""
+    reason = budget.reason_to_cut(case, nbytes)
+    available = available_memory_bytes(device)
+    if (reason is None and available is not None
+            and MEMORY_FACTOR * nbytes > MEMORY_SHARE * available):
+        reason = (f"memory: needs about {MEMORY_FACTOR * nbytes / 2 ** 30:.1f} GiB, "
+                  f"{available / 2 ** 30:.1f} GiB available")
+    return reason
+
+
+def main(run):
+    settings = resolve_settings(run)
+    device, probe = run.device, run.probe
     fa2, fa2_line = find_fa2(device.type)
     with_fa2 = fa2 is not None
+    table = make_table(with_fa2)
 
-    print(f"flashattn {__version__} KV-cache decode vs F.scaled_dot_product_attention on the "
-          f"padded cache, torch {torch.__version__}, {device.type} ({probe.describe()}), "
-          f"{settings.repeats} timed repeats; {fa2_line}", file=table)
+    run.print_headline("KV-cache decode vs F.scaled_dot_product_attention on the padded cache",
+                       settings.repeats)
+    run.print(fa2_line)
     copy = measure.CopyStep(settings.copy_bytes, device)
     start = statistics.median(measure.copy_bandwidth(copy, probe, settings.copy_repeats))
-    print(f"copy bandwidth at the start: {start:.3g} GB/s", file=table, flush=True)
+    run.print(f"copy bandwidth at the start: {start:.3g} GB/s")
 
     results, cuts, dtype = [], [], None
     budget = Budget(settings.budget_s)
-    for case in enumerate_cases(settings):
+    cases = enumerate_cases(settings)
+    run.progress.expect(len(cases))
+    for case in cases:
+        run.progress.step(case.label())
         if case.dtype != dtype:
             dtype = case.dtype
-            print(table_header(common.dtype_name(dtype), settings, with_fa2), file=table)
+            run.print(table.header(table_title(dtype_name(dtype), settings)))
         nbytes = case.kv_bytes(settings)
-        available = available_memory_bytes(device)
-        reason = budget.reason_to_cut(case, nbytes)
-        if (reason is None and available is not None
-                and MEMORY_FACTOR * nbytes > MEMORY_SHARE * available):
-            reason = (f"memory: needs about {MEMORY_FACTOR * nbytes / 2 ** 30:.1f} GiB, "
-                      f"{available / 2 ** 30:.1f} GiB available")
+        reason = reason_to_cut(case, nbytes, budget, device)
         if reason:
-            cuts.append(Cut(common.dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
-                            nbytes, reason))
+            cuts.append(Cut(dtype_name(case.dtype), case.batch, case.q_len, case.kv_len, nbytes,
+                            reason))
             continue
         began = time.perf_counter()
         for result in measure_case(case, settings, probe, device, fa2, copy):
-            print(table_row(result, with_fa2), file=table, flush=True)
+            run.print(table_row(table, result, with_fa2))
             results.append(result)
         budget.record(case, nbytes, time.perf_counter() - began)
 
     end = statistics.median(measure.copy_bandwidth(copy, probe, settings.copy_repeats))
     bandwidth = {"start_gb_per_s": start, "end_gb_per_s": end,
                  "copy_bytes": settings.copy_bytes, "repeats": settings.copy_repeats}
-    summary = summarize(results, cuts, device.type, torch.get_num_threads())
-    print("\n".join(summary_lines(summary, bandwidth, cuts, settings)), file=table)
+    entries = summarize(results, cuts, device.type, torch.get_num_threads())
+    run.print(*summary_lines(entries, bandwidth, cuts, settings))
 
-    if args.json:
-        report = {"meta": _meta(argv, device, probe, settings, fa2_line),
-                  "bandwidth": bandwidth, "summary": summary,
-                  "results": [asdict(r) for r in results], "cut": [asdict(c) for c in cuts]}
-        common.write_json(report, args.json)
-    return 0
-
-
-def _meta(argv, device, probe, settings, fa2_line):
-    return {
-        "command": " ".join(["python -m flashattn.bench", *argv]),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "flashattn": __version__, "torch": torch.__version__, "fa2": fa2_line,
-        "device": device.type, "device_name": probe.describe(),
-        "threads": torch.get_num_threads(),
-        "dtypes": [common.dtype_name(d) for d in settings.dtypes],
+    run.write_report({
+        "fa2": fa2_line, "dtypes": [dtype_name(d) for d in settings.dtypes],
         "batches": list(settings.batches), "q_lens": list(settings.q_lens),
         "kv_lens": list(settings.kv_lens), "heads": settings.heads,
         "heads_kv": settings.heads_kv, "head_dim": settings.head_dim,
@@ -669,8 +601,6 @@ def _meta(argv, device, probe, settings, fa2_line):
         "causal": False, "cache": "every sequence holds kv_len keys (full cache, no mask)",
         "repeats": settings.repeats, "warmup": settings.warmup,
         "budget_s_per_dtype": settings.budget_s, "seed": settings.seed,
-        "checked_sequences": list(CHECKED),
-        "peak_memory": ("CUDA max_memory_allocated above the inputs" if device.type == "cuda"
-                        else "Linux peak RSS (VmHWM) above the RSS before the call"),
-        "peak_memory_unavailable": probe.memory_note,
-    }
+        "checked_sequences": list(CHECKED), **measure.memory_meta(probe),
+    }, entries, results, bandwidth=bandwidth, cut=cuts)
+    return 0

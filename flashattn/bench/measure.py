@@ -1,8 +1,7 @@
 """Measuring primitives of `python -m flashattn.bench`: per-device timers and peak-memory probes,
-and the error against the float64 reference.
+the check-then-time of one case, and the error against the float64 reference.
 
-Nothing here knows about implementations or tables; bench.py (dense batches) and
-_bench_varlen.py (variable-length batches) compose these pieces.
+Nothing here knows about implementations or tables; the subcommands compose these pieces.
 """
 import ctypes
 import gc
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .._reference import attention_reference
+from . import machine
 
 BYTES_PER_MB = 1024 * 1024
 KB_PER_MB = 1024
@@ -31,11 +31,13 @@ _RESET_PEAK_RSS = "5"
 class CpuProbe:
     """Wall-clock timing and Linux peak-RSS measurement for CPU kernels."""
 
+    memory_method = "Linux peak RSS (VmHWM) above the RSS before the call"
+
     def __init__(self):
         self.memory_note = None if _can_reset_peak_rss() else "no writable /proc/self/clear_refs"
 
     def describe(self):
-        return f"{_cpu_model()}, {torch.get_num_threads()} threads"
+        return f"{machine.cpu_model()}, {torch.get_num_threads()} threads"
 
     def time_ms(self, step):
         start = time.perf_counter()
@@ -65,6 +67,7 @@ class CpuProbe:
 class CudaProbe:
     """CUDA-event timing and caching-allocator peak memory for CUDA kernels."""
 
+    memory_method = "CUDA max_memory_allocated above the inputs"
     memory_note = None
 
     def __init__(self, device):
@@ -147,10 +150,11 @@ def cpu_tile_products_tflops(dtype, head_dim, seconds):
     """The rate of flashattn's own forward tile products on the CPU, on a hot tile (operands in
     cache): one key block's Q·Kᵀ and P·V (128 queries x 128 keys x head_dim, 2 FLOPs per
     multiply-add), made as the forward makes them, over and over on every thread at once for
-    `seconds` (each thread's median over 20 ms windows, summed). Returns [(what ran, TFLOP/s, whether dtype's attention takes it now)]: the fp32
-    products for every dtype, and for bf16/fp16 also the 16-bit ones (the kernel their 16-bit
-    path would use). It is the ceiling the forward's tiling works against: the rest of the
-    forward's time is the softmax, the packing and the tiling."""
+    `seconds` (each thread's median over 20 ms windows, summed). Returns [(what ran, TFLOP/s,
+    whether dtype's attention takes it now)]: the fp32 products for every dtype, and for
+    bf16/fp16 also the 16-bit ones (the kernel their 16-bit path would use). It is the ceiling
+    the forward's tiling works against: the rest of the forward's time is the softmax, the
+    packing and the tiling."""
     internal = torch.ops.flashattn_internal
     paths = ["fp32"]
     taken = "fp32"
@@ -232,6 +236,12 @@ def make_probe(device):
     return CudaProbe(device) if device.type == "cuda" else CpuProbe()
 
 
+def memory_meta(probe):
+    """For the report of a subcommand that measures peak memory: how, and why not where it
+    could not."""
+    return {"peak_memory": probe.memory_method, "peak_memory_unavailable": probe.memory_note}
+
+
 def _can_reset_peak_rss():
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -257,16 +267,6 @@ def _return_free_heap_to_os():
     if hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
 
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 @dataclass

@@ -1,8 +1,8 @@
-"""`python -m flashattn.bench --sdpa-impl`: flashattn as the implementation behind
+"""`python -m flashattn.bench sdpa-impl [PART]`: flashattn as the implementation behind
 torch.nn.functional.scaled_dot_product_attention (flashattn/_sdpa_impl.py), in an unmodified
 model, against PyTorch's own kernel.
 
-Two parts (`--sdpa-impl train` or `--sdpa-impl overhead` runs one of them alone):
+Two parts (`sdpa-impl train` or `sdpa-impl overhead` runs one of them alone):
 
 train     A small nn.TransformerEncoder (batch_first, dropout 0, 2 layers, feed-forward 4x
           d_model) takes a training step: forward, an MSE loss on the real tokens, backward and
@@ -37,12 +37,10 @@ overhead  CPU, one thread (torch.set_num_threads(1)), float32, forward only, tin
 """
 import argparse
 import copy
-import datetime
 import math
 import statistics
-import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import torch
@@ -50,12 +48,13 @@ import torch.nn.functional as F
 from torch.nn import attention
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import __version__
-from . import measure
-from . import common
-from .. import _sdpa_impl as sdpa_impl
+from .. import _sdpa_impl
 from .._interface import scaled_dot_product_attention as flashattn_sdpa
+from . import measure, options, summary
+from .common import NOT_AVAILABLE, dtype_name
+from .table import Table, fmt, times
 
+PARTS = ("all", "train", "overhead")
 PYTORCH = "pytorch"
 FLASHATTN = "flashattn"
 VARIANTS = ("unmasked", "causal", "key-padding")
@@ -64,6 +63,7 @@ FA_FWD, FA_BWD = "flashattn::fwd", "flashattn::bwd"
 LAYERS = 2
 FF_PER_D_MODEL = 4
 LEARNING_RATE = 1e-4
+SEED = 0  # of the models' weights and inputs
 FAILED = "failed"
 # loss, output and gradients of the two copies: max |a - b| / max |b|, per tensor, at most this.
 # float32: two exact kernels summing in different orders agree to ~1e-6 here; a wrong scale,
@@ -105,33 +105,37 @@ DEFAULTS = {
                      overhead_shapes=OVERHEAD_SHAPES, overhead_samples=101, overhead_calls=50),
 }
 # --quick: seconds, for CI.
-QUICK = dict(sizes=(Size(64, 4, 48, 2),), repeats=5, warmup=1, overhead_samples=11,
-             overhead_calls=5)
-HELP = ("flashattn as F.scaled_dot_product_attention's implementation (--sdpa-impl): an "
-        f"nn.TransformerEncoder training step ({LAYERS} layers, dropout 0, AdamW) with "
-        "flashattn activated against without, timed in alternation, after checking that both "
-        "give the same loss and gradients and that flashattn ran; then, on the CPU, the "
-        "per-call cost of each way to call the kernel at tiny shapes, one thread. --causal "
-        "picks the variants (no: unmasked and key-padding), --dtype the training dtype. "
-        "--seqlens, --batch, --heads, --head-dim, --mode and --plot do not apply.")
+QUICK_ON_EVERY_DEVICE = dict(sizes=(Size(64, 4, 48, 2),), repeats=5, warmup=1,
+                             overhead_samples=11, overhead_calls=5)
+QUICK = {"cpu": QUICK_ON_EVERY_DEVICE, "cuda": QUICK_ON_EVERY_DEVICE}
+HELP = ("flashattn as F.sdpa's implementation: a TransformerEncoder training step with and "
+        "without it; the per-call cost of each way to the kernel")
+DESCRIPTION = (
+    f"flashattn as F.scaled_dot_product_attention's implementation: an nn.TransformerEncoder "
+    f"training step ({LAYERS} layers, dropout 0, AdamW) with flashattn activated against "
+    f"without, timed in alternation, after checking that both give the same loss and gradients "
+    f"and that flashattn ran (the command exits with 1 where a check fails); then, on the CPU, "
+    f"the per-call cost of each way to call the kernel at tiny shapes, one thread. --causal "
+    f"picks the variants (no: unmasked and key-padding), --dtype the training dtype.")
+PLOTS = None
 
 
 def add_arguments(parser):
-    group = parser.add_argument_group("flashattn behind F.scaled_dot_product_attention", HELP)
-    group.add_argument("--sdpa-impl", nargs="?", const="all", choices=("all", "train",
-                                                                       "overhead"),
-                       dest="sdpa_impl", help="benchmark flashattn as F.sdpa's implementation "
-                                              "(described above): all (default), or one part")
-    group.add_argument("--sdpa-sizes", type=_sizes, dest="sdpa_sizes", metavar="LIST",
-                       help="training sizes, comma list of d_model:nhead:seqlen:batch "
-                            f"(default {','.join(s.text() for s in DEFAULT_SIZES)})")
+    parser.add_argument("part", nargs="?", choices=PARTS, default="all",
+                        help="all (default), or only the training step or the per-call cost")
+    parser.add_argument("--causal", choices=tuple(VARIANTS_FOR_CAUSAL), default="both",
+                        help="the training step's variants: both (all three), yes (causal), "
+                             "no (unmasked and key-padding)")
+    parser.add_argument("--sdpa-sizes", type=_sizes, dest="sizes", metavar="LIST",
+                        help="training sizes, comma list of d_model:nhead:seqlen:batch "
+                             f"(default {','.join(s.text() for s in DEFAULT_SIZES)})")
 
 
 def _sizes(text):
     sizes = []
     for part in text.split(","):
         try:
-            d_model, nhead, seqlen, batch = (common.positive_int(x) for x in part.split(":"))
+            d_model, nhead, seqlen, batch = (options.positive_int(x) for x in part.split(":"))
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"{part!r}: expected d_model:nhead:seqlen:batch, positive integers")
@@ -139,37 +143,6 @@ def _sizes(text):
             raise argparse.ArgumentTypeError(f"{part!r}: nhead must divide d_model")
         sizes.append(Size(d_model, nhead, seqlen, batch))
     return tuple(sizes)
-
-
-NOT_WITH_SDPA_IMPL = ("seqlens", "batch", "heads", "head_dim", "plot")
-
-
-def check_arguments(parser, args):
-    """Options of the other modes are errors here, as in --varlen, and --sdpa-sizes is one
-    elsewhere."""
-    if args.sdpa_impl is None:
-        if args.sdpa_sizes is not None:
-            parser.error("--sdpa-sizes: only with --sdpa-impl")
-        return
-    given = [f"--{name.replace('_', '-')}" for name in NOT_WITH_SDPA_IMPL
-             if getattr(args, name) is not None]
-    if args.varlen:
-        given.insert(0, "--varlen")
-    if args.mode != "both":
-        given.append("--mode")
-    if given:
-        parser.error(f"--sdpa-impl: {', '.join(given)} does not apply")
-
-
-def resolve_settings(args, device_type):
-    settings = DEFAULTS[device_type]
-    if args.quick:
-        settings = replace(settings, **QUICK)
-    overrides = {name: getattr(args, name) for name in ("dtypes", "repeats")
-                 if getattr(args, name) is not None}
-    if args.sdpa_sizes is not None:
-        overrides["sizes"] = args.sdpa_sizes
-    return replace(settings, **overrides)
 
 
 # ---- which kernel ran ----
@@ -212,7 +185,7 @@ class SdpaCalls(TorchDispatchMode):
                 f"{name.split('.')[-1]}(q {tuple(given['query'].shape)}, "
                 f"is_causal={bool(given.get('is_causal', False))}, attn_mask="
                 + ("None" if mask is None else
-                   f"{common.dtype_name(mask.dtype)} {tuple(mask.shape)}") + ")")
+                   f"{dtype_name(mask.dtype)} {tuple(mask.shape)}") + ")")
         return func(*args, **kwargs)
 
 
@@ -227,7 +200,7 @@ def activated(active):
     class Context:
         def __enter__(self):
             if active:
-                attention.activate_flash_attention_impl(sdpa_impl.NAME)
+                attention.activate_flash_attention_impl(_sdpa_impl.NAME)
 
         def __exit__(self, *exc):
             if active:
@@ -392,7 +365,7 @@ def time_in_alternation(sides, probe, repeats):
 
 
 def measure_train(size, variant, dtype, settings, probe, device, seed):
-    result = TrainResult(common.dtype_name(dtype), size.d_model, size.nhead, size.seqlen,
+    result = TrainResult(dtype_name(dtype), size.d_model, size.nhead, size.seqlen,
                          size.batch, LAYERS, variant, tolerance=TOLERANCE[dtype])
     torch.manual_seed(seed)
     model = make_model(size, dtype, device)
@@ -406,7 +379,7 @@ def measure_train(size, variant, dtype, settings, probe, device, seed):
             if device.type != "cpu" and not result.flashattn_ran:
                 # On CUDA F.sdpa picks its backend itself; only its flash backend's op is
                 # flashattn's, so another choice is not a failure of flashattn.
-                result.status = common.NOT_AVAILABLE
+                result.status = NOT_AVAILABLE
             return result
         for _ in range(settings.warmup):
             for side in sides.values():
@@ -417,7 +390,7 @@ def measure_train(size, variant, dtype, settings, probe, device, seed):
                         side.train_step()
         times = time_in_alternation(sides, probe, settings.repeats)
     except (RuntimeError, MemoryError) as err:
-        result.status, result.reason = common.NOT_AVAILABLE, measure.first_line(err)
+        result.status, result.reason = NOT_AVAILABLE, measure.first_line(err)
         probe.after_failure()
         return result
     result.times_ms_pytorch, result.times_ms_flashattn = times[PYTORCH], times[FLASHATTN]
@@ -435,36 +408,54 @@ def measure_train(size, variant, dtype, settings, probe, device, seed):
     return result
 
 
-TRAIN_COLUMNS = (("d_model", 7), ("nhead", 5), ("seqlen", 6), ("batch", 5), ("variant", 11),
-                 ("fa_ran", 6), ("loss_rel", 8), ("out_rel", 8), ("grad_rel", 8),
-                 ("ms_pytorch", 10), ("ms_flashattn", 12), ("speedup", 7),
-                 ("ratio_quartiles", 15), ("attn_ms_pt", 10), ("attn_ms_fa", 10))
-REASON_WIDTH = 160
+TRAIN_TABLE = Table((("d_model", 7), ("nhead", 5), ("seqlen", 6), ("batch", 5),
+                     ("variant", 11), ("fa_ran", 6), ("loss_rel", 8), ("out_rel", 8),
+                     ("grad_rel", 8), ("ms_pytorch", 10), ("ms_flashattn", 12), ("speedup", 7),
+                     ("ratio_quartiles", 15), ("attn_ms_pt", 10), ("attn_ms_fa", 10)),
+                    reason_width=160)
 
 
-def train_header(dtype_name):
-    names = "  ".join(name.rjust(width) for name, width in TRAIN_COLUMNS)
-    return (f"\ntraining step (forward, loss, backward, AdamW), nn.TransformerEncoder, {LAYERS} "
-            f"layers, {dtype_name}\n{names}\n{'-' * len(names)}")
+def train_title(dtype_name):
+    return (f"training step (forward, loss, backward, AdamW), nn.TransformerEncoder, {LAYERS} "
+            f"layers, {dtype_name}")
 
 
-def train_row(r):
-    cells = [r.d_model, r.nhead, r.seqlen, r.batch, r.variant,
-             "-" if r.flashattn_ran is None else ("yes" if r.flashattn_ran else "NO"),
-             common.fmt(r.loss_rel, ".1e"), common.fmt(r.out_rel, ".1e"),
-             common.fmt(r.grad_rel, ".1e"), common.fmt(r.time_ms_pytorch, ".1f"),
-             common.fmt(r.time_ms_flashattn, ".1f"),
-             "-" if r.speedup is None else f"{r.speedup:.3f}x",
-             "-" if r.speedup_quartiles is None else
-             f"{r.speedup_quartiles[0]:.2f}-{r.speedup_quartiles[1]:.2f}",
-             common.fmt(r.attn_ms_pytorch, ".1f"), common.fmt(r.attn_ms_flashattn, ".1f")]
-    line = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, TRAIN_COLUMNS))
+def with_status(table, r, cells):
+    """A row, and below it why the case was not timed where it was not."""
+    line = table.row(cells)
     if r.status != "ok":
-        line += f"\n    {r.status}: {r.reason[:REASON_WIDTH]}"
+        line += f"\n    {r.status}: {r.reason[:table.reason_width]}"
     return line
 
 
-def train_summary(results):
+def train_row(r):
+    return with_status(TRAIN_TABLE, r, [
+        r.d_model, r.nhead, r.seqlen, r.batch, r.variant,
+        "-" if r.flashattn_ran is None else ("yes" if r.flashattn_ran else "NO"),
+        fmt(r.loss_rel, ".1e"), fmt(r.out_rel, ".1e"), fmt(r.grad_rel, ".1e"),
+        fmt(r.time_ms_pytorch, ".1f"), fmt(r.time_ms_flashattn, ".1f"),
+        "-" if r.speedup is None else f"{r.speedup:.3f}x",
+        "-" if r.speedup_quartiles is None else
+        f"{r.speedup_quartiles[0]:.2f}-{r.speedup_quartiles[1]:.2f}",
+        fmt(r.attn_ms_pytorch, ".1f"), fmt(r.attn_ms_flashattn, ".1f")])
+
+
+def summarize(results):
+    """Per (dtype, variant): the training step's speedup with flashattn over the sizes, their
+    geometric mean, smallest and largest."""
+    groups = {}
+    for r in results:
+        groups.setdefault((r.dtype, r.variant), []).append(r.speedup)
+    entries = []
+    for (dtype, variant), speedups in groups.items():
+        known = [s for s in speedups if s is not None]
+        entries.append({"dtype": dtype, "variant": variant, "sizes": len(known),
+                        "geomean_speedup": summary.geomean(known),
+                        "speedup_span": summary.span(known)})
+    return entries
+
+
+def train_summary_lines(entries, results):
     lines = ["\nspeedup = t_pytorch / t_flashattn per back-to-back pair of steps, median; > 1: "
              "the step is faster with flashattn activated; ratio_quartiles: the 25th-75th "
              "percentile of those ratios, how far the machine's noise moved them. *_rel: "
@@ -475,15 +466,13 @@ def train_summary(results):
              "attn_ms_pt/_fa (CPU): ms of one step inside ATen's SDPA ops, forward and backward "
              "(flashattn's kernels inside them when active), profiled: median over the check "
              "step and the warm-up steps, not timed in alternation."]
-    groups = {}
-    for r in results:
-        groups.setdefault((r.dtype, r.variant), []).append(r.speedup)
-    for (dtype, variant), speedups in groups.items():
-        known = [s for s in speedups if s is not None]
-        text = (f"{math.exp(statistics.fmean(math.log(s) for s in known)):.3f}x (geometric "
-                f"mean over {len(known)} sizes, min {min(known):.3f}x, max {max(known):.3f}x)"
-                if known else "n/a")
-        lines.append(f"{dtype}, {variant:>11}: training step with flashattn: {text}")
+    for s in entries:
+        text = "n/a"
+        if s["geomean_speedup"]:
+            low, high = s["speedup_span"]
+            text = (f"{s['geomean_speedup']:.3f}x (geometric mean over {s['sizes']} sizes, "
+                    f"min {low:.3f}x, max {high:.3f}x)")
+        lines.append(f"{s['dtype']}, {s['variant']:>11}: training step with flashattn: {text}")
     lines.append("ATen SDPA calls per forward (PyTorch side, first size of each variant shown):")
     seen = set()
     for r in results:
@@ -569,7 +558,7 @@ def measure_overhead(shape, settings):
                 out = fn()
                 _, events, _ = profiled(fn)
         except (RuntimeError, MemoryError) as err:
-            r.status, r.reason = common.NOT_AVAILABLE, measure.first_line(err)
+            r.status, r.reason = NOT_AVAILABLE, measure.first_line(err)
             continue
         r.max_diff = (out - expected).abs().max().item()
         r.flashattn_fwd_events = events.get(FA_FWD, 0)
@@ -604,32 +593,27 @@ def toggle_cost_us(count):
     the mean over count pairs."""
     start = time.perf_counter()
     for _ in range(count):
-        attention.activate_flash_attention_impl(sdpa_impl.NAME)
+        attention.activate_flash_attention_impl(_sdpa_impl.NAME)
         attention.restore_flash_attention_impl()
     return (time.perf_counter() - start) / count * 1e6
 
 
-OVERHEAD_COLUMNS = (("shape", 14), ("impl", 17), ("fa_fwd", 6), ("max_diff", 8),
-                    ("us/call", 8), ("min_us", 8), ("vs_op_us", 8), ("vs_pytorch", 10))
+OVERHEAD_TABLE = Table((("shape", 14), ("impl", 17), ("fa_fwd", 6), ("max_diff", 8),
+                        ("us/call", 8), ("min_us", 8), ("vs_op_us", 8), ("vs_pytorch", 10)),
+                       reason_width=TRAIN_TABLE.reason_width)
 
 
-def overhead_header(settings):
-    names = "  ".join(name.rjust(width) for name, width in OVERHEAD_COLUMNS)
-    return (f"\nper-call cost, CPU, 1 thread, float32, forward only, (B, H, S, D); median of "
+def overhead_title(settings):
+    return (f"per-call cost, CPU, 1 thread, float32, forward only, (B, H, S, D); median of "
             f"{settings.overhead_samples} samples of {settings.overhead_calls} calls, "
-            f"implementations in alternation\n{names}\n{'-' * len(names)}")
+            f"implementations in alternation")
 
 
 def overhead_row(r):
-    cells = ["x".join(map(str, r.shape)), r.impl, common.fmt(r.flashattn_fwd_events, "d"),
-             common.fmt(r.max_diff, ".1e"), common.fmt(r.us_per_call, ".2f"),
-             common.fmt(r.us_min, ".2f"),
-             common.fmt(r.us_vs_op, "+.2f"),
-             "-" if r.ratio_vs_pytorch is None else f"{r.ratio_vs_pytorch:.2f}x"]
-    line = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, OVERHEAD_COLUMNS))
-    if r.status != "ok":
-        line += f"\n    {r.status}: {r.reason[:REASON_WIDTH]}"
-    return line
+    return with_status(OVERHEAD_TABLE, r, [
+        "x".join(map(str, r.shape)), r.impl, fmt(r.flashattn_fwd_events, "d"),
+        fmt(r.max_diff, ".1e"), fmt(r.us_per_call, ".2f"), fmt(r.us_min, ".2f"),
+        fmt(r.us_vs_op, "+.2f"), times(r.ratio_vs_pytorch)])
 
 
 def overhead_legend(toggle_us):
@@ -648,76 +632,73 @@ def overhead_legend(toggle_us):
 
 # ---- the command ----
 
-def main(argv, args, parser):
-    """bench.main hands over here when --sdpa-impl is given."""
-    if not sdpa_impl.REGISTERED:
-        parser.error(f"--sdpa-impl: torch {torch.__version__} has no "
-                     f"torch.nn.attention.register_flash_attention_impl (torch >= 2.13 has)")
-    device = common.resolve_device(args, parser)
-    settings = resolve_settings(args, device.type)
-    probe = measure.make_probe(device)
-    table = sys.stderr if args.json == "-" else sys.stdout
-    parts = ("train", "overhead") if args.sdpa_impl == "all" else (args.sdpa_impl,)
-    seed = 0
+def run_train(run, settings):
+    results = []
+    run.print(f"{settings.repeats} timed steps per side after {settings.warmup} warm-up")
+    for dtype in settings.dtypes:
+        run.print(TRAIN_TABLE.header(train_title(dtype_name(dtype))))
+        for size in settings.sizes:
+            for variant in VARIANTS_FOR_CAUSAL[run.args.causal]:
+                run.progress.step(f"train {dtype_name(dtype)} {size.text()} {variant}")
+                result = measure_train(size, variant, dtype, settings, run.probe, run.device,
+                                       SEED)
+                run.print(train_row(result))
+                results.append(result)
+    return results
 
-    print(f"flashattn {__version__} as F.scaled_dot_product_attention's implementation, torch "
-          f"{torch.__version__}, {device.type} ({probe.describe()})", file=table)
-    train_results = []
-    if "train" in parts:
-        print(f"{settings.repeats} timed steps per side after {settings.warmup} warm-up",
-              file=table)
-        for dtype in settings.dtypes:
-            print(train_header(common.dtype_name(dtype)), file=table, flush=True)
-            for size in settings.sizes:
-                for variant in VARIANTS_FOR_CAUSAL[args.causal]:
-                    result = measure_train(size, variant, dtype, settings, probe, device, seed)
-                    print(train_row(result), file=table, flush=True)
-                    train_results.append(result)
-        print("\n".join(train_summary(train_results)), file=table)
 
-    overhead_results, toggle_us = [], None
-    if "overhead" in parts and device.type != "cpu":
-        print("\nper-call cost: CPU only (run it with --device cpu)", file=table)
+def run_overhead(run, settings):
+    """The per-call table, on one thread (given back after); (results, toggle µs)."""
+    results = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run.print(OVERHEAD_TABLE.header(overhead_title(settings)))
+        for shape in settings.overhead_shapes:
+            run.progress.step(f"overhead {'x'.join(map(str, shape))}")
+            for r in measure_overhead(shape, settings):
+                run.print(overhead_row(r))
+                results.append(r)
+        return results, toggle_cost_us(10 * settings.overhead_calls)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def main(run):
+    if not _sdpa_impl.REGISTERED:
+        run.parser.error(f"torch {torch.__version__} has no "
+                         f"torch.nn.attention.register_flash_attention_impl (torch >= 2.13 has)")
+    settings = run.settings(DEFAULTS, QUICK)
+    parts = ("train", "overhead") if run.args.part == "all" else (run.args.part,)
+    overhead = "overhead" in parts and run.device.type == "cpu"
+    train_cases = (len(settings.dtypes) * len(settings.sizes)
+                   * len(VARIANTS_FOR_CAUSAL[run.args.causal]) if "train" in parts else 0)
+    run.progress.expect(train_cases + (len(settings.overhead_shapes) if overhead else 0))
+
+    run.print_headline("as F.scaled_dot_product_attention's implementation")
+    train_results = run_train(run, settings) if "train" in parts else []
+    entries = summarize(train_results)
+    if train_results:
+        run.print(*train_summary_lines(entries, train_results))
+    overhead_results, toggle_us = run_overhead(run, settings) if overhead else ([], None)
+    if overhead:
+        run.print(*overhead_legend(toggle_us))
     elif "overhead" in parts:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            print(overhead_header(settings), file=table, flush=True)
-            for shape in settings.overhead_shapes:
-                for r in measure_overhead(shape, settings):
-                    print(overhead_row(r), file=table, flush=True)
-                    overhead_results.append(r)
-            toggle_us = toggle_cost_us(10 * settings.overhead_calls)
-            print("\n".join(overhead_legend(toggle_us)), file=table)
-        finally:
-            torch.set_num_threads(threads)
+        run.print("\nper-call cost: CPU only (run it with --device cpu)")
 
     failed = [r for r in [*train_results, *overhead_results] if r.status == FAILED]
     if failed:
-        print(f"\n{len(failed)} check(s) FAILED (see above): those cases were not timed",
-              file=table)
-    if args.json:
-        report = {"meta": _meta(argv, device, probe, settings, args, parts, seed),
-                  "train": [asdict(r) for r in train_results],
-                  "overhead": [asdict(r) for r in overhead_results],
-                  "toggle_us": toggle_us, "failed": len(failed)}
-        common.write_json(report, args.json)
-    return 1 if failed else 0
-
-
-def _meta(argv, device, probe, settings, args, parts, seed):
-    return {
-        "command": " ".join(["python -m flashattn.bench", *argv]),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "flashattn": __version__, "torch": torch.__version__,
-        "device": device.type, "device_name": probe.describe(),
-        "threads": torch.get_num_threads(), "parts": list(parts),
-        "dtypes": [common.dtype_name(d) for d in settings.dtypes],
+        run.print(f"\n{len(failed)} check(s) FAILED (see above): those cases were not timed")
+    run.write_report({
+        "parts": list(parts), "dtypes": [dtype_name(d) for d in settings.dtypes],
         "sizes": [asdict(s) for s in settings.sizes], "layers": LAYERS,
         "dim_feedforward_per_d_model": FF_PER_D_MODEL, "optimizer": "AdamW",
-        "learning_rate": LEARNING_RATE, "variants": list(VARIANTS_FOR_CAUSAL[args.causal]),
-        "repeats": settings.repeats, "warmup": settings.warmup, "seed": seed,
+        "learning_rate": LEARNING_RATE,
+        "variants": list(VARIANTS_FOR_CAUSAL[run.args.causal]),
+        "repeats": settings.repeats, "warmup": settings.warmup, "seed": SEED,
         "overhead_shapes": [list(s) for s in settings.overhead_shapes],
         "overhead_samples": settings.overhead_samples,
         "overhead_calls_per_sample": settings.overhead_calls,
-    }
+    }, entries, train_results, overhead=overhead_results, toggle_us=toggle_us,
+        failed=len(failed))
+    return 1 if failed else 0

@@ -1,4 +1,4 @@
-"""`python -m flashattn.bench --varlen`: a packed batch of variable-length sequences, against
+"""`python -m flashattn.bench varlen`: a packed batch of variable-length sequences, against
 padding it to the longest one.
 
 The batch: lognormal lengths (a long tail, as in real fine-tuning data), clipped to
@@ -15,7 +15,7 @@ once per batch, not per layer):
                     seqused_k (torch.ops.flashattn.fwd(..., seqused_k=lengths)): the padded
                     queries are still computed, the padded keys not.
   sdpa-<backend>    F.scaled_dot_product_attention forced to each backend of the device
-                    (common.SDPA_BACKENDS), on the (B, H, Lmax, D) view of the padded tensors:
+                    (sdpa.py), on the (B, H, Lmax, D) view of the padded tensors:
                     is_causal=True when causal (no mask needed, as above), a boolean
                     (B, 1, 1, Lmax) key-padding attn_mask when not.
   sdpa-nested       F.scaled_dot_product_attention on jagged nested tensors made from the
@@ -35,23 +35,24 @@ credited with the same FLOPs, so the TFLOP/s of a padded one shows what padding 
 On the CPU the run ends with a thread-balance check (the issue's "one 8k sequence and fifty
 100-token ones must keep both threads busy"): flashattn-varlen on that batch with 1 thread and
 with all of them, timed in alternation.
+
+The summary: per direction and dtype, the geometric mean over the cases of flashattn-varlen's
+speedup against the fastest SDPA way of each (a padded backend or nested tensors), and against
+flashattn-padded.
 """
-import datetime
 import math
 import random
 import statistics
-import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel
 
-from .. import __version__
-from . import measure
-from . import common
 from .._interface import flash_attn_func, flash_attn_varlen_func
+from . import measure, options, sdpa, summary
+from .common import FLOPS_PER_TFLOP, MODE_TITLES, NOT_AVAILABLE, attention_flops, dtype_name
+from .table import Table, case_title, fmt, times
 
 VARLEN = "flashattn-varlen"
 PADDED = "flashattn-padded"
@@ -101,60 +102,38 @@ QUICK = {
                 balance_long=512, balance_short=16, balance_count=50),
     "cuda": dict(heads=4, head_dim=64, total_tokens=2048, max_seqlen=512, median_seqlen=64),
 }
-HELP = ("Variable-length batch (--varlen): lognormal lengths (median --median-seqlen, "
-        "sigma 1) clipped to [1, --max-seqlen], --total-tokens in all, fixed --seed; "
-        "flashattn varlen against padding to the longest (flashattn's dense op and every SDPA "
-        "backend) and nested-tensor SDPA; then, on the CPU, flashattn varlen with 1 thread "
-        "against all on one 8192-token sequence and fifty of 100 (1 head; --thread-balance "
-        "alone). Defaults: CPU float32, 8 heads of 64, 4096 tokens up to 2048 long (about 1.5 "
-        "minutes on 2 idle cores, several times that on a busy machine); CUDA bfloat16, 16 heads of 128, 16384 tokens up to 8192 long. --seqlens, "
-        "--batch and --plot do not apply.")
+HELP = ("a packed batch of variable-length sequences: flashattn varlen against padding and "
+        "nested tensors; on the CPU, the thread balance")
+DESCRIPTION = (
+    "A packed batch of variable-length sequences: lognormal lengths (median --median-seqlen, "
+    "sigma 1) clipped to [1, --max-seqlen], --total-tokens in all, fixed --seed; flashattn "
+    "varlen against padding to the longest (flashattn's dense op and every SDPA backend) and "
+    "nested-tensor SDPA, in TFLOP/s of the real tokens' work; then, on the CPU, flashattn "
+    "varlen with 1 thread against all on one 8192-token sequence and fifty of 100 (1 head; "
+    "--thread-balance alone).")
+EPILOG = ("Defaults: CPU float32, 8 heads of 64, 4096 tokens up to 2048 long (about 1.5 minutes "
+          "on 2 idle cores, several times that on a busy machine); CUDA bfloat16, 16 heads of "
+          "128, 16384 tokens up to 8192 long.")
+PLOTS = None
 
 
 def add_arguments(parser):
-    group = parser.add_argument_group("variable-length batches", HELP)
-    group.add_argument("--varlen", action="store_true",
-                       help="benchmark a packed variable-length batch instead of dense ones "
-                            "(described above)")
-    group.add_argument("--total-tokens", type=common.positive_int, dest="total_tokens",
-                       metavar="N", help="tokens in the batch (cpu 4096, cuda 16384)")
-    group.add_argument("--max-seqlen", type=common.positive_int, dest="max_seqlen", metavar="N",
-                       help="longest sequence allowed (cpu 2048, cuda 8192)")
-    group.add_argument("--median-seqlen", type=common.positive_int, dest="median_seqlen",
-                       metavar="N", help="median of the lognormal (cpu 128, cuda 512)")
-    group.add_argument("--seed", type=int, help="of the lengths and the inputs (default 0)")
-    group.add_argument("--thread-balance", action="store_true", dest="thread_balance",
-                       default=None, help="CPU: only the thread-balance measurement (about 15 s "
-                                          "on 2 idle cores)")
+    options.add_head_options(parser)
+    options.add_mode_options(parser)
+    parser.add_argument("--total-tokens", type=options.positive_int, dest="total_tokens",
+                        metavar="N", help="tokens in the batch (cpu 4096, cuda 16384)")
+    parser.add_argument("--max-seqlen", type=options.positive_int, dest="max_seqlen",
+                        metavar="N", help="longest sequence allowed (cpu 2048, cuda 8192)")
+    parser.add_argument("--median-seqlen", type=options.positive_int, dest="median_seqlen",
+                        metavar="N", help="median of the lognormal (cpu 128, cuda 512)")
+    parser.add_argument("--seed", type=int, help="of the lengths and the inputs (default 0)")
+    parser.add_argument("--thread-balance", action="store_true", dest="thread_balance",
+                        help="CPU: only the thread-balance measurement (about 15 s on 2 idle "
+                             "cores)")
 
 
-BATCH_OPTIONS = ("total_tokens", "max_seqlen", "median_seqlen", "seed")
-VARLEN_ONLY = (*BATCH_OPTIONS, "thread_balance")
-DENSE_ONLY = ("seqlens", "batch", "plot")
-
-
-def check_arguments(parser, args):
-    """The options of one mode are errors in the other: silently ignoring one would measure
-    something other than what was asked for."""
-    if args.varlen:
-        given = [name for name in DENSE_ONLY if getattr(args, name) is not None]
-        if given:
-            parser.error(f"--varlen: {', '.join('--' + n for n in given)} does not apply")
-    else:
-        given = [name for name in VARLEN_ONLY if getattr(args, name) is not None]
-        if given:
-            parser.error(f"{', '.join('--' + n.replace('_', '-') for n in given)}: only with "
-                         f"--varlen")
-
-
-def resolve_settings(args, device_type):
-    settings = DEFAULTS[device_type]
-    if args.quick:
-        settings = replace(settings, **QUICK[device_type])
-    overrides = {name: getattr(args, name)
-                 for name in ("dtypes", "heads", "head_dim", "repeats", *BATCH_OPTIONS)
-                 if getattr(args, name) is not None}
-    settings = replace(settings, **overrides)
+def resolve_settings(run):
+    settings = run.settings(DEFAULTS, QUICK)
     return replace(settings, median_seqlen=min(settings.median_seqlen, settings.max_seqlen))
 
 
@@ -176,14 +155,6 @@ def lengths_summary(lengths):
             "max": max(lengths), "total": sum(lengths)}
 
 
-def real_flops(lengths, heads, head_dim, causal, mode):
-    """FlashAttention's convention per sequence, summed: only the real tokens' work."""
-    forward = sum(common.FWD_FLOPS_PER_QKD * heads * length ** 2 * head_dim for length in lengths)
-    if causal:
-        forward /= 2
-    return forward * (1 + common.BWD_FLOPS_PER_FWD) if mode == "fwdbwd" else forward
-
-
 @dataclass
 class Result:
     mode: str
@@ -191,8 +162,9 @@ class Result:
     causal: bool
     impl: str
     mask: str                          # how this implementation keeps padded keys out
-    flops: float                       # the real work (see real_flops), the same for all
-    status: str = "ok"                 # or common.NOT_AVAILABLE, with the reason
+    flops: float                       # the real work only (common.attention_flops over the
+                                       # lengths), the same for all
+    status: str = "ok"                 # or NOT_AVAILABLE, with the reason
     reason: Optional[str] = None
     max_err: Optional[float] = None    # max |out - float64 reference|, checked rows
     dq_err: Optional[float] = None     # same for dq, forward+backward only
@@ -270,12 +242,10 @@ def _padded(batch, q, k, v, causal):
     return out
 
 
-def _sdpa_padded_forced_to(backend):
+def _sdpa_padded(forced):
     def attend(batch, q, k, v, causal):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, Lmax, D) views, no copy
-        with sdpa_kernel(backend):
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=None if causal else batch.key_mask, is_causal=causal)
+        out = forced(q, k, v, attn_mask=None if causal else batch.key_mask, is_causal=causal)
         return out.transpose(1, 2)
     return attend
 
@@ -298,8 +268,8 @@ def implementations(device_type, causal):
     mask = "none (causal)" if causal else "bool (B,1,1,L)"
     return [Impl(VARLEN, "cu_seqlens", False, _varlen),
             Impl(PADDED, "none (causal)" if causal else "seqused_k", True, _padded),
-            *(Impl(f"sdpa-{label}", mask, True, _sdpa_padded_forced_to(backend))
-              for label, backend in common.SDPA_BACKENDS[device_type]),
+            *(Impl(name, mask, True, _sdpa_padded(forced))
+              for name, forced in sdpa.forced_backends(device_type)),
             Impl(NESTED, "jagged", False, _sdpa_nested)]
 
 
@@ -340,19 +310,19 @@ def measure_case(mode, dtype, causal, lengths, settings, probe, device):
     batch = Batch(lengths, settings.heads, settings.head_dim, dtype, device,
                   with_grad=mode == "fwdbwd")
     refs = references(batch, causal, with_dq=mode == "fwdbwd")
-    flops = real_flops(lengths, settings.heads, settings.head_dim, causal, mode)
+    flops = attention_flops(mode, causal, settings.heads, settings.head_dim, lengths)
     candidates = [(impl.name,
-                   Result(mode, common.dtype_name(dtype), causal, impl.name, impl.mask, flops),
+                   Result(mode, dtype_name(dtype), causal, impl.name, impl.mask, flops),
                    make_step(impl, batch, mode, causal), make_check(impl, batch, refs))
                   for impl in implementations(device.type, causal)]
-    results, times = measure.check_then_time(candidates, probe, settings, common.NOT_AVAILABLE)
-    for name, samples in times.items():
+    results, samples = measure.check_then_time(candidates, probe, settings, NOT_AVAILABLE)
+    for name, times_ms in samples.items():
         r = results[name]
         seconds = r.time_ms / measure.MS_PER_S
         r.tokens_per_s = sum(lengths) / seconds
-        r.tflops = flops / seconds / common.FLOPS_PER_TFLOP
-        if VARLEN in times and name != VARLEN:
-            r.varlen_speedup = measure.paired_speedup(samples, times[VARLEN])
+        r.tflops = flops / seconds / FLOPS_PER_TFLOP
+        if VARLEN in samples and name != VARLEN:
+            r.varlen_speedup = measure.paired_speedup(times_ms, samples[VARLEN])
     return list(results.values())
 
 
@@ -362,7 +332,7 @@ class Balance:
     dtype: str
     causal: bool
     threads: int                          # all of them; the other side is 1 thread
-    status: str = "ok"                    # or common.NOT_AVAILABLE, with the reason
+    status: str = "ok"                    # or NOT_AVAILABLE, with the reason
     reason: Optional[str] = None
     time_ms_1_thread: Optional[float] = None
     time_ms_all_threads: Optional[float] = None
@@ -382,7 +352,7 @@ def measure_balance(mode, dtype, causal, settings, probe, device):
     in alternation (torch.set_num_threads before each call, inside the timed call: the kernels
     run on at::parallel_for's threads)."""
     threads = torch.get_num_threads()
-    result = Balance(mode, common.dtype_name(dtype), causal, threads)
+    result = Balance(mode, dtype_name(dtype), causal, threads)
     lengths = balance_lengths(settings)
     batch = Batch(lengths, settings.balance_heads, settings.head_dim, dtype, device,
                   with_grad=mode == "fwdbwd", padded=False)
@@ -406,7 +376,7 @@ def measure_balance(mode, dtype, causal, settings, probe, device):
         del outputs
         times = measure.time_in_alternation(steps, probe, settings.repeats)
     except (RuntimeError, MemoryError) as err:
-        result.status, result.reason = common.NOT_AVAILABLE, measure.first_line(err)
+        result.status, result.reason = NOT_AVAILABLE, measure.first_line(err)
         probe.after_failure()
         return result
     finally:
@@ -415,36 +385,54 @@ def measure_balance(mode, dtype, causal, settings, probe, device):
     result.time_ms_1_thread = statistics.median(times[1])
     result.time_ms_all_threads = statistics.median(times[threads])
     result.speedup = measure.paired_speedup(times[1], times[threads])
-    result.tflops_all_threads = (real_flops(lengths, settings.balance_heads, settings.head_dim,
-                                            causal, mode)
+    result.tflops_all_threads = (attention_flops(mode, causal, settings.balance_heads,
+                                                 settings.head_dim, lengths)
                                  / (result.time_ms_all_threads / measure.MS_PER_S)
-                                 / common.FLOPS_PER_TFLOP)
+                                 / FLOPS_PER_TFLOP)
     return result
 
 
-COLUMNS = (("causal", 6), ("impl", 16), ("mask", 14), ("max_err", 8), ("dq_err", 8),
-           ("time_ms", 10), ("tokens/s", 9), ("TFLOP/s", 8), ("varlen_speedup", 14),
-           ("peak_MB", 9))
-
-
-REASON_WIDTH = 110
-
-
-def table_header(mode, dtype_name, settings):
-    return common.table_header(mode, dtype_name, settings, COLUMNS)
+TABLE = Table((("causal", 6), ("impl", 16), ("mask", 14), ("max_err", 8), ("dq_err", 8),
+               ("time_ms", 10), ("tokens/s", 9), ("TFLOP/s", 8), ("varlen_speedup", 14),
+               ("peak_MB", 9)), reason_width=110)
+REASON_WIDTH = TABLE.reason_width
 
 
 def table_row(r):
     cells = ["yes" if r.causal else "no", r.impl, r.mask]
-    if r.status == common.NOT_AVAILABLE:
-        head = "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, COLUMNS))
-        return f"{head}  {common.NOT_AVAILABLE}: {r.reason[:REASON_WIDTH]}"
-    cells += [common.fmt(r.max_err, ".1e"), common.fmt(r.dq_err, ".1e"),
-              common.fmt(r.time_ms, ".3f"), common.fmt(r.tokens_per_s, ".3g"),
-              common.fmt(r.tflops, ".3g"),
-              "-" if r.varlen_speedup is None else f"{r.varlen_speedup:.2f}x",
-              common.fmt(r.peak_mb, ".1f")]
-    return "  ".join(str(c).rjust(w) for c, (_, w) in zip(cells, COLUMNS))
+    if r.status == NOT_AVAILABLE:
+        return TABLE.not_available(cells, r.reason)
+    return TABLE.row([*cells, fmt(r.max_err, ".1e"), fmt(r.dq_err, ".1e"), fmt(r.time_ms, ".3f"),
+                      fmt(r.tokens_per_s, ".3g"), fmt(r.tflops, ".3g"), times(r.varlen_speedup),
+                      fmt(r.peak_mb, ".1f")])
+
+
+def summarize(results):
+    """Per (mode, dtype): the geometric mean over the cases (causal and not) of flashattn-varlen's
+    speedup against the fastest SDPA way of each case, and against flashattn-padded."""
+    def geomeans(competitor):
+        return summary.smallest_speedup_per_case(
+            results, group=lambda r: (r.mode, r.dtype), case=lambda r: r.causal,
+            speedup=lambda r: r.varlen_speedup if competitor(r.impl) else None)
+    vs_sdpa = geomeans(lambda impl: impl.startswith("sdpa-"))
+    vs_padded = geomeans(lambda impl: impl == PADDED)
+    return [{"mode": mode, "dtype": dtype, "cases": len(speedups),
+             "geomean_speedup_vs_best_sdpa": summary.geomean(speedups),
+             "geomean_speedup_vs_flashattn_padded": summary.geomean(vs_padded[(mode, dtype)])}
+            for (mode, dtype), speedups in vs_sdpa.items()]
+
+
+def summary_lines(entries):
+    lines = ["", "varlen_speedup = t_impl / t_flashattn-varlen per back-to-back pair, median; > 1: "
+                 "varlen is faster. TFLOP/s counts only the real tokens' work for every "
+                 "implementation."]
+    for s in entries:
+        padded = s["geomean_speedup_vs_flashattn_padded"]
+        lines.append(f"{MODE_TITLES[s['mode']]:>16}, {s['dtype']}: flashattn-varlen vs the best "
+                     f"SDPA way (padded backends, nested): "
+                     f"{summary.geomean_text(s['geomean_speedup_vs_best_sdpa'], s['cases'])}; "
+                     f"vs {PADDED}: {'n/a' if padded is None else f'{padded:.2f}x'}")
+    return lines
 
 
 def balance_lines(balances, settings):
@@ -454,9 +442,9 @@ def balance_lines(balances, settings):
              f"{'mode':>16}  {'causal':>6}  {'1 thread ms':>11}  {'all ms':>10}  "
              f"{'threads':>7}  {'speedup':>7}  {'TFLOP/s':>8}  same output"]
     for b in balances:
-        head = f"{common.MODE_TITLES[b.mode]:>16}  {'yes' if b.causal else 'no':>6}"
-        if b.status == common.NOT_AVAILABLE:
-            lines.append(f"{head}  {common.NOT_AVAILABLE}: {b.reason[:REASON_WIDTH]}")
+        head = f"{MODE_TITLES[b.mode]:>16}  {'yes' if b.causal else 'no':>6}"
+        if b.status == NOT_AVAILABLE:
+            lines.append(f"{head}  {NOT_AVAILABLE}: {b.reason[:REASON_WIDTH]}")
             continue
         lines.append(f"{head}  {b.time_ms_1_thread:>11.1f}  {b.time_ms_all_threads:>10.1f}  "
                      f"{b.threads:>7}  {b.speedup:>6.2f}x  {b.tflops_all_threads:>8.3g}  "
@@ -464,73 +452,64 @@ def balance_lines(balances, settings):
     return lines
 
 
-def main(argv, args, parser):
-    """bench.main hands over here when --varlen is given."""
-    device = common.resolve_device(args, parser)
+def lengths_line(lengths, settings):
+    s = lengths_summary(lengths)
+    return (f"lengths (lognormal, median {settings.median_seqlen}, sigma {settings.sigma}, "
+            f"clipped to [1, {settings.max_seqlen}], seed {settings.seed}): count {s['count']}, "
+            f"min {s['min']}, median {s['median']:g}, max {s['max']}, total {s['total']} "
+            f"tokens; padded to the max: {s['count'] * s['max']} tokens, "
+            f"{s['count'] * s['max'] ** 2 / sum(n * n for n in lengths):.1f}x the real "
+            f"attention work")
+
+
+def case_label(mode, dtype, causal):
+    return f"{mode} {dtype_name(dtype)} {'causal' if causal else 'non-causal'}"
+
+
+def main(run):
+    args, device = run.args, run.device
     if args.thread_balance and device.type != "cpu":
-        parser.error("--thread-balance: CPU only (run it with --device cpu)")
-    settings = resolve_settings(args, device.type)
-    probe = measure.make_probe(device)
-    table = sys.stderr if args.json == "-" else sys.stdout
+        run.parser.error("--thread-balance: CPU only (run it with --device cpu)")
+    settings = resolve_settings(run)
     lengths = sample_lengths(settings.total_tokens, settings.max_seqlen, settings.median_seqlen,
                              settings.sigma, settings.seed)
-    summary = lengths_summary(lengths)
     torch.manual_seed(settings.seed)
+    modes, causal_flags = options.modes(args), options.causal_flags(args)
+    cases = [(mode, dtype, causal) for mode in modes for dtype in settings.dtypes
+             for causal in causal_flags]
+    balance = device.type == "cpu" and torch.get_num_threads() >= 2
+    run.progress.expect((0 if args.thread_balance else len(cases))
+                        + (len(cases) if balance else 0))
 
-    print(f"flashattn {__version__} varlen vs padding and nested tensors, torch "
-          f"{torch.__version__}, {device.type} ({probe.describe()}), {settings.repeats} timed "
-          f"repeats", file=table)
-    if not args.thread_balance:
-        print(f"lengths (lognormal, median {settings.median_seqlen}, sigma {settings.sigma}, "
-              f"clipped to [1, {settings.max_seqlen}], seed {settings.seed}): "
-              f"count {summary['count']}, min {summary['min']}, median {summary['median']:g}, "
-              f"max {summary['max']}, total {summary['total']} tokens; padded to the max: "
-              f"{summary['count'] * summary['max']} tokens, "
-              f"{summary['count'] * summary['max'] ** 2 / sum(n * n for n in lengths):.1f}x the "
-              f"real attention work", file=table)
-    modes = common.MODES if args.mode == "both" else (args.mode,)
-    causal_flags = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    run.print_headline("varlen vs padding and nested tensors", settings.repeats)
     results = []
+    if not args.thread_balance:
+        run.print(lengths_line(lengths, settings))
     for mode in () if args.thread_balance else modes:
         for dtype in settings.dtypes:
-            print(table_header(mode, common.dtype_name(dtype), settings), file=table)
+            run.print(TABLE.header(case_title(mode, dtype_name(dtype), settings.heads,
+                                              settings.head_dim)))
             for causal in causal_flags:
-                for result in measure_case(mode, dtype, causal, lengths, settings, probe,
+                run.progress.step(case_label(mode, dtype, causal))
+                for result in measure_case(mode, dtype, causal, lengths, settings, run.probe,
                                            device):
-                    print(table_row(result), file=table, flush=True)
+                    run.print(table_row(result))
                     results.append(result)
+    entries = summarize(results)
     if results:
-        print("\nvarlen_speedup = t_impl / t_flashattn-varlen per back-to-back pair, median; "
-              "> 1: varlen is faster. TFLOP/s counts only the real tokens' work for every "
-              "implementation.", file=table)
+        run.print(*summary_lines(entries))
 
     balances = []
-    if device.type == "cpu" and torch.get_num_threads() < 2:
-        print("\nthread balance: not measured, this process has 1 thread", file=table)
-    elif device.type == "cpu":
-        for mode in modes:
-            for dtype in settings.dtypes:
-                for causal in causal_flags:
-                    balances.append(measure_balance(mode, dtype, causal, settings, probe,
-                                                    device))
-        print("\n".join(balance_lines(balances, settings)), file=table)
+    if device.type == "cpu" and not balance:
+        run.print("\nthread balance: not measured, this process has 1 thread")
+    elif balance:
+        for mode, dtype, causal in cases:
+            run.progress.step(f"thread balance {case_label(mode, dtype, causal)}")
+            balances.append(measure_balance(mode, dtype, causal, settings, run.probe, device))
+        run.print(*balance_lines(balances, settings))
 
-    if args.json:
-        report = {"meta": _meta(argv, device, probe, settings, args, lengths),
-                  "results": [asdict(r) for r in results],
-                  "thread_balance": [asdict(b) for b in balances]}
-        common.write_json(report, args.json)
-    return 0
-
-
-def _meta(argv, device, probe, settings, args, lengths):
-    return {
-        "command": " ".join(["python -m flashattn.bench", *argv]),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "flashattn": __version__, "torch": torch.__version__,
-        "device": device.type, "device_name": probe.describe(),
-        "threads": torch.get_num_threads(),
-        "dtypes": [common.dtype_name(d) for d in settings.dtypes], "heads": settings.heads,
+    run.write_report({
+        "dtypes": [dtype_name(d) for d in settings.dtypes], "heads": settings.heads,
         "head_dim": settings.head_dim, "total_tokens": settings.total_tokens,
         "max_seqlen": settings.max_seqlen, "median_seqlen": settings.median_seqlen,
         "sigma": settings.sigma, "seed": settings.seed,
@@ -543,7 +522,6 @@ def _meta(argv, device, probe, settings, args, lengths):
         "thread_balance_batch": ({"lengths": balance_lengths(settings),
                                   "heads": settings.balance_heads}
                                  if device.type == "cpu" else None),
-        "peak_memory": ("CUDA max_memory_allocated above the inputs" if device.type == "cuda"
-                        else "Linux peak RSS (VmHWM) above the RSS before the call"),
-        "peak_memory_unavailable": probe.memory_note,
-    }
+        **measure.memory_meta(run.probe),
+    }, entries, results, thread_balance=balances)
+    return 0
