@@ -14,14 +14,15 @@ import flashattn
 from test_bench import TINY_RUN, TINY_VARLEN, bench_main, run_python
 from test_bench_decode import TINY_DECODE
 
-SUBCOMMANDS = ("dense", "varlen", "decode", "sdpa-impl")
+SUBCOMMANDS = ("dense", "varlen", "decode", "sdpa-impl", "small")
 SHARED_META = ("command", "date_utc", "flashattn", "commit", "torch", "device", "device_name",
                "threads", "machine")
 MACHINE_KEYS = {"cpu_model", "cpu_family", "cpu_model_number", "vendor", "cores", "isa"}
 ISA_FLAGS = {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"}
-# The tiniest run of each subcommand (dense and varlen without their subcommand's name).
+# The tiniest run of each subcommand.
 TINY = {"dense": ["dense", *TINY_RUN], "varlen": TINY_VARLEN, "decode": TINY_DECODE,
-        "sdpa-impl": ["sdpa-impl", "train", "--device", "cpu", "--quick", "--causal", "yes"]}
+        "sdpa-impl": ["sdpa-impl", "train", "--device", "cpu", "--quick", "--causal", "yes"],
+        "small": ["small", "--device", "cpu", "--quick", "--seqlens", "16", "--mode", "fwd"]}
 
 
 def test_help_lists_every_subcommand_with_its_line():

@@ -115,7 +115,10 @@ class Result:
 @dataclass(frozen=True)
 class Impl:
     name: str
-    attend: Callable  # (q, k, v, causal) -> out, all (batch, heads, seqlen, head_dim)
+    attend: Callable  # (q, k, v, causal) -> out, in the layout below
+    # The layout the implementation is called in: "bhsd" (batch, heads, seqlen, head_dim), as
+    # F.sdpa takes it, or "bshd", FlashAttention's: transposed views of the same tensors.
+    layout: str = "bhsd"
 
 
 def sdpa_implementations(device_type):
@@ -145,8 +148,16 @@ def make_inputs(case, device):
     return q, k, v, dout
 
 
+def in_layout(tensor, layout):
+    """A (B, H, S, D) tensor (or None) in the layout asked for, as a view; and, given the view,
+    the (B, H, S, D) tensor back."""
+    return tensor.transpose(1, 2) if layout == "bshd" and tensor is not None else tensor
+
+
 def make_step(impl, case, q, k, v, dout):
-    """One timed call: returns (out, grads or None) so the caller frees them after the clock."""
+    """One timed call: returns (out, grads or None) so the caller frees them after the clock.
+    The views of another layout are made here, before the clock."""
+    q, k, v, dout = (in_layout(t, impl.layout) for t in (q, k, v, dout))
     if case.mode == "fwd":
         return lambda: (impl.attend(q, k, v, case.causal), None)
 
@@ -163,14 +174,17 @@ def measure_case(case, impls, run, settings):
     references = measure.reference_rows(q, k, v, dout, case.causal,
                                         with_dq=case.mode == "fwdbwd")
 
-    def check(out, grads):
-        return (measure.max_error(out, references, "out"),
-                None if grads is None else measure.max_error(grads[0], references, "dq"))
+    def check_in(layout):
+        def check(out, grads):
+            return (measure.max_error(in_layout(out, layout), references, "out"),
+                    None if grads is None
+                    else measure.max_error(in_layout(grads[0], layout), references, "dq"))
+        return check
 
     candidates = [(impl.name,
                    Result(case.mode, dtype_name(case.dtype), case.causal, case.seqlen,
                           case.batch, case.heads, case.head_dim, impl.name),
-                   make_step(impl, case, q, k, v, dout), check)
+                   make_step(impl, case, q, k, v, dout), check_in(impl.layout))
                   for impl in impls]
     results, samples = measure.check_then_time(candidates, run.probe, settings, NOT_AVAILABLE)
     for name, times_ms in samples.items():

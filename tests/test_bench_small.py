@@ -1,0 +1,87 @@
+"""`python -m flashattn.bench small` runs end to end: every small shape of the quick grid has
+flashattn's flash_attn_func (on FlashAttention's (B, S, H, D) layout) and every CPU SDPA backend,
+each checked against float64 with small errors, timed call by call, with flashattn's paired
+speedups and their geometric mean against the best backend. Speed is not tested here."""
+import json
+import math
+import statistics
+
+import pytest
+
+from test_bench import MAX_FLOAT32_ERROR, bench_main
+
+CPU_IMPLS = {"flashattn", "sdpa-flash", "sdpa-math"}
+QUICK = ["small", "--device", "cpu", "--quick"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("small") / "small.json"
+    assert bench_main([*QUICK, "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_small_quick_grid_has_every_implementation(small_run):
+    report = small_run
+    assert report["subcommand"] == "small"
+    meta = report["meta"]
+    assert meta["seqlens"] == [16, 64] and meta["batches"] == [1]
+    assert meta["heads"] == 8 and meta["head_dim"] == 64
+    cases = {}
+    for r in report["results"]:
+        cases.setdefault((r["mode"], r["causal"], r["seqlen"], r["batch"]), set()).add(r["impl"])
+    assert set(cases) == {(mode, causal, seqlen, 1) for mode in ("fwd", "fwdbwd")
+                          for causal in (False, True) for seqlen in (16, 64)}
+    assert all(impls == CPU_IMPLS for impls in cases.values()), cases
+
+
+def test_small_results_are_right_and_timed(small_run):
+    report = small_run
+    for r in report["results"]:
+        where = f"{r['impl']} {r['mode']} causal={r['causal']} S={r['seqlen']} B={r['batch']}"
+        assert r["status"] == "ok", f"{where}: {r['reason']}"
+        errors = [r["max_err"]] + ([r["dq_err"]] if r["mode"] == "fwdbwd" else [])
+        for err in errors:
+            assert isinstance(err, float) and math.isfinite(err), f"{where}: error {err}"
+            assert err < MAX_FLOAT32_ERROR, f"{where}: error {err}"
+        assert len(r["times_ms"]) == report["meta"]["repeats"], where
+        assert r["time_ms"] == statistics.median(r["times_ms"]) > 0, where
+        assert (r["speedup"] is None) == (r["impl"] == "flashattn"), where
+
+
+def test_small_summary_is_the_geomean_against_the_best_backend(small_run):
+    report = small_run
+    per_case = {}
+    for r in report["results"]:
+        if r["speedup"] is not None:
+            key = (r["mode"], r["causal"], r["seqlen"], r["batch"])
+            per_case[key] = min(per_case.get(key, math.inf), r["speedup"])
+    summary = {s["mode"]: s for s in report["summary"]}
+    assert summary.keys() == {"fwd", "fwdbwd"}
+    for mode, s in summary.items():
+        best = [speedup for key, speedup in per_case.items() if key[0] == mode]
+        assert s["cases"] == len(best) == 4
+        assert s["geomean_speedup_vs_best_sdpa"] == pytest.approx(
+            statistics.geometric_mean(best))
+
+
+def test_small_check_sees_flashattn_output_in_its_own_layout(monkeypatch, tmp_path):
+    # flash_attn_func ignoring the causal mask: its (B, S, H, D) output, compared in the
+    # reference's (B, H, S, D), must be caught; a layout mix-up would show on every case.
+    from flashattn import flash_attn_func
+    from flashattn.bench import small
+
+    monkeypatch.setattr(small, "flash_attn_func",
+                        lambda q, k, v, causal: flash_attn_func(q, k, v, causal=False))
+    out = tmp_path / "small.json"
+    assert bench_main([*QUICK, "--seqlens", "64", "--mode", "fwd", "--json", str(out)]) == 0
+    ours = {r["causal"]: r for r in json.loads(out.read_text())["results"]
+            if r["impl"] == "flashattn"}
+    assert ours[False]["max_err"] < MAX_FLOAT32_ERROR
+    assert ours[True]["max_err"] > 1e-2
+
+
+def test_small_table_is_in_microseconds(capsys):
+    assert bench_main([*QUICK, "--seqlens", "16", "--mode", "fwd", "--causal", "no"]) == 0
+    table = capsys.readouterr().out
+    assert "time_us" in table and "forward, float32: flashattn vs the best SDPA backend" in table
