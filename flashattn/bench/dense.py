@@ -64,7 +64,7 @@ QUICK = {
 
 
 def add_arguments(parser):
-    parser.add_argument("--batch", type=options.positive_int,
+    parser.add_argument("--batch", type=options.positive_int, metavar="N",
                         help="default: cpu 1, cuda 16k tokens / seqlen")
     options.add_head_options(parser)
     parser.add_argument("--seqlens", type=options.int_list, metavar="LIST",
