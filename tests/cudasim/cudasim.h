@@ -192,6 +192,16 @@ void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, const char
 void cp_async_commit(const char* file, int line);
 void cp_async_wait_group(int pending_groups_allowed, const char* file, int line);
 void cp_async_wait_all(const char* file, int line);
+
+// ---- Warp-specialized synchronization (sm_90): what csrc/cuda/ptx.cuh's wrappers call. ----
+// Named barriers: bar.sync / bar.arrive `id` (0-15) for `threads` threads, a multiple of 32.
+// A generation completes when that many threads have arrived; bar.arrive does not block.
+// barrier_sync with threads == 0 is bar.sync without a count: every live thread of the block,
+// at one call site, like __syncthreads. Participants of one generation with different counts
+// are an error.
+void barrier_sync(unsigned id, unsigned threads, const char* file, int line);
+void barrier_arrive(unsigned id, unsigned threads, const char* file, int line);
+
 // red.global.add.v2.f32: address[0] += a, address[1] += b as one 8-byte reduction (counted as
 // one atomic operation of width 8). The address must be 8-byte aligned, as the hardware requires.
 void red_add_f32x2(float* address, float a, float b, const char* file, int line);

@@ -10,21 +10,22 @@
 
 #include "cudasim.h"
 #include "fiber.h"
+#include "named_barrier.h"
+#include "site.h"
 
 namespace cudasim::detail {
 
 constexpr unsigned kWarpSize = 32;
 constexpr uint32_t kFullWarp = 0xffffffffu;
 
-// A place in the kernel source, recorded from the call site of a wrapper or intrinsic.
-struct Site {
-  const char* file = "?";
-  int line = 0;
+// What a thread is doing. Every blocked state names the object it waits on (SimThread's wait
+// fields), which wakes it when its state changes.
+enum class ThreadStatus {
+  Ready,         // may run
+  AtBarrier,     // bar.sync / __syncthreads on named barrier `barrier_id`
+  InCollective,  // a warp collective some lanes of its mask have yet to reach
+  Exited,        // returned from the kernel
 };
-bool same_site(const Site& a, const Site& b);
-std::string describe(const Site& site);  // "file:line"
-
-enum class ThreadStatus { Ready, AtBarrier, InCollective, Exited };
 
 // What a lane posts to a warp collective and what it reads back.
 struct LaneMailbox {
@@ -66,8 +67,9 @@ struct SimThread {
   unsigned warp = 0, lane = 0;
   Fiber* fiber = nullptr;  // borrowed from the host thread's pool (grid.cpp)
   ThreadStatus status = ThreadStatus::Ready;
-  Site wait_site;                 // where it is blocked (barrier or collective)
+  Site wait_site;                 // where it is blocked
   const char* wait_op = "";       // what it is blocked in
+  unsigned barrier_id = 0;        // AtBarrier: the named barrier
   LaneMailbox mailbox;
   std::vector<PendingCopy> uncommitted_copies;
   std::deque<std::vector<PendingCopy>> copy_groups;  // committed, oldest first
@@ -97,6 +99,13 @@ struct SimBlock {
   size_t smem_bytes = 0;
   std::vector<SimThread> threads;
   std::vector<SimWarp> warps;
+  unsigned live_threads = 0;     // threads that have not returned
+  NamedBarrier barriers[kNamedBarriers];
+  // Threads made runnable by a state change (a barrier completing). The scheduler makes them
+  // Ready once the running warp has blocked, so that a warp always runs until all its lanes
+  // block, as before these objects existed.
+  std::vector<unsigned> woken;
+  bool syncthreads_released = false;  // the scheduler then groups and counts accesses
   SimThread* current = nullptr;  // the thread whose fiber runs now
   std::exception_ptr error;      // thrown on a fiber, rethrown by the scheduler
   const std::function<void()>* run_one_thread = nullptr;
@@ -119,8 +128,18 @@ class ActiveBlockGuard {
 // default the current thread; a site with line 0 (the thread's return) is left out.
 [[noreturn]] void fail(const Site& site, const std::string& message,
                        const SimThread* culprit = nullptr);
-// Blocks the current thread in `op` at `site` until the scheduler resumes it.
+// Blocks the current thread in `op` at `site` until the scheduler resumes it. The caller sets
+// the wait fields that belong to `status` first.
 void block_current_thread(ThreadStatus status, const char* op, const Site& site);
+// Makes thread `index` runnable once the running warp has blocked (SimBlock::woken).
+inline void wake_later(SimBlock& block, unsigned index) { block.woken.push_back(index); }
+inline unsigned thread_index(const SimThread& thread) {
+  return thread.warp * kWarpSize + thread.lane;
+}
+std::string block_name(const SimBlock& block);  // "kernel K, block (x,y,z)"
+// Every thread of the block, grouped into ranges: what each waits in, where, and the state of
+// the object it waits on. For deadlock and divergence messages (wait_report.cpp).
+std::string describe_waiters(const SimBlock& block);
 
 // Host side: run every thread of `block` to completion (scheduler.cpp).
 class Permuter;

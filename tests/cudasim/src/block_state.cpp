@@ -23,7 +23,9 @@ bool same_site(const Site& a, const Site& b) {
   return a.line == b.line && std::strcmp(a.file, b.file) == 0;
 }
 
-std::string describe(const Site& site) { return std::string(site.file) + ":" + std::to_string(site.line); }
+std::string describe(const Site& site) {
+  return std::string(site.file) + ":" + std::to_string(site.line);
+}
 
 SimBlock& active_block(const char* what) {
   if (active == nullptr) {
@@ -73,6 +75,10 @@ void block_current_thread(ThreadStatus status, const char* op, const Site& site)
   self.wait_op = op;
   self.wait_site = site;
   self.fiber->suspend();
+}
+
+std::string block_name(const SimBlock& block) {
+  return "kernel " + block.kernel_name + ", block " + coords(block.idx);
 }
 
 bool in_smem(const SimBlock& block, const void* ptr, size_t bytes) {

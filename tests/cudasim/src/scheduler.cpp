@@ -1,7 +1,7 @@
-// Runs one block: a warp at a time between barriers, in the schedule's order, and checks
-// that every barrier is met by all live threads at one call site.
-#include <sstream>
-
+// Runs one block as an event loop. Every thread is runnable or blocked on an object (a named
+// barrier, a warp collective); an object whose state changes wakes its waiters. The loop visits
+// the warps in rounds, in the schedule's order, and runs each runnable warp until all its lanes
+// block or return. When no thread can run, the block is deadlocked.
 #include "block.h"
 #include "schedule.h"
 
@@ -22,7 +22,9 @@ void check_thread_exit(SimBlock& block, SimThread& self) {
       break;
     }
   }
-  if (pending == nullptr && !self.uncommitted_copies.empty()) pending = &self.uncommitted_copies.front();
+  if (pending == nullptr && !self.uncommitted_copies.empty()) {
+    pending = &self.uncommitted_copies.front();
+  }
   if (pending != nullptr) {
     fail(pending->site,
          "cp.async issued here is still pending when the thread returns (missing "
@@ -49,6 +51,12 @@ void thread_body(void* arg) {
   }
   self.status = ThreadStatus::Exited;
   block.warps[self.warp].exited |= 1u << self.lane;
+  block.live_threads -= 1;
+  try {
+    barrier_thread_exited(block);  // __syncthreads waits for one thread fewer
+  } catch (...) {
+    if (!block.error) block.error = std::current_exception();
+  }
   self.fiber->finish();
 }
 
@@ -60,7 +68,7 @@ void resume(SimBlock& block, SimThread& thread) {
   if (block.error) std::rethrow_exception(block.error);
 }
 
-// Lanes run one after another until each has returned or blocks (barrier, or a collective
+// Lanes run one after another until each has returned or blocks (a barrier, or a collective
 // that other lanes have yet to reach).
 void run_warp(SimBlock& block, const SimWarp& warp, Permuter& order) {
   const std::vector<unsigned> lanes = order.permutation(warp.num_lanes);
@@ -77,88 +85,29 @@ void run_warp(SimBlock& block, const SimWarp& warp, Permuter& order) {
   }
 }
 
-std::string block_name(const SimBlock& block) {
-  std::ostringstream out;
-  out << "kernel " << block.kernel_name << ", block (" << block.idx.x << "," << block.idx.y << ","
-      << block.idx.z << ")";
-  return out.str();
+// Makes the threads that state changes woke runnable; the running warp has blocked by now.
+void apply_wakeups(SimBlock& block) {
+  if (block.syncthreads_released) {
+    // Every live thread is at the barrier: its lanes' accesses form complete warp instructions.
+    block.syncthreads_released = false;
+    flush_accesses(block);
+    count_barrier(block);
+  }
+  for (unsigned index : block.woken) {
+    SimThread& thread = block.threads[index];
+    if (thread.status != ThreadStatus::Exited) thread.status = ThreadStatus::Ready;
+  }
+  block.woken.clear();
 }
 
-// "threads 0-31 wait in __syncthreads at k.cu:10; thread 32 ..." over the live threads.
-std::string describe_waiters(const SimBlock& block) {
-  std::ostringstream out;
-  const size_t n = block.threads.size();
-  for (size_t first = 0; first < n;) {
-    const SimThread& head = block.threads[first];
-    size_t last = first;
-    while (last + 1 < n) {
-      const SimThread& next = block.threads[last + 1];
-      if (next.status != head.status || std::string(next.wait_op) != head.wait_op ||
-          (head.status != ThreadStatus::Exited && !same_site(next.wait_site, head.wait_site))) {
-        break;
-      }
-      ++last;
-    }
-    if (first > 0) out << "; ";
-    out << (first == last ? "thread " : "threads ") << first;
-    if (last > first) out << "-" << last;
-    if (head.status == ThreadStatus::Exited) {
-      out << " returned";
-    } else {
-      out << (first == last ? " waits in " : " wait in ") << head.wait_op << " at "
-          << describe(head.wait_site);
-    }
-    first = last + 1;
-  }
-  for (size_t w = 0; w < block.warps.size(); ++w) {
-    for (const OpenCollective& open : block.warps[w].open) {
-      out << "; warp " << w << "'s " << open.op << " at " << describe(open.site) << " (mask "
-          << hex(open.mask) << ") still misses lanes " << lane_list(open.mask & ~open.arrived);
-    }
-  }
-  return out.str();
-}
-
-// Every thread has returned or is blocked. Release the barrier if every live thread waits at
-// the same __syncthreads; anything else can never make progress.
-void release_barrier(SimBlock& block) {
-  const SimThread* first_waiter = nullptr;
-  bool deadlock = false, divergent = false;
+bool any_ready(const SimBlock& block) {
   for (const SimThread& thread : block.threads) {
-    if (thread.status == ThreadStatus::Exited) continue;
-    if (thread.status != ThreadStatus::AtBarrier) {
-      deadlock = true;
-    } else if (first_waiter == nullptr) {
-      first_waiter = &thread;
-    } else if (!same_site(first_waiter->wait_site, thread.wait_site)) {
-      divergent = true;
-    }
+    if (thread.status == ThreadStatus::Ready) return true;
   }
-  if (deadlock) {
-    throw SimError("cudasim: deadlock in " + block_name(block) + ": " + describe_waiters(block));
-  }
-  if (divergent) {
-    throw SimError("cudasim: divergent __syncthreads in " + block_name(block) +
-                   " (every live thread must reach the same __syncthreads): " +
-                   describe_waiters(block));
-  }
-  flush_accesses(block);
-  count_barrier(block);
-  for (SimThread& thread : block.threads) {
-    if (thread.status == ThreadStatus::AtBarrier) thread.status = ThreadStatus::Ready;
-  }
+  return false;
 }
 
-bool all_exited(const SimBlock& block) {
-  for (const SimThread& thread : block.threads) {
-    if (thread.status != ThreadStatus::Exited) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-void run_block(SimBlock& block, Permuter& order) {
+void reset(SimBlock& block) {
   for (SimThread& thread : block.threads) {
     thread.status = ThreadStatus::Ready;
     thread.mailbox = LaneMailbox{};
@@ -171,20 +120,35 @@ void run_block(SimBlock& block, Permuter& order) {
     warp.exited = 0;
     warp.open.clear();
   }
-  for (;;) {
-    for (unsigned w : order.permutation(static_cast<unsigned>(block.warps.size()))) {
-      run_warp(block, block.warps[w], order);
-    }
-    if (all_exited(block)) {
-      flush_accesses(block);
-      return;
-    }
-    release_barrier(block);
+  for (NamedBarrier& barrier : block.barriers) {
+    barrier.arrived = 0;
+    barrier.waiters.clear();  // keeps its capacity for the next block
   }
+  block.live_threads = static_cast<unsigned>(block.threads.size());
+  block.woken.clear();
+  block.syncthreads_released = false;
 }
 
-void syncthreads(const char* file, int line) {
-  block_current_thread(ThreadStatus::AtBarrier, "__syncthreads", Site{file, line});
+}  // namespace
+
+void run_block(SimBlock& block, Permuter& order) {
+  reset(block);
+  for (;;) {
+    // A round: every warp in the schedule's order (the same permutations as before the event
+    // loop, so runs are unchanged).
+    for (unsigned w : order.permutation(static_cast<unsigned>(block.warps.size()))) {
+      run_warp(block, block.warps[w], order);
+      apply_wakeups(block);
+    }
+    while (!any_ready(block)) {
+      if (block.live_threads == 0) {
+        flush_accesses(block);
+        return;
+      }
+      throw SimError("cudasim: deadlock in " + block_name(block) +
+                     " (no thread can run): " + describe_waiters(block));
+    }
+  }
 }
 
 }  // namespace cudasim::detail
