@@ -78,6 +78,18 @@ void set_schedule(const Schedule& schedule);  // used by every later launch on a
 void clear_schedule();                        // back to CUDASIM_SCHEDULE, else forward
 Schedule active_schedule();
 
+// When asynchronous (bulk) copies land in shared memory and complete_tx their mbarrier:
+// Lazy only when no thread can run (the latest legal moment, which exposes missing waits),
+// Eager as they are issued, Random at random points between warps (from the schedule's seed).
+// The env var CUDASIM_COPY_COMPLETION takes "lazy", "eager" or "random"; unset, a launch uses
+// Random under random:SEED and Lazy otherwise. set_copy_completion() overrides both.
+enum class CopyCompletion { Lazy, Eager, Random };
+CopyCompletion parse_copy_completion(const std::string& text);  // throws SimError
+std::string to_string(CopyCompletion completion);
+void set_copy_completion(CopyCompletion completion);  // for every later launch
+void clear_copy_completion();
+CopyCompletion active_copy_completion(const Schedule& schedule);
+
 // The launch, as kernel<<<grid, block, smem_bytes>>>(args...) would do it, run to completion on
 // the calling host thread. Throws SimError. Messages name the kernel by its symbol when the
 // dynamic symbol table has it, else by name_hint (may be null), else by address.
@@ -201,6 +213,24 @@ void cp_async_wait_all(const char* file, int line);
 // are an error.
 void barrier_sync(unsigned id, unsigned threads, const char* file, int line);
 void barrier_arrive(unsigned id, unsigned threads, const char* file, int line);
+// mbarrier objects: 8 bytes of dynamic shared memory, 8-byte aligned. Arrival counts and
+// transaction bytes are at most 2^20 - 1. arrive returns the phase it arrived in (the state
+// token). try_wait.parity blocks until the phase of that parity (0 or 1) has completed, never
+// timing out, and returns true; test_wait.parity only tests. Use before init, more arrivals
+// than a phase expects and a transaction-byte underflow are errors.
+void mbarrier_init(void* bar, uint32_t arrivals, const char* file, int line);
+void mbarrier_inval(void* bar, const char* file, int line);
+uint64_t mbarrier_arrive(void* bar, uint32_t count, const char* file, int line);
+uint64_t mbarrier_arrive_expect_tx(void* bar, uint32_t tx_bytes, const char* file, int line);
+void mbarrier_expect_tx(void* bar, uint32_t tx_bytes, const char* file, int line);
+void mbarrier_complete_tx(void* bar, uint32_t tx_bytes, const char* file, int line);
+bool mbarrier_try_wait_parity(void* bar, uint32_t parity, const char* file, int line);
+bool mbarrier_test_wait_parity(void* bar, uint32_t parity, const char* file, int line);
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes: copies `bytes` (a multiple
+// of 16, both addresses 16-byte aligned) from global to shared memory when the copy lands (see
+// CopyCompletion), then complete_tx(bytes) on the mbarrier.
+void bulk_copy_global_to_shared(void* smem_dst, const void* gmem_src, uint32_t bytes, void* bar,
+                                const char* file, int line);
 
 // red.global.add.v2.f32: address[0] += a, address[1] += b as one 8-byte reduction (counted as
 // one atomic operation of width 8). The address must be 8-byte aligned, as the hardware requires.

@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "async_copy.h"
 #include "cudasim.h"
 #include "fiber.h"
+#include "mbarrier.h"
 #include "named_barrier.h"
 #include "site.h"
 
@@ -24,6 +26,7 @@ enum class ThreadStatus {
   Ready,         // may run
   AtBarrier,     // bar.sync / __syncthreads on named barrier `barrier_id`
   InCollective,  // a warp collective some lanes of its mask have yet to reach
+  AtMbarrier,    // mbarrier.try_wait.parity on `mbarrier` until phase `mbarrier_phase` completes
   Exited,        // returned from the kernel
 };
 
@@ -70,6 +73,8 @@ struct SimThread {
   Site wait_site;                 // where it is blocked
   const char* wait_op = "";       // what it is blocked in
   unsigned barrier_id = 0;        // AtBarrier: the named barrier
+  const void* mbarrier = nullptr;  // AtMbarrier: the mbarrier and the phase it waits to complete
+  uint64_t mbarrier_phase = 0;
   LaneMailbox mailbox;
   std::vector<PendingCopy> uncommitted_copies;
   std::deque<std::vector<PendingCopy>> copy_groups;  // committed, oldest first
@@ -101,9 +106,11 @@ struct SimBlock {
   std::vector<SimWarp> warps;
   unsigned live_threads = 0;     // threads that have not returned
   NamedBarrier barriers[kNamedBarriers];
-  // Threads made runnable by a state change (a barrier completing). The scheduler makes them
-  // Ready once the running warp has blocked, so that a warp always runs until all its lanes
-  // block, as before these objects existed.
+  MbarrierTable mbarriers;
+  AsyncEngine async;
+  // Threads made runnable by a state change (a barrier completing, an mbarrier phase, a copy
+  // landing). The scheduler makes them Ready once the running warp has blocked, so that a warp
+  // always runs until all its lanes block, as before these objects existed.
   std::vector<unsigned> woken;
   bool syncthreads_released = false;  // the scheduler then groups and counts accesses
   SimThread* current = nullptr;  // the thread whose fiber runs now
@@ -147,6 +154,8 @@ void run_block(SimBlock& block, Permuter& order);
 
 // True if [ptr, ptr + bytes) lies inside the block's dynamic shared memory.
 bool in_smem(const SimBlock& block, const void* ptr, size_t bytes);
+// True if [ptr, ptr + bytes) shares a byte with it.
+bool overlaps_smem(const SimBlock& block, const void* ptr, size_t bytes);
 
 // Counters (counters.cpp); each does nothing unless block.counters is set.
 void count_ldmatrix(SimBlock& block, int num_matrices, bool transpose, SimThread* const* lanes);

@@ -86,6 +86,11 @@ bool in_smem(const SimBlock& block, const void* ptr, size_t bytes) {
   return p >= block.smem && bytes <= block.smem_bytes && p <= block.smem + block.smem_bytes - bytes;
 }
 
+bool overlaps_smem(const SimBlock& block, const void* ptr, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(ptr);
+  return p < block.smem + block.smem_bytes && p + bytes > block.smem;
+}
+
 std::string format_address(const void* ptr) {
   char text[32];
   std::snprintf(text, sizeof text, "%p", ptr);

@@ -15,11 +15,6 @@ namespace {
 
 constexpr int kCopyBytes = 16;
 
-bool overlaps_smem(const SimBlock& block, const void* ptr, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(ptr);
-  return p < block.smem + block.smem_bytes && p + bytes > block.smem;
-}
-
 void retire(std::vector<PendingCopy>& copies) {
   for (const PendingCopy& copy : copies) std::memcpy(copy.dst, copy.bytes, kCopyBytes);
   copies.clear();

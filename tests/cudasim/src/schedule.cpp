@@ -11,6 +11,7 @@ namespace {
 
 std::mutex override_mutex;
 std::optional<Schedule> schedule_override;
+std::optional<CopyCompletion> completion_override;
 
 }  // namespace
 
@@ -59,6 +60,42 @@ Schedule active_schedule() {
   return Schedule{};
 }
 
+CopyCompletion parse_copy_completion(const std::string& text) {
+  if (text == "lazy") return CopyCompletion::Lazy;
+  if (text == "eager") return CopyCompletion::Eager;
+  if (text == "random") return CopyCompletion::Random;
+  throw SimError("cudasim: bad copy completion '" + text + "': expected lazy, eager or random");
+}
+
+std::string to_string(CopyCompletion completion) {
+  switch (completion) {
+    case CopyCompletion::Lazy: return "lazy";
+    case CopyCompletion::Eager: return "eager";
+    case CopyCompletion::Random: return "random";
+  }
+  return "?";
+}
+
+void set_copy_completion(CopyCompletion completion) {
+  std::lock_guard<std::mutex> lock(override_mutex);
+  completion_override = completion;
+}
+
+void clear_copy_completion() {
+  std::lock_guard<std::mutex> lock(override_mutex);
+  completion_override.reset();
+}
+
+CopyCompletion active_copy_completion(const Schedule& schedule) {
+  {
+    std::lock_guard<std::mutex> lock(override_mutex);
+    if (completion_override) return *completion_override;
+  }
+  const char* env = std::getenv("CUDASIM_COPY_COMPLETION");
+  if (env != nullptr && *env != '\0') return parse_copy_completion(env);
+  return schedule.order == Order::Random ? CopyCompletion::Random : CopyCompletion::Lazy;
+}
+
 namespace detail {
 
 Permuter::Permuter(const Schedule& schedule, uint64_t stream)
@@ -70,6 +107,8 @@ uint64_t Permuter::next() {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
+
+unsigned Permuter::below(unsigned n) { return static_cast<unsigned>(next() % n); }
 
 std::vector<unsigned> Permuter::permutation(unsigned n) {
   std::vector<unsigned> order(n);

@@ -1,4 +1,5 @@
-// Orders in which the scheduler visits blocks, warps and lanes. Internal to the shim.
+// Orders in which the scheduler visits blocks, warps and lanes, and the random draws of random
+// copy completion. Internal to the shim.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -14,6 +15,8 @@ class Permuter {
  public:
   Permuter(const Schedule& schedule, uint64_t stream);
   std::vector<unsigned> permutation(unsigned n);
+  // A reproducible pseudo-random draw in [0, n), whatever the order (random copy completion).
+  unsigned below(unsigned n);
 
  private:
   uint64_t next();

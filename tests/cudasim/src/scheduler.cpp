@@ -1,7 +1,9 @@
 // Runs one block as an event loop. Every thread is runnable or blocked on an object (a named
-// barrier, a warp collective); an object whose state changes wakes its waiters. The loop visits
-// the warps in rounds, in the schedule's order, and runs each runnable warp until all its lanes
-// block or return. When no thread can run, the block is deadlocked.
+// barrier, a warp collective, an mbarrier phase); an object whose state changes
+// wakes its waiters. The loop visits the warps in rounds, in the schedule's order, and runs each
+// runnable warp until all its lanes block or return. When no thread can run, an asynchronous
+// copy in flight lands (the latest moment it may); when none is in flight either, the block is
+// deadlocked.
 #include "block.h"
 #include "schedule.h"
 
@@ -68,8 +70,8 @@ void resume(SimBlock& block, SimThread& thread) {
   if (block.error) std::rethrow_exception(block.error);
 }
 
-// Lanes run one after another until each has returned or blocks (a barrier, or a collective
-// that other lanes have yet to reach).
+// Lanes run one after another until each has returned or blocks (a barrier, an mbarrier, or a
+// collective that other lanes have yet to reach).
 void run_warp(SimBlock& block, const SimWarp& warp, Permuter& order) {
   const std::vector<unsigned> lanes = order.permutation(warp.num_lanes);
   bool progressed = true;
@@ -100,6 +102,19 @@ void apply_wakeups(SimBlock& block) {
   block.woken.clear();
 }
 
+// Under random completion every copy in flight lands here with probability 1/2: copies land
+// at reproducible but arbitrary points between warps.
+void land_some_copies(SimBlock& block, Permuter& order) {
+  for (size_t i = 0; i < block.async.in_flight.size();) {
+    if (order.below(2) == 0) {
+      complete_async_copy(block, i);
+      apply_wakeups(block);
+    } else {
+      ++i;
+    }
+  }
+}
+
 bool any_ready(const SimBlock& block) {
   for (const SimThread& thread : block.threads) {
     if (thread.status == ThreadStatus::Ready) return true;
@@ -125,6 +140,8 @@ void reset(SimBlock& block) {
     barrier.waiters.clear();  // keeps its capacity for the next block
   }
   block.live_threads = static_cast<unsigned>(block.threads.size());
+  block.mbarriers.clear();
+  block.async.in_flight.clear();
   block.woken.clear();
   block.syncthreads_released = false;
 }
@@ -133,20 +150,30 @@ void reset(SimBlock& block) {
 
 void run_block(SimBlock& block, Permuter& order) {
   reset(block);
+  const bool random_landing = block.async.completion == CopyCompletion::Random;
   for (;;) {
-    // A round: every warp in the schedule's order (the same permutations as before the event
-    // loop, so runs are unchanged).
+    // A round: every warp in the schedule's order (a kernel without asynchronous copies draws
+    // exactly the permutations it always did, so its runs are unchanged).
     for (unsigned w : order.permutation(static_cast<unsigned>(block.warps.size()))) {
+      if (random_landing && !block.async.in_flight.empty()) land_some_copies(block, order);
       run_warp(block, block.warps[w], order);
       apply_wakeups(block);
     }
     while (!any_ready(block)) {
       if (block.live_threads == 0) {
+        check_no_copy_in_flight(block);
         flush_accesses(block);
         return;
       }
-      throw SimError("cudasim: deadlock in " + block_name(block) +
-                     " (no thread can run): " + describe_waiters(block));
+      if (block.async.in_flight.empty()) {
+        throw SimError("cudasim: deadlock in " + block_name(block) +
+                       " (no thread can run and no copy is in flight): " +
+                       describe_waiters(block));
+      }
+      // Lazily, the oldest copy lands only now; randomly, any of them.
+      const size_t n = block.async.in_flight.size();
+      complete_async_copy(block, random_landing ? order.below(static_cast<unsigned>(n)) : 0);
+      apply_wakeups(block);
     }
   }
 }

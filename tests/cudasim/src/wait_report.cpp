@@ -1,6 +1,7 @@
 // What every thread of a block waits on, for the deadlock and divergent-barrier messages:
 // "threads 0-31 (warp 0) wait in bar.sync at k.cu:50 (barrier 1: 64 of 128 threads arrived);
-// thread 32 returned; ..."
+// threads 128-159 (warp 4) wait in mbarrier.try_wait.parity at k.cu:40 on the mbarrier at
+// smem+0x100 for parity 1: phase 1, 1 of 2 arrivals, 128 tx bytes pending; ..."
 #include <cstring>
 #include <sstream>
 
@@ -16,13 +17,24 @@ bool same_wait(const SimThread& a, const SimThread& b) {
   if (std::strcmp(a.wait_op, b.wait_op) != 0 || !same_site(a.wait_site, b.wait_site)) {
     return false;
   }
-  return a.status != ThreadStatus::AtBarrier || a.barrier_id == b.barrier_id;
+  switch (a.status) {
+    case ThreadStatus::AtBarrier: return a.barrier_id == b.barrier_id;
+    case ThreadStatus::AtMbarrier:
+      return a.mbarrier == b.mbarrier && a.mbarrier_phase == b.mbarrier_phase;
+    default: return true;
+  }
 }
 
 // The state of the object a blocked thread waits on.
 std::string waited_object(const SimBlock& block, const SimThread& thread) {
-  if (thread.status != ThreadStatus::AtBarrier) return "";
-  return " (" + describe_barrier(block, thread.barrier_id) + ")";
+  switch (thread.status) {
+    case ThreadStatus::AtBarrier: return " (" + describe_barrier(block, thread.barrier_id) + ")";
+    case ThreadStatus::AtMbarrier:
+      return " on the mbarrier at " + smem_location(block, thread.mbarrier) + " for parity " +
+             std::to_string(thread.mbarrier_phase & 1) + ": " +
+             describe_mbarrier(block, thread.mbarrier);
+    default: return "";
+  }
 }
 
 // " (warp 2)" or " (warps 0-3)" when [first, last] is made of whole warps, else "".
