@@ -20,6 +20,9 @@ namespace cudasim::detail {
 constexpr unsigned kWarpSize = 32;
 constexpr uint32_t kFullWarp = 0xffffffffu;
 
+constexpr unsigned kWarpgroupWarps = 4;
+constexpr unsigned kWarpgroupThreads = kWarpgroupWarps * kWarpSize;
+
 // What a thread is doing. Every blocked state names the object it waits on (SimThread's wait
 // fields), which wakes it when its state changes.
 enum class ThreadStatus {
@@ -27,6 +30,7 @@ enum class ThreadStatus {
   AtBarrier,     // bar.sync / __syncthreads on named barrier `barrier_id`
   InCollective,  // a warp collective some lanes of its mask have yet to reach
   AtMbarrier,    // mbarrier.try_wait.parity on `mbarrier` until phase `mbarrier_phase` completes
+  InWarpgroupCollective,  // a collective that threads of its warpgroup have yet to reach
   Exited,        // returned from the kernel
 };
 
@@ -40,6 +44,7 @@ struct LaneMailbox {
   uint32_t a[4] = {}, b[2] = {};  // mma operands
   float c[4] = {};
   uint64_t result = 0;      // shuffle / vote result
+  void* operands = nullptr;  // a warpgroup collective's operands, on the posting thread's stack
   uint32_t regs[4] = {};    // ldmatrix result
   float d[4] = {};          // mma result
 };
@@ -89,6 +94,13 @@ struct OpenCollective {
   uint32_t arrived;
 };
 
+// A warpgroup collective (wgmma-style) that some of the warpgroup's 128 threads have reached.
+struct OpenWarpgroupCollective {
+  const char* op = "";
+  Site site;
+  unsigned arrived = 0;  // 0: none open
+};
+
 struct SimWarp {
   unsigned first_thread = 0;
   unsigned num_lanes = 0;      // fewer than 32 in a block's last, partial warp
@@ -104,6 +116,7 @@ struct SimBlock {
   size_t smem_bytes = 0;
   std::vector<SimThread> threads;
   std::vector<SimWarp> warps;
+  std::vector<OpenWarpgroupCollective> warpgroups;  // by warpgroup (warp / 4)
   unsigned live_threads = 0;     // threads that have not returned
   NamedBarrier barriers[kNamedBarriers];
   MbarrierTable mbarriers;

@@ -167,6 +167,7 @@ void run_grid(const char* name_hint, const void* kernel_id, dim3 grid, dim3 bloc
     warp.num_lanes = std::min<unsigned>(kWarpSize, num_threads - first);
     block.warps.push_back(warp);
   }
+  block.warpgroups.resize((block.warps.size() + kWarpgroupWarps - 1) / kWarpgroupWarps);
   block.async.completion = active_copy_completion(schedule);
 
   ActiveBlockGuard guard(block);

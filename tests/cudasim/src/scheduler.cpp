@@ -1,11 +1,12 @@
 // Runs one block as an event loop. Every thread is runnable or blocked on an object (a named
-// barrier, a warp collective, an mbarrier phase); an object whose state changes
+// barrier, a warp or warpgroup collective, an mbarrier phase); an object whose state changes
 // wakes its waiters. The loop visits the warps in rounds, in the schedule's order, and runs each
 // runnable warp until all its lanes block or return. When no thread can run, an asynchronous
 // copy in flight lands (the latest moment it may); when none is in flight either, the block is
 // deadlocked.
 #include "block.h"
 #include "schedule.h"
+#include "warpgroup.h"
 
 thread_local uint3 threadIdx;
 
@@ -39,6 +40,13 @@ void check_thread_exit(SimBlock& block, SimThread& self) {
                           " wait for it in " + open.op + " at " + describe(open.site) +
                           " (mask " + hex(open.mask) + ")");
     }
+  }
+  const unsigned group = self.warp / kWarpgroupWarps;
+  if (group < block.warpgroups.size() && block.warpgroups[group].arrived != 0) {
+    const OpenWarpgroupCollective& open = block.warpgroups[group];
+    fail(exit_site, "thread returns while " + std::to_string(open.arrived) +
+                        " threads of warpgroup " + std::to_string(group) + " wait for it in " +
+                        open.op + " at " + describe(open.site));
   }
 }
 
@@ -135,6 +143,7 @@ void reset(SimBlock& block) {
     warp.exited = 0;
     warp.open.clear();
   }
+  for (OpenWarpgroupCollective& open : block.warpgroups) open = OpenWarpgroupCollective{};
   for (NamedBarrier& barrier : block.barriers) {
     barrier.arrived = 0;
     barrier.waiters.clear();  // keeps its capacity for the next block

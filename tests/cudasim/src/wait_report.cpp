@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "block.h"
+#include "warpgroup.h"
 
 namespace cudasim::detail {
 namespace {
@@ -21,6 +22,8 @@ bool same_wait(const SimThread& a, const SimThread& b) {
     case ThreadStatus::AtBarrier: return a.barrier_id == b.barrier_id;
     case ThreadStatus::AtMbarrier:
       return a.mbarrier == b.mbarrier && a.mbarrier_phase == b.mbarrier_phase;
+    case ThreadStatus::InWarpgroupCollective: return a.warp / kWarpgroupWarps ==
+                                                     b.warp / kWarpgroupWarps;
     default: return true;
   }
 }
@@ -33,6 +36,8 @@ std::string waited_object(const SimBlock& block, const SimThread& thread) {
       return " on the mbarrier at " + smem_location(block, thread.mbarrier) + " for parity " +
              std::to_string(thread.mbarrier_phase & 1) + ": " +
              describe_mbarrier(block, thread.mbarrier);
+    case ThreadStatus::InWarpgroupCollective:
+      return " (" + describe_warpgroup(block, thread.warp / kWarpgroupWarps) + ")";
     default: return "";
   }
 }
