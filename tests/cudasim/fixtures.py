@@ -32,11 +32,14 @@ def program(name, sanitize=False):
     return _built[key]
 
 
-def run(exe, *args, schedule=None, timeout=RUN_TIMEOUT_S):
+def run(exe, *args, schedule=None, completion=None, timeout=RUN_TIMEOUT_S):
+    """Runs a self-test program under a schedule and a copy completion (the shim's defaults
+    where None), whatever the calling environment sets."""
     env = dict(os.environ)
-    env.pop("CUDASIM_SCHEDULE", None)
-    if schedule is not None:
-        env["CUDASIM_SCHEDULE"] = schedule
+    for name, value in (("CUDASIM_SCHEDULE", schedule), ("CUDASIM_COPY_COMPLETION", completion)):
+        env.pop(name, None)
+        if value is not None:
+            env[name] = value
     return subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
