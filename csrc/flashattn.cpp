@@ -1,7 +1,7 @@
 // Registers the op schemas (schema.h): the single definition of torch.ops.flashattn.*.
 //
 // Implementations register per dispatch key next to their kernels (cpu/api.cpp, cuda/api.cu);
-// fake (meta) kernels and autograd are registered once, in Python (flashattn/_ops.py).
+// autograd once for every device (autograd.cpp); fake (meta) kernels in Python (flashattn/_ops.py).
 #include <torch/library.h>
 
 #include <memory>

@@ -12,7 +12,7 @@ Two kinds of front end reach the same kernels (torch.ops.flashattn.fwd / bwd):
 import torch  # noqa: F401  first: _C links against libtorch/libc10, which torch's import loads
 
 from . import _C  # noqa: F401  loads the library; its TORCH_LIBRARY blocks register the ops
-from . import _ops  # noqa: F401  fake kernels and autograd
+from . import _ops  # noqa: F401  fake kernels (autograd is registered in C++)
 from . import _sdpa_impl  # noqa: F401  registers "flashattn" with torch.nn.attention
 from ._interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                         flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
