@@ -85,6 +85,8 @@ class BackwardKernel {
         query_block_(choose_query_block(p.head_dim)),
         seqs_(host_sequences(p)),
         work_(plan_sequences()),
+        // Five products (S, dP, dV, dK, dQ) against the forward's two.
+        threads_(threads_for_work(attention_work(p, seqs_) * 5 / 2)),
         groups_(p.batch, p.heads_kv) {
     // The 16-bit products take a query block as one panel.
     TORCH_INTERNAL_ASSERT(!kNative16 || query_block_ == kPanelWidth);
@@ -106,7 +108,8 @@ class BackwardKernel {
     // hold operands at once. (The forward queues as many heads as threads together: its tasks
     // of one head differ in cost.)
     auto head_of = [&](int64_t task) { return group_index(tasks[task].b, tasks[task].kv_head); };
-    run_task_queue(int64_t(tasks.size()), cost, int64_t(p_.batch) * p_.heads_kv, head_of,
+    run_task_queue(threads_, int64_t(tasks.size()), cost, int64_t(p_.batch) * p_.heads_kv,
+                   head_of,
                    [&](const auto& claim) {
                      Scratch scratch(query_block_, acc_stride_, p_.softcap > 0,
                                      p_.dropout.on());
@@ -321,7 +324,8 @@ class BackwardKernel {
     const int64_t rows_total = int64_t(p_.heads_q) * p_.total_q;
     d_terms_ = alloc_workspace<T>(d_terms_storage_, rows_total);
     lse_shift_ = alloc_workspace<T>(lse_shift_storage_, rows_total);
-    at::parallel_for(0, int64_t(p_.batch) * p_.heads_q, 1, [&](int64_t begin, int64_t end) {
+    parallel_for_threads(int64_t(p_.batch) * p_.heads_q, threads_,
+                         [&](int64_t begin, int64_t end) {
       for (int64_t bh = begin; bh < end; ++bh) {
         const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
         const Sequence& seq = seqs_[b];
@@ -596,6 +600,7 @@ class BackwardKernel {
   const int query_block_;
   const std::vector<Sequence> seqs_;
   std::vector<SequenceWork> work_;  // per sequence
+  const int threads_;  // the threads the call is worth (threads_for_work)
   HeadOperands<GroupOperands> groups_;  // per (sequence, kv head)
   at::Tensor d_terms_storage_, lse_shift_storage_;
   T* d_terms_ = nullptr;

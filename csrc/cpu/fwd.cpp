@@ -82,6 +82,8 @@ struct ForwardPlan {
   // Either way a tile's operands are the same, so is the result.
   bool stream_kv = false;
   int splits = 1;
+  // Threads the call is worth (threads_for_work): a small one runs on the calling thread.
+  int threads = 1;
 };
 
 // row_products: whether the kernel has the row products (an fp32 compute type).
@@ -94,6 +96,7 @@ ForwardPlan plan_forward(const AttnParams& p, const std::vector<Sequence>& seqs,
     max_k = std::max(max_k, s.seqlen_k);
   }
   const int group = p.head_group;
+  plan.threads = threads_for_work(attention_work(p, seqs));
   // Tasks before any split, with `heads` query heads and `query_block` rows of each per tile.
   auto tasks_with = [&](int heads, int query_block) {
     int64_t tasks = 0;
@@ -101,7 +104,7 @@ ForwardPlan plan_forward(const AttnParams& p, const std::vector<Sequence>& seqs,
       tasks += int64_t(p.heads_q / heads) * num_blocks(s.seqlen_q, query_block);
     return tasks;
   };
-  const int64_t wanted = 2 * int64_t(at::get_num_threads());
+  const int64_t wanted = 2 * int64_t(plan.threads);
   // The most parts the keys of a sequence are split into.
   const int64_t most_splits = p.num_splits > 0
                                   ? std::min(p.num_splits, kMaxSplits)
@@ -183,12 +186,12 @@ class ForwardKernel {
     // not all. One head at a time put every thread on the same head, and a causal forward
     // (bf16, H 8, N 2048, d 128, 2 threads) took 7% longer than heavy-first over all tasks,
     // which as many heads as threads did not.
-    const int64_t heads_together = std::max(1, at::get_num_threads());
+    const int64_t heads_together = plan_.threads;
     auto heads_of = [&](int64_t task) {
       return (int64_t(tasks[task].b) * p_.heads_kv + kv_head_of(tasks[task])) / heads_together;
     };
     const int64_t groups = (int64_t(p_.batch) * p_.heads_kv + heads_together - 1) / heads_together;
-    run_task_queue(int64_t(tasks.size()), cost, groups, heads_of,
+    run_task_queue(plan_.threads, int64_t(tasks.size()), cost, groups, heads_of,
                    [&](const auto& claim) {
                      Scratch scratch(gemm_dim_, out_stride_, plan_.stream_kv);
                      for (int64_t task = claim(); task >= 0; task = claim())
@@ -610,7 +613,8 @@ class ForwardKernel {
   // the weights' sum: the softmax over all keys, from the splits' softmaxes over theirs. An
   // empty split (lse -inf) weighs 0; a NaN anywhere makes the row NaN.
   void merge_splits() const {
-    at::parallel_for(0, int64_t(p_.batch) * p_.heads_q, 1, [&](int64_t begin, int64_t end) {
+    parallel_for_threads(int64_t(p_.batch) * p_.heads_q, plan_.threads,
+                         [&](int64_t begin, int64_t end) {
       std::vector<T> merged(dim_);
       for (int64_t bh = begin; bh < end; ++bh) {
         const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);

@@ -29,6 +29,14 @@ inline std::vector<Sequence> host_sequences(const AttnParams& p) {
   return seqs;
 }
 
+// The multiply-adds of one Q·Kᵀ and one P·V over every head of `seqs`, masks aside: the unit
+// in which a call's work is weighed against a thread's wake-up (threads_for_work).
+inline int64_t attention_work(const AttnParams& p, const std::vector<Sequence>& seqs) {
+  int64_t work = 0;
+  for (const Sequence& s : seqs) work += int64_t(s.seqlen_q) * s.seqlen_k;
+  return 2 * work * p.heads_q * p.head_dim;
+}
+
 // Where each (batch entry, head) starts in a packing of whole blocks of block_rows rows:
 // head h of entry b holds blocks[b] blocks from block first(b, h); sequences may differ in
 // length.
