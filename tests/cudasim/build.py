@@ -102,7 +102,7 @@ def build_program(sources, name, build_dir=DEFAULT_BUILD_DIR, sanitize=False, ex
     """Compiles `sources` plus the shim into build_dir/<name>-plain (or -asan); reuses objects.
 
     Objects are cached by the hash of their source, every shim header and the flags, so a
-    second session (or a second program) recompiles only what changed. The shim's own sources
+    second test run (or a second program) recompiles only what changed. The shim's own sources
     are compiled as one translation unit: parsing the headers they share dominates their
     compile time."""
     flags = compile_flags(sanitize) + list(extra_flags)

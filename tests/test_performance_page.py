@@ -1,0 +1,121 @@
+"""PERFORMANCE.md and README's results block are generated from bench/results/*.json by
+bench/performance.py: the committed page must say what its JSON files say, and the generator
+must read the benchmark's reports right."""
+import copy
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPEC = importlib.util.spec_from_file_location(
+    "performance", os.path.join(ROOT, "bench", "performance.py"))
+performance = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(performance)
+
+ZEN4 = {"vendor": "AuthenticAMD", "cpu_family": 25, "cpu_model_number": 17,
+        "cpu_model": "AMD EPYC 9R14", "cores": 2, "isa": ["avx2", "avx512f", "avx512_bf16"]}
+META = {"command": "python -m flashattn.bench dense --json x.json", "date_utc":
+        "2026-12-02T01:00:00+00:00", "flashattn": "0.1.0", "commit": "abc1234", "torch": "2.14.1",
+        "device": "cpu", "device_name": "AMD EPYC 9R14", "threads": 2, "machine": ZEN4,
+        "batch": 1, "heads": 8, "head_dim": 64}
+
+
+def dense_row(impl, seqlen, speedup, peak_mb, mode="fwd", causal=False, status="ok"):
+    return {"mode": mode, "dtype": "float32", "causal": causal, "seqlen": seqlen, "batch": 1,
+            "heads": 8, "head_dim": 64, "impl": impl, "status": status, "time_ms": 1.0,
+            "speedup": speedup, "peak_mb": peak_mb}
+
+
+def dense_report():
+    rows = []
+    for mode in ("fwd", "fwdbwd"):
+        for causal in (False, True):
+            rows += [dense_row("flashattn", 512, None, 10.0, mode, causal),
+                     dense_row("sdpa-flash", 512, 1.25, 20.0, mode, causal),
+                     dense_row("sdpa-math", 512, 3.0, 80.0, mode, causal),
+                     dense_row("sdpa-flash", 1024, None, None, mode, causal, status="n/a")]
+    return {"subcommand": "dense", "meta": dict(META), "summary": [], "results": rows}
+
+
+def decode_report():
+    meta = dict(META, command="python -m flashattn.bench decode --json y.json", heads=32,
+                heads_kv=8, head_dim=128)
+    rows = [{"dtype": "bfloat16", "batch": 8, "q_len": 1, "kv_len": 16384, "impl": impl,
+             "status": "ok", "copy_share": share, "speedup_vs_best_sdpa": vs}
+            for impl, share, vs in (("flashattn-dense", 0.75, 20.0),
+                                    ("flashattn-paged", 0.6, 17.0), ("sdpa-math", 0.04, None))]
+    return {"subcommand": "decode", "meta": meta, "summary": [], "results": rows}
+
+
+def test_the_committed_page_matches_its_json_files():
+    """What `python bench/performance.py --check` checks: regenerate PERFORMANCE.md and README's
+    block from bench/results/ and compare; the plots they show must exist."""
+    assert performance.load_machines(), "bench/results/ holds no benchmark JSON"
+    assert performance.main(["--check"]) == 0, "run: python bench/performance.py"
+
+
+def test_each_case_is_against_its_fastest_sdpa_backend():
+    page = performance.render_page([("zen4", {"dense": dense_report()})])
+    # flashattn vs flash 1.25x, vs math 3x: the fastest backend (flash) is the one reported.
+    assert "| float32 | 512 | 1.25× (flash) | 1.25× (flash) | 1.25× (flash) | 1.25× (flash) " \
+           "| 0.50× |" in page
+    # A case where no SDPA backend ran says so rather than inventing a ratio.
+    assert "| float32 | 1024 | – | – | – | – | – |" in page
+
+
+def test_tables_carry_the_machine_and_how_they_were_measured():
+    page = performance.render_page([("zen4", {"dense": dense_report(),
+                                              "decode": decode_report()})])
+    assert "## AMD Zen 4 (AMD EPYC 9R14, 2 cores, AVX512-BF16)" in page
+    for text in ("Measured 2026-12-02", "at abc1234", "torch 2.14.1", "2 threads",
+                 "`python -m flashattn.bench dense --json x.json`",
+                 "`python -m flashattn.bench decode --json y.json`",
+                 "(bench/results/zen4/dense.json)", "(bench/results/zen4/decode.json)",
+                 "![dense](bench/results/zen4/speedup.svg)"):
+        assert text in page
+    assert "| bfloat16 | 8 | 1 | 16384 | 75% | 60% | 20.0× |" in page
+
+
+def test_machines_without_json_point_to_the_lab_log():
+    page = performance.render_page([("zen4", {"dense": dense_report()})])
+    pending = page.split("## Not yet measured for this page", 1)[1]
+    assert "AVX2" in pending and "H200" in pending and "AVX512-BF16" not in pending
+    for entry in ("2026-11-29-cpu-default-after-softmax-tiling.md",
+                  "2026-12-01-h200-first-gpu-run.md"):
+        assert os.path.isfile(os.path.join(ROOT, "docs", "lab", entry)), entry
+    h200 = copy.deepcopy(dense_report())
+    h200["meta"].update(device="cuda", device_name="NVIDIA H200")
+    page = performance.render_page([("h200", {"dense": h200})])
+    assert "## NVIDIA H200" in page
+    assert "H200" not in page.split("## Not yet measured for this page", 1)[1]
+
+
+def test_readme_block_is_geomeans_over_cases():
+    report = dense_report()
+    report["results"] += [dense_row("flashattn", 2048, None, 1.0),
+                          dense_row("sdpa-flash", 2048, 0.8, 1.0)]
+    decode = decode_report()
+    block = performance.render_readme_block([("zen4", {"dense": report, "decode": decode})])
+    # forward float32: geomean of 1.25 (N 512, twice: causal and not) and 0.8 (N 2048); the
+    # decode report has bfloat16 only, so float32's decode cell says there is none.
+    geomean = (1.25 * 1.25 * 0.8) ** (1 / 3)
+    assert f"| float32 | {geomean:.2f}× | 1.25× | – |" in block
+    for row in decode["results"]:
+        row["dtype"] = "float32"
+    block = performance.render_readme_block([("zen4", {"dense": report, "decode": decode})])
+    assert f"| float32 | {geomean:.2f}× | 1.25× | 75%–75% of copy bandwidth |" in block
+    assert block.startswith(performance.README_BEGIN)
+    assert block.endswith(performance.README_END)
+    with pytest.raises(SystemExit, match="no results block"):
+        performance.readme_with_block("# a README without the markers\n", block)
+
+
+def test_plots_are_drawn_from_the_reports(tmp_path, monkeypatch):
+    monkeypatch.setattr(performance, "RESULTS_DIR", str(tmp_path))
+    (tmp_path / "zen4").mkdir()
+    performance.draw_plots("zen4", {"dense": dense_report(), "decode": decode_report()})
+    speedup = (tmp_path / "zen4" / "speedup.svg").read_text()
+    decode = (tmp_path / "zen4" / "decode.svg").read_text()
+    assert "<svg" in speedup and "AMD Zen 4" in speedup
+    assert "<svg" in decode and "copy bandwidth" in decode
