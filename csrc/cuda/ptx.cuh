@@ -260,6 +260,15 @@ FLASHATTN_PTX_DEVICE void red_add_f32x2(float* gmem, float a, float b) {
 }  // namespace ptx
 }  // namespace flashattn
 
+// sm_90 wrappers: for the shim, nvcc's host pass and sm_90+ device passes; an sm_80 device pass
+// never sees their PTX. Each file expects the macros above, so include ptx.cuh, not them.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#include "ptx_sm90_sync.cuh"
+#endif
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#include "ptx_sm90_tma.cuh"
+#endif
+
 #undef FLASHATTN_PTX_DEVICE
 #undef FLASHATTN_PTX_SITE
 #undef FLASHATTN_PTX_SITE_ONLY

@@ -98,13 +98,15 @@ def _write_if_changed(path, text):
 
 
 def build_program(sources, name, build_dir=DEFAULT_BUILD_DIR, sanitize=False, extra_flags=(),
-                  jobs=2):
+                  jobs=None):
     """Compiles `sources` plus the shim into build_dir/<name>-plain (or -asan); reuses objects.
 
     Objects are cached by the hash of their source, every shim header and the flags, so a
     second test run (or a second program) recompiles only what changed. The shim's own sources
     are compiled as one translation unit: parsing the headers they share dominates their
     compile time."""
+    if jobs is None:  # CUDASIM_BUILD_JOBS=1 keeps a shared machine's other work undisturbed
+        jobs = int(os.environ.get("CUDASIM_BUILD_JOBS", "2"))
     flags = compile_flags(sanitize) + list(extra_flags)
     headers = _shim_headers()
     mode = "asan" if sanitize else "plain"

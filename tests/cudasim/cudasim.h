@@ -145,6 +145,19 @@ struct Counters {
   // operations by operand width (4 and 8 bytes; other widths in atomic_ops_other).
   uint64_t atomic_ops = 0, atomic_instructions = 0, atomic_sectors = 0;
   uint64_t atomic_ops_4b = 0, atomic_ops_8b = 0, atomic_ops_other = 0;
+  // sm_90 synchronization and bulk copies: warp instructions (grouped from lanes like the
+  // accesses above) and the bytes each kind of copy moves (a tensor copy's whole box).
+  uint64_t mbarrier_init = 0, mbarrier_arrive = 0, mbarrier_arrive_expect_tx = 0;
+  uint64_t mbarrier_expect_tx = 0, mbarrier_try_wait = 0, mbarrier_test_wait = 0;
+  uint64_t mbarrier_inval = 0, mbarrier_fence_init = 0;
+  uint64_t named_barrier_sync = 0, named_barrier_arrive = 0;  // the sm_90 wrappers' bar.sync/arrive
+  uint64_t bulk_load_instructions = 0, bulk_load_bytes = 0;
+  uint64_t bulk_store_instructions = 0, bulk_store_bytes = 0;
+  uint64_t bulk_reduce_instructions = 0, bulk_reduce_bytes = 0;
+  uint64_t bulk_commit_group = 0, bulk_wait_group = 0, bulk_wait_group_read = 0;
+  uint64_t tma_load_instructions = 0, tma_load_bytes = 0;
+  uint64_t tma_store_instructions = 0, tma_store_bytes = 0;
+  uint64_t tma_reduce_instructions = 0, tma_reduce_bytes = 0, tma_prefetch = 0;
 
   uint64_t mma() const { return mma_m16n8k16_f16 + mma_m16n8k16_bf16; }
   uint64_t smem_wavefronts() const {
@@ -185,7 +198,7 @@ void count_access(Access kind, const void* ptr, unsigned bytes, const char* file
 }  // namespace detail
 
 // ---- Device side: only valid while a kernel runs. ----
-void* dynamic_smem();  // 128-byte aligned, exact size, refilled with 0xFF before each block
+void* dynamic_smem();  // 1024-byte aligned, exact size, refilled with 0xFF before each block
 
 namespace detail {
 enum class ShuffleMode { Idx, Up, Down, Xor };

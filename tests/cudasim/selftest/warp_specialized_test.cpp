@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "cuda/ptx.cuh"
-#include "sm90_sync.cuh"
 #include "src/warpgroup.h"
 
 namespace ring {
@@ -40,7 +39,7 @@ __host__ __device__ inline float value(int tile, int i) { return tile * 1000.f +
 
 template <Bug kBug>
 __global__ void pipeline(const float* src, float* out, int* stale) {
-  using namespace sm90;
+  using namespace flashattn::ptx;
   FLASHATTN_DYNAMIC_SMEM(unsigned char, smem);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kStages;
@@ -61,7 +60,7 @@ __global__ void pipeline(const float* src, float* out, int* stale) {
       const uint32_t phase = (t / kStages) & 1;
       // The first pass finds every stage free: parity 1 is that of the phase before phase 0.
       const uint32_t parity = kBug == Bug::ProducerWrongParity ? phase : phase ^ 1;
-      mbarrier_wait(&empty[s], parity);  // SITE:producer_wait
+      mbarrier_wait_parity(&empty[s], parity);  // SITE:producer_wait
       if (kBug == Bug::MissingExpectTx) {
         mbarrier_arrive(&full[s]);  // SITE:producer_arrive_without_tx
       } else {
@@ -84,7 +83,7 @@ __global__ void pipeline(const float* src, float* out, int* stale) {
       for (int j = 0; j < kPerLane; ++j) v[j] = tiles[s * kTileFloats + first + j * 32];
     }
     const uint32_t parity = kBug == Bug::ConsumerWrongParity ? phase ^ 1 : phase;
-    mbarrier_wait(&full[s], parity);  // SITE:consumer_wait
+    mbarrier_wait_parity(&full[s], parity);  // SITE:consumer_wait
     for (int j = 0; j < kPerLane; ++j) {
       const int i = first + j * 32;
       if (kBug != Bug::ConsumerReadsEarly) v[j] = tiles[s * kTileFloats + i];
@@ -134,7 +133,7 @@ __host__ __device__ inline int entry(int slot) { return 100 * slot + 7; }
 
 template <Bug kBug>
 __global__ void pingpong(int* log_out, int* errors) {
-  using namespace sm90;
+  using namespace flashattn::ptx;
   FLASHATTN_DYNAMIC_SMEM(int, log);
   const int group = threadIdx.x / kGroupThreads, other = 1 - group;
   const int warp = threadIdx.x / 32;
@@ -252,7 +251,7 @@ int run(unsigned threads) {
 
 namespace mbarrier_misuse {
 
-using namespace sm90;
+using namespace flashattn::ptx;
 
 // One phase that expects 16 tx bytes; a second arrival finds none left to make.
 __global__ void arrives_twice() {
@@ -274,7 +273,7 @@ __global__ void copy_never_awaited(const float* src) {
 __global__ void parity_two() {
   FLASHATTN_DYNAMIC_SMEM(uint64_t, bar);
   mbarrier_init(bar, 1);
-  mbarrier_wait(bar, 2);  // SITE:parity_two
+  mbarrier_wait_parity(bar, 2);  // SITE:parity_two
 }
 
 }  // namespace mbarrier_misuse

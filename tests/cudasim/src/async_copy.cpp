@@ -45,6 +45,7 @@ void bulk_copy_global_to_shared(void* smem_dst, const void* gmem_src, uint32_t b
                    " lies in shared memory, not global");
   }
   check_mbarrier_initialized(block, bar, op, site);
+  count_sm90(block, kCountBulkLoad, bytes, file, line);
   auto* dst = static_cast<unsigned char*>(smem_dst);
   AsyncCopy copy{site, thread_index(self), bar, bytes, [dst, gmem_src, bytes, site] {
 #if defined(__SANITIZE_ADDRESS__)
@@ -78,13 +79,34 @@ void complete_async_copy(SimBlock& block, size_t index) {
                            block.threads[copy.issuer]);
 }
 
-void check_no_copy_in_flight(const SimBlock& block) {
-  if (block.async.in_flight.empty()) return;
-  const AsyncCopy& oldest = block.async.in_flight.front();
-  fail(oldest.site,
-       "cp.async.bulk issued here is still in flight when every thread of the block has "
-       "returned (no thread waited on its mbarrier)",
-       &block.threads[oldest.issuer]);
+void check_no_copy_in_flight(SimBlock& block) {
+  if (!block.async.in_flight.empty()) {
+    const AsyncCopy& oldest = block.async.in_flight.front();
+    fail(oldest.site,
+         "cp.async.bulk issued here is still in flight when every thread of the block has "
+         "returned (no thread waited on its mbarrier)",
+         &block.threads[oldest.issuer]);
+  }
+  // A store must have finished reading shared memory (wait_group.read, or wait_group) before
+  // its thread returns; its global writes then complete before the grid does.
+  for (ThreadBulkGroups& groups : block.async.bulk) {
+    const BulkStore* unread = nullptr;
+    if (!groups.uncommitted.empty()) unread = &groups.uncommitted.front();
+    for (const BulkGroup& group : groups.committed) {
+      if (unread == nullptr && !group.read && !group.stores.empty()) unread = &group.stores.front();
+    }
+    if (unread != nullptr) {
+      fail(unread->site,
+           "bulk store issued here is still pending when every thread of the block has "
+           "returned: its thread never retired it with cp.async.bulk.commit_group and "
+           "cp.async.bulk.wait_group[.read] (its shared-memory source is gone now)",
+           &block.threads[unread->issuer]);
+    }
+    for (BulkGroup& group : groups.committed) {
+      for (BulkStore& store : group.stores) store.write(store.snapshot.data());
+    }
+  }
+  block.async.bulk.clear();
 }
 
 }  // namespace cudasim::detail

@@ -83,7 +83,7 @@ uint64_t sectors(const uint64_t* addr, const unsigned* bytes, uint32_t mask) {
 uint64_t smem_offset_of(const detail::SimBlock& block, const void* ptr) {
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   const auto base = reinterpret_cast<uintptr_t>(block.smem);
-  // Dynamic shared memory is 128-byte aligned, so offsets from its start give the banks. Any
+  // Dynamic shared memory is 1024-byte aligned, so offsets from its start give the banks. Any
   // other address (a static __shared__ array) is taken as it is.
   return p >= base && p < base + block.smem_bytes ? p - base : p;
 }
@@ -108,6 +108,33 @@ struct WarpAccess {
   uint32_t mask = 0;
   detail::AccessRecord lane[kWarpSize];
 };
+
+// The instruction counter of an sm_90 operation (detail::Sm90Count), else null.
+uint64_t* sm90_instructions(Counters& c, uint8_t kind) {
+  switch (kind) {
+    case detail::kCountMbarrierInit: return &c.mbarrier_init;
+    case detail::kCountMbarrierArrive: return &c.mbarrier_arrive;
+    case detail::kCountMbarrierArriveExpectTx: return &c.mbarrier_arrive_expect_tx;
+    case detail::kCountMbarrierExpectTx: return &c.mbarrier_expect_tx;
+    case detail::kCountMbarrierTryWait: return &c.mbarrier_try_wait;
+    case detail::kCountMbarrierTestWait: return &c.mbarrier_test_wait;
+    case detail::kCountMbarrierInval: return &c.mbarrier_inval;
+    case detail::kCountMbarrierFenceInit: return &c.mbarrier_fence_init;
+    case detail::kCountBarSync: return &c.named_barrier_sync;
+    case detail::kCountBarArrive: return &c.named_barrier_arrive;
+    case detail::kCountBulkLoad: return &c.bulk_load_instructions;
+    case detail::kCountBulkStore: return &c.bulk_store_instructions;
+    case detail::kCountBulkReduce: return &c.bulk_reduce_instructions;
+    case detail::kCountBulkCommit: return &c.bulk_commit_group;
+    case detail::kCountBulkWait: return &c.bulk_wait_group;
+    case detail::kCountBulkWaitRead: return &c.bulk_wait_group_read;
+    case detail::kCountTmaLoad: return &c.tma_load_instructions;
+    case detail::kCountTmaStore: return &c.tma_store_instructions;
+    case detail::kCountTmaReduce: return &c.tma_reduce_instructions;
+    case detail::kCountTmaPrefetch: return &c.tma_prefetch;
+    default: return nullptr;
+  }
+}
 
 void count_warp_access(const detail::SimBlock& block, uint8_t kind, const WarpAccess& access,
                        Counters& c) {
@@ -156,6 +183,9 @@ void count_warp_access(const detail::SimBlock& block, uint8_t kind, const WarpAc
       c.atomic_ops += active;
       c.atomic_sectors += sectors(addr, bytes, access.mask);
       (width == 4 ? c.atomic_ops_4b : width == 8 ? c.atomic_ops_8b : c.atomic_ops_other) += active;
+      break;
+    default:
+      if (uint64_t* instructions = sm90_instructions(c, kind)) ++*instructions;
       break;
   }
 }
@@ -217,6 +247,32 @@ Counters& Counters::operator+=(const Counters& o) {
   atomic_ops_4b += o.atomic_ops_4b;
   atomic_ops_8b += o.atomic_ops_8b;
   atomic_ops_other += o.atomic_ops_other;
+  mbarrier_init += o.mbarrier_init;
+  mbarrier_arrive += o.mbarrier_arrive;
+  mbarrier_arrive_expect_tx += o.mbarrier_arrive_expect_tx;
+  mbarrier_expect_tx += o.mbarrier_expect_tx;
+  mbarrier_try_wait += o.mbarrier_try_wait;
+  mbarrier_test_wait += o.mbarrier_test_wait;
+  mbarrier_inval += o.mbarrier_inval;
+  mbarrier_fence_init += o.mbarrier_fence_init;
+  named_barrier_sync += o.named_barrier_sync;
+  named_barrier_arrive += o.named_barrier_arrive;
+  bulk_load_instructions += o.bulk_load_instructions;
+  bulk_load_bytes += o.bulk_load_bytes;
+  bulk_store_instructions += o.bulk_store_instructions;
+  bulk_store_bytes += o.bulk_store_bytes;
+  bulk_reduce_instructions += o.bulk_reduce_instructions;
+  bulk_reduce_bytes += o.bulk_reduce_bytes;
+  bulk_commit_group += o.bulk_commit_group;
+  bulk_wait_group += o.bulk_wait_group;
+  bulk_wait_group_read += o.bulk_wait_group_read;
+  tma_load_instructions += o.tma_load_instructions;
+  tma_load_bytes += o.tma_load_bytes;
+  tma_store_instructions += o.tma_store_instructions;
+  tma_store_bytes += o.tma_store_bytes;
+  tma_reduce_instructions += o.tma_reduce_instructions;
+  tma_reduce_bytes += o.tma_reduce_bytes;
+  tma_prefetch += o.tma_prefetch;
   return *this;
 }
 
@@ -260,6 +316,24 @@ std::string to_json(const Counters& c) {
       << ", \"atomics\": {\"ops\": " << c.atomic_ops << ", \"instructions\": " << c.atomic_instructions
       << ", \"sectors\": " << c.atomic_sectors << ", \"by_width\": {\"4\": " << c.atomic_ops_4b
       << ", \"8\": " << c.atomic_ops_8b << ", \"other\": " << c.atomic_ops_other << "}}"
+      << ", \"mbarrier\": {\"init\": " << c.mbarrier_init << ", \"arrive\": " << c.mbarrier_arrive
+      << ", \"arrive_expect_tx\": " << c.mbarrier_arrive_expect_tx
+      << ", \"expect_tx\": " << c.mbarrier_expect_tx << ", \"try_wait\": " << c.mbarrier_try_wait
+      << ", \"test_wait\": " << c.mbarrier_test_wait << ", \"inval\": " << c.mbarrier_inval
+      << ", \"fence_init\": " << c.mbarrier_fence_init << "}"
+      << ", \"named_barriers\": {\"sync\": " << c.named_barrier_sync
+      << ", \"arrive\": " << c.named_barrier_arrive << "}"
+      << ", \"bulk_copy\": {\"load\": {\"instructions\": " << c.bulk_load_instructions
+      << ", \"bytes\": " << c.bulk_load_bytes << "}, \"store\": {\"instructions\": "
+      << c.bulk_store_instructions << ", \"bytes\": " << c.bulk_store_bytes
+      << "}, \"reduce\": {\"instructions\": " << c.bulk_reduce_instructions
+      << ", \"bytes\": " << c.bulk_reduce_bytes << "}, \"commit_group\": " << c.bulk_commit_group
+      << ", \"wait_group\": " << c.bulk_wait_group << ", \"wait_group_read\": " << c.bulk_wait_group_read
+      << "}, \"tma\": {\"load\": {\"instructions\": " << c.tma_load_instructions
+      << ", \"bytes\": " << c.tma_load_bytes << "}, \"store\": {\"instructions\": "
+      << c.tma_store_instructions << ", \"bytes\": " << c.tma_store_bytes
+      << "}, \"reduce\": {\"instructions\": " << c.tma_reduce_instructions
+      << ", \"bytes\": " << c.tma_reduce_bytes << "}, \"prefetch\": " << c.tma_prefetch << "}"
       << ", \"smem_wavefronts\": " << c.smem_wavefronts()
       << ", \"smem_wavefronts_ideal\": " << c.smem_wavefronts_ideal()
       << ", \"global_sectors\": " << c.global_sectors() << "}";
@@ -300,6 +374,22 @@ void count_access(Access kind, const void* ptr, unsigned bytes, const char* file
   SimThread& self = current_thread("a counted memory access");
   self.accesses.push_back(AccessRecord{file, line, static_cast<uint8_t>(kind),
                                        static_cast<uint8_t>(std::min(bytes, 255u)), 0, ptr, nullptr});
+}
+
+void count_sm90(SimBlock& block, Sm90Count kind, uint64_t bytes, const char* file, int line) {
+  if (block.counters == nullptr) return;
+  SimThread& self = current_thread("an sm_90 operation");
+  self.accesses.push_back(AccessRecord{file, line, static_cast<uint8_t>(kind), 0, 0, nullptr, nullptr});
+  Counters& c = *block.counters;
+  switch (kind) {
+    case kCountBulkLoad: c.bulk_load_bytes += bytes; break;
+    case kCountBulkStore: c.bulk_store_bytes += bytes; break;
+    case kCountBulkReduce: c.bulk_reduce_bytes += bytes; break;
+    case kCountTmaLoad: c.tma_load_bytes += bytes; break;
+    case kCountTmaStore: c.tma_store_bytes += bytes; break;
+    case kCountTmaReduce: c.tma_reduce_bytes += bytes; break;
+    default: break;
+  }
 }
 
 void count_cp_async(SimThread& self, const void* smem_dst, const void* gmem_src, int src_bytes,

@@ -22,7 +22,8 @@ constexpr unsigned kMaxThreadsPerBlock = 1024;
 constexpr unsigned kMaxBlockDimZ = 64;
 constexpr unsigned kMaxGridDimX = 2147483647u;
 constexpr unsigned kMaxGridDimYZ = 65535;
-constexpr size_t kSmemAlignment = 128;
+// Dynamic shared memory starts 1024-byte aligned, as TMA and wgmma swizzle atoms need.
+constexpr size_t kSmemAlignment = 1024;
 // Fiber stack per CUDA thread; kernels keep their tiles in "registers", i.e. on this stack.
 constexpr size_t kDefaultStackKiB = 256;
 

@@ -119,6 +119,7 @@ void mbarrier_init(void* bar, uint32_t arrivals, const char* file, int line) {
   }
   Mbarrier& mb = block.mbarriers[bar];
   mb.expected = mb.pending = arrivals;
+  count_sm90(block, kCountMbarrierInit, 0, file, line);
 }
 
 void mbarrier_inval(void* bar, const char* file, int line) {
@@ -130,11 +131,13 @@ void mbarrier_inval(void* bar, const char* file, int line) {
                    std::to_string(mb.waiters.size()) + " threads wait on it");
   }
   block.mbarriers.erase(bar);
+  count_sm90(block, kCountMbarrierInval, 0, file, line);
 }
 
 uint64_t mbarrier_arrive(void* bar, uint32_t count, const char* file, int line) {
   const Site site{file, line};
   SimBlock& block = active_block("mbarrier.arrive");
+  count_sm90(block, kCountMbarrierArrive, 0, file, line);
   return arrive(block, lookup(block, bar, "mbarrier.arrive", site), bar, count, "mbarrier.arrive",
                 site);
 }
@@ -144,6 +147,7 @@ uint64_t mbarrier_arrive_expect_tx(void* bar, uint32_t tx_bytes, const char* fil
   const char* op = "mbarrier.arrive.expect_tx";
   SimBlock& block = active_block(op);
   Mbarrier& mb = lookup(block, bar, op, site);
+  count_sm90(block, kCountMbarrierArriveExpectTx, 0, file, line);
   // expect-tx first, then the arrival: the phase cannot complete in between. An arrival the
   // phase has no room for is reported before its bytes are counted.
   check_arrival(block, mb, bar, 1, op, site);
@@ -154,6 +158,7 @@ uint64_t mbarrier_arrive_expect_tx(void* bar, uint32_t tx_bytes, const char* fil
 void mbarrier_expect_tx(void* bar, uint32_t tx_bytes, const char* file, int line) {
   const Site site{file, line};
   SimBlock& block = active_block("mbarrier.expect_tx");
+  count_sm90(block, kCountMbarrierExpectTx, 0, file, line);
   expect(block, lookup(block, bar, "mbarrier.expect_tx", site), bar, tx_bytes,
          "mbarrier.expect_tx", site);
 }
@@ -179,6 +184,7 @@ void mbarrier_complete_tx_for(SimBlock& block, const void* bar, uint32_t bytes, 
 bool mbarrier_test_wait_parity(void* bar, uint32_t parity, const char* file, int line) {
   const Site site{file, line};
   SimBlock& block = active_block("mbarrier.test_wait.parity");
+  count_sm90(block, kCountMbarrierTestWait, 0, file, line);
   if (parity > 1) {
     fail(site, "mbarrier.test_wait.parity " + std::to_string(parity) + ": not 0 or 1");
   }
@@ -193,6 +199,7 @@ bool mbarrier_try_wait_parity(void* bar, uint32_t parity, const char* file, int 
   SimThread& self = current_thread(op);
   if (parity > 1) fail(site, std::string(op) + " " + std::to_string(parity) + ": not 0 or 1");
   Mbarrier& mb = lookup(block, bar, op, site);
+  count_sm90(block, kCountMbarrierTryWait, 0, file, line);
   if ((mb.phase & 1) != parity) return true;
   // The shim's try_wait never times out: it blocks until the current phase completes.
   self.mbarrier = bar;
