@@ -77,9 +77,12 @@ def digest(paths, flags):
 
 
 def _shim_headers():
-    """Every header a program built on the shim may include: the shim's and the kernels'."""
+    """Every header a program built on the shim may include: the shim's, the self-tests' and
+    the kernels'."""
     return sorted(glob.glob(os.path.join(SHIM_DIR, "*.h")) +
                   glob.glob(os.path.join(SHIM_DIR, "src", "*.h")) +
+                  glob.glob(os.path.join(SHIM_DIR, "selftest", "*.h")) +
+                  glob.glob(os.path.join(SHIM_DIR, "selftest", "*.cuh")) +
                   glob.glob(os.path.join(REPO_ROOT, "csrc", "*.h")) +
                   glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*.h")) +
                   glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*.cuh")))

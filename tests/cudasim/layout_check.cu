@@ -1,11 +1,13 @@
 // GPU side of the layout check: runs every primitive case on the GPU, with the inputs the
 // shim's primitives_test uses, and dumps the outputs for layout_check.py to compare.
 //   layout_check_gpu --dump FILE [SEED]
-// Built by layout_check.py with nvcc; the shim side is primitives_test --hardware-safe.
+// Built by layout_check.py with nvcc; the shim side is primitives_test --hardware-safe (plus
+// --sm90 when this is built for sm_90a with -DLAYOUT_CHECK_SM90, which adds the sm_90 cases).
 #include <cstdlib>
 #include <cstring>
 
 #include "selftest/case_dump.h"
+#include "selftest/sm90_cases.h"
 
 int main(int argc, char** argv) {
   const char* dump = nullptr;
@@ -24,7 +26,14 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   cuda_check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("GPU: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
-  const auto results = primitives::run_all_cases(seed, /*hardware_safe=*/true);
+  auto results = primitives::run_all_cases(seed, /*hardware_safe=*/true);
+#ifdef LAYOUT_CHECK_SM90
+  if (prop.major != 9) {
+    std::fprintf(stderr, "built for sm_90a, but the GPU is sm_%d%d\n", prop.major, prop.minor);
+    return 1;
+  }
+  primitives::run_sm90_cases(seed, results);
+#endif
   if (!primitives::write_dump(dump, results)) {
     std::fprintf(stderr, "cannot write %s\n", dump);
     return 1;

@@ -9,7 +9,12 @@ real-valued inputs (the tensor core's f32 accumulation order and truncation are 
 the integer-valued mma cases are exact and compared bit for bit) and ex2.approx (about 2 ulp on
 hardware): these are compared within a small f32 tolerance.
 
-    python tests/cudasim/layout_check.py [--arch 90] [--seed N] [--compile-only]
+    python tests/cudasim/layout_check.py [--arch 90|90a|80] [--seed N] [--compile-only]
+
+--arch 90a builds with -gencode arch=compute_90a,code=sm_90a and adds the sm_90 cases
+(selftest/sm90_cases.h: TMA loads 2D-5D with each swizzle and out-of-bounds boxes, tensor stores
+and add reductions, bulk copies, mbarrier phases, and the wgmma cases where they exist); it needs
+an H100/H200. The shim side then runs primitives_test --sm90.
 
 Prints PASS/FAIL per primitive; exit status 1 if any fails. --compile-only builds both sides
 and stops (what a machine without a GPU can check).
@@ -37,17 +42,25 @@ def nvcc_path():
     return shutil.which("nvcc")
 
 
+def is_sm90a(arch):
+    """True for an arch-specific sm_90 target, whose build and shim run add the sm_90 cases."""
+    return arch.startswith("9") and arch.endswith("a")
+
+
 def build_gpu_side(arch):
     """nvcc build of layout_check.cu, reused while its sources and flags are unchanged."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise SystemExit("nvcc not found: set CUDA_HOME")
     source = os.path.join(build.SHIM_DIR, "layout_check.cu")
-    flags = [f"-arch=sm_{arch}", "-std=c++17", "-O2", "-I", build.SHIM_DIR,
+    arch_flags = ([f"-gencode=arch=compute_{arch},code=sm_{arch}", "-DLAYOUT_CHECK_SM90"]
+                  if is_sm90a(arch) else [f"-arch=sm_{arch}"])
+    flags = arch_flags + ["-std=c++17", "-O2", "-I", build.SHIM_DIR,
              "-I", os.path.join(build.SHIM_DIR, "selftest"), "-I", os.path.join(build.REPO_ROOT, "csrc")]
     inputs = [source] + sorted(glob.glob(os.path.join(build.SHIM_DIR, "selftest", "*.h")) +
                                glob.glob(os.path.join(build.SHIM_DIR, "selftest", "*.cuh")) +
-                               glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "*.cuh")))
+                               glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "*.cuh")) +
+                               glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "*.h")))
     os.makedirs(BUILD_DIR, exist_ok=True)
     exe = os.path.join(BUILD_DIR, f"layout_check_gpu_sm{arch}.{build.digest(inputs, [nvcc] + flags)}")
     if not os.path.exists(exe):
@@ -91,7 +104,8 @@ def compare_case(compare, gpu, shim):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--arch", default="90", help="SM version for nvcc, e.g. 80 or 90")
+    parser.add_argument("--arch", default="90",
+                        help="SM version for nvcc, e.g. 80, 90 or 90a (90a adds the sm_90 cases)")
     parser.add_argument("--seed", default="20261129")
     parser.add_argument("--compile-only", action="store_true")
     args = parser.parse_args()
@@ -105,7 +119,8 @@ def main():
     gpu_dump = os.path.join(BUILD_DIR, "layout_check_gpu.dump")
     shim_dump = os.path.join(BUILD_DIR, "layout_check_shim.dump")
     subprocess.run([gpu_exe, "--dump", gpu_dump, args.seed], check=True)
-    shim = subprocess.run([shim_exe, "--hardware-safe", "--dump", shim_dump, args.seed],
+    sm90 = ["--sm90"] if is_sm90a(args.arch) else []
+    shim = subprocess.run([shim_exe, "--hardware-safe", *sm90, "--dump", shim_dump, args.seed],
                           capture_output=True, text=True)
     if not os.path.exists(shim_dump):
         raise SystemExit(f"shim side failed:\n{shim.stdout}{shim.stderr}")

@@ -1,21 +1,26 @@
 // Runs every wrapped primitive on the shim and compares it with the scalar reference.
-//   primitives_test [--dump FILE] [--hardware-safe] [SEED]
+//   primitives_test [--dump FILE] [--hardware-safe] [--sm90] [SEED]
 // Prints "PASS name" or "FAIL name: ..." per case; exit status 1 if any case fails.
 // --dump writes the outputs for layout_check.py (which passes --hardware-safe to match the GPU).
+// --sm90 adds the sm_90 cases (sm90_cases.h: TMA, bulk copies, mbarriers, and wgmma where its
+// cases exist), which layout_check.py --arch 90a compares with an sm_90a GPU.
 #include <cstdlib>
 #include <cstring>
 
 #include "case_dump.h"
+#include "sm90_cases.h"
 
 int main(int argc, char** argv) {
   const char* dump = nullptr;
-  bool hardware_safe = false;
+  bool hardware_safe = false, sm90 = false;
   uint64_t seed = 20261129;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
       dump = argv[++i];
     } else if (std::strcmp(argv[i], "--hardware-safe") == 0) {
       hardware_safe = true;
+    } else if (std::strcmp(argv[i], "--sm90") == 0) {
+      sm90 = true;
     } else {
       seed = std::strtoull(argv[i], nullptr, 10);
     }
@@ -23,6 +28,7 @@ int main(int argc, char** argv) {
   std::vector<primitives::CaseResult> results;
   try {
     results = primitives::run_all_cases(seed, hardware_safe);
+    if (sm90) primitives::run_sm90_cases(seed, results);
   } catch (const cudasim::SimError& e) {
     std::printf("FAIL run: %s\n", e.what());
     return 1;

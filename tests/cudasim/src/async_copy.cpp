@@ -83,8 +83,9 @@ void check_no_copy_in_flight(SimBlock& block) {
   if (!block.async.in_flight.empty()) {
     const AsyncCopy& oldest = block.async.in_flight.front();
     fail(oldest.site,
-         "cp.async.bulk issued here is still in flight when every thread of the block has "
-         "returned (no thread waited on its mbarrier)",
+         std::string(oldest.op) +
+             " issued here is still in flight when every thread of the block has returned (no "
+             "thread waited on its mbarrier)",
          &block.threads[oldest.issuer]);
   }
   // A store must have finished reading shared memory (wait_group.read, or wait_group) before

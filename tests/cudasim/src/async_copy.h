@@ -22,6 +22,7 @@ struct AsyncCopy {
   const void* mbarrier = nullptr;  // receives complete_tx(tx_bytes) once the copy has landed
   uint32_t tx_bytes = 0;
   std::function<void()> land;      // writes the destination; runs when the copy completes
+  const char* op = "cp.async.bulk";  // for messages: cp.async.bulk or cp.async.bulk.tensor
 };
 
 // A bulk store or reduction from shared to global memory (cp.async.bulk[.tensor] ...

@@ -304,6 +304,7 @@ void tma_load(void* smem_dst, const void* map, void* bar, const int32_t* coords,
                      }
                    });
                  }};
+  copy.op = "cp.async.bulk.tensor";
   issue_async_copy(block, std::move(copy));
 }
 
