@@ -4,7 +4,8 @@ Used by the shim's self-tests; a build of the CUDA kernel source against the shi
 example the `sim` torch extension) needs the same SHIM_SOURCES and compile_flags().
 
 Environment: CXX (default g++), CUDA_HOME (for cuda_fp16.h & co; else /usr/local/cuda, else
-the headers of the nvidia-cuda-runtime wheel that a CUDA build of torch installs).
+the headers of the nvidia-cuda-runtime wheel that a CUDA build of torch installs),
+CUDASIM_BUILD_JOBS (parallel compiles of build_program, default 2).
 """
 import glob
 import hashlib
