@@ -9,6 +9,7 @@
 
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
 #include "cudasim.h"
+#include "src/async_proxy.h"
 // A __device__ helper that issues wrappers on its caller's behalf (tile_io.cuh) takes
 // FLASHATTN_CALLER_SITE as its last parameter and passes FLASHATTN_CALLER_SITE_ARGS on, so the
 // shim's messages and counters name the kernel's line. Both are empty under nvcc.
@@ -62,6 +63,8 @@ class CountedElement {
  private:
   void store(T value) const {
     count(shared_ ? ::cudasim::detail::Access::SmemStore : ::cudasim::detail::Access::GmemStore);
+    // A generic-proxy store: wgmma and TMA stores see it only after fence.proxy.async.
+    if (shared_) ::cudasim::detail::note_generic_smem_store(ptr_, sizeof(T), file_, line_);
     *ptr_ = value;
   }
   void count(::cudasim::detail::Access kind) const {
@@ -267,6 +270,12 @@ FLASHATTN_PTX_DEVICE void red_add_f32x2(float* gmem, float a, float b) {
 #endif
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #include "ptx_sm90_tma.cuh"
+#endif
+
+// wgmma, setmaxnreg, fence.proxy.async and stmatrix: the shim, nvcc's host pass and sm_90+
+// device passes (wgmma and setmaxnreg need sm_90a); an sm_80 device pass never sees them.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#include "ptx_sm90_mma.cuh"
 #endif
 
 #undef FLASHATTN_PTX_DEVICE

@@ -158,14 +158,33 @@ struct Counters {
   uint64_t tma_load_instructions = 0, tma_load_bytes = 0;
   uint64_t tma_store_instructions = 0, tma_store_bytes = 0;
   uint64_t tma_reduce_instructions = 0, tma_reduce_bytes = 0, tma_prefetch = 0;
+  // ---- sm_90 warpgroup MMA (wgmma.cpp, stmatrix.cpp) ----
+  // wgmma.mma_async warpgroup instructions by [bf16][N / 8 - 1] (index 0: f16), how many took A
+  // from registers, and their multiply-adds (64 * N * 16 each); wgmma.fence / commit_group /
+  // wait_group and setmaxnreg.inc / dec, warpgroup instructions; fence.proxy.async, executions
+  // by threads; stmatrix warp instructions by [trans][x1, x2, x4] and their wavefronts.
+  uint64_t wgmma[2][32] = {};
+  uint64_t wgmma_a_from_registers = 0, wgmma_macs = 0;
+  uint64_t wgmma_fence = 0, wgmma_commit_group = 0, wgmma_wait_group = 0;
+  uint64_t setmaxnreg_inc = 0, setmaxnreg_dec = 0;
+  uint64_t fence_proxy_async_threads = 0;
+  uint64_t stmatrix[2][3] = {};
+  uint64_t stmatrix_wavefronts = 0, stmatrix_wavefronts_ideal = 0;
 
   uint64_t mma() const { return mma_m16n8k16_f16 + mma_m16n8k16_bf16; }
+  uint64_t wgmma_instructions() const {
+    uint64_t total = 0;
+    for (const auto& by_n : wgmma)
+      for (uint64_t n : by_n) total += n;
+    return total;
+  }
   uint64_t smem_wavefronts() const {
-    return ldmatrix_wavefronts + lds_wavefronts + sts_wavefronts + cp_async_smem_wavefronts;
+    return ldmatrix_wavefronts + lds_wavefronts + sts_wavefronts + cp_async_smem_wavefronts +
+           stmatrix_wavefronts;
   }
   uint64_t smem_wavefronts_ideal() const {
     return ldmatrix_wavefronts_ideal + lds_wavefronts_ideal + sts_wavefronts_ideal +
-           cp_async_smem_wavefronts_ideal;
+           cp_async_smem_wavefronts_ideal + stmatrix_wavefronts_ideal;
   }
   uint64_t global_sectors() const {
     return cp_async_sectors + gmem_load_sectors + gmem_store_sectors + atomic_sectors;

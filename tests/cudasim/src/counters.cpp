@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "block.h"
+#include "warpgroup.h"
 
 namespace cudasim {
 
@@ -211,6 +212,55 @@ std::string json_dim3(const dim3& d) {
   return out.str();
 }
 
+// ---- sm_90 warpgroup MMA counters (wgmma.cpp, stmatrix.cpp) ----
+
+void add_wgmma_counters(Counters& c, const Counters& o) {
+  for (int t = 0; t < 2; ++t)
+    for (int n = 0; n < 32; ++n) c.wgmma[t][n] += o.wgmma[t][n];
+  c.wgmma_a_from_registers += o.wgmma_a_from_registers;
+  c.wgmma_macs += o.wgmma_macs;
+  c.wgmma_fence += o.wgmma_fence;
+  c.wgmma_commit_group += o.wgmma_commit_group;
+  c.wgmma_wait_group += o.wgmma_wait_group;
+  c.setmaxnreg_inc += o.setmaxnreg_inc;
+  c.setmaxnreg_dec += o.setmaxnreg_dec;
+  c.fence_proxy_async_threads += o.fence_proxy_async_threads;
+  for (int t = 0; t < 2; ++t)
+    for (int n = 0; n < 3; ++n) c.stmatrix[t][n] += o.stmatrix[t][n];
+  c.stmatrix_wavefronts += o.stmatrix_wavefronts;
+  c.stmatrix_wavefronts_ideal += o.stmatrix_wavefronts_ideal;
+}
+
+// ", \"wgmma\": {...}, ..." with the shapes that ran, by name ("m64n64k16.bf16").
+std::string wgmma_json(const Counters& c) {
+  std::ostringstream out;
+  out << ", \"wgmma\": {\"instructions\": " << c.wgmma_instructions() << ", \"by_shape\": {";
+  bool first = true;
+  for (int t = 0; t < 2; ++t) {
+    for (int n = 0; n < 32; ++n) {
+      if (c.wgmma[t][n] == 0) continue;
+      out << (first ? "" : ", ") << "\"m64n" << 8 * (n + 1) << "k16." << (t ? "bf16" : "f16")
+          << "\": " << c.wgmma[t][n];
+      first = false;
+    }
+  }
+  out << "}, \"a_from_registers\": " << c.wgmma_a_from_registers << ", \"macs\": " << c.wgmma_macs
+      << ", \"fence\": " << c.wgmma_fence << ", \"commit_group\": " << c.wgmma_commit_group
+      << ", \"wait_group\": " << c.wgmma_wait_group << "}, \"setmaxnreg\": {\"inc\": "
+      << c.setmaxnreg_inc << ", \"dec\": " << c.setmaxnreg_dec
+      << "}, \"fence_proxy_async_threads\": " << c.fence_proxy_async_threads
+      << ", \"stmatrix\": {";
+  const char* sizes[3] = {"x1", "x2", "x4"};
+  for (int t = 0; t < 2; ++t)
+    for (int n = 0; n < 3; ++n)
+      out << (t + n ? ", " : "") << "\"" << sizes[n] << (t ? ".trans" : "") << "\": " << c.stmatrix[t][n];
+  out << "}, \"stmatrix_wavefronts\": " << c.stmatrix_wavefronts
+      << ", \"stmatrix_wavefronts_ideal\": " << c.stmatrix_wavefronts_ideal;
+  return out.str();
+}
+
+// ---- end of the sm_90 warpgroup MMA counters ----
+
 }  // namespace
 
 Counters& Counters::operator+=(const Counters& o) {
@@ -273,6 +323,7 @@ Counters& Counters::operator+=(const Counters& o) {
   tma_reduce_instructions += o.tma_reduce_instructions;
   tma_reduce_bytes += o.tma_reduce_bytes;
   tma_prefetch += o.tma_prefetch;
+  add_wgmma_counters(*this, o);
   return *this;
 }
 
@@ -334,6 +385,7 @@ std::string to_json(const Counters& c) {
       << c.tma_store_instructions << ", \"bytes\": " << c.tma_store_bytes
       << "}, \"reduce\": {\"instructions\": " << c.tma_reduce_instructions
       << ", \"bytes\": " << c.tma_reduce_bytes << "}, \"prefetch\": " << c.tma_prefetch << "}"
+      << wgmma_json(c)
       << ", \"smem_wavefronts\": " << c.smem_wavefronts()
       << ", \"smem_wavefronts_ideal\": " << c.smem_wavefronts_ideal()
       << ", \"global_sectors\": " << c.global_sectors() << "}";
@@ -453,6 +505,47 @@ void commit_launch(LaunchCounters&& launch) {
   std::lock_guard<std::mutex> lock(counted_mutex);
   counted.push_back(std::move(launch));
 }
+
+// ---- sm_90 warpgroup MMA counters (wgmma.cpp, stmatrix.cpp) ----
+
+void count_wgmma(SimBlock& block, int n, bool bf16, bool a_from_registers) {
+  if (block.counters == nullptr) return;
+  Counters& c = *block.counters;
+  c.wgmma[bf16 ? 1 : 0][n / 8 - 1] += 1;
+  if (a_from_registers) c.wgmma_a_from_registers += 1;
+  c.wgmma_macs += uint64_t{64} * static_cast<uint64_t>(n) * 16;
+}
+
+void count_wgmma_sync(SimBlock& block, WgmmaSync kind) {
+  if (block.counters == nullptr) return;
+  Counters& c = *block.counters;
+  (kind == WgmmaSync::Fence ? c.wgmma_fence : kind == WgmmaSync::Commit ? c.wgmma_commit_group
+                                                                        : c.wgmma_wait_group) += 1;
+}
+
+void count_setmaxnreg(SimBlock& block, bool increase) {
+  if (block.counters == nullptr) return;
+  (increase ? block.counters->setmaxnreg_inc : block.counters->setmaxnreg_dec) += 1;
+}
+
+void count_fence_proxy_async(SimBlock& block) {
+  if (block.counters != nullptr) block.counters->fence_proxy_async_threads += 1;
+}
+
+// Like ldmatrix: lanes 8m..8m+7 give the 16-byte rows of matrix m, one phase per matrix.
+void count_stmatrix(SimBlock& block, int num_matrices, bool transpose, SimThread* const* lanes) {
+  if (block.counters == nullptr) return;
+  Counters& c = *block.counters;
+  c.stmatrix[transpose ? 1 : 0][num_matrices == 1 ? 0 : num_matrices == 2 ? 1 : 2] += 1;
+  uint64_t off[kWarpSize] = {};
+  const uint32_t mask = num_matrices == 4 ? kFullWarp : (1u << (8 * num_matrices)) - 1;
+  for (unsigned lane = 0; lane < kWarpSize; ++lane) {
+    if (mask >> lane & 1u) off[lane] = smem_offset_of(block, lanes[lane]->mailbox.row);
+  }
+  smem_passes(off, mask, 16, c.stmatrix_wavefronts, c.stmatrix_wavefronts_ideal);
+}
+
+// ---- end of the sm_90 warpgroup MMA counters ----
 
 }  // namespace detail
 }  // namespace cudasim

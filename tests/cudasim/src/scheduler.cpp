@@ -48,6 +48,7 @@ void check_thread_exit(SimBlock& block, SimThread& self) {
                         " threads of warpgroup " + std::to_string(group) + " wait for it in " +
                         open.op + " at " + describe(open.site));
   }
+  check_warpgroup_async_at_exit(block, self);  // wgmma in flight, setmaxnreg's budget
 }
 
 void thread_body(void* arg) {
@@ -149,6 +150,7 @@ void reset(SimBlock& block) {
     barrier.waiters.clear();  // keeps its capacity for the next block
   }
   block.live_threads = static_cast<unsigned>(block.threads.size());
+  reset_warpgroup_async_state(block);  // wgmma groups, setmaxnreg, proxy records
   block.mbarriers.clear();
   block.async.in_flight.clear();
   block.woken.clear();

@@ -36,4 +36,25 @@ void warpgroup_rendezvous(const WarpgroupCall& call, void* operands, Compute&& c
 // "warpgroup 1: 96 of 128 threads arrived", for the deadlock report.
 std::string describe_warpgroup(const SimBlock& block, unsigned group);
 
+// ---- The warpgroup's asynchronous state: wgmma groups in flight, setmaxnreg, and the
+// generic/async proxy records of shared memory (wgmma.cpp, async_proxy.cpp). ----
+// Forgets the previous block's state; the scheduler calls it before each block runs.
+void reset_warpgroup_async_state(const SimBlock& block);
+void reset_async_proxy(const SimBlock& block);
+// A thread returns: an MMA of its warpgroup still in flight is an error naming its line. The
+// last thread of the block also checks setmaxnreg's register budget.
+void check_warpgroup_async_at_exit(const SimBlock& block, const SimThread& self);
+// note_generic_smem_store() on behalf of thread `thread` (stmatrix writes each row for the lane
+// that gave its address).
+void note_generic_smem_store_by(unsigned thread, const void* smem, size_t bytes, const char* file,
+                                int line);
+
+// Counters (counters.cpp), each a no-op unless the launch counts.
+enum class WgmmaSync : uint8_t { Fence, Commit, Wait };
+void count_wgmma(SimBlock& block, int n, bool bf16, bool a_from_registers);
+void count_wgmma_sync(SimBlock& block, WgmmaSync kind);
+void count_setmaxnreg(SimBlock& block, bool increase);
+void count_fence_proxy_async(SimBlock& block);
+void count_stmatrix(SimBlock& block, int num_matrices, bool transpose, SimThread* const* lanes);
+
 }  // namespace cudasim::detail
