@@ -1,0 +1,349 @@
+// Cases for wgmma.mma_async and stmatrix, in the style of primitive_cases.h: each runs a
+// one-warpgroup kernel on integer-valued inputs and returns what it wrote beside a scalar
+// reference built here from the PTX ISA's descriptions (shared-memory layouts drawn as the ISA
+// draws them: core matrices, swizzle atoms of 8 rows whose 16-byte chunks are permuted by the
+// row; register fragments by groupID and threadID_in_group), independently of the shim's code.
+// The shim self-test (wgmma_test.cpp) and the GPU layout check (selftest/sm90_cases.h) run the
+// same cases with the same inputs; all outputs are exact, so hardware must agree bit for bit.
+// Compiles under nvcc (-gencode arch=compute_90a,code=sm_90a) and under the shim.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "primitive_cases.h"
+
+namespace primitives {
+
+constexpr int kWarpgroup = 128;
+
+// Where a case's A and B tiles live and how their descriptors describe them (bytes).
+struct WgmmaCaseParams {
+  uint32_t a_offset, b_offset;  // from the 1024-byte aligned tile base
+  uint32_t a_lbo, a_sbo, b_lbo, b_sbo;
+  uint32_t a_swizzle, b_swizzle;  // flashattn::ptx::WgmmaSwizzle values
+  uint32_t a_step, b_step;        // descriptor advance for the second K step
+  uint32_t image_bytes;           // a multiple of 16
+  int scale_d;                    // 0: the first MMA ignores the accumulators' old value
+  int k_steps;                    // 1 or 2 chained MMAs (K = 16 or 32)
+};
+
+// One warpgroup: copies the shared-memory image to a 1024-byte aligned tile (plain stores, then
+// fence.proxy.async, as a kernel staging operands itself must), loads its accumulators (and A
+// fragments) from cd (a_regs), runs k_steps wgmmas into them as one commit group, waits, and
+// writes the accumulators back. cd: [128 threads][N / 2]; a_regs: [k_steps][128][4].
+template <int N, bool kBf16, bool kARegs, int kMajorA, int kMajorB>
+__global__ void wgmma_case_kernel(WgmmaCaseParams p, const uint4* image, const uint32_t* a_regs,
+                                  float* cd) {
+  using namespace flashattn::ptx;
+  constexpr WgmmaMajor kA = static_cast<WgmmaMajor>(kMajorA), kB = static_cast<WgmmaMajor>(kMajorB);
+  // (nvcc: extern __shared__ arrays of one name must share a type in a translation unit.)
+  FLASHATTN_DYNAMIC_SMEM(unsigned char, wgmma_smem);
+  const int tid = threadIdx.x;
+  unsigned char* tile = wgmma_smem + (1024 - smem_u32addr(wgmma_smem) % 1024) % 1024;
+  uint4* tile16 = reinterpret_cast<uint4*>(tile);
+  for (uint32_t i = tid; i < p.image_bytes / 16; i += kWarpgroup) FLASHATTN_SMEM(tile16)[i] = image[i];
+  fence_proxy_async_shared_cta();
+  __syncthreads();
+  float d[N / 2];
+  for (int i = 0; i < N / 2; ++i) d[i] = cd[tid * (N / 2) + i];
+  uint32_t a[2][4] = {};
+  if (kARegs) {
+    for (int s = 0; s < p.k_steps; ++s)
+      for (int j = 0; j < 4; ++j) a[s][j] = a_regs[(s * kWarpgroup + tid) * 4 + j];
+  }
+  const uint64_t desc_a = wgmma_descriptor(smem_u32addr(tile + p.a_offset), p.a_lbo, p.a_sbo,
+                                           static_cast<WgmmaSwizzle>(p.a_swizzle));
+  const uint64_t desc_b = wgmma_descriptor(smem_u32addr(tile + p.b_offset), p.b_lbo, p.b_sbo,
+                                           static_cast<WgmmaSwizzle>(p.b_swizzle));
+  wgmma_fence_operand(d);
+  wgmma_fence();
+  for (int s = 0; s < p.k_steps; ++s) {
+    const uint64_t da = wgmma_descriptor_advance(desc_a, s * p.a_step);
+    const uint64_t db = wgmma_descriptor_advance(desc_b, s * p.b_step);
+    const int scale_d = s == 0 ? p.scale_d : 1;
+    if constexpr (kARegs && kBf16) wgmma_bf16_rs<N, kB>(d, a[s], db, scale_d);
+    if constexpr (kARegs && !kBf16) wgmma_f16_rs<N, kB>(d, a[s], db, scale_d);
+    if constexpr (!kARegs && kBf16) wgmma_bf16_ss<N, kA, kB>(d, da, db, scale_d);
+    if constexpr (!kARegs && !kBf16) wgmma_f16_ss<N, kA, kB>(d, da, db, scale_d);
+  }
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operand(d);
+  for (int i = 0; i < N / 2; ++i) cd[tid * (N / 2) + i] = d[i];
+}
+
+// ---- The reference: shared-memory layouts as the ISA draws them ("Shared Memory Matrix
+// Layout", "Strides", "Matrix Descriptor Format"), for 16-bit elements. ----
+struct OperandLayout {
+  bool mn_major;      // imm-trans 1: M- or N-major
+  int swizzle_bytes;  // 0, 32, 64, 128
+  uint32_t lbo, sbo;  // the descriptor's byte offsets
+  uint32_t k_column;  // K-major, 32-byte swizzle, K = 32: where the second 16 k of a row live
+};
+
+inline uint32_t swizzle_code(int bytes) { return bytes == 128 ? 1 : bytes == 64 ? 2 : bytes == 32 ? 3 : 0; }
+
+// Byte offset of element (r, k) (r in M or N, k in K) from the operand's start.
+// No swizzle: "core matrices" of 8 rows x 16 bytes, stored as 128 contiguous bytes. K-major: a
+//   core row is 8 consecutive k of one r; the next core along K is LBO away, along M/N SBO.
+//   MN-major: a core row is 8 consecutive r of one k; the next core along K is LBO away, along
+//   M/N SBO.
+// Swizzled (S bytes): "swizzle atoms" of 8 rows of S bytes, 8 * S bytes in all, whose 16-byte
+//   chunks are permuted: in atom row j, chunk c is stored at chunk c ^ ((j * S / 128) % (S / 16))
+//   (for 128 B: c ^ j; 64 B: c ^ (j / 2); 32 B: c ^ (j / 4) -- the figures' repeating pattern).
+//   K-major: atom row j holds S / 2 consecutive k of r = 8 * atom + j; atoms along M/N are SBO
+//   apart (LBO unused). MN-major: atom row j holds S / 2 consecutive r of k = 8 * group + j;
+//   atoms along M/N are LBO apart, k-groups SBO apart.
+inline uint32_t layout_offset(const OperandLayout& L, int r, int k) {
+  const uint32_t ur = static_cast<uint32_t>(r), uk = static_cast<uint32_t>(k);
+  if (L.swizzle_bytes == 0) {
+    return L.mn_major ? ur / 8 * L.sbo + uk / 8 * L.lbo + uk % 8 * 16 + ur % 8 * 2
+                      : ur / 8 * L.sbo + uk / 8 * L.lbo + ur % 8 * 16 + uk % 8 * 2;
+  }
+  const uint32_t S = static_cast<uint32_t>(L.swizzle_bytes), per_row = S / 2;
+  uint32_t atom, row, byte;
+  if (L.mn_major) {
+    atom = ur / per_row * L.lbo + uk / 8 * L.sbo;
+    row = uk % 8;
+    byte = ur % per_row * 2;
+  } else {
+    atom = ur / 8 * L.sbo + uk / per_row * L.k_column;
+    row = ur % 8;
+    byte = uk % per_row * 2;
+  }
+  const uint32_t chunk = byte / 16, stored_chunk = chunk ^ (row * S / 128 % (S / 16));
+  return atom + row * S + stored_chunk * 16 + byte % 16;
+}
+
+// A layout of `rows` x `k_total` with every descriptor field in use, and the descriptor
+// advance to the second K step.
+inline OperandLayout make_layout(bool mn_major, int swizzle_bytes, int rows, int k_total,
+                                 bool padded, uint32_t& step, uint32_t& bytes) {
+  OperandLayout L{mn_major, swizzle_bytes, 0, 0, 0};
+  const uint32_t pad = padded ? 256 : 0;  // strides larger than the data: a gap between tiles
+  const uint32_t row_cores = static_cast<uint32_t>((rows + 7) / 8);
+  const uint32_t k_cores = static_cast<uint32_t>(k_total / 8);
+  if (swizzle_bytes == 0) {
+    if (!mn_major) {  // k-cores adjacent, then the next 8 rows
+      L.lbo = 128;
+      L.sbo = 128 * k_cores + pad;
+      bytes = row_cores * L.sbo;
+    } else {  // r-cores adjacent, then the next 8 k
+      L.sbo = 128;
+      L.lbo = 128 * row_cores + pad;
+      bytes = k_cores * L.lbo;
+    }
+    step = 2 * L.lbo;
+    return L;
+  }
+  const uint32_t S = static_cast<uint32_t>(swizzle_bytes), atom = 8 * S;
+  const uint32_t gap = padded ? atom : 0;  // swizzled strides stay multiples of the atom
+  if (!mn_major) {
+    L.lbo = 16;  // unused: "assumed 1"
+    L.sbo = atom + gap;
+    const uint32_t k_atoms = static_cast<uint32_t>(k_total) * 2 > S ? 2 : 1;
+    L.k_column = row_cores * L.sbo;
+    bytes = k_atoms * L.k_column;
+    step = S >= 64 ? 32 : L.k_column;  // 16 k = 32 bytes further along the row
+  } else {
+    const uint32_t per_row = S / 2;
+    const uint32_t mn_atoms = (static_cast<uint32_t>(rows) + per_row - 1) / per_row;
+    L.sbo = atom;
+    L.lbo = k_cores * atom + gap;
+    bytes = mn_atoms * L.lbo;
+    step = 2 * L.sbo;
+  }
+  return L;
+}
+
+// The wgmma fragments: with w = warp of the warpgroup, g = laneid / 4, q = laneid % 4,
+// D element i (0 <= i < N/2) is D[16w + g + 8 * ((i % 4) / 2)][8 * (i / 4) + 2q + i % 2];
+// A register element e (0..7, two per .b32, low first) is A[16w + g + 8 * ((e / 2) % 2)]
+// [2q + e % 2 + 8 * (e / 4)].
+inline int wgmma_d_row(int t, int i) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i % 4) / 2); }
+inline int wgmma_d_col(int t, int i) { return 8 * (i / 4) + 2 * (t % 4) + i % 2; }
+inline int wgmma_a_row(int t, int e) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((e / 2) % 2); }
+inline int wgmma_a_col(int t, int e) { return 2 * (t % 4) + e % 2 + 8 * (e / 4); }
+
+struct WgmmaCaseSpec {
+  int n;
+  bool bf16, a_regs;
+  bool a_mn, b_mn;
+  int a_swizzle, b_swizzle;
+  int k_steps;
+  int scale_d;
+  bool padded;
+};
+
+template <int N, bool kBf16, bool kARegs, int kMajorA, int kMajorB>
+CaseResult run_wgmma_case(const WgmmaCaseSpec& spec, Rng& rng) {
+  const int K = 16 * spec.k_steps;
+  auto bits_of = [&](float x) {
+    return spec.bf16 ? bits16(__float2bfloat16_rn(x)) : bits16(__float2half_rn(x));
+  };
+  std::vector<float> A(64 * K), B(static_cast<size_t>(N) * K), C(64 * N);  // A[m][k], B[n][k]
+  for (float& x : A) x = static_cast<float>(rng.below(9) - 4);
+  for (float& x : B) x = static_cast<float>(rng.below(9) - 4);
+  for (float& x : C) x = static_cast<float>(rng.below(65) - 32);
+  uint32_t a_step = 0, b_step = 0, a_bytes = 0, b_bytes = 0;
+  const OperandLayout la = make_layout(spec.a_mn, spec.a_swizzle, 64, K, spec.padded, a_step, a_bytes);
+  const OperandLayout lb = make_layout(spec.b_mn, spec.b_swizzle, N, K, spec.padded, b_step, b_bytes);
+  WgmmaCaseParams p{};
+  p.a_offset = 0;
+  p.b_offset = spec.a_regs ? 0 : (a_bytes + 1023) / 1024 * 1024;
+  p.a_lbo = la.lbo, p.a_sbo = la.sbo, p.b_lbo = lb.lbo, p.b_sbo = lb.sbo;
+  p.a_swizzle = swizzle_code(spec.a_swizzle), p.b_swizzle = swizzle_code(spec.b_swizzle);
+  p.a_step = a_step, p.b_step = b_step;
+  p.image_bytes = (p.b_offset + b_bytes + 15) / 16 * 16;
+  p.scale_d = spec.scale_d;
+  p.k_steps = spec.k_steps;
+  std::vector<uint16_t> image(p.image_bytes / 2, 0);
+  for (int r = 0; r < 64 && !spec.a_regs; ++r)
+    for (int k = 0; k < K; ++k) image[(p.a_offset + layout_offset(la, r, k)) / 2] = bits_of(A[r * K + k]);
+  for (int r = 0; r < N; ++r)
+    for (int k = 0; k < K; ++k) image[(p.b_offset + layout_offset(lb, r, k)) / 2] = bits_of(B[r * K + k]);
+  std::vector<uint32_t> a_regs(static_cast<size_t>(spec.k_steps) * kWarpgroup * 4, 0);
+  for (int s = 0; s < spec.k_steps; ++s)
+    for (int t = 0; t < kWarpgroup; ++t)
+      for (int e = 0; e < 8; ++e)
+        a_regs[(s * kWarpgroup + t) * 4 + e / 2] |=
+            static_cast<uint32_t>(bits_of(A[wgmma_a_row(t, e) * K + 16 * s + wgmma_a_col(t, e)])) << (16 * (e % 2));
+  std::vector<float> cd(kWarpgroup * (N / 2)), expected(cd.size());
+  for (int t = 0; t < kWarpgroup; ++t) {
+    for (int i = 0; i < N / 2; ++i) {
+      const int row = wgmma_d_row(t, i), col = wgmma_d_col(t, i);
+      cd[t * (N / 2) + i] = C[row * N + col];
+      double sum = spec.scale_d ? C[row * N + col] : 0.0;
+      for (int k = 0; k < K; ++k) sum += static_cast<double>(A[row * K + k]) * B[col * K + k];
+      expected[t * (N / 2) + i] = static_cast<float>(sum);
+    }
+  }
+  std::vector<uint4> image16(p.image_bytes / 16);
+  std::memcpy(image16.data(), image.data(), p.image_bytes);
+  DeviceArray<uint4> image_d(image16);
+  DeviceArray<uint32_t> a_d(a_regs);
+  DeviceArray<float> cd_d(cd);
+  auto kernel = wgmma_case_kernel<N, kBf16, kARegs, kMajorA, kMajorB>;
+  launch_one_block(kernel, kWarpgroup, p.image_bytes + 1024, p,
+                   static_cast<const uint4*>(image_d.get()), static_cast<const uint32_t*>(a_d.get()),
+                   cd_d.get());
+  auto layout_name = [](bool mn, int swizzle) {
+    return std::string(mn ? "MN" : "K") + (swizzle ? "sw" + std::to_string(swizzle) : "");
+  };
+  const std::string name = "wgmma_m64n" + std::to_string(N) + "k16_" + (spec.bf16 ? "bf16" : "f16") +
+                           (spec.a_regs ? "_rs_Areg" : "_ss_A" + layout_name(spec.a_mn, spec.a_swizzle)) +
+                           "_B" + layout_name(spec.b_mn, spec.b_swizzle) +
+                           (spec.k_steps == 2 ? "_k32" : "") + (spec.scale_d ? "" : "_overwrite") +
+                           (spec.padded ? "_padded" : "");
+  const auto actual = bytes_of(cd_d.read());
+  return {name, GpuCompare::Bitwise, actual, bytes_of(expected), actual};
+}
+
+// ---- stmatrix: "the inverse of ldmatrix": register m of lane l holds row l / 4, columns
+// 2 * (l % 4) and +1 of matrix m (low half first); .trans stores the transposed matrix. ----
+template <int kNum, bool kTrans>
+__global__ void stmatrix_kernel(const uint32_t* regs, const int* row_slot, uint4* out) {
+  using namespace flashattn::ptx;
+  FLASHATTN_DYNAMIC_SMEM(uint4, stmatrix_smem);
+  const int lane = threadIdx.x;
+  for (int i = lane; i < kSmemSlots; i += kLanes) FLASHATTN_SMEM(stmatrix_smem)[i] = make_uint4(0, 0, 0, 0);
+  __syncthreads();
+  uint32_t r[4] = {};
+  for (int m = 0; m < kNum; ++m) r[m] = regs[lane * kNum + m];
+  void* row = &stmatrix_smem[row_slot[lane]];
+  if (kNum == 1 && !kTrans) stmatrix_x1(row, r[0]);
+  if (kNum == 2 && !kTrans) stmatrix_x2(row, r[0], r[1]);
+  if (kNum == 4 && !kTrans) stmatrix_x4(row, r[0], r[1], r[2], r[3]);
+  if (kNum == 1 && kTrans) stmatrix_x1_trans(row, r[0]);
+  if (kNum == 2 && kTrans) stmatrix_x2_trans(row, r[0], r[1]);
+  if (kNum == 4 && kTrans) stmatrix_x4_trans(row, r[0], r[1], r[2], r[3]);
+  __syncthreads();
+  for (int i = lane; i < kSmemSlots; i += kLanes) out[i] = FLASHATTN_SMEM(stmatrix_smem)[i];
+}
+
+inline CaseResult stmatrix_case(int num, bool trans, Rng& rng) {
+  std::vector<uint32_t> regs(kLanes * num);
+  for (uint32_t& r : regs) r = static_cast<uint32_t>(rng.next());
+  // Distinct rows for the lanes that give addresses; the others point anywhere (ignored).
+  std::vector<int> slots(kSmemSlots);
+  for (int i = 0; i < kSmemSlots; ++i) slots[i] = i;
+  for (int i = kSmemSlots - 1; i > 0; --i) std::swap(slots[i], slots[rng.below(i + 1)]);
+  std::vector<int> row_slot(kLanes);
+  for (int lane = 0; lane < kLanes; ++lane) row_slot[lane] = lane < 8 * num ? slots[lane] : rng.below(kSmemSlots);
+  std::vector<uint16_t> expected(kSmemSlots * 8, 0);
+  for (int lane = 0; lane < kLanes; ++lane) {
+    const int group_id = lane / 4, thread_in_group = lane % 4;
+    for (int m = 0; m < num; ++m) {
+      for (int i = 0; i < 2; ++i) {
+        const auto value = static_cast<uint16_t>(regs[lane * num + m] >> (16 * i));
+        // Element (row, col) of matrix m; .trans stores it at (col, row).
+        const int row = group_id, col = thread_in_group * 2 + i;
+        const int stored_row = trans ? col : row, stored_col = trans ? row : col;
+        expected[row_slot[m * 8 + stored_row] * 8 + stored_col] = value;
+      }
+    }
+  }
+  DeviceArray<uint32_t> regs_d(regs);
+  DeviceArray<int> slot_d(row_slot);
+  DeviceArray<uint4> out_d{std::vector<uint4>(kSmemSlots)};
+  using Kernel = void (*)(const uint32_t*, const int*, uint4*);
+  Kernel kernels[2][3] = {{stmatrix_kernel<1, false>, stmatrix_kernel<2, false>, stmatrix_kernel<4, false>},
+                          {stmatrix_kernel<1, true>, stmatrix_kernel<2, true>, stmatrix_kernel<4, true>}};
+  launch_one_block(kernels[trans][num == 1 ? 0 : num == 2 ? 1 : 2], kLanes, kSmemSlots * kRowBytes,
+                   static_cast<const uint32_t*>(regs_d.get()), static_cast<const int*>(slot_d.get()),
+                   out_d.get());
+  const std::string name = "stmatrix_x" + std::to_string(num) + (trans ? "_trans" : "");
+  const auto actual = bytes_of(out_d.read());
+  return {name, GpuCompare::Bitwise, actual, bytes_of(expected), actual};
+}
+
+// Every wgmma and stmatrix case, in a fixed order. MN = M- or N-major; swizzle 0/32/64/128.
+inline void run_wgmma_cases(uint64_t seed, std::vector<CaseResult>& results) {
+  Rng rng(seed ^ 0x5a90ull);
+  for (bool trans : {false, true}) {
+    for (int num : {1, 2, 4}) results.push_back(stmatrix_case(num, trans, rng));
+  }
+  const int swizzles[4] = {0, 32, 64, 128};
+  // Every A layout against every B layout: bf16, N = 64, K = 32 in two chained MMAs (the
+  // descriptor advance of each layout), strides padded on odd combinations.
+  for (int a = 0; a < 8; ++a) {
+    for (int b = 0; b < 8; ++b) {
+      const WgmmaCaseSpec s{64, true, false, a >= 4, b >= 4, swizzles[a % 4], swizzles[b % 4], 2, 1,
+                            (a + b) % 2 == 1};
+      if (!s.a_mn && !s.b_mn) results.push_back(run_wgmma_case<64, true, false, 0, 0>(s, rng));
+      if (!s.a_mn && s.b_mn) results.push_back(run_wgmma_case<64, true, false, 0, 1>(s, rng));
+      if (s.a_mn && !s.b_mn) results.push_back(run_wgmma_case<64, true, false, 1, 0>(s, rng));
+      if (s.a_mn && s.b_mn) results.push_back(run_wgmma_case<64, true, false, 1, 1>(s, rng));
+    }
+  }
+  // f16, one K step, the accumulate and overwrite forms.
+  for (int a = 0; a < 8; ++a) {
+    const int b = 7 - a;
+    const WgmmaCaseSpec s{64, false, false, a >= 4, b >= 4, swizzles[a % 4], swizzles[b % 4], 1,
+                          a % 3 != 0, false};
+    if (!s.a_mn && !s.b_mn) results.push_back(run_wgmma_case<64, false, false, 0, 0>(s, rng));
+    if (!s.a_mn && s.b_mn) results.push_back(run_wgmma_case<64, false, false, 0, 1>(s, rng));
+    if (s.a_mn && !s.b_mn) results.push_back(run_wgmma_case<64, false, false, 1, 0>(s, rng));
+    if (s.a_mn && s.b_mn) results.push_back(run_wgmma_case<64, false, false, 1, 1>(s, rng));
+  }
+  // Other N: the accumulator fragment repeated over N / 8 column blocks.
+  results.push_back(run_wgmma_case<8, true, false, 0, 0>({8, true, false, false, false, 0, 0, 1, 1, false}, rng));
+  results.push_back(run_wgmma_case<8, false, false, 0, 1>({8, false, false, false, true, 128, 128, 2, 1, false}, rng));
+  results.push_back(run_wgmma_case<16, true, false, 1, 0>({16, true, false, true, false, 32, 64, 2, 1, false}, rng));
+  results.push_back(run_wgmma_case<24, true, false, 0, 0>({24, true, false, false, false, 128, 0, 1, 1, true}, rng));
+  results.push_back(run_wgmma_case<128, true, false, 0, 1>({128, true, false, false, true, 128, 128, 2, 1, false}, rng));
+  results.push_back(run_wgmma_case<128, false, false, 0, 0>({128, false, false, false, false, 64, 32, 1, 1, false}, rng));
+  results.push_back(run_wgmma_case<256, true, false, 0, 0>({256, true, false, false, false, 128, 128, 2, 1, false}, rng));
+  results.push_back(run_wgmma_case<256, false, false, 1, 1>({256, false, false, true, true, 64, 128, 1, 0, false}, rng));
+  // A from registers.
+  results.push_back(run_wgmma_case<8, true, true, 0, 0>({8, true, true, false, false, 0, 32, 2, 1, false}, rng));
+  results.push_back(run_wgmma_case<64, true, true, 0, 0>({64, true, true, false, false, 0, 128, 2, 1, false}, rng));
+  results.push_back(run_wgmma_case<64, true, true, 0, 1>({64, true, true, false, true, 0, 64, 2, 1, true}, rng));
+  results.push_back(run_wgmma_case<64, false, true, 0, 1>({64, false, true, false, true, 0, 0, 1, 0, false}, rng));
+  results.push_back(run_wgmma_case<256, true, true, 0, 1>({256, true, true, false, true, 0, 128, 2, 1, false}, rng));
+  results.push_back(run_wgmma_case<256, false, true, 0, 0>({256, false, true, false, false, 0, 32, 1, 1, false}, rng));
+}
+
+}  // namespace primitives

@@ -1,0 +1,109 @@
+"""wgmma, stmatrix, setmaxnreg and fence.proxy.async on the shim
+(tests/cudasim/selftest/wgmma_test.cpp): every layout case of selftest/sm90_wgmma_cases.h (the
+cases the GPU layout check runs) matches its ISA reference under every schedule, and each
+planted bug is reported as its named error or shows as NaN in the output."""
+import os
+import re
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
+from fixtures import SELFTEST_DIR, program, run, source_line  # noqa: E402
+
+SOURCE = os.path.join(SELFTEST_DIR, "wgmma_test.cpp")
+SCHEDULES = ["forward", "reverse", "random:1"]
+CORRECT, WRONG, SIM_ERROR = 0, 1, 3
+
+
+def site(marker):
+    return f"wgmma_test.cpp:{source_line(SOURCE, marker)}"
+
+
+def run_case(case, schedule="forward", sanitize=False):
+    return run(program("wgmma_test", sanitize=sanitize), case, schedule=schedule)
+
+
+def first_line(out):
+    return out.stdout.splitlines()[0] if out.stdout else out.stderr
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("case", ["layouts", "pipeline", "setmaxnreg"])
+def test_correct_kernels_pass(case, schedule):
+    out = run_case(case, schedule)
+    assert out.returncode == CORRECT, out.stdout + out.stderr
+
+
+def test_every_layout_case_runs():
+    out = run_case("layouts")
+    assert "92 cases, 0 failed" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_reading_accumulators_before_the_wait_reads_nan(schedule):
+    out = run_case("read_before_wait", schedule)
+    assert out.returncode == WRONG, out.stdout + out.stderr
+    assert "4096 of 4096 outputs differ, 4096 are NaN; 0 accumulators NaN after the wait" in out.stdout
+
+
+@pytest.mark.parametrize("case,pattern,markers", [
+    ("no_wait", r"wgmma\.mma_async issued here is still in flight when the thread returns "
+                r"\(missing wgmma\.commit_group / wgmma\.wait_group\)", ["wgmma"]),
+    ("early_release", r"wgmma\.mma_async issued here reads operand B at smem\+0x[0-9a-f]+, which "
+                      r"changed \(last written at \S+ \(a store by thread 1[2-5]\d\)\) before the "
+                      r"wgmma\.wait_group at \S+ retired it: its shared memory was released or "
+                      r"overwritten too early", ["wgmma", "producer_overwrite", "wait"]),
+    ("missing_proxy_fence", r"wgmma\.mma_async reads smem\+0x[0-9a-f]+ through the async proxy, but "
+                            r"thread \d+ \(warp \d lane \d+\) stored it at \S+ through the generic "
+                            r"proxy and has not executed fence\.proxy\.async since",
+     ["wgmma", "stage_a"]),
+    ("stmatrix_no_fence", r"wgmma\.mma_async reads smem\+0x[0-9a-f]+ through the async proxy, but "
+                          r"thread \d+ \(warp 0 lane \d+\) stored it at \S+ through the generic "
+                          r"proxy and has not executed fence\.proxy\.async since",
+     ["wgmma", "stmatrix_b"]),
+    ("missing_wgmma_fence", r"thread \d+ of the warpgroup has executed no wgmma\.fence since the "
+                            r"kernel began or since its last wgmma\.wait_group", ["wgmma"]),
+    ("writes_accumulator", r"wgmma\.wait_group: accumulator 3 of the wgmma\.mma_async issued at "
+                           r"\S+ was written while the MMA was in flight", ["wait", "wgmma"]),
+    ("dead_frame", r"the accumulators of the wgmma\.mma_async issued here lived in a function "
+                   r"that returned before the wgmma\.wait_group at \S+ retired it",
+     ["dead_frame_wgmma", "wait"]),
+    ("setmaxnreg_over_budget", r"setmaxnreg\.(inc 240|dec 40): the warpgroups ask for 40, 240, "
+                               r"240, 240 registers per thread, 97280 in all, more than the "
+                               r"65536-register file", []),
+    ("setmaxnreg_split_sites", r"threads of one warpgroup meet different collectives: this thread "
+                               r"calls setmaxnreg\.dec while 64 threads of warpgroup 0 wait in "
+                               r"setmaxnreg\.dec at ", ["dec", "dec_other_half"]),
+    ("setmaxnreg_bad_count", r"setmaxnreg\.inc 20: the count must be a multiple of 8 from 24 to "
+                             r"256", ["bad_count"]),
+    ("stmatrix_misaligned", r"stmatrix\.x2: lane 9's row address 0x[0-9a-f]+ is not 16-byte "
+                            r"aligned", ["stmatrix_misaligned"]),
+    ("descriptor_outside_smem", r"wgmma\.mma_async: the descriptor of A \(0x[0-9a-f]+\) reaches "
+                                r"smem\+0x[0-9a-f]+ for element \(\d+, \d+\), outside the 512 bytes "
+                                r"of dynamic shared memory", ["outside"]),
+])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_misuse_is_named(case, pattern, markers, schedule):
+    out = run_case(case, schedule)
+    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
+    message = first_line(out)
+    assert re.search(pattern, message), message
+    for marker in markers:
+        assert site(marker) in message, f"{site(marker)} not named in: {message}"
+
+
+def test_counters():
+    out = run_case("counters")
+    assert out.returncode == CORRECT, out.stdout + out.stderr
+    assert ('"wgmma": {"instructions": 2, "by_shape": {"m64n8k16.f16": 1, "m64n64k16.bf16": 1}, '
+            '"a_from_registers": 1, "macs": 73728, "fence": 1, "commit_group": 1, "wait_group": 1}, '
+            '"setmaxnreg": {"inc": 1, "dec": 0}, "fence_proxy_async_threads": 128') in out.stdout
+
+
+@pytest.mark.parametrize("case", ["layouts", "pipeline", "early_release", "no_wait", "dead_frame"])
+def test_clean_under_asan(case):
+    """Threads abandoned by an error own nothing; MMAs in flight are the block's, not theirs."""
+    out = run_case(case, "random:7", sanitize=True)
+    assert out.returncode in (CORRECT, SIM_ERROR), out.stdout + out.stderr
+    assert "Sanitizer" not in out.stderr and "runtime error" not in out.stderr, out.stderr
