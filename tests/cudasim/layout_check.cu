@@ -7,7 +7,9 @@
 #include <cstring>
 
 #include "selftest/case_dump.h"
+#ifdef LAYOUT_CHECK_SM90  // sm_90a only: an sm_80 or plain sm_90 build must not see wgmma PTX
 #include "selftest/sm90_cases.h"
+#endif
 
 int main(int argc, char** argv) {
   const char* dump = nullptr;
