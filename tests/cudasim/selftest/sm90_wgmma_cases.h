@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/tensor_map.h"
 #include "primitive_cases.h"
 
 namespace primitives {
@@ -299,6 +300,99 @@ inline CaseResult stmatrix_case(int num, bool trans, Rng& rng) {
   return {name, GpuCompare::Bitwise, actual, bytes_of(expected), actual};
 }
 
+// ---- TMA into wgmma, as FA3's main loop pairs them: 64 x 64 bf16 tiles loaded by tensor copies
+// with the 128-byte swizzle (box rows of 128 bytes), read by wgmma through K-major 128B
+// descriptors (SBO 1024: 8 rows of 128 bytes; K steps of 16 advance the start by 32 bytes) or,
+// for B stored K x N (V in P * V), an N-major one (k-groups of 8 rows at SBO 1024; K steps
+// advance by 2048 bytes). D[64 x 64] = C + A * B over K = 64 in four chained MMAs. ----
+template <bool kBNMajor>
+__global__ void tma_wgmma_kernel(const __grid_constant__ flashattn::TensorMap map_a,
+                                 const __grid_constant__ flashattn::TensorMap map_b, float* cd) {
+  using namespace flashattn::ptx;
+  constexpr WgmmaMajor kMajorB = kBNMajor ? WgmmaMajor::MN : WgmmaMajor::K;
+  FLASHATTN_DYNAMIC_SMEM(unsigned char, tma_wgmma_smem);
+  const int tid = threadIdx.x;
+  unsigned char* a_tile = tma_wgmma_smem + (1024 - smem_u32addr(tma_wgmma_smem) % 1024) % 1024;
+  unsigned char* b_tile = a_tile + 8192;
+  uint64_t* bar = reinterpret_cast<uint64_t*>(a_tile + 16384);
+  if (tid == 0) {
+    mbarrier_init(bar, 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (tid == 0) {
+    mbarrier_arrive_expect_tx(bar, 16384);
+    tma_load_2d(a_tile, &map_a, bar, 0, 0);
+    tma_load_2d(b_tile, &map_b, bar, 0, 0);
+  }
+  mbarrier_wait_parity(bar, 0);
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = cd[tid * 32 + i];
+  const uint64_t desc_a = wgmma_descriptor(smem_u32addr(a_tile), 16, 1024, WgmmaSwizzle::B128);
+  const uint64_t desc_b = wgmma_descriptor(smem_u32addr(b_tile), kBNMajor ? 8192 : 16, 1024,
+                                           WgmmaSwizzle::B128);
+  wgmma_fence_operand(d);
+  wgmma_fence();
+  for (int s = 0; s < 4; ++s) {
+    wgmma_bf16_ss<64, WgmmaMajor::K, kMajorB>(d, wgmma_descriptor_advance(desc_a, 32 * s),
+                                              wgmma_descriptor_advance(desc_b, (kBNMajor ? 2048 : 32) * s), 1);
+  }
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operand(d);
+  for (int i = 0; i < 32; ++i) cd[tid * 32 + i] = d[i];
+}
+
+inline flashattn::TensorMap bf16_tile_map(const void* global) {
+  flashattn::TensorMapSpec spec;
+  spec.dtype = flashattn::TensorMapDtype::BFloat16;
+  spec.rank = 2;
+  spec.global = global;
+  spec.dims[0] = 64, spec.dims[1] = 64;  // 64 rows of 64 elements (128 bytes)
+  spec.strides[0] = 128;
+  spec.box[0] = 64, spec.box[1] = 64;
+  spec.swizzle = flashattn::TensorMapSwizzle::B128;
+  flashattn::TensorMap map;
+  const std::string error = flashattn::encode_tensor_map(&map, spec);
+  if (!error.empty()) {
+    std::fprintf(stderr, "tma_wgmma case: %s\n", error.c_str());
+    std::exit(2);
+  }
+  return map;
+}
+
+inline CaseResult tma_wgmma_case(bool b_n_major, Rng& rng) {
+  std::vector<float> A(64 * 64), B(64 * 64), C(64 * 64);  // A[m][k], B[n][k], C[m][n]
+  for (float& x : A) x = static_cast<float>(rng.below(9) - 4);
+  for (float& x : B) x = static_cast<float>(rng.below(9) - 4);
+  for (float& x : C) x = static_cast<float>(rng.below(65) - 32);
+  // Global memory, row-major: A as M x K; B as N x K, or K x N when N-major.
+  std::vector<uint16_t> a_global(64 * 64), b_global(64 * 64);
+  for (int m = 0; m < 64; ++m)
+    for (int k = 0; k < 64; ++k) a_global[m * 64 + k] = bits16(__float2bfloat16_rn(A[m * 64 + k]));
+  for (int n = 0; n < 64; ++n)
+    for (int k = 0; k < 64; ++k)
+      b_global[b_n_major ? k * 64 + n : n * 64 + k] = bits16(__float2bfloat16_rn(B[n * 64 + k]));
+  std::vector<float> cd(kWarpgroup * 32), expected(cd.size());
+  for (int t = 0; t < kWarpgroup; ++t) {
+    for (int i = 0; i < 32; ++i) {
+      const int row = wgmma_d_row(t, i), col = wgmma_d_col(t, i);
+      double sum = C[row * 64 + col];
+      for (int k = 0; k < 64; ++k) sum += static_cast<double>(A[row * 64 + k]) * B[col * 64 + k];
+      cd[t * 32 + i] = C[row * 64 + col];
+      expected[t * 32 + i] = static_cast<float>(sum);
+    }
+  }
+  DeviceArray<uint16_t> a_d(a_global), b_d(b_global);
+  DeviceArray<float> cd_d(cd);
+  const flashattn::TensorMap map_a = bf16_tile_map(a_d.get()), map_b = bf16_tile_map(b_d.get());
+  launch_one_block(b_n_major ? tma_wgmma_kernel<true> : tma_wgmma_kernel<false>, kWarpgroup,
+                   16384 + 1024 + 64, map_a, map_b, cd_d.get());
+  const auto actual = bytes_of(cd_d.read());
+  return {std::string("tma_wgmma_m64n64k64_bf16_sw128_B") + (b_n_major ? "MN" : "K"),
+          GpuCompare::Bitwise, actual, bytes_of(expected), actual};
+}
+
 // Every wgmma and stmatrix case, in a fixed order. MN = M- or N-major; swizzle 0/32/64/128.
 inline void run_wgmma_cases(uint64_t seed, std::vector<CaseResult>& results) {
   Rng rng(seed ^ 0x5a90ull);
@@ -344,6 +438,9 @@ inline void run_wgmma_cases(uint64_t seed, std::vector<CaseResult>& results) {
   results.push_back(run_wgmma_case<64, false, true, 0, 1>({64, false, true, false, true, 0, 0, 1, 0, false}, rng));
   results.push_back(run_wgmma_case<256, true, true, 0, 1>({256, true, true, false, true, 0, 128, 2, 1, false}, rng));
   results.push_back(run_wgmma_case<256, false, true, 0, 0>({256, false, true, false, false, 0, 32, 1, 1, false}, rng));
+  // TMA-loaded tiles, as FA3 reads them.
+  results.push_back(tma_wgmma_case(false, rng));
+  results.push_back(tma_wgmma_case(true, rng));
 }
 
 }  // namespace primitives
