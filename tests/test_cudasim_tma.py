@@ -2,7 +2,8 @@
 sm90_cases.h): tensor loads 2D-5D with each swizzle and out-of-bounds boxes, stores and f32 add
 reductions, bulk copies and mbarrier phases against references written from the PTX ISA, and a
 ring of swizzled TMA tiles, under every schedule and copy completion; planted bugs and misuse
-reported by name; the tensor-map encoder's checks; the counters."""
+reported by name (a TMA store of plain stores without fence.proxy.async among them); the
+tensor-map encoder's checks; the counters."""
 import json
 import os
 import re
@@ -135,6 +136,22 @@ def test_misuse_is_named(case, pattern, markers, schedule):
     assert re.search(pattern, message), message
     for marker in markers:
         assert site(marker) in message, f"{site(marker)} not named in: {message}"
+
+
+@pytest.mark.parametrize("schedule", ["forward", "reverse", "random:1"])
+def test_tma_store_of_plain_stores_without_proxy_fence_is_named(schedule):
+    out = run_case("generic_store_without_fence", schedule)
+    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
+    message = first_line(out)
+    assert re.search(r"cp\.async\.bulk\.tensor \(store\) reads smem\+0x0 through the async proxy, "
+                     r"but thread 0 \(warp 0 lane 0\) stored it at \S+ through the generic proxy "
+                     r"and has not executed fence\.proxy\.async since", message), message
+    assert site("unfenced_store") in message and site("generic_store") in message
+
+
+def test_tma_store_of_plain_stores_after_proxy_fence_passes():
+    out = run_case("generic_store_with_fence")
+    assert out.returncode == CORRECT, out.stdout + out.stderr
 
 
 def test_a_store_retired_by_wait_group_read_completes_by_the_end():

@@ -1,7 +1,8 @@
 // TMA, bulk copies and mbarriers on the shim: the sm_90 primitive cases (sm90_cases.h) and a
 // producer/consumer ring of swizzled TMA tiles, correct under every schedule and copy
-// completion; planted bugs and misuse, each reported as its named error or as stale data; the
-// tensor-map encoder's checks; the counters.
+// completion; planted bugs and misuse (a TMA store of plain stores without fence.proxy.async
+// among them), each reported as its named error or as stale data; the tensor-map encoder's
+// checks; the counters.
 //   tma_test CASE [SEED]
 // Exit status: 0 = correct results, 1 = wrong results (printed), 3 = SimError (printed).
 // Lines marked "// SITE:name" are the call sites the tests expect messages to name.
@@ -140,6 +141,7 @@ using namespace flashattn::ptx;
 enum class Misuse {
   RankMismatch, MisalignedBox, NotAMap, MapInSmem, LoadBeforeInit, ReduceNotF32,
   StoreWithoutWait, StoreSourceOverwritten, StoreUncommitted, StoreReadWaitThenExit,
+  GenericStoreWithoutFence, GenericStoreWithFence,
 };
 
 template <Misuse kMisuse>
@@ -161,6 +163,16 @@ __global__ void kernel(const __grid_constant__ TensorMap map, const __grid_const
   if (kMisuse == Misuse::MapInSmem) tma_store_2d(smem + 1024, smem, 0, 0);  // SITE:map_in_smem
   if (kMisuse == Misuse::LoadBeforeInit) tma_load_2d(smem, &map, bar, 0, 0);  // SITE:load_before_init
   if (kMisuse == Misuse::ReduceNotF32) tma_reduce_add_2d(&u16_map, smem, 0, 0);  // SITE:reduce_not_f32
+  if (kMisuse == Misuse::GenericStoreWithoutFence || kMisuse == Misuse::GenericStoreWithFence) {
+    // The box written by plain stores, then stored by TMA: the async proxy sees the stores only
+    // after fence.proxy.async.
+    for (int i = 0; i < 64; ++i) FLASHATTN_SMEM(reinterpret_cast<float*>(smem))[i] = 1000.f + i;  // SITE:generic_store
+    if (kMisuse == Misuse::GenericStoreWithFence) fence_proxy_async_shared_cta();
+    tma_store_2d(&map, smem, 0, 12);  // SITE:unfenced_store
+    bulk_commit_group();
+    bulk_wait_group<0>();
+    return;
+  }
   if (kMisuse >= Misuse::StoreWithoutWait) {
     mbarrier_arrive_expect_tx(bar, 256);
     tma_load_2d(smem, &map, bar, 0, 4);
@@ -201,6 +213,14 @@ int run() {
     for (int i = 0; i < 64; ++i) {
       if (global[8 * 16 + i] != static_cast<float>(4 * 16 + i)) {
         std::printf("WRONG: element %d of the stored box is %g\n", i, global[8 * 16 + i]);
+        return 1;
+      }
+    }
+  }
+  if (kMisuse == Misuse::GenericStoreWithFence) {
+    for (int i = 0; i < 64; ++i) {
+      if (global[12 * 16 + i] != 1000.f + i) {
+        std::printf("WRONG: element %d of the fenced store is %g\n", i, global[12 * 16 + i]);
         return 1;
       }
     }
@@ -376,6 +396,8 @@ int main(int argc, char** argv) {
       {"store_source_overwritten", tma_misuse::run<Misuse::StoreSourceOverwritten>},
       {"store_uncommitted", tma_misuse::run<Misuse::StoreUncommitted>},
       {"store_read_wait_then_exit", tma_misuse::run<Misuse::StoreReadWaitThenExit>},
+      {"generic_store_without_fence", tma_misuse::run<Misuse::GenericStoreWithoutFence>},
+      {"generic_store_with_fence", tma_misuse::run<Misuse::GenericStoreWithFence>},
       {"encoder", encoder::run},
       {"counters", counted::run},
   };

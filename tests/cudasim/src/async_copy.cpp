@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "async_proxy.h"
 #include "block.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -56,10 +57,9 @@ void bulk_copy_global_to_shared(void* smem_dst, const void* gmem_src, uint32_t b
                                   "reports below\n",
                                   describe(site).c_str(), bytes, gmem_src);
                    }
-#else
-                   (void)site;
 #endif
                    std::memcpy(dst, gmem_src, bytes);
+                   note_async_proxy_write(dst, bytes, site.file, site.line);
                  }};
   issue_async_copy(block, std::move(copy));
 }

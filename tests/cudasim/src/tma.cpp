@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "async_proxy.h"
 #include "block.h"
 #include "swizzle.h"
 #include "tma.h"
@@ -217,6 +218,14 @@ void for_each_box_element(const ShimTensorMap& m, const int32_t* coords, uint32_
   }
 }
 
+// Calls f(offset from the box's start) for each 16-byte chunk of shared memory the box occupies:
+// a swizzle moves whole chunks, and a box row is a whole number of them.
+template <class F>
+void for_each_box_chunk(const ShimTensorMap& m, uint32_t box_offset, F&& f) {
+  const uint64_t bytes = box_elements(m) * m.elem_bytes;
+  for (uint32_t at = 0; at < bytes; at += 16) f(swizzle_offset(box_offset + at, m.swizzle_bytes) - box_offset);
+}
+
 void check_rank(const ShimTensorMap& m, int rank, const char* op, const Site& site) {
   if (rank != m.rank) {
     fail(site, std::string(op) + ": a " + std::to_string(rank) + "d copy through a tensor map of rank " +
@@ -295,13 +304,17 @@ void tma_load(void* smem_dst, const void* map, void* bar, const int32_t* coords,
   const uint32_t box_offset = static_cast<uint32_t>(dst - block.smem);
   int32_t c[kMaxRank] = {};
   for (int d = 0; d < rank; ++d) c[d] = coords[d];
-  AsyncCopy copy{site, thread_index(self), bar, static_cast<uint32_t>(bytes), [m, c, dst, box_offset] {
+  AsyncCopy copy{site, thread_index(self), bar, static_cast<uint32_t>(bytes), [m, c, dst, box_offset, site] {
                    for_each_box_element(m, c, box_offset, [&](uint32_t at, const unsigned char* g) {
                      if (g != nullptr) {
                        std::memcpy(dst + at, g, m.elem_bytes);
                      } else {
                        std::memset(dst + at, 0, m.elem_bytes);
                      }
+                   });
+                   // Written through the async proxy: a later TMA store or wgmma needs no fence.
+                   for_each_box_chunk(m, box_offset, [&](uint32_t at) {
+                     note_async_proxy_write(dst + at, 16, site.file, site.line);
                    });
                  }};
   copy.op = "cp.async.bulk.tensor";
@@ -326,6 +339,8 @@ void tma_store(const void* map, const void* smem_src, const int32_t* coords, int
              file, line);
   const auto* src = static_cast<const unsigned char*>(smem_src);
   const uint32_t box_offset = static_cast<uint32_t>(src - block.smem);
+  // The async proxy reads the box: plain stores to it need fence.proxy.async first.
+  for_each_box_chunk(m, box_offset, [&](uint32_t at) { check_async_proxy_read(src + at, 16, op, file, line); });
   int32_t c[kMaxRank] = {};
   for (int d = 0; d < rank; ++d) c[d] = coords[d];
   issue_bulk_store(block, self, site, src, span,
@@ -378,6 +393,7 @@ void bulk_s2g(void* gmem_dst, const void* smem_src, uint32_t bytes, bool reduce_
     fail(site, std::string(op) + ": destination " + format_address(gmem_dst) +
                    " lies in shared memory, not global");
   }
+  check_async_proxy_read(smem_src, bytes, op, file, line);
   count_sm90(block, reduce_add ? kCountBulkReduce : kCountBulkStore, bytes, file, line);
   auto* dst = static_cast<unsigned char*>(gmem_dst);
   issue_bulk_store(block, self, site, static_cast<const unsigned char*>(smem_src), bytes,
