@@ -5,6 +5,7 @@
 // a block generation stamp tells live records from stale ones.
 #include "async_proxy.h"
 
+#include <cstdint>
 #include <sstream>
 #include <vector>
 
@@ -37,13 +38,13 @@ thread_local ProxyState proxy;
 
 // The live record range for [ptr, ptr + bytes), or false when it is not dynamic smem.
 bool proxy_words(const void* ptr, size_t bytes, size_t& first, size_t& last) {
-  const auto* p = static_cast<const unsigned char*>(ptr);
-  if (proxy.smem == nullptr || bytes == 0 || p < proxy.smem ||
-      p + bytes > proxy.smem + proxy.smem_bytes) {
+  const auto p = reinterpret_cast<uintptr_t>(ptr), base = reinterpret_cast<uintptr_t>(proxy.smem);
+  if (proxy.smem == nullptr || bytes == 0 || p < base || p - base > proxy.smem_bytes ||
+      bytes > proxy.smem_bytes - (p - base)) {
     return false;
   }
-  first = static_cast<size_t>(p - proxy.smem) / kProxyWordBytes;
-  last = (static_cast<size_t>(p - proxy.smem) + bytes - 1) / kProxyWordBytes;
+  first = (p - base) / kProxyWordBytes;
+  last = (p - base + bytes - 1) / kProxyWordBytes;
   return true;
 }
 
@@ -78,7 +79,8 @@ void reset_async_proxy(const SimBlock& block) {
 }
 
 void note_generic_smem_store(const void* smem, size_t bytes, const char* file, int line) {
-  if (proxy.smem == nullptr) return;  // outside a block the shim runs
+  size_t first = 0, last = 0;  // outside the running block's dynamic smem: nothing to record
+  if (!proxy_words(smem, bytes, first, last)) return;
   proxy_record(smem, bytes, thread_index(current_thread("a shared-memory store")), file, line);
 }
 
