@@ -20,8 +20,12 @@ def site(marker):
     return f"wgmma_test.cpp:{source_line(SOURCE, marker)}"
 
 
-def run_case(case, schedule="forward", sanitize=False):
-    return run(program("wgmma_test", sanitize=sanitize), case, schedule=schedule)
+COMPLETIONS = ["lazy", "eager", "random"]
+
+
+def run_case(case, schedule="forward", sanitize=False, completion=None):
+    return run(program("wgmma_test", sanitize=sanitize), case, schedule=schedule,
+               completion=completion)
 
 
 def first_line(out):
@@ -33,6 +37,29 @@ def first_line(out):
 def test_correct_kernels_pass(case, schedule):
     out = run_case(case, schedule)
     assert out.returncode == CORRECT, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("completion", COMPLETIONS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_tma_ring_feeding_wgmma_passes(schedule, completion):
+    out = run_case("tma_ring", schedule, completion=completion)
+    assert out.returncode == CORRECT, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_stage_released_before_the_wait_is_caught_when_the_copy_lands(schedule):
+    """Eagerly, the producer's next tensor copy lands in the released stage before the consumers'
+    wait_group retires the MMA reading it; lazily it lands after, which is harmless."""
+    out = run_case("tma_ring_early_release", schedule, completion="eager")
+    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
+    message = first_line(out)
+    assert re.search(r"wgmma\.mma_async issued here reads operand B at smem\+0x[0-9a-f]+, which "
+                     r"changed (\(last written at \S+ \(an async-proxy copy\)\) )?before the "
+                     r"wgmma\.wait_group at \S+ retired it", message), message
+    assert site("ring_wgmma") in message and site("ring_wait") in message, message
+    for completion in ("lazy", "random"):
+        out = run_case("tma_ring_early_release", schedule, completion=completion)
+        assert out.returncode in (CORRECT, SIM_ERROR), out.stdout + out.stderr
 
 
 def test_every_layout_case_runs():

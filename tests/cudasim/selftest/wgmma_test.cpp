@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "cuda/tensor_map.h"
 #include "sm90_wgmma_cases.h"
 
 namespace bugs {
@@ -202,6 +203,123 @@ __global__ void descriptor_outside_smem(float* out) {
 
 }  // namespace misuse
 
+namespace ring {
+
+// A TMA ring feeding wgmma, FA3's main loop in miniature: warp 4 (one lane) loads A (64 x 64
+// bf16) once and kTiles tiles of B (64 x 64, K-major) through kStages stages with 128-byte
+// swizzled tensor copies; warpgroup 0 waits on each stage's "full" mbarrier, accumulates
+// D += A * B_t^T in four chained wgmmas (K = 64), waits, and releases the stage on "empty".
+// With EarlyRelease it releases the stage before its wgmma.wait_group: once the producer's
+// next copy lands in it before the wait retires the MMA (eager completion), that is the
+// "changed before retirement" error.
+constexpr int kStages = 2, kTiles = 4;
+constexpr uint32_t kTileBytes = 64 * 64 * 2;
+
+template <bool kEarlyRelease>
+__global__ void kernel(const __grid_constant__ flashattn::TensorMap map_a,
+                       const __grid_constant__ flashattn::TensorMap map_b, float* out) {
+  using namespace flashattn::ptx;
+  FLASHATTN_DYNAMIC_SMEM(unsigned char, smem);
+  unsigned char* a_tile = smem;  // 1024-byte aligned under the shim
+  unsigned char* stages = smem + kTileBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * kTileBytes);
+  uint64_t* empty = full + kStages;
+  uint64_t* a_full = empty + kStages;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&empty[s], 1);
+    }
+    mbarrier_init(a_full, 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (tid >= 128) {
+    if (tid != 128) return;
+    mbarrier_arrive_expect_tx(a_full, kTileBytes);
+    tma_load_2d(a_tile, &map_a, a_full, 0, 0);
+    for (int t = 0; t < kTiles; ++t) {
+      const int s = t % kStages;
+      mbarrier_wait_parity(&empty[s], ((t / kStages) & 1) ^ 1);
+      mbarrier_arrive_expect_tx(&full[s], kTileBytes);
+      tma_load_2d(stages + s * kTileBytes, &map_b, &full[s], 0, 64 * t);  // SITE:ring_load
+    }
+    return;
+  }
+  float d[32];
+  for (float& x : d) x = 0.f;
+  mbarrier_wait_parity(a_full, 0);
+  const uint64_t desc_a = wgmma_descriptor(smem_u32addr(a_tile), 16, 1024, WgmmaSwizzle::B128);
+  for (int t = 0; t < kTiles; ++t) {
+    const int s = t % kStages;
+    mbarrier_wait_parity(&full[s], (t / kStages) & 1);
+    const uint64_t desc_b =
+        wgmma_descriptor(smem_u32addr(stages + s * kTileBytes), 16, 1024, WgmmaSwizzle::B128);
+    wgmma_fence();
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t da = wgmma_descriptor_advance(desc_a, 32 * k);
+      const uint64_t db = wgmma_descriptor_advance(desc_b, 32 * k);
+      wgmma_bf16_ss<64>(d, da, db, 1);  // SITE:ring_wgmma
+    }
+    wgmma_commit_group();
+    if (kEarlyRelease && tid == 0) mbarrier_arrive(&empty[s]);
+    named_barrier_sync(1, 128);  // softmax-like work in which the producer gets to run
+    wgmma_wait_group<0>();  // SITE:ring_wait
+    if (!kEarlyRelease && tid == 0) mbarrier_arrive(&empty[s]);
+  }
+  for (int i = 0; i < 32; ++i) {
+    out[primitives::wgmma_d_row(tid, i) * 64 + primitives::wgmma_d_col(tid, i)] = d[i];
+  }
+}
+
+flashattn::TensorMap tile_map(const void* global, uint64_t rows) {
+  flashattn::TensorMapSpec spec;
+  spec.dtype = flashattn::TensorMapDtype::BFloat16;
+  spec.rank = 2;
+  spec.global = global;
+  spec.dims[0] = 64, spec.dims[1] = rows;
+  spec.strides[0] = 128;
+  spec.box[0] = 64, spec.box[1] = 64;
+  spec.swizzle = flashattn::TensorMapSwizzle::B128;
+  flashattn::TensorMap map;
+  const std::string error = flashattn::encode_tensor_map(&map, spec);
+  if (!error.empty()) throw cudasim::SimError(error);
+  return map;
+}
+
+template <bool kEarlyRelease>
+int run() {
+  // A[m][k] = (m + 2k) % 7 - 3, B_t[n][k] = (t + n + k) % 5 - 2: small integers, exact sums.
+  std::vector<uint16_t> a(64 * 64), b(kTiles * 64 * 64);
+  auto bf16 = [](float x) { return primitives::bits16(__float2bfloat16_rn(x)); };
+  for (int m = 0; m < 64; ++m)
+    for (int k = 0; k < 64; ++k) a[m * 64 + k] = bf16(static_cast<float>((m + 2 * k) % 7 - 3));
+  for (int t = 0; t < kTiles; ++t)
+    for (int n = 0; n < 64; ++n)
+      for (int k = 0; k < 64; ++k) b[(t * 64 + n) * 64 + k] = bf16(static_cast<float>((t + n + k) % 5 - 2));
+  const flashattn::TensorMap map_a = tile_map(a.data(), 64), map_b = tile_map(b.data(), kTiles * 64);
+  std::vector<float> out(64 * 64, -1.f);
+  const size_t smem = (1 + kStages) * kTileBytes + 64;
+  cudasim::launch(kernel<kEarlyRelease>, dim3(1), dim3(160), smem, map_a, map_b, out.data());
+  int wrong = 0;
+  for (int m = 0; m < 64; ++m) {
+    for (int n = 0; n < 64; ++n) {
+      double want = 0;
+      for (int t = 0; t < kTiles; ++t)
+        for (int k = 0; k < 64; ++k) want += ((m + 2 * k) % 7 - 3) * ((t + n + k) % 5 - 2);
+      if (out[m * 64 + n] != static_cast<float>(want)) ++wrong;
+    }
+  }
+  if (wrong != 0) {
+    std::printf("wrong: %d of %d outputs differ\n", wrong, 64 * 64);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace ring
+
 namespace counters {
 
 // One wgmma of each kind the counters tell apart, then checks the launch's counts.
@@ -272,6 +390,8 @@ std::vector<float> sink(128);
 const std::map<std::string, std::function<int()>> kCases = {
     {"layouts", layouts},
     {"pipeline", [] { return bugs::run<Bug::None>(160); }},
+    {"tma_ring", ring::run<false>},
+    {"tma_ring_early_release", ring::run<true>},
     {"read_before_wait", [] { return bugs::run<Bug::ReadBeforeWait>(128); }},
     {"no_wait", [] { return bugs::run<Bug::NoWait>(128); }},
     {"early_release", [] { return bugs::run<Bug::EarlyRelease>(160); }},
