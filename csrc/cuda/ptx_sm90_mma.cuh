@@ -435,6 +435,8 @@ FLASHATTN_PTX_DEVICE void wgmma_fence_operand(uint32_t (&regs)[K]) {
   for (int i = 0; i < K; ++i) asm volatile("" : "+r"(regs[i])::"memory");
 }
 
+// setmaxnreg needs the kernel's register count at entry: give the kernel __launch_bounds__
+// (e.g. (384, 1): 168 registers), else ptxas ignores it with warning C7508.
 template <int kRegisters>
 FLASHATTN_PTX_DEVICE void setmaxnreg_inc() {
   static_assert(kRegisters >= 24 && kRegisters <= 256 && kRegisters % 8 == 0,
