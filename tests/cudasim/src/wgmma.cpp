@@ -14,6 +14,7 @@
 // blocked in wait_group.
 #include "wgmma.h"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -279,7 +280,7 @@ void reset_warpgroup_async_state(const SimBlock& block) {
   wg.groups.assign(block.warpgroups.size(), WarpgroupMmaState{});
   // Registers per thread at launch: the most the block's size allows (the shim does not know
   // what the compiler chose), in steps of 8, at most 256.
-  const size_t threads = block.warpgroups.size() * kWarpgroupThreads;
+  const size_t threads = block.threads.size();
   wg.initial_registers =
       threads == 0 ? 256 : std::min<int>(256, static_cast<int>(kRegisterFile / threads) / 8 * 8);
   reset_async_proxy(block);
