@@ -42,6 +42,7 @@
 #include "kernels.h"
 #include "packing.h"
 #include "panels16.h"
+#include "scratch_buffer.h"
 #include "softmax_vec.h"
 #include "task_queue.h"
 #include "tile_gemm.h"
@@ -87,6 +88,7 @@ class BackwardKernel {
         work_(plan_sequences()),
         // Five products (S, dP, dV, dK, dQ) against the forward's two.
         threads_(threads_for_work(attention_work(p, seqs_) * 5 / 2)),
+        key_rows_(tile_key_rows()),
         groups_(p.batch, p.heads_kv) {
     // The 16-bit products take a query block as one panel.
     TORCH_INTERNAL_ASSERT(!kNative16 || query_block_ == kPanelWidth);
@@ -111,7 +113,7 @@ class BackwardKernel {
     run_task_queue(threads_, int64_t(tasks.size()), cost, int64_t(p_.batch) * p_.heads_kv,
                    head_of,
                    [&](const auto& claim) {
-                     Scratch scratch(query_block_, acc_stride_, p_.softcap > 0,
+                     Scratch scratch(key_rows_, query_block_, acc_stride_, p_.softcap > 0,
                                      p_.dropout.on());
                      for (int64_t task = claim(); task >= 0; task = claim())
                        run_key_chunk(tasks[task], scratch);
@@ -133,28 +135,30 @@ class BackwardKernel {
     T* dq_partial = nullptr;
   };
 
+  // One worker's tiles, reused across its tasks: key_rows keys (rows) of query_block queries.
   struct Scratch {
-    Scratch(int query_block, int acc_stride, bool softcap, bool dropout)
-        : probs_t(size_t(kKeyBlock) * query_block),
-          dropped_t(dropout ? size_t(kKeyBlock) * query_block : 0),
-          keep_t(dropout ? size_t(kKeyBlock) * query_block : 0),
-          grad_t(size_t(kKeyBlock) * query_block),
-          tanh_t(softcap ? size_t(kKeyBlock) * query_block : 0),
-          dk_acc(size_t(kKeyBlock) * acc_stride),
-          dv_acc(size_t(kKeyBlock) * acc_stride),
-          probs16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0, In(0.f)),
-          grad16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0, In(0.f)),
+    Scratch(int key_rows, int query_block, int acc_stride, bool softcap, bool dropout)
+        : probs_t(size_t(key_rows) * query_block),
+          dropped_t(dropout ? size_t(key_rows) * query_block : 0),
+          keep_t(dropout ? size_t(key_rows) * query_block : 0),
+          grad_t(size_t(key_rows) * query_block),
+          tanh_t(softcap ? size_t(key_rows) * query_block : 0),
+          dk_acc(size_t(key_rows) * acc_stride),
+          dv_acc(size_t(key_rows) * acc_stride),
+          probs16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0),
+          grad16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0),
           grad16_vnni(kNative16 ? size_t(kKeyBlock) * query_block : 0) {}
-    std::vector<T> probs_t;  // S_ijᵀ, then P_ijᵀ; row stride query_block_
-    std::vector<T> dropped_t;     // with dropout: P_ijᵀ with dropped entries 0, kept ones scaled
-    std::vector<uint8_t> keep_t;  // with dropout: the tile's keep decisions
-    std::vector<T> grad_t;   // dP_ijᵀ, then dS_ijᵀ
-    std::vector<T> tanh_t;   // tanh of the soft-capped scores, for the chain rule
-    std::vector<T> dk_acc;   // dKj in the compute type, row stride acc_stride_
-    std::vector<T> dv_acc;   // dVj
-    // kNative16: P_ijᵀ and dS_ijᵀ rounded to 16 bits, zero outside the tile's keys x queries,
-    // and dS_ijᵀ VNNI-packed as the B operand of dQ.
-    std::vector<In> probs16_t, grad16_t, grad16_vnni;
+    ScratchBuffer<T> probs_t;  // S_ijᵀ, then P_ijᵀ; row stride query_block_
+    ScratchBuffer<T> dropped_t;     // with dropout: P_ijᵀ with dropped entries 0, kept ones scaled
+    ScratchBuffer<uint8_t> keep_t;  // with dropout: the tile's keep decisions
+    ScratchBuffer<T> grad_t;   // dP_ijᵀ, then dS_ijᵀ
+    ScratchBuffer<T> tanh_t;   // tanh of the soft-capped scores, for the chain rule
+    ScratchBuffer<T> dk_acc;   // dKj in the compute type, row stride acc_stride_
+    ScratchBuffer<T> dv_acc;   // dVj
+    // kNative16, whole key blocks: P_ijᵀ and dS_ijᵀ rounded to 16 bits, zero outside the tile's
+    // keys x queries (round_tile_to_16bit writes every element), and dS_ijᵀ VNNI-packed as the
+    // B operand of dQ.
+    ScratchBuffer<In> probs16_t, grad16_t, grad16_vnni;
     // The operands of the task's (sequence, kv head).
     const GroupOperands* ops = nullptr;
   };
@@ -179,6 +183,14 @@ class BackwardKernel {
   // 1% slower, so 64 stays there.
   static int choose_query_block(int head_dim) {
     return !kNative16 && head_dim >= 128 ? 32 : kPanelWidth;
+  }
+
+  // The most keys of a tile: a key block, or the longest sequence's keys if fewer (a short
+  // call's tiles are small). The 16-bit dQ product runs over whole key blocks.
+  int tile_key_rows() const {
+    int longest = 1;
+    for (const Sequence& s : seqs_) longest = std::max(longest, s.seqlen_k);
+    return kNative16 ? kKeyBlock : std::min(kKeyBlock, longest);
   }
 
   // Each sequence's blocks and dQ chunks, chosen from its own shape only.
@@ -362,11 +374,12 @@ class BackwardKernel {
           pack_group(task.b, task.kv_head, piece, packed);
         });
     s.ops = &*ops;
-    std::fill_n(dq_partial(*ops, task.b, task.chunk, 0, 0), w.group_dq_elements, T(0));
+    zero_dq_partial(*ops, task.b, task.chunk);
     const int first_head = task.kv_head * p_.head_group;
     for (int kb = task.chunk; kb < w.key_blocks; kb += w.chunks) {
-      std::fill(s.dk_acc.begin(), s.dk_acc.end(), T(0));
-      std::fill(s.dv_acc.begin(), s.dv_acc.end(), T(0));
+      const size_t acc_elements = size_t(cols_of(task.b, kb)) * acc_stride_;
+      std::fill_n(s.dk_acc.data(), acc_elements, T(0));
+      std::fill_n(s.dv_acc.data(), acc_elements, T(0));
       for (int g = 0; g < p_.head_group; ++g)
         for (int qb = 0; qb < w.query_blocks; ++qb)
           accumulate_tile(task, first_head + g, qb, kb, s);
@@ -465,7 +478,7 @@ class BackwardKernel {
   }
 
   // Rounds the tile's cols x rows corner of `tile` to 16 bits; the rest of `tile16` stays 0.
-  void round_tile_to_16bit(const T* tile, int rows, int cols, std::vector<In>& tile16) const {
+  void round_tile_to_16bit(const T* tile, int rows, int cols, ScratchBuffer<In>& tile16) const {
     if constexpr (kNative16) {
       for (int c = 0; c < kKeyBlock; ++c) {
         In* row16 = tile16.data() + size_t(c) * query_block_;
@@ -570,21 +583,38 @@ class BackwardKernel {
     }
   }
 
+  // Zeroes a chunk's partial dQᵀ tiles where the products accumulate: the first rows_of()
+  // columns of each tile (a short sequence's tiles are mostly columns it has no query for);
+  // the 16-bit products accumulate whole panels.
+  void zero_dq_partial(const GroupOperands& ops, int b, int chunk) const {
+    for (int g = 0; g < p_.head_group; ++g)
+      for (int qb = 0; qb < work_[b].query_blocks; ++qb) {
+        T* tile = dq_partial(ops, b, chunk, g, qb);
+        const int rows = kNative16 ? query_block_ : rows_of(b, qb);
+        for (int d = 0; d < dim_; ++d) std::fill_n(tile + size_t(d) * query_block_, rows, T(0));
+      }
+  }
+
   // dQ_i = scale · (sum over chunks, in chunk order, of the partial dQiᵀ)ᵀ, for the query
   // heads of (sequence b, kv head).
   void reduce_dq(int b, int kv_head, const GroupOperands& ops) const {
     const int64_t tile_elements = int64_t(dim_) * query_block_;
     const T scale = softmax_scale<T>(p_);
-    std::vector<T> sum(tile_elements);
+    ScratchBuffer<T> sum(tile_elements);
     for (int g = 0; g < p_.head_group; ++g)
       for (int qb = 0; qb < work_[b].query_blocks; ++qb) {
-        std::copy_n(dq_partial(ops, b, 0, g, qb), tile_elements, sum.data());
+        const int rows = rows_of(b, qb);
+        for (int d = 0; d < dim_; ++d)
+          std::copy_n(dq_partial(ops, b, 0, g, qb) + size_t(d) * query_block_, rows,
+                      sum.data() + size_t(d) * query_block_);
         for (int chunk = 1; chunk < work_[b].chunks; ++chunk) {
           const T* part = dq_partial(ops, b, chunk, g, qb);
-          for (int64_t e = 0; e < tile_elements; ++e) sum[e] += part[e];
+          for (int d = 0; d < dim_; ++d)
+            for (int r = 0; r < rows; ++r)
+              sum[size_t(d) * query_block_ + r] += part[size_t(d) * query_block_ + r];
         }
         const int64_t row0 = seqs_[b].q_row0 + qb * query_block_;
-        for (int r = 0; r < rows_of(b, qb); ++r) {
+        for (int r = 0; r < rows; ++r) {
           In* dq_row = p_.dq.row<In>(b, kv_head * p_.head_group + g, row0 + r);
           for (int d = 0; d < dim_; ++d)
             dq_row[d] = static_cast<In>(scale * sum[size_t(d) * query_block_ + r]);
@@ -601,6 +631,7 @@ class BackwardKernel {
   const std::vector<Sequence> seqs_;
   std::vector<SequenceWork> work_;  // per sequence
   const int threads_;  // the threads the call is worth (threads_for_work)
+  const int key_rows_;  // the most keys a tile holds (tile_key_rows)
   HeadOperands<GroupOperands> groups_;  // per (sequence, kv head)
   at::Tensor d_terms_storage_, lse_shift_storage_;
   T* d_terms_ = nullptr;

@@ -43,6 +43,7 @@
 #include "packing.h"
 #include "panels16.h"
 #include "row_products.h"
+#include "scratch_buffer.h"
 #include "softmax_vec.h"
 #include "task_queue.h"
 #include "tile_gemm.h"
@@ -82,6 +83,9 @@ struct ForwardPlan {
   // Either way a tile's operands are the same, so is the result.
   bool stream_kv = false;
   int splits = 1;
+  // The most rows a tile holds: query_block (or the longest query sequence, if shorter) rows
+  // of each of heads_per_tile heads.
+  int tile_rows = kQueryBlock;
   // Threads the call is worth (threads_for_work): a small one runs on the calling thread.
   int threads = 1;
 };
@@ -137,6 +141,7 @@ ForwardPlan plan_forward(const AttnParams& p, const std::vector<Sequence>& seqs,
       plan.splits = static_cast<int>(std::min((wanted + tasks - 1) / tasks, most_splits));
   }
   plan.splits = std::max(plan.splits, 1);
+  plan.tile_rows = std::max(std::min(plan.query_block, max_q), 1) * plan.heads_per_tile;
   return plan;
 }
 
@@ -193,7 +198,7 @@ class ForwardKernel {
     const int64_t groups = (int64_t(p_.batch) * p_.heads_kv + heads_together - 1) / heads_together;
     run_task_queue(plan_.threads, int64_t(tasks.size()), cost, groups, heads_of,
                    [&](const auto& claim) {
-                     Scratch scratch(gemm_dim_, out_stride_, plan_.stream_kv);
+                     Scratch scratch(plan_.tile_rows, gemm_dim_, out_stride_, plan_.stream_kv);
                      for (int64_t task = claim(); task >= 0; task = claim())
                        run_query_block(tasks[task], scratch);
                      release_tile_gemm(vnni_);
@@ -244,33 +249,34 @@ class ForwardKernel {
     const Operand* values;  // unused where values_in_place_
   };
 
-  // One worker thread's tiles, reused across its tasks.
+  // One worker thread's tiles, reused across its tasks, for tiles of up to tile_rows rows
+  // (ForwardPlan::tile_rows: a decode step's tiles hold a row or a GQA group, not 128).
   struct Scratch {
     // stream: room for one key block's operands, in the layout packing would give them.
-    Scratch(int gemm_dim, int out_stride, bool stream)
-        : q_tile(size_t(kQueryBlock) * gemm_dim, Operand(0.f)),
-          q_rows32(kNative16 && kRowProductsTaken ? size_t(kQueryBlock) * gemm_dim : 0),
-          scores(size_t(kQueryBlock) * kKeyBlock),
-          probs16(kNative16 ? size_t(kQueryBlock) * kKeyBlock : 0),
-          out_acc(size_t(kQueryBlock) * out_stride),
-          row_max(kQueryBlock),
-          row_sum(kQueryBlock),
+    Scratch(int tile_rows, int gemm_dim, int out_stride, bool stream)
+        : q_tile(size_t(tile_rows) * gemm_dim, Operand(0.f)),
+          q_rows32(kNative16 && kRowProductsTaken ? size_t(tile_rows) * gemm_dim : 0),
+          scores(size_t(tile_rows) * kKeyBlock),
+          probs16(kNative16 ? size_t(tile_rows) * kKeyBlock : 0),
+          out_acc(size_t(tile_rows) * out_stride),
+          row_max(tile_rows),
+          row_sum(tile_rows),
           k_tile(stream ? size_t(kKeyBlock) * (kNative16 ? gemm_dim : out_stride) : 0),
           v_tile(stream ? size_t(kKeyBlock) * out_stride : 0),
           staging(kNative16 ? size_t(kKeyBlock) * std::max(gemm_dim, kPanelWidth) : 0) {}
-    std::vector<Operand> q_tile;  // Qi; scaled by the softmax scale on the kCompute path
+    ScratchBuffer<Operand> q_tile;  // Qi; scaled by the softmax scale on the kCompute path
     // kNative16, takes_row_products(): Qi in fp32, scaled, as the kCompute path's q_tile.
-    std::vector<T> q_rows32;
-    std::vector<T> scores;        // S_ij, then P_ij, row stride kKeyBlock
-    std::vector<In> probs16;      // kNative16: P_ij in 16 bits, zero past the tile's keys
-    std::vector<T> out_acc;       // O_i before division by l_i, row stride out_stride_
-    std::vector<T> row_max;       // m_i
-    std::vector<T> row_sum;       // l_i
+    ScratchBuffer<T> q_rows32;
+    ScratchBuffer<T> scores;        // S_ij, then P_ij, row stride kKeyBlock
+    ScratchBuffer<In> probs16;      // kNative16: P_ij in 16 bits, zero past the tile's keys
+    ScratchBuffer<T> out_acc;       // O_i before division by l_i, row stride out_stride_
+    ScratchBuffer<T> row_max;       // m_i
+    ScratchBuffer<T> row_sum;       // l_i
     // stream_kv: Kjᵀ [dim][kKeyBlock] and Vj [kKeyBlock][dim], or on kNative16 the key and
     // value panels of the block (panels16.h); and a row-major panel staged before VNNI packing.
-    std::vector<Operand> k_tile;
-    std::vector<Operand> v_tile;
-    std::vector<Operand> staging;
+    ScratchBuffer<Operand> k_tile;
+    ScratchBuffer<Operand> v_tile;
+    ScratchBuffer<Operand> staging;
     // takes_row_products(): the key and value rows of the tile where they are, and the next
     // key block's key rows (requested from memory while the values are read).
     std::vector<const In*> key_rows = std::vector<const In*>(kKeyBlock);
@@ -398,9 +404,9 @@ class ForwardKernel {
       for (int d = 0; d < dim_; ++d) tile_row[d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
     }
     if (rows_in_place && row_dot_) lay_query_in_lanes(s, tile_rows / plan_.kv_heads_per_tile);
-    std::fill(s.out_acc.begin(), s.out_acc.end(), T(0));
-    std::fill(s.row_max.begin(), s.row_max.end(), -std::numeric_limits<T>::infinity());
-    std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
+    std::fill_n(s.out_acc.data(), size_t(tile_rows) * out_stride_, T(0));
+    std::fill_n(s.row_max.data(), tile_rows, -std::numeric_limits<T>::infinity());
+    std::fill_n(s.row_sum.data(), tile_rows, T(0));
 
     const BlockRange key_blocks = key_blocks_of(task);
     s.key_rows_block = -1;
