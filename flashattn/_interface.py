@@ -59,6 +59,7 @@ def _window_pair(fn, window_size):
 _FWD_DEFAULTS = {argument.name: argument.default_value
                  for argument in torch.ops.flashattn.fwd.default._schema.arguments
                  if argument.has_default_value()}
+_FWD = torch.ops.flashattn.fwd.default
 
 
 def _without_defaults(arguments):
@@ -70,29 +71,60 @@ def _without_defaults(arguments):
                     else not isinstance(value, torch.Tensor) and value == _FWD_DEFAULTS[name])}
 
 
+def _window_or_default(fn, window_size):
+    """(left, right) of window_size; the common (-1, -1) tuple without the general parsing."""
+    if window_size.__class__ is tuple and len(window_size) == 2:
+        left, right = window_size
+        if left.__class__ is int and right.__class__ is int:
+            return left, right
+    return _window_pair(fn, window_size)
+
+
 def _attention(fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                alibi_slopes, deterministic, align_bottom_right, return_attn_probs=False,
                **op_arguments):
     """torch.ops.flashattn.fwd with FA2's argument conventions. Returns out, or with
     return_attn_probs (out, lse, S_dmask), S_dmask None without dropout (FA2's convention).
-    op_arguments: more of the op's arguments by name (varlen, seqused, attn_mask)."""
-    dropout_p = _real(fn, "dropout_p", dropout_p)
-    left, right = _window_pair(fn, window_size)
-    scale = _optional_real(fn, "softmax_scale", softmax_scale)
-    softcap = _real(fn, "softcap", softcap)
+    op_arguments: more of the op's arguments by name (varlen, seqused, attn_mask).
+
+    Small calls are dominated by this function and the op's argument parsing, so the keywords
+    are built from the arguments that differ from the op's defaults only, and a Python float
+    or int skips the general conversions (float, int and tuple checks by exact class)."""
+    kwargs = _without_defaults(op_arguments) if op_arguments else {}
+    if dropout_p.__class__ is not float or dropout_p != 0.0:
+        dropout_p = _real(fn, "dropout_p", dropout_p)
+        if dropout_p != 0.0:
+            kwargs["dropout_p"] = dropout_p
+    if softmax_scale is not None:
+        kwargs["softmax_scale"] = _real(fn, "softmax_scale", softmax_scale)
+    if causal:
+        kwargs["causal"] = True
+    left, right = _window_or_default(fn, window_size)
+    if left != -1:
+        kwargs["window_left"] = left
+    if right != -1:
+        kwargs["window_right"] = right
+    if softcap.__class__ is not float or softcap != 0.0:
+        softcap = _real(fn, "softcap", softcap)
+        if softcap != 0.0:
+            kwargs["softcap"] = softcap
+    if alibi_slopes is not None:
+        kwargs["alibi_slopes"] = alibi_slopes
+    if not align_bottom_right:
+        kwargs["align_bottom_right"] = False
+    if deterministic:
+        kwargs["deterministic"] = True
     # A fresh [seed, offset] per call from the device's generator; autograd hands the same
     # one to the backward.
-    rng_state = torch.ops.flashattn.dropout_rng_state(q) if dropout_p > 0 else None
-    out, lse = torch.ops.flashattn.fwd(q, k, v, **_without_defaults(dict(
-        softmax_scale=scale, causal=bool(causal), window_left=left, window_right=right,
-        softcap=softcap, alibi_slopes=alibi_slopes, align_bottom_right=align_bottom_right,
-        deterministic=bool(deterministic), dropout_p=dropout_p, rng_state=rng_state,
-        **op_arguments)))
+    rng_state = None
+    if "dropout_p" in kwargs:
+        rng_state = kwargs["rng_state"] = torch.ops.flashattn.dropout_rng_state(q)
+    out, lse = _FWD(q, k, v, **kwargs) if kwargs else _FWD(q, k, v)
     if not return_attn_probs:
         return out
     probs = None
     if rng_state is not None:
-        score_kwargs = dict(softmax_scale=scale, causal=bool(causal), window_size=(left, right),
+        score_kwargs = dict(softmax_scale=kwargs.get("softmax_scale"), causal=bool(causal), window_size=(left, right),
                             softcap=softcap, alibi_slopes=alibi_slopes,
                             align_bottom_right=align_bottom_right,
                             attn_mask=op_arguments.get("attn_mask"))
