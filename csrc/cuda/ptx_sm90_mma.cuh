@@ -3,7 +3,9 @@
 // wgmma.fence/commit_group/wait_group, setmaxnreg, fence.proxy.async and stmatrix.
 // Included by ptx.cuh (for the shim and sm_90+ device passes); include ptx.cuh, not this file.
 // Under the shim each wrapper calls cudasim's emulation (tests/cudasim/src/wgmma.cpp; README.md,
-// "wgmma"); under nvcc it is inline PTX that needs -gencode arch=compute_90a,code=sm_90a.
+// "wgmma"); under nvcc it is inline PTX that needs -gencode arch=compute_90a,code=sm_90a (a
+// plain sm_90 pass compiles the header, and fails a static_assert where a kernel calls wgmma or
+// setmaxnreg).
 //
 // Layouts, in the PTX ISA's terms ("Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
 // - The accumulator D (m64nN, f32) of a warpgroup: warp w (0-3 within the warpgroup) holds rows
@@ -176,6 +178,26 @@ FLASHATTN_PTX_DEVICE void stmatrix_x4_trans(void* smem_row, uint32_t r0, uint32_
 #else  // nvcc
 
 namespace detail {
+
+// wgmma and setmaxnreg exist only in arch-specific sm_90a code: nvcc defines
+// __CUDA_ARCH_FEAT_SM90_ALL in a compute_90a device pass, and not in a plain sm_90 (or sm_100)
+// one, whose ptxas rejects them. There every wrapper below that emits them fails to compile
+// where a kernel instantiates it (a static_assert on a template-dependent false), so a plain
+// sm_90 build of code that only includes this header still compiles. The host pass sees them
+// as before (it emits no device code).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLASHATTN_SM90A_PTX 0
+#else
+#define FLASHATTN_SM90A_PTX 1
+#endif
+template <int kDependent>
+struct Sm90aPtx {
+  static constexpr bool value = FLASHATTN_SM90A_PTX != 0;
+};
+#define FLASHATTN_REQUIRE_SM90A(dependent)                                                      \
+  static_assert(::flashattn::ptx::detail::Sm90aPtx<(dependent)>::value,                         \
+                "wgmma and setmaxnreg need an arch-specific sm_90a device pass: build with "    \
+                "-gencode arch=compute_90a,code=sm_90a (this pass is plain sm_90 or another SM)")
 
 // Inline PTX has no symbolic operands under nvcc, so each N spells its operand numbers: the
 // N/2 accumulators are %0..%(N/2 - 1), the inputs follow. REGS_c is "%0, ..., %(c-1)".
@@ -392,33 +414,46 @@ FLASHATTN_WGMMA_SHAPE(256, 128, "%128", "%129", "%130", "%131", "%132", "%133", 
 template <int N, WgmmaMajor kMajorA = WgmmaMajor::K, WgmmaMajor kMajorB = WgmmaMajor::K>
 FLASHATTN_PTX_DEVICE void wgmma_bf16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                         int scale_d) {
+  FLASHATTN_REQUIRE_SM90A(N);
   detail::WgmmaAsm<N>::template ss_bf16<static_cast<int>(kMajorA), static_cast<int>(kMajorB)>(
       d, desc_a, desc_b, scale_d);
 }
 template <int N, WgmmaMajor kMajorA = WgmmaMajor::K, WgmmaMajor kMajorB = WgmmaMajor::K>
 FLASHATTN_PTX_DEVICE void wgmma_f16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                        int scale_d) {
+  FLASHATTN_REQUIRE_SM90A(N);
   detail::WgmmaAsm<N>::template ss_f16<static_cast<int>(kMajorA), static_cast<int>(kMajorB)>(
       d, desc_a, desc_b, scale_d);
 }
 template <int N, WgmmaMajor kMajorB = WgmmaMajor::K>
 FLASHATTN_PTX_DEVICE void wgmma_bf16_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                         int scale_d) {
+  FLASHATTN_REQUIRE_SM90A(N);
   detail::WgmmaAsm<N>::template rs_bf16<static_cast<int>(kMajorB)>(d, a, desc_b, scale_d);
 }
 template <int N, WgmmaMajor kMajorB = WgmmaMajor::K>
 FLASHATTN_PTX_DEVICE void wgmma_f16_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                        int scale_d) {
+  FLASHATTN_REQUIRE_SM90A(N);
   detail::WgmmaAsm<N>::template rs_f16<static_cast<int>(kMajorB)>(d, a, desc_b, scale_d);
 }
 
-FLASHATTN_PTX_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+// Templates only so that the sm_90a check fires where a kernel calls them; call them as
+// wgmma_fence() and wgmma_commit_group().
+template <int kDependent = 0>
+FLASHATTN_PTX_DEVICE void wgmma_fence() {
+  FLASHATTN_REQUIRE_SM90A(kDependent);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+template <int kDependent = 0>
 FLASHATTN_PTX_DEVICE void wgmma_commit_group() {
+  FLASHATTN_REQUIRE_SM90A(kDependent);
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 template <int N>
 FLASHATTN_PTX_DEVICE void wgmma_wait_group() {
   static_assert(N >= 0 && N <= 7, "wgmma.wait_group N: 0 to 7");
+  FLASHATTN_REQUIRE_SM90A(N);
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 // The accumulators are registers the compiler sees only as the asm's operands: this empty asm
@@ -441,12 +476,14 @@ template <int kRegisters>
 FLASHATTN_PTX_DEVICE void setmaxnreg_inc() {
   static_assert(kRegisters >= 24 && kRegisters <= 256 && kRegisters % 8 == 0,
                 "setmaxnreg: 24 to 256, a multiple of 8");
+  FLASHATTN_REQUIRE_SM90A(kRegisters);
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 template <int kRegisters>
 FLASHATTN_PTX_DEVICE void setmaxnreg_dec() {
   static_assert(kRegisters >= 24 && kRegisters <= 256 && kRegisters % 8 == 0,
                 "setmaxnreg: 24 to 256, a multiple of 8");
+  FLASHATTN_REQUIRE_SM90A(kRegisters);
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
@@ -479,6 +516,9 @@ FLASHATTN_PTX_DEVICE void stmatrix_x4_trans(void* smem_row, uint32_t r0, uint32_
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
                ::"r"(smem_u32addr(smem_row)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
+
+#undef FLASHATTN_REQUIRE_SM90A
+#undef FLASHATTN_SM90A_PTX
 
 #endif
 
