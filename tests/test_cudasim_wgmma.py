@@ -33,7 +33,7 @@ def first_line(out):
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("case", ["layouts", "pipeline", "setmaxnreg"])
+@pytest.mark.parametrize("case", ["layouts", "pipeline", "setmaxnreg", "cp_async_fenced"])
 def test_correct_kernels_pass(case, schedule):
     out = run_case(case, schedule)
     assert out.returncode == CORRECT, out.stdout + out.stderr
@@ -85,6 +85,10 @@ def test_reading_accumulators_before_the_wait_reads_nan(schedule):
                             r"thread \d+ \(warp \d lane \d+\) stored it at \S+ through the generic "
                             r"proxy and has not executed fence\.proxy\.async since",
      ["wgmma", "stage_a"]),
+    ("cp_async_no_fence", r"wgmma\.mma_async reads smem\+0x[0-9a-f]+ through the async proxy, but "
+                          r"thread \d+ \(warp \d lane \d+\) stored it at \S+ through the generic "
+                          r"proxy and has not executed fence\.proxy\.async since",
+     ["wgmma", "cp_async_b"]),
     ("stmatrix_no_fence", r"wgmma\.mma_async reads smem\+0x[0-9a-f]+ through the async proxy, but "
                           r"thread \d+ \(warp 0 lane \d+\) stored it at \S+ through the generic "
                           r"proxy and has not executed fence\.proxy\.async since",

@@ -29,7 +29,13 @@ enum class Bug {
   MissingWgmmaFence,    // no wgmma.fence before the first wgmma
   WritesAccumulator,    // zeroes an accumulator while its MMA is in flight
   DeadFrame,            // the accumulators live in a helper that returns before the wait
+  CpAsyncFenced,        // stages B with cp.async, waits, then fence.proxy.async: correct
+  CpAsyncNoFence,       // stages B with cp.async and waits, but fences only before the copies
 };
+
+// B (64 x 64 bf16, B[n][k] = (n + k) % 5) already in the 128-byte swizzled layout, the global
+// source of the cp.async cases.
+alignas(16) uint16_t g_b_swizzled[64 * 64];
 
 // Element (r, k) of a K-major, 128-byte swizzled 64-row operand (PTX ISA, "Shared Memory
 // Matrix Layout"): row r at 128 * r, chunk k / 8 XOR r % 8.
@@ -73,11 +79,20 @@ __global__ void kernel(float* out, int* nan_count) {
     for (int i = tid; i < 64 * 16; i += 128) {
       const int r = i / 16, k = i % 16;
       FLASHATTN_SMEM(a_tile)[sw128(r, k) / 2] = bf16_bits(1.f);  // SITE:stage_a
-      if (kBug != Bug::StmatrixNoFence) {
+      if (kBug != Bug::StmatrixNoFence && kBug != Bug::CpAsyncFenced && kBug != Bug::CpAsyncNoFence) {
         FLASHATTN_SMEM(b_tile)[sw128(r, k) / 2] = bf16_bits(static_cast<float>((r + k) % 5));  // SITE:stage_b
       }
     }
-    if (kBug != Bug::MissingProxyFence) fence_proxy_async_shared_cta();
+    if (kBug == Bug::CpAsyncFenced || kBug == Bug::CpAsyncNoFence) {
+      // cp.async writes go through the generic proxy when the wait retires them: the fence must
+      // come after the wait (CpAsyncNoFence fences A's stores before the copies, and no more).
+      if (kBug == Bug::CpAsyncNoFence) fence_proxy_async_shared_cta();
+      for (int c = tid; c < 64 * 64 * 2 / 16; c += 128) {
+        cp_async_16(smem + kB + 16 * c, g_b_swizzled + 8 * c, 16);  // SITE:cp_async_b
+      }
+      cp_async_wait_all();
+    }
+    if (kBug != Bug::MissingProxyFence && kBug != Bug::CpAsyncNoFence) fence_proxy_async_shared_cta();
     if (kBug == Bug::StmatrixNoFence && tid < 32) {
       // B rows 8m + (lane % 8) for m = 0..3 and rows 32.. likewise: each x4 writes four 8x8
       // matrices of 16-byte rows (k 0-7 or 8-15 of 8 rows).
@@ -123,7 +138,7 @@ __global__ void kernel(float* out, int* nan_count) {
     for (int i = 0; i < kN / 2; ++i) out[primitives::wgmma_d_row(tid, i) * kN + primitives::wgmma_d_col(tid, i)] = d[i];
   }
   if (kBug != Bug::NoWait) wgmma_wait_group<0>();  // SITE:wait
-  if (kBug == Bug::None || kBug == Bug::MissingProxyFence) {
+  if (kBug == Bug::None || kBug == Bug::MissingProxyFence || kBug == Bug::CpAsyncFenced) {
     for (int i = 0; i < kN / 2; ++i) out[primitives::wgmma_d_row(tid, i) * kN + primitives::wgmma_d_col(tid, i)] = d[i];
   }
   if (kBug != Bug::EarlyRelease && tid == 0 && blockDim.x > 128) mbarrier_arrive(empty);
@@ -134,6 +149,8 @@ __global__ void kernel(float* out, int* nan_count) {
 
 template <Bug kBug>
 int run(unsigned threads) {
+  for (int r = 0; r < 64; ++r)
+    for (int k = 0; k < 64; ++k) g_b_swizzled[sw128(r, k) / 2] = bf16_bits(static_cast<float>((r + k) % 5));
   std::vector<float> out(64 * kN, -1.f);
   int nans = 0;
   cudasim::launch(kernel<kBug>, dim3(1), dim3(threads), 2 * kB + 64, out.data(), &nans);
@@ -400,6 +417,8 @@ const std::map<std::string, std::function<int()>> kCases = {
     {"missing_wgmma_fence", [] { return bugs::run<Bug::MissingWgmmaFence>(128); }},
     {"writes_accumulator", [] { return bugs::run<Bug::WritesAccumulator>(128); }},
     {"dead_frame", [] { return bugs::run<Bug::DeadFrame>(128); }},
+    {"cp_async_fenced", [] { return bugs::run<Bug::CpAsyncFenced>(128); }},
+    {"cp_async_no_fence", [] { return bugs::run<Bug::CpAsyncNoFence>(128); }},
     {"setmaxnreg", [] { return launch(regs::kernel<40, 232, false>, 384); }},
     {"setmaxnreg_over_budget", [] { return launch(regs::kernel<40, 240, false>, 512); }},
     {"setmaxnreg_split_sites", [] { return launch(regs::kernel<40, 232, true>, 384); }},

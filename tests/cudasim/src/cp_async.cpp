@@ -1,10 +1,13 @@
 // cp.async.cg.shared.global (16 bytes) with commit groups. The source is read when the copy
 // is issued; shared memory is written only when a wait retires the copy's group, so a kernel
-// that reads its tile without waiting sees the 0xFF poison (or a stale tile).
+// that reads its tile without waiting sees the 0xFF poison (or a stale tile). The write is a
+// generic-proxy store of the waiting thread (async_proxy.h), as on hardware: a wgmma or TMA
+// store reading the tile needs that thread's fence.proxy.async after the wait.
 #include <cstdio>
 #include <cstring>
 
 #include "block.h"
+#include "warpgroup.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -15,8 +18,12 @@ namespace {
 
 constexpr int kCopyBytes = 16;
 
-void retire(std::vector<PendingCopy>& copies) {
-  for (const PendingCopy& copy : copies) std::memcpy(copy.dst, copy.bytes, kCopyBytes);
+void retire(const SimThread& self, std::vector<PendingCopy>& copies) {
+  const unsigned thread = thread_index(self);
+  for (const PendingCopy& copy : copies) {
+    std::memcpy(copy.dst, copy.bytes, kCopyBytes);
+    note_generic_smem_store_by(thread, copy.dst, kCopyBytes, copy.site.file, copy.site.line);
+  }
   copies.clear();
 }
 
@@ -73,7 +80,7 @@ void cp_async_wait_group(int pending_groups_allowed, const char* file, int line)
                                ": N must be >= 0");
   }
   while (self.copy_groups.size() > static_cast<size_t>(pending_groups_allowed)) {
-    retire(self.copy_groups.front());
+    retire(self, self.copy_groups.front());
     self.copy_groups.pop_front();
   }
 }
