@@ -1,12 +1,19 @@
 // Compile-time tile shapes of the CUDA kernels, and the instantiation budget.
 //
+// Which kernels are compiled is one list, csrc/cuda/kernel_list.py: a new head-dim tile is one
+// number there (HEAD_DIMS_16BIT or HEAD_DIMS_SIMT), a tile shape here if the formulas below do
+// not suit it, then `python csrc/cuda/generate_kernels.py`, which writes inst/*.cu, the shim's
+// instantiations and kernel_list.h (dispatch.h's tiles). tests/test_kernel_list.py checks that
+// this file, dispatch.h and tools/gpu_model.py agree with the list.
+//
 // Instantiation budget (what nvcc compiles, and why)
 // --------------------------------------------------
 // 16-bit forward: per (head-dim tile, dtype) a kernel that may apply dropout (one m-tile per
 //   warp; it also runs decoding steps, grid.h kFwdFewRows), and for tiles <= 128 one without
 //   dropout that gives each warp two m-tiles (FwdTraits::kMTiles):
 //   head-dim tiles {32, 64, 96, 128, 192, 256} x {fp16, bf16} = 12 + 8 = 20 kernels, one .cu per
-//   (tile, dtype) in inst/. Above 128 both geometries are one, so one kernel serves both.
+//   (tile, dtype) in inst/, generated from kernel_list.py. Above 128 both geometries are one,
+//   so one kernel serves both.
 //   A head dim d runs on the smallest tile >= d; the columns d..tile are zero-filled by cp.async
 //   (no copy), so every d <= 256 works. Six tiles keep the padding waste <= 33% for d >= 48
 //   (d = 65 on the 96 tile is the worst case) while the build stays within budget.

@@ -1,0 +1,104 @@
+"""The one list of the CUDA kernels' instantiations: (family, head-dim tile, dtype, architecture).
+
+Everything that names a compiled kernel follows from KERNELS:
+  - csrc/cuda/inst/*.cu (what nvcc compiles) and csrc/cuda/kernel_list.h (the head-dim tiles
+    dispatch.h chooses from), and the CPU shim's tests/sim_ext/sim_kernels_{fwd,bwd}.cpp, are
+    written by csrc/cuda/generate_kernels.py;
+  - tools/gpu_model.py and tests/sanitizer_cases.py read this file when they run.
+
+A new head-dim tile is one number in HEAD_DIMS_16BIT (or HEAD_DIMS_SIMT) plus, if its tiles need
+tuning, a case in csrc/cuda/traits.h; then `python csrc/cuda/generate_kernels.py`.
+tests/test_kernel_list.py checks that the generated files are current and that traits.h,
+dispatch.h, gpu_model.py and the sanitizer cases agree with the list.
+
+Load it with runpy.run_path (as the tools do), not import: an import would leave a __pycache__
+inside csrc/, whose hash (tools/gpu_model.py csrc_digest, .ci/sass_compare.py) names a source tree.
+"""
+import collections
+
+Kernel = collections.namedtuple("Kernel", "family head_dim dtype arch")
+
+# How each architecture's kernels are built.
+#   file_suffix: appended to an inst/ file's stem, so two architectures' files never collide.
+#   gencode: nvcc's -gencode flags for its files; None means the build's own architecture list
+#            (setup.py, FLASHATTN_CUDA_ARCHS), with which every inst/*.cu is compiled today.
+#   sim: the CPU shim runs its kernels (tests/sim_ext).
+ARCHS = {
+    # mma.sync.m16n8k16, cp.async and ldmatrix: sm_80 class, and run as built on sm_90 too.
+    "sm80": dict(file_suffix="", gencode=None, sim=True),
+}
+
+# What one instantiation of a family is (the run_<family> template of its launch header), and
+# how a family's instantiations are grouped into inst/ files:
+#   one_per_file: a file per (head dim, dtype), named <prefix>_hdim<d>_<dtype>.cu, so the big
+#                 kernels compile in parallel; otherwise one file, <prefix>.cu, holds them all.
+#   template:     the template's arguments, from {element} (the C++ type) and {head_dim}.
+#   params:       the function's parameter list.
+#   direction:    which of the shim's two translation units holds it (sim_kernels_<direction>.cpp).
+FAMILIES = {
+    "fwd_16bit": dict(
+        header="launch_fwd.cuh", prefix="fwd", one_per_file=True, direction="fwd",
+        template="{element}, {head_dim}",
+        params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
+        comment="One instantiation per file so nvcc compiles them in parallel (budget: traits.h)."),
+    "bwd_16bit": dict(
+        header="launch_bwd.cuh", prefix="bwd", one_per_file=True, direction="bwd",
+        template="{element}, {head_dim}",
+        params="const AttnBwdParams&, float*, cudaStream_t, LaunchCheck",
+        comment="One instantiation per file so nvcc compiles them in parallel (budget: traits.h)."),
+    "fwd_simt": dict(
+        header="launch_simt.cuh", prefix="fwd_fp32", one_per_file=False, direction="fwd",
+        template="{head_dim}", params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
+        comment="The fp32 SIMT forward on every fp32 head-dim tile (SimtHeadDimTiles in "
+                "dispatch.h); small kernels, so one file holds them all (budget: traits.h)."),
+    "bwd_simt": dict(
+        header="launch_simt.cuh", prefix="bwd_fp32", one_per_file=False, direction="bwd",
+        template="{head_dim}", params="const AttnBwdParams&, float*, cudaStream_t, LaunchCheck",
+        comment="The fp32 SIMT backward on every fp32 head-dim tile (SimtHeadDimTiles in "
+                "dispatch.h); small kernels, so one file holds them all (budget: traits.h)."),
+    "split_merge": dict(
+        header="split_merge_kernel.cuh", prefix="split_merge", one_per_file=False, direction="fwd",
+        template="{element}", params="const AttnParams&, const float*, cudaStream_t, LaunchCheck",
+        comment="Split-KV's merge kernel, for each element type."),
+    "kv_append": dict(
+        header="kv_append_kernel.cuh", prefix="kv_append", one_per_file=False, direction="fwd",
+        template="{element}", params="const KvAppendParams&, cudaStream_t, LaunchCheck",
+        comment="flash_attn_with_kvcache's append and rotary kernel, for each element type."),
+}
+
+# The C++ element type of each dtype.
+ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16", "fp32": "float"}
+
+# Head-dim tiles (traits.h explains the choice). A head dim d runs on the smallest tile >= d,
+# and the largest tile must be kMaxHeadDim (traits.h), so every accepted d has one.
+HEAD_DIMS_16BIT = (32, 64, 96, 128, 192, 256)  # tensor-core kernels, fp16 and bf16
+HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
+
+KERNELS = (
+    [Kernel(family, d, dtype, "sm80") for family in ("fwd_16bit", "bwd_16bit")
+     for d in HEAD_DIMS_16BIT for dtype in ("fp16", "bf16")]
+    + [Kernel(family, d, "fp32", "sm80") for family in ("fwd_simt", "bwd_simt")
+       for d in HEAD_DIMS_SIMT]
+    # Not per head dim: one kernel per element type.
+    + [Kernel(family, None, dtype, "sm80") for family in ("split_merge", "kv_append")
+       for dtype in ("fp16", "bf16", "fp32")]
+)
+
+
+def head_dims(family, dtype=None, arch="sm80"):
+    """Sorted head-dim tiles of a family (and dtype) on an architecture."""
+    return sorted({k.head_dim for k in KERNELS if k.family == family and k.arch == arch
+                   and (dtype is None or k.dtype == dtype) and k.head_dim is not None})
+
+
+def dtypes(family, arch="sm80"):
+    """The dtypes a family is compiled for, in the order of ELEMENTS."""
+    present = {k.dtype for k in KERNELS if k.family == family and k.arch == arch}
+    return [d for d in ELEMENTS if d in present]
+
+
+def tile_for(head_dim, dtype, arch="sm80"):
+    """The head-dim tile the dispatch (dispatch.h) picks for a head dim: the smallest >= it, or
+    None."""
+    family = "fwd_simt" if dtype == "fp32" else "fwd_16bit"
+    return next((t for t in head_dims(family, dtype, arch) if t >= head_dim), None)

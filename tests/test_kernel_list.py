@@ -1,0 +1,140 @@
+"""The one list of the CUDA kernels' instantiations, csrc/cuda/kernel_list.py (issue 30, item 4):
+the files csrc/cuda/generate_kernels.py writes from it are current, and what is still written by
+hand agrees with it: dispatch.h's tiles and traits.h's tile shapes (compiled with g++ here, no
+GPU), tools/gpu_model.py's copy of those shapes."""
+import importlib.util
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GENERATOR = os.path.join(REPO, "csrc", "cuda", "generate_kernels.py")
+KL = runpy.run_path(os.path.join(REPO, "csrc", "cuda", "kernel_list.py"))
+TILES_16BIT = KL["head_dims"]("fwd_16bit")
+TILES_SIMT = KL["head_dims"]("fwd_simt")
+
+
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_generator(*args):
+    return subprocess.run([sys.executable, GENERATOR, *args], capture_output=True, text=True)
+
+
+def test_generated_files_are_current():
+    result = run_generator("--check")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_names_a_stale_file_and_one_not_in_the_list(tmp_path):
+    generator = runpy.run_path(GENERATOR)
+    for rel, text in generator["expected"](KL).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert run_generator("--check", "--root", str(tmp_path)).returncode == 0
+    stale = tmp_path / "csrc/cuda/inst/fwd_hdim96_bf16.cu"
+    stale.write_text(stale.read_text().replace("96>", "8>"))
+    removed = tmp_path / "csrc/cuda/inst/fwd_hdim8_bf16.cu"
+    shutil.copy(stale, removed)
+    result = run_generator("--check", "--root", str(tmp_path))
+    assert result.returncode == 1
+    assert "stale: csrc/cuda/inst/fwd_hdim96_bf16.cu" in result.stdout
+    assert "not in csrc/cuda/kernel_list.py: csrc/cuda/inst/fwd_hdim8_bf16.cu" in result.stdout
+    # Regenerating repairs the one and deletes the other (it carries the generated header).
+    assert run_generator("--root", str(tmp_path)).returncode == 0
+    assert not removed.exists()
+    assert run_generator("--check", "--root", str(tmp_path)).returncode == 0
+
+
+def test_every_kernel_has_one_instantiation():
+    generator = runpy.run_path(GENERATOR)
+    files = generator["expected"](KL)
+    for where in ("csrc/cuda/inst/", "tests/sim_ext/"):
+        text = "".join(t for rel, t in files.items() if rel.startswith(where))
+        assert text.count("template void run_") == len(KL["KERNELS"]), where
+
+
+def probe_source():
+    """A C++ program printing, for the list's tiles, what dispatch.h picks and traits.h's
+    shapes. Instantiating each traits class also runs its static_asserts."""
+    lines = ['#include "cuda/dispatch.h"', '#include "cuda/traits.h"', "#include <cstdio>",
+             "using namespace flashattn::cuda;", "int main() {",
+             '  std::printf("max %d\\n", kMaxHeadDim);',
+             "  for (int d = 1; d <= kMaxHeadDim + 1; ++d) {",
+             "    int t16 = 0, t32 = 0;",
+             "    dispatch_head_dim(HeadDimTilesFor<__half>{}, d, [&](auto t) { t16 = t.value; });",
+             "    dispatch_head_dim(HeadDimTilesFor<__nv_bfloat16>{}, d,",
+             "                      [&](auto t) { if (t.value != t16) t16 = -1; });",
+             "    dispatch_head_dim(HeadDimTilesFor<float>{}, d, [&](auto t) { t32 = t.value; });",
+             '    std::printf("dispatch %d %d %d\\n", d, t16, t32);',
+             "  }"]
+    for d in TILES_16BIT:
+        fwd, fwd_dropout, dq, dkdv = (f"FwdTraits<{d}, false>", f"FwdTraits<{d}, true>",
+                                      f"BwdDqTraits<{d}>", f"BwdTraits<{d}>")
+        lines += [
+            f'  std::printf("fwd {d} %d %d %d %d\\n", {fwd}::kBlockM, {fwd}::kBlockN, '
+            f"{fwd}::kNThreads, {fwd}::kSmemBytes);",
+            f'  std::printf("fwd_dropout {d} %d\\n", {fwd_dropout}::kSmemBytes);',
+            f'  std::printf("dq {d} %d %d %d %d\\n", {dq}::kBlockM, {dq}::kBlockN, '
+            f"{dq}::kNThreads, {dq}::kSmemBytes);",
+            f'  std::printf("dkdv {d} %d %d %d %d\\n", {dkdv}::kBlockN, {dkdv}::kBlockM, '
+            f"{dkdv}::kNThreads, {dkdv}::kSmemBytes);"]
+    for d in TILES_SIMT:
+        lines.append(f'  std::printf("simt {d} %d\\n", SimtTraits<{d}>::kDkdvSmemBytes);')
+    return "\n".join(lines + ["}", ""])
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    """{(what, head dim): [ints]} printed by the probe."""
+    cudasim_build = load("cudasim_build", os.path.join(REPO, "tests", "cudasim", "build.py"))
+    cuda = cudasim_build.cuda_include_dir()
+    assert cuda, "no cuda_fp16.h: set CUDA_HOME (the sim tests need it too)"
+    out = tmp_path_factory.mktemp("kernel_list")
+    src, exe = out / "probe.cpp", out / "probe"
+    src.write_text(probe_source())
+    compiled = subprocess.run([cudasim_build.CXX, "-std=c++17", "-O0", "-Wall", "-Werror",
+                               "-I", os.path.join(REPO, "csrc"), "-isystem", cuda, str(src),
+                               "-o", str(exe)], capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stderr
+    printed = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    rows = {}
+    for line in printed.splitlines():
+        what, key, *values = line.split()
+        rows[(what, int(key))] = [int(v) for v in values]
+    return rows
+
+
+def test_dispatch_picks_the_lists_tiles(probe):
+    (max_row,) = [k for k in probe if k[0] == "max"]
+    max_head_dim = max_row[1]
+    for d in range(1, max_head_dim + 2):
+        t16, t32 = probe[("dispatch", d)]
+        assert t16 == (KL["tile_for"](d, "fp16") or 0) == (KL["tile_for"](d, "bf16") or 0), d
+        assert t32 == (KL["tile_for"](d, "fp32") or 0), d
+    # Every head dim the input checks accept (<= kMaxHeadDim, traits.h) has a tile.
+    assert TILES_16BIT[-1] == TILES_SIMT[-1] == max_head_dim
+
+
+def test_traits_compile_for_every_listed_tile(probe):
+    assert {d for what, d in probe if what == "fwd"} == set(TILES_16BIT)
+    assert {d for what, d in probe if what == "simt"} == set(TILES_SIMT)
+
+
+def test_gpu_model_copies_the_traits(probe):
+    model = load("gpu_model", os.path.join(REPO, "tools", "gpu_model.py"))
+    for d in TILES_16BIT:
+        assert [*model.fwd_tiles(d), model.smem_fwd(d)] == probe[("fwd", d)], d
+        assert [*model.dq_tiles(d), model.smem_dq(d)] == probe[("dq", d)], d
+        assert [*model.dkdv_tiles(d), model.smem_dkdv(d)] == probe[("dkdv", d)], d
+    # The model sizes shared memory from the head dim itself, right only for a tile's own width.
+    assert set(model.HEAD_DIMS) <= set(TILES_16BIT)
+
