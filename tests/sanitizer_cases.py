@@ -2,12 +2,21 @@
 compute-sanitizer (tools/gpu_check.sh).
 
 Sizes are tails on purpose (not multiples of any tile) so out-of-bounds accesses show up."""
+import os
+import runpy
+
 import torch
 
 import flashattn
 
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+# Every compiled kernel gets a case: each dtype of the one list of instantiations,
+# csrc/cuda/kernel_list.py, on each head-dim tile of any family (a 16-bit tile that is no fp32
+# tile runs fp32 on the next larger one). tests/test_kernel_list.py checks the coverage.
+KERNEL_LIST = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "csrc", "cuda", "kernel_list.py"))
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES = tuple(TORCH_DTYPES[d] for d in KERNEL_LIST["ELEMENTS"])
+HEAD_DIMS = tuple(sorted({k.head_dim for k in KERNEL_LIST["KERNELS"] if k.head_dim is not None}))
 
 
 def decode_cases(dtype):

@@ -1,7 +1,7 @@
 """The one list of the CUDA kernels' instantiations, csrc/cuda/kernel_list.py (issue 30, item 4):
 the files csrc/cuda/generate_kernels.py writes from it are current, and what is still written by
 hand agrees with it: dispatch.h's tiles and traits.h's tile shapes (compiled with g++ here, no
-GPU), tools/gpu_model.py's copy of those shapes."""
+GPU), tools/gpu_model.py's copy of those shapes, the sanitizer cases."""
 import importlib.util
 import os
 import runpy
@@ -138,3 +138,12 @@ def test_gpu_model_copies_the_traits(probe):
     # The model sizes shared memory from the head dim itself, right only for a tile's own width.
     assert set(model.HEAD_DIMS) <= set(TILES_16BIT)
 
+
+def test_sanitizer_cases_reach_every_kernel():
+    cases = load("sanitizer_cases", os.path.join(REPO, "tests", "sanitizer_cases.py"))
+    names = {v: k for k, v in cases.TORCH_DTYPES.items()}
+    covered = {(KL["tile_for"](d, names[t]), names[t]) for t in cases.DTYPES
+               for d in cases.HEAD_DIMS}
+    listed = {(k.head_dim, k.dtype) for k in KL["KERNELS"] if k.head_dim is not None}
+    assert listed <= covered, listed - covered
+    assert {names[t] for t in cases.DTYPES} == {k.dtype for k in KL["KERNELS"]}

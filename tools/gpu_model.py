@@ -59,6 +59,7 @@ import json
 import math
 import os
 import re
+import runpy
 import sys
 import time
 from fractions import Fraction
@@ -85,7 +86,13 @@ def load_module(name, path):
     return module
 
 
-# ---- Our kernels' tile geometry (mirrors csrc/cuda/traits.h; checked against every launch) ----
+# The compiled kernels: csrc/cuda/kernel_list.py, the one list of instantiations (run_path: no
+# __pycache__ inside csrc/, which csrc_digest hashes).
+KERNEL_LIST = runpy.run_path(os.path.join(REPO, "csrc", "cuda", "kernel_list.py"))
+
+
+# ---- Our kernels' tile geometry (mirrors csrc/cuda/traits.h; checked against every launch, and
+# against traits.h for every head-dim tile of the list by tests/test_kernel_list.py) ----
 
 def fwd_tiles(d):
     """FwdTraits<d, false> (no dropout: two m-tiles per warp up to d = 128): kBlockM, kBlockN,
@@ -366,7 +373,7 @@ def model_ours(family, d, causal, launches, regs, gpus):
                      barriers=c["barriers"], modeled={})
         for key, gpu in gpus.items():
             if kind in ("bwd_dot_do_o_kernel", "bwd_convert_dq_kernel"):
-                d_tile = next(t for t in (32, 64, 96, 128, 192, 256) if t >= d)  # dispatch.h
+                d_tile = KERNEL_LIST["tile_for"](d, "bf16")  # what dispatch.h picks
                 hbm = row_kernel_hbm(kind, d, d_tile, family == "bwd") * bh
                 t = hbm / gpu.hbm_bytes_per_s + gpu_specs.LAUNCH_OVERHEAD_S
                 entry["modeled"][key] = dict(seconds=t, bound="hbm")
