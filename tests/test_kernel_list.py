@@ -147,3 +147,18 @@ def test_sanitizer_cases_reach_every_kernel():
     listed = {(k.head_dim, k.dtype) for k in KL["KERNELS"] if k.head_dim is not None}
     assert listed <= covered, listed - covered
     assert {names[t] for t in cases.DTYPES} == {k.dtype for k in KL["KERNELS"]}
+
+
+@pytest.mark.parametrize("change", ["duplicate", "one dtype short", "no head dim"])
+def test_generator_refuses_a_list_the_dispatch_cannot_serve(change):
+    generator = runpy.run_path(GENERATOR)
+    kl = generator["load_list"]()
+    kernel = kl["Kernel"]
+    if change == "duplicate":
+        kl["KERNELS"] = kl["KERNELS"] + [kernel("fwd_16bit", 64, "fp16", "sm80")]
+    elif change == "one dtype short":  # dispatch.h picks tiles by 16-bit vs fp32 only
+        kl["KERNELS"] = [k for k in kl["KERNELS"] if (k.head_dim, k.dtype) != (96, "bf16")]
+    else:
+        kl["KERNELS"] = kl["KERNELS"] + [kernel("fwd_16bit", None, "fp16", "sm80")]
+    with pytest.raises(ValueError):
+        generator["expected"](kl)

@@ -82,6 +82,8 @@ def validate(kl):
         if k.family not in kl["FAMILIES"] or k.arch not in kl["ARCHS"] or \
                 k.dtype not in kl["ELEMENTS"]:
             raise ValueError(f"{k}: unknown family, arch or dtype")
+        if kl["FAMILIES"][k.family]["direction"] not in SIM_INTRO:
+            raise ValueError(f"{k}: direction must be one of {sorted(SIM_INTRO)}")
         takes_head_dim = "{head_dim}" in kl["FAMILIES"][k.family]["template"]
         if takes_head_dim != (k.head_dim is not None):
             raise ValueError(f"{k}: family {k.family} {'needs' if takes_head_dim else 'has no'} "
@@ -90,9 +92,13 @@ def validate(kl):
     # so every dtype of a family has the same tiles.
     for family in kl["FAMILIES"]:
         for arch in kl["ARCHS"]:
-            tiles = {d: kl["head_dims"](family, d, arch) for d in kl["dtypes"](family, arch)}
-            if len({tuple(t) for t in tiles.values()}) > 1:
-                raise ValueError(f"{family} ({arch}) has different head dims per dtype: {tiles}")
+            tiles = {}
+            for k in kl["KERNELS"]:
+                if k.family == family and k.arch == arch:
+                    tiles.setdefault(k.dtype, set()).add(k.head_dim)
+            if len({frozenset(t) for t in tiles.values()}) > 1:
+                by_dtype = {dtype: sorted(t) for dtype, t in tiles.items()}
+                raise ValueError(f"{family} ({arch}) has different head dims per dtype: {by_dtype}")
 
 
 def inst_files(kl):
@@ -123,7 +129,8 @@ def kernel_list_header(kl):
         "#pragma once", "", "namespace flashattn::cuda {", ""]
     for arch in kl["ARCHS"]:
         for family in kl["FAMILIES"]:
-            tiles = kl["head_dims"](family, None, arch)
+            tiles = sorted({k.head_dim for k in kl["KERNELS"] if k.family == family
+                            and k.arch == arch and k.head_dim is not None})
             if tiles:
                 lines.append(f"inline constexpr int {array_name(family, arch)}[] = "
                              f"{{{', '.join(map(str, tiles))}}};")
