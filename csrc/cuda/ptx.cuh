@@ -18,7 +18,8 @@
 #define FLASHATTN_PTX_DEVICE inline
 #define FLASHATTN_PTX_SITE , const char *file = __builtin_FILE(), int line = __builtin_LINE()
 #define FLASHATTN_PTX_SITE_ONLY const char *file = __builtin_FILE(), int line = __builtin_LINE()
-// Dynamic shared memory: 128-byte aligned, exact size, refilled with 0xFF before each block.
+// Dynamic shared memory: 1024-byte aligned (swizzled TMA and wgmma tiles need it), exact size,
+// refilled with 0xFF before each block.
 #define FLASHATTN_DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(::cudasim::dynamic_smem())
 // Counted plain accesses (see CountedPointer below).
 #define FLASHATTN_SMEM(ptr) (::flashattn::ptx::counted_pointer(true, (ptr)))
