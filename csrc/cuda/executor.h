@@ -53,13 +53,22 @@ struct CudaExecutor {
     p.num_splits = choose_num_splits(p, shape, Device::sm_count(q));
     at::Tensor split_scratch;
     if (p.num_splits > 1) {
-      // The parts of out (0) and of lse (-inf): rows no split writes merge to 0 and -inf.
       const int64_t outs = p.num_splits * split_out_elements(p);
       split_scratch = at::empty({outs + p.num_splits * split_lse_elements(p)},
                                 q.options().dtype(at::kFloat));
-      split_scratch.narrow(0, 0, outs).zero_();
-      split_scratch.narrow(0, outs, split_scratch.numel() - outs)
-          .fill_(-std::numeric_limits<float>::infinity());
+      if (p.cu_seqlens_q != nullptr || p.seqused_q != nullptr) {
+        // The parts of out (0) and of lse (-inf): rows outside every sequence, which no split
+        // writes, merge to 0 and -inf.
+        split_scratch.narrow(0, 0, outs).zero_();
+        split_scratch.narrow(0, outs, split_scratch.numel() - outs)
+            .fill_(-std::numeric_limits<float>::infinity());
+      } else {
+        // Every split writes its part of every query row (0 and -inf where it sees no key:
+        // fwd_kernel.cuh, simt_kernels.cuh), so the merge reads nothing unwritten and the
+        // scratch needs no fill, which on a GPU would be two more launches per call. The
+        // tests poison it (FLASHATTN_POISON_OUTPUTS) to keep that true.
+        poison_if_debugging(split_scratch);
+      }
     }
     float* scratch = p.num_splits > 1 ? split_scratch.data_ptr<float>() : nullptr;
     launch_fwd(p, choice, scratch, Device::stream(q), &Device::check_launch);
