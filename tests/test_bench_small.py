@@ -85,3 +85,69 @@ def test_small_table_is_in_microseconds(capsys):
     assert bench_main([*QUICK, "--seqlens", "16", "--mode", "fwd", "--causal", "no"]) == 0
     table = capsys.readouterr().out
     assert "time_us" in table and "forward, float32: flashattn vs the best SDPA backend" in table
+
+
+# ---- host time per call (CUDA only; the code path is run here on the CPU) ----
+
+def test_host_time_is_the_median_call_with_the_device_busy_and_no_sync_in_the_clock():
+    from flashattn.bench import small
+
+    events = []
+    durations = iter([3e-6, 1e-6, 2e-6, 9e-6, 5e-6])  # seconds per timed call
+
+    class Timer:
+        now = 0.0
+
+        def __call__(self):
+            events.append("timer")
+            return self.now
+
+    timer = Timer()
+
+    def step():
+        events.append("step")
+        if events.count("busy"):  # a timed call: the clock advances by its duration
+            timer.now += next(durations)
+        return object()
+
+    host_us = small.host_time_us(step, sync=lambda: events.append("sync"),
+                                 busy=lambda: events.append("busy"), timer=timer, calls=5,
+                                 warmup=2)
+    assert host_us == pytest.approx(3.0)  # the median of 3, 1, 2, 9, 5 µs
+    # Warm-up, sync, busy, then timer/step/timer per call with no sync between, sync at the end.
+    assert events == (["step"] * 2 + ["sync", "busy"] + ["timer", "step", "timer"] * 5
+                      + ["sync"])
+
+
+def test_host_times_in_the_report_and_table_where_calls_are_asynchronous(monkeypatch, tmp_path,
+                                                                         capsys):
+    # CUDA's path, on the CPU: every implementation that ran gets host_us, and flashattn's
+    # ratio against each SDPA backend.
+    from flashattn.bench import small
+
+    monkeypatch.setattr(small, "HOST_TIMED_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(small, "HOST_CALLS", 5)
+    monkeypatch.setattr(small, "HOST_WARMUP", 1)
+    out = tmp_path / "small.json"
+    assert bench_main([*QUICK, "--seqlens", "16", "--causal", "no", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = report["host_us"]
+    assert {(r["mode"], r["impl"]) for r in rows} == {
+        (mode, impl) for mode in ("fwd", "fwdbwd") for impl in CPU_IMPLS}
+    for r in rows:
+        assert r["causal"] is False and r["seqlen"] == 16 and r["batch"] == 1
+        assert r["dtype"] == "float32" and r["host_us"] > 0
+        ours = next(o["host_us"] for o in rows
+                    if o["impl"] == "flashattn" and o["mode"] == r["mode"])
+        if r["impl"] == "flashattn":
+            assert r["fa_host_speedup"] is None
+        else:
+            assert r["fa_host_speedup"] == pytest.approx(r["host_us"] / ours)
+    assert report["host_timing"]["calls"] == 5
+    table = capsys.readouterr().out
+    assert "host time per call: forward, float32" in table and "host_us" in table
+
+
+def test_cpu_report_has_no_host_times(small_run):
+    # On the CPU a call returns when its work is done: its time is in time_ms already.
+    assert "host_us" not in small_run and "host_timing" not in small_run

@@ -9,7 +9,15 @@ of the device on the same tensors in (B, H, S, D). Each call is checked against 
 then timed alone, the implementations in alternation; times in microseconds, flashattn's
 speedup paired call by call, and per direction and dtype the geometric mean of its speedup over
 the fastest SDPA backend of each shape.
+
+On CUDA it also reports each call's host time (host_us, issue 29): how long the Python call
+takes to return, CUDA being asynchronous, while the GPU is still busy with work queued before
+it, so that the clock sees only the host's side (argument handling, dispatch, allocation,
+autograd, launches), for flashattn and every SDPA backend, in a second table and the JSON's
+"host_us". The CPU's output is unchanged: there a call returns when its work is done.
 """
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +25,7 @@ import torch
 from .._interface import flash_attn_func
 from . import dense, measure, options
 from .common import dtype_name
-from .table import Table, fmt, times
+from .table import Table, case_title, fmt, times
 
 HELP = ("per-call cost at small shapes (S 1-128, B 1 and 8): flash_attn_func against every SDPA "
         "backend, in microseconds")
@@ -51,6 +59,15 @@ DEFAULTS = {
 }
 # --quick: a couple of shapes, seconds, for CI.
 QUICK = {device: dict(batches=(1,), seqlens=(16, 64), repeats=11) for device in DEFAULTS}
+
+# Host time per call: the devices whose calls return before their work is done.
+HOST_TIMED_DEVICES = {"cuda"}
+HOST_CALLS = 200   # timed calls per implementation and case, back to back, no sync between
+HOST_WARMUP = 20
+# GPU cycles of torch.cuda._sleep queued before the timed calls: ~10 ms at 1-2 GHz, longer than
+# HOST_CALLS calls of tens of microseconds, so the GPU is busy throughout and no call waits
+# for it (nor is the launch queue, ~1000 entries, ever full).
+BUSY_CYCLES = 20_000_000
 
 
 def add_arguments(parser):
@@ -88,14 +105,112 @@ def table_cells(r):
             fmt(r.peak_mb, ".1f")]
 
 
+def host_time_us(step, sync, busy, timer=time.perf_counter, calls=HOST_CALLS,
+                 warmup=HOST_WARMUP):
+    """Median host time of one call of step(), in microseconds: warmed up and synchronized,
+    the device made busy (busy()), then `calls` calls back to back, each timed from entry to
+    return with no synchronization in the clock; the outputs are dropped after it."""
+    for _ in range(warmup):
+        step()
+    sync()
+    busy()
+    samples = []
+    for _ in range(calls):
+        start = timer()
+        outputs = step()
+        samples.append(timer() - start)
+        del outputs
+    sync()
+    return statistics.median(samples) * US_PER_S
+
+
+US_PER_S = 1e6
+
+
+def host_clock(device):
+    """(sync, busy) for host_time_us on `device`: CUDA's, or no-ops where calls are
+    synchronous."""
+    if device.type != "cuda":
+        return (lambda: None), (lambda: None)
+    return cuda_sync_and_busy(device)
+
+
+def cuda_sync_and_busy(device):
+    def sync():
+        torch.cuda.synchronize(device)
+
+    def busy():
+        with torch.cuda.device(device):
+            torch.cuda._sleep(BUSY_CYCLES)
+    return sync, busy
+
+
+def measure_host_times(cases, impls, device, results, sync, busy, timer=time.perf_counter,
+                       calls=HOST_CALLS, warmup=HOST_WARMUP):
+    """Host µs per call of every implementation that ran in `results` (dense.Result), case by
+    case on fresh inputs: [{mode, dtype, causal, seqlen, batch, impl, host_us,
+    fa_host_speedup}], fa_host_speedup = host_us / flashattn's host_us of the same case (> 1:
+    flashattn's call returns sooner), None for flashattn itself."""
+    ran = {(r.mode, r.dtype, r.causal, r.seqlen, r.batch, r.impl) for r in results
+           if r.status == "ok"}
+    rows = []
+    for case in cases:
+        q, k, v, dout = dense.make_inputs(case, device)
+        case_rows = []
+        for impl in impls:
+            key = (case.mode, dtype_name(case.dtype), case.causal, case.seqlen, case.batch,
+                   impl.name)
+            if key not in ran:
+                continue
+            step = dense.make_step(impl, case, q, k, v, dout)
+            host_us = host_time_us(step, sync, busy, timer=timer, calls=calls, warmup=warmup)
+            case_rows.append({"mode": case.mode, "dtype": dtype_name(case.dtype),
+                              "causal": case.causal, "seqlen": case.seqlen, "batch": case.batch,
+                              "impl": impl.name, "host_us": host_us, "fa_host_speedup": None})
+        ours = next((r["host_us"] for r in case_rows if r["impl"] == dense.FLASHATTN), None)
+        for r in case_rows:
+            if ours and r["impl"] != dense.FLASHATTN:
+                r["fa_host_speedup"] = r["host_us"] / ours
+        rows += case_rows
+    return rows
+
+
+HOST_TABLE = Table((("causal", 6), ("seqlen", 6), ("batch", 5), ("impl", 14), ("host_us", 9),
+                    ("fa_host_speedup", 15)), reason_width=70)
+HOST_LEGEND = ("host_us: median time for the call to return, the GPU kept busy so that no call "
+               "waits for it (CPU time per call); fa_host_speedup = host_us / flashattn's host_us; "
+               "> 1: flashattn's call returns sooner.")
+
+
+def host_table_lines(rows, heads, head_dim):
+    lines, group = [], None
+    for r in rows:
+        if (r["mode"], r["dtype"]) != group:
+            group = (r["mode"], r["dtype"])
+            lines.append(HOST_TABLE.header("host time per call: " + case_title(
+                r["mode"], r["dtype"], heads, head_dim)))
+        lines.append(HOST_TABLE.row(["yes" if r["causal"] else "no", r["seqlen"], r["batch"],
+                                     r["impl"], fmt(r["host_us"], ".1f"),
+                                     times(r["fa_host_speedup"])]))
+    return [*lines, "", HOST_LEGEND] if lines else []
+
+
 def main(run):
     settings = run.settings(DEFAULTS, QUICK)
     run.print_headline("per-call cost at small shapes vs F.scaled_dot_product_attention",
                        settings.repeats)
-    results = dense.measure_cases(run, enumerate_cases(run.args, settings),
-                                  implementations(run.device.type), settings, TABLE, table_cells)
+    cases, impls = enumerate_cases(run.args, settings), implementations(run.device.type)
+    results = dense.measure_cases(run, cases, impls, settings, TABLE, table_cells)
     entries = dense.summarize(results)
     run.print(*dense.summary_lines(entries, LEGEND))
+    extra = {}
+    if run.device.type in HOST_TIMED_DEVICES:
+        sync, busy = host_clock(run.device)
+        extra["host_us"] = measure_host_times(cases, impls, run.device, results, sync, busy,
+                                              calls=HOST_CALLS, warmup=HOST_WARMUP)
+        extra["host_timing"] = {"calls": HOST_CALLS, "warmup": HOST_WARMUP,
+                                "busy_cycles": BUSY_CYCLES, "statistic": "median"}
+        run.print(*host_table_lines(extra["host_us"], settings.heads, settings.head_dim))
     run.write_report({
         "flashattn_call": "flash_attn_func(q, k, v, causal=...) on (B, S, H, D) views",
         "dtypes": [dtype_name(d) for d in settings.dtypes], "batches": list(settings.batches),
@@ -103,5 +218,5 @@ def main(run):
         "seqlens": list(settings.seqlens), "causal": run.args.causal, "mode": run.args.mode,
         "repeats": settings.repeats, "warmup": settings.warmup,
         "checked_rows_per_end": measure.CHECKED_ROWS_PER_END, **measure.memory_meta(run.probe),
-    }, entries, results)
+    }, entries, results, **extra)
     return 0
