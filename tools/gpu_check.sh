@@ -8,7 +8,8 @@
 # flashattn.bench decode --json`, written to $OUT/raw/results/h200/dense.json and decode.json,
 # h100/ or a100/ on those GPUs, and copied from raw.tgz to bench/results/ afterwards); trimmed
 # benchmarks against every SDPA backend (each figure printed next to tools/gpu_model.py's
-# prediction) and of a decoding step's (flash_attn_with_kvcache) KV bandwidth; and Nsight
+# prediction), of a decoding step's (flash_attn_with_kvcache) KV bandwidth and of small calls'
+# per-call and host time (`bench small --quick`); and Nsight
 # Compute's counters for the model's d = 128 shape (tools/ncu_workload.py).
 #
 #   bash tools/gpu_check.sh          the log goes to $OUT/gpu_check.log, everything else to
@@ -248,6 +249,10 @@ step bench-d128 90 $PY -m flashattn.bench --device cuda --head-dim 128 --heads 1
 # the GQA-packed decode path (cuda/gqa_decode.h) against every SDPA backend and FA2 if present.
 step bench-decode 60 $PY -m flashattn.bench decode --device cuda --batch-sizes 1,32 \
   --kv-lens 8192,32768 --repeats 5 --json "$OUT/bench-decode.json"
+# Issue 29's small problems, --quick (S 16, 64 at B 1): per-call µs of flash_attn_func and every
+# SDPA backend, and each call's host time with the GPU kept busy (host_us): a few seconds.
+step bench-small 45 $PY -m flashattn.bench small --device cuda --quick \
+  --json "$OUT/bench-small.json"
 # Nsight Compute on the model's d = 128 shape (tools/ncu_workload.py): the counters that
 # tools/gpu_model.py counts on the shim (mma, ldmatrix, shared-memory wavefronts and bank
 # conflicts, sectors), measured, plus each kernel's duration and throughput breakdown.
