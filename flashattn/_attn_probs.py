@@ -12,6 +12,8 @@ from ._reference import attention_scores
 
 def _unnormalized(scores):
     """exp(scores - row max); rows that see nothing are 0."""
+    if scores.shape[-1] == 0:  # no keys: amax has nothing to reduce
+        return scores.clone()
     row_max = scores.amax(dim=-1, keepdim=True)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
     return torch.exp(scores - row_max)

@@ -410,6 +410,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise ValueError(
             f"{fn}: query has {query.shape[1]} heads but key has "
             f"{key.shape[1]}; pass enable_gqa=True for grouped-query attention")
+    if scale is not None:  # validated here so that an error names SDPA's argument, not FA2's
+        scale = _real(fn, "scale", scale)
     # (B, H, S, D) -> (B, S, H, D) is a stride permutation, not a copy.
     out = _attention(fn, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                         dropout_p, scale, is_causal, (-1, -1), 0.0, None, False,
