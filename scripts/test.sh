@@ -41,7 +41,7 @@ step "fresh test environment ($TEST_VENV) with the installed wheel"
 rm -rf "$TEST_VENV"
 "$PYTHON" -m venv "$TEST_VENV"
 "$TEST_VENV/bin/python" -m pip install -q --upgrade pip
-"$TEST_VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" ninja "setuptools>=77" numpy pytest matplotlib
+"$TEST_VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" ninja "setuptools>=77" numpy pytest matplotlib "hypothesis>=6"
 "$TEST_VENV/bin/python" -m pip install -q --no-deps "$WHEEL"
 
 if grep -q "flashattn: CUDA build of _C" build/wheel.log; then
