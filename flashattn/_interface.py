@@ -4,6 +4,7 @@ torch.ops.flashattn.fwd, never copying a tensor and never falling back to anothe
 Arguments are accepted in every form FlashAttention-2 and F.scaled_dot_product_attention accept
 them: window_size as a tuple, list or 2-element tensor of integers, scales as Python numbers,
 numpy scalars or one-element tensors."""
+import math
 import numbers
 import operator
 
@@ -412,6 +413,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             f"{key.shape[1]}; pass enable_gqa=True for grouped-query attention")
     if scale is not None:  # validated here so that an error names SDPA's argument, not FA2's
         scale = _real(fn, "scale", scale)
+        if not math.isfinite(scale):
+            raise ValueError(f"{fn}: scale must be finite, got {scale}")
     # (B, H, S, D) -> (B, S, H, D) is a stride permutation, not a copy.
     out = _attention(fn, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                         dropout_p, scale, is_causal, (-1, -1), 0.0, None, False,

@@ -24,3 +24,11 @@ def test_sdpa_scale_error_names_scale():
     q = torch.randn(1, 2, 3, 8)
     with pytest.raises(TypeError, match=r"scaled_dot_product_attention: scale must be a real"):
         flashattn.scaled_dot_product_attention(q, q, q, scale=torch.tensor([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("scale", [float("inf"), float("-inf"), float("nan")])
+def test_sdpa_non_finite_scale_error_names_scale(scale):
+    """The op's own check said "softmax_scale must be finite", FA2's name, to an SDPA caller."""
+    q = torch.randn(1, 2, 3, 8)
+    with pytest.raises(ValueError, match=r"scaled_dot_product_attention: scale must be finite"):
+        flashattn.scaled_dot_product_attention(q, q, q, scale=scale)
