@@ -103,9 +103,11 @@ def reference_kwargs(kwargs, alibi_slopes, align_bottom_right=True):
                 align_bottom_right=align_bottom_right)
 
 
-def keep_mask_of_next_call(q, p, batch, heads, seqlen_q, seqlen_k):
+def keep_mask_of_next_call(q, p, batch, heads, seqlen_q, seqlen_k, seed):
     """The keep decisions the next call with dropout p will make: its rng_state is drawn from
-    the default generator, which is rewound after drawing it here."""
+    the default generator (seeded by the example, so that it replays), which is rewound after
+    drawing it here."""
+    torch.manual_seed(seed)
     state = torch.get_rng_state()
     rng_state = torch.ops.flashattn.dropout_rng_state(q)
     torch.set_rng_state(state)
@@ -115,7 +117,7 @@ def keep_mask_of_next_call(q, p, batch, heads, seqlen_q, seqlen_k):
 def reference_and_yardstick(q, k, v, dout, backward, **kwargs):
     """(out, lse, grads) of the float64 reference, and of the same in the inputs' dtype."""
     results = []
-    for cast in (to64, lambda t: t.detach()):
+    for cast in (to64, lambda t: t.detach()):  # the reference, then the yardstick
         leaves = [cast(t).clone().requires_grad_(backward) for t in (q, k, v)]
         rk = dict(kwargs)
         if rk.get("attn_mask") is not None and rk["attn_mask"].is_floating_point():
@@ -128,12 +130,6 @@ def reference_and_yardstick(q, k, v, dout, backward, **kwargs):
             grads = torch.autograd.grad(out, leaves, dout.to(out.dtype), allow_unused=True)
             grads = [torch.zeros_like(t) if g is None else g for g, t in zip(grads, leaves)]
         results.append((out.detach(), lse.detach(), grads))
-    if backward and q.dtype == torch.float64:
-        # float64 gradients are recomputed from the float32 LSE (README, Limitations): their
-        # yardstick is PyTorch's error in float32 (test_backward.py leaves float64 out instead).
-        low32 = reference_and_yardstick(q.float(), k.float(), v.float(), dout.float(), True,
-                                        **kwargs)[1]
-        results[1] = (results[1][0], results[1][1], low32[2])
     return results
 
 
@@ -159,7 +155,9 @@ def dense_calls(draw):
     if fn == "qkvpacked":
         group = 1
     heads = heads_kv * group
-    backward = draw(st.booleans())
+    # float64 gradients are recomputed from the float32 LSE (README, Limitations), which the
+    # float64 yardstick cannot allow for: left out, as in test_backward.py.
+    backward = dtype != torch.float64 and draw(st.booleans())
     if fn == "sdpa":
         kwargs = {}
         if draw(st.booleans()):
@@ -223,7 +221,7 @@ def run_dense(call):
     batch, seqlen_q, heads = q.shape[:3]
     seqlen_k = k.shape[1]
     p = kwargs.get("dropout_p", 0.0)
-    keep = keep_mask_of_next_call(q, p, batch, heads, seqlen_q, seqlen_k) if p else None
+    keep = keep_mask_of_next_call(q, p, batch, heads, seqlen_q, seqlen_k, call["seed"]) if p else None
     lse = None
     if fn == "sdpa":
         out = flashattn.scaled_dot_product_attention(
@@ -238,7 +236,7 @@ def run_dense(call):
     return leaves, (q, k, v), out, lse, keep
 
 
-@budget(140)
+@budget(300)
 @given(dense_calls())
 def test_dense_functions_match_the_float64_reference(call):
     leaves, (q, k, v), out, lse, keep = run_dense(call)
@@ -303,7 +301,8 @@ def varlen_calls(draw):
                 lengths_k=lengths_k, used_q=used_q, used_k=used_k, cu_q=cu_q, cu_k=cu_k,
                 max_q=max(lengths_q) + draw(st.sampled_from([0, 0, 5])),
                 max_k=max(lengths_k) + draw(st.sampled_from([0, 0, 5])),
-                backward=fn != "paged" and draw(st.booleans()), block_table=None)
+                backward=fn != "paged" and dtype != torch.float64 and draw(st.booleans()),
+                block_table=None)
     if fn == "qkvpacked":
         call["tensors"] = [draw(strided((total_q, 3, heads, head_dim), dtype, gen))]
     elif fn == "kvpacked":
@@ -338,7 +337,7 @@ def sequence_keys(call, k, v, b):
     return k[k0:k0 + lk][None], v[k0:k0 + lk][None]
 
 
-@budget(90)
+@budget(180)
 @given(varlen_calls())
 def test_varlen_functions_match_the_float64_reference(call):
     fn, kwargs = call["fn"], dict(call["kwargs"])
@@ -352,7 +351,8 @@ def test_varlen_functions_match_the_float64_reference(call):
         q, k, v = leaves
     nseq, heads = len(call["lengths_q"]), q.shape[1]
     p = kwargs.get("dropout_p", 0.0)
-    keep = keep_mask_of_next_call(q, p, nseq, heads, call["max_q"], call["max_k"]) if p else None
+    keep = (keep_mask_of_next_call(q, p, nseq, heads, call["max_q"], call["max_k"], call["seed"])
+            if p else None)
     common = dict(alibi_slopes=call["slopes"], return_attn_probs=True, **kwargs)
     if fn == "qkvpacked":
         out, lse, _ = flashattn.flash_attn_varlen_qkvpacked_func(
@@ -465,7 +465,7 @@ def cache_rows(call, b, positions):
     return torch.full_like(positions, entry), positions
 
 
-@budget(80)
+@budget(180)
 @given(kvcache_calls())
 def test_kvcache_matches_the_float64_reference_and_appends_exactly(call):
     kwargs = call["kwargs"]
