@@ -47,7 +47,14 @@ DEFINED_BEHAVIOUR = {
     "k_new_aliases_cache": "k, v a view of cache rows that the append does not write: read first",
     # Reported to the lead (issue 34), tolerated here until decided; see the report.
     "k_cache_is_v_cache": "OPEN: one cache as k_cache and v_cache with an append: v overwrites k",
-    "cache_seqlens_meta": "OPEN (bug): a meta cache_seqlens with CPU tensors is not rejected",
+    # OPEN (C++ bug, reported): fwd_kvcache checks the device of k_cache and v_cache only; any
+    # other tensor on another device (here meta) is read as if it were on q's.
+    "cache_seqlens_meta": "OPEN (bug): fwd_kvcache does not check cache_seqlens' device",
+    "kvcache_k_meta": "OPEN (bug): fwd_kvcache does not check k's device",
+    "kvcache_rotary_cos_meta": "OPEN (bug): fwd_kvcache does not check rotary_cos' device",
+    "kvcache_alibi_slopes_meta": "OPEN (bug): fwd_kvcache does not check alibi_slopes' device",
+    "kvcache_cache_batch_idx_meta": "OPEN (bug): fwd_kvcache does not check cache_batch_idx' device",
+    "kvcache_cache_leftpad_meta": "OPEN (bug): fwd_kvcache does not check cache_leftpad's device",
 }
 
 # scaled_dot_product_attention's tensor errors come from the op, which names its own arguments
@@ -295,10 +302,23 @@ def _worker(calls, seed):
                                        else [])
             return fn, [q, kc, vc], kwargs, mutation, names
         if choice == 4:
-            mutation = rng.choice(["k_cache_is_v_cache", "k_without_v", "k_new_wrong_heads",
+            mutation = rng.choice(["kvcache_k_meta", "kvcache_rotary_cos_meta",
+                                   "kvcache_alibi_slopes_meta", "kvcache_cache_batch_idx_meta",
+                                   "kvcache_cache_leftpad_meta", "k_cache_is_v_cache", "k_without_v", "k_new_wrong_heads",
                                    "k_new_aliases_cache", "rotary_without_k",
                                    "rotary_wrong_shape", "num_splits_negative",
                                    "num_splits_float", "num_splits_huge"])
+            if mutation.endswith("_meta"):
+                name = mutation[len("kvcache_"):-len("_meta")]
+                kwargs.update(k=t(b, 1, 2, 16), v=t(b, 1, 2, 16))
+                kwargs[name] = {"k": kwargs["k"], "rotary_cos": t(cap, 4),
+                                "alibi_slopes": torch.rand(4),
+                                "cache_batch_idx": torch.tensor([1, 0], dtype=torch.int32),
+                                "cache_leftpad": torch.tensor([0, 1], dtype=torch.int32)}[name]
+                if name == "rotary_cos":
+                    kwargs["rotary_sin"] = t(cap, 4)
+                kwargs[name] = kwargs[name].to("meta")
+                return fn, [q, k_cache, v_cache], kwargs, mutation, [name]
             if mutation == "k_cache_is_v_cache":
                 kwargs.update(k=t(b, 1, 2, 16), v=t(b, 1, 2, 16))
                 return fn, [q, k_cache, k_cache], kwargs, mutation, ["k_cache", "v_cache"]
