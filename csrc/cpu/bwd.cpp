@@ -89,6 +89,7 @@ class BackwardKernel {
         // Five products (S, dP, dV, dK, dQ) against the forward's two.
         threads_(threads_for_work(attention_work(p, seqs_) * 5 / 2)),
         key_rows_(tile_key_rows()),
+        products_in_place_(takes_products_in_place()),
         groups_(p.batch, p.heads_kv) {
     // The 16-bit products take a query block as one panel.
     TORCH_INTERNAL_ASSERT(!kNative16 || query_block_ == kPanelWidth);
@@ -193,6 +194,19 @@ class BackwardKernel {
     return kNative16 ? kKeyBlock : std::min(kKeyBlock, longest);
   }
 
+  // Whether every product of the call is small enough for tile_gemm's loops and every operand
+  // is read in place (fp32 rows): then the products that take transposes read them in place
+  // too (loop_gemm_strided, the same bits as the loops on packed copies), and nothing is
+  // packed. Packing a call of a few queries and keys cost more than its products.
+  bool takes_products_in_place() const {
+    if (!kRowsInPlace) return false;
+    for (const TensorView* view : {&p_.q, &p_.dout, &p_.k, &p_.v})
+      if (!rows_in_place(view->row_stride)) return false;
+    int longest_q = 0;
+    for (const Sequence& s : seqs_) longest_q = std::max(longest_q, s.seqlen_q);
+    return int64_t(key_rows_) * std::min(longest_q, query_block_) * dim_ <= kLoopProductMacs;
+  }
+
   // Each sequence's blocks and dQ chunks, chosen from its own shape only.
   std::vector<SequenceWork> plan_sequences() const {
     std::vector<SequenceWork> work(seqs_.size());
@@ -252,6 +266,7 @@ class BackwardKernel {
     if (piece == 0)
       ops.dq_partial =
           alloc_workspace<T>(ops.dq_partial_storage, work_[b].chunks * work_[b].group_dq_elements);
+    if (products_in_place_) return;
     if constexpr (kNative16) {
       switch (piece) {
         case 0:
@@ -550,23 +565,38 @@ class BackwardKernel {
     T* probs = s.probs_t.data();
     T* grads = s.grad_t.data();
 
+    T* dq = dq_partial(ops, b, task.chunk, g, qb);
+
     // S_ijᵀ = Kj (scale·Qi)ᵀ, then P_ijᵀ row by row (a row is one key, across the queries).
-    tile_gemm(cols, rows, D, k_rows, ld_k, ops.q_panels.head(0, g) + int64_t(qb) * D * query_block_,
-              query_block_, probs, query_block_, /*accumulate=*/false);
+    if (products_in_place_)
+      loop_gemm_strided(cols, rows, D, k_rows, ld_k, 1, q_rows, 1, ld_q, softmax_scale<T>(p_),
+                        probs, query_block_, /*accumulate=*/false);
+    else
+      tile_gemm(cols, rows, D, k_rows, ld_k,
+                ops.q_panels.head(0, g) + int64_t(qb) * D * query_block_, query_block_, probs,
+                query_block_, /*accumulate=*/false);
     scores_to_probs(task, h, qb, kb, masks, probs, s);
     // dVj += P_ijᵀ dOi (dropped)
     tile_gemm(cols, D, rows, probs_for_dv(task, h, qb, kb, probs, s), query_block_, do_rows, ld_do,
               s.dv_acc.data(), D, true);
     // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ in place.
-    tile_gemm(cols, rows, D, v_rows, ld_v,
-              ops.do_panels.head(0, g) + int64_t(qb) * D * query_block_, query_block_, grads,
-              query_block_, /*accumulate=*/false);
+    if (products_in_place_)
+      loop_gemm_strided(cols, rows, D, v_rows, ld_v, 1, do_rows, 1, ld_do, T(1), grads,
+                        query_block_, /*accumulate=*/false);
+    else
+      tile_gemm(cols, rows, D, v_rows, ld_v,
+                ops.do_panels.head(0, g) + int64_t(qb) * D * query_block_, query_block_, grads,
+                query_block_, /*accumulate=*/false);
     probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
     // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
     tile_gemm(cols, D, rows, grads, query_block_, q_rows, ld_q, s.dk_acc.data(), D, true);
     // dQiᵀ += Kjᵀ dS_ijᵀ, into this chunk's partial buffer.
-    tile_gemm(D, rows, cols, ops.k_panels.head(0, 0) + int64_t(kb) * D * kKeyBlock, kKeyBlock,
-              grads, query_block_, dq_partial(ops, b, task.chunk, g, qb), query_block_, true);
+    if (products_in_place_)
+      loop_gemm_strided(D, rows, cols, k_rows, 1, ld_k, grads, query_block_, 1, T(1), dq,
+                        query_block_, /*accumulate=*/true);
+    else
+      tile_gemm(D, rows, cols, ops.k_panels.head(0, 0) + int64_t(kb) * D * kKeyBlock, kKeyBlock,
+                grads, query_block_, dq, query_block_, /*accumulate=*/true);
   }
 
   void store_dk_dv(const Task& task, int kb, const Scratch& s) const {
@@ -632,6 +662,7 @@ class BackwardKernel {
   std::vector<SequenceWork> work_;  // per sequence
   const int threads_;  // the threads the call is worth (threads_for_work)
   const int key_rows_;  // the most keys a tile holds (tile_key_rows)
+  const bool products_in_place_;  // takes_products_in_place()
   HeadOperands<GroupOperands> groups_;  // per (sequence, kv head)
   at::Tensor d_terms_storage_, lse_shift_storage_;
   T* d_terms_ = nullptr;

@@ -16,15 +16,56 @@
 
 namespace flashattn::cpu {
 
+// Products of at most this many multiply-adds run as plain loops: oneDNN's per-call cost (its
+// kernel cache lookup and context, ~0.5 us) is more than such a product takes in loops. They
+// come from short sequences: a backward tile of one query and one key is 5 products of 64.
+constexpr int64_t kLoopProductMacs = 4096;
+
+// C (+)= A B in plain loops, row by row, the inner loop along C's row.
+template <typename T>
+inline void loop_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+                      int64_t ldb, T* C, int64_t ldc, bool accumulate) {
+  for (int64_t m = 0; m < M; ++m) {
+    T* c = C + m * ldc;
+    if (!accumulate)
+      for (int64_t n = 0; n < N; ++n) c[n] = T(0);
+    for (int64_t k = 0; k < K; ++k) {
+      const T a = A[m * lda + k];
+      const T* b = B + k * ldb;
+      for (int64_t n = 0; n < N; ++n) c[n] += a * b[n];
+    }
+  }
+}
+
+// loop_gemm with A and B read through strides, B's elements times b_factor: element (m, k) of
+// A is A[m * a_m + k * a_k], (k, n) of B is B[k * b_k + n * b_n] * b_factor. The operations of
+// loop_gemm on copies of A and B laid out row-major (B multiplied by b_factor as it is copied)
+// in the same order, so the same bits, without the copies.
+template <typename T>
+inline void loop_gemm_strided(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_m,
+                              int64_t a_k, const T* B, int64_t b_k, int64_t b_n, T b_factor, T* C,
+                              int64_t ldc, bool accumulate) {
+  for (int64_t m = 0; m < M; ++m) {
+    T* c = C + m * ldc;
+    if (!accumulate)
+      for (int64_t n = 0; n < N; ++n) c[n] = T(0);
+    for (int64_t k = 0; k < K; ++k) {
+      const T a = A[m * a_m + k * a_k];
+      const T* b = B + k * b_k;
+      for (int64_t n = 0; n < N; ++n) c[n] += a * (b[n * b_n] * b_factor);
+    }
+  }
+}
+
 // fp32: oneDNN's batch-reduce GEMM micro-kernel, JIT-compiled for the running CPU's ISA
-// (AVX2, AVX-512, ...), so the wheel needs no ISA-specific compile flags.
+// (AVX2, AVX-512, ...), so the wheel needs no ISA-specific compile flags; small products in
+// loops. Which one runs depends only on the product's sizes, so a tile gets the same bits
+// whatever else is in the call.
 inline void tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                       const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (!accumulate)
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) C[m * ldc + n] = 0.f;
+  if (M * N * K <= kLoopProductMacs) {
+    loop_gemm(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
     return;
   }
   at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, accumulate, A, B, C, /*is_vnni=*/false);
@@ -33,16 +74,7 @@ inline void tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t l
 // fp64 exists for gradcheck, where exactness matters and speed does not: plain loops.
 inline void tile_gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
                       const double* B, int64_t ldb, double* C, int64_t ldc, bool accumulate) {
-  for (int64_t m = 0; m < M; ++m) {
-    double* c = C + m * ldc;
-    if (!accumulate)
-      for (int64_t n = 0; n < N; ++n) c[n] = 0.0;
-    for (int64_t k = 0; k < K; ++k) {
-      const double a = A[m * lda + k];
-      const double* b = B + k * ldb;
-      for (int64_t n = 0; n < N; ++n) c[n] += a * b[n];
-    }
-  }
+  loop_gemm(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
 
 // The kernels that multiply 16-bit tiles: bf16/fp16 operands, fp32 accumulation. panels16.h
