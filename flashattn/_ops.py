@@ -11,6 +11,7 @@ from . import _C  # noqa: F401  the schemas must exist before we register agains
 
 _FWD = torch.ops.flashattn.fwd.default
 _BWD = torch.ops.flashattn.bwd.default
+_FWD_KVCACHE = torch.ops.flashattn.fwd_kvcache.default
 
 
 def bind_arguments(op, args, kwargs):
@@ -62,7 +63,9 @@ def _bwd_fake(*args, **kwargs):
 @torch.library.register_fake("flashattn::fwd_kvcache")
 def _fwd_kvcache_fake(q, k_cache, v_cache, *args, **kwargs):
     # The caches are written in place (declared Tensor(a!) in the schema); out and lse are new.
-    _check_same_device(q, {"k_cache": k_cache, "v_cache": v_cache})
+    # Every tensor argument is checked: one on the meta device among CPU tensors sends the
+    # call here, and a CPU q would otherwise get uninitialized outputs back.
+    _check_same_device(q, bind_arguments(_FWD_KVCACHE, (q, k_cache, v_cache, *args), kwargs))
     batch, seqlen_q, heads, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
 

@@ -47,14 +47,6 @@ DEFINED_BEHAVIOUR = {
     "k_new_aliases_cache": "k, v a view of cache rows that the append does not write: read first",
     # Reported to the lead (issue 34), tolerated here until decided; see the report.
     "k_cache_is_v_cache": "OPEN: one cache as k_cache and v_cache with an append: v overwrites k",
-    # OPEN (C++ bug, reported): fwd_kvcache checks the device of k_cache and v_cache only; any
-    # other tensor on another device (here meta) is read as if it were on q's.
-    "cache_seqlens_meta": "OPEN (bug): fwd_kvcache does not check cache_seqlens' device",
-    "kvcache_k_meta": "OPEN (bug): fwd_kvcache does not check k's device",
-    "kvcache_rotary_cos_meta": "OPEN (bug): fwd_kvcache does not check rotary_cos' device",
-    "kvcache_alibi_slopes_meta": "OPEN (bug): fwd_kvcache does not check alibi_slopes' device",
-    "kvcache_cache_batch_idx_meta": "OPEN (bug): fwd_kvcache does not check cache_batch_idx' device",
-    "kvcache_cache_leftpad_meta": "OPEN (bug): fwd_kvcache does not check cache_leftpad's device",
 }
 
 # scaled_dot_product_attention's tensor errors come from the op, which names its own arguments
