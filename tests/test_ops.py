@@ -43,7 +43,10 @@ def test_double_backward_is_an_error_not_zeros():
     dq, = torch.autograd.grad(flashattn.flash_attn_func(q, k, v, causal=True).sum(), q,
                               create_graph=True)
     reference = torch.autograd.grad(attention_reference(q, k, v, causal=True)[0].sum(), q)[0]
-    torch.testing.assert_close(dq, reference)
+    # float64 gradients are recomputed from the float32 LSE (README, Limitations): P carries its
+    # rounding, ~1e-7 relative, which assert_close's float64 default (1e-7) flagged in 3 of 300
+    # random draws.
+    torch.testing.assert_close(dq, reference, rtol=1e-6, atol=1e-6)
     with pytest.raises(RuntimeError, match="flashattn: double backward is not supported"):
         torch.autograd.grad(dq.square().sum(), q)
 
