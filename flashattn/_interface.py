@@ -125,8 +125,8 @@ def _attention(fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softc
         return out
     probs = None
     if rng_state is not None:
-        score_kwargs = dict(softmax_scale=kwargs.get("softmax_scale"), causal=bool(causal), window_size=(left, right),
-                            softcap=softcap, alibi_slopes=alibi_slopes,
+        score_kwargs = dict(softmax_scale=kwargs.get("softmax_scale"), causal=bool(causal),
+                            window_size=(left, right), softcap=softcap, alibi_slopes=alibi_slopes,
                             align_bottom_right=align_bottom_right,
                             attn_mask=op_arguments.get("attn_mask"))
         probs = dropped_probs(q.detach(), k.detach(), rng_state, dropout_p, score_kwargs,
