@@ -15,7 +15,9 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The probe runs from tests/, as the suite does, so it imports the installed flashattn (the
+# source tree's has no _C in a clean checkout).
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 _PROBE = r"""
 import json, sys, torch, flashattn
@@ -46,7 +48,7 @@ FILLS = {"aten::fill_", "aten::zero_", "aten::zeros", "aten::zeros_like", "aten:
 def _aten_calls(shape, causal):
     env = dict(os.environ, FLASHATTN_POISON_OUTPUTS="0")
     run = subprocess.run([sys.executable, "-c", _PROBE, json.dumps([shape, causal])], env=env,
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+                         cwd=HERE, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout.strip().splitlines()[-1])
 
