@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hopper_gemm_kernel.cuh"
+#include "named_cases.h"
 
 namespace {
 
@@ -87,7 +88,7 @@ int run(int m, int n, int k) {
 
 // CASE -> run. Shapes are small (the shim costs ~0.3 ms per m64n128k16) but take the ring
 // around several times (K steps > stages) and cut M, N and K off mid-tile.
-const std::map<std::string, std::function<int()>> kCases = {
+const selftest::NamedCases kCases = {
     {"bf16_k_2c", [] { return run<__nv_bfloat16, false, 2, 2>(128, 128, 128); }},
     {"bf16_k_2c_ragged", [] { return run<__nv_bfloat16, false, 2, 2>(200, 196, 328); }},
     {"f16_k_1c_ragged", [] { return run<__half, false, 1, 3>(72, 136, 136); }},
@@ -100,17 +101,4 @@ const std::map<std::string, std::function<int()>> kCases = {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc != 2 || kCases.count(argv[1]) == 0) {
-    std::fprintf(stderr, "usage: %s CASE; cases:", argv[0]);
-    for (const auto& c : kCases) std::fprintf(stderr, " %s", c.first.c_str());
-    std::fprintf(stderr, "\n");
-    return 64;
-  }
-  try {
-    return kCases.at(argv[1])();
-  } catch (const cudasim::SimError& e) {
-    std::printf("SimError: %s\n", e.what());
-    return 3;
-  }
-}
+int main(int argc, char** argv) { return selftest::run_named_case(argc, argv, kCases); }

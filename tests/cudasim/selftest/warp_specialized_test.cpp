@@ -12,6 +12,7 @@
 
 #include "cuda/ptx.cuh"
 #include "src/warpgroup.h"
+#include "named_cases.h"
 
 namespace ring {
 
@@ -284,7 +285,7 @@ using ring::Bug;
 
 std::vector<float> floats(256);
 
-const std::map<std::string, std::function<int()>> kCases = {
+const selftest::NamedCases kCases = {
     {"ring", ring::run<Bug::None>},
     {"ring_producer_wrong_parity", ring::run<Bug::ProducerWrongParity>},
     {"ring_consumer_wrong_parity", ring::run<Bug::ConsumerWrongParity>},
@@ -316,17 +317,4 @@ const std::map<std::string, std::function<int()>> kCases = {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc != 2 || kCases.count(argv[1]) == 0) {
-    std::fprintf(stderr, "usage: %s CASE; cases:", argv[0]);
-    for (const auto& c : kCases) std::fprintf(stderr, " %s", c.first.c_str());
-    std::fprintf(stderr, "\n");
-    return 64;
-  }
-  try {
-    return kCases.at(argv[1])();
-  } catch (const cudasim::SimError& e) {
-    std::printf("SimError: %s\n", e.what());
-    return 3;
-  }
-}
+int main(int argc, char** argv) { return selftest::run_named_case(argc, argv, kCases); }

@@ -11,6 +11,7 @@
 
 #include "cuda/tensor_map.h"
 #include "sm90_wgmma_cases.h"
+#include "named_cases.h"
 
 namespace bugs {
 
@@ -404,7 +405,7 @@ int launch(Kernel kernel, unsigned threads, size_t smem = 0) {
 using bugs::Bug;
 std::vector<float> sink(128);
 
-const std::map<std::string, std::function<int()>> kCases = {
+const selftest::NamedCases kCases = {
     {"layouts", layouts},
     {"pipeline", [] { return bugs::run<Bug::None>(160); }},
     {"tma_ring", ring::run<false>},
@@ -433,17 +434,4 @@ const std::map<std::string, std::function<int()>> kCases = {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc != 2 || kCases.count(argv[1]) == 0) {
-    std::fprintf(stderr, "usage: %s CASE; cases:", argv[0]);
-    for (const auto& c : kCases) std::fprintf(stderr, " %s", c.first.c_str());
-    std::fprintf(stderr, "\n");
-    return 64;
-  }
-  try {
-    return kCases.at(argv[1])();
-  } catch (const cudasim::SimError& e) {
-    std::printf("SimError: %s\n", e.what());
-    return 3;
-  }
-}
+int main(int argc, char** argv) { return selftest::run_named_case(argc, argv, kCases); }
