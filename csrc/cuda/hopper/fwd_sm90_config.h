@@ -1,0 +1,59 @@
+// Tile sizes, warp roles, register split and shared-memory layout of the sm_90a forward.
+//
+// One CTA computes kBlockM = 128 query rows of one (batch, head): warpgroup 0 is the producer
+// (one thread issues TMA loads), warpgroups 1 and 2 are consumers owning 64 rows each (the
+// m64 of wgmma). Keys go by kBlockN = 128 through a ring of kStages = 2 stages of K and V.
+// FA3 (hopper/tile_size.h) uses 128 x 128 (d = 128) with two stages too; why these sizes here
+// is in docs/lab/2026-12-02-hopper-forward.md.
+//
+// Shared memory, from a 1024-byte aligned base (the 128-byte swizzle's atom is 8 rows of 128
+// bytes; every tile below starts on a multiple of 1024):
+//   Q        kHeadDim / 64 chunks of [kBlockM rows x 128 bytes] (64 columns of d per chunk, as
+//            the TMA box brings them, 128-byte swizzled); reused by nothing.
+//   K[s]     kStages x kHeadDim / 64 chunks of [kBlockN x 128 bytes]
+//   V[s]     the same
+//   barriers q_full, k_full[s], v_full[s], kv_empty[s] (8 bytes each)
+//   + 1024 bytes of slack: nvcc promises 128-byte alignment of dynamic smem only, so the
+//   kernel rounds its base up.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace flashattn::hopper {
+
+constexpr uint32_t kSwizzleRowBytes = 128;  // one 128-byte swizzle row: 64 16-bit elements
+constexpr uint32_t kSwizzleAtomBytes = 1024;
+
+template <int kHeadDim_>
+struct FwdSm90Config {
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "the sm_90a forward takes d = 64 or 128");
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = 128;
+  static constexpr int kStages = 2;
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kChunks = kHeadDim / 64;  // 128-byte swizzle rows per tile row
+
+  static constexpr uint32_t kQChunkBytes = kBlockM * kSwizzleRowBytes;
+  static constexpr uint32_t kKvChunkBytes = kBlockN * kSwizzleRowBytes;
+  static constexpr uint32_t kQBytes = kChunks * kQChunkBytes;
+  static constexpr uint32_t kKvBytes = kChunks * kKvChunkBytes;  // one K (or V) tile
+
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKOffset = kQOffset + kQBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kKvBytes;
+  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKvBytes;
+  static constexpr int kBarriers = 1 + 3 * kStages;
+  static constexpr size_t kSmemBytes = kBarrierOffset + kBarriers * 8 + kSwizzleAtomBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "dynamic shared memory above the 227 KB opt-in limit");
+
+  // setmaxnreg: the producer keeps 24 registers, each consumer thread gets 240 (FA3's split for
+  // two consumer warpgroups): 128 * (24 + 2 * 240) = 64512 <= 65536.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
+                "setmaxnreg counts must fit the register file");
+};
+
+}  // namespace flashattn::hopper

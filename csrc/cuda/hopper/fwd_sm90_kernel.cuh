@@ -1,0 +1,219 @@
+// The sm_90a attention forward (issue 31, stage 4): warp-specialized, TMA -> mbarrier ring ->
+// wgmma, online softmax in registers. FA3's design (hopper/flash_fwd_kernel_sm90.h,
+// mainloop_fwd_sm90_tma_gmma_ws.hpp), written as plain CUDA with PTX only through ptx.cuh so
+// the CPU shim (tests/cudasim) runs it.
+//
+// Grid (ceil(Sq / 128), Hq, B); 384 threads; FwdSm90Config's dynamic shared memory.
+// - Warpgroup 0, the producer, gives registers back (setmaxnreg.dec); its thread 0 loads Q once
+//   (q_full) and then, per key tile, K into k_full[s] and V into v_full[s] of ring stage s,
+//   after waiting for kv_empty[s] (one arrival per consumer warpgroup). Every load is a 4D
+//   TMA box; rows beyond Sq / Sk land as zeros.
+// - Warpgroups 1 and 2, the consumers (setmaxnreg.inc), each own 64 query rows. Per key tile:
+//   S = Q K^T (wgmma m64n128k16, both operands from shared memory, K-major), the mask on the
+//   tiles that need it, the online softmax (fwd_sm90_softmax.cuh), P rounded into wgmma
+//   A-fragments in registers, O += P V (wgmma m64nDk16, A from registers, V MN-major), then
+//   the stage is released.
+// - Epilogue: O / l and the LSE stored straight from registers (rows below Sq only).
+//
+// Lines marked "// SITE:name" are named by tests/test_cudasim_hopper_fwd.py.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
+#include "cuda/element.cuh"
+#include "cuda/hopper/fwd_sm90_config.h"
+#include "cuda/hopper/fwd_sm90_mask.cuh"
+#include "cuda/hopper/fwd_sm90_params.h"
+#include "cuda/hopper/fwd_sm90_softmax.cuh"
+#include "cuda/ptx.cuh"
+#include "cuda/tensor_map.h"
+
+namespace flashattn::hopper {
+
+// D[64 x N] (+)= A * B over one k16 step, both from shared memory, K-major (S = Q K^T).
+template <typename Elem, int N>
+__device__ __forceinline__ void wgmma_ss_k(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
+                                           int scale_d FLASHATTN_CALLER_SITE) {
+  using ptx::WgmmaMajor;
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) {
+    ptx::wgmma_bf16_ss<N, WgmmaMajor::K, WgmmaMajor::K>(d, desc_a, desc_b, scale_d FLASHATTN_CALLER_SITE_ARGS);
+  } else {
+    ptx::wgmma_f16_ss<N, WgmmaMajor::K, WgmmaMajor::K>(d, desc_a, desc_b, scale_d FLASHATTN_CALLER_SITE_ARGS);
+  }
+}
+
+// D[64 x N] += A * B over one k16 step, A from registers, B MN-major (O += P V).
+template <typename Elem, int N>
+__device__ __forceinline__ void wgmma_rs_mn(float (&d)[N / 2], const uint32_t (&a)[4],
+                                            uint64_t desc_b FLASHATTN_CALLER_SITE) {
+  using ptx::WgmmaMajor;
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) {
+    ptx::wgmma_bf16_rs<N, WgmmaMajor::MN>(d, a, desc_b, 1 FLASHATTN_CALLER_SITE_ARGS);
+  } else {
+    ptx::wgmma_f16_rs<N, WgmmaMajor::MN>(d, a, desc_b, 1 FLASHATTN_CALLER_SITE_ARGS);
+  }
+}
+
+// The P of one key tile, rounded into the A fragments of its kBlockN / 16 k16 steps: step kk's
+// a[0..3] are accumulator elements 8kk..8kk+7 in pairs (the m64nN D layout and the m64k16 A
+// layout share their rows and column pairs; ptx_sm90_mma.cuh).
+template <typename Elem, int kN>
+__device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN / 2]) {
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) p[i] = cuda::pack_rn<Elem>(s[2 * i], s[2 * i + 1]);
+}
+
+template <typename Elem, int kHeadDim, bool kCausal>
+__global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
+    fwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
+                    const __grid_constant__ TensorMap map_v, const FwdSm90Params p) {
+  using namespace flashattn::ptx;
+  using Cfg = FwdSm90Config<kHeadDim>;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
+  FLASHATTN_DYNAMIC_SMEM(unsigned char, smem_base);
+  unsigned char* smem =
+      smem_base + (kSwizzleAtomBytes - smem_u32addr(smem_base) % kSwizzleAtomBytes) % kSwizzleAtomBytes;
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
+  uint64_t* k_full = q_full + 1;
+  uint64_t* v_full = k_full + kStages;
+  uint64_t* kv_empty = v_full + kStages;
+
+  const int tid = threadIdx.x, group = tid / 128;
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const int kv_head = head / p.head_group;
+  const KeyTiles<kCausal, kBlockM, kBlockN> tiles(m_block, p.seqlen_q, p.seqlen_k);
+
+  if (tid == 0) {
+    tma_prefetch_descriptor(&map_q);
+    tma_prefetch_descriptor(&map_k);
+    tma_prefetch_descriptor(&map_v);
+    mbarrier_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&k_full[s], 1);
+      mbarrier_init(&v_full[s], 1);
+      mbarrier_init(&kv_empty[s], Cfg::kConsumers);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (group == 0) {
+    // ---- Producer ----
+    setmaxnreg_dec<Cfg::kProducerRegisters>();
+    if (tid == 0 && tiles.n_blocks > 0) {
+      mbarrier_arrive_expect_tx(q_full, Cfg::kQBytes);
+#pragma unroll
+      for (int c = 0; c < Cfg::kChunks; ++c)
+        tma_load_4d(smem + Cfg::kQOffset + c * Cfg::kQChunkBytes, &map_q, q_full, 64 * c,
+                    m_block * kBlockM, head, batch);  // SITE:load_q
+      for (int it = 0; it < tiles.n_blocks; ++it) {
+        const int n_block = tiles.n_blocks - 1 - it, s = it % kStages;
+        mbarrier_wait_parity(&kv_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
+        unsigned char* k_tile = smem + Cfg::kKOffset + s * Cfg::kKvBytes;
+        unsigned char* v_tile = smem + Cfg::kVOffset + s * Cfg::kKvBytes;
+        mbarrier_arrive_expect_tx(&k_full[s], Cfg::kKvBytes);
+#pragma unroll
+        for (int c = 0; c < Cfg::kChunks; ++c)
+          tma_load_4d(k_tile + c * Cfg::kKvChunkBytes, &map_k, &k_full[s], 64 * c, n_block * kBlockN,
+                      kv_head, batch);  // SITE:load_k
+        mbarrier_arrive_expect_tx(&v_full[s], Cfg::kKvBytes);
+#pragma unroll
+        for (int c = 0; c < Cfg::kChunks; ++c)
+          tma_load_4d(v_tile + c * Cfg::kKvChunkBytes, &map_v, &v_full[s], 64 * c, n_block * kBlockN,
+                      kv_head, batch);  // SITE:load_v
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers ----
+  setmaxnreg_inc<Cfg::kConsumerRegisters>();
+  const int consumer = group - 1, t = tid % 128, warp = t / 32, lane = t % 32;
+  const int row0 = m_block * kBlockM + 64 * consumer + 16 * warp + lane / 4;  // and row0 + 8
+
+  float o[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+  OnlineSoftmax softmax;
+  softmax.init();
+
+  // Descriptors (128-byte swizzle). Q and K are K-major: rows 128 bytes apart in 8-row atoms
+  // (SBO 1024), a k16 step 32 bytes further, the next 64 columns of d one chunk further. V is
+  // MN-major (B = V is keys x d with d contiguous): key rows of 64 d at 128 bytes, 8-key groups
+  // at SBO 1024, the next 64 d (the next chunk) at LBO, a k16 step 16 key rows (2048 bytes).
+  const uint64_t desc_q = wgmma_descriptor(smem_u32addr(smem + Cfg::kQOffset + consumer * 64 * kSwizzleRowBytes),
+                                           16, 1024, WgmmaSwizzle::B128);
+  const uint64_t desc_k0 = wgmma_descriptor(smem_u32addr(smem + Cfg::kKOffset), 16, 1024, WgmmaSwizzle::B128);
+  const uint64_t desc_v0 =
+      wgmma_descriptor(smem_u32addr(smem + Cfg::kVOffset), Cfg::kKvChunkBytes, 1024, WgmmaSwizzle::B128);
+
+  if (tiles.n_blocks > 0) mbarrier_wait_parity(q_full, 0);
+
+  auto step = [&](int it, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    const int n_block = tiles.n_blocks - 1 - it, s = it % kStages;
+    const uint32_t parity = static_cast<uint32_t>(it / kStages) & 1;
+    // S = Q K^T
+    float sacc[kBlockN / 2];
+    mbarrier_wait_parity(&k_full[s], parity);
+    wgmma_fence_operand(sacc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const uint32_t q_off = (kk / 4) * Cfg::kQChunkBytes + 32 * (kk % 4);
+      const uint32_t k_off = s * Cfg::kKvBytes + (kk / 4) * Cfg::kKvChunkBytes + 32 * (kk % 4);
+      wgmma_ss_k<Elem, kBlockN>(sacc, wgmma_descriptor_advance(desc_q, q_off),
+                                wgmma_descriptor_advance(desc_k0, k_off), kk > 0 ? 1 : 0);  // SITE:wgmma_s
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();  // SITE:wait_s
+    wgmma_fence_operand(sacc);
+    if constexpr (kMasked) apply_mask<kCausal>(sacc, row0, n_block * kBlockN, lane, p.seqlen_q, p.seqlen_k);
+    softmax.max_and_exp(sacc, p.scale_log2);
+    softmax.rescale_o(o);
+    uint32_t pfrag[kBlockN / 4];
+    convert_p<Elem>(sacc, pfrag);
+    // O += P V
+    mbarrier_wait_parity(&v_full[s], parity);
+    wgmma_fence_operand(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint32_t a[4] = {pfrag[4 * kk], pfrag[4 * kk + 1], pfrag[4 * kk + 2], pfrag[4 * kk + 3]};
+      wgmma_rs_mn<Elem, kHeadDim>(o, a, wgmma_descriptor_advance(desc_v0, s * Cfg::kKvBytes + kk * 16 * kSwizzleRowBytes));  // SITE:wgmma_o
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();  // SITE:wait_o
+    wgmma_fence_operand(o);
+    if (t == 0) mbarrier_arrive(&kv_empty[s]);  // SITE:release
+  };
+  int it = 0;
+  for (; it < tiles.n_masked; ++it) step(it, std::true_type{});
+  for (; it < tiles.n_blocks; ++it) step(it, std::false_type{});
+
+  // ---- Epilogue ----
+  float inv_l[2], lse[2];
+  softmax.finalize(p.scale_log2, inv_l, lse);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row >= p.seqlen_q) continue;
+    uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.o) + batch * p.o_batch_stride +
+                                                head * p.o_head_stride + row * p.o_row_stride);
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) {
+      const int col = 8 * j + 2 * (lane % 4);
+      FLASHATTN_GMEM(out)[col / 2] =
+          cuda::pack_rn<Elem>(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);  // SITE:store_o
+    }
+    if (lane % 4 == 0)
+      FLASHATTN_GMEM(p.lse)[batch * p.lse_batch_stride + head * p.lse_head_stride + row] = lse[r];
+  }
+}
+
+}  // namespace flashattn::hopper

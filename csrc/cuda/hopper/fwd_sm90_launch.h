@@ -1,0 +1,42 @@
+// Host launch of the sm_90a forward, under nvcc (a stream) and under the CPU shim (the grid runs
+// on the calling thread; errors throw cudasim::SimError). Not wired into the library's dispatch:
+// callers are tests/cudasim/selftest/hopper_fwd_test.cpp and tests/cudasim/hopper_fwd_gpu.cu.
+#pragma once
+#include <string>
+
+#include "cuda/hopper/fwd_sm90_kernel.cuh"
+
+#if !(defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__))
+#include <cuda_runtime.h>
+#endif
+
+namespace flashattn::hopper {
+
+inline dim3 fwd_sm90_grid(const FwdSm90Params& p) {
+  return dim3((p.seqlen_q + 127) / 128, p.heads_q, p.batch);
+}
+
+// "" on success, else why the launch failed.
+template <typename Elem, int kHeadDim, bool kCausal>
+std::string launch_fwd_sm90(const FwdSm90Maps& maps, const FwdSm90Params& p, void* stream) {
+  using Cfg = FwdSm90Config<kHeadDim>;
+  auto kernel = fwd_sm90_kernel<Elem, kHeadDim, kCausal>;
+  const dim3 grid = fwd_sm90_grid(p);
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return "";
+#if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
+  (void)stream;
+  ::cudasim::set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
+  ::cudasim::launch(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, maps.q, maps.k, maps.v, p);
+  return "";
+#else
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(Cfg::kSmemBytes));
+  if (status != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(status);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(maps.q, maps.k, maps.v, p);
+  status = cudaGetLastError();
+  if (status != cudaSuccess) return std::string("launch: ") + cudaGetErrorString(status);
+  return "";
+#endif
+}
+
+}  // namespace flashattn::hopper

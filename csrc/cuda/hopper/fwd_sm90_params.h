@@ -1,0 +1,73 @@
+// The sm_90a forward's own arguments (issue 31, stage 4): a small struct, not AttnParams, until
+// the architecture-aware plan wires the kernel into the dispatch. The tensors are AttnParams'
+// layouts: Q, O [B, Sq, Hq, D], K, V [B, Sk, Hkv, D], each seen through element strides with a
+// contiguous last dimension; the LSE [B, Hq, Sq] (fp32, rows contiguous), natural log, -inf for
+// a row that sees no key (the sm_80 kernel's convention).
+//
+// Q, K and V reach the kernel as TMA tensor maps (tensor_map.h), 4D boxes of (64 columns of the
+// head dimension = one 128-byte swizzle row, rows, 1 head, 1 batch), which make_fwd_sm90_maps
+// encodes. TMA needs 16-byte aligned base pointers and strides: every stride a multiple of 8
+// elements. Rows beyond Sq / Sk read as zeros (the box is zero-filled out of bounds).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "cuda/tensor_map.h"
+
+namespace flashattn::hopper {
+
+struct FwdSm90Params {
+  // O [B, Sq, Hq, D], written (element strides).
+  void* o = nullptr;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  // LSE [B, Hq, Sq], written (element strides; rows contiguous).
+  float* lse = nullptr;
+  int64_t lse_batch_stride = 0, lse_head_stride = 0;
+  int batch = 0, seqlen_q = 0, seqlen_k = 0;
+  int heads_q = 0, head_group = 1;  // query head h reads kv head h / head_group
+  float scale_log2 = 0.f;           // softmax scale * log2(e): exp2 takes the scores directly
+};
+
+struct FwdSm90Maps {
+  TensorMap q, k, v;
+};
+
+// Where one [B, S, H, D] input lives, for make_fwd_sm90_maps.
+struct FwdSm90Input {
+  const void* ptr = nullptr;
+  int64_t batch_stride = 0, row_stride = 0, head_stride = 0;  // elements
+  int seqlen = 0, heads = 0;
+};
+
+// Encodes the three maps: dims (D, S, H, B), byte strides of rows, heads and batches, boxes of
+// (64, block_rows, 1, 1) with the 128-byte swizzle. "" on success, else the encoder's reason.
+inline std::string make_fwd_sm90_maps(FwdSm90Maps& maps, TensorMapDtype dtype, int head_dim,
+                                      int batch, const FwdSm90Input& q, const FwdSm90Input& k,
+                                      const FwdSm90Input& v, int block_m, int block_n) {
+  const FwdSm90Input* inputs[3] = {&q, &k, &v};
+  TensorMap* outputs[3] = {&maps.q, &maps.k, &maps.v};
+  const char* names[3] = {"Q", "K", "V"};
+  for (int i = 0; i < 3; ++i) {
+    const FwdSm90Input& in = *inputs[i];
+    TensorMapSpec spec;
+    spec.dtype = dtype;
+    spec.rank = 4;
+    spec.global = in.ptr;
+    spec.dims[0] = static_cast<uint64_t>(head_dim);
+    spec.dims[1] = static_cast<uint64_t>(in.seqlen);
+    spec.dims[2] = static_cast<uint64_t>(in.heads);
+    spec.dims[3] = static_cast<uint64_t>(batch);
+    spec.strides[0] = static_cast<uint64_t>(in.row_stride) * 2;
+    spec.strides[1] = static_cast<uint64_t>(in.head_stride) * 2;
+    spec.strides[2] = static_cast<uint64_t>(in.batch_stride) * 2;
+    spec.box[0] = 64;
+    spec.box[1] = static_cast<uint32_t>(i == 0 ? block_m : block_n);
+    spec.swizzle = TensorMapSwizzle::B128;
+    spec.l2_promotion = TensorMapL2Promotion::B128;
+    const std::string error = encode_tensor_map(outputs[i], spec);
+    if (!error.empty()) return std::string(names[i]) + ": " + error;
+  }
+  return "";
+}
+
+}  // namespace flashattn::hopper

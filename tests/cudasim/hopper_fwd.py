@@ -1,0 +1,223 @@
+"""The sm_90a attention forward (csrc/cuda/hopper/, issue 31 stage 4) on an H100/H200: a
+correctness sample against a float64 reference with the FlashAttention tolerance, then its
+TFLOP/s beside SDPA's cuDNN and flash backends in the same process.
+
+tests/cudasim/hopper_fwd_gpu.cu is built by nvcc (-gencode arch=compute_90a,code=sm_90a) into a
+shared library loaded with ctypes, so it runs on torch's tensors and stream.
+
+    python tests/cudasim/hopper_fwd.py [--iters 20] [--compile-only] [--ptxas]
+
+--compile-only builds the library and stops (what a machine without a GPU can check); the build
+fails if ptxas reports C7508 (setmaxnreg without a known entry register count) or any spill, or
+(where cuobjdump is installed) if the SASS lacks HGMMA, UTMALDG or SYNCS. --ptxas prints ptxas's
+per-kernel registers / spills / shared memory lines. Exit status 1 if any check fails; on a GPU
+other than compute capability 9.0 it prints SKIP and exits 0.
+"""
+import argparse
+import ctypes
+import glob
+import math
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import build  # noqa: E402
+from layout_check import nvcc_path  # noqa: E402
+
+BUILD_DIR = build.DEFAULT_BUILD_DIR
+SOURCE = os.path.join(build.SHIM_DIR, "hopper_fwd_gpu.cu")
+# (f16, head_dim, causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k)
+CHECKS = [
+    (0, 128, 0, 2, 4, 4, 1000, 1000),
+    (0, 128, 1, 1, 4, 2, 777, 1029),
+    (0, 64, 0, 1, 8, 1, 129, 4097),
+    (0, 64, 1, 3, 2, 2, 513, 255),
+    (1, 128, 1, 1, 2, 2, 2048, 2048),
+    (1, 64, 0, 2, 2, 1, 1, 63),
+    (0, 128, 1, 1, 1, 1, 7, 7),
+]
+# Timed: bf16, B * N = 16k tokens, hidden 2048 (bench/RESULTS.md's setting).
+TIMED = [(128, 0, 4096), (128, 1, 4096), (64, 0, 4096), (64, 1, 4096)]
+
+
+def build_library():
+    """(path, ptxas log); raises SystemExit on a failed or unfit build."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise SystemExit("nvcc not found: set CUDA_HOME")
+    flags = ["-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-shared",
+             "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-I", os.path.join(build.REPO_ROOT, "csrc")]
+    inputs = [SOURCE] + sorted(glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "hopper", "*")) +
+                               glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "*.cuh")) +
+                               glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "*.h")))
+    os.makedirs(BUILD_DIR, exist_ok=True)
+    lib = os.path.join(BUILD_DIR, f"hopper_fwd_gpu_sm90a.{build.digest(inputs, [nvcc] + flags)}.so")
+    log_path = lib + ".ptxas.txt"
+    if not os.path.exists(lib):
+        out = subprocess.run([nvcc, *flags, SOURCE, "-o", lib + ".tmp"], capture_output=True, text=True)
+        log = out.stdout + out.stderr
+        if out.returncode != 0:
+            raise SystemExit(f"nvcc failed:\n{log}")
+        problems = [line for line in log.splitlines()
+                    if "C7508" in line or re.search(r"[1-9]\d* bytes spill (stores|loads)", line)
+                    or re.search(r"[1-9]\d* bytes stack frame", line)]
+        if problems:
+            raise SystemExit("ptxas:\n" + "\n".join(problems))
+        missing = missing_sass(lib + ".tmp")
+        if missing:
+            raise SystemExit(missing)
+        with open(log_path, "w") as f:
+            f.write(log)
+        os.replace(lib + ".tmp", lib)
+    with open(log_path) as f:
+        return lib, f.read()
+
+
+def sass_tool(name):
+    """cuobjdump / nvdisasm: beside nvcc, or where .ci/cuda_gates.py pip-installs them."""
+    candidates = [os.path.join(os.path.dirname(nvcc_path()), name)] + sorted(glob.glob(
+        os.path.expanduser(f"~/.cache/flashattn-ci/{name}/nvidia/cu*/bin/{name}")))
+    return next((c for c in candidates if os.path.isfile(c)), None)
+
+
+def missing_sass(lib):
+    """"" if the SASS holds HGMMA, UTMALDG and SYNCS (or cuobjdump is not at hand)."""
+    cuobjdump, nvdisasm = sass_tool("cuobjdump"), sass_tool("nvdisasm")
+    if cuobjdump is None:
+        return ""
+    env = dict(os.environ)
+    if nvdisasm is not None:
+        env["PATH"] = os.path.dirname(nvdisasm) + os.pathsep + env.get("PATH", "")
+    out = subprocess.run([cuobjdump, "-sass", lib], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        return ""
+    missing = [op for op in ("HGMMA", "UTMALDG", "SYNCS") if op not in out.stdout]
+    return f"SASS lacks {', '.join(missing)}" if missing else ""
+
+
+def ptxas_summary(log):
+    """One line per kernel: its template arguments, registers, spills, shared memory."""
+    lines, name = [], None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            name = m.group(1)
+        if name and ("registers" in line or "spill" in line):
+            lines.append(f"{name}: {line.split('ptxas info    :')[-1].strip()}")
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--ptxas", action="store_true")
+    args = parser.parse_args()
+
+    lib_path, log = build_library()
+    if args.ptxas:
+        print("\n".join(ptxas_summary(log)))
+    if args.compile_only:
+        print(f"built {lib_path}")
+        return 0
+
+    import torch
+    import torch.nn.functional as F
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("SKIP: needs a GPU of compute capability 9.0 (sm_90a)")
+        return 0
+    lib = ctypes.CDLL(lib_path)
+    lib.hopper_fwd_run.restype = ctypes.c_int
+    lib.hopper_fwd_run.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p] * 6 +
+                                   [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_void_p,
+                                                         ctypes.c_char_p, ctypes.c_int])
+    error = ctypes.create_string_buffer(512)
+
+    def ours(q, k, v, causal, o=None, lse=None):
+        b, sq, hq, d = q.shape
+        sk, hkv = k.shape[1], k.shape[2]
+        o = torch.empty_like(q) if o is None else o
+        lse = torch.empty((b, hq, sq), device="cuda", dtype=torch.float32) if lse is None else lse
+        strides = (ctypes.c_longlong * 12)(*[t.stride(i) for t in (q, k, v, o) for i in (0, 1, 2)])
+        rc = lib.hopper_fwd_run(int(q.dtype == torch.float16), d, int(causal), q.data_ptr(),
+                                k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), strides,
+                                b, sq, sk, hq, hkv, 1.0 / math.sqrt(d),
+                                torch.cuda.current_stream().cuda_stream, error, len(error))
+        if rc != 0:
+            raise RuntimeError(error.value.decode())
+        return o, lse
+
+    def reference(q, k, v, causal, dtype):
+        """Attention in `dtype` by plain torch ops (bottom-right causal), and its LSE."""
+        qd, kd, vd = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
+        g = qd.shape[1] // kd.shape[1]
+        kd, vd = kd.repeat_interleave(g, 1), vd.repeat_interleave(g, 1)
+        s = (qd @ kd.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+        if causal:
+            sq, sk = s.shape[-2:]
+            keep = torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril(sk - sq)
+            s = s.masked_fill(~keep, float("-inf"))
+        lse = torch.logsumexp(s.float() if dtype != torch.float64 else s, -1)
+        p = torch.softmax(s, -1).nan_to_num(0.0)
+        return (p @ vd).transpose(1, 2), lse
+
+    torch.manual_seed(0)
+    failures = 0
+    for f16, d, causal, b, hq, hkv, sq, sk in CHECKS:
+        dtype = torch.float16 if f16 else torch.bfloat16
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((b, hq, sq), float("nan"), device="cuda")
+        ours(q, k, v, causal, o, lse)
+        want, want_lse = reference(q, k, v, causal, torch.float64)
+        low, _ = reference(q, k, v, causal, dtype)
+        err = (o.double() - want).abs().max().item()
+        err_low = (low.double() - want).abs().max().item()
+        finite = want_lse.isfinite()
+        lse_ok = bool(((lse.double() - want_lse).abs()[finite] <= 1e-3).all()) and bool(
+            (lse[~finite] == float("-inf")).all())
+        ok = err <= 2 * err_low + 1e-5 and lse_ok and not o.isnan().any()
+        failures += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {'f16' if f16 else 'bf16'} d={d} causal={causal} B={b} "
+              f"Hq={hq} Hkv={hkv} Sq={sq} Sk={sk}: O err {err:.3g} (torch {dtype}: {err_low:.3g}), "
+              f"LSE ok {lse_ok}")
+
+    def timed(fn):
+        for _ in range(3):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(args.iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / args.iters * 1e-3
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for d, causal, n in TIMED:
+        h = 2048 // d
+        b = 16384 // n
+        q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
+        row = [f"d={d} N={n} causal={causal}:"]
+        t = timed(lambda: ours(q, k, v, causal))
+        row.append(f"hopper {flops / t / 1e12:.0f}")
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            try:
+                with sdpa_kernel(backend):
+                    t = timed(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal)))
+                row.append(f"{name} {flops / t / 1e12:.0f}")
+            except RuntimeError as e:
+                row.append(f"{name} n/a ({str(e).splitlines()[0][:60]})")
+        print(" ".join(row) + " TFLOP/s")
+    print(f"hopper forward: {len(CHECKS) - failures} of {len(CHECKS)} checks pass")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+// The GPU side of tests/cudasim/hopper_fwd.py: the sm_90a forward (csrc/cuda/hopper/) built with
+// -gencode arch=compute_90a,code=sm_90a into a shared library that the script loads with ctypes,
+// so it runs on torch's tensors and stream.
+//
+//   int hopper_fwd_run(int f16, int head_dim, int causal, const void* q, const void* k,
+//                      const void* v, void* o, float* lse, const long long* strides,
+//                      int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv,
+//                      float scale, void* stream, char* error, int error_len)
+//
+// strides: 12 element strides, (batch, row, head) of q, k, v and o in that order; the LSE is
+// [B, Hq, Sq] contiguous. Returns 0, or -1 with the reason in `error`.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <string>
+
+#include "cuda/hopper/fwd_sm90_launch.h"
+
+namespace {
+
+using namespace flashattn::hopper;
+
+template <typename Elem, int kHeadDim, bool kCausal>
+std::string launch(const void* q, const void* k, const void* v, void* o, float* lse,
+                   const long long* st, int batch, int sq, int sk, int hq, int hkv, float scale,
+                   void* stream) {
+  using Cfg = FwdSm90Config<kHeadDim>;
+  auto input = [&](const void* ptr, int which, int seqlen, int heads) {
+    FwdSm90Input in;
+    in.ptr = ptr, in.seqlen = seqlen, in.heads = heads;
+    in.batch_stride = st[3 * which], in.row_stride = st[3 * which + 1], in.head_stride = st[3 * which + 2];
+    return in;
+  };
+  FwdSm90Maps maps;
+  const auto dtype = std::is_same_v<Elem, __nv_bfloat16> ? flashattn::TensorMapDtype::BFloat16
+                                                         : flashattn::TensorMapDtype::Float16;
+  std::string error = make_fwd_sm90_maps(maps, dtype, kHeadDim, batch, input(q, 0, sq, hq),
+                                         input(k, 1, sk, hkv), input(v, 2, sk, hkv), Cfg::kBlockM,
+                                         Cfg::kBlockN);
+  if (!error.empty()) return "tensor maps: " + error;
+  FwdSm90Params p;
+  p.o = o;
+  p.o_batch_stride = st[9], p.o_row_stride = st[10], p.o_head_stride = st[11];
+  p.lse = lse;
+  p.lse_batch_stride = static_cast<int64_t>(hq) * sq, p.lse_head_stride = sq;
+  p.batch = batch, p.seqlen_q = sq, p.seqlen_k = sk, p.heads_q = hq, p.head_group = hq / hkv;
+  p.scale_log2 = scale * 1.4426950408889634f;
+  return launch_fwd_sm90<Elem, kHeadDim, kCausal>(maps, p, stream);
+}
+
+template <typename Elem>
+std::string by_config(int head_dim, int causal, const void* q, const void* k, const void* v, void* o,
+                      float* lse, const long long* st, int b, int sq, int sk, int hq, int hkv,
+                      float scale, void* stream) {
+  if (head_dim == 64)
+    return causal ? launch<Elem, 64, true>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, stream)
+                  : launch<Elem, 64, false>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, stream);
+  if (head_dim == 128)
+    return causal ? launch<Elem, 128, true>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, stream)
+                  : launch<Elem, 128, false>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, stream);
+  return "head_dim " + std::to_string(head_dim) + " is not 64 or 128";
+}
+
+}  // namespace
+
+extern "C" int hopper_fwd_run(int f16, int head_dim, int causal, const void* q, const void* k,
+                              const void* v, void* o, float* lse, const long long* strides,
+                              int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv,
+                              float scale, void* stream, char* error, int error_len) {
+  std::string why;
+  if (heads_kv <= 0 || heads_q % heads_kv != 0) {
+    why = "heads_q must be a multiple of heads_kv";
+  } else {
+    why = f16 ? by_config<__half>(head_dim, causal, q, k, v, o, lse, strides, batch, seqlen_q, seqlen_k,
+                                  heads_q, heads_kv, scale, stream)
+              : by_config<__nv_bfloat16>(head_dim, causal, q, k, v, o, lse, strides, batch, seqlen_q,
+                                         seqlen_k, heads_q, heads_kv, scale, stream);
+  }
+  if (why.empty()) return 0;
+  if (error != nullptr && error_len > 0) std::snprintf(error, static_cast<size_t>(error_len), "%s", why.c_str());
+  return -1;
+}

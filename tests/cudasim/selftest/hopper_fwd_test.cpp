@@ -1,0 +1,218 @@
+// The sm_90a attention forward (csrc/cuda/hopper/) on the shim, against a float64 reference.
+//   hopper_fwd_test CASE
+// Each case runs a few shapes of one configuration (element type, head dim, causal). Inputs are
+// random and non-zero (fixed seeds); O and the LSE are poisoned (NaN) before the launch, and a
+// guard after O must stay untouched. The tolerance is the FlashAttention rule: O's largest error
+// against float64 at most 2x (+1e-5) the largest error of the same attention computed the way
+// PyTorch computes it in the 16-bit type (scores, P and O rounded to it; the "emulated" column);
+// the LSE within 1e-4 (+1e-5 relative) of float64.
+// Exit status: 0 = within tolerance, 1 = not (printed), 2 = setup error, 3 = SimError.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/hopper/fwd_sm90_launch.h"
+#include "named_cases.h"
+
+namespace {
+
+using flashattn::hopper::FwdSm90Config;
+using flashattn::hopper::FwdSm90Input;
+using flashattn::hopper::FwdSm90Maps;
+using flashattn::hopper::FwdSm90Params;
+
+template <typename Elem>
+uint16_t bits_of(float x) {
+  Elem h;
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) h = __float2bfloat16_rn(x);
+  else h = __float2half_rn(x);
+  uint16_t b;
+  std::memcpy(&b, &h, sizeof b);
+  return b;
+}
+template <typename Elem>
+float value_of(uint16_t b) {
+  Elem h;
+  std::memcpy(static_cast<void*>(&h), &b, sizeof b);
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) return __bfloat162float(h);
+  else return __half2float(h);
+}
+template <typename Elem>
+double round_to(double x) {
+  return value_of<Elem>(bits_of<Elem>(static_cast<float>(x)));
+}
+
+struct Shape {
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
+  bool kv_heads_outer;  // K, V as [B, Hkv, Sk, D] (else [B, Sk, Hkv, D], like Q)
+};
+
+// A [B, S, H, D] tensor stored with the given layout; element (b, s, h, d) at index().
+struct Tensor {
+  int batch, seqlen, heads, dim;
+  bool heads_outer;
+  std::vector<uint16_t> bits;
+  size_t index(int b, int s, int h, int d) const {
+    return heads_outer ? ((static_cast<size_t>(b) * heads + h) * seqlen + s) * dim + d
+                       : ((static_cast<size_t>(b) * seqlen + s) * heads + h) * dim + d;
+  }
+  FwdSm90Input input() const {
+    FwdSm90Input in;
+    in.ptr = bits.data();
+    in.seqlen = seqlen, in.heads = heads;
+    in.batch_stride = static_cast<int64_t>(seqlen) * heads * dim;
+    in.row_stride = heads_outer ? dim : static_cast<int64_t>(heads) * dim;
+    in.head_stride = heads_outer ? static_cast<int64_t>(seqlen) * dim : dim;
+    return in;
+  }
+};
+
+template <typename Elem>
+Tensor random_tensor(std::mt19937& rng, int b, int s, int h, int d, bool heads_outer) {
+  Tensor t{b, s, h, d, heads_outer, {}};
+  t.bits.resize(static_cast<size_t>(b) * s * h * d);
+  std::uniform_real_distribution<float> mag(0.05f, 1.5f);
+  std::bernoulli_distribution sign(0.5);
+  for (auto& x : t.bits) x = bits_of<Elem>(sign(rng) ? mag(rng) : -mag(rng));
+  return t;
+}
+
+template <typename Elem, int kHeadDim, bool kCausal>
+int run_shape(const Shape& sh, unsigned seed) {
+  constexpr int D = kHeadDim;
+  std::mt19937 rng(seed);
+  const Tensor q = random_tensor<Elem>(rng, sh.batch, sh.seqlen_q, sh.heads_q, D, false);
+  const Tensor k = random_tensor<Elem>(rng, sh.batch, sh.seqlen_k, sh.heads_kv, D, sh.kv_heads_outer);
+  const Tensor v = random_tensor<Elem>(rng, sh.batch, sh.seqlen_k, sh.heads_kv, D, sh.kv_heads_outer);
+  const size_t o_elems = static_cast<size_t>(sh.batch) * sh.seqlen_q * sh.heads_q * D;
+  constexpr int kGuard = 64;
+  std::vector<uint16_t> o(o_elems + kGuard, 0xFFFF);  // NaN in both types
+  std::vector<float> lse(static_cast<size_t>(sh.batch) * sh.heads_q * sh.seqlen_q + kGuard, NAN);
+
+  FwdSm90Maps maps;
+  using Cfg = FwdSm90Config<D>;
+  const auto dtype = std::is_same_v<Elem, __nv_bfloat16> ? flashattn::TensorMapDtype::BFloat16
+                                                         : flashattn::TensorMapDtype::Float16;
+  const std::string error = flashattn::hopper::make_fwd_sm90_maps(
+      maps, dtype, D, sh.batch, q.input(), k.input(), v.input(), Cfg::kBlockM, Cfg::kBlockN);
+  if (!error.empty()) {
+    std::printf("tensor maps: %s\n", error.c_str());
+    return 2;
+  }
+  FwdSm90Params p;
+  p.o = o.data();
+  p.o_batch_stride = static_cast<int64_t>(sh.seqlen_q) * sh.heads_q * D;
+  p.o_row_stride = static_cast<int64_t>(sh.heads_q) * D;
+  p.o_head_stride = D;
+  p.lse = lse.data();
+  p.lse_batch_stride = static_cast<int64_t>(sh.heads_q) * sh.seqlen_q;
+  p.lse_head_stride = sh.seqlen_q;
+  p.batch = sh.batch, p.seqlen_q = sh.seqlen_q, p.seqlen_k = sh.seqlen_k;
+  p.heads_q = sh.heads_q, p.head_group = sh.heads_q / sh.heads_kv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  const std::string launch = flashattn::hopper::launch_fwd_sm90<Elem, D, kCausal>(maps, p, nullptr);
+  if (!launch.empty()) {
+    std::printf("launch: %s\n", launch.c_str());
+    return 2;
+  }
+
+  // float64 reference and the 16-bit emulation, row by row.
+  double err = 0, err_emulated = 0, lse_err = 0;
+  int lse_bad = 0, nonfinite = 0;
+  std::vector<double> s(sh.seqlen_k), s_emulated(sh.seqlen_k);
+  for (int b = 0; b < sh.batch; ++b)
+    for (int h = 0; h < sh.heads_q; ++h) {
+      const int hk = h / (sh.heads_q / sh.heads_kv);
+      for (int i = 0; i < sh.seqlen_q; ++i) {
+        double mx = -INFINITY, mx_e = -INFINITY;
+        for (int j = 0; j < sh.seqlen_k; ++j) {
+          const bool visible = !kCausal || j <= i + sh.seqlen_k - sh.seqlen_q;
+          double dot = 0;
+          float dot_f = 0;
+          for (int d = 0; d < D; ++d) {
+            const double x = value_of<Elem>(q.bits[q.index(b, i, h, d)]) * value_of<Elem>(k.bits[k.index(b, j, hk, d)]);
+            dot += x;
+            dot_f += static_cast<float>(x);
+          }
+          s[j] = visible ? dot * scale : -INFINITY;
+          s_emulated[j] = visible ? round_to<Elem>(round_to<Elem>(dot_f) * scale) : -INFINITY;
+          mx = std::max(mx, s[j]);
+          mx_e = std::max(mx_e, s_emulated[j]);
+        }
+        double l = 0, l_e = 0;
+        for (int j = 0; j < sh.seqlen_k; ++j) {
+          s[j] = mx == -INFINITY ? 0 : std::exp(s[j] - mx);
+          s_emulated[j] = mx_e == -INFINITY ? 0 : std::exp(s_emulated[j] - mx_e);
+          l += s[j];
+          l_e += s_emulated[j];
+        }
+        for (int d = 0; d < D; ++d) {
+          double acc = 0;
+          float acc_e = 0;
+          for (int j = 0; j < sh.seqlen_k; ++j) {
+            const double vj = value_of<Elem>(v.bits[v.index(b, j, hk, d)]);
+            if (l > 0) acc += s[j] / l * vj;
+            if (l_e > 0) acc_e += static_cast<float>(round_to<Elem>(s_emulated[j] / l_e) * vj);
+          }
+          const double got = value_of<Elem>(o[(static_cast<size_t>(b * sh.seqlen_q + i) * sh.heads_q + h) * D + d]);
+          if (!std::isfinite(got)) ++nonfinite;
+          err = std::max(err, std::fabs(got - acc));
+          err_emulated = std::max(err_emulated, std::fabs(round_to<Elem>(acc_e) - acc));
+        }
+        const double lse_ref = l > 0 ? mx + std::log(l) : -INFINITY;
+        const double lse_got = lse[(static_cast<size_t>(b) * sh.heads_q + h) * sh.seqlen_q + i];
+        const double diff = lse_ref == -INFINITY ? (lse_got == -INFINITY ? 0 : INFINITY) : std::fabs(lse_got - lse_ref);
+        if (!(diff <= 1e-4 + 1e-5 * std::fabs(lse_ref))) ++lse_bad;
+        if (std::isfinite(diff)) lse_err = std::max(lse_err, diff);
+        else lse_err = INFINITY;
+      }
+    }
+  int guard = 0;
+  for (int i = 0; i < kGuard; ++i) guard += o[o_elems + i] != 0xFFFF;
+  for (int i = 0; i < kGuard; ++i) guard += !std::isnan(lse[lse.size() - kGuard + i]);
+  const bool ok = nonfinite == 0 && err <= 2 * err_emulated + 1e-5 && lse_bad == 0 && guard == 0;
+  std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s: O err %.3g (emulated %.3g, ratio %.2f), LSE err %.3g "
+              "(%d bad), %d non-finite, %d guard writes\n",
+              ok ? "ok:" : "WRONG:", sh.batch, sh.heads_q, sh.heads_kv, sh.seqlen_q, sh.seqlen_k,
+              sh.kv_heads_outer ? " kv[B,H,S,D]" : "", err, err_emulated,
+              err_emulated > 0 ? err / err_emulated : 0.0, lse_err, lse_bad, nonfinite, guard);
+  return ok ? 0 : 1;
+}
+
+template <typename Elem, int kHeadDim, bool kCausal>
+int run(std::vector<Shape> shapes) {
+  int status = 0;
+  unsigned seed = 1;
+  for (const Shape& sh : shapes) {
+    const int rc = run_shape<Elem, kHeadDim, kCausal>(sh, seed++);
+    if (rc != 0) status = rc;
+  }
+  return status;
+}
+
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+// Sizes 1, 7, 63, 65, 127, 129, 257, Sq < Sk and Sq > Sk, GQA, batch > 1, both K/V layouts.
+// The shim costs ~0.3 ms per m64n128k16, so each case stays at a few hundred wgmmas.
+const selftest::NamedCases kCases = {
+    {"bf16_d64", [] { return run<bf16, 64, false>({{1, 1, 1, 1, 1, false}, {2, 2, 1, 7, 129, true},
+                                                    {1, 1, 1, 257, 63, false}}); }},
+    {"bf16_d128", [] { return run<bf16, 128, false>({{1, 2, 2, 65, 127, true}, {1, 1, 1, 129, 257, false}}); }},
+    {"f16_d64", [] { return run<f16, 64, false>({{1, 3, 1, 63, 65, false}, {2, 1, 1, 129, 7, true}}); }},
+    {"f16_d128", [] { return run<f16, 128, false>({{1, 1, 1, 127, 129, false}}); }},
+    {"bf16_d128_causal", [] { return run<bf16, 128, true>({{1, 1, 1, 257, 257, false}, {1, 2, 1, 65, 257, true},
+                                                           {1, 1, 1, 257, 63, false}}); }},
+    {"bf16_d64_causal", [] { return run<bf16, 64, true>({{1, 1, 1, 1, 129, false}, {2, 1, 1, 7, 7, false},
+                                                         {1, 1, 1, 129, 127, true}}); }},
+    {"f16_d64_causal", [] { return run<f16, 64, true>({{1, 2, 2, 127, 65, true}, {1, 1, 1, 63, 257, false}}); }},
+    {"f16_d128_causal", [] { return run<f16, 128, true>({{1, 1, 1, 129, 129, false}}); }},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) { return selftest::run_named_case(argc, argv, kCases); }
