@@ -35,6 +35,9 @@
 
 namespace flashattn::hopper {
 
+// Named barrier ids: 0 is __syncthreads; kTurnBarrier + c is consumer c's pingpong turn.
+constexpr unsigned kTurnBarrier = 1;
+
 // D[64 x N] (+)= A * B over one k16 step, both from shared memory, K-major (S = Q K^T).
 template <typename Elem, int N>
 __device__ __forceinline__ void wgmma_ss_k(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
@@ -152,15 +155,27 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const uint64_t desc_v0 =
       wgmma_descriptor(smem_u32addr(smem + Cfg::kVOffset), Cfg::kKvChunkBytes, 1024, WgmmaSwizzle::B128);
 
-  if (tiles.n_blocks > 0) mbarrier_wait_parity(q_full, 0);
+  // Pingpong: the consumers take turns issuing their MMAs (both products of one step), so one
+  // warpgroup's softmax runs while the other's MMAs hold the tensor cores (FA3's scheduler
+  // barriers). Consumer c waits at named barrier kTurn + c (its own 128 threads sync, the
+  // other's 128 arrive) and, once its MMAs are issued, arrives at the other's. Consumer 0 goes
+  // first (consumer 1 arrives at its barrier up front) and consumer 1 leaves out its last
+  // arrival, so every generation of both barriers completes.
+  const int n_blocks = tiles.n_blocks;
+  auto wait_turn = [&]() { named_barrier_sync(kTurnBarrier + consumer, 256); };  // SITE:turn_wait
+  auto pass_turn = [&](int it) {
+    if (consumer == 0 || it + 1 < n_blocks) named_barrier_arrive(kTurnBarrier + (1 - consumer), 256);  // SITE:turn_pass
+  };
+  if (n_blocks > 0 && consumer == 1) named_barrier_arrive(kTurnBarrier, 256);
 
-  auto step = [&](int it, auto masked) {
-    constexpr bool kMasked = decltype(masked)::value;
-    const int n_block = tiles.n_blocks - 1 - it, s = it % kStages;
-    const uint32_t parity = static_cast<uint32_t>(it / kStages) & 1;
-    // S = Q K^T
-    float sacc[kBlockN / 2];
-    mbarrier_wait_parity(&k_full[s], parity);
+  float sacc[kBlockN / 2];     // S of the newest key tile, then its P (unrounded)
+  uint32_t pfrag[kBlockN / 4];  // P of the previous key tile as wgmma A fragments
+  // S = Q K^T of key tile `it` into sacc (issued and committed, not waited for).
+  auto issue_s = [&](int it) {
+    const int s = it % kStages;
+    mbarrier_wait_parity(&k_full[s], static_cast<uint32_t>(it / kStages) & 1);
+    // wgmma.fence right before the MMAs, after the wait: a fence followed by the wait's spin
+    // loop makes ptxas serialize every wgmma (C7520).
     wgmma_fence_operand(sacc);
     wgmma_fence();
 #pragma unroll
@@ -171,16 +186,13 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
                                 wgmma_descriptor_advance(desc_k0, k_off), kk > 0 ? 1 : 0);  // SITE:wgmma_s
     }
     wgmma_commit_group();
-    wgmma_wait_group<0>();  // SITE:wait_s
-    wgmma_fence_operand(sacc);
-    if constexpr (kMasked) apply_mask<kCausal>(sacc, row0, n_block * kBlockN, lane, p.seqlen_q, p.seqlen_k);
-    softmax.max_and_exp(sacc, p.scale_log2);
-    softmax.rescale_o(o);
-    uint32_t pfrag[kBlockN / 4];
-    convert_p<Elem>(sacc, pfrag);
-    // O += P V
-    mbarrier_wait_parity(&v_full[s], parity);
+  };
+  // O += P V of key tile `it` (issued and committed).
+  auto issue_pv = [&](int it) {
+    const int s = it % kStages;
+    mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(it / kStages) & 1);
     wgmma_fence_operand(o);
+    wgmma_fence_operand(pfrag);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -188,13 +200,56 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
       wgmma_rs_mn<Elem, kHeadDim>(o, a, wgmma_descriptor_advance(desc_v0, s * Cfg::kKvBytes + kk * 16 * kSwizzleRowBytes));  // SITE:wgmma_o
     }
     wgmma_commit_group();
+    wgmma_fence_operand(pfrag);
+  };
+  auto release = [&](int it) {
+    if (t == 0) mbarrier_arrive(&kv_empty[it % kStages]);  // SITE:release
+  };
+  auto scores_to_p = [&](int it, auto masked) {
+    if constexpr (decltype(masked)::value)
+      apply_mask<kCausal>(sacc, row0, (n_blocks - 1 - it) * kBlockN, lane, p.seqlen_q, p.seqlen_k);
+    softmax.max_and_exp(sacc, p.scale_log2);
+  };
+
+  // The main loop overlaps the softmax of tile j with P_{j-1} V on the tensor cores (FA3's
+  // intra-warpgroup overlap): step j issues S_j, then P_{j-1} V_{j-1}; waits for S_j alone
+  // (wait_group 1) and turns it into P_j while the PV MMAs run; then waits for them, releases
+  // stage j-1, rescales O by P_j's correction and rounds P_j into A fragments. The registers
+  // of P_{j-1} (pfrag) and O are left alone until that wait.
+  if (n_blocks > 0) {
+    mbarrier_wait_parity(q_full, 0);
+    wait_turn();
+    issue_s(0);
+    pass_turn(0);
+    wgmma_wait_group<0>();  // SITE:wait_s0
+    wgmma_fence_operand(sacc);
+    if (tiles.n_masked > 0) scores_to_p(0, std::true_type{});
+    else scores_to_p(0, std::false_type{});
+    convert_p<Elem>(sacc, pfrag);  // O is still 0: no rescale
+  }
+  auto step = [&](int it, auto masked) {
+    wait_turn();
+    issue_s(it);
+    issue_pv(it - 1);
+    pass_turn(it);
+    wgmma_wait_group<1>();  // SITE:wait_s
+    wgmma_fence_operand(sacc);
+    scores_to_p(it, masked);
     wgmma_wait_group<0>();  // SITE:wait_o
     wgmma_fence_operand(o);
-    if (t == 0) mbarrier_arrive(&kv_empty[s]);  // SITE:release
+    release(it - 1);
+    softmax.rescale_o(o);
+    convert_p<Elem>(sacc, pfrag);
   };
-  int it = 0;
+  int it = 1;
   for (; it < tiles.n_masked; ++it) step(it, std::true_type{});
-  for (; it < tiles.n_blocks; ++it) step(it, std::false_type{});
+  for (; it < n_blocks; ++it) step(it, std::false_type{});
+  if (n_blocks > 0) {
+    issue_pv(n_blocks - 1);
+    wgmma_wait_group<0>();  // SITE:wait_o_last
+    wgmma_fence_operand(o);
+    release(n_blocks - 1);
+  }
 
   // ---- Epilogue ----
   float inv_l[2], lse[2];
