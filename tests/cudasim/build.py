@@ -86,7 +86,11 @@ def _shim_headers():
                   glob.glob(os.path.join(SHIM_DIR, "selftest", "*.cuh")) +
                   glob.glob(os.path.join(REPO_ROOT, "csrc", "*.h")) +
                   glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*.h")) +
-                  glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*.cuh")))
+                  glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*.cuh")) +
+                  # kernels in subfolders (csrc/cuda/hopper/): without them an edit there
+                  # reused a stale object
+                  glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*", "*.h")) +
+                  glob.glob(os.path.join(REPO_ROOT, "csrc", "cuda", "*", "*.cuh")))
 
 
 def _run(cmd):

@@ -8,7 +8,9 @@ shared library loaded with ctypes, so it runs on torch's tensors and stream.
     python tests/cudasim/hopper_fwd.py [--iters 20] [--compile-only] [--ptxas]
 
 --compile-only builds the library and stops (what a machine without a GPU can check); the build
-fails if ptxas reports C7508 (setmaxnreg without a known entry register count) or any spill, or
+fails if ptxas reports C7508 (setmaxnreg without a known entry register count), C7520 (wgmma
+serialized: a register access or a divergent path between wgmma.fence and the MMAs) or any
+spill, or
 (where cuobjdump is installed) if the SASS lacks HGMMA, UTMALDG or SYNCS. --ptxas prints ptxas's
 per-kernel registers / spills / shared memory lines. Exit status 1 if any check fails; on a GPU
 other than compute capability 9.0 it prints SKIP and exits 0.
@@ -49,20 +51,22 @@ def build_library():
         raise SystemExit("nvcc not found: set CUDA_HOME")
     flags = ["-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-shared",
              "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-I", os.path.join(build.REPO_ROOT, "csrc")]
-    inputs = [SOURCE] + sorted(glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "hopper", "*")) +
-                               glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "*.cuh")) +
-                               glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "*.h")))
+    cuda_dir = os.path.join(build.REPO_ROOT, "csrc", "cuda")
+    inputs = [SOURCE] + sorted(glob.glob(os.path.join(cuda_dir, "hopper", "*")) +
+                               glob.glob(os.path.join(cuda_dir, "*.cuh")) +
+                               glob.glob(os.path.join(cuda_dir, "*.h")))
     os.makedirs(BUILD_DIR, exist_ok=True)
     lib = os.path.join(BUILD_DIR, f"hopper_fwd_gpu_sm90a.{build.digest(inputs, [nvcc] + flags)}.so")
     log_path = lib + ".ptxas.txt"
     if not os.path.exists(lib):
-        out = subprocess.run([nvcc, *flags, SOURCE, "-o", lib + ".tmp"], capture_output=True, text=True)
+        out = subprocess.run([nvcc, *flags, SOURCE, "-o", lib + ".tmp"], capture_output=True,
+                             text=True)
         log = out.stdout + out.stderr
         if out.returncode != 0:
             raise SystemExit(f"nvcc failed:\n{log}")
         problems = [line for line in log.splitlines()
-                    if "C7508" in line or re.search(r"[1-9]\d* bytes spill (stores|loads)", line)
-                    or re.search(r"[1-9]\d* bytes stack frame", line)]
+                    if "C7508" in line or "C7520" in line
+                    or re.search(r"[1-9]\d* bytes (spill stores|spill loads|stack frame)", line)]
         if problems:
             raise SystemExit("ptxas:\n" + "\n".join(problems))
         missing = missing_sass(lib + ".tmp")
@@ -207,10 +211,12 @@ def main():
         t = timed(lambda: ours(q, k, v, causal))
         row.append(f"hopper {flops / t / 1e12:.0f}")
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        backends = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION))
+        for name, backend in backends:
             try:
                 with sdpa_kernel(backend):
-                    t = timed(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal)))
+                    t = timed(lambda: F.scaled_dot_product_attention(qt, kt, vt,
+                                                                     is_causal=bool(causal)))
                 row.append(f"{name} {flops / t / 1e12:.0f}")
             except RuntimeError as e:
                 row.append(f"{name} n/a ({str(e).splitlines()[0][:60]})")
