@@ -1,10 +1,11 @@
 // The CUDA executor of op_glue.h, written once for the GPU (api.cu) and for the CPU shim
-// (tests/sim_ext/sim_ops.cpp): kernel choice, the shapes with nothing to launch, shared memory,
-// the backward's workspace and the launch. What differs between the two is the Device policy:
+// (tests/sim_ext/sim_ops.cpp): it plans a call (plan_fwd.h, plan_bwd.h), refuses a plan the
+// device cannot hold, allocates the plan's scratch and runs the plan (launch_plan.h). What
+// differs between the two is the Device policy:
 //   Device::kExecutorName                       how errors name the executor
 //   typename Device::Guard(at::Device)          makes q's device current during the launch
 //   Device::stream(q)                           the stream to launch on
-//   Device::check_smem_fits(bytes, q)           refuses what the device cannot hold
+//   Device::props(q)                            what the plan needs of q's device (DeviceProps)
 //   Device::check_launch()                      called after every launch
 // Host code only: nvcc's device passes never see it (api.cu).
 #pragma once
@@ -14,8 +15,9 @@
 
 #include "../attn_args.h"
 #include "../mask.h"
-#include "entry.h"
-#include "gqa_decode.h"
+#include "launch_plan.h"
+#include "plan_bwd.h"
+#include "plan_fwd.h"
 #include "traits.h"
 
 namespace flashattn::cuda {
@@ -33,6 +35,12 @@ inline ElementType element_type(at::ScalarType t) {
   }
 }
 
+// The opt-in limit differs by GPU (e.g. 99 KB on sm_86/89, 227 KB on sm_90).
+inline void check_smem_fits(int needed_bytes, int limit_bytes) {
+  TORCH_CHECK(needed_bytes <= limit_bytes, "flashattn: this head dim needs ", needed_bytes,
+              " bytes of shared memory per block, but the GPU allows ", limit_bytes);
+}
+
 template <typename Device>
 struct CudaExecutor {
   static const ExecutorLimits& limits() {
@@ -43,41 +51,27 @@ struct CudaExecutor {
   }
 
   static void run_fwd(const at::Tensor& q, const AttnParams& params) {
-    const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), params.head_dim);
-    if (params.batch == 0 || params.heads_q == 0 || params.seqlen_q == 0) return;
+    const ElementType type = element_type(q.scalar_type());
+    if (fwd_launches_nothing(params)) return;
     const typename Device::Guard guard(q.device());
-    // A decoding step with GQA reads each kv head's cache once for its whole group.
-    AttnParams p = pack_gqa_decode(params);
-    const FwdLaunchShape shape = fwd_launch_shape(choice, p);
-    Device::check_smem_fits(shape.smem_bytes, q);
-    p.num_splits = choose_num_splits(p, shape, Device::sm_count(q));
+    const FwdPlan plan = plan_fwd(params, type, Device::props(q));
+    check_smem_fits(plan.shape.smem_bytes, plan.smem_limit_bytes);
     at::Tensor split_scratch;
-    if (p.num_splits > 1) {
-      const int64_t outs = p.num_splits * split_out_elements(p);
-      split_scratch = at::empty({outs + p.num_splits * split_lse_elements(p)},
-                                q.options().dtype(at::kFloat));
-      if (p.cu_seqlens_q != nullptr || p.seqused_q != nullptr) {
-        // The parts of out (0) and of lse (-inf): rows outside every sequence, which no split
-        // writes, merge to 0 and -inf.
+    if (plan.merges()) {
+      split_scratch = at::empty({plan.split_scratch_floats}, q.options().dtype(at::kFloat));
+      if (plan.fill_split_scratch) {
+        // The parts of out (0) and of lse (-inf).
+        const int64_t outs = plan.params.num_splits * split_out_elements(plan.params);
         split_scratch.narrow(0, 0, outs).zero_();
         split_scratch.narrow(0, outs, split_scratch.numel() - outs)
             .fill_(-std::numeric_limits<float>::infinity());
       } else {
-        // Every split writes its part of every query row (0 and -inf where it sees no key:
-        // fwd_kernel.cuh, simt_kernels.cuh), so the merge reads nothing unwritten and the
-        // scratch needs no fill, which on a GPU would be two more launches per call. The
-        // tests poison it (FLASHATTN_POISON_OUTPUTS) to keep that true.
+        // The tests poison it (FLASHATTN_POISON_OUTPUTS) to keep the no-fill promise true.
         poison_if_debugging(split_scratch);
       }
     }
-    float* scratch = p.num_splits > 1 ? split_scratch.data_ptr<float>() : nullptr;
-    launch_fwd(p, choice, scratch, Device::stream(q), &Device::check_launch);
-    if (p.num_splits > 1) {
-      // The merge walks out's rows as they are: unpacked (gqa_decode.h).
-      AttnParams merge = params;
-      merge.num_splits = p.num_splits;
-      launch_split_merge(merge, scratch, choice.type, Device::stream(q), &Device::check_launch);
-    }
+    float* scratch = plan.merges() ? split_scratch.data_ptr<float>() : nullptr;
+    launch_fwd(plan, scratch, Device::stream(q), &Device::check_launch);
   }
 
   // flash_attn_with_kvcache's append and rotary embedding, before run_fwd on the same stream.
@@ -88,20 +82,20 @@ struct CudaExecutor {
 
   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& dk,
                       at::Tensor& dv) {
-    const KernelChoice choice = choose_kernels(element_type(q.scalar_type()), p.head_dim);
-    if (p.batch == 0 || p.heads_q == 0) {
-      // No query head reads k and v (heads_q = 0 with heads_kv > 0 is a valid GQA shape).
+    const ElementType type = element_type(q.scalar_type());
+    if (bwd_launches_nothing(p)) {
+      // No query head reads k and v.
       dk.zero_();
       dv.zero_();
       return;
     }
     const typename Device::Guard guard(q.device());
-    Device::check_smem_fits(bwd_smem_bytes(choice), q);
-    at::Tensor workspace =
-        at::empty({bwd_workspace_floats(p, choice)}, q.options().dtype(at::kFloat));
+    const BwdPlan plan = plan_bwd(p, type, Device::props(q));
+    check_smem_fits(plan.smem_bytes, plan.smem_limit_bytes);
+    at::Tensor workspace = at::empty({plan.workspace_floats}, q.options().dtype(at::kFloat));
     // The kernels must not depend on the scratch's initial contents: tests poison it too.
     poison_if_debugging(workspace);
-    launch_bwd(p, choice, workspace.data_ptr<float>(), Device::stream(q), &Device::check_launch);
+    launch_bwd(plan, p, workspace.data_ptr<float>(), Device::stream(q), &Device::check_launch);
   }
 };
 

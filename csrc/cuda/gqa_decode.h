@@ -13,7 +13,7 @@
 // It applies where the rows of one tile differ only in their head and position:
 //   - a dense batch of queries (no cu_seqlens_q, no seqused_q: their counts are of tokens);
 //   - at most FwdTraits<*, true>::kBlockM rows (64): one CTA per kv head holds them all, in the
-//     one-m-tile kernel (grid.h, with_fwd_traits), the only 16-bit kernel that maps rows;
+//     one-m-tile kernel (plan_fwd.h, fwd_one_m_tile), the only 16-bit kernel that maps rows;
 //   - no ALiBi (a slope per query head, while LogitRules keeps one per CTA), no attn_mask
 //     (indexed by query head), no dropout (its random stream is keyed by query head and row).
 // Softcap, windows, KV caches (paged, cache_batch_idx, leftpad) and split-KV go through. The

@@ -47,8 +47,8 @@ inline dim3 split_attention_grid(int seqlen, int block, int64_t batch_heads, int
 }
 
 // A forward kernel's launch: query rows per CTA, threads per CTA, dynamic shared memory, and the
-// grid they give for an input. The one place the host reads a forward's geometry: the launch,
-// the shared-memory check and the split-KV heuristic all take it from here.
+// grid they give for an input. The plan (plan_fwd.h) and the launch templates read a forward's
+// geometry from here only.
 struct FwdLaunchShape {
   int block_rows;
   int threads;
@@ -64,36 +64,6 @@ struct FwdLaunchShape {
   }
   dim3 block() const { return dim3(static_cast<unsigned>(threads)); }
 };
-
-// Query rows (a sequence's longest) up to which the forward runs its one-m-tile kernel even
-// where a two-m-tile kernel exists: a decoding step's rows (one query token, or one per head of
-// a GQA group, gqa_decode.h). Only a tile's first warp then has rows, the others skip their
-// products (fwd_kernel.cuh), and that warp computes one m-tile instead of two, one of them empty.
-constexpr int kFwdFewRows = kMmaM;
-
-// Calls f(Traits{}) with the forward traits (traits.h) of head-dim tile kHeadDim that run p:
-// the two-m-tile kernel where there is one, unless p has dropout or packed GQA heads (which
-// only the one-m-tile kernel applies, gqa_decode.h) or at most kFwdFewRows query rows.
-template <int kHeadDim, typename F>
-void with_fwd_traits(const AttnParams& p, F&& f) {
-  using TwoMTiles = FwdTraits<kHeadDim, false>;
-  using OneMTile = FwdTraits<kHeadDim, true>;
-  if constexpr (TwoMTiles::kMTiles == OneMTile::kMTiles) {
-    f(OneMTile{});
-  } else if (p.dropout.on() || p.seqlen_q <= kFwdFewRows || p.packed_heads > 1) {
-    f(OneMTile{});
-  } else {
-    f(TwoMTiles{});
-  }
-}
-
-// Where the backward's fp32 dQ accumulator starts in its workspace (entry.h,
-// bwd_workspace_floats): after D_i's rows (heads_q x total_q floats), rounded up to an even
-// count so that the dK/dV kernel's 8-byte reductions are aligned.
-inline int64_t dq_accum_offset(const AttnBwdParams& p) {
-  const int64_t d_rows = static_cast<int64_t>(p.heads_q) * p.total_q;
-  return d_rows + d_rows % 2;
-}
 
 // The (batch, head) index of this CTA in a grid laid out by attention_grid().
 __device__ __forceinline__ int64_t folded_batch_head() {

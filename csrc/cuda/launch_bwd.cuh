@@ -1,8 +1,8 @@
-// Host side of the backward: the sequence of launches, their grids and shared-memory opt-ins.
-// Compiles under nvcc and under the CPU shim; the torch glue (workspace allocation, device
-// guard, stream, error checks) is in api.cu.
+// Host side of the 16-bit backward: runs the steps the plan lays out (plan_bwd.h,
+// bwd_steps_16bit), each with its shared-memory opt-in. Compiles under nvcc and under the CPU
+// shim; the torch glue (workspace allocation, device guard, stream, error checks) is in api.cu.
 #pragma once
-#include <cstdint>
+#include <c10/util/Exception.h>
 
 #include "../params.h"
 #include "bwd_dkdv_kernel.cuh"
@@ -10,6 +10,7 @@
 #include "bwd_row_kernels.cuh"
 #include "grid.h"
 #include "launch.cuh"
+#include "plan_bwd.h"
 #include "traits.h"
 
 namespace flashattn::cuda {
@@ -18,44 +19,42 @@ namespace flashattn::cuda {
 //   1. D_i = rowsum(dO_i * O_i) - dLSE_i (and zero the dQ accumulator),
 //   2. dK, dV (and dQ by fp32 atomics unless p.deterministic), per key tile,
 //   3. dQ: the accumulator converted, or the deterministic dQ kernel.
-// workspace: bwd_workspace_floats(p, kHeadDim) floats (entry.h). Calls after_launch() after
-// each launch.
+// workspace: BwdPlan::workspace_floats. Calls after_launch() after each launch.
 template <typename Element, int kHeadDim>
 void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                    LaunchCheck after_launch) {
   using Traits = BwdTraits<kHeadDim>;
   using DqTraits = BwdDqTraits<kHeadDim>;
-  const int64_t batch_heads = static_cast<int64_t>(p.batch) * p.heads_q;
-  const int64_t batch_heads_kv = static_cast<int64_t>(p.batch) * p.heads_kv;
-  if (batch_heads == 0) return;
   float* d_gmem = workspace;
-  float* dq_accum = p.deterministic ? nullptr : workspace + dq_accum_offset(p);
-  const dim3 row_grid = attention_grid(p.seqlen_q, kRowKernelWarps, batch_heads);
-
-  if (p.seqlen_q > 0) {
-    FLASHATTN_LAUNCH_KERNEL(bwd_dot_do_o_kernel<Element>, row_grid, dim3(kRowKernelThreads), 0,
-                            stream, p, d_gmem, dq_accum, kHeadDim);
+  float* dq_accum =
+      bwd_dq_accum(p, KernelFamily::kTensorCore) ? workspace + dq_accum_offset(p) : nullptr;
+  for (const BwdStep& step : bwd_steps_16bit<kHeadDim>(p)) {
+    switch (step.kernel) {
+      case BwdKernel::kDotDoO:
+        FLASHATTN_LAUNCH_KERNEL(bwd_dot_do_o_kernel<Element>, step.grid, step.block,
+                                step.smem_bytes, stream, p, d_gmem, dq_accum, kHeadDim);
+        break;
+      case BwdKernel::kDkdv: {
+        auto* kernel = &bwd_dkdv_kernel_16bit<Traits, Element>;
+        allow_smem(kernel, step.smem_bytes);
+        FLASHATTN_LAUNCH_KERNEL(kernel, step.grid, step.block, step.smem_bytes, stream, p, d_gmem,
+                                dq_accum, kHeadDim);
+        break;
+      }
+      case BwdKernel::kDq: {
+        auto* kernel = &bwd_dq_kernel_16bit<DqTraits, Element>;
+        allow_smem(kernel, step.smem_bytes);
+        FLASHATTN_LAUNCH_KERNEL(kernel, step.grid, step.block, step.smem_bytes, stream, p,
+                                d_gmem);
+        break;
+      }
+      case BwdKernel::kConvertDq:
+        FLASHATTN_LAUNCH_KERNEL(bwd_convert_dq_kernel<Element>, step.grid, step.block,
+                                step.smem_bytes, stream, p, dq_accum, kHeadDim);
+        break;
+    }
     after_launch();
   }
-  if (p.seqlen_k > 0) {
-    const dim3 grid = attention_grid(p.seqlen_k, Traits::kBlockN, batch_heads_kv);
-    auto* kernel = &bwd_dkdv_kernel_16bit<Traits, Element>;
-    allow_smem(kernel, Traits::kSmemBytes);
-    FLASHATTN_LAUNCH_KERNEL(kernel, grid, dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p,
-                            d_gmem, dq_accum, kHeadDim);
-    after_launch();
-  }
-  if (p.seqlen_q == 0) return;
-  if (p.deterministic) {
-    auto* kernel = &bwd_dq_kernel_16bit<DqTraits, Element>;
-    allow_smem(kernel, DqTraits::kSmemBytes);
-    FLASHATTN_LAUNCH_KERNEL(kernel, attention_grid(p.seqlen_q, DqTraits::kBlockM, batch_heads),
-                            dim3(DqTraits::kNThreads), DqTraits::kSmemBytes, stream, p, d_gmem);
-  } else {
-    FLASHATTN_LAUNCH_KERNEL(bwd_convert_dq_kernel<Element>, row_grid, dim3(kRowKernelThreads), 0,
-                            stream, p, dq_accum, kHeadDim);
-  }
-  after_launch();
 }
 
 }  // namespace flashattn::cuda

@@ -9,7 +9,7 @@
 // Instantiation budget (what nvcc compiles, and why)
 // --------------------------------------------------
 // 16-bit forward: per (head-dim tile, dtype) a kernel that may apply dropout (one m-tile per
-//   warp; it also runs decoding steps, grid.h kFwdFewRows), and for tiles <= 128 one without
+//   warp; it also runs decoding steps, plan_fwd.h kFwdFewRows), and for tiles <= 128 one without
 //   dropout that gives each warp two m-tiles (FwdTraits::kMTiles):
 //   head-dim tiles {32, 64, 96, 128, 192, 256} x {fp16, bf16} = 12 + 8 = 20 kernels, one .cu per
 //   (tile, dtype) in inst/, generated from kernel_list.py. Above 128 both geometries are one,
@@ -44,9 +44,13 @@ constexpr int kChunkElems = kChunkBytes / kElemBytes16;
 // pitch is then an odd multiple of 16 bytes modulo 128, so the 8 row addresses of one ldmatrix
 // phase (8 rows x 16 bytes) hit 8 disjoint groups of 4 banks: conflict-free without a swizzle.
 constexpr int kSmemPadElems = kChunkElems;
-// Opt-in dynamic shared memory per block on sm_80 (163 KB) and sm_90 (227 KB); we stay under
-// the smaller one so one binary runs on both.
-constexpr int kMaxSmemBytesSm80 = 163 * 1024;
+// The GPU architectures a plan chooses kernels for (plan_fwd.h). kSm80: mma.sync, cp.async and
+// ldmatrix, every kernel below, which runs as built on sm_90 too. kSm90: wgmma and TMA, for the
+// Hopper kernels to come (behind FLASHATTN_CUDA_HOPPER=1); no plan chooses it yet.
+enum class Arch { kSm80, kSm90 };
+// Opt-in dynamic shared memory per block: 163 KB on sm_80, 227 KB on sm_90. The kernels below
+// are Sm80's, so they fit sm_80's and one binary runs on both.
+constexpr int max_smem_bytes(Arch arch) { return arch == Arch::kSm90 ? 227 * 1024 : 163 * 1024; }
 // Above this a launch must first raise cudaFuncAttributeMaxDynamicSharedMemorySize.
 constexpr int kDefaultSmemBytes = 48 * 1024;
 
@@ -58,6 +62,8 @@ constexpr int kMaxHeadDim = 256;
 template <int kHeadDim_, bool kDropout_>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;  // tile width in elements (>= the real head dim)
+  static constexpr Arch kArch = Arch::kSm80;  // whose shared memory the tile must fit
+  static constexpr int kMaxSmemBytes = max_smem_bytes(kArch);
   static constexpr bool kDropout = kDropout_;
   static constexpr int kNWarps = 4;
   static constexpr int kNThreads = kNWarps * kWarpSize;
@@ -90,14 +96,14 @@ struct FwdTraits {
   // (sm_90), so those ask for at most 2.
   static constexpr int kMaxBlocksPerSm = kMTiles == 2 || kHeadDim >= 96 ? 2 : 3;
   static constexpr int kMinBlocksPerSm =
-      kMaxSmemBytesSm80 / kSmemBytes < 1 ? 1
-      : (kMaxSmemBytesSm80 / kSmemBytes > kMaxBlocksPerSm ? kMaxBlocksPerSm
-                                                          : kMaxSmemBytesSm80 / kSmemBytes);
+      kMaxSmemBytes / kSmemBytes < 1 ? 1
+      : (kMaxSmemBytes / kSmemBytes > kMaxBlocksPerSm ? kMaxBlocksPerSm
+                                                      : kMaxSmemBytes / kSmemBytes);
 
   static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim,
                 "head-dim tile must be a multiple of the mma K (16) and at most 256");
   static_assert(kBlockN % (2 * kMmaN) == 0, "K tiles are loaded 16 keys per ldmatrix.x4");
-  static_assert(kSmemBytes <= kMaxSmemBytesSm80, "forward tile exceeds sm_80 shared memory");
+  static_assert(kSmemBytes <= kMaxSmemBytes, "forward tile exceeds sm_80 shared memory");
   static_assert((kSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
                 "row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
 };
@@ -124,6 +130,8 @@ struct FwdTraits {
 template <int kHeadDim_>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr Arch kArch = Arch::kSm80;
+  static constexpr int kMaxSmemBytes = max_smem_bytes(kArch);
   static constexpr int kNWarps = 8;
   static constexpr int kNThreads = kNWarps * kWarpSize;
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per CTA
@@ -176,7 +184,7 @@ struct BwdTraits {
   static_assert(kDkvWarpsN == kSdpWarpsN && kDkvKeys == kSdpKeys,
                 "dK/dV and S^T warp tiles must share their keys");
   static_assert(kSmem16BitElems * kElemBytes16 % kChunkBytes == 0, "fp32 tail must stay aligned");
-  static_assert(kSmemBytes <= kMaxSmemBytesSm80, "backward tile exceeds sm_80 shared memory");
+  static_assert(kSmemBytes <= kMaxSmemBytes, "backward tile exceeds sm_80 shared memory");
   static_assert((kPSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
                 "P^T row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
 };
@@ -187,6 +195,8 @@ struct BwdTraits {
 template <int kHeadDim_>
 struct BwdDqTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr Arch kArch = Arch::kSm80;
+  static constexpr int kMaxSmemBytes = max_smem_bytes(kArch);
   static constexpr int kNWarps = 4;
   static constexpr int kNThreads = kNWarps * kWarpSize;
   static constexpr int kBlockM = kNWarps * kMmaM;
@@ -200,8 +210,8 @@ struct BwdDqTraits {
       (2 * kQSmemElems + 2 * kStages * kKVTileSmemElems) * kElemBytes16;
   // For __launch_bounds__, as FwdTraits: ptxas' own budget (168 registers) spilled at d = 64 on
   // sm_90.
-  static constexpr int kMinBlocksPerSm = kMaxSmemBytesSm80 / kSmemBytes >= 2 ? 2 : 1;
-  static_assert(kSmemBytes <= kMaxSmemBytesSm80, "dQ tile exceeds sm_80 shared memory");
+  static constexpr int kMinBlocksPerSm = kMaxSmemBytes / kSmemBytes >= 2 ? 2 : 1;
+  static_assert(kSmemBytes <= kMaxSmemBytes, "dQ tile exceeds sm_80 shared memory");
   static_assert(kStages >= 2, "need at least double buffering");
 };
 
@@ -211,6 +221,8 @@ struct BwdDqTraits {
 template <int kHeadDim_>
 struct SimtTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr Arch kArch = Arch::kSm80;
+  static constexpr int kMaxSmemBytes = max_smem_bytes(kArch);
   static constexpr int kNWarps = 8;  // rows of the CTA
   static constexpr int kNThreads = kNWarps * kWarpSize;
   static constexpr int kTileRows = kWarpSize;  // streamed keys (or queries), one per lane
@@ -226,7 +238,7 @@ struct SimtTraits {
       (2 * kRowSmemFloats + 2 * kTileSmemFloats + 2 * kTileRows) * static_cast<int>(sizeof(float));
 
   static_assert(kHeadDim % kWarpSize == 0 && kHeadDim <= kMaxHeadDim, "bad fp32 head-dim tile");
-  static_assert(kDkdvSmemBytes <= kMaxSmemBytesSm80, "fp32 tile exceeds sm_80 shared memory");
+  static_assert(kDkdvSmemBytes <= kMaxSmemBytes, "fp32 tile exceeds sm_80 shared memory");
 };
 
 // The small SIMT kernels of the backward (D_i = rowsum(dO_i * O_i) - dLSE_i; dQ fp32 -> 16-bit):

@@ -21,14 +21,14 @@ struct Shim {
     explicit Guard(const at::Device&) {}  // one "device": the CPU
   };
   static cudaStream_t stream(const at::Tensor&) { return nullptr; }
-  // The shim gives a block whatever shared memory it declares; the GPU's limits are checked
-  // by api.cu on hardware.
-  static void check_smem_fits(int64_t /*needed_bytes*/, const at::Tensor& /*q*/) {}
+  // A small sm_80 for the plan: 8 SMs, so that num_splits = 0 splits small decode calls here
+  // too, and the shim's own shared-memory ceiling (cudasim refuses more than sm_90's 227 KB),
+  // so the plan's check refuses nothing the GPU builds would run.
+  static DeviceProps props(const at::Tensor&) {
+    return {8, 0, /*sm_count=*/8, max_smem_bytes(Arch::kSm90)};
+  }
   // The shim throws cudasim::SimError on any launch error; there is nothing left to check.
   static void check_launch() {}
-  // A small GPU for the split-KV heuristic, so that num_splits = 0 splits small decode calls
-  // here too.
-  static int sm_count(const at::Tensor&) { return 8; }
 };
 
 // "forward", "reverse" or "random:SEED": the order warps run in between barriers.
@@ -56,6 +56,126 @@ void counters_enable(bool on) { ::cudasim::enable_counters(on); }
 void counters_reset() { ::cudasim::reset_counters(); }
 std::string counters_json() { return ::cudasim::counters_json(); }
 
+using SimExecutor = CudaExecutor<Shim>;
+
+// torch.ops.flashattn_sim.plan_fwd / plan_bwd: the plan (plan_fwd.h, plan_bwd.h) that the
+// executor makes for the same arguments as fwd, on a device given by cc_major, cc_minor,
+// sm_count and smem_optin_bytes, as JSON (tests/test_cudasim_plan.py).
+const char* family_name(KernelFamily family) {
+  switch (family) {
+    case KernelFamily::kTensorCore:
+      return "tensor_core";
+    case KernelFamily::kSimt:
+      return "simt";
+    case KernelFamily::kRows:
+      return "rows";
+  }
+  return "?";
+}
+
+const char* arch_name(Arch arch) { return arch == Arch::kSm90 ? "sm90" : "sm80"; }
+
+const char* bwd_kernel_name(BwdKernel kernel) {
+  switch (kernel) {
+    case BwdKernel::kDotDoO:
+      return "dot_do_o";
+    case BwdKernel::kDkdv:
+      return "dkdv";
+    case BwdKernel::kDq:
+      return "dq";
+    case BwdKernel::kConvertDq:
+      return "convert_dq";
+  }
+  return "?";
+}
+
+std::string json_dim3(const dim3& d) {
+  return "[" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) +
+         "]";
+}
+
+std::string json_bool(bool b) { return b ? "true" : "false"; }
+
+// The fields both plans have.
+std::string kernels_json(const KernelChoice& k, Arch device_arch, int smem_limit_bytes,
+                         int arch_smem_bytes, bool empty) {
+  return std::string("\"family\": \"") + family_name(k.family) + "\", \"arch\": \"" +
+         arch_name(k.arch) + "\", \"device_arch\": \"" + arch_name(device_arch) +
+         "\", \"head_dim_tile\": " + std::to_string(k.head_dim_tile) +
+         ", \"smem_limit_bytes\": " + std::to_string(smem_limit_bytes) +
+         ", \"arch_smem_bytes\": " + std::to_string(arch_smem_bytes) +
+         ", \"empty\": " + json_bool(empty);
+}
+
+DeviceProps read_device(const OpArguments& args) {
+  return {static_cast<int>(args["cc_major"].toInt()), static_cast<int>(args["cc_minor"].toInt()),
+          static_cast<int>(args["sm_count"].toInt()),
+          static_cast<int>(args["smem_optin_bytes"].toInt())};
+}
+
+void plan_fwd_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpArguments args(op, stack);
+  AttnInputs in = read_attn_inputs(args);
+  in.num_splits = args["num_splits"].toInt();
+  auto [out, lse] = check_and_alloc_fwd(in, SimExecutor::limits());
+  const at::Tensor mask_blocks = mask_blocks_of(in.attn_mask);
+  const FwdPlan plan = plan_fwd(make_fwd_params(in, out, lse, mask_blocks),
+                                element_type(in.q.scalar_type()), read_device(args));
+  const AttnParams& p = plan.params;
+  const std::string json =
+      "{" +
+      kernels_json(plan.kernels, plan.device_arch, plan.smem_limit_bytes, plan.arch_smem_bytes,
+                   plan.empty) +
+      ", \"one_m_tile\": " + json_bool(plan.one_m_tile) +
+      ", \"packed_heads\": " + std::to_string(p.packed_heads) +
+      ", \"seqlen_q\": " + std::to_string(p.seqlen_q) +
+      ", \"heads_q\": " + std::to_string(p.heads_q) +
+      ", \"num_splits\": " + std::to_string(p.num_splits) +
+      ", \"block_rows\": " + std::to_string(plan.shape.block_rows) +
+      ", \"grid\": " + json_dim3(plan.grid) + ", \"block\": " + json_dim3(plan.block) +
+      ", \"smem_bytes\": " + std::to_string(plan.shape.smem_bytes) +
+      ", \"split_scratch_floats\": " + std::to_string(plan.split_scratch_floats) +
+      ", \"fill_split_scratch\": " + json_bool(plan.fill_split_scratch) +
+      ", \"merges\": " + json_bool(plan.merges()) + "}";
+  args.set_results(json);
+}
+
+void plan_bwd_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpArguments args(op, stack);
+  const AttnInputs in = read_attn_inputs(args);
+  auto [out, lse] = check_and_alloc_fwd(in, SimExecutor::limits());
+  const BwdInputs grads{at::empty_like(out), out, lse, std::nullopt};
+  auto [dq, dk, dv] = check_and_alloc_bwd(in, grads, SimExecutor::limits());
+  const at::Tensor mask_blocks = mask_blocks_of(in.attn_mask);
+  const BwdPlan plan =
+      plan_bwd(make_bwd_params(in, grads, dq, dk, dv, mask_blocks, at::Tensor()),
+               element_type(in.q.scalar_type()), read_device(args));
+  std::string steps;
+  for (const BwdStep& step : plan.steps) {
+    steps += std::string(steps.empty() ? "" : ", ") + "{\"kernel\": \"" +
+             bwd_kernel_name(step.kernel) + "\", \"family\": \"" + family_name(step.family) +
+             "\", \"grid\": " + json_dim3(step.grid) + ", \"block\": " +
+             json_dim3(step.block) + ", \"smem_bytes\": " + std::to_string(step.smem_bytes) +
+             "}";
+  }
+  const std::string json =
+      "{" +
+      kernels_json(plan.kernels, plan.device_arch, plan.smem_limit_bytes, plan.arch_smem_bytes,
+                   plan.empty) +
+      ", \"dq_accum\": " + json_bool(plan.dq_accum) +
+      ", \"workspace_floats\": " + std::to_string(plan.workspace_floats) +
+      ", \"smem_bytes\": " + std::to_string(plan.smem_bytes) + ", \"steps\": [" + steps +
+      "]}";
+  args.set_results(json);
+}
+
+// fwd's schema renamed, with the device's properties after its arguments.
+std::string plan_schema(const char* name, const char* extra) {
+  return std::string(name) + "(" FLASHATTN_ATTN_ARGUMENTS + extra +
+         ", int cc_major=8, int cc_minor=0, int sm_count=8, int smem_optin_bytes=" +
+         std::to_string(max_smem_bytes(Arch::kSm80)) + ") -> str";
+}
+
 }  // namespace
 }  // namespace flashattn::cuda
 
@@ -72,10 +192,16 @@ TORCH_LIBRARY(flashattn_sim, m) {
   m.def("counters_enable(bool on) -> ()", &flashattn::cuda::counters_enable);
   m.def("counters_reset() -> ()", &flashattn::cuda::counters_reset);
   m.def("counters_json() -> str", &flashattn::cuda::counters_json);
+  m.def(flashattn::cuda::plan_schema("plan_fwd", ", int num_splits=1").c_str());
+  m.def(flashattn::cuda::plan_schema("plan_bwd", "").c_str());
 }
 
 TORCH_LIBRARY_IMPL(flashattn_sim, CPU, m) {
-  using SimExecutor = flashattn::cuda::CudaExecutor<flashattn::cuda::Shim>;
+  using flashattn::cuda::SimExecutor;
   flashattn::register_attention_ops<SimExecutor>(m);
   flashattn::register_cuda_sdpa_impl<SimExecutor>(m);
+  m.impl("plan_fwd",
+         torch::CppFunction::makeFromBoxedFunction<&flashattn::cuda::plan_fwd_op>());
+  m.impl("plan_bwd",
+         torch::CppFunction::makeFromBoxedFunction<&flashattn::cuda::plan_bwd_op>());
 }

@@ -1,0 +1,217 @@
+// The forward's launch decisions, all in one place: which kernels run (family, architecture,
+// head-dim tile, one or two m-tiles per warp), how the call is reshaped (GQA packing, split-KV)
+// and how it is launched (grid, block, shared memory, the split merge). The CPU executor's
+// counterpart is plan_forward (cpu/fwd.cpp).
+//
+// Host only and free of CUDA calls: what the plan needs of the GPU comes in as DeviceProps, so
+// its decisions are tested without one (tests/test_cudasim_plan.py). executor.h plans, allocates
+// and checks; launch_plan.h and launch_*.cuh execute. The launch templates keep the signature
+// inst/*.cu instantiates (kernel_list.py), so they receive the plan's params and read its
+// per-kernel decisions through the functions below, never a rule of their own.
+#pragma once
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../mask.h"
+#include "../params.h"
+#include "dispatch.h"
+#include "gqa_decode.h"
+#include "grid.h"
+#include "traits.h"
+
+namespace flashattn::cuda {
+
+// What a plan needs to know of the GPU, read once per call by the executor's Device policy
+// (api.cu; the shim's in tests/sim_ext/sim_ops.cpp).
+struct DeviceProps {
+  int cc_major = 8;  // compute capability
+  int cc_minor = 0;
+  int sm_count = 1;  // the split-KV heuristic fills them
+  int smem_optin_bytes = max_smem_bytes(Arch::kSm80);  // per block, after cudaFuncSetAttribute
+};
+
+// The device's architecture: Hopper's for compute capability 9.x, else sm_80's (the kernels
+// need sm_80 or newer).
+inline Arch device_arch(const DeviceProps& device) {
+  return device.cc_major == 9 ? Arch::kSm90 : Arch::kSm80;
+}
+
+// Whose kernels run on a device: sm_80's everywhere, since they run as built on sm_90. When the
+// Hopper kernels are built (FLASHATTN_CUDA_HOPPER=1, kernel_list.py ARCHS), it returns kSm90
+// for a kSm90 device.
+inline Arch kernel_arch(Arch device) {
+  (void)device;
+  return Arch::kSm80;
+}
+
+// Tensor cores (mma.sync) for fp16/bf16; SIMT for fp32, whose inputs are for accuracy, not
+// speed; the small one-warp-per-row kernels (the backward's D_i and dQ conversion).
+enum class KernelFamily { kTensorCore, kSimt, kRows };
+
+// The kernels of one call: the family and the head-dim tile follow the element type and the
+// head dim, for the architecture.
+struct KernelChoice {
+  KernelFamily family;
+  Arch arch;
+  ElementType type;
+  int head_dim_tile;
+};
+
+// head_dim <= kMaxHeadDim, which the shared input checks enforce (ExecutorLimits); every
+// element type has a tile that large: the smallest compiled tile >= head_dim (dispatch.h).
+inline KernelChoice choose_kernels(ElementType type, int head_dim, Arch arch) {
+  KernelChoice choice{type == ElementType::kFloat ? KernelFamily::kSimt
+                                                  : KernelFamily::kTensorCore,
+                      arch, type, 0};
+  dispatch_element(type, [&](auto element) {
+    dispatch_head_dim(HeadDimTilesFor<decltype(element)>{}, head_dim,
+                      [&](auto tile) { choice.head_dim_tile = decltype(tile)::value; });
+  });
+  TORCH_INTERNAL_ASSERT(choice.head_dim_tile != 0, "flashattn: no CUDA tile for head_dim ",
+                        head_dim);
+  return choice;
+}
+
+// Query rows (a sequence's longest) up to which the forward runs its one-m-tile kernel even
+// where a two-m-tile kernel exists: a decoding step's rows (one query token, or one per head of
+// a GQA group, gqa_decode.h). Only a tile's first warp then has rows, the others skip their
+// products (fwd_kernel.cuh), and that warp computes one m-tile instead of two, one of them empty.
+constexpr int kFwdFewRows = kMmaM;
+
+// Whether the 16-bit forward of head-dim tile kHeadDim runs p (as planned: packed, split) on
+// its one-m-tile kernel FwdTraits<kHeadDim, true>: where it has no other (tiles above 128), or
+// p has dropout or packed GQA heads (which only that kernel applies, gqa_decode.h), or at most
+// kFwdFewRows query rows.
+template <int kHeadDim>
+bool fwd_one_m_tile(const AttnParams& p) {
+  if constexpr (FwdTraits<kHeadDim, false>::kMTiles == FwdTraits<kHeadDim, true>::kMTiles) {
+    return true;
+  } else {
+    return p.dropout.on() || p.seqlen_q <= kFwdFewRows || p.packed_heads > 1;
+  }
+}
+
+// Calls f(Traits{}) with the 16-bit forward's traits: the one-m-tile kernel's or the two-m-tile
+// kernel's (fwd_one_m_tile). Above d = 128 the two are one geometry and only the first is
+// compiled.
+template <int kHeadDim, typename F>
+void with_fwd_traits(bool one_m_tile, F&& f) {
+  using OneMTile = FwdTraits<kHeadDim, true>;
+  using TwoMTiles = FwdTraits<kHeadDim, false>;
+  if constexpr (TwoMTiles::kMTiles == OneMTile::kMTiles) {
+    f(OneMTile{});
+  } else if (one_m_tile) {
+    f(OneMTile{});
+  } else {
+    f(TwoMTiles{});
+  }
+}
+
+// The SIMT forward's geometry: one warp per query row.
+template <int kHeadDim>
+constexpr FwdLaunchShape simt_fwd_shape() {
+  return FwdLaunchShape::of<SimtTraits<kHeadDim>>(SimtTraits<kHeadDim>::kNWarps);
+}
+
+// The forward kernel's geometry for p (grid.h): the family, the tile and, for the 16-bit
+// kernels, one or two m-tiles.
+inline FwdLaunchShape fwd_launch_shape(const KernelChoice& choice, bool one_m_tile) {
+  FwdLaunchShape shape{};
+  dispatch_element(choice.type, [&](auto element) {
+    using Element = decltype(element);
+    dispatch_head_dim(HeadDimTilesFor<Element>{}, choice.head_dim_tile, [&](auto tile) {
+      constexpr int kTile = decltype(tile)::value;
+      if constexpr (std::is_same_v<Element, float>) {
+        shape = simt_fwd_shape<kTile>();
+      } else {
+        with_fwd_traits<kTile>(one_m_tile, [&](auto traits) {
+          shape = FwdLaunchShape::of<decltype(traits)>();
+        });
+      }
+    });
+  });
+  return shape;
+}
+
+// Split-KV: num_splits when given (>= 1; at most kMaxSplits), else (0) enough CTAs for every
+// SM, each split keeping at least two 64-key tiles. block_rows: query rows per CTA.
+constexpr int kMaxSplits = 64;
+inline int choose_num_splits(const AttnParams& p, int block_rows, int sm_count) {
+  if (p.num_splits >= 1) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
+  const int64_t ctas = static_cast<int64_t>(p.batch) * p.heads_q *
+                       ((p.seqlen_q + block_rows - 1) / block_rows);
+  if (ctas == 0 || ctas >= sm_count) return 1;
+  int64_t splits = (sm_count + ctas - 1) / ctas;
+  const int64_t by_keys = p.seqlen_k / 128;
+  if (splits > by_keys) splits = by_keys;
+  if (splits > kMaxSplits) splits = kMaxSplits;
+  return splits > 1 ? static_cast<int>(splits) : 1;
+}
+
+// B, Hq or Sq is 0: out and lse are empty.
+inline bool fwd_launches_nothing(const AttnParams& p) {
+  return p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0;
+}
+
+struct FwdPlan {
+  KernelChoice kernels;
+  Arch device_arch;
+  bool empty = false;  // fwd_launches_nothing
+  // The 16-bit kernel with one m-tile per warp (FwdTraits<tile, true>), not two.
+  bool one_m_tile = false;
+  // What the kernel gets: GQA-packed (params.h packed_heads) and with the planned num_splits.
+  AttnParams params;
+  FwdLaunchShape shape{};  // query rows per CTA, threads, dynamic shared memory
+  dim3 grid;
+  dim3 block;
+  // What the device gives a block (DeviceProps::smem_optin_bytes); the executor refuses a
+  // shape above it. arch_smem_bytes: the chosen architecture's own limit, which the tiles fit.
+  int smem_limit_bytes = 0;
+  int arch_smem_bytes = 0;
+  // Split-KV (params.num_splits > 1): the fp32 scratch of the splits' parts (mask.h), whether
+  // it must be filled first (rows outside every sequence, which no split writes, merge to 0
+  // and -inf), and the merge's parameters: out's rows as they are, unpacked.
+  int64_t split_scratch_floats = 0;
+  bool fill_split_scratch = false;
+  AttnParams merge_params;
+
+  bool merges() const { return params.num_splits > 1; }
+};
+
+// Plans the forward of `params` (make_fwd_params) for inputs of `type` on `device`.
+inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const DeviceProps& device) {
+  FwdPlan plan;
+  plan.device_arch = device_arch(device);
+  plan.kernels = choose_kernels(type, params.head_dim, kernel_arch(plan.device_arch));
+  plan.smem_limit_bytes = device.smem_optin_bytes;
+  plan.arch_smem_bytes = max_smem_bytes(plan.kernels.arch);
+  plan.params = params;
+  plan.merge_params = params;
+  plan.empty = fwd_launches_nothing(params);
+  if (plan.empty) return plan;
+  AttnParams& p = plan.params;
+  // A decoding step with GQA reads each kv head's cache once for its whole group.
+  p = pack_gqa_decode(params);
+  if (plan.kernels.family == KernelFamily::kTensorCore) {
+    dispatch_head_dim(CompiledHeadDimTiles{}, plan.kernels.head_dim_tile, [&](auto tile) {
+      plan.one_m_tile = fwd_one_m_tile<decltype(tile)::value>(p);
+    });
+  }
+  plan.shape = fwd_launch_shape(plan.kernels, plan.one_m_tile);
+  // The split heuristic sees the packed CTAs (B x heads_kv when packed).
+  p.num_splits = choose_num_splits(p, plan.shape.block_rows, device.sm_count);
+  plan.grid = plan.shape.grid(p);
+  plan.block = plan.shape.block();
+  plan.merge_params.num_splits = p.num_splits;
+  if (plan.merges()) {
+    plan.split_scratch_floats = p.num_splits * (split_out_elements(p) + split_lse_elements(p));
+    // Otherwise every split writes its part of every query row (0 and -inf where it sees no
+    // key), so the scratch needs no fill, which on a GPU would be two more launches per call.
+    plan.fill_split_scratch = p.cu_seqlens_q != nullptr || p.seqused_q != nullptr;
+  }
+  return plan;
+}
+
+}  // namespace flashattn::cuda
