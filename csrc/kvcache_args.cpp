@@ -4,7 +4,10 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "arg_checks.h"
 
@@ -62,6 +65,157 @@ void check_append_values(const KvcacheInputs& in) {
   }
 }
 
+
+// ---- Aliasing. An append writes the caches in place, so no argument it reads may share memory
+// with the caches, and k_cache and v_cache may not share memory with each other.
+
+// Whether two tensors share an element in memory: kNo, kYes, or kUnknown where the exact search
+// below ran out of its budget (then the caller treats them as overlapping).
+enum class Overlap { kNo, kYes, kUnknown };
+
+// One index of a tensor as a term of an address: digit x in [lo, hi] times coefficient c > 0
+// (bytes).
+struct AddressTerm {
+  int64_t c, lo, hi;
+};
+
+// Whether sum(x_i * c_i), each x_i in its range, can lie strictly between low and high: a
+// depth-first search over the terms by decreasing coefficient, each level trying only the
+// digits that keep the remaining terms able to reach the interval. suffix_min/max[i]: the
+// smallest and largest sums of terms i... Exact; `budget` bounds the nodes visited.
+bool reaches(const std::vector<AddressTerm>& terms, const std::vector<int64_t>& suffix_min,
+             const std::vector<int64_t>& suffix_max, size_t i, int64_t low, int64_t high,
+             int64_t& budget) {
+  if (--budget < 0) return true;
+  if (i == terms.size()) return low < 0 && 0 < high;
+  const AddressTerm& t = terms[i];
+  // x * c + suffix_min[i + 1] < high and x * c + suffix_max[i + 1] > low.
+  const int64_t upper = high - suffix_min[i + 1] - 1, lower = low - suffix_max[i + 1] + 1;
+  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+  const int64_t first = std::max(t.lo, -floor_div(-lower, t.c)), last = std::min(t.hi, floor_div(upper, t.c));
+  for (int64_t x = first; x <= last; ++x)
+    if (reaches(terms, suffix_min, suffix_max, i + 1, low - x * t.c, high - x * t.c, budget))
+      return true;
+  return false;
+}
+
+Overlap memory_overlap(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.has_storage() || !b.has_storage() ||
+      a.device() != b.device() || a.is_meta() || b.is_meta())
+    return Overlap::kNo;
+  if (!a.storage().is_alias_of(b.storage())) return Overlap::kNo;
+  // Element [i] of a starts at byte A(i) = a0 + sum i_d * sa_d and covers [A, A + ea); likewise
+  // b. They share a byte iff -eb < B(j) - A(i) < ea, i.e. sum j_d sb_d - sum i_d sa_d lies in
+  // (-eb - (b0 - a0), ea - (b0 - a0)).
+  const int64_t ea = a.element_size(), eb = b.element_size();
+  const int64_t a0 = static_cast<int64_t>(reinterpret_cast<intptr_t>(a.data_ptr())),
+                b0 = static_cast<int64_t>(reinterpret_cast<intptr_t>(b.data_ptr()));
+  std::vector<AddressTerm> terms;
+  int64_t a_end = a0 + ea, b_end = b0 + eb;
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    if (a.size(d) <= 1 || a.stride(d) == 0) continue;
+    terms.push_back({a.stride(d) * ea, -(a.size(d) - 1), 0});
+    a_end += (a.size(d) - 1) * a.stride(d) * ea;
+  }
+  for (int64_t d = 0; d < b.dim(); ++d) {
+    if (b.size(d) <= 1 || b.stride(d) == 0) continue;
+    terms.push_back({b.stride(d) * eb, 0, b.size(d) - 1});
+    b_end += (b.size(d) - 1) * b.stride(d) * eb;
+  }
+  if (a_end <= b0 || b_end <= a0) return Overlap::kNo;  // disjoint byte ranges
+  std::sort(terms.begin(), terms.end(),
+            [](const AddressTerm& x, const AddressTerm& y) { return x.c > y.c; });
+  std::vector<int64_t> suffix_min(terms.size() + 1, 0), suffix_max(terms.size() + 1, 0);
+  for (size_t i = terms.size(); i-- > 0;) {
+    suffix_min[i] = suffix_min[i + 1] + terms[i].lo * terms[i].c;
+    suffix_max[i] = suffix_max[i + 1] + terms[i].hi * terms[i].c;
+  }
+  int64_t budget = 1 << 16;
+  const bool found = reaches(terms, suffix_min, suffix_max, 0, -eb - (b0 - a0), ea - (b0 - a0),
+                             budget);
+  if (budget < 0) return Overlap::kUnknown;
+  return found ? Overlap::kYes : Overlap::kNo;
+}
+
+void check_no_overlap(const at::Tensor& read, const char* read_name, const at::Tensor& cache,
+                      const char* cache_name) {
+  const Overlap o = memory_overlap(read, cache);
+  TORCH_CHECK(o == Overlap::kNo, "flashattn: ", read_name, " and ", cache_name,
+              o == Overlap::kYes ? " share memory" : " may share memory (their strides are too "
+              "irregular to tell)", "; the append writes ", cache_name, " in place, so ",
+              read_name, " must not alias it", read_name[0] == 'v' && read_name[1] == '_'
+              ? " (a packed cache's kv[:, :, 0] and kv[:, :, 1] are fine)" : "",
+              ". Pass a separate tensor (e.g. ", read_name, ".clone())");
+}
+
+// An append: k_cache and v_cache disjoint, and no tensor it reads inside either.
+void check_append_aliasing(const KvcacheInputs& in) {
+  const at::Tensor &k_cache = in.attn.k, &v_cache = in.attn.v;
+  check_no_overlap(v_cache, "v_cache", k_cache, "k_cache");
+  for (auto [cache, cache_name] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}}) {
+    check_no_overlap(in.attn.q, "q", *cache, cache_name);
+    check_no_overlap(*in.k_new, "k", *cache, cache_name);
+    check_no_overlap(*in.v_new, "v", *cache, cache_name);
+    if (in.rotary()) {
+      check_no_overlap(*in.rotary_cos, "rotary_cos", *cache, cache_name);
+      check_no_overlap(*in.rotary_sin, "rotary_sin", *cache, cache_name);
+    }
+  }
+}
+
+// On the host (lengths known): no two new keys (or values) go to the same cache row, which a
+// block_table or cache_batch_idx naming one page or entry twice can do; one would be lost.
+// Rows whose page or entry is out of range are left to check_fwd, which runs before any write.
+void check_append_targets_distinct(const KvcacheInputs& in) {
+  const AttnInputs& attn = in.attn;
+  if (in.seqlen_new() == 0 || attn.k.is_meta()) return;
+  // The addressing tensors are validated by check_fwd; until then, only well-formed ones are
+  // read here.
+  const int64_t batch = attn.q.size(0);
+  auto well_formed = [&](const std::optional<at::Tensor>& t, int64_t dim) {
+    return t->scalar_type() == at::kInt && t->dim() == dim && t->size(0) == batch &&
+           t->device() == attn.q.device() && !t->is_meta() &&
+           (dim == 1 ? t->is_contiguous() : t->stride(1) == 1 || t->size(1) <= 1);
+  };
+  if (attn.paged() && !well_formed(attn.block_table, 2)) return;
+  if (!attn.paged() && attn.cache_batch_idx && !well_formed(attn.cache_batch_idx, 1)) return;
+  const int* seqlens = in.cache_seqlens->data_ptr<int>();
+  const bool paged = attn.paged();
+  const int64_t page = attn.k.size(1), entries = attn.k.size(0);
+  struct Target {
+    int64_t entry, row, b, t;
+  };
+  std::vector<Target> targets;
+  targets.reserve(static_cast<size_t>(batch * in.seqlen_new()));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < in.seqlen_new(); ++t) {
+      const int64_t position = int64_t(seqlens[b]) + t;
+      int64_t entry = b, row = position;
+      if (paged) {
+        const int64_t block = position / page;
+        if (block >= attn.block_table->size(1)) continue;
+        entry = attn.block_table->data_ptr<int>()[b * attn.block_table->stride(0) + block];
+        row = position % page;
+      } else if (attn.cache_batch_idx) {
+        entry = attn.cache_batch_idx->data_ptr<int>()[b];
+      }
+      if (entry < 0 || entry >= entries) continue;
+      targets.push_back({entry, row, b, t});
+    }
+  }
+  std::sort(targets.begin(), targets.end(), [](const Target& x, const Target& y) {
+    return x.entry != y.entry ? x.entry < y.entry : x.row < y.row;
+  });
+  for (size_t i = 1; i < targets.size(); ++i) {
+    const Target &x = targets[i - 1], &y = targets[i];
+    TORCH_CHECK(x.entry != y.entry || x.row != y.row, "flashattn: new key ", x.t, " of sequence ",
+                x.b, " and new key ", y.t, " of sequence ", y.b, " would both be written to row ",
+                x.row, " of ", paged ? "block " : "cache entry ", x.entry, " (",
+                paged ? "block_table" : "cache_batch_idx", " maps both sequences there), so one "
+                "would be lost; each cache row may receive one new key per call");
+  }
+}
+
 }  // namespace
 
 void check_kvcache_append(KvcacheInputs& in, const ExecutorLimits& limits) {
@@ -99,6 +253,10 @@ void check_kvcache_append(KvcacheInputs& in, const ExecutorLimits& limits) {
   if (in.cache_seqlens) {
     check_lengths_tensor(*in.cache_seqlens, "cache_seqlens", q.size(0), "batch", q);
     if (limits.reads_lengths_on_host) check_append_values(in);
+    if (in.seqlen_new() > 0) {
+      check_append_aliasing(in);
+      if (limits.reads_lengths_on_host) check_append_targets_distinct(in);
+    }
     in.attn.seqused_k =
         in.seqlen_new() > 0 ? at::add(*in.cache_seqlens, in.seqlen_new()) : *in.cache_seqlens;
   }
