@@ -7,6 +7,7 @@ numpy scalars or one-element tensors."""
 import math
 import numbers
 import operator
+import re
 
 import torch
 
@@ -416,10 +417,73 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if not math.isfinite(scale):
             raise ValueError(f"{fn}: scale must be finite, got {scale}")
     # (B, H, S, D) -> (B, S, H, D) is a stride permutation, not a copy.
-    out = _attention(fn, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                        dropout_p, scale, is_causal, (-1, -1), 0.0, None, False,
-                        align_bottom_right=False, attn_mask=attn_mask)
+    try:
+        out = _attention(fn, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                         dropout_p, scale, is_causal, (-1, -1), 0.0, None, False,
+                         align_bottom_right=False, attn_mask=attn_mask)
+    except (RuntimeError, ValueError, TypeError, IndexError) as error:
+        # The op names FA2's arguments (q, k, v, softmax_scale, causal) in (B, S, H, D); say it
+        # in SDPA's terms. Only on the error path: a call that succeeds pays nothing.
+        raise _sdpa_error(error, query, key, value) from None
     return out.transpose(1, 2)
+
+
+# The op's argument names and what scaled_dot_product_attention calls them.
+_SDPA_NAMES = {"q": "query", "k": "key", "v": "value", "softmax_scale": "scale",
+               "causal": "is_causal"}
+_OP_NAME = re.compile(r"(?<![A-Za-z0-9_'.])(" + "|".join(_SDPA_NAMES) + r")(?![A-Za-z0-9_(])")
+
+
+def _sdpa_problem(query, key, value):
+    """The first problem of query, key and value that the op would report, in SDPA's names and
+    (batch, heads, seqlen, head_dim) shapes; None if none of these is found."""
+    fn = "scaled_dot_product_attention"
+    for name, t in (("key", key), ("value", value)):
+        if t.device != query.device:
+            return RuntimeError(f"{fn}: {name} must be on query's device ({query.device}), got "
+                                f"{t.device}")
+    for name, t in (("key", key), ("value", value)):
+        if t.dtype != query.dtype:
+            return RuntimeError(f"{fn}: query, key and value must have the same dtype, got "
+                                f"query {query.dtype}, {name} {t.dtype}")
+    for name, t in (("key", key), ("value", value)):
+        if t.shape[0] != query.shape[0]:
+            return RuntimeError(f"{fn}: {name} must have query's batch size {query.shape[0]} "
+                                f"(dim 0), got shape {tuple(t.shape)}")
+        if t.shape[-1] != query.shape[-1]:
+            return RuntimeError(f"{fn}: {name} must have query's head_dim {query.shape[-1]} "
+                                f"(dim 3), got shape {tuple(t.shape)}")
+    if key.shape[1] != value.shape[1] or key.shape[2] != value.shape[2]:
+        return RuntimeError(f"{fn}: key and value must have the same heads and seqlen (dims 1 "
+                            f"and 2), got shapes {tuple(key.shape)} and {tuple(value.shape)}")
+    if key.shape[1] == 0 and query.shape[1] != 0 or (
+            key.shape[1] and query.shape[1] % key.shape[1]):
+        return RuntimeError(f"{fn}: query's heads ({query.shape[1]}) must be a multiple of "
+                            f"key's and value's ({key.shape[1]}) with enable_gqa=True")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            return RuntimeError(f"{fn}: {name} must be contiguous in its last (head_dim) "
+                                f"dimension, got strides {t.stride()}; call .contiguous() on it "
+                                f"first")
+    return None
+
+
+def _sdpa_error(error, query, key, value):
+    """The op's error for a scaled_dot_product_attention call, in SDPA's terms: a diagnosis of
+    the tensors where one applies, else the message with the op's names replaced."""
+    message = str(error)
+    problem = _sdpa_problem(query, key, value)
+    if problem is not None and not message.startswith("scaled_dot_product_attention"):
+        return type(error)(str(problem)) if type(error) is not RuntimeError else problem
+    if message.startswith("flashattn: "):
+        message = "scaled_dot_product_attention: " + message[len("flashattn: "):]
+    if not message.startswith("scaled_dot_product_attention"):
+        return error
+    translated = _OP_NAME.sub(lambda m: _SDPA_NAMES[m.group(1)], message)
+    try:
+        return type(error)(translated)
+    except TypeError:  # an exception type that takes other arguments
+        return error
 
 
 for _fn in (flash_attn_varlen_func, flash_attn_varlen_qkvpacked_func,
