@@ -1,8 +1,11 @@
 """Bad input never crashes (issue 34): a fixed-seed fuzzer of malformed calls of every public
 function -- wrong dtypes, devices (meta tensors), ranks, shapes and strides (a non-contiguous
 last dim included), negative / NaN / infinite / huge scalars, malformed cu_seqlens, block tables,
-seqused, cache indices out of range, tensors aliasing each other -- run in a subprocess, so that
-a segfault or an abort is a test failure rather than a dead pytest.
+seqused, cache indices out of range, tensors aliasing each other (one cache as k_cache and
+v_cache, overlapping or transposed views of one buffer, q / k / v / rotary tables inside a cache,
+two sequences appending into one cache row) -- run in a subprocess, so that a segfault or an
+abort is a test failure rather than a dead pytest. scaled_dot_product_attention's errors must
+use SDPA's argument names only (never q, k, v, softmax_scale, flashattn's op).
 
 The subprocess (this file run as a script) prints one JSON line per call: the call's function,
 its mutation, and either "raised <type>: message" or "returned". The test asserts that the
@@ -44,14 +47,11 @@ DEFINED_BEHAVIOUR = {
     "flags_strings": "causal and deterministic are truth values, as in FA2 (Python's truthiness)",
     "attn_mask_strided_last_dim": "the mask is read through its strides, any of them",
     "qkv_all_meta": "all inputs on the meta device: shapes only, as every torch op on meta",
-    "k_new_aliases_cache": "k, v a view of cache rows that the append does not write: read first",
-    # Reported to the lead (issue 34), tolerated here until decided; see the report.
-    "k_cache_is_v_cache": "OPEN: one cache as k_cache and v_cache with an append: v overwrites k",
+    "kv_cache_packed": "k_cache, v_cache = kv[:, :, 0], kv[:, :, 1] of one packed cache: views "
+                       "of one storage that share no element (FA2's MHA passes them so)",
+    "k_cache_is_v_cache_no_append": "one tensor as k_cache and v_cache without an append: both "
+                                    "are only read",
 }
-
-# scaled_dot_product_attention's tensor errors come from the op, which names its own arguments
-# q, k, v (and softmax_scale): accepted for now, reported to the lead (issue 34).
-OP_NAMES = {"query": "q", "key": "k", "value": "v"}
 
 
 # ---------------------------------------------------------------------------- the subprocess
@@ -296,7 +296,8 @@ def _worker(calls, seed):
         if choice == 4:
             mutation = rng.choice(["kvcache_k_meta", "kvcache_rotary_cos_meta",
                                    "kvcache_alibi_slopes_meta", "kvcache_cache_batch_idx_meta",
-                                   "kvcache_cache_leftpad_meta", "k_cache_is_v_cache", "k_without_v", "k_new_wrong_heads",
+                                   "kvcache_cache_leftpad_meta", "k_cache_is_v_cache", "alias_views",
+                                   "alias_views", "k_without_v", "k_new_wrong_heads",
                                    "k_new_aliases_cache", "rotary_without_k",
                                    "rotary_wrong_shape", "num_splits_negative",
                                    "num_splits_float", "num_splits_huge"])
@@ -314,6 +315,57 @@ def _worker(calls, seed):
             if mutation == "k_cache_is_v_cache":
                 kwargs.update(k=t(b, 1, 2, 16), v=t(b, 1, 2, 16))
                 return fn, [q, k_cache, k_cache], kwargs, mutation, ["k_cache", "v_cache"]
+            if mutation == "alias_views":
+                # Tensors the append reads or writes sharing memory with a cache, through views.
+                buf = t(b, 2 * cap, 2, 16)
+                kwargs.update(k=t(b, 1, 2, 16), v=t(b, 1, 2, 16))
+                kind = rng.choice(["caches_overlap", "v_cache_slice_of_k_cache", "q_in_k_cache",
+                                   "v_new_in_k_cache", "k_new_in_v_cache", "rotary_in_cache",
+                                   "caches_transposed_overlap", "duplicate_batch_idx",
+                                   "duplicate_block", "kv_cache_packed",
+                                   "k_cache_is_v_cache_no_append"])
+                names = {"caches_overlap": ["k_cache", "v_cache"],
+                         "caches_transposed_overlap": ["k_cache", "v_cache"],
+                         "v_cache_slice_of_k_cache": ["k_cache", "v_cache"],
+                         "q_in_k_cache": ["q", "k_cache"], "v_new_in_k_cache": ["v", "k_cache"],
+                         "k_new_in_v_cache": ["k", "v_cache"],
+                         "rotary_in_cache": ["rotary_cos", "rotary_sin", "k_cache"],
+                         "duplicate_batch_idx": ["cache_batch_idx"],
+                         "duplicate_block": ["block_table"]}.get(kind, [])
+                kc, vc, qq = k_cache, v_cache, q
+                if kind == "caches_overlap":
+                    kc, vc = buf[:, :cap], buf[:, cap // 2:cap // 2 + cap]
+                elif kind == "caches_transposed_overlap":
+                    square = t(b, cap, cap, 16)
+                    kc, vc = square[:, :, :2], square[:, :2].transpose(1, 2)
+                elif kind == "v_cache_slice_of_k_cache":
+                    kc, vc = buf[:, :cap], buf[:, :cap, :, :16]
+                elif kind == "q_in_k_cache":
+                    kc = t(b, cap, 4, 16)
+                    qq, kc = kc[:, 10:11], kc[:, :, :2]
+                elif kind == "v_new_in_k_cache":
+                    kwargs["v"] = k_cache[:, 14:15]
+                elif kind == "k_new_in_v_cache":
+                    kwargs["k"] = v_cache[:, 3:4]
+                elif kind == "rotary_in_cache":
+                    flat = t(b * cap * 2 * 16)
+                    kc = flat.view(b, cap, 2, 16)
+                    kwargs.update(rotary_cos=flat[:64].view(cap, 4), rotary_sin=t(cap, 4))
+                elif kind == "duplicate_batch_idx":
+                    kwargs["cache_batch_idx"] = torch.tensor([1, 1], dtype=torch.int32)
+                    kwargs["cache_seqlens"] = torch.tensor([3, 3], dtype=torch.int32)
+                elif kind == "duplicate_block":
+                    kc, vc = t(8, 4, 2, 16), t(8, 4, 2, 16)
+                    kwargs["block_table"] = torch.tensor([[0, 1, 2, 3], [4, 1, 5, 6]],
+                                                         dtype=torch.int32)
+                    kwargs["cache_seqlens"] = torch.tensor([5, 5], dtype=torch.int32)
+                elif kind == "kv_cache_packed":
+                    kv = t(b, cap, 2, 2, 16)
+                    kc, vc = kv[:, :, 0], kv[:, :, 1]
+                else:  # k_cache_is_v_cache_no_append
+                    kwargs.pop("k"), kwargs.pop("v")
+                    vc = kc
+                return fn, [qq, kc, vc], kwargs, kind, names
             if mutation == "k_without_v":
                 kwargs.update(k=t(b, 1, 2, 16), v=None)
                 return fn, [q, k_cache, v_cache], kwargs, mutation, ["k", "v"]
@@ -322,7 +374,7 @@ def _worker(calls, seed):
                 return fn, [q, k_cache, v_cache], kwargs, mutation, ["k", "v", "k_cache"]
             if mutation == "k_new_aliases_cache":
                 kwargs.update(k=k_cache[:, 4:5], v=v_cache[:, 4:5])
-                return fn, [q, k_cache, v_cache], kwargs, mutation, ["k", "v", "k_cache", "v_cache"]
+                return fn, [q, k_cache, v_cache], kwargs, mutation, ["k", "k_cache"]
             if mutation == "rotary_without_k":
                 kwargs.pop("k", None), kwargs.pop("v", None)
                 kwargs.update(rotary_cos=t(cap, 4), rotary_sin=t(cap, 4))
@@ -372,10 +424,18 @@ def _worker(calls, seed):
             mutation, args, kwargs, names = rng.choice(bads)
             return fn, args, kwargs, mutation, names
         name = rng.choice(["query", "key", "value"])
-        kind = rng.choice(["dtype_int", "meta", "noncontig_last", "head_dim", "other_float"])
+        kind = rng.choice(["dtype_int", "dtype_complex", "meta", "noncontig_last", "head_dim",
+                           "other_float", "batch"] + (["heads", "seqlen"] if name != "query" else []))
         args = [q, k, v]
-        args[["query", "key", "value"].index(name)] = bad_tensor(args[["query", "key", "value"].index(name)], kind)
-        return fn, args, {}, f"sdpa_{name}_{kind}", [name, OP_NAMES[name]]
+        i = ["query", "key", "value"].index(name)
+        # bad_tensor's dims are FA2's (B, S, H, D); SDPA's are (B, H, S, D).
+        x = args[i].transpose(1, 2) if kind in ("heads", "seqlen") else args[i]
+        x = bad_tensor(x, kind)
+        args[i] = x.transpose(1, 2) if kind in ("heads", "seqlen") else x
+        names = [name] + {"batch": ["query"], "head_dim": ["query"], "other_float": ["query"],
+                          "heads": ["key", "value", "query"], "seqlen": ["key", "value"]
+                          }.get(kind, [])
+        return fn, args, {}, f"sdpa_{name}_{kind}", names
 
     generators = [gen_func, gen_packed, gen_varlen, gen_kvcache, gen_sdpa]
     for i in range(calls):
@@ -392,6 +452,11 @@ def _worker(calls, seed):
 
 
 # ---------------------------------------------------------------------------- the test
+
+# scaled_dot_product_attention's errors name its own arguments (query, key, value, attn_mask,
+# dropout_p, is_causal, scale, enable_gqa), never the op's or FA2's.
+FA2_NAMES = re.compile(r"(?<![A-Za-z0-9_'.])(q|k|v|softmax_scale|window_size|flashattn)"
+                       r"(?![A-Za-z0-9_(])|(?<![A-Za-z0-9_])causal\s*=")
 
 def names_argument(message, names):
     return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", message)
@@ -419,16 +484,17 @@ def test_malformed_calls_raise_clear_python_errors_and_never_crash():
     for r in finished:
         if r["outcome"] == "returned":
             if r["mutation"] not in DEFINED_BEHAVIOUR:
-                problems.append(f"returned without error: {r}")
+                problems.append(("returned without error", r))
         elif r["type"] not in ALLOWED_EXCEPTIONS:
-            problems.append(f"not a ValueError/TypeError/RuntimeError/IndexError: {r}")
+            problems.append(("not a ValueError/TypeError/RuntimeError/IndexError", r))
         elif not names_argument(r["message"], r["names"]):
-            problems.append(f"message names none of {r['names']}: {r}")
-    unique = sorted({p.split(": {")[0] + ": " + json.dumps(
-        {k: v for k, v in json.loads("{" + p.split(": {", 1)[1]).items() if k != "i"})
-        for p in problems})
+            problems.append((f"message names none of {r['names']}", r))
+        elif r["fn"] == "scaled_dot_product_attention" and FA2_NAMES.search(r["message"]):
+            problems.append(("an SDPA error in FA2's names", r))
+    # One line per distinct problem (the call's index aside).
+    unique = sorted({f"{what}: " + json.dumps({k: v for k, v in r.items() if k != "i"})
+                     for what, r in problems})
     assert not unique, f"{len(problems)} of {CALLS} malformed calls misbehaved:\n" + "\n".join(unique)
-
 
 if __name__ == "__main__":
     _worker(int(sys.argv[1]), int(sys.argv[2]))

@@ -1,5 +1,7 @@
 """Minimal cases the fuzzers (test_fuzz_differential.py, test_fuzz_malformed.py) found, kept
 as regression tests."""
+import re
+
 import pytest
 import torch
 
@@ -32,3 +34,108 @@ def test_sdpa_non_finite_scale_error_names_scale(scale):
     q = torch.randn(1, 2, 3, 8)
     with pytest.raises(ValueError, match=r"scaled_dot_product_attention: scale must be finite"):
         flashattn.scaled_dot_product_attention(q, q, q, scale=scale)
+
+
+# ---- issue 34: an append's caches and inputs sharing memory (the malformed-call fuzzer's
+# k_cache_is_v_cache, accepted before: v overwrote k, and the attention read the values as keys)
+
+def _append_args(b=2, cap=16, new=1):
+    q = torch.randn(b, 1, 4, 16)
+    k_cache, v_cache = torch.randn(b, cap, 2, 16), torch.randn(b, cap, 2, 16)
+    k, v = torch.randn(b, new, 2, 16), torch.randn(b, new, 2, 16)
+    return q, k_cache, v_cache, k, v, torch.tensor([3, 5], dtype=torch.int32)
+
+
+def test_one_tensor_as_k_cache_and_v_cache_with_an_append_is_an_error():
+    q, k_cache, _, k, v, seqlens = _append_args()
+    before = k_cache.clone()
+    with pytest.raises(RuntimeError, match=r"v_cache and k_cache share memory"):
+        flashattn.flash_attn_with_kvcache(q, k_cache, k_cache, k, v, cache_seqlens=seqlens)
+    assert torch.equal(k_cache, before), "the cache was written before the error"
+    # Without an append both are only read: the same tensor is fine.
+    flashattn.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=seqlens)
+
+
+@pytest.mark.parametrize("layout", ["overlapping_slices", "transposed", "narrower_view"])
+def test_overlapping_cache_views_are_an_error(layout):
+    q, _, _, k, v, seqlens = _append_args()
+    if layout == "overlapping_slices":
+        buf = torch.randn(2, 32, 2, 16)
+        k_cache, v_cache = buf[:, :16], buf[:, 8:24]
+    elif layout == "transposed":  # element (b, i, j) of one is (b, j, i) of the other
+        square = torch.randn(2, 16, 16, 16)
+        k_cache, v_cache = square[:, :, :2], square[:, :2].transpose(1, 2)
+    else:
+        buf = torch.randn(2, 16, 2, 32)
+        k_cache, v_cache = buf[..., :16], buf[..., 8:24]
+    with pytest.raises(RuntimeError, match=r"v_cache and k_cache (may )?share memory"):
+        flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
+
+
+def test_a_packed_cache_kv_0_and_kv_1_is_fine():
+    """FA2's MHA passes kv_cache[:, :, 0] and kv_cache[:, :, 1]: one storage, no shared
+    element."""
+    q, _, _, k, v, seqlens = _append_args()
+    kv = torch.randn(2, 16, 2, 2, 16)
+    expected = kv.clone()
+    for b, n in enumerate(seqlens.tolist()):
+        expected[b, n, 0], expected[b, n, 1] = k[b, 0], v[b, 0]
+    flashattn.flash_attn_with_kvcache(q, kv[:, :, 0], kv[:, :, 1], k, v, cache_seqlens=seqlens)
+    assert torch.equal(kv, expected)
+
+
+@pytest.mark.parametrize("which", ["q", "k", "v", "rotary_cos"])
+def test_an_input_inside_a_cache_is_an_error(which):
+    q, k_cache, v_cache, k, v, seqlens = _append_args()
+    kwargs = dict(k=k, v=v, cache_seqlens=seqlens)
+    cache_name = "k_cache"
+    if which == "q":
+        wide = torch.randn(2, 16, 4, 16)
+        q, k_cache = wide[:, 10:11], wide[:, :, :2]
+    elif which == "k":
+        kwargs["k"], cache_name = v_cache[:, 3:4], "v_cache"
+    elif which == "v":
+        kwargs["v"] = k_cache[:, 14:15]  # a row the append does not write: still an error
+    else:
+        flat = torch.randn(2 * 16 * 2 * 16)
+        k_cache = flat.view(2, 16, 2, 16)
+        kwargs.update(rotary_cos=flat[:64].view(16, 4), rotary_sin=torch.randn(16, 4))
+    with pytest.raises(RuntimeError, match=rf"{which} and {cache_name} share memory"):
+        flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs)
+
+
+def test_two_sequences_appending_into_one_cache_row_is_an_error():
+    q, k_cache, v_cache, k, v, _ = _append_args()
+    same = torch.tensor([3, 3], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=r"cache_batch_idx maps both sequences there"):
+        flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=same,
+                                          cache_batch_idx=torch.tensor([1, 1], dtype=torch.int32))
+    pages_k, pages_v = torch.randn(8, 4, 2, 16), torch.randn(8, 4, 2, 16)
+    table = torch.tensor([[0, 1, 2, 3], [4, 1, 5, 6]], dtype=torch.int32)  # block 1 twice
+    before = pages_k.clone()
+    with pytest.raises(RuntimeError, match=r"block_table maps both sequences there"):
+        flashattn.flash_attn_with_kvcache(q, pages_k, pages_v, k, v,
+                                          cache_seqlens=torch.tensor([5, 5], dtype=torch.int32),
+                                          block_table=table)
+    assert torch.equal(pages_k, before)
+    # Sharing a block that both only read (a common prefix) is fine.
+    flashattn.flash_attn_with_kvcache(q, pages_k, pages_v, k, v,
+                                      cache_seqlens=torch.tensor([9, 9], dtype=torch.int32),
+                                      block_table=table)
+
+
+def test_sdpa_errors_name_sdpa_arguments():
+    """The op's errors named q, k, v (and its (B, S, H, D) layout) to SDPA callers."""
+    q, k = torch.randn(2, 4, 5, 16), torch.randn(2, 4, 7, 16)
+    cases = [((q, k, k.int()), r"query, key and value must have the same dtype.*value"),
+             ((q, k, torch.randn(2, 4, 7, 17)), r"value must have query's head_dim"),
+             ((q, k, torch.randn(2, 4, 8, 16)), r"key and value must have the same heads and seqlen"),
+             ((q, k, k.to("meta")), r"value must be on query's device"),
+             ((q, k, torch.randn(2, 4, 7, 32)[..., ::2]), r"value must be contiguous in its last"),
+             ((q.int(), k.int(), k.int()), r"query has dtype Int")]
+    for args, pattern in cases:
+        with pytest.raises(RuntimeError, match=r"scaled_dot_product_attention: " + pattern) as e:
+            flashattn.scaled_dot_product_attention(*args)
+        assert not re.search(r"(?<![\w'.])(q|k|v|softmax_scale)(?![\w(])", str(e.value)), e.value
+    with pytest.raises(RuntimeError, match=r"attn_mask must be bool, float32 or query's dtype"):
+        flashattn.scaled_dot_product_attention(q, k, k, attn_mask=torch.ones(5, 7, dtype=torch.int32))
