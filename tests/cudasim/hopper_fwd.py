@@ -10,10 +10,9 @@ shared library loaded with ctypes, so it runs on torch's tensors and stream.
 --compile-only builds the library and stops (what a machine without a GPU can check); the build
 fails if ptxas reports C7508 (setmaxnreg without a known entry register count), C7520 (wgmma
 serialized: a register access or a divergent path between wgmma.fence and the MMAs) or any
-spill, or
-(where cuobjdump is installed) if the SASS lacks HGMMA, UTMALDG or SYNCS. --ptxas prints ptxas's
-per-kernel registers / spills / shared memory lines. Exit status 1 if any check fails; on a GPU
-other than compute capability 9.0 it prints SKIP and exits 0.
+spill, or (where cuobjdump is installed) if the SASS lacks HGMMA, UTMALDG, UTMASTG, STSM or
+SYNCS. --ptxas prints ptxas's per-kernel registers / spills lines. Exit status 1 if any check
+fails; on a GPU other than compute capability 9.0 it prints SKIP and exits 0.
 """
 import argparse
 import ctypes
@@ -40,6 +39,8 @@ CHECKS = [
     (1, 64, 0, 2, 2, 1, 1, 63),
     (0, 128, 1, 1, 1, 1, 7, 7),
 ]
+# wgmma, TMA load, TMA store, stmatrix, mbarrier ops: what the kernel is about.
+SASS_OPS = ("HGMMA", "UTMALDG", "UTMASTG", "STSM", "SYNCS")
 # Timed: bf16, B * N = 16k tokens, hidden 2048 (bench/RESULTS.md's setting).
 TIMED = [(128, 0, 4096), (128, 1, 4096), (64, 0, 4096), (64, 1, 4096)]
 
@@ -87,7 +88,7 @@ def sass_tool(name):
 
 
 def missing_sass(lib):
-    """"" if the SASS holds HGMMA, UTMALDG and SYNCS (or cuobjdump is not at hand)."""
+    """"" if the SASS holds every op of SASS_OPS (or cuobjdump is not at hand)."""
     cuobjdump, nvdisasm = sass_tool("cuobjdump"), sass_tool("nvdisasm")
     if cuobjdump is None:
         return ""
@@ -97,7 +98,7 @@ def missing_sass(lib):
     out = subprocess.run([cuobjdump, "-sass", lib], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         return ""
-    missing = [op for op in ("HGMMA", "UTMALDG", "SYNCS") if op not in out.stdout]
+    missing = [op for op in SASS_OPS if op not in out.stdout]
     return f"SASS lacks {', '.join(missing)}" if missing else ""
 
 

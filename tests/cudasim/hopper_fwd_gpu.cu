@@ -35,12 +35,10 @@ std::string launch(const void* q, const void* k, const void* v, void* o, float* 
   const auto dtype = std::is_same_v<Elem, __nv_bfloat16> ? flashattn::TensorMapDtype::BFloat16
                                                          : flashattn::TensorMapDtype::Float16;
   std::string error = make_fwd_sm90_maps(maps, dtype, kHeadDim, batch, input(q, 0, sq, hq),
-                                         input(k, 1, sk, hkv), input(v, 2, sk, hkv), Cfg::kBlockM,
-                                         Cfg::kBlockN);
+                                         input(k, 1, sk, hkv), input(v, 2, sk, hkv),
+                                         input(o, 3, sq, hq), Cfg::kBlockM, Cfg::kBlockN);
   if (!error.empty()) return "tensor maps: " + error;
   FwdSm90Params p;
-  p.o = o;
-  p.o_batch_stride = st[9], p.o_row_stride = st[10], p.o_head_stride = st[11];
   p.lse = lse;
   p.lse_batch_stride = static_cast<int64_t>(hq) * sq, p.lse_head_stride = sq;
   p.batch = batch, p.seqlen_q = sq, p.seqlen_k = sk, p.heads_q = hq, p.head_group = hq / hkv;

@@ -13,7 +13,9 @@
 //   tiles that need it, the online softmax (fwd_sm90_softmax.cuh), P rounded into wgmma
 //   A-fragments in registers, O += P V (wgmma m64nDk16, A from registers, V MN-major), then
 //   the stage is released.
-// - Epilogue: O / l and the LSE stored straight from registers (rows below Sq only).
+// - Epilogue: O / l rounded and stored by stmatrix into the consumer's (now free) Q rows, then
+//   one TMA store per 64 columns (rows beyond Sq are skipped by the store); the LSE stored
+//   straight from registers.
 //
 // Lines marked "// SITE:name" are named by tests/test_cudasim_hopper_fwd.py.
 #pragma once
@@ -35,8 +37,10 @@
 
 namespace flashattn::hopper {
 
-// Named barrier ids: 0 is __syncthreads; kTurnBarrier + c is consumer c's pingpong turn.
+// Named barrier ids: 0 is __syncthreads; kTurnBarrier + c is consumer c's pingpong turn,
+// kEpilogueBarrier + c its warpgroup's meeting before the TMA store of O.
 constexpr unsigned kTurnBarrier = 1;
+constexpr unsigned kEpilogueBarrier = 3;
 
 // D[64 x N] (+)= A * B over one k16 step, both from shared memory, K-major (S = Q K^T).
 template <typename Elem, int N>
@@ -74,7 +78,8 @@ __device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN
 template <typename Elem, int kHeadDim, bool kCausal>
 __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
-                    const __grid_constant__ TensorMap map_v, const FwdSm90Params p) {
+                    const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_o,
+                    const FwdSm90Params p) {
   using namespace flashattn::ptx;
   using Cfg = FwdSm90Config<kHeadDim>;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
@@ -95,6 +100,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     tma_prefetch_descriptor(&map_q);
     tma_prefetch_descriptor(&map_k);
     tma_prefetch_descriptor(&map_v);
+    tma_prefetch_descriptor(&map_o);
     mbarrier_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&k_full[s], 1);
@@ -251,22 +257,39 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     release(n_blocks - 1);
   }
 
-  // ---- Epilogue ----
+  // ---- Epilogue: O / l -> stmatrix into this consumer's Q rows -> TMA store; LSE direct ----
+  // This consumer's S MMAs have all retired, so its 64 rows of Q are free and hold O in the
+  // same layout (chunks of 64 columns, 128-byte swizzled rows), which the O map's TMA store
+  // reads. stmatrix.x4 stores four 8x8 matrices: rows 0-7 and 8-15 of the warp's 16, columns
+  // 8j.. and 8(j+1).. ; lane 8m + r gives the address of row r of matrix m, and the m64nN
+  // accumulator's pairs are exactly stmatrix's fragments (row lane / 4, columns 2 (lane % 4)).
   float inv_l[2], lse[2];
   softmax.finalize(p.scale_log2, inv_l, lse);
+  unsigned char* o_tile = smem + Cfg::kQOffset + consumer * 64 * kSwizzleRowBytes;
+#pragma unroll
+  for (int j = 0; j < kHeadDim / 8; j += 2) {
+    const int m = lane / 8, row = 16 * warp + lane % 8 + 8 * (m % 2), col = 8 * (j + m / 2);
+    const int chunk16 = (col % 64) / 8;  // the 16-byte chunk in its 128-byte row, before the swizzle
+    unsigned char* dst = o_tile + (col / 64) * Cfg::kQChunkBytes + row * kSwizzleRowBytes + 16 * (chunk16 ^ (row % 8));
+    stmatrix_x4(dst, cuda::pack_rn<Elem>(o[4 * j] * inv_l[0], o[4 * j + 1] * inv_l[0]),
+                cuda::pack_rn<Elem>(o[4 * j + 2] * inv_l[1], o[4 * j + 3] * inv_l[1]),
+                cuda::pack_rn<Elem>(o[4 * j + 4] * inv_l[0], o[4 * j + 5] * inv_l[0]),
+                cuda::pack_rn<Elem>(o[4 * j + 6] * inv_l[1], o[4 * j + 7] * inv_l[1]));  // SITE:stage_o
+  }
+  fence_proxy_async_shared_cta();  // the TMA store reads through the async proxy
+  named_barrier_sync(kEpilogueBarrier + consumer, 128);
+  const int first_row = m_block * kBlockM + 64 * consumer;
+  if (t == 0 && first_row < p.seqlen_q) {
+#pragma unroll
+    for (int c = 0; c < Cfg::kChunks; ++c)
+      tma_store_4d(&map_o, o_tile + c * Cfg::kQChunkBytes, 64 * c, first_row, head, batch);  // SITE:store_o
+    bulk_commit_group();
+    bulk_wait_group_read<0>();  // the smem must stay until read; the grid's end completes the writes
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + 8 * r;
-    if (row >= p.seqlen_q) continue;
-    uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.o) + batch * p.o_batch_stride +
-                                                head * p.o_head_stride + row * p.o_row_stride);
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j) {
-      const int col = 8 * j + 2 * (lane % 4);
-      FLASHATTN_GMEM(out)[col / 2] =
-          cuda::pack_rn<Elem>(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);  // SITE:store_o
-    }
-    if (lane % 4 == 0)
+    if (row < p.seqlen_q && lane % 4 == 0)
       FLASHATTN_GMEM(p.lse)[batch * p.lse_batch_stride + head * p.lse_head_stride + row] = lse[r];
   }
 }

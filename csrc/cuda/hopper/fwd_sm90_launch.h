@@ -26,13 +26,13 @@ std::string launch_fwd_sm90(const FwdSm90Maps& maps, const FwdSm90Params& p, voi
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
   (void)stream;
   ::cudasim::set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
-  ::cudasim::launch(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, maps.q, maps.k, maps.v, p);
+  ::cudasim::launch(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, maps.q, maps.k, maps.v, maps.o, p);
   return "";
 #else
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Cfg::kSmemBytes));
   if (status != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(status);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(maps.q, maps.k, maps.v, p);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(maps.q, maps.k, maps.v, maps.o, p);
   status = cudaGetLastError();
   if (status != cudaSuccess) return std::string("launch: ") + cudaGetErrorString(status);
   return "";

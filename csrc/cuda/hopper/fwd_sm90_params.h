@@ -4,7 +4,7 @@
 // contiguous last dimension; the LSE [B, Hq, Sq] (fp32, rows contiguous), natural log, -inf for
 // a row that sees no key (the sm_80 kernel's convention).
 //
-// Q, K and V reach the kernel as TMA tensor maps (tensor_map.h), 4D boxes of (64 columns of the
+// Q, K, V and O reach the kernel as TMA tensor maps (tensor_map.h), 4D boxes of (64 columns of the
 // head dimension = one 128-byte swizzle row, rows, 1 head, 1 batch), which make_fwd_sm90_maps
 // encodes. TMA needs 16-byte aligned base pointers and strides: every stride a multiple of 8
 // elements. Rows beyond Sq / Sk read as zeros (the box is zero-filled out of bounds).
@@ -17,9 +17,7 @@
 namespace flashattn::hopper {
 
 struct FwdSm90Params {
-  // O [B, Sq, Hq, D], written (element strides).
-  void* o = nullptr;
-  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  // (O [B, Sq, Hq, D] is written through its tensor map.)
   // LSE [B, Hq, Sq], written (element strides; rows contiguous).
   float* lse = nullptr;
   int64_t lse_batch_stride = 0, lse_head_stride = 0;
@@ -29,7 +27,7 @@ struct FwdSm90Params {
 };
 
 struct FwdSm90Maps {
-  TensorMap q, k, v;
+  TensorMap q, k, v, o;
 };
 
 // Where one [B, S, H, D] input lives, for make_fwd_sm90_maps.
@@ -39,15 +37,19 @@ struct FwdSm90Input {
   int seqlen = 0, heads = 0;
 };
 
-// Encodes the three maps: dims (D, S, H, B), byte strides of rows, heads and batches, boxes of
-// (64, block_rows, 1, 1) with the 128-byte swizzle. "" on success, else the encoder's reason.
+// Encodes the four maps: dims (D, S, H, B), byte strides of rows, heads and batches, boxes of
+// (64, rows, 1, 1) with the 128-byte swizzle: block_m rows for Q, block_n for K and V, 64 (one
+// consumer warpgroup's) for O. "" on success, else the encoder's reason.
 inline std::string make_fwd_sm90_maps(FwdSm90Maps& maps, TensorMapDtype dtype, int head_dim,
                                       int batch, const FwdSm90Input& q, const FwdSm90Input& k,
-                                      const FwdSm90Input& v, int block_m, int block_n) {
-  const FwdSm90Input* inputs[3] = {&q, &k, &v};
-  TensorMap* outputs[3] = {&maps.q, &maps.k, &maps.v};
-  const char* names[3] = {"Q", "K", "V"};
-  for (int i = 0; i < 3; ++i) {
+                                      const FwdSm90Input& v, const FwdSm90Input& o, int block_m,
+                                      int block_n) {
+  const FwdSm90Input* inputs[4] = {&q, &k, &v, &o};
+  TensorMap* outputs[4] = {&maps.q, &maps.k, &maps.v, &maps.o};
+  const char* names[4] = {"Q", "K", "V", "O"};
+  const uint32_t rows[4] = {static_cast<uint32_t>(block_m), static_cast<uint32_t>(block_n),
+                            static_cast<uint32_t>(block_n), 64};
+  for (int i = 0; i < 4; ++i) {
     const FwdSm90Input& in = *inputs[i];
     TensorMapSpec spec;
     spec.dtype = dtype;
@@ -61,7 +63,7 @@ inline std::string make_fwd_sm90_maps(FwdSm90Maps& maps, TensorMapDtype dtype, i
     spec.strides[1] = static_cast<uint64_t>(in.head_stride) * 2;
     spec.strides[2] = static_cast<uint64_t>(in.batch_stride) * 2;
     spec.box[0] = 64;
-    spec.box[1] = static_cast<uint32_t>(i == 0 ? block_m : block_n);
+    spec.box[1] = rows[i];
     spec.swizzle = TensorMapSwizzle::B128;
     spec.l2_promotion = TensorMapL2Promotion::B128;
     const std::string error = encode_tensor_map(outputs[i], spec);

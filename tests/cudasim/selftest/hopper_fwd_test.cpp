@@ -96,17 +96,18 @@ int run_shape(const Shape& sh, unsigned seed) {
   using Cfg = FwdSm90Config<D>;
   const auto dtype = std::is_same_v<Elem, __nv_bfloat16> ? flashattn::TensorMapDtype::BFloat16
                                                          : flashattn::TensorMapDtype::Float16;
+  FwdSm90Input o_in;  // [B, Sq, Hq, D], dense
+  o_in.ptr = o.data(), o_in.seqlen = sh.seqlen_q, o_in.heads = sh.heads_q;
+  o_in.batch_stride = static_cast<int64_t>(sh.seqlen_q) * sh.heads_q * D;
+  o_in.row_stride = static_cast<int64_t>(sh.heads_q) * D;
+  o_in.head_stride = D;
   const std::string error = flashattn::hopper::make_fwd_sm90_maps(
-      maps, dtype, D, sh.batch, q.input(), k.input(), v.input(), Cfg::kBlockM, Cfg::kBlockN);
+      maps, dtype, D, sh.batch, q.input(), k.input(), v.input(), o_in, Cfg::kBlockM, Cfg::kBlockN);
   if (!error.empty()) {
     std::printf("tensor maps: %s\n", error.c_str());
     return 2;
   }
   FwdSm90Params p;
-  p.o = o.data();
-  p.o_batch_stride = static_cast<int64_t>(sh.seqlen_q) * sh.heads_q * D;
-  p.o_row_stride = static_cast<int64_t>(sh.heads_q) * D;
-  p.o_head_stride = D;
   p.lse = lse.data();
   p.lse_batch_stride = static_cast<int64_t>(sh.heads_q) * sh.seqlen_q;
   p.lse_head_stride = sh.seqlen_q;
