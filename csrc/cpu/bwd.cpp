@@ -89,8 +89,7 @@ class BackwardKernel {
         // Five products (S, dP, dV, dK, dQ) against the forward's two.
         threads_(threads_for_work(attention_work(p, seqs_) * 5 / 2)),
         key_rows_(tile_key_rows()),
-        products_in_place_(takes_products_in_place()),
-        groups_(p.batch, p.heads_kv) {
+        products_in_place_(takes_products_in_place()) {
     // The 16-bit products take a query block as one panel.
     TORCH_INTERNAL_ASSERT(!kNative16 || query_block_ == kPanelWidth);
   }
@@ -98,32 +97,14 @@ class BackwardKernel {
   void run() {
     if (int64_t(p_.batch) * p_.heads_q == 0) return;
     compute_row_terms();
-    std::vector<Task> tasks;
-    for (int b = 0; b < p_.batch; ++b)
-      for (int kv_head = 0; kv_head < p_.heads_kv; ++kv_head)
-        for (int chunk = 0; chunk < work_[b].chunks; ++chunk) {
-          tasks.push_back({b, kv_head, chunk});
-          groups_.expect_task(b, kv_head);
-        }
-    auto cost = [&](int64_t task) { return count_visible_tiles(tasks[task]); };
-    // Head by head (the heaviest first): a head's chunks cost about the same (their key blocks
-    // interleave), so the threads finish a head together and about as many heads as threads
-    // hold operands at once. (The forward queues as many heads as threads together: its tasks
-    // of one head differ in cost.)
-    auto head_of = [&](int64_t task) { return group_index(tasks[task].b, tasks[task].kv_head); };
-    run_task_queue(threads_, int64_t(tasks.size()), cost, int64_t(p_.batch) * p_.heads_kv,
-                   head_of,
-                   [&](const auto& claim) {
-                     Scratch scratch(key_rows_, query_block_, acc_stride_, p_.softcap > 0,
-                                     p_.dropout.on());
-                     for (int64_t task = claim(); task >= 0; task = claim())
-                       run_key_chunk(tasks[task], scratch);
-                     release_tile_gemm(vnni_);
-                   });
-    last_bwd_heads_peak.store(groups_.peak());
+    if (threads_ == 1)
+      run_heads_inline();
+    else
+      run_heads_queued();
   }
 
  private:
+
   // One (sequence, kv head)'s operands, packed as the products take them (fields of the
   // operand path taken; the others stay empty), Q and dO of its group's query heads (head g of
   // the group is head g of the packing, of batch entry 0) and K and V of the kv head; and the
@@ -248,6 +229,62 @@ class BackwardKernel {
     return tiles;
   }
 
+  // One thread: the (sequence, kv head)s one after another, each packed into the same
+  // operands, with none of the queue's bookkeeping (run_heads_queued). The chunks and their dQ
+  // summation order are the queued path's, so the bits are too. At (1, 1, 8, 64) fp32 the
+  // slots, once_flags and task list cost about as much as the products.
+  void run_heads_inline() {
+    Scratch scratch(key_rows_, query_block_, acc_stride_, p_.softcap > 0, p_.dropout.on());
+    GroupOperands ops;
+    for (int b = 0; b < p_.batch; ++b)
+      for (int kv_head = 0; kv_head < p_.heads_kv; ++kv_head) {
+        for (int piece = 0; piece < kPackPieces; ++piece) pack_group(b, kv_head, piece, ops);
+        for (int chunk = 0; chunk < work_[b].chunks; ++chunk)
+          run_key_chunk({b, kv_head, chunk}, ops, scratch);
+        reduce_dq(b, kv_head, ops);
+      }
+    release_tile_gemm(vnni_);
+    last_bwd_heads_peak.store(1);
+  }
+
+  // Threads claim (sequence, kv head, chunk) tasks; a head's operands are packed by the first
+  // of its tasks and passed on after the last (head_operands.h).
+  void run_heads_queued() {
+    HeadOperands<GroupOperands> groups(p_.batch, p_.heads_kv);
+    std::vector<Task> tasks;
+    for (int b = 0; b < p_.batch; ++b)
+      for (int kv_head = 0; kv_head < p_.heads_kv; ++kv_head)
+        for (int chunk = 0; chunk < work_[b].chunks; ++chunk) {
+          tasks.push_back({b, kv_head, chunk});
+          groups.expect_task(b, kv_head);
+        }
+    auto cost = [&](int64_t task) { return count_visible_tiles(tasks[task]); };
+    // Head by head (the heaviest first): a head's chunks cost about the same (their key blocks
+    // interleave), so the threads finish a head together and about as many heads as threads
+    // hold operands at once. (The forward queues as many heads as threads together: its tasks
+    // of one head differ in cost.)
+    auto head_of = [&](int64_t task) { return group_index(tasks[task].b, tasks[task].kv_head); };
+    run_task_queue(threads_, int64_t(tasks.size()), cost, int64_t(p_.batch) * p_.heads_kv,
+                   head_of,
+                   [&](const auto& claim) {
+                     Scratch scratch(key_rows_, query_block_, acc_stride_, p_.softcap > 0,
+                                     p_.dropout.on());
+                     for (int64_t next = claim(); next >= 0; next = claim()) {
+                       const Task& task = tasks[next];
+                       auto ops = groups.take(task.b, task.kv_head, kPackPieces,
+                                              [&](GroupOperands& packed, int piece) {
+                                                pack_group(task.b, task.kv_head, piece, packed);
+                                              });
+                       run_key_chunk(task, *ops, scratch);
+                       // The last chunk of the head to finish sums them all.
+                       ops.release(
+                           [&](GroupOperands& done) { reduce_dq(task.b, task.kv_head, done); });
+                     }
+                     release_tile_gemm(vnni_);
+                   });
+    last_bwd_heads_peak.store(groups.peak());
+  }
+
   // (sequence b, kv head)'s operands are packed in kPackPieces parts, one operand each (the
   // first also makes room for the partial dQ), which the tasks that reach the head together
   // share (head_operands.h).
@@ -256,6 +293,10 @@ class BackwardKernel {
   // Packs part `piece` of (sequence b, kv head)'s operands into `ops`, reusing the memory of a
   // finished head's.
   void pack_group(int b, int kv_head, int piece, GroupOperands& ops) const {
+    if (piece == 0)
+      ops.dq_partial =
+          alloc_workspace<T>(ops.dq_partial_storage, work_[b].chunks * work_[b].group_dq_elements);
+    if (products_in_place_) return;
     const Sequence& seq = seqs_[b];
     const std::vector<SequenceRows> queries{{seq.q_row0, seq.seqlen_q}};
     const std::vector<SequenceRows> keys{{seq.k_row0, seq.seqlen_k}};
@@ -263,10 +304,6 @@ class BackwardKernel {
     const TensorView q = heads_from<In>(p_.q, b, kv_head * group);
     const TensorView dout = heads_from<In>(p_.dout, b, kv_head * group);
     const TensorView k = heads_from<In>(p_.k, b, kv_head), v = heads_from<In>(p_.v, b, kv_head);
-    if (piece == 0)
-      ops.dq_partial =
-          alloc_workspace<T>(ops.dq_partial_storage, work_[b].chunks * work_[b].group_dq_elements);
-    if (products_in_place_) return;
     if constexpr (kNative16) {
       switch (piece) {
         case 0:
@@ -382,14 +419,12 @@ class BackwardKernel {
            (int64_t(g) * w.query_blocks + query_block) * dim_ * query_block_;
   }
 
-  void run_key_chunk(const Task& task, Scratch& s) {
+  // Task's key blocks, with (sequence, kv head)'s operands `ops`: dK/dV stored, dQ into the
+  // chunk's partial buffer.
+  void run_key_chunk(const Task& task, const GroupOperands& ops, Scratch& s) {
     const SequenceWork& w = work_[task.b];
-    auto ops =
-        groups_.take(task.b, task.kv_head, kPackPieces, [&](GroupOperands& packed, int piece) {
-          pack_group(task.b, task.kv_head, piece, packed);
-        });
-    s.ops = &*ops;
-    zero_dq_partial(*ops, task.b, task.chunk);
+    s.ops = &ops;
+    zero_dq_partial(ops, task.b, task.chunk);
     const int first_head = task.kv_head * p_.head_group;
     for (int kb = task.chunk; kb < w.key_blocks; kb += w.chunks) {
       const size_t acc_elements = size_t(cols_of(task.b, kb)) * acc_stride_;
@@ -401,8 +436,6 @@ class BackwardKernel {
       store_dk_dv(task, kb, s);
     }
     s.ops = nullptr;
-    // The last chunk of the head to finish sums them all.
-    ops.release([&](GroupOperands& done) { reduce_dq(task.b, task.kv_head, done); });
   }
 
   // What masks a tile: the window (causal, local) and attn_mask.
@@ -626,28 +659,32 @@ class BackwardKernel {
   }
 
   // dQ_i = scale · (sum over chunks, in chunk order, of the partial dQiᵀ)ᵀ, for the query
-  // heads of (sequence b, kv head).
+  // heads of (sequence b, kv head). One chunk is read where it is.
   void reduce_dq(int b, int kv_head, const GroupOperands& ops) const {
-    const int64_t tile_elements = int64_t(dim_) * query_block_;
+    const int chunks = work_[b].chunks;
     const T scale = softmax_scale<T>(p_);
-    ScratchBuffer<T> sum(tile_elements);
+    ScratchBuffer<T> sum(chunks > 1 ? size_t(dim_) * query_block_ : 0);
     for (int g = 0; g < p_.head_group; ++g)
       for (int qb = 0; qb < work_[b].query_blocks; ++qb) {
         const int rows = rows_of(b, qb);
-        for (int d = 0; d < dim_; ++d)
-          std::copy_n(dq_partial(ops, b, 0, g, qb) + size_t(d) * query_block_, rows,
-                      sum.data() + size_t(d) * query_block_);
-        for (int chunk = 1; chunk < work_[b].chunks; ++chunk) {
-          const T* part = dq_partial(ops, b, chunk, g, qb);
+        const T* total = dq_partial(ops, b, 0, g, qb);
+        if (chunks > 1) {
           for (int d = 0; d < dim_; ++d)
-            for (int r = 0; r < rows; ++r)
-              sum[size_t(d) * query_block_ + r] += part[size_t(d) * query_block_ + r];
+            std::copy_n(total + size_t(d) * query_block_, rows,
+                        sum.data() + size_t(d) * query_block_);
+          for (int chunk = 1; chunk < chunks; ++chunk) {
+            const T* part = dq_partial(ops, b, chunk, g, qb);
+            for (int d = 0; d < dim_; ++d)
+              for (int r = 0; r < rows; ++r)
+                sum[size_t(d) * query_block_ + r] += part[size_t(d) * query_block_ + r];
+          }
+          total = sum.data();
         }
         const int64_t row0 = seqs_[b].q_row0 + qb * query_block_;
         for (int r = 0; r < rows; ++r) {
           In* dq_row = p_.dq.row<In>(b, kv_head * p_.head_group + g, row0 + r);
           for (int d = 0; d < dim_; ++d)
-            dq_row[d] = static_cast<In>(scale * sum[size_t(d) * query_block_ + r]);
+            dq_row[d] = static_cast<In>(scale * total[size_t(d) * query_block_ + r]);
         }
       }
   }
@@ -663,7 +700,6 @@ class BackwardKernel {
   const int threads_;  // the threads the call is worth (threads_for_work)
   const int key_rows_;  // the most keys a tile holds (tile_key_rows)
   const bool products_in_place_;  // takes_products_in_place()
-  HeadOperands<GroupOperands> groups_;  // per (sequence, kv head)
   at::Tensor d_terms_storage_, lse_shift_storage_;
   T* d_terms_ = nullptr;
   T* lse_shift_ = nullptr;
