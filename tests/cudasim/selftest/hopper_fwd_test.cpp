@@ -212,6 +212,15 @@ const selftest::NamedCases kCases = {
                                                          {1, 1, 1, 129, 127, true}}); }},
     {"f16_d64_causal", [] { return run<f16, 64, true>({{1, 2, 2, 127, 65, true}, {1, 1, 1, 63, 257, false}}); }},
     {"f16_d128_causal", [] { return run<f16, 128, true>({{1, 1, 1, 129, 129, false}}); }},
+    // Not in the test matrix: the shim's counters of one CTA-row of a 256 x 512 d = 128 head
+    // (2 x 4 key tiles per CTA), for the lab notes and the performance model.
+    {"counters_bf16_d128", [] {
+       cudasim::enable_counters(true);
+       const int rc = run<bf16, 128, false>({{1, 1, 1, 256, 512, false}});
+       cudasim::enable_counters(false);
+       std::printf("%s\n", cudasim::counters_json().c_str());
+       return rc;
+     }},
 };
 
 }  // namespace
