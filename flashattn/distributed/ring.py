@@ -100,6 +100,9 @@ class _Config(NamedTuple):
     rank: int
     plan: _Plan
     op: dict  # the op arguments every block shares (scale, softcap, deterministic)
+    # False: every step computes its blocks on the local K/V and nothing is sent, so that a
+    # benchmark can time the computation alone (flashattn/bench/context_parallel.py).
+    communicate: bool = True
 
 
 def _forward(q, k, v, cfg):
@@ -112,7 +115,7 @@ def _forward(q, k, v, cfg):
     for step in range(cfg.world):
         # Post the next step's transfer before computing this one, so that they overlap.
         pending = (RingStep(cfg.group, cfg.world, cfg.rank, kv, _TAG_KV)
-                   if step + 1 < cfg.world else None)
+                   if step + 1 < cfg.world and cfg.communicate else None)
         for blk in cfg.plan.blocks((cfg.rank - step) % cfg.world):
             out, lse = _FWD(_rows(q, blk.q_rows, seq), _rows(kv[0], blk.kv_rows, seq),
                             _rows(kv[1], blk.kv_rows, seq), causal=blk.causal, **cfg.op,
@@ -137,7 +140,7 @@ def _backward(dout, dlse, q, k, v, out, lse, cfg):
     kv, pending_dkv = (k, v), None
     for step in range(cfg.world):
         pending_kv = (RingStep(cfg.group, cfg.world, cfg.rank, kv, _TAG_KV_BACKWARD)
-                      if step + 1 < cfg.world else None)
+                      if step + 1 < cfg.world and cfg.communicate else None)
         k_c, v_c = (t.to(compute) for t in kv)
         parts = []
         for blk in cfg.plan.blocks((cfg.rank - step) % cfg.world):
@@ -156,7 +159,7 @@ def _backward(dout, dlse, q, k, v, out, lse, cfg):
         for kr, dk, dv in parts:
             _rows(dk_acc, kr, seq).add_(dk)
             _rows(dv_acc, kr, seq).add_(dv)
-        if cfg.world > 1:  # on to the next holder; after the last step, to the owner
+        if cfg.world > 1 and cfg.communicate:  # on to the next holder; at the end, the owner
             pending_dkv = RingStep(cfg.group, cfg.world, cfg.rank, (dk_acc, dv_acc), _TAG_DKV)
         if pending_kv is not None:
             kv = tuple(pending_kv.wait())
