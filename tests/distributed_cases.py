@@ -309,7 +309,33 @@ def _not_initialized_message(group, seed):
     assert shard(x).shape[1] == 2
 
 
+def _plain_calls(group, seed):
+    """Without return_attn_probs each function returns out alone, and its gradients are those of
+    the (out, lse, None) call when only out is used (the LSE's gradient is None, not zeros)."""
+    from flashattn.distributed import (ring_flash_attn_func, ring_flash_attn_varlen_func, shard,
+                                       ulysses_flash_attn_func)
+    world = dist.get_world_size(group)
+    q, k, v, dout, _ = _inputs(seed, 1, 4 * world, 2 * world, world, 16, torch.bfloat16)
+    cu = torch.tensor([0, 2 * world, 4 * world], dtype=torch.int32)
+    calls = [
+        (lambda *t, **kw: ring_flash_attn_func(*t, group, causal=True, **kw), 1, None),
+        (lambda *t, **kw: ulysses_flash_attn_func(*t, group, causal=True, **kw), 1, None),
+        (lambda *t, **kw: ring_flash_attn_varlen_func(*t, cu, 2 * world, group, causal=True,
+                                                      **kw), 0, cu),
+    ]
+    for fn, dim, cu_seqlens in calls:
+        flat = (lambda t: t.flatten(0, 1)) if dim == 0 else (lambda t: t)
+        local = [shard(flat(t), group, dim=dim, cu_seqlens=cu_seqlens) for t in (q, k, v, dout)]
+        plain = _grads(lambda a, b, c: (fn(a, b, c), torch.zeros(())), *local[:3], local[3], None)
+        full = _grads(lambda a, b, c: fn(a, b, c, return_attn_probs=True)[:2], *local[:3],
+                      local[3], None)
+        assert isinstance(fn(*local[:3]), torch.Tensor)
+        for name in ("out", "dq", "dk", "dv"):
+            assert torch.equal(plain[name], full[name]), name
+
+
 for P in ("P1", "P2", "P4"):
+    case(f"plain-calls-{P}", P)(_plain_calls)
     case(f"shard-unshard-{P}", P)(_shard_cases)
     case(f"bad-lengths-{P}", P)(_bad_lengths)
     case(f"unsupported-features-{P}", P)(_unsupported)
