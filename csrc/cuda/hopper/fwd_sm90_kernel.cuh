@@ -94,7 +94,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const int tid = threadIdx.x, group = tid / 128;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / p.head_group;
-  const KeyTiles<kCausal, kBlockM, kBlockN> tiles(m_block, p.seqlen_q, p.seqlen_k);
+  const int diag_offset = causal_diag_offset(p.align_bottom_right, p.seqlen_q, p.seqlen_k);
+  const KeyTiles<kCausal, kBlockM, kBlockN> tiles(m_block, p.seqlen_q, p.seqlen_k, diag_offset);
 
   if (tid == 0) {
     tma_prefetch_descriptor(&map_q);
@@ -213,7 +214,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   };
   auto scores_to_p = [&](int it, auto masked) {
     if constexpr (decltype(masked)::value)
-      apply_mask<kCausal>(sacc, row0, (n_blocks - 1 - it) * kBlockN, lane, p.seqlen_q, p.seqlen_k);
+      apply_mask<kCausal>(sacc, row0, (n_blocks - 1 - it) * kBlockN, lane, p.seqlen_k, diag_offset);
     softmax.max_and_exp(sacc, p.scale_log2);
   };
 

@@ -48,6 +48,7 @@ double round_to(double x) {
 struct Shape {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
   bool kv_heads_outer;  // K, V as [B, Hkv, Sk, D] (else [B, Sk, Hkv, D], like Q)
+  bool top_left = false;  // causal: SDPA's top-left alignment (else FA2's bottom-right)
 };
 
 // A [B, S, H, D] tensor stored with the given layout; element (b, s, h, d) at index().
@@ -113,6 +114,8 @@ int run_shape(const Shape& sh, unsigned seed) {
   p.lse_head_stride = sh.seqlen_q;
   p.batch = sh.batch, p.seqlen_q = sh.seqlen_q, p.seqlen_k = sh.seqlen_k;
   p.heads_q = sh.heads_q, p.head_group = sh.heads_q / sh.heads_kv;
+  p.align_bottom_right = !sh.top_left;
+  const int diag_offset = sh.top_left ? 0 : sh.seqlen_k - sh.seqlen_q;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   const std::string launch = flashattn::hopper::launch_fwd_sm90<Elem, D, kCausal>(maps, p, nullptr);
@@ -131,7 +134,7 @@ int run_shape(const Shape& sh, unsigned seed) {
       for (int i = 0; i < sh.seqlen_q; ++i) {
         double mx = -INFINITY, mx_e = -INFINITY;
         for (int j = 0; j < sh.seqlen_k; ++j) {
-          const bool visible = !kCausal || j <= i + sh.seqlen_k - sh.seqlen_q;
+          const bool visible = !kCausal || j <= i + diag_offset;
           double dot = 0;
           float dot_f = 0;
           for (int d = 0; d < D; ++d) {
@@ -176,10 +179,10 @@ int run_shape(const Shape& sh, unsigned seed) {
   for (int i = 0; i < kGuard; ++i) guard += o[o_elems + i] != 0xFFFF;
   for (int i = 0; i < kGuard; ++i) guard += !std::isnan(lse[lse.size() - kGuard + i]);
   const bool ok = nonfinite == 0 && err <= 2 * err_emulated + 1e-5 && lse_bad == 0 && guard == 0;
-  std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s: O err %.3g (emulated %.3g, ratio %.2f), LSE err %.3g "
+  std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s%s: O err %.3g (emulated %.3g, ratio %.2f), LSE err %.3g "
               "(%d bad), %d non-finite, %d guard writes\n",
               ok ? "ok:" : "WRONG:", sh.batch, sh.heads_q, sh.heads_kv, sh.seqlen_q, sh.seqlen_k,
-              sh.kv_heads_outer ? " kv[B,H,S,D]" : "", err, err_emulated,
+              sh.kv_heads_outer ? " kv[B,H,S,D]" : "", kCausal && sh.top_left ? " top-left" : "", err, err_emulated,
               err_emulated > 0 ? err / err_emulated : 0.0, lse_err, lse_bad, nonfinite, guard);
   return ok ? 0 : 1;
 }
@@ -212,6 +215,9 @@ const selftest::NamedCases kCases = {
                                                          {1, 1, 1, 129, 127, true}}); }},
     {"f16_d64_causal", [] { return run<f16, 64, true>({{1, 2, 2, 127, 65, true}, {1, 1, 1, 63, 257, false}}); }},
     {"f16_d128_causal", [] { return run<f16, 128, true>({{1, 1, 1, 129, 129, false}}); }},
+    {"bf16_d64_causal_top_left", [] { return run<bf16, 64, true>({{1, 1, 1, 65, 257, false, true},
+                                                                  {1, 2, 1, 257, 63, true, true},
+                                                                  {1, 1, 1, 129, 129, false, true}}); }},
     // Not in the test matrix: the shim's counters of one CTA-row of a 256 x 512 d = 128 head
     // (2 x 4 key tiles per CTA), for the lab notes and the performance model.
     {"counters_bf16_d128", [] {
