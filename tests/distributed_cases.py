@@ -35,11 +35,13 @@ def case(name, group_key):
 # ---------------------------------------------------------------------------------------------
 # The single-process baselines and the comparison.
 
-def _inputs(seed, batch, seqlen, heads, heads_kv, dim, dtype, varlen_total=None):
+def _inputs(seed, batch, seqlen, heads, heads_kv, dim, dtype, varlen_total=None, seqlen_k=None):
     g = torch.Generator().manual_seed(seed)
     rows = (varlen_total,) if varlen_total is not None else (batch, seqlen)
-    q, k, v, dout = (torch.randn(*rows, h, dim, generator=g).to(dtype)
-                     for h in (heads, heads_kv, heads_kv, heads))
+    rows_k = rows if seqlen_k is None else (batch, seqlen_k)
+    q, k, v, dout = (torch.randn(*r, h, dim, generator=g).to(dtype)
+                     for r, h in ((rows, heads), (rows_k, heads_kv), (rows_k, heads_kv),
+                                  (rows, heads)))
     lse_shape = (heads, varlen_total) if varlen_total is not None else (batch, heads, seqlen)
     dlse = torch.randn(*lse_shape, generator=g)
     return q, k, v, dout, dlse
@@ -93,7 +95,7 @@ def _compare(cp, single, ref, names=("out", "lse", "dq", "dk", "dv")):
 
 def _attention_case(group, seed, method, *, dtype, layout, causal, batch=2, seqlen=None,
                     heads=4, heads_kv=2, dim=32, lengths=None, softcap=0.0, window=(-1, -1),
-                    alibi=False, scale=None, deterministic=False, repeat=False):
+                    alibi=False, scale=None, deterministic=False, repeat=False, seqlen_k=None):
     import flashattn
     from flashattn.distributed import (ring_flash_attn_func, ring_flash_attn_varlen_func, shard,
                                        ulysses_flash_attn_func, unshard)
@@ -103,7 +105,7 @@ def _attention_case(group, seed, method, *, dtype, layout, causal, batch=2, seql
         cu.append(cu[-1] + n)
     cu_t = torch.tensor(cu, dtype=torch.int32)
     q, k, v, dout, dlse = _inputs(seed, batch, seqlen, heads, heads_kv, dim, dtype,
-                                  varlen_total=cu[-1] if varlen else None)
+                                  varlen_total=cu[-1] if varlen else None, seqlen_k=seqlen_k)
     slopes = torch.rand(heads, generator=torch.Generator().manual_seed(seed + 1)) if alibi else None
     kw = dict(softmax_scale=scale, causal=causal, window_size=window, softcap=softcap,
               alibi_slopes=slopes)
@@ -202,6 +204,14 @@ _attention("ring-zigzag-causal-gqa-fp32-P2b", "P2b", "ring", dtype=F32, layout="
            causal=True, seqlen=28)
 _attention("ulysses-zigzag-causal-fp32-P2b", "P2b", "ulysses", dtype=F32, layout="zigzag",
            causal=True, seqlen=28)
+# Cross-attention (no causal mask): keys of another length than the queries.
+for P in ("P2", "P4"):
+    n = int(P[1:])
+    _attention(f"ring-zigzag-full-cross-fp32-{P}", P, "ring", dtype=F32, layout="zigzag",
+               causal=False, seqlen=2 * n * 3, seqlen_k=2 * n * 5)
+    _attention(f"ulysses-contiguous-full-cross-bf16-{P}", P, "ulysses", dtype=BF16,
+               layout="contiguous", causal=False, seqlen=n * 3, seqlen_k=n * 8, heads=8,
+               heads_kv=4)
 # Longer sequences at P = 4: several tiles per block.
 _attention("ring-zigzag-causal-long-bf16-P4", "P4", "ring", dtype=BF16, layout="zigzag",
            causal=True, batch=1, seqlen=8 * 40, heads=2, heads_kv=1, dim=64)

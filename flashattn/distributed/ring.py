@@ -16,9 +16,11 @@ global probabilities and its dQ, dK, dV are exactly its share. dQ accumulates lo
 dV in a float32 accumulator that travels around the ring with K/V and reaches its owner after
 P steps; each is rounded to the input dtype once.
 """
+import operator
 from typing import NamedTuple, Optional
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _group
 from .comm import RingStep
@@ -178,6 +180,7 @@ class _RingAttention(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @once_differentiable  # a double backward through the ring is an error, not a silent zero
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
         if dout is None:
@@ -282,7 +285,11 @@ def ring_flash_attn_varlen_func(q, k, v, cu_seqlens, max_seqlen, group=None, *, 
                              f"cu_seqlens[-1] / {world} = {total / world:g} rows, got "
                              f"{t.shape[0]}")
     longest = max((length for _, length in sequences), default=0)
-    if not isinstance(max_seqlen, int) or max_seqlen < longest:
+    try:
+        bound = operator.index(max_seqlen)
+    except TypeError:
+        bound = None
+    if bound is None or bound < longest:
         raise ValueError(f"{fn}: max_seqlen must be an int at least the longest global "
                          f"sequence ({longest}), got {max_seqlen!r}")
     local = [(start // world, length // world) for start, length in sequences]

@@ -10,6 +10,7 @@ rank r's local batch is again a packed batch, with cu_seqlens // P.
 """
 import torch
 import torch.distributed as dist
+from torch.autograd.function import once_differentiable
 
 from . import _group
 
@@ -123,6 +124,7 @@ class _Unshard(torch.autograd.Function):
         return _assemble(shards, dim, sequences, world, layout)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
         group, world, rank, dim, sequences, layout = ctx.args
         grad = grad.contiguous().clone()

@@ -43,7 +43,8 @@ class _AllToAll(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         group, world, to_heads = ctx.args
-        return (_heads_to_seq if to_heads else _seq_to_heads)(grad, group, world), None, None, None
+        # Through apply, so that the backward is differentiable in turn (double backward).
+        return _AllToAll.apply(grad, group, world, not to_heads), None, None, None
 
 
 def _natural_order(layout, world, seqlen_local, device):
