@@ -15,7 +15,10 @@ CI runs a fixed, derandomized budget. A long campaign (fresh random examples):
 
     FLASHATTN_FUZZ_EXAMPLES=100000 python -m pytest tests/test_fuzz_differential.py -p no:cacheprovider
 
-Not yet drawn: rotary embeddings in the KV cache (no reference for them here), the shim.
+KV-cache appends are drawn with rotary embeddings too (interleaved or not, any rotary_dim): the
+reference rotates q and the new keys in float64, the yardstick in the inputs' dtype.
+
+Not yet drawn: the shim.
 """
 import math
 import os
@@ -491,7 +494,28 @@ def kvcache_calls(draw):
     if new:
         call["k"] = draw(strided((batch, new, heads_kv, head_dim), dtype, gen))
         call["v"] = draw(strided((batch, new, heads_kv, head_dim), dtype, gen))
+        if head_dim >= 2 and draw(st.integers(0, 2)) == 0:
+            rotary_dim = 2 * draw(st.integers(1, head_dim // 2))
+            rows = capacity + seqlen_q + draw(st.integers(0, 2))
+            angles = torch.rand(rows, rotary_dim // 2, generator=gen, dtype=torch.float64)
+            angles = angles * draw(st.sampled_from([0.1, 1.0, 1000.0]))
+            call["rotary"] = dict(rotary_cos=angles.cos().to(dtype),
+                                  rotary_sin=angles.sin().to(dtype),
+                                  rotary_interleaved=draw(st.booleans()))
     return call
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """x [..., n, heads, d] rotated, row i at positions[i], in x's dtype's arithmetic (float64
+    for the reference, the inputs' dtype for the yardstick); cos, sin [rows, rotary_dim / 2]."""
+    c, s = cos[positions].to(x.dtype)[:, None], sin[positions].to(x.dtype)[:, None]
+    half = cos.shape[1]
+    i = torch.arange(half)
+    a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + half)
+    out = x.clone()
+    out[..., a] = x[..., a] * c - x[..., b] * s
+    out[..., b] = x[..., b] * c + x[..., a] * s
+    return out
 
 
 def cache_rows(call, b, positions):
@@ -519,11 +543,49 @@ def test_kvcache_matches_the_float64_reference_and_appends_exactly(call):
     extra = {}
     if call["leftpad"] is not None:
         extra["cache_leftpad"] = torch.tensor(call["leftpad"], dtype=torch.int32)
+    rotary = call.get("rotary")
     out, lse = flashattn.flash_attn_with_kvcache(
         call["q"], k_cache, v_cache, k=call.get("k"), v=call.get("v"),
         cache_seqlens=torch.tensor(call["cache_seqlens"], dtype=torch.int32),
         cache_batch_idx=call["batch_idx"], block_table=call["block_table"],
-        alibi_slopes=call["slopes"], return_softmax_lse=True, **extra, **kwargs)
+        alibi_slopes=call["slopes"], return_softmax_lse=True, **extra, **kwargs,
+        **(rotary or {}))
+    seqlen_q = call["q"].shape[1]
+    # With rotary: query i at cache_seqlens[b] + i when causal or local, else at
+    # cache_seqlens[b]; new key t at cache_seqlens[b] + t (flash_attn_with_kvcache's doc).
+    per_token = kwargs.get("causal", False) or any(w >= 0 for w in kwargs.get("window_size",
+                                                                              (-1, -1)))
+    if rotary:
+        # The appended keys' rotary dims: within rounding of the float64 rotation (one rounding
+        # to the dtype, plus the float32 arithmetic's); then compared bitwise as the rest.
+        rotary_dim = 2 * rotary["rotary_cos"].shape[1]
+        eps = torch.finfo(call["dtype"]).eps
+        compute_eps = torch.finfo(torch.float64 if call["dtype"] == torch.float64
+                                  else torch.float32).eps
+        for b, n in enumerate(call["cache_seqlens"]):
+            idx = cache_rows(call, b, range(n, n + new))
+            positions = torch.arange(n, n + new)
+            ref = rotate(to64(call["k"][b]), rotary["rotary_cos"].double(),
+                         rotary["rotary_sin"].double(), positions, rotary["rotary_interleaved"])
+            # |x_a cos| + |x_b sin| for both elements of each rotated pair.
+            x = to64(call["k"][b]).abs()
+            half = rotary_dim // 2
+            pair = torch.arange(half)
+            a, c = ((2 * pair, 2 * pair + 1) if rotary["rotary_interleaved"]
+                    else (pair, pair + half))
+            co = rotary["rotary_cos"].double()[positions].abs()[:, None]
+            si = rotary["rotary_sin"].double()[positions].abs()[:, None]
+            magnitude = torch.zeros_like(x)
+            magnitude[..., a] = x[..., a] * co + x[..., c] * si
+            magnitude[..., c] = x[..., c] * co + x[..., a] * si
+            got = k_cache[idx].double()
+            bound = (eps * ref.abs() + 2 * compute_eps * magnitude
+                     + torch.finfo(call["dtype"]).tiny)[..., :rotary_dim]
+            err = (got - ref)[..., :rotary_dim].abs()
+            assert bool((err <= bound).all()), (
+                f"rotated keys of sequence {b}: error {float(err.max()):.3e} beyond rounding")
+            expected_k[idx] = torch.cat([k_cache[idx][..., :rotary_dim],
+                                         expected_k[idx][..., rotary_dim:]], -1)
     # Every cache entry: the appended rows hold the new keys, all others are unchanged, bitwise.
     assert torch.equal(k_cache, expected_k), "k_cache: wrong rows written or lost"
     assert torch.equal(v_cache, expected_v), "v_cache: wrong rows written or lost"
@@ -535,7 +597,31 @@ def test_kvcache_matches_the_float64_reference_and_appends_exactly(call):
         slopes = call["slopes"]
         if slopes is not None and slopes.dim() == 2:
             slopes = slopes[b:b + 1]
-        (ref_out, ref_lse, _), (low_out, low_lse, _) = reference_and_yardstick(
-            call["q"][b:b + 1], ks, vs, None, False, **reference_kwargs(ref_kw, slopes))
+        rk = reference_kwargs(ref_kw, slopes)
+        q = call["q"][b:b + 1]
+        if not rotary:
+            (ref_out, ref_lse, _), (low_out, low_lse, _) = reference_and_yardstick(
+                q, ks, vs, None, False, **rk)
+        else:
+            # The reference rotates q and the new keys in float64, the yardstick in the dtype.
+            q_positions = n + (torch.arange(seqlen_q) if per_token else torch.zeros(
+                seqlen_q, dtype=torch.long))
+            k_positions = torch.arange(start, n + new)
+            appended = k_positions >= n
+            results = []
+            # The yardstick rotates in float32 and rounds once to the dtype, as PyTorch code
+            # does (FA2's apply_rotary_emb); the reference in float64.
+            rot_dtype = torch.float64 if call["dtype"] == torch.float64 else torch.float32
+            for cast, rot in ((to64, to64), (lambda t: t.detach(), lambda t: t.to(rot_dtype))):
+                cos, sin = (rot(rotary[name]) for name in ("rotary_cos", "rotary_sin"))
+                k_in = cast(ks).clone()
+                if new:
+                    k_new = rot(call["k"][b:b + 1])
+                    k_in[:, appended] = rotate(k_new[0], cos, sin, k_positions[appended],
+                                               rotary["rotary_interleaved"])[None].to(k_in.dtype)
+                q_in = rotate(rot(q)[0], cos, sin, q_positions,
+                              rotary["rotary_interleaved"])[None].to(k_in.dtype)
+                results.append(reference_and_yardstick(q_in, k_in, cast(vs), None, False, **rk))
+            (ref_out, ref_lse, _), (low_out, low_lse, _) = results[0][0], results[1][1]
         compare(f"out[{b}]", out[b], ref_out[0], low_out[0])
         compare(f"lse[{b}]", lse[b], ref_lse[0], low_lse[0].float())
