@@ -342,6 +342,14 @@ def _plain_calls(group, seed):
         assert isinstance(fn(*local[:3]), torch.Tensor)
         for name in ("out", "dq", "dk", "dv"):
             assert torch.equal(plain[name], full[name]), name
+        # out.sum() and lse.sum(): expanded (stride 0) gradients, as the README's example has.
+        a, b, c = (t.detach().clone().requires_grad_() for t in local[:3])
+        out, lse, _ = fn(a, b, c, return_attn_probs=True)
+        (out.sum() + lse.sum()).backward()
+        ones = _grads(lambda a, b, c: fn(a, b, c, return_attn_probs=True)[:2], *local[:3],
+                      torch.ones_like(local[3]), torch.ones_like(lse))
+        for name, grad in (("dq", a.grad), ("dk", b.grad), ("dv", c.grad)):
+            torch.testing.assert_close(grad, ones[name], msg=name)
 
 
 for P in ("P1", "P2", "P4"):

@@ -183,8 +183,9 @@ class _RingAttention(torch.autograd.Function):
     @once_differentiable  # a double backward through the ring is an error, not a silent zero
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        if dout is None:
-            dout = torch.zeros_like(out)
+        # out.sum().backward() hands in an expanded (stride 0) dout; the op reads it in place.
+        dout = torch.zeros_like(out) if dout is None else dout.contiguous()
+        dlse = None if dlse is None else dlse.contiguous()
         dq, dk, dv = _backward(dout, dlse, q, k, v, out, lse, ctx.cfg)
         return dq, dk, dv, None
 
