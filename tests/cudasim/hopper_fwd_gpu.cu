@@ -5,10 +5,11 @@
 //   int hopper_fwd_run(int f16, int head_dim, int causal, const void* q, const void* k,
 //                      const void* v, void* o, float* lse, const long long* strides,
 //                      int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv,
-//                      float scale, void* stream, char* error, int error_len)
+//                      float scale, float softcap, void* stream, char* error, int error_len)
 //
 // strides: 12 element strides, (batch, row, head) of q, k, v and o in that order; the LSE is
-// [B, Hq, Sq] contiguous. Returns 0, or -1 with the reason in `error`.
+// [B, Hq, Sq] contiguous. softcap > 0 (bf16 only): logits softcap * tanh(scale * s / softcap).
+// Returns 0, or -1 with the reason in `error`.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -20,10 +21,10 @@ namespace {
 
 using namespace flashattn::hopper;
 
-template <typename Elem, int kHeadDim, bool kCausal>
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap>
 std::string launch(const void* q, const void* k, const void* v, void* o, float* lse,
                    const long long* st, int batch, int sq, int sk, int hq, int hkv, float scale,
-                   void* stream) {
+                   float softcap, void* stream) {
   using Cfg = FwdSm90Config<kHeadDim>;
   auto input = [&](const void* ptr, int which, int seqlen, int heads) {
     FwdSm90Input in;
@@ -43,19 +44,20 @@ std::string launch(const void* q, const void* k, const void* v, void* o, float* 
   p.lse_batch_stride = static_cast<int64_t>(hq) * sq, p.lse_head_stride = sq;
   p.batch = batch, p.seqlen_q = sq, p.seqlen_k = sk, p.heads_q = hq, p.head_group = hq / hkv;
   p.scale_log2 = scale * 1.4426950408889634f;
-  return launch_fwd_sm90<Elem, kHeadDim, kCausal>(maps, p, stream);
+  p.softcap = softcap, p.scale_over_softcap = softcap > 0.f ? scale / softcap : 0.f;
+  return launch_fwd_sm90<Elem, kHeadDim, kCausal, kSoftcap>(maps, p, stream);
 }
 
-template <typename Elem>
+template <typename Elem, bool kSoftcap>
 std::string by_config(int head_dim, int causal, const void* q, const void* k, const void* v, void* o,
                       float* lse, const long long* st, int b, int sq, int sk, int hq, int hkv,
-                      float scale, void* stream) {
+                      float scale, float cap, void* stream) {
   if (head_dim == 64)
-    return causal ? launch<Elem, 64, true>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, stream)
-                  : launch<Elem, 64, false>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, stream);
+    return causal ? launch<Elem, 64, true, kSoftcap>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, cap, stream)
+                  : launch<Elem, 64, false, kSoftcap>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, cap, stream);
   if (head_dim == 128)
-    return causal ? launch<Elem, 128, true>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, stream)
-                  : launch<Elem, 128, false>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, stream);
+    return causal ? launch<Elem, 128, true, kSoftcap>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, cap, stream)
+                  : launch<Elem, 128, false, kSoftcap>(q, k, v, o, lse, st, b, sq, sk, hq, hkv, scale, cap, stream);
   return "head_dim " + std::to_string(head_dim) + " is not 64 or 128";
 }
 
@@ -64,15 +66,21 @@ std::string by_config(int head_dim, int causal, const void* q, const void* k, co
 extern "C" int hopper_fwd_run(int f16, int head_dim, int causal, const void* q, const void* k,
                               const void* v, void* o, float* lse, const long long* strides,
                               int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv,
-                              float scale, void* stream, char* error, int error_len) {
+                              float scale, float softcap, void* stream, char* error,
+                              int error_len) {
   std::string why;
   if (heads_kv <= 0 || heads_q % heads_kv != 0) {
     why = "heads_q must be a multiple of heads_kv";
+  } else if (softcap > 0.f && f16) {
+    why = "softcap is built for bf16 only";
+  } else if (softcap > 0.f) {
+    why = by_config<__nv_bfloat16, true>(head_dim, causal, q, k, v, o, lse, strides, batch, seqlen_q,
+                                         seqlen_k, heads_q, heads_kv, scale, softcap, stream);
   } else {
-    why = f16 ? by_config<__half>(head_dim, causal, q, k, v, o, lse, strides, batch, seqlen_q, seqlen_k,
-                                  heads_q, heads_kv, scale, stream)
-              : by_config<__nv_bfloat16>(head_dim, causal, q, k, v, o, lse, strides, batch, seqlen_q,
-                                         seqlen_k, heads_q, heads_kv, scale, stream);
+    why = f16 ? by_config<__half, false>(head_dim, causal, q, k, v, o, lse, strides, batch, seqlen_q,
+                                         seqlen_k, heads_q, heads_kv, scale, 0.f, stream)
+              : by_config<__nv_bfloat16, false>(head_dim, causal, q, k, v, o, lse, strides, batch,
+                                                seqlen_q, seqlen_k, heads_q, heads_kv, scale, 0.f, stream);
   }
   if (why.empty()) return 0;
   if (error != nullptr && error_len > 0) std::snprintf(error, static_cast<size_t>(error_len), "%s", why.c_str());

@@ -32,6 +32,7 @@
 #include "cuda/hopper/fwd_sm90_mask.cuh"
 #include "cuda/hopper/fwd_sm90_params.h"
 #include "cuda/hopper/fwd_sm90_softmax.cuh"
+#include "cuda/logit.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/tensor_map.h"
 
@@ -66,6 +67,13 @@ __device__ __forceinline__ void wgmma_rs_mn(float (&d)[N / 2], const uint32_t (&
   }
 }
 
+// s := softcap * tanh(s * scale_over_softcap), the sm_80 kernels' logit (logit.cuh's accurate tanh).
+template <int kN>
+__device__ __forceinline__ void apply_softcap(float (&s)[kN], float softcap, float scale_over_softcap) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) s[i] = softcap * cuda::tanh_accurate(s[i] * scale_over_softcap);
+}
+
 // The P of one key tile, rounded into the A fragments of its kBlockN / 16 k16 steps: step kk's
 // a[0..3] are accumulator elements 8kk..8kk+7 in pairs (the m64nN D layout and the m64k16 A
 // layout share their rows and column pairs; ptx_sm90_mma.cuh).
@@ -75,7 +83,10 @@ __device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN
   for (int i = 0; i < kN / 2; ++i) p[i] = cuda::pack_rn<Elem>(s[2 * i], s[2 * i + 1]);
 }
 
-template <typename Elem, int kHeadDim, bool kCausal>
+// kSoftcap: logits are softcap * tanh(scale * s / softcap) (FwdSm90Params::softcap > 0), so the
+// scores become natural-log logits before the mask and the softmax, whose exp2 factor is then
+// log2(e) instead of scale * log2(e).
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false>
 __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_o,
@@ -149,6 +160,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   float o[kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+  // Accumulator (or softcapped logit) units -> log2 units.
+  const float exp2_scale = kSoftcap ? cuda::kLog2e : p.scale_log2;
   OnlineSoftmax softmax;
   softmax.init();
 
@@ -213,9 +226,10 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     if (t == 0) mbarrier_arrive(&kv_empty[it % kStages]);  // SITE:release
   };
   auto scores_to_p = [&](int it, auto masked) {
+    if constexpr (kSoftcap) apply_softcap(sacc, p.softcap, p.scale_over_softcap);
     if constexpr (decltype(masked)::value)
       apply_mask<kCausal>(sacc, row0, (n_blocks - 1 - it) * kBlockN, lane, p.seqlen_k, diag_offset);
-    softmax.max_and_exp(sacc, p.scale_log2);
+    softmax.max_and_exp(sacc, exp2_scale);
   };
 
   // The main loop overlaps the softmax of tile j with P_{j-1} V on the tensor cores (FA3's
@@ -265,7 +279,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // 8j.. and 8(j+1).. ; lane 8m + r gives the address of row r of matrix m, and the m64nN
   // accumulator's pairs are exactly stmatrix's fragments (row lane / 4, columns 2 (lane % 4)).
   float inv_l[2], lse[2];
-  softmax.finalize(p.scale_log2, inv_l, lse);
+  softmax.finalize(exp2_scale, inv_l, lse);
   unsigned char* o_tile = smem + Cfg::kQOffset + consumer * 64 * kSwizzleRowBytes;
 #pragma unroll
   for (int j = 0; j < kHeadDim / 8; j += 2) {

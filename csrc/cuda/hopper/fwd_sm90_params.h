@@ -24,6 +24,9 @@ struct FwdSm90Params {
   int batch = 0, seqlen_q = 0, seqlen_k = 0;
   int heads_q = 0, head_group = 1;  // query head h reads kv head h / head_group
   float scale_log2 = 0.f;           // softmax scale * log2(e): exp2 takes the scores directly
+  // The kSoftcap kernels: logit = softcap * tanh(s * scale_over_softcap), scale_over_softcap =
+  // softmax scale / softcap (then scale_log2 is not used).
+  float softcap = 0.f, scale_over_softcap = 0.f;
   // Causal kernels: row i sees key j iff j <= i + (align_bottom_right ? Sk - Sq : 0), FA2's
   // alignment by default, SDPA's (top-left) otherwise (AttnParams' field of the same name).
   bool align_bottom_right = true;

@@ -45,6 +45,9 @@ double round_to(double x) {
   return value_of<Elem>(bits_of<Elem>(static_cast<float>(x)));
 }
 
+// Small enough that tanh bends the logits of these inputs (|scale * s| reaches ~2).
+constexpr double kSoftcapValue = 0.75;
+
 struct Shape {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
   bool kv_heads_outer;  // K, V as [B, Hkv, Sk, D] (else [B, Sk, Hkv, D], like Q)
@@ -81,7 +84,7 @@ Tensor random_tensor(std::mt19937& rng, int b, int s, int h, int d, bool heads_o
   return t;
 }
 
-template <typename Elem, int kHeadDim, bool kCausal>
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap>
 int run_shape(const Shape& sh, unsigned seed) {
   constexpr int D = kHeadDim;
   std::mt19937 rng(seed);
@@ -118,7 +121,16 @@ int run_shape(const Shape& sh, unsigned seed) {
   const int diag_offset = sh.top_left ? 0 : sh.seqlen_k - sh.seqlen_q;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
-  const std::string launch = flashattn::hopper::launch_fwd_sm90<Elem, D, kCausal>(maps, p, nullptr);
+  const double cap = kSoftcap ? kSoftcapValue : 0.0;
+  p.softcap = static_cast<float>(cap);
+  p.scale_over_softcap = kSoftcap ? static_cast<float>(scale / cap) : 0.f;
+  // The logit of a raw score: exact, and rounded as PyTorch computes it in the 16-bit type.
+  auto logit = [&](double dot) { return kSoftcap ? cap * std::tanh(dot * scale / cap) : dot * scale; };
+  auto logit_16 = [&](float dot) {
+    const double x = round_to<Elem>(round_to<Elem>(dot) * scale);
+    return kSoftcap ? round_to<Elem>(cap * round_to<Elem>(std::tanh(round_to<Elem>(x / cap)))) : x;
+  };
+  const std::string launch = flashattn::hopper::launch_fwd_sm90<Elem, D, kCausal, kSoftcap>(maps, p, nullptr);
   if (!launch.empty()) {
     std::printf("launch: %s\n", launch.c_str());
     return 2;
@@ -142,8 +154,8 @@ int run_shape(const Shape& sh, unsigned seed) {
             dot += x;
             dot_f += static_cast<float>(x);
           }
-          s[j] = visible ? dot * scale : -INFINITY;
-          s_emulated[j] = visible ? round_to<Elem>(round_to<Elem>(dot_f) * scale) : -INFINITY;
+          s[j] = visible ? logit(dot) : -INFINITY;
+          s_emulated[j] = visible ? logit_16(dot_f) : -INFINITY;
           mx = std::max(mx, s[j]);
           mx_e = std::max(mx_e, s_emulated[j]);
         }
@@ -187,12 +199,12 @@ int run_shape(const Shape& sh, unsigned seed) {
   return ok ? 0 : 1;
 }
 
-template <typename Elem, int kHeadDim, bool kCausal>
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false>
 int run(std::vector<Shape> shapes) {
   int status = 0;
   unsigned seed = 1;
   for (const Shape& sh : shapes) {
-    const int rc = run_shape<Elem, kHeadDim, kCausal>(sh, seed++);
+    const int rc = run_shape<Elem, kHeadDim, kCausal, kSoftcap>(sh, seed++);
     if (rc != 0) status = rc;
   }
   return status;
@@ -215,6 +227,8 @@ const selftest::NamedCases kCases = {
                                                          {1, 1, 1, 129, 127, true}}); }},
     {"f16_d64_causal", [] { return run<f16, 64, true>({{1, 2, 2, 127, 65, true}, {1, 1, 1, 63, 257, false}}); }},
     {"f16_d128_causal", [] { return run<f16, 128, true>({{1, 1, 1, 129, 129, false}}); }},
+    {"bf16_d128_softcap", [] { return run<bf16, 128, false, true>({{1, 2, 1, 129, 257, false}}); }},
+    {"f16_d64_causal_softcap", [] { return run<f16, 64, true, true>({{1, 1, 1, 257, 127, true}, {1, 1, 1, 63, 65, false}}); }},
     {"bf16_d64_causal_top_left", [] { return run<bf16, 64, true>({{1, 1, 1, 65, 257, false, true},
                                                                   {1, 2, 1, 257, 63, true, true},
                                                                   {1, 1, 1, 129, 129, false, true}}); }},
