@@ -89,44 +89,56 @@ def _attention(fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softc
     return_attn_probs (out, lse, S_dmask), S_dmask None without dropout (FA2's convention).
     op_arguments: more of the op's arguments by name (varlen, seqused, attn_mask).
 
-    Small calls are dominated by this function and the op's argument parsing, so the keywords
-    are built from the arguments that differ from the op's defaults only, and a Python float
-    or int skips the general conversions (float, int and tuple checks by exact class)."""
+    Small calls are dominated by this function and the op's argument parsing, so the op gets
+    only the arguments that differ from its defaults (and the leading ones before them), and a
+    Python float or int skips the general conversions (float, int and tuple checks by exact
+    class)."""
     kwargs = _without_defaults(op_arguments) if op_arguments else {}
     if dropout_p.__class__ is not float or dropout_p != 0.0:
         dropout_p = _real(fn, "dropout_p", dropout_p)
         if dropout_p != 0.0:
             kwargs["dropout_p"] = dropout_p
+    # The schema's leading arguments go positionally, up to the last one that differs from its
+    # default: a keyword costs the op's parser twice what a position does (causal=True alone
+    # added 0.75 µs to a 6 µs forward, positionally 0.3).
+    leading = 0
     if softmax_scale is not None:
-        kwargs["softmax_scale"] = _real(fn, "softmax_scale", softmax_scale)
+        softmax_scale = _real(fn, "softmax_scale", softmax_scale)
+        leading = 1
     if causal:
-        kwargs["causal"] = True
+        causal = True
+        leading = 2
+    else:
+        causal = False
     left, right = _window_or_default(fn, window_size)
     if left != -1:
-        kwargs["window_left"] = left
+        leading = 3
     if right != -1:
-        kwargs["window_right"] = right
+        leading = 4
     if softcap.__class__ is not float or softcap != 0.0:
         softcap = _real(fn, "softcap", softcap)
         if softcap != 0.0:
-            kwargs["softcap"] = softcap
+            leading = 5
     if alibi_slopes is not None:
-        kwargs["alibi_slopes"] = alibi_slopes
+        leading = 6
     if not align_bottom_right:
-        kwargs["align_bottom_right"] = False
+        leading = 7
     if deterministic:
-        kwargs["deterministic"] = True
+        deterministic = True
+        leading = 8
     # A fresh [seed, offset] per call from the device's generator; autograd hands the same
     # one to the backward.
     rng_state = None
     if "dropout_p" in kwargs:
         rng_state = kwargs["rng_state"] = torch.ops.flashattn.dropout_rng_state(q)
-    out, lse = _FWD(q, k, v, **kwargs) if kwargs else _FWD(q, k, v)
+    args = (q, k, v, softmax_scale, causal, left, right, softcap, alibi_slopes,
+            bool(align_bottom_right), bool(deterministic))[:3 + leading]
+    out, lse = _FWD(*args, **kwargs) if kwargs else _FWD(*args)
     if not return_attn_probs:
         return out
     probs = None
     if rng_state is not None:
-        score_kwargs = dict(softmax_scale=kwargs.get("softmax_scale"), causal=bool(causal),
+        score_kwargs = dict(softmax_scale=softmax_scale, causal=causal,
                             window_size=(left, right), softcap=softcap, alibi_slopes=alibi_slopes,
                             align_bottom_right=align_bottom_right,
                             attn_mask=op_arguments.get("attn_mask"))
