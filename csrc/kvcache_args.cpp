@@ -163,10 +163,13 @@ void check_append_aliasing(const KvcacheInputs& in) {
   }
 }
 
-// On the host (lengths known): no two new keys (or values) go to the same cache row, which a
-// block_table or cache_batch_idx naming one page or entry twice can do; one would be lost.
-// Rows whose page or entry is out of range are left to check_fwd, which runs before any write.
-void check_append_targets_distinct(const KvcacheInputs& in) {
+// On the host (lengths known): every new key (and value) goes to a cache row of its own that no
+// other sequence reads. A block_table naming one page for two sequences, or a cache_batch_idx
+// naming one entry twice, can send two new keys to one row (one would be lost) or a new key
+// into a row holding another sequence's key (that sequence's cache corrupted). Sharing pages
+// that are only read (a common prefix) is fine. Rows whose page or entry is out of range are
+// left to check_fwd, which runs before any write.
+void check_append_targets(const KvcacheInputs& in) {
   const AttnInputs& attn = in.attn;
   if (in.seqlen_new() == 0 || attn.k.is_meta()) return;
   // The addressing tensors are validated by check_fwd; until then, only well-formed ones are
@@ -177,42 +180,70 @@ void check_append_targets_distinct(const KvcacheInputs& in) {
            t->device() == attn.q.device() && !t->is_meta() &&
            (dim == 1 ? t->is_contiguous() : t->stride(1) == 1 || t->size(1) <= 1);
   };
-  if (attn.paged() && !well_formed(attn.block_table, 2)) return;
-  if (!attn.paged() && attn.cache_batch_idx && !well_formed(attn.cache_batch_idx, 1)) return;
-  const int* seqlens = in.cache_seqlens->data_ptr<int>();
   const bool paged = attn.paged();
+  if (paged && !well_formed(attn.block_table, 2)) return;
+  if (!paged && attn.cache_batch_idx && !well_formed(attn.cache_batch_idx, 1)) return;
+  if (!paged && attn.cache_leftpad && !well_formed(attn.cache_leftpad, 1)) return;
+  const int* seqlens = in.cache_seqlens->data_ptr<int>();
   const int64_t page = attn.k.size(1), entries = attn.k.size(0);
+  const int64_t max_blocks = paged ? attn.block_table->size(1) : 0;
+  // (entry, row) of sequence b's key at `position`; entry -1 where the table has none.
+  auto locate = [&](int64_t b, int64_t position) -> std::pair<int64_t, int64_t> {
+    if (paged) {
+      const int64_t block = position / page;
+      if (block >= max_blocks) return {-1, 0};
+      const int64_t entry =
+          attn.block_table->data_ptr<int>()[b * attn.block_table->stride(0) + block];
+      return {entry >= 0 && entry < entries ? entry : -1, position % page};
+    }
+    const int64_t entry = attn.cache_batch_idx ? attn.cache_batch_idx->data_ptr<int>()[b] : b;
+    return {entry >= 0 && entry < entries ? entry : -1, position};
+  };
   struct Target {
     int64_t entry, row, b, t;
+    bool operator<(const Target& o) const {
+      return entry != o.entry ? entry < o.entry : row < o.row;
+    }
   };
   std::vector<Target> targets;
   targets.reserve(static_cast<size_t>(batch * in.seqlen_new()));
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t t = 0; t < in.seqlen_new(); ++t) {
-      const int64_t position = int64_t(seqlens[b]) + t;
-      int64_t entry = b, row = position;
-      if (paged) {
-        const int64_t block = position / page;
-        if (block >= attn.block_table->size(1)) continue;
-        entry = attn.block_table->data_ptr<int>()[b * attn.block_table->stride(0) + block];
-        row = position % page;
-      } else if (attn.cache_batch_idx) {
-        entry = attn.cache_batch_idx->data_ptr<int>()[b];
-      }
-      if (entry < 0 || entry >= entries) continue;
-      targets.push_back({entry, row, b, t});
+      const auto [entry, row] = locate(b, int64_t(seqlens[b]) + t);
+      if (entry >= 0) targets.push_back({entry, row, b, t});
     }
   }
-  std::sort(targets.begin(), targets.end(), [](const Target& x, const Target& y) {
-    return x.entry != y.entry ? x.entry < y.entry : x.row < y.row;
-  });
+  std::sort(targets.begin(), targets.end());
+  const char* table_name = paged ? "block_table" : "cache_batch_idx";
+  const char* entry_name = paged ? "block " : "cache entry ";
   for (size_t i = 1; i < targets.size(); ++i) {
     const Target &x = targets[i - 1], &y = targets[i];
     TORCH_CHECK(x.entry != y.entry || x.row != y.row, "flashattn: new key ", x.t, " of sequence ",
                 x.b, " and new key ", y.t, " of sequence ", y.b, " would both be written to row ",
-                x.row, " of ", paged ? "block " : "cache entry ", x.entry, " (",
-                paged ? "block_table" : "cache_batch_idx", " maps both sequences there), so one "
-                "would be lost; each cache row may receive one new key per call");
+                x.row, " of ", entry_name, x.entry, " (", table_name, " maps both sequences "
+                "there), so one would be lost; each cache row may receive one new key per call");
+  }
+  // The rows each sequence already holds, [leftpad, cache_seqlens[b]): none may be a target of
+  // another sequence. One binary search per page (dense: per sequence) for the targets in it.
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t start =
+        !paged && attn.cache_leftpad ? attn.cache_leftpad->data_ptr<int>()[b] : 0;
+    const int64_t length = seqlens[b];
+    for (int64_t position = std::max<int64_t>(start, 0); position < length;) {
+      const auto [entry, row] = locate(b, position);
+      const int64_t span = paged ? std::min(page - row, length - position) : length - position;
+      if (entry >= 0) {
+        auto hit = std::lower_bound(targets.begin(), targets.end(), Target{entry, row, 0, 0});
+        for (; hit != targets.end() && hit->entry == entry && hit->row < row + span; ++hit)
+          TORCH_CHECK(hit->b == b, "flashattn: new key ", hit->t, " of sequence ", hit->b,
+                      " would be written to row ", hit->row, " of ", entry_name, entry,
+                      ", which holds key ", position + (hit->row - row), " of sequence ", b,
+                      " (", table_name, " gives both sequences that ",
+                      paged ? "block" : "entry", "); an append may only write rows no other "
+                      "sequence reads");
+      }
+      position += span;
+    }
   }
 }
 
@@ -255,7 +286,7 @@ void check_kvcache_append(KvcacheInputs& in, const ExecutorLimits& limits) {
     if (limits.reads_lengths_on_host) check_append_values(in);
     if (in.seqlen_new() > 0) {
       check_append_aliasing(in);
-      if (limits.reads_lengths_on_host) check_append_targets_distinct(in);
+      if (limits.reads_lengths_on_host) check_append_targets(in);
     }
     in.attn.seqused_k =
         in.seqlen_new() > 0 ? at::add(*in.cache_seqlens, in.seqlen_new()) : *in.cache_seqlens;

@@ -3,7 +3,7 @@ function -- wrong dtypes, devices (meta tensors), ranks, shapes and strides (a n
 last dim included), negative / NaN / infinite / huge scalars, malformed cu_seqlens, block tables,
 seqused, cache indices out of range, tensors aliasing each other (one cache as k_cache and
 v_cache, overlapping or transposed views of one buffer, q / k / v / rotary tables inside a cache,
-two sequences appending into one cache row) -- run in a subprocess, so that a segfault or an
+two sequences appending into one cache row, an append into a row another sequence reads) -- run in a subprocess, so that a segfault or an
 abort is a test failure rather than a dead pytest. scaled_dot_product_attention's errors must
 use SDPA's argument names only (never q, k, v, softmax_scale, flashattn's op).
 
@@ -191,7 +191,9 @@ def _worker(calls, seed):
         if choice == 0:
             cu = a["cu"]
             bad, mutation = rng.choice([
-                (cu.flip(0), "cu_decreasing"), (cu.long(), "cu_int64"), (cu.float(), "cu_float"),
+                # (all sequences empty: cu is all 0 and its flip is cu itself)
+                (cu.flip(0) if a["total"] else torch.tensor([0, 2, 1, 1], dtype=torch.int32),
+                 "cu_decreasing"), (cu.long(), "cu_int64"), (cu.float(), "cu_float"),
                 (cu + 1, "cu_not_from_zero"), (torch.cat([cu[:-1], cu[-1:] + 1000]), "cu_out_of_range"),
                 (cu[None], "cu_rank2"), (cu.to("meta"), "cu_meta"), (cu[:-1], "cu_wrong_batch"),
                 (torch.tensor([0, -5, 3, 3], dtype=torch.int32), "cu_negative"),
@@ -322,7 +324,8 @@ def _worker(calls, seed):
                 kind = rng.choice(["caches_overlap", "v_cache_slice_of_k_cache", "q_in_k_cache",
                                    "v_new_in_k_cache", "k_new_in_v_cache", "rotary_in_cache",
                                    "caches_transposed_overlap", "duplicate_batch_idx",
-                                   "duplicate_block", "kv_cache_packed",
+                                   "duplicate_block", "batch_idx_into_read_rows",
+                                   "block_into_read_rows", "kv_cache_packed",
                                    "k_cache_is_v_cache_no_append"])
                 names = {"caches_overlap": ["k_cache", "v_cache"],
                          "caches_transposed_overlap": ["k_cache", "v_cache"],
@@ -331,7 +334,9 @@ def _worker(calls, seed):
                          "k_new_in_v_cache": ["k", "v_cache"],
                          "rotary_in_cache": ["rotary_cos", "rotary_sin", "k_cache"],
                          "duplicate_batch_idx": ["cache_batch_idx"],
-                         "duplicate_block": ["block_table"]}.get(kind, [])
+                         "duplicate_block": ["block_table"],
+                         "batch_idx_into_read_rows": ["cache_batch_idx"],
+                         "block_into_read_rows": ["block_table"]}.get(kind, [])
                 kc, vc, qq = k_cache, v_cache, q
                 if kind == "caches_overlap":
                     kc, vc = buf[:, :cap], buf[:, cap // 2:cap // 2 + cap]
@@ -359,6 +364,16 @@ def _worker(calls, seed):
                     kwargs["block_table"] = torch.tensor([[0, 1, 2, 3], [4, 1, 5, 6]],
                                                          dtype=torch.int32)
                     kwargs["cache_seqlens"] = torch.tensor([5, 5], dtype=torch.int32)
+                elif kind == "batch_idx_into_read_rows":
+                    # Sequence 0 appends at row 3 of entry 1, which holds sequence 1's key 3.
+                    kwargs["cache_batch_idx"] = torch.tensor([1, 1], dtype=torch.int32)
+                    kwargs["cache_seqlens"] = torch.tensor([3, 5], dtype=torch.int32)
+                elif kind == "block_into_read_rows":
+                    # Sequence 0 appends at row 1 of block 1, which holds sequence 1's key 5.
+                    kc, vc = t(8, 4, 2, 16), t(8, 4, 2, 16)
+                    kwargs["block_table"] = torch.tensor([[0, 1, 2, 3], [4, 1, 5, 6]],
+                                                         dtype=torch.int32)
+                    kwargs["cache_seqlens"] = torch.tensor([5, 7], dtype=torch.int32)
                 elif kind == "kv_cache_packed":
                     kv = t(b, cap, 2, 2, 16)
                     kc, vc = kv[:, :, 0], kv[:, :, 1]

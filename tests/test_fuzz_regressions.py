@@ -104,7 +104,7 @@ def test_an_input_inside_a_cache_is_an_error(which):
         flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs)
 
 
-def test_two_sequences_appending_into_one_cache_row_is_an_error():
+def test_an_append_into_a_row_another_sequence_owns_is_an_error():
     q, k_cache, v_cache, k, v, _ = _append_args()
     same = torch.tensor([3, 3], dtype=torch.int32)
     with pytest.raises(RuntimeError, match=r"cache_batch_idx maps both sequences there"):
@@ -118,6 +118,18 @@ def test_two_sequences_appending_into_one_cache_row_is_an_error():
                                           cache_seqlens=torch.tensor([5, 5], dtype=torch.int32),
                                           block_table=table)
     assert torch.equal(pages_k, before)
+    # An append into a row that another sequence holds: sequence 0's new key 0 goes to row 1 of
+    # block 1, which holds sequence 1's key 5.
+    with pytest.raises(RuntimeError, match=r"row 1 of block 1, which holds key 5 of sequence 1"):
+        flashattn.flash_attn_with_kvcache(q, pages_k, pages_v, k, v,
+                                          cache_seqlens=torch.tensor([5, 7], dtype=torch.int32),
+                                          block_table=table)
+    assert torch.equal(pages_k, before)
+    with pytest.raises(RuntimeError, match=r"row 3 of cache entry 1, which holds key 3 of "
+                                           r"sequence 1 \(cache_batch_idx"):
+        flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k, v,
+                                          cache_seqlens=torch.tensor([3, 5], dtype=torch.int32),
+                                          cache_batch_idx=torch.tensor([1, 1], dtype=torch.int32))
     # Sharing a block that both only read (a common prefix) is fine.
     flashattn.flash_attn_with_kvcache(q, pages_k, pages_v, k, v,
                                       cache_seqlens=torch.tensor([9, 9], dtype=torch.int32),
