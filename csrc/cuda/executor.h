@@ -35,6 +35,12 @@ inline ElementType element_type(at::ScalarType t) {
   }
 }
 
+// The shared input checks keep every head dim within a compiled tile (ExecutorLimits).
+inline void check_tile(const KernelChoice& kernels, int head_dim) {
+  TORCH_INTERNAL_ASSERT(kernels.head_dim_tile != 0, "flashattn: no CUDA tile for head_dim ",
+                        head_dim);
+}
+
 // The opt-in limit differs by GPU (e.g. 99 KB on sm_86/89, 227 KB on sm_90).
 inline void check_smem_fits(int needed_bytes, int limit_bytes) {
   TORCH_CHECK(needed_bytes <= limit_bytes, "flashattn: this head dim needs ", needed_bytes,
@@ -55,6 +61,7 @@ struct CudaExecutor {
     if (fwd_launches_nothing(params)) return;
     const typename Device::Guard guard(q.device());
     const FwdPlan plan = plan_fwd(params, type, Device::props(q));
+    check_tile(plan.kernels, params.head_dim);
     check_smem_fits(plan.shape.smem_bytes, plan.smem_limit_bytes);
     at::Tensor split_scratch;
     if (plan.merges()) {
@@ -91,6 +98,7 @@ struct CudaExecutor {
     }
     const typename Device::Guard guard(q.device());
     const BwdPlan plan = plan_bwd(p, type, Device::props(q));
+    check_tile(plan.kernels, p.head_dim);
     check_smem_fits(plan.smem_bytes, plan.smem_limit_bytes);
     at::Tensor workspace = at::empty({plan.workspace_floats}, q.options().dtype(at::kFloat));
     // The kernels must not depend on the scratch's initial contents: tests poison it too.

@@ -2,8 +2,6 @@
 // bwd_steps_16bit), each with its shared-memory opt-in. Compiles under nvcc and under the CPU
 // shim; the torch glue (workspace allocation, device guard, stream, error checks) is in api.cu.
 #pragma once
-#include <c10/util/Exception.h>
-
 #include "../params.h"
 #include "bwd_dkdv_kernel.cuh"
 #include "bwd_dq_kernel.cuh"
