@@ -67,13 +67,10 @@ struct FwdTraits {
   static constexpr bool kDropout = kDropout_;
   static constexpr int kNWarps = 4;
   static constexpr int kNThreads = kNWarps * kWarpSize;
-  // Query rows per warp, in m16 tiles. Up to d = 128 a warp owns 32 rows (two m-tiles), FA2's
-  // geometry: every K or V fragment a warp loads from smem then feeds two mma, so ldmatrix.x4
-  // per mma falls from 0.5625 to 0.3125 at d = 128 (tools/gpu_model.py; the forward is bound by
-  // shared memory, not tensor cores). Above d = 128 the O accumulator (d/2 floats per m-tile
-  // per thread) leaves no registers for a second m-tile. Nor does dropout: its keep bits and
-  // Philox state on top of two m-tiles spilled 168 bytes at d = 128 on sm_80 (255 registers),
-  // as FA2 also drops to a smaller tile with dropout.
+  // Query rows per warp, in m16 tiles. Up to d = 128 a warp owns two (FA2's geometry), so each
+  // K or V fragment it loads from smem feeds two mma: the forward is bound by shared memory,
+  // not tensor cores. Above d = 128 the O accumulator leaves no registers for a second m-tile,
+  // nor does dropout's state (it spilled; FA2 also shrinks its tile with dropout).
   static constexpr int kMTiles = kHeadDim <= 128 && !kDropout ? 2 : 1;
   static constexpr int kBlockM = kNWarps * kMmaM * kMTiles;
   // Keys per K/V tile. The S tile (kBlockN/2 floats per m-tile per thread) shrinks above
@@ -84,16 +81,14 @@ struct FwdTraits {
   static constexpr int kQSmemElems = kBlockM * kSmemStride;
   static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;
   // Qi, one K tile and one V tile. FA2's pipeline overlaps without a second stage: V_j is
-  // copied while S = Qi Kj^T is computed, K_j+1 while O += P Vj. At d = 128 that is 68 KB,
-  // two CTAs per SM on A100 (a K/V ring of two stages would take 102 KB: one).
+  // copied while S = Qi Kj^T is computed, K_j+1 while O += P Vj; a second stage would halve the
+  // CTAs per SM at d = 128.
   static constexpr int kSmemBytes = (kQSmemElems + 2 * kKVTileSmemElems) * kElemBytes16;
 
-  // CTAs per SM that sm_80's shared memory holds (at most 3), given to __launch_bounds__: the
-  // register budget is then what that many CTAs can share (170 registers at 3, 255 at 2).
-  // Without it ptxas picks a budget of its own and spills to reach it; registers beyond what
-  // the shared memory lets CTAs use would buy no occupancy. At 3, two m-tiles per warp (twice
-  // the accumulators) cannot fit, and one m-tile spilled at d = 96 (sm_80), 128 and 192
-  // (sm_90), so those ask for at most 2.
+  // CTAs per SM that sm_80's shared memory holds (at most 3), given to __launch_bounds__, so
+  // that the register budget is what that many CTAs can share: left to itself ptxas picks a
+  // tighter one and spills, and registers the shared memory cannot use buy no occupancy. Two
+  // m-tiles, and one m-tile from d = 96, spilled at 3, so those ask for at most 2.
   static constexpr int kMaxBlocksPerSm = kMTiles == 2 || kHeadDim >= 96 ? 2 : 3;
   static constexpr int kMinBlocksPerSm =
       kMaxSmemBytes / kSmemBytes < 1 ? 1
@@ -120,13 +115,11 @@ struct FwdTraits {
 // loads only the other warps' columns. dK and dV (kBlockN x d over 8 warps, 64 floats each per
 // thread at d >= 128) stay in registers for the whole CTA.
 // Tiles (keys x queries): 128 x 128 up to d = 64, 128 x 64 up to d = 128, 64 x 64 above, as
-// FA2 (flash_bwd_launch_template.h, its non-double-buffered sm80 choices). At d = 128 that
-// geometry loads 0.45 ldmatrix.x4 per mma, and 0.425 with each warp's own P^T and dS^T taken
-// from registers, against 0.70 of the former 4-warp, 64 x 32 tile whose warps each owned 16
-// keys x every column (tools/gpu_model.py).
+// FA2 (flash_bwd_launch_template.h, its non-double-buffered sm80 choices): fewer shared-memory
+// loads per mma than a 4-warp tile (tools/gpu_model.py).
 // Q_i and dO_i are one stage: the copy of tile i + 1 starts once every warp is done with
-// dK/dV of tile i, and overlaps the dQ product (two stages at d = 128 would take 177 KB, more
-// than sm_80's 163).
+// dK/dV of tile i, and overlaps the dQ product (two stages at d = 128 exceed sm_80's shared
+// memory).
 template <int kHeadDim_>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
@@ -141,9 +134,8 @@ struct BwdTraits {
   static constexpr int kSdpWarpsN = kBlockN / 32;
   static constexpr int kSdpKeys = kBlockN / kSdpWarpsN;
   static constexpr int kSdpQueries = kBlockM / (kNWarps / kSdpWarpsN);
-  // At d = 64 S^T and dP^T (64 floats each per thread) next to dK and dV (32 each) spilled
-  // 32 bytes on sm_90: the warp computes its S tile in two slices of its queries, which
-  // reloads its K and V fragments once more (0.5 ldmatrix.x4 per mma there, not 0.375).
+  // At d = 64 S^T and dP^T next to dK and dV spilled: the warp computes its S tile in two
+  // slices of its queries, reloading its K and V fragments once more.
   static constexpr int kSdpPasses = kHeadDim == 64 ? 2 : 1;
   // dK / dV warp tile: 32 keys x kDkvCols.
   static constexpr int kDkvWarpsN = kBlockN / 32;
@@ -154,9 +146,8 @@ struct BwdTraits {
   static constexpr int kDqWarpsM = kBlockM == 128 || kHeadDim % 64 != 0 ? 4 : 2;
   static constexpr int kDqRows = kBlockM / kDqWarpsM;
   static constexpr int kDqCols = kHeadDim / (kNWarps / kDqWarpsM);
-  // At d = 256 the dQ tile (32 x 64, 64 floats per thread) next to dK and dV (64 each)
-  // spilled 124 bytes on sm_80, and still 72 in two slices of 32 columns: four slices of 16,
-  // each reloading the dS fragments (0.75 ldmatrix.x4 per mma in dQ, not 0.375).
+  // At d = 256 the dQ tile next to dK and dV spilled, in one slice and in two: four slices
+  // of 16 columns, each reloading the dS fragments.
   static constexpr int kDqPasses = kDqCols > 48 ? 4 : 1;
 
   static constexpr int kSmemStride = kHeadDim + kSmemPadElems;
@@ -208,8 +199,7 @@ struct BwdDqTraits {
   // Qi, dOi, then kStages x (K tile, V tile).
   static constexpr int kSmemBytes =
       (2 * kQSmemElems + 2 * kStages * kKVTileSmemElems) * kElemBytes16;
-  // For __launch_bounds__, as FwdTraits: ptxas' own budget (168 registers) spilled at d = 64 on
-  // sm_90.
+  // For __launch_bounds__, as FwdTraits: ptxas' own budget spilled.
   static constexpr int kMinBlocksPerSm = kMaxSmemBytes / kSmemBytes >= 2 ? 2 : 1;
   static_assert(kSmemBytes <= kMaxSmemBytes, "dQ tile exceeds sm_80 shared memory");
   static_assert(kStages >= 2, "need at least double buffering");
