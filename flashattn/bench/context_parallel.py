@@ -149,7 +149,8 @@ def main(argv=None):
           f"{ring['wall'] * 1e3:9.1f} ({ring['cpu'] * 1e3:.1f}); "
           f"{ring['wall'] / single['wall']:.3f}x the single process's wall time, "
           f"{ring['cpu'] / single['cpu']:.3f}x its CPU time")
-    print(f"  its computation alone:   {wall['compute'] * 1e3:9.1f} ({cp['compute']['cpu'] * 1e3:.1f})")
+    print(f"  its computation alone:   {wall['compute'] * 1e3:9.1f} "
+          f"({cp['compute']['cpu'] * 1e3:.1f})")
     print(f"  its communication alone: {wall['communicate'] * 1e3:9.1f}; hidden by the ring: "
           f"{min(1.0, max(0.0, hidden)):.0%}")
     return {"single": single, **cp}

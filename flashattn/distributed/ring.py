@@ -111,7 +111,10 @@ def _forward(q, k, v, cfg):
     acc = accumulator_dtype(q.dtype)
     seq = cfg.plan.seq_dim
     out_acc = torch.zeros(q.shape, dtype=acc, device=q.device)
-    lse_shape = (q.shape[1], q.shape[0]) if cfg.plan.varlen else (q.shape[0], q.shape[2], q.shape[1])
+    if cfg.plan.varlen:  # out (T, H, D), lse (H, T); dense: (B, S, H, D), (B, H, S)
+        lse_shape = (q.shape[1], q.shape[0])
+    else:
+        lse_shape = (q.shape[0], q.shape[2], q.shape[1])
     lse_acc = torch.full(lse_shape, float("-inf"), dtype=acc, device=q.device)
     kv = (k, v)
     for step in range(cfg.world):
