@@ -151,3 +151,46 @@ def test_sdpa_errors_name_sdpa_arguments():
         assert not re.search(r"(?<![\w'.])(q|k|v|softmax_scale)(?![\w(])", str(e.value)), e.value
     with pytest.raises(RuntimeError, match=r"attn_mask must be bool, float32 or query's dtype"):
         flashattn.scaled_dot_product_attention(q, k, k, attn_mask=torch.ones(5, 7, dtype=torch.int32))
+
+
+def test_the_overlap_check_agrees_with_brute_force_on_random_views():
+    """k_cache and v_cache as random strided views (any strides, 0 included, any offsets) of one
+    buffer: the append is refused exactly when the two share an element, by the element sets."""
+    import random
+
+    rng = random.Random(34)
+    buf = torch.randn(2048)
+    refused = accepted = 0
+    for _ in range(300):
+        d = rng.choice([1, 2, 4, 8])
+        shape = [rng.randint(1, 3), rng.randint(1, 4), rng.randint(1, 3), d]
+
+        def view():
+            strides = [rng.choice([0, 1, 3, d, 2 * d, 17, 64, 96]) for _ in range(3)] + [1]
+            span = sum((n - 1) * s for n, s in zip(shape, strides)) + 1
+            offset = rng.randint(0, min(buf.numel() - span, 128))
+            return torch.as_strided(buf, shape, strides, offset)
+
+        def elements(t):
+            idx = torch.as_strided(torch.arange(buf.numel()), t.shape, t.stride(),
+                                   t.storage_offset())
+            return set(idx.flatten().tolist())
+
+        k_cache, v_cache = view(), view()
+        overlap = bool(elements(k_cache) & elements(v_cache))
+        b, h = shape[0], shape[2]
+        q = torch.randn(b, 1, h, d)
+        k, v = torch.randn(b, 1, h, d), torch.randn(b, 1, h, d)
+        seqlens = torch.zeros(b, dtype=torch.int32)
+        try:
+            flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
+        except RuntimeError as e:
+            assert "share memory" in str(e) and overlap, (shape, k_cache.stride(),
+                                                          v_cache.stride(), str(e))
+            refused += 1
+        else:
+            assert not overlap, (shape, k_cache.stride(), k_cache.storage_offset(),
+                                 v_cache.stride(), v_cache.storage_offset())
+            accepted += 1
+    print(f"refused {refused}, accepted {accepted}")
+    assert refused > 20 and accepted > 20, (refused, accepted)
