@@ -29,17 +29,20 @@ from layout_check import nvcc_path  # noqa: E402
 
 BUILD_DIR = build.DEFAULT_BUILD_DIR
 SOURCE = os.path.join(build.SHIM_DIR, "hopper_fwd_gpu.cu")
-# (f16, head_dim, causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k, softcap: bf16 only)
+# (f16, head_dim, causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k, softcap, window):
+# softcap and windows (left, right; bottom-right aligned) are built for bf16 only.
 CHECKS = [
-    (0, 128, 0, 2, 4, 4, 1000, 1000, 0),
-    (0, 128, 1, 1, 4, 2, 777, 1029, 0),
-    (0, 64, 0, 1, 8, 1, 129, 4097, 0),
-    (0, 64, 1, 3, 2, 2, 513, 255, 0),
-    (1, 128, 1, 1, 2, 2, 2048, 2048, 0),
-    (1, 64, 0, 2, 2, 1, 1, 63, 0),
-    (0, 128, 1, 1, 1, 1, 7, 7, 0),
-    (0, 128, 0, 1, 2, 1, 300, 600, 1.5),
-    (0, 64, 1, 2, 2, 2, 600, 300, 1.5),
+    (0, 128, 0, 2, 4, 4, 1000, 1000, 0, None),
+    (0, 128, 1, 1, 4, 2, 777, 1029, 0, None),
+    (0, 64, 0, 1, 8, 1, 129, 4097, 0, None),
+    (0, 64, 1, 3, 2, 2, 513, 255, 0, None),
+    (1, 128, 1, 1, 2, 2, 2048, 2048, 0, None),
+    (1, 64, 0, 2, 2, 1, 1, 63, 0, None),
+    (0, 128, 1, 1, 1, 1, 7, 7, 0, None),
+    (0, 128, 0, 1, 2, 1, 300, 600, 1.5, None),
+    (0, 64, 1, 2, 2, 2, 600, 300, 1.5, None),
+    (0, 128, 0, 1, 2, 2, 1000, 1500, 0, (256, 0)),
+    (0, 64, 0, 2, 2, 1, 700, 500, 0, (100, 37)),
 ]
 # wgmma, TMA load, TMA store, stmatrix, mbarrier ops: what the kernel is about.
 SASS_OPS = ("HGMMA", "UTMALDG", "UTMASTG", "STSM", "SYNCS")
@@ -138,12 +141,12 @@ def main():
     lib = ctypes.CDLL(lib_path)
     lib.hopper_fwd_run.restype = ctypes.c_int
     lib.hopper_fwd_run.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p] * 6 +
-                                   [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_float,
-                                                         ctypes.c_void_p, ctypes.c_char_p,
+                                   [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_float] +
+                                   [ctypes.c_int] * 2 + [ctypes.c_void_p, ctypes.c_char_p,
                                                          ctypes.c_int])
     error = ctypes.create_string_buffer(512)
 
-    def ours(q, k, v, causal, o=None, lse=None, softcap=0.0):
+    def ours(q, k, v, causal, o=None, lse=None, softcap=0.0, window=None):
         b, sq, hq, d = q.shape
         sk, hkv = k.shape[1], k.shape[2]
         o = torch.empty_like(q) if o is None else o
@@ -152,12 +155,13 @@ def main():
         rc = lib.hopper_fwd_run(int(q.dtype == torch.float16), d, int(causal), q.data_ptr(),
                                 k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), strides,
                                 b, sq, sk, hq, hkv, 1.0 / math.sqrt(d), softcap,
+                                *(window if window else (-1, -1)),
                                 torch.cuda.current_stream().cuda_stream, error, len(error))
         if rc != 0:
             raise RuntimeError(error.value.decode())
         return o, lse
 
-    def reference(q, k, v, causal, dtype, softcap=0.0):
+    def reference(q, k, v, causal, dtype, softcap=0.0, window=None):
         """Attention in `dtype` by plain torch ops (bottom-right causal), and its LSE."""
         qd, kd, vd = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
         g = qd.shape[1] // kd.shape[1]
@@ -165,26 +169,33 @@ def main():
         s = (qd @ kd.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
         if softcap > 0:
             s = torch.tanh(s / softcap) * softcap
+        sq, sk = s.shape[-2:]
+        keep = torch.ones(sq, sk, dtype=torch.bool, device=s.device)
         if causal:
-            sq, sk = s.shape[-2:]
-            keep = torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril(sk - sq)
-            s = s.masked_fill(~keep, float("-inf"))
+            keep = keep.tril(sk - sq)
+        if window:
+            left, right = window
+            if right >= 0:
+                keep = keep.tril(sk - sq + right)
+            if left >= 0:
+                keep = keep.triu(sk - sq - left)
+        s = s.masked_fill(~keep, float("-inf"))
         lse = torch.logsumexp(s.float() if dtype != torch.float64 else s, -1)
         p = torch.softmax(s, -1).nan_to_num(0.0)
         return (p @ vd).transpose(1, 2), lse
 
     torch.manual_seed(0)
     failures = 0
-    for f16, d, causal, b, hq, hkv, sq, sk, softcap in CHECKS:
+    for f16, d, causal, b, hq, hkv, sq, sk, softcap, window in CHECKS:
         dtype = torch.float16 if f16 else torch.bfloat16
         q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
         k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
         v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
         o = torch.full_like(q, float("nan"))
         lse = torch.full((b, hq, sq), float("nan"), device="cuda")
-        ours(q, k, v, causal, o, lse, softcap)
-        want, want_lse = reference(q, k, v, causal, torch.float64, softcap)
-        low, _ = reference(q, k, v, causal, dtype, softcap)
+        ours(q, k, v, causal, o, lse, softcap, window)
+        want, want_lse = reference(q, k, v, causal, torch.float64, softcap, window)
+        low, _ = reference(q, k, v, causal, dtype, softcap, window)
         err = (o.double() - want).abs().max().item()
         err_low = (low.double() - want).abs().max().item()
         finite = want_lse.isfinite()
@@ -193,7 +204,8 @@ def main():
         ok = err <= 2 * err_low + 1e-5 and lse_ok and not o.isnan().any()
         failures += not ok
         print(f"{'PASS' if ok else 'FAIL'} {'f16' if f16 else 'bf16'} d={d} causal={causal} B={b} "
-              f"Hq={hq} Hkv={hkv} Sq={sq} Sk={sk} softcap={softcap}: O err {err:.3g} "
+              f"Hq={hq} Hkv={hkv} Sq={sq} Sk={sk} softcap={softcap} window={window}: "
+              f"O err {err:.3g} "
               f"(torch {dtype}: {err_low:.3g}), "
               f"LSE ok {lse_ok}")
 

@@ -5,10 +5,12 @@
 //   int hopper_fwd_run(int f16, int head_dim, int causal, const void* q, const void* k,
 //                      const void* v, void* o, float* lse, const long long* strides,
 //                      int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv,
-//                      float scale, float softcap, void* stream, char* error, int error_len)
+//                      float scale, float softcap, int window_left, int window_right,
+//                      void* stream, char* error, int error_len)
 //
 // strides: 12 element strides, (batch, row, head) of q, k, v and o in that order; the LSE is
 // [B, Hq, Sq] contiguous. softcap > 0 (bf16 only): logits softcap * tanh(scale * s / softcap).
+// A window edge >= 0 (bf16, not causal, no softcap): the local kernel, bottom-right aligned.
 // Returns 0, or -1 with the reason in `error`.
 #include <cuda_runtime.h>
 
@@ -21,10 +23,10 @@ namespace {
 
 using namespace flashattn::hopper;
 
-template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap>
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap, bool kLocal = false>
 std::string launch(const void* q, const void* k, const void* v, void* o, float* lse,
                    const long long* st, int batch, int sq, int sk, int hq, int hkv, float scale,
-                   float softcap, void* stream) {
+                   float softcap, void* stream, int window_left = -1, int window_right = -1) {
   using Cfg = FwdSm90Config<kHeadDim>;
   auto input = [&](const void* ptr, int which, int seqlen, int heads) {
     FwdSm90Input in;
@@ -45,7 +47,8 @@ std::string launch(const void* q, const void* k, const void* v, void* o, float* 
   p.batch = batch, p.seqlen_q = sq, p.seqlen_k = sk, p.heads_q = hq, p.head_group = hq / hkv;
   p.scale_log2 = scale * 1.4426950408889634f;
   p.softcap = softcap, p.scale_over_softcap = softcap > 0.f ? scale / softcap : 0.f;
-  return launch_fwd_sm90<Elem, kHeadDim, kCausal, kSoftcap>(maps, p, stream);
+  p.window_left = window_left, p.window_right = window_right;
+  return launch_fwd_sm90<Elem, kHeadDim, kCausal, kSoftcap, kLocal>(maps, p, stream);
 }
 
 template <typename Elem, bool kSoftcap>
@@ -66,11 +69,24 @@ std::string by_config(int head_dim, int causal, const void* q, const void* k, co
 extern "C" int hopper_fwd_run(int f16, int head_dim, int causal, const void* q, const void* k,
                               const void* v, void* o, float* lse, const long long* strides,
                               int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv,
-                              float scale, float softcap, void* stream, char* error,
-                              int error_len) {
+                              float scale, float softcap, int window_left, int window_right,
+                              void* stream, char* error, int error_len) {
   std::string why;
   if (heads_kv <= 0 || heads_q % heads_kv != 0) {
     why = "heads_q must be a multiple of heads_kv";
+  } else if (window_left >= 0 || window_right >= 0) {
+    using bf16 = __nv_bfloat16;
+    if (f16 || causal || softcap > 0.f) {
+      why = "a window is built for bf16, not causal, without softcap";
+    } else if (head_dim == 64) {
+      why = launch<bf16, 64, false, false, true>(q, k, v, o, lse, strides, batch, seqlen_q, seqlen_k, heads_q,
+                                                 heads_kv, scale, 0.f, stream, window_left, window_right);
+    } else if (head_dim == 128) {
+      why = launch<bf16, 128, false, false, true>(q, k, v, o, lse, strides, batch, seqlen_q, seqlen_k, heads_q,
+                                                  heads_kv, scale, 0.f, stream, window_left, window_right);
+    } else {
+      why = "head_dim " + std::to_string(head_dim) + " is not 64 or 128";
+    }
   } else if (softcap > 0.f && f16) {
     why = "softcap is built for bf16 only";
   } else if (softcap > 0.f) {

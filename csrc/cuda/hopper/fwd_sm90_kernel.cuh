@@ -86,7 +86,9 @@ __device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN
 // kSoftcap: logits are softcap * tanh(scale * s / softcap) (FwdSm90Params::softcap > 0), so the
 // scores become natural-log logits before the mask and the softmax, whose exp2 factor is then
 // log2(e) instead of scale * log2(e).
-template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false>
+// kLocal: a sliding window (FwdSm90Params::window_left / window_right, AttnParams' meaning);
+// tiles outside it are never loaded and only the tiles on its edges are masked.
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool kLocal = false>
 __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_o,
@@ -106,7 +108,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / p.head_group;
   const int diag_offset = causal_diag_offset(p.align_bottom_right, p.seqlen_q, p.seqlen_k);
-  const KeyTiles<kCausal, kBlockM, kBlockN> tiles(m_block, p.seqlen_q, p.seqlen_k, diag_offset);
+  const KeyWindow window = key_window<kCausal, kLocal>(diag_offset, p.window_left, p.window_right);
+  const KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(m_block, p.seqlen_q, p.seqlen_k, window);
 
   if (tid == 0) {
     tma_prefetch_descriptor(&map_q);
@@ -133,7 +136,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
         tma_load_4d(smem + Cfg::kQOffset + c * Cfg::kQChunkBytes, &map_q, q_full, 64 * c,
                     m_block * kBlockM, head, batch);  // SITE:load_q
       for (int it = 0; it < tiles.n_blocks; ++it) {
-        const int n_block = tiles.n_blocks - 1 - it, s = it % kStages;
+        const int n_block = tiles.n_end - 1 - it, s = it % kStages;
         mbarrier_wait_parity(&kv_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
         unsigned char* k_tile = smem + Cfg::kKOffset + s * Cfg::kKvBytes;
         unsigned char* v_tile = smem + Cfg::kVOffset + s * Cfg::kKvBytes;
@@ -228,7 +231,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   auto scores_to_p = [&](int it, auto masked) {
     if constexpr (kSoftcap) apply_softcap(sacc, p.softcap, p.scale_over_softcap);
     if constexpr (decltype(masked)::value)
-      apply_mask<kCausal>(sacc, row0, (n_blocks - 1 - it) * kBlockN, lane, p.seqlen_k, diag_offset);
+      apply_mask<kCausal, kLocal>(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, p.seqlen_k, window);
     softmax.max_and_exp(sacc, exp2_scale);
   };
 
@@ -244,7 +247,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     pass_turn(0);
     wgmma_wait_group<0>();  // SITE:wait_s0
     wgmma_fence_operand(sacc);
-    if (tiles.n_masked > 0) scores_to_p(0, std::true_type{});
+    if (tiles.n_masked > 0 || tiles.n_open_end == 0) scores_to_p(0, std::true_type{});
     else scores_to_p(0, std::false_type{});
     convert_p<Elem>(sacc, pfrag);  // O is still 0: no rescale
   }
@@ -264,7 +267,10 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   };
   int it = 1;
   for (; it < tiles.n_masked; ++it) step(it, std::true_type{});
-  for (; it < n_blocks; ++it) step(it, std::false_type{});
+  for (; it < tiles.n_open_end; ++it) step(it, std::false_type{});
+  if constexpr (kLocal) {
+    for (; it < n_blocks; ++it) step(it, std::true_type{});
+  }
   if (n_blocks > 0) {
     issue_pv(n_blocks - 1);
     wgmma_wait_group<0>();  // SITE:wait_o_last

@@ -6,7 +6,8 @@
 //
 // The main loop walks the key tiles from the last to the first, as FA3 does, so the tiles that
 // need a mask (the causal diagonal and the ragged tail) come first and the loop splits into a
-// masked part and an unmasked one, each its own instantiation.
+// masked part and an unmasked one, each its own instantiation (and, with a local window, the
+// tiles crossing its left edge come last, masked again).
 #pragma once
 #include <cmath>
 
@@ -19,47 +20,86 @@ __host__ __device__ __forceinline__ int causal_diag_offset(bool align_bottom_rig
   return align_bottom_right ? seqlen_k - seqlen_q : 0;
 }
 
-template <bool kCausal, int kBlockM, int kBlockN>
+// The key window of a row: row i sees key j iff j <= i + offset + right (when right >= 0) and
+// j >= i + offset - left (when left >= 0): causal is right = 0, left = -1; a local window
+// (kLocal, AttnParams' window_left / window_right) any pair.
+struct KeyWindow {
+  int offset;  // causal_diag_offset()
+  int left;    // -1: no left edge
+  int right;   // -1: no right edge
+};
+
+template <bool kCausal, bool kLocal>
+__host__ __device__ __forceinline__ KeyWindow key_window(int offset, int window_left, int window_right) {
+  static_assert(!(kCausal && kLocal), "causal is the local window (-1, 0): use one of them");
+  return {offset, kLocal ? window_left : -1, kCausal ? 0 : (kLocal ? window_right : -1)};
+}
+
+// The key tiles one query tile visits, walked from the last (n_end - 1) down, and which need
+// the mask: visits [0, n_masked) cross the right edge (Sk, the causal diagonal or the window's
+// right side) for some row, visits [n_open_end, n_blocks) cross the window's left edge (local
+// only), and the visits between are whole tiles every row of the query tile sees.
+template <bool kCausal, bool kLocal, int kBlockM, int kBlockN>
 struct KeyTiles {
-  int n_blocks;  // key tiles visited: tiles 0 .. n_blocks - 1, walked from the last
-  int n_masked;  // the first n_masked visited (the highest tiles) need the mask
+  int n_end;       // one past the last tile visited
+  int n_blocks;    // tiles visited: n_end - n_blocks .. n_end - 1
+  int n_masked;    // the first n_masked visits need the mask (right edge)
+  int n_open_end;  // visits from here on need it again (left edge); n_blocks without a window
 
   __host__ __device__ __forceinline__ static int floor_div(int a, int b) {
     return a >= 0 ? a / b : -((-a + b - 1) / b);
   }
+  __host__ __device__ __forceinline__ static int clamp(int x, int lo, int hi) {
+    return x < lo ? lo : (x > hi ? hi : x);
+  }
 
-  __device__ __forceinline__ KeyTiles(int m_block, int seqlen_q, int seqlen_k, int offset) {
+  __host__ __device__ __forceinline__ KeyTiles(int m_block, int seqlen_q, int seqlen_k, KeyWindow w) {
     const int all = (seqlen_k + kBlockN - 1) / kBlockN;
-    int full = seqlen_k / kBlockN;  // tiles with no key beyond Sk
-    n_blocks = all;
-    if (kCausal) {
-      const int m0 = m_block * kBlockM;
-      const int row_end = m0 + kBlockM < seqlen_q ? m0 + kBlockM : seqlen_q;
-      // Keys the tile's last row sees: row_end - 1 + offset + 1.
-      const int last_keys = row_end + offset;
-      const int visited = last_keys <= 0 ? 0 : (last_keys + kBlockN - 1) / kBlockN;
-      n_blocks = visited < all ? visited : all;
-      // A tile is unmasked iff the tile's first row sees all its keys: (n + 1) kBlockN <= m0 +
-      // offset + 1.
-      const int open = floor_div(m0 + offset + 1, kBlockN);
-      full = open < full ? (open > 0 ? open : 0) : full;
+    const int m0 = m_block * kBlockM;
+    const int row_end = m0 + kBlockM < seqlen_q ? m0 + kBlockM : seqlen_q;  // > m0
+    int hi = all, lo = 0;
+    int open_hi = seqlen_k / kBlockN;  // tiles below it hold no key beyond Sk
+    if ((kCausal || kLocal) && w.right >= 0) {
+      // Keys the last row sees end at row_end - 1 + offset + right (inclusive).
+      const int last_keys = row_end + w.offset + w.right;
+      hi = clamp(last_keys <= 0 ? 0 : (last_keys + kBlockN - 1) / kBlockN, 0, all);
+      // Tile n is whole for the first row iff (n + 1) kBlockN <= m0 + offset + right + 1.
+      const int open = floor_div(m0 + w.offset + w.right + 1, kBlockN);
+      open_hi = clamp(open, 0, open_hi);
     }
-    if (full > n_blocks) full = n_blocks;
-    n_masked = n_blocks - full;
+    int open_lo = 0;
+    if (kLocal && w.left >= 0) {
+      // The first row's first key, and tile n whole for the last row iff n kBlockN >=
+      // row_end - 1 + offset - left.
+      const int first_key = m0 + w.offset - w.left;
+      lo = first_key <= 0 ? 0 : first_key / kBlockN;
+      const int edge = row_end - 1 + w.offset - w.left;
+      open_lo = edge <= 0 ? 0 : (edge + kBlockN - 1) / kBlockN;
+    }
+    if (lo > hi) lo = hi;
+    n_end = hi;
+    n_blocks = hi - lo;
+    n_masked = clamp(hi - open_hi, 0, n_blocks);                 // visits of tiles n >= open_hi
+    n_open_end = clamp(hi - (open_lo > lo ? open_lo : lo), n_masked, n_blocks);  // tiles n < open_lo
   }
 };
 
 // Sets the scores of masked keys to -inf in one warpgroup's m64 x kBlockN accumulator tile:
 // row0 is the global query row of this thread's first row (its second is row0 + 8), n0 the
-// tile's first key, lane the lane id, offset the causal diagonal's.
-template <bool kCausal, int kN>
+// tile's first key, lane the lane id.
+template <bool kCausal, bool kLocal, int kN>
 __device__ __forceinline__ void apply_mask(float (&s)[kN], int row0, int n0, int lane, int seqlen_k,
-                                           int offset) {
+                                           KeyWindow w) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     const int row = row0 + 8 * ((i % 4) / 2);
     const int key = n0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
-    const bool masked = key >= seqlen_k || (kCausal && key > row + offset);
+    bool masked = key >= seqlen_k;
+    if (kCausal) masked = masked || key > row + w.offset;
+    if (kLocal) {
+      masked = masked || (w.right >= 0 && key > row + w.offset + w.right) ||
+               (w.left >= 0 && key < row + w.offset - w.left);
+    }
     if (masked) s[i] = -INFINITY;
   }
 }

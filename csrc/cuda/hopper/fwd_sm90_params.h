@@ -30,6 +30,10 @@ struct FwdSm90Params {
   // Causal kernels: row i sees key j iff j <= i + (align_bottom_right ? Sk - Sq : 0), FA2's
   // alignment by default, SDPA's (top-left) otherwise (AttnParams' field of the same name).
   bool align_bottom_right = true;
+  // The kLocal kernels: row i sees key j iff (window_left < 0 || j >= i + diag_offset -
+  // window_left) && (window_right < 0 || j <= i + diag_offset + window_right), diag_offset as
+  // for causal (AttnParams' fields of the same names).
+  int window_left = -1, window_right = -1;
 };
 
 struct FwdSm90Maps {

@@ -7,6 +7,7 @@
 // PyTorch computes it in the 16-bit type (scores, P and O rounded to it; the "emulated" column);
 // the LSE within 1e-4 (+1e-5 relative) of float64.
 // Exit status: 0 = within tolerance, 1 = not (printed), 2 = setup error, 3 = SimError.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -51,7 +52,8 @@ constexpr double kSoftcapValue = 0.75;
 struct Shape {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
   bool kv_heads_outer;  // K, V as [B, Hkv, Sk, D] (else [B, Sk, Hkv, D], like Q)
-  bool top_left = false;  // causal: SDPA's top-left alignment (else FA2's bottom-right)
+  bool top_left = false;  // causal / local: SDPA's top-left alignment (else FA2's bottom-right)
+  int window_left = -1, window_right = -1;  // local cases only
 };
 
 // A [B, S, H, D] tensor stored with the given layout; element (b, s, h, d) at index().
@@ -84,7 +86,7 @@ Tensor random_tensor(std::mt19937& rng, int b, int s, int h, int d, bool heads_o
   return t;
 }
 
-template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap>
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap, bool kLocal>
 int run_shape(const Shape& sh, unsigned seed) {
   constexpr int D = kHeadDim;
   std::mt19937 rng(seed);
@@ -118,6 +120,7 @@ int run_shape(const Shape& sh, unsigned seed) {
   p.batch = sh.batch, p.seqlen_q = sh.seqlen_q, p.seqlen_k = sh.seqlen_k;
   p.heads_q = sh.heads_q, p.head_group = sh.heads_q / sh.heads_kv;
   p.align_bottom_right = !sh.top_left;
+  p.window_left = sh.window_left, p.window_right = sh.window_right;
   const int diag_offset = sh.top_left ? 0 : sh.seqlen_k - sh.seqlen_q;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
@@ -130,7 +133,7 @@ int run_shape(const Shape& sh, unsigned seed) {
     const double x = round_to<Elem>(round_to<Elem>(dot) * scale);
     return kSoftcap ? round_to<Elem>(cap * round_to<Elem>(std::tanh(round_to<Elem>(x / cap)))) : x;
   };
-  const std::string launch = flashattn::hopper::launch_fwd_sm90<Elem, D, kCausal, kSoftcap>(maps, p, nullptr);
+  const std::string launch = flashattn::hopper::launch_fwd_sm90<Elem, D, kCausal, kSoftcap, kLocal>(maps, p, nullptr);
   if (!launch.empty()) {
     std::printf("launch: %s\n", launch.c_str());
     return 2;
@@ -146,7 +149,10 @@ int run_shape(const Shape& sh, unsigned seed) {
       for (int i = 0; i < sh.seqlen_q; ++i) {
         double mx = -INFINITY, mx_e = -INFINITY;
         for (int j = 0; j < sh.seqlen_k; ++j) {
-          const bool visible = !kCausal || j <= i + diag_offset;
+          const bool visible =
+              (!kCausal || j <= i + diag_offset) &&
+              (!kLocal || ((sh.window_left < 0 || j >= i + diag_offset - sh.window_left) &&
+                           (sh.window_right < 0 || j <= i + diag_offset + sh.window_right)));
           double dot = 0;
           float dot_f = 0;
           for (int d = 0; d < D; ++d) {
@@ -191,23 +197,81 @@ int run_shape(const Shape& sh, unsigned seed) {
   for (int i = 0; i < kGuard; ++i) guard += o[o_elems + i] != 0xFFFF;
   for (int i = 0; i < kGuard; ++i) guard += !std::isnan(lse[lse.size() - kGuard + i]);
   const bool ok = nonfinite == 0 && err <= 2 * err_emulated + 1e-5 && lse_bad == 0 && guard == 0;
-  std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s%s: O err %.3g (emulated %.3g, ratio %.2f), LSE err %.3g "
+  std::string tags = sh.kv_heads_outer ? " kv[B,H,S,D]" : "";
+  if ((kCausal || kLocal) && sh.top_left) tags += " top-left";
+  if (kLocal) tags += " window (" + std::to_string(sh.window_left) + ", " + std::to_string(sh.window_right) + ")";
+  std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s: O err %.3g (emulated %.3g, ratio %.2f), LSE err %.3g "
               "(%d bad), %d non-finite, %d guard writes\n",
               ok ? "ok:" : "WRONG:", sh.batch, sh.heads_q, sh.heads_kv, sh.seqlen_q, sh.seqlen_k,
-              sh.kv_heads_outer ? " kv[B,H,S,D]" : "", kCausal && sh.top_left ? " top-left" : "", err, err_emulated,
-              err_emulated > 0 ? err / err_emulated : 0.0, lse_err, lse_bad, nonfinite, guard);
+              tags.c_str(), err, err_emulated, err_emulated > 0 ? err / err_emulated : 0.0, lse_err,
+              lse_bad, nonfinite, guard);
   return ok ? 0 : 1;
 }
 
-template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false>
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool kLocal = false>
 int run(std::vector<Shape> shapes) {
   int status = 0;
   unsigned seed = 1;
   for (const Shape& sh : shapes) {
-    const int rc = run_shape<Elem, kHeadDim, kCausal, kSoftcap>(sh, seed++);
+    const int rc = run_shape<Elem, kHeadDim, kCausal, kSoftcap, kLocal>(sh, seed++);
     if (rc != 0) status = rc;
   }
   return status;
+}
+
+// KeyTiles (fwd_sm90_mask.cuh) against brute force, on the host: for every query tile of many
+// lengths, windows and both alignments, every tile holding a key some row sees is visited,
+// and every visit the main loop takes unmasked is a whole tile every row sees.
+template <bool kCausal, bool kLocal>
+int check_key_tiles_mode() {
+  using flashattn::hopper::KeyTiles;
+  constexpr int M = FwdSm90Config<64>::kBlockM, N = FwdSm90Config<64>::kBlockN;
+  const int lengths[] = {1, 7, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 300, 385};
+  const int windows[] = {-1, 0, 1, 5, 37, 127, 128, 129, 200};
+  int bad = 0, checked = 0;
+  for (int sq : lengths)
+    for (int sk : lengths)
+      for (int wl : windows)
+        for (int wr : windows)
+          for (int align = 0; align < 2; ++align) {
+            if (!kLocal && (wl != -1 || wr != -1)) continue;
+            const int offset = flashattn::hopper::causal_diag_offset(align == 1, sq, sk);
+            const auto w = flashattn::hopper::key_window<kCausal, kLocal>(offset, wl, wr);
+            for (int mb = 0; mb * M < sq; ++mb) {
+              const KeyTiles<kCausal, kLocal, M, N> t(mb, sq, sk, w);
+              const int row_end = std::min(mb * M + M, sq);
+              for (int n = 0; n * N < sk; ++n) {
+                const int it = t.n_end - 1 - n;
+                const bool visited = it >= 0 && it < t.n_blocks;
+                const bool open = visited && it >= t.n_masked && it < t.n_open_end;
+                bool any = false, whole = n * N + N <= sk;
+                for (int i = mb * M; i < row_end; ++i) {
+                  const int first = w.left >= 0 ? std::max(0, i + offset - w.left) : 0;
+                  const int last = std::min(sk - 1, w.right >= 0 ? i + offset + w.right : sk - 1);
+                  any = any || (first <= last && first <= n * N + N - 1 && last >= n * N);
+                  whole = whole && first <= n * N && last >= n * N + N - 1;
+                }
+                ++checked;
+                if ((any && !visited) || (open && !whole)) {
+                  if (bad++ < 5)
+                    std::printf("KeyTiles<%d,%d> Sq=%d Sk=%d window (%d, %d) %s m_block %d tile %d: visited %d "
+                                "open %d, but a row sees a key %d, every row sees it whole %d\n",
+                                kCausal, kLocal, sq, sk, wl, wr, align ? "bottom-right" : "top-left", mb, n,
+                                visited, open, any, whole);
+                }
+              }
+            }
+          }
+  std::printf("%s: KeyTiles<causal %d, local %d>: %d (query tile, key tile) pairs checked, %d wrong\n",
+              bad ? "WRONG" : "ok", kCausal, kLocal, checked, bad);
+  return bad ? 1 : 0;
+}
+
+int check_key_tiles() {
+  const int a = check_key_tiles_mode<false, false>();
+  const int b = check_key_tiles_mode<true, false>();
+  const int c = check_key_tiles_mode<false, true>();
+  return a | b | c;
 }
 
 using bf16 = __nv_bfloat16;
@@ -229,6 +293,16 @@ const selftest::NamedCases kCases = {
     {"f16_d128_causal", [] { return run<f16, 128, true>({{1, 1, 1, 129, 129, false}}); }},
     {"bf16_d128_softcap", [] { return run<bf16, 128, false, true>({{1, 2, 1, 129, 257, false}}); }},
     {"f16_d64_causal_softcap", [] { return run<f16, 64, true, true>({{1, 1, 1, 257, 127, true}, {1, 1, 1, 63, 65, false}}); }},
+    // Local windows (left, right): a sliding causal one, both edges, one-sided each way, a
+    // window that leaves rows without keys (Sq > Sk, bottom-right), top-left alignment.
+    {"bf16_d64_local", [] { return run<bf16, 64, false, false, true>({{1, 1, 1, 257, 257, false, false, 100, 0},
+                                                                      {1, 2, 1, 129, 300, true, false, 37, 50},
+                                                                      {1, 1, 1, 300, 129, false, true, 0, -1},
+                                                                      {1, 1, 1, 65, 257, false, false, -1, 10},
+                                                                      {1, 1, 1, 257, 63, false, false, 5, 5}}); }},
+    {"f16_d128_local", [] { return run<f16, 128, false, false, true>({{1, 1, 1, 129, 385, false, false, 140, 3},
+                                                                      {2, 1, 1, 7, 200, true, true, 2, 130}}); }},
+    {"key_tiles", [] { return check_key_tiles(); }},
     {"bf16_d64_causal_top_left", [] { return run<bf16, 64, true>({{1, 1, 1, 65, 257, false, true},
                                                                   {1, 2, 1, 257, 63, true, true},
                                                                   {1, 1, 1, 129, 129, false, true}}); }},
