@@ -352,7 +352,54 @@ def _plain_calls(group, seed):
             torch.testing.assert_close(grad, ones[name], msg=name)
 
 
+def _ring_traffic(group, seed):
+    """What the ring sends, and when: only the kv heads (GQA), in the input dtype; dK/dV in
+    float32; and each step's transfer is posted before that step's blocks are computed."""
+    import flashattn.distributed.ring as ring
+    from flashattn.distributed import shard
+    world = dist.get_world_size(group)
+    q, k, v, dout, _ = _inputs(seed, 1, 4 * world, 8, 2, 16, torch.bfloat16)
+    events = []
+    real_step, real_fwd, real_bwd = ring.RingStep, ring._FWD, ring._BWD
+
+    class RecordedStep(real_step):
+        def __init__(self, group, world, rank, tensors, tag):
+            events.append(("post", tag, [(tuple(t.shape), t.dtype) for t in tensors]))
+            super().__init__(group, world, rank, tensors, tag)
+
+    def recorded(name, op):
+        def call(*args, **kwargs):
+            events.append((name,))
+            return op(*args, **kwargs)
+        return call
+    ring.RingStep = RecordedStep
+    ring._FWD, ring._BWD = recorded("fwd", real_fwd), recorded("bwd", real_bwd)
+    try:
+        local = [shard(t, group).requires_grad_() for t in (q, k, v)]
+        out = ring.ring_flash_attn_func(*local, group, causal=True)
+        forward = [e[0] for e in events]
+        out.backward(shard(dout, group))
+    finally:
+        ring.RingStep, ring._FWD, ring._BWD = real_step, real_fwd, real_bwd
+    posts = [e for e in events if e[0] == "post"]
+    kv_shape = (1, 4, 2, 16)
+    for _, tag, sent in posts:
+        want = torch.float32 if tag == ring._TAG_DKV else torch.bfloat16
+        assert sent == [(kv_shape, want)] * 2, (tag, sent)
+    tags = [tag for _, tag, _ in posts]
+    assert tags.count(ring._TAG_KV) == world - 1 and tags.count(ring._TAG_DKV) == (
+        world if world > 1 else 0), tags
+    # Forward: step s's transfer is posted before step s computes (P - 1 overlapped steps);
+    # backward: each step's K/V transfer before its blocks too.
+    assert forward == ["post", "fwd"] * (world - 1) + ["fwd"], forward
+    backward = [e[0] if e[0] != "post" else e[1] for e in events[len(forward):]]
+    for step in range(world - 1):
+        i = [j for j, e in enumerate(backward) if e == ring._TAG_KV_BACKWARD][step]
+        assert backward[i + 1] == "bwd", backward
+
+
 for P in ("P1", "P2", "P4"):
+    case(f"ring-traffic-{P}", P)(_ring_traffic)
     case(f"plain-calls-{P}", P)(_plain_calls)
     case(f"shard-unshard-{P}", P)(_shard_cases)
     case(f"bad-lengths-{P}", P)(_bad_lengths)
