@@ -11,8 +11,12 @@ from flashattn.distributed.merge import merge_
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return run_all(tmp_path_factory.mktemp("context_parallel"), SESSION_SEED % 2**30)
+def results(request, tmp_path_factory):
+    # Only the cases pytest selected (-k): the spawn runs them all in one go.
+    selected = [item.callspec.params["name"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_context_parallel"]
+    return run_all(tmp_path_factory.mktemp("context_parallel"), SESSION_SEED % 2**30,
+                   names=[name for name in CASES if name in selected])
 
 
 @pytest.mark.parametrize("name", list(CASES))
