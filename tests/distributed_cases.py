@@ -399,6 +399,31 @@ def _ring_traffic(group, seed):
         assert backward[i + 1] == "bwd", backward
 
 
+def _one_rank_is_flash_attn(group, seed):
+    """With one rank the ring is one block: bit for bit flash_attn_func / the varlen one."""
+    import flashattn
+    from flashattn.distributed import ring_flash_attn_func, ring_flash_attn_varlen_func
+    q, k, v, dout, dlse = _inputs(seed, 2, 30, 4, 2, 32, torch.bfloat16)
+    for causal in (False, True):
+        ring = _grads(lambda a, b, c: ring_flash_attn_func(
+            a, b, c, group, causal=causal, softcap=2.0, return_attn_probs=True)[:2],
+            q, k, v, dout, dlse)
+        single = _grads(lambda a, b, c: flashattn.flash_attn_func(
+            a, b, c, causal=causal, softcap=2.0, return_attn_probs=True)[:2], q, k, v, dout, dlse)
+        for name in ring:
+            assert torch.equal(ring[name], single[name]), (causal, name)
+    cu = torch.tensor([0, 10, 30, 60], dtype=torch.int32)
+    flat = [t.flatten(0, 1) for t in (q, k, v, dout)]
+    lse_flat = dlse.transpose(0, 1).flatten(1, 2)
+    ring = _grads(lambda a, b, c: ring_flash_attn_varlen_func(
+        a, b, c, cu, 30, group, causal=True, return_attn_probs=True)[:2], *flat, lse_flat)
+    single = _grads(lambda a, b, c: flashattn.flash_attn_varlen_func(
+        a, b, c, cu, cu, 30, 30, causal=True, return_attn_probs=True)[:2], *flat, lse_flat)
+    for name in ring:
+        assert torch.equal(ring[name], single[name]), ("varlen", name)
+
+
+case("one-rank-is-flash-attn-P1", "P1")(_one_rank_is_flash_attn)
 for P in ("P1", "P2", "P4"):
     case(f"ring-traffic-{P}", P)(_ring_traffic)
     case(f"plain-calls-{P}", P)(_plain_calls)
