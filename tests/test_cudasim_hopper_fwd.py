@@ -1,6 +1,6 @@
 """The sm_90a attention forward (csrc/cuda/hopper/, issue 31 stage 4) on the shim: within the
 FlashAttention tolerance of a float64 reference (selftest/hopper_fwd_test.cpp) for bf16 and f16,
-d = 64 and 128, causal (bottom-right and top-left) and not, local windows, softcap, awkward
+d = 64 and 128, causal (bottom-right and top-left) and not, local windows, softcap, ALiBi, awkward
 Sq / Sk both ways, GQA, batch > 1 and two K/V layouts, under every schedule and copy
 completion; the key-tile ranges against brute force. Its GPU side (tests/cudasim/hopper_fwd.py)
 must keep compiling for sm_90a with no spills."""
@@ -18,7 +18,8 @@ SCHEDULES = ["forward", "reverse", "random:1", "random:2"]
 COMPLETIONS = ["lazy", "eager", "random"]
 CASES = ["bf16_d64", "bf16_d128", "f16_d64", "f16_d128", "bf16_d128_causal", "bf16_d64_causal",
          "f16_d64_causal", "f16_d128_causal", "bf16_d64_causal_top_left", "bf16_d128_softcap",
-         "f16_d64_causal_softcap", "bf16_d64_local", "f16_d128_local"]
+         "f16_d64_causal_softcap", "bf16_d64_local", "f16_d128_local", "bf16_d128_alibi",
+         "f16_d64_causal_alibi"]
 
 
 @pytest.mark.parametrize("completion", COMPLETIONS)

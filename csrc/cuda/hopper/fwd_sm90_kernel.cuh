@@ -88,7 +88,9 @@ __device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN
 // log2(e) instead of scale * log2(e).
 // kLocal: a sliding window (FwdSm90Params::window_left / window_right, AttnParams' meaning);
 // tiles outside it are never loaded and only the tiles on its edges are masked.
-template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool kLocal = false>
+// kAlibi: ALiBi's position bias (FwdSm90Params::alibi_slopes) on every tile.
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool kLocal = false,
+          bool kAlibi = false>
 __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_o,
@@ -164,7 +166,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
   // Accumulator (or softcapped logit) units -> log2 units.
-  const float exp2_scale = kSoftcap ? cuda::kLog2e : p.scale_log2;
+  const float exp2_scale = kSoftcap || kAlibi ? cuda::kLog2e : p.scale_log2;
+  const float alibi_slope = kAlibi ? p.alibi_slopes[batch * p.alibi_batch_stride + head] : 0.f;
   OnlineSoftmax softmax;
   softmax.init();
 
@@ -229,7 +232,13 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     if (t == 0) mbarrier_arrive(&kv_empty[it % kStages]);  // SITE:release
   };
   auto scores_to_p = [&](int it, auto masked) {
-    if constexpr (kSoftcap) apply_softcap(sacc, p.softcap, p.scale_over_softcap);
+    if constexpr (kSoftcap) {
+      apply_softcap(sacc, p.softcap, p.scale_over_softcap);
+    } else if constexpr (kAlibi) {
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) sacc[i] *= p.scale;
+    }
+    if constexpr (kAlibi) apply_alibi(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, alibi_slope, diag_offset);
     if constexpr (decltype(masked)::value)
       apply_mask<kCausal, kLocal>(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, p.seqlen_k, window);
     softmax.max_and_exp(sacc, exp2_scale);

@@ -104,4 +104,18 @@ __device__ __forceinline__ void apply_mask(float (&s)[kN], int row0, int n0, int
   }
 }
 
+// Adds ALiBi's -slope * |row + offset - key| (mask.h's alibi_bias, the sm_80 kernels' bias) to
+// one warpgroup's tile of logits (natural-log units); rows, keys and lane as in apply_mask.
+template <int kN>
+__device__ __forceinline__ void apply_alibi(float (&s)[kN], int row0, int n0, int lane, float slope,
+                                            int offset) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int row = row0 + 8 * ((i % 4) / 2);
+    const int key = n0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    const int dist = row + offset - key;
+    s[i] -= slope * static_cast<float>(dist < 0 ? -dist : dist);
+  }
+}
+
 }  // namespace flashattn::hopper

@@ -86,7 +86,7 @@ Tensor random_tensor(std::mt19937& rng, int b, int s, int h, int d, bool heads_o
   return t;
 }
 
-template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap, bool kLocal>
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap, bool kLocal, bool kAlibi>
 int run_shape(const Shape& sh, unsigned seed) {
   constexpr int D = kHeadDim;
   std::mt19937 rng(seed);
@@ -121,19 +121,26 @@ int run_shape(const Shape& sh, unsigned seed) {
   p.heads_q = sh.heads_q, p.head_group = sh.heads_q / sh.heads_kv;
   p.align_bottom_right = !sh.top_left;
   p.window_left = sh.window_left, p.window_right = sh.window_right;
+  // ALiBi slopes [B, Hq], different per batch and head.
+  std::vector<float> slopes(static_cast<size_t>(sh.batch) * sh.heads_q);
+  for (int b = 0; b < sh.batch; ++b)
+    for (int h = 0; h < sh.heads_q; ++h) slopes[static_cast<size_t>(b) * sh.heads_q + h] = 0.02f + 0.05f * h + 0.03f * b;
+  p.alibi_slopes = kAlibi ? slopes.data() : nullptr;
+  p.alibi_batch_stride = sh.heads_q;
   const int diag_offset = sh.top_left ? 0 : sh.seqlen_k - sh.seqlen_q;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   const double cap = kSoftcap ? kSoftcapValue : 0.0;
   p.softcap = static_cast<float>(cap);
   p.scale_over_softcap = kSoftcap ? static_cast<float>(scale / cap) : 0.f;
+  p.scale = static_cast<float>(scale);
   // The logit of a raw score: exact, and rounded as PyTorch computes it in the 16-bit type.
   auto logit = [&](double dot) { return kSoftcap ? cap * std::tanh(dot * scale / cap) : dot * scale; };
   auto logit_16 = [&](float dot) {
     const double x = round_to<Elem>(round_to<Elem>(dot) * scale);
     return kSoftcap ? round_to<Elem>(cap * round_to<Elem>(std::tanh(round_to<Elem>(x / cap)))) : x;
   };
-  const std::string launch = flashattn::hopper::launch_fwd_sm90<Elem, D, kCausal, kSoftcap, kLocal>(maps, p, nullptr);
+  const std::string launch = flashattn::hopper::launch_fwd_sm90<Elem, D, kCausal, kSoftcap, kLocal, kAlibi>(maps, p, nullptr);
   if (!launch.empty()) {
     std::printf("launch: %s\n", launch.c_str());
     return 2;
@@ -160,8 +167,10 @@ int run_shape(const Shape& sh, unsigned seed) {
             dot += x;
             dot_f += static_cast<float>(x);
           }
-          s[j] = visible ? logit(dot) : -INFINITY;
-          s_emulated[j] = visible ? logit_16(dot_f) : -INFINITY;
+          const int dist = std::abs(i + diag_offset - j);
+          const double bias = kAlibi ? -static_cast<double>(slopes[static_cast<size_t>(b) * sh.heads_q + h]) * dist : 0.0;
+          s[j] = visible ? logit(dot) + bias : -INFINITY;
+          s_emulated[j] = visible ? round_to<Elem>(logit_16(dot_f) + bias) : -INFINITY;
           mx = std::max(mx, s[j]);
           mx_e = std::max(mx_e, s_emulated[j]);
         }
@@ -208,12 +217,13 @@ int run_shape(const Shape& sh, unsigned seed) {
   return ok ? 0 : 1;
 }
 
-template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool kLocal = false>
+template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool kLocal = false,
+          bool kAlibi = false>
 int run(std::vector<Shape> shapes) {
   int status = 0;
   unsigned seed = 1;
   for (const Shape& sh : shapes) {
-    const int rc = run_shape<Elem, kHeadDim, kCausal, kSoftcap, kLocal>(sh, seed++);
+    const int rc = run_shape<Elem, kHeadDim, kCausal, kSoftcap, kLocal, kAlibi>(sh, seed++);
     if (rc != 0) status = rc;
   }
   return status;
@@ -303,6 +313,9 @@ const selftest::NamedCases kCases = {
     {"f16_d128_local", [] { return run<f16, 128, false, false, true>({{1, 1, 1, 129, 385, false, false, 140, 3},
                                                                       {2, 1, 1, 7, 200, true, true, 2, 130}}); }},
     {"key_tiles", [] { return check_key_tiles(); }},
+    {"bf16_d128_alibi", [] { return run<bf16, 128, false, false, false, true>({{2, 2, 1, 129, 257, false}}); }},
+    {"f16_d64_causal_alibi", [] { return run<f16, 64, true, false, false, true>({{1, 2, 2, 257, 127, true},
+                                                                                 {1, 1, 1, 65, 65, false, true}}); }},
     {"bf16_d64_causal_top_left", [] { return run<bf16, 64, true>({{1, 1, 1, 65, 257, false, true},
                                                                   {1, 2, 1, 257, 63, true, true},
                                                                   {1, 1, 1, 129, 129, false, true}}); }},
