@@ -206,7 +206,7 @@ def test_bwd_tails(sim, seqlen_q, seqlen_k, causal):
 
 def test_bwd_odd_d_rows_keep_dq_pairs_aligned(sim):
     """heads_q x total_q odd (1 x 7): the dQ accumulator that follows D_i's rows in the
-    workspace must still start 8-byte aligned for the paired reductions (grid.h
+    workspace must still start 8-byte aligned for the paired reductions (plan_bwd.h
     dq_accum_offset); every other shape here has an even count."""
     q, k, v = make_qkv(1, 7, 9, 1, 1, 64, torch.bfloat16, sim.device)
     check_backward(sim, q, k, v, dict(causal=False))

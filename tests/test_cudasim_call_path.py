@@ -1,7 +1,7 @@
 """The CUDA call path's cost in launches, device-to-host syncs and allocations (issue 29, "a lean
 call path"), on the shim: torch.ops.flashattn_sim runs the CUDA executor's own host code
-(csrc/cuda/executor.h, entry.h, launch_*.cuh, the shared csrc/*.cpp), so what it launches and
-which ATen ops it calls are what torch.ops.flashattn does on a GPU.
+(csrc/cuda/executor.h, plan_*.h, launch_plan.h, launch_*.cuh, the shared csrc/*.cpp), so what it
+launches and which ATen ops it calls are what torch.ops.flashattn does on a GPU.
 
 Launches are the shim's counters (tests/cudasim/README.md, "Counters": one record per kernel
 launch). ATen ops are the torch profiler's events nested under the op, which it records for the

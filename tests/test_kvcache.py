@@ -342,7 +342,7 @@ def test_cuda_decode_reads_the_cache_once_per_kv_head(sim, num_splits, page_size
     K/V byte into shared memory once, not once per query head (cuda/gqa_decode.h), counted by
     the shim: the forward's cp.async bytes are the cache's bytes plus q's, once per split. And it
     computes one m16 tile per key tile, the group's 4 or 16 rows: the tile's other warps skip
-    their products (grid.h, kFwdFewRows)."""
+    their products (plan_fwd.h, kFwdFewRows)."""
     batch, heads, heads_kv, head_dim, keys = 2, 8, 2, 64, 256
     case = Case(batch=batch, heads=heads, heads_kv=heads_kv, head_dim=head_dim,
                 seqlen_q=seqlen_q, seqlen_new=0, rotary_dim=0, seqlen_cache=keys,

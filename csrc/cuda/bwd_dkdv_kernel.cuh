@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
                  kPassColTiles, ARows::kRowsAreK>(acc, dst_smem + dq_row0, k_smem + col0, lanes);
         // Each lane's two neighbouring columns go out as one 8-byte reduction: rows of the
         // accumulator are dq_accum_cols (even) floats and the scratch starts 8-byte aligned
-        // (grid.h, dq_accum_offset). The pair's second column may be the tile's padding, which
+        // (plan_bwd.h, dq_accum_offset). The pair's second column may be the tile's padding, which
         // nothing reads.
 #pragma unroll
         for (int m = 0; m < kDqMTiles; ++m)

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const Sequence seq = sequence_of(p, batch);
   if (m_start >= seq.seqlen_q) return;
   // Which query token of which query head each row is: with packed GQA heads (gqa_decode.h), a
-  // group's heads share the tile. Only the one-m-tile kernel is given them (grid.h).
+  // group's heads share the tile. Only the one-m-tile kernel is given them (plan_fwd.h).
   auto rows_from_params = [&] { return QueryRows{kMTiles == 1 ? p.packed_heads : 1, head}; };
   const QueryRows rows = rows_from_params();
   // Row r's query: a row of q, strided, last dim contiguous.
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
                                          min(n_start + kBlockN, seq.seqlen_k));
     const bool visible = mask_class != kMaskHidden;
     if (visible) load_keys(v_smem, p.v, tile);
-    // In the one-m-tile kernel, which runs decoding steps (a few rows of a 64-row tile: grid.h
+    // In the one-m-tile kernel, which runs decoding steps (a few rows of a 64-row tile: plan_fwd.h
     // kFwdFewRows, gqa_decode.h), a warp whose rows all lie past the sequence takes part in the
     // copies and barriers only: its products would be thrown away. The two-m-tile kernel meets such
     // warps only in a sequence's last query block, and the test made it spill at d = 128.

@@ -139,11 +139,11 @@ def kernel_list_header(kl):
 
 
 SIM_INTRO = {
-    "fwd": "Every forward kernel the dispatch (csrc/cuda/entry.h) can choose, compiled against the "
-           "CPU shim: what csrc/cuda/inst/fwd_*.cu, split_merge.cu and kv_append.cu are for nvcc. "
+    "fwd": "Every forward kernel the plan (csrc/cuda/plan_fwd.h) can choose, compiled against the CPU "
+           "shim: what csrc/cuda/inst/fwd_*.cu, split_merge.cu and kv_append.cu are for nvcc. "
            "A tile missing here fails the load of the extension with an undefined symbol.",
-    "bwd": "Every backward kernel the dispatch (csrc/cuda/entry.h) can choose, compiled against "
-           "the CPU shim: what csrc/cuda/inst/bwd_*.cu are for nvcc. A tile missing here fails "
+    "bwd": "Every backward kernel the plan (csrc/cuda/plan_bwd.h) can choose, compiled against the "
+           "CPU shim: what csrc/cuda/inst/bwd_*.cu are for nvcc. A tile missing here fails "
            "the load of the extension with an undefined symbol.",
 }
 
