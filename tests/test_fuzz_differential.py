@@ -18,7 +18,8 @@ CI runs a fixed, derandomized budget. A long campaign (fresh random examples):
 KV-cache appends are drawn with rotary embeddings too (interleaved or not, any rotary_dim): the
 reference rotates q and the new keys in float64, the yardstick in the inputs' dtype.
 
-Not yet drawn: the shim.
+The same draws (smaller sizes, the CUDA kernels' dtypes) run on the shim:
+test_cudasim_fuzz_differential.py.
 """
 import math
 import os
@@ -169,17 +170,17 @@ def compare(name, got, ref, low, factor=2.0):
 # ---- dense: flash_attn_func, the packed functions, scaled_dot_product_attention ----
 
 @st.composite
-def dense_calls(draw):
+def dense_calls(draw, dtypes=DTYPES, lengths=LENGTHS, head_dims=HEAD_DIMS):
     seed = draw(st.integers(0, 2**31 - 1))
     gen = torch.Generator().manual_seed(seed)
     fn = draw(st.sampled_from(["func", "kvpacked", "qkvpacked", "sdpa"]))
-    dtype = draw(st.sampled_from(DTYPES))
+    dtype = draw(st.sampled_from(dtypes))
     batch = draw(st.sampled_from([0, 1, 1, 2, 3]))
     heads_kv = draw(st.integers(1, 3))
     group = draw(st.integers(1, 3))
-    head_dim = draw(st.sampled_from(HEAD_DIMS))
-    seqlen_q = draw(st.sampled_from(LENGTHS))
-    seqlen_k = seqlen_q if fn == "qkvpacked" else draw(st.sampled_from(LENGTHS))
+    head_dim = draw(st.sampled_from(head_dims))
+    seqlen_q = draw(st.sampled_from(lengths))
+    seqlen_k = seqlen_q if fn == "qkvpacked" else draw(st.sampled_from(lengths))
     if fn == "qkvpacked":
         group = 1
     heads = heads_kv * group
@@ -234,7 +235,7 @@ def dense_calls(draw):
                 return_lse=fn != "sdpa" and draw(st.booleans()))
 
 
-def run_dense(call):
+def run_dense(call, api=flashattn):
     fn, kwargs, tensors = call["fn"], dict(call["kwargs"]), call["tensors"]
     leaves = [t.detach().requires_grad_(call["backward"]) for t in tensors]
     if fn == "qkvpacked":
@@ -252,12 +253,12 @@ def run_dense(call):
     keep = keep_mask_of_next_call(q, p, batch, heads, seqlen_q, seqlen_k, call["seed"]) if p else None
     lse = None
     if fn == "sdpa":
-        out = flashattn.scaled_dot_product_attention(
+        out = api.scaled_dot_product_attention(
             *leaves, attn_mask=call["attn_mask"], dropout_p=p, is_causal=call["mask"] == "causal",
             scale=kwargs.get("softmax_scale"), enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
     else:
-        f = {"func": flashattn.flash_attn_func, "kvpacked": flashattn.flash_attn_kvpacked_func,
-             "qkvpacked": flashattn.flash_attn_qkvpacked_func}[fn]
+        f = {"func": api.flash_attn_func, "kvpacked": api.flash_attn_kvpacked_func,
+             "qkvpacked": api.flash_attn_qkvpacked_func}[fn]
         result = f(*leaves, alibi_slopes=call["slopes"], return_attn_probs=call["return_lse"],
                    **kwargs)
         out, lse = (result[0], result[1]) if call["return_lse"] else (result, None)
@@ -267,7 +268,13 @@ def run_dense(call):
 @budget(250)
 @given(dense_calls())
 def test_dense_functions_match_the_float64_reference(call):
-    leaves, (q, k, v), out, lse, keep = run_dense(call)
+    check_dense(call)
+
+
+def check_dense(call, api=flashattn):
+    """The checks of one dense call; api: the module of the public functions (flashattn), or
+    a stand-in with the same functions (the shim's, test_cudasim_fuzz_differential.py)."""
+    leaves, (q, k, v), out, lse, keep = run_dense(call, api)
     kwargs = call["kwargs"]
     if call["fn"] == "sdpa":
         ref_kwargs = dict(softmax_scale=kwargs.get("softmax_scale"), causal=call["mask"] == "causal",
@@ -303,18 +310,18 @@ def test_dense_functions_match_the_float64_reference(call):
 # ---- varlen: flash_attn_varlen_func (plain, paged), the varlen packed functions ----
 
 @st.composite
-def varlen_calls(draw):
+def varlen_calls(draw, dtypes=DTYPES, lengths=LENGTHS, head_dims=HEAD_DIMS):
     seed = draw(st.integers(0, 2**31 - 1))
     gen = torch.Generator().manual_seed(seed)
     fn = draw(st.sampled_from(["varlen", "varlen", "kvpacked", "qkvpacked", "paged"]))
-    dtype = draw(st.sampled_from(DTYPES))
+    dtype = draw(st.sampled_from(dtypes))
     nseq = draw(st.integers(1, 4))
     heads_kv = draw(st.integers(1, 3))
     group = 1 if fn == "qkvpacked" else draw(st.integers(1, 3))
     heads = heads_kv * group
-    head_dim = draw(st.sampled_from(HEAD_DIMS))
-    lengths_q = [draw(st.sampled_from(LENGTHS)) for _ in range(nseq)]
-    lengths_k = lengths_q if fn == "qkvpacked" else [draw(st.sampled_from(LENGTHS))
+    head_dim = draw(st.sampled_from(head_dims))
+    lengths_q = [draw(st.sampled_from(lengths)) for _ in range(nseq)]
+    lengths_k = lengths_q if fn == "qkvpacked" else [draw(st.sampled_from(lengths))
                                                        for _ in range(nseq)]
     extra_q = 0 if fn == "qkvpacked" else draw(st.sampled_from([0, 0, 1, 3]))
     extra_k = 0 if fn in ("qkvpacked", "paged") else draw(st.sampled_from([0, 0, 1, 3]))
@@ -372,6 +379,10 @@ def sequence_keys(call, k, v, b):
 @budget(120)
 @given(varlen_calls())
 def test_varlen_functions_match_the_float64_reference(call):
+    check_varlen(call)
+
+
+def check_varlen(call, api=flashattn):
     fn, kwargs = call["fn"], dict(call["kwargs"])
     leaves = [t.detach().requires_grad_(call["backward"]) for t in call["tensors"]]
     if fn == "qkvpacked":
@@ -387,17 +398,17 @@ def test_varlen_functions_match_the_float64_reference(call):
             if p else None)
     common = dict(alibi_slopes=call["slopes"], return_attn_probs=True, **kwargs)
     if fn == "qkvpacked":
-        out, lse, _ = flashattn.flash_attn_varlen_qkvpacked_func(
+        out, lse, _ = api.flash_attn_varlen_qkvpacked_func(
             leaves[0], call["cu_q"], call["max_q"], **common)
     elif fn == "kvpacked":
-        out, lse, _ = flashattn.flash_attn_varlen_kvpacked_func(
+        out, lse, _ = api.flash_attn_varlen_kvpacked_func(
             leaves[0], leaves[1], call["cu_q"], call["cu_k"], call["max_q"], call["max_k"], **common)
     else:
         seqused = {}
         if call["used_q"] is not None:
             seqused = dict(seqused_q=torch.tensor(call["used_q"], dtype=torch.int32),
                            seqused_k=torch.tensor(call["used_k"], dtype=torch.int32))
-        out, lse, _ = flashattn.flash_attn_varlen_func(
+        out, lse, _ = api.flash_attn_varlen_func(
             q, k, v, call["cu_q"], call["cu_k"], call["max_q"], call["max_k"],
             block_table=call["block_table"], **seqused, **common)
     dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(call["seed"]),
@@ -454,18 +465,19 @@ def test_varlen_functions_match_the_float64_reference(call):
 # ---- flash_attn_with_kvcache, dense and paged ----
 
 @st.composite
-def kvcache_calls(draw):
+def kvcache_calls(draw, dtypes=DTYPES, lengths=LENGTHS, head_dims=HEAD_DIMS,
+                  seqlens_q=(1, 1, 2, 5, 63, 65)):
     seed = draw(st.integers(0, 2**31 - 1))
     gen = torch.Generator().manual_seed(seed)
     paged = draw(st.booleans())
-    dtype = draw(st.sampled_from(DTYPES))
+    dtype = draw(st.sampled_from(dtypes))
     batch = draw(st.integers(1, 3))
     heads_kv = draw(st.integers(1, 3))
     heads = heads_kv * draw(st.integers(1, 3))
-    head_dim = draw(st.sampled_from(HEAD_DIMS))
-    seqlen_q = draw(st.sampled_from([1, 1, 2, 5, 63, 65]))
+    head_dim = draw(st.sampled_from(head_dims))
+    seqlen_q = draw(st.sampled_from(seqlens_q))
     new = draw(st.sampled_from([0, 0, 1, 2, 5]))
-    capacity = draw(st.sampled_from(LENGTHS)) + new
+    capacity = draw(st.sampled_from(lengths)) + new
     cache_seqlens = [draw(st.integers(0, capacity - new)) for _ in range(batch)]
     kwargs = features(draw, head_dim, allow_dropout=False)
     kwargs["num_splits"] = draw(st.sampled_from([0, 1, 2, 3]))
@@ -531,6 +543,10 @@ def cache_rows(call, b, positions):
 @budget(180)
 @given(kvcache_calls())
 def test_kvcache_matches_the_float64_reference_and_appends_exactly(call):
+    check_kvcache(call)
+
+
+def check_kvcache(call, api=flashattn):
     kwargs = call["kwargs"]
     k_cache, v_cache = call["k_cache"], call["v_cache"]
     expected_k, expected_v = k_cache.clone(), v_cache.clone()
@@ -544,7 +560,7 @@ def test_kvcache_matches_the_float64_reference_and_appends_exactly(call):
     if call["leftpad"] is not None:
         extra["cache_leftpad"] = torch.tensor(call["leftpad"], dtype=torch.int32)
     rotary = call.get("rotary")
-    out, lse = flashattn.flash_attn_with_kvcache(
+    out, lse = api.flash_attn_with_kvcache(
         call["q"], k_cache, v_cache, k=call.get("k"), v=call.get("v"),
         cache_seqlens=torch.tensor(call["cache_seqlens"], dtype=torch.int32),
         cache_batch_idx=call["batch_idx"], block_table=call["block_table"],
