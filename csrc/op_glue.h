@@ -100,19 +100,19 @@ inline KvcacheInputs read_kvcache_inputs(const OpArguments& args) {
   return in;
 }
 
-// fwd_kvcache: everything is validated before the caches are written.
+// fwd_kvcache: everything is validated, and the outputs allocated, before the caches are
+// written, so a call that fails on a bad argument or an allocation leaves the caches as they were.
 template <typename Executor>
 void fwd_kvcache_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpArguments args(op, stack);
   KvcacheInputs in = read_kvcache_inputs(args);
   check_kvcache_append(in, Executor::limits());
-  check_fwd(in.attn, Executor::limits());
+  auto [out, lse] = check_and_alloc_fwd(in.attn, Executor::limits());
   if (in.seqlen_new() > 0 || in.rotary()) {
     const at::Tensor q_rotated = in.rotary() ? at::empty_like(in.attn.q) : at::Tensor();
     Executor::run_kv_append(in.attn.q, make_append_params(in, q_rotated));
     if (in.rotary()) in.attn.q = q_rotated;
   }
-  auto [out, lse] = check_and_alloc_fwd(in.attn, Executor::limits());
   Executor::run_fwd(in.attn.q, make_fwd_params(in.attn, out, lse, at::Tensor()));
   args.set_results(std::move(out), std::move(lse));
 }
