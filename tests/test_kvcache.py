@@ -378,7 +378,10 @@ def test_cuda_split_counts_agree(sim, dtype):
     case = Case(batch=1, heads=4, heads_kv=1, seqlen_q=2, seqlen_new=0, rotary_dim=0,
                 seqlen_cache=300, causal=False, dtype=dtype)
     one_out, one_lse = case.call(sim.ops, num_splits=1)
-    for splits in (2, 3, 7, 0):  # 0: the shim's 8 SMs take 2 splits for these 4 CTAs
+    # 0: 300 keys are 5 tiles, too few to split (plan_fwd.h, choose_num_splits): one split.
+    auto = case.call(sim.ops, num_splits=0)
+    assert torch.equal(auto[0], one_out) and torch.equal(auto[1], one_lse)
+    for splits in (2, 3, 7):
         out, lse = case.call(sim.ops, num_splits=splits)
         # The parts were really computed apart: their merge rounds differently.
         assert not torch.equal(lse, one_lse), splits

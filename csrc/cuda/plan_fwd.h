@@ -133,19 +133,100 @@ inline FwdLaunchShape fwd_launch_shape(const KernelChoice& choice, bool one_m_ti
   return shape;
 }
 
-// Split-KV: num_splits when given (>= 1; at most kMaxSplits), else (0) enough CTAs for every
-// SM, each split keeping at least two 64-key tiles. block_rows: query rows per CTA.
+// Split-KV: num_splits when given (>= 1; at most kMaxSplits, what the merge and the scratch
+// are sized for), else (0) the count s whose modeled step time T(s), in ns, is least:
+//   T(s) = max(waves(s) x (kSplitCtaNs + ceil(tiles / s) x kSplitTileNs),
+//              KV bytes / (sm_count x kSplitSmBytesPerNs))
+//        + (s > 1: the merge) kSplitMergeLaunchNs + merge_waves x head_dim x s x kSplitMergeStepNs
+// tiles: one CTA's key tiles, ceil(seqlen_k / key_tile); a CTA walks them one after another, each
+// an HBM round trip or so (kSplitTileNs), so a decode with few CTAs is bound by latency, not by
+// bandwidth. ctas = batch x heads x query-row tiles as packed (B x heads_kv for a GQA decode,
+// gqa_decode.h); waves(s) = ceil(ctas x s / (sm_count x kSplitCtasPerSm)). The merge
+// (split_merge_kernel.cuh) gives each output row and query head one thread, which walks the
+// row's head_dim columns x s splits in turn, so its time grows with s whatever the batch;
+// merge_waves = ceil(B x Sq x Hq / (sm_count x kSplitMergeThreadsPerSm)). A tie keeps fewer
+// splits, and each split keeps at least kSplitMinTiles key tiles. A batch whose CTAs fill the
+// SMs is bound by HBM at s = 1 already, so a merge only adds to it: it is not split.
+// The constants are H200-sized estimates (docs/lab/2026-12-02-decode-splits.md): a tile ~1 us,
+// the merge's step 0.2 us (the H200's B = 1, Sk = 32k step took 480 us at 17 splits, ~35 us of
+// it the forward by this model, the rest over 128 columns x 17 splits). A GPU run calibrates
+// them; a merge that spreads a row's columns over a warp would divide its term by 32.
 constexpr int kMaxSplits = 64;
-inline int choose_num_splits(const AttnParams& p, int block_rows, int sm_count) {
+constexpr int kSplitMinTiles = 4;
+constexpr int64_t kSplitTileNs = 1000;
+constexpr int64_t kSplitCtaNs = 2000;
+constexpr int64_t kSplitCtasPerSm = 2;
+constexpr int64_t kSplitSmBytesPerNs = 32;  // ~4.2 TB/s over 132 SMs
+constexpr int64_t kSplitMergeLaunchNs = 4000;  // a launch (gpu_specs.LAUNCH_OVERHEAD_S)
+constexpr int64_t kSplitMergeStepNs = 200;
+constexpr int64_t kSplitMergeThreadsPerSm = 2048;
+
+// What the split model needs of a planned call besides its (packed) parameters.
+struct SplitShape {
+  int block_rows;    // query rows per CTA
+  int key_tile;      // keys per main-loop step of the kernel
+  int element_bytes; // of K and V
+};
+
+// The model's step time of p (packed) in s splits, ns (above).
+inline int64_t split_step_ns(const AttnParams& p, const SplitShape& shape, int sm_count,
+                             int64_t s) {
+  const int64_t ctas = static_cast<int64_t>(p.batch) * p.heads_q *
+                       ((p.seqlen_q + shape.block_rows - 1) / shape.block_rows);
+  const int64_t tiles = (static_cast<int64_t>(p.seqlen_k) + shape.key_tile - 1) / shape.key_tile;
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  const int64_t slots = sms * kSplitCtasPerSm;
+  const int64_t waves = (ctas * s + slots - 1) / slots;
+  int64_t t = waves * (kSplitCtaNs + (tiles + s - 1) / s * kSplitTileNs);
+  // K and V of every (batch, kv head) once; a CTA's heads_q is heads_kv when GQA is packed.
+  const int64_t kv_bytes = 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k *
+                           p.head_dim * shape.element_bytes;
+  const int64_t hbm = kv_bytes / (sms * kSplitSmBytesPerNs);
+  if (t < hbm) t = hbm;
+  if (s > 1) {
+    // The merge's threads: out's rows x query heads, unpacked.
+    const int64_t threads = static_cast<int64_t>(p.batch) * (p.seqlen_q / p.packed_heads) *
+                            p.heads_q * p.packed_heads;
+    const int64_t capacity = sms * kSplitMergeThreadsPerSm;
+    const int64_t merge_waves = (threads + capacity - 1) / capacity;
+    t += kSplitMergeLaunchNs + merge_waves * p.head_dim * s * kSplitMergeStepNs;
+  }
+  return t;
+}
+
+// The split model's shape of a plan's kernel: 16-bit tiles of FwdTraits<tile, *>::kBlockN keys
+// (the same for one and two m-tiles), the SIMT kernel's SimtTraits<tile>::kTileRows.
+inline SplitShape fwd_split_shape(const KernelChoice& choice, const FwdLaunchShape& shape) {
+  SplitShape split{shape.block_rows, 0, 0};
+  dispatch_element(choice.type, [&](auto element) {
+    using Element = decltype(element);
+    split.element_bytes = static_cast<int>(sizeof(Element));
+    dispatch_head_dim(HeadDimTilesFor<Element>{}, choice.head_dim_tile, [&](auto tile) {
+      constexpr int kTile = decltype(tile)::value;
+      if constexpr (std::is_same_v<Element, float>) {
+        split.key_tile = SimtTraits<kTile>::kTileRows;
+      } else {
+        split.key_tile = FwdTraits<kTile, true>::kBlockN;
+      }
+    });
+  });
+  return split;
+}
+
+inline int choose_num_splits(const AttnParams& p, const SplitShape& shape, int sm_count) {
   if (p.num_splits >= 1) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
   const int64_t ctas = static_cast<int64_t>(p.batch) * p.heads_q *
-                       ((p.seqlen_q + block_rows - 1) / block_rows);
-  if (ctas == 0 || ctas >= sm_count) return 1;
-  int64_t splits = (sm_count + ctas - 1) / ctas;
-  const int64_t by_keys = p.seqlen_k / 128;
-  if (splits > by_keys) splits = by_keys;
-  if (splits > kMaxSplits) splits = kMaxSplits;
-  return splits > 1 ? static_cast<int>(splits) : 1;
+                       ((p.seqlen_q + shape.block_rows - 1) / shape.block_rows);
+  const int64_t tiles = (static_cast<int64_t>(p.seqlen_k) + shape.key_tile - 1) / shape.key_tile;
+  if (ctas == 0 || tiles < 2 * kSplitMinTiles) return 1;
+  int64_t most = tiles / kSplitMinTiles;
+  if (most > kMaxSplits) most = kMaxSplits;
+  int64_t best = 1, best_ns = split_step_ns(p, shape, sm_count, 1);
+  for (int64_t s = 2; s <= most; ++s) {
+    const int64_t ns = split_step_ns(p, shape, sm_count, s);
+    if (ns < best_ns) best = s, best_ns = ns;
+  }
+  return static_cast<int>(best);
 }
 
 // B, Hq or Sq is 0: out and lse are empty.
@@ -199,7 +280,7 @@ inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const Device
   }
   plan.shape = fwd_launch_shape(plan.kernels, plan.one_m_tile);
   // The split heuristic sees the packed CTAs (B x heads_kv when packed).
-  p.num_splits = choose_num_splits(p, plan.shape.block_rows, device.sm_count);
+  p.num_splits = choose_num_splits(p, fwd_split_shape(plan.kernels, plan.shape), device.sm_count);
   plan.grid = plan.shape.grid(p);
   plan.block = plan.shape.block();
   plan.merge_params.num_splits = p.num_splits;
