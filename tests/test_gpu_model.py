@@ -126,3 +126,14 @@ def test_decode_step_reads_its_cache_once_and_is_hbm_bound():
         assert float(mma) == 128.0, result.stdout
         assert 1024 <= float(sectors) < 1026, result.stdout
         assert bound == "hbm", result.stdout
+    # The split table (issue 33): the plan's num_splits=0 count for each GPU and shape, never
+    # modeled slower than no split or the previous heuristic's count; B = 32 (256 CTAs) is
+    # not split.
+    splits = [line.split() for line in result.stdout.splitlines()
+              if line.split()[:1] in (["h200"], ["a100"])]
+    assert len(splits) == 2 * 3 * 2 * 2, result.stdout
+    for gpu, b, sq, sk, s, ctas, _, us, _, _, _, us_one, _, _, _, us_prev, *_ in splits:
+        assert float(us) <= float(us_one) and float(us) <= float(us_prev), (gpu, b, sq, sk)
+        assert int(ctas) == int(b) * 8 * int(s)
+        if b == "32":
+            assert s == "1", (gpu, b, sq, sk)

@@ -10,8 +10,15 @@ its own tile geometry are worked out on paper and go through the same model.
 Sk = 8k and 32k) the same way: one sequence on the shim at 512 and 1024 keys, each counter
 fitted exactly as a * key tiles + b and checked at 768, scaled to the batch, and modeled as
 below with the cache's bytes as the compulsory HBM traffic. Latency and the bytes in flight per
-SM, which decide how close a real decode step gets to HBM bandwidth, are not modeled: it says
-whether the kernel's own work (tensor cores, shared memory) stays under the memory time.
+SM, which decide how close a real decode step gets to HBM bandwidth, are not modeled there: it
+says whether the kernel's own work (tensor cores, shared memory) stays under the memory time.
+A second table (issue 33) models split-KV with a latency term, for B = 1, 4, 32, Sq = 1, 4,
+Sk = 8k, 32k on the H200 and the A100: the split count the plan chooses (plan_fwd.h,
+choose_num_splits, through the sim extension's plan_fwd) and the step time of the formula that
+choice minimizes, with the GPU's HBM bandwidth and CTAs per SM: launch + max(waves x (per-CTA
+cost + key tiles per split x a tile's latency), KV bytes / HBM) + the merge (launch + head_dim x
+splits x a step), next to no split, the previous heuristic's count, and a merge that spreads a
+row's columns over a warp (docs/lab/2026-12-02-decode-splits.md).
 
 What it does, and the method, in order:
 
@@ -579,6 +586,158 @@ def decode_table(rows):
     return "\n".join(lines)
 
 
+# ---- Split-KV's count for a decoding step (issue 33) ----
+
+# The split model's constants, read from csrc/cuda/plan_fwd.h (kSplit*, kMaxSplits), so the
+# count the header chooses and the time modeled here come from one set of numbers.
+PLAN_FWD_H = os.path.join(REPO, "csrc", "cuda", "plan_fwd.h")
+SPLIT_DECODE = dict(heads=32, head_dim=128, batches=(1, 4, 32), seqlens_q=(1, 4),
+                    kv_lens=(8192, 32768), heads_kv=8)
+
+
+def split_constants(path=PLAN_FWD_H):
+    """{name: value} of plan_fwd.h's `constexpr int[64_t] kSplit... = N;` and kMaxSplits."""
+    with open(path) as f:
+        text = f.read()
+    found = dict(re.findall(r"constexpr int(?:64_t)? (kSplit\w+|kMaxSplits) = (\d+);", text))
+    return {name: int(value) for name, value in found.items()}
+
+
+def split_step_ns(c, *, batch, seqlen_q, heads, heads_kv, packed, seqlen_k, head_dim,
+                  block_rows, key_tile, element_bytes, sms, splits, merge_columns=None,
+                  hbm_bytes_per_ns=None, ctas_per_sm=None):
+    """plan_fwd.h's split_step_ns: the modeled ns of a forward of `batch` x `heads` CTA rows
+    (packed: heads = heads_kv, seqlen_q = tokens x group) in `splits`, with the merge. The
+    keyword overrides give a GPU's own figures where the header uses one guess for all:
+    HBM bytes per ns (header: sms x kSplitSmBytesPerNs), CTAs per SM (kSplitCtasPerSm), and the
+    merge's columns per thread (head_dim: split_merge_kernel.cuh walks a row's columns in one
+    thread)."""
+    ctas = batch * heads * math.ceil(seqlen_q / block_rows)
+    tiles = math.ceil(seqlen_k / key_tile)
+    slots = sms * (ctas_per_sm or c["kSplitCtasPerSm"])
+    waves = math.ceil(ctas * splits / slots)
+    t = waves * (c["kSplitCtaNs"] + math.ceil(tiles / splits) * c["kSplitTileNs"])
+    kv_bytes = 2 * batch * heads_kv * seqlen_k * head_dim * element_bytes
+    t = max(t, kv_bytes // (hbm_bytes_per_ns or sms * c["kSplitSmBytesPerNs"]))
+    if splits > 1:
+        threads = batch * (seqlen_q // packed) * heads * packed
+        merge_waves = math.ceil(threads / (sms * c["kSplitMergeThreadsPerSm"]))
+        columns = head_dim if merge_columns is None else merge_columns
+        t += c["kSplitMergeLaunchNs"] + merge_waves * columns * splits * c["kSplitMergeStepNs"]
+    return t
+
+
+def decode_geometry(batch, seqlen_q, heads, heads_kv, head_dim):
+    """The plan's packing and tiles for a 16-bit decode (gqa_decode.h, plan_fwd.h): keyword
+    arguments of split_step_ns without the device and the split count."""
+    group = heads // heads_kv
+    packed = group if group > 1 and seqlen_q * group <= 64 else 1
+    rows = seqlen_q * packed
+    one_m_tile = packed > 1 or rows <= 16 or head_dim > 128
+    return dict(batch=batch, seqlen_q=rows, heads=heads_kv if packed > 1 else heads,
+                heads_kv=heads_kv, packed=packed, head_dim=head_dim,
+                block_rows=64 if one_m_tile or head_dim > 128 else 128,
+                key_tile=64 if head_dim <= 128 else 32, element_bytes=ELEM)
+
+
+def best_splits(c, geometry, seqlen_k, sms, **overrides):
+    """The least modeled split count (choose_num_splits' rule) under `overrides`."""
+    tiles = math.ceil(seqlen_k / geometry["key_tile"])
+    if tiles < 2 * c["kSplitMinTiles"]:
+        return 1
+    most = min(tiles // c["kSplitMinTiles"], c["kMaxSplits"])
+    times = {s: split_step_ns(c, **geometry, seqlen_k=seqlen_k, sms=sms, splits=s, **overrides)
+             for s in range(1, most + 1)}
+    return min(times, key=lambda s: (times[s], s))
+
+
+def previous_splits(geometry, seqlen_k, sms):
+    """The count before issue 33 (commit 6cbe316): ceil(SMs / CTAs), at most Sk / 128 and 64."""
+    ctas = geometry["batch"] * geometry["heads"] * math.ceil(geometry["seqlen_q"] /
+                                                             geometry["block_rows"])
+    if ctas >= sms:
+        return 1
+    return max(1, min(math.ceil(sms / ctas), seqlen_k // 128, 64))
+
+
+def split_model(ops, torch, regs):
+    """Rows of the split table: for each GPU and decode shape, the plan's split count (the
+    sim extension's plan_fwd with the GPU's SM count) and the step modeled with the GPU's HBM
+    bandwidth, the kernel's CTAs per SM (ptxas registers, shared memory) and a launch overhead
+    per kernel; next to it the same model at 1 split and at the previous heuristic's count, and
+    what the model would choose if the merge spread a row's columns over a warp (32 lanes)."""
+    c = split_constants()
+    d = SPLIT_DECODE
+    rows = []
+    for key, gpu in (("h200", gpu_specs.H200), ("a100", gpu_specs.A100)):
+        device = dict(cc_major=int(gpu.arch[3]), cc_minor=0, sm_count=gpu.sms,
+                      smem_optin_bytes=(227 if gpu.arch == "sm_90" else 163) * 1024)
+        for batch in d["batches"]:
+            for sq in d["seqlens_q"]:
+                for sk in d["kv_lens"]:
+                    q = torch.zeros(batch, sq, d["heads"], d["head_dim"], dtype=torch.bfloat16)
+                    kv = torch.zeros(d["head_dim"], dtype=torch.bfloat16).expand(
+                        batch, sk, d["heads_kv"], d["head_dim"])
+                    plan = json.loads(ops.plan_fwd(q, kv, kv, causal=True, num_splits=0,
+                                                   **device))
+                    g = decode_geometry(batch, sq, d["heads"], d["heads_kv"], d["head_dim"])
+                    assert plan["num_splits"] == best_splits(c, g, sk, gpu.sms), (plan, g)
+                    kernel = (f"flashattn::cuda::fwd_kernel_16bit<flashattn::cuda::FwdTraits<"
+                              f"{plan['head_dim_tile']},{str(plan['one_m_tile']).lower()}>,"
+                              f"__nv_bfloat16>(flashattn::AttnParams,float*)")
+                    if (gpu.arch, kernel) not in regs:
+                        raise RuntimeError(f"no ptxas report for {kernel} ({gpu.arch})")
+                    per_sm = ctas_per_sm(gpu, plan["block"][0], regs[gpu.arch, kernel],
+                                         plan["smem_bytes"])
+                    gpu_terms = dict(hbm_bytes_per_ns=gpu.hbm_bytes_per_s / 1e9,
+                                     ctas_per_sm=per_sm)
+                    launch_ns = gpu_specs.LAUNCH_OVERHEAD_S * 1e9
+
+                    def modeled(splits, **extra):
+                        return launch_ns + split_step_ns(c, **g, seqlen_k=sk, sms=gpu.sms,
+                                                         splits=splits, **gpu_terms, **extra)
+
+                    kv_bytes = 2 * batch * sk * d["heads_kv"] * d["head_dim"] * ELEM
+                    warp_merge = dict(merge_columns=math.ceil(d["head_dim"] / 32))
+                    s_warp = best_splits(c, g, sk, gpu.sms, **gpu_terms, **warp_merge)
+                    prev = previous_splits(g, sk, gpu.sms)
+                    grid = plan["grid"]
+                    rows.append(dict(
+                        gpu=key, batch=batch, seqlen_q=sq, kv_len=sk, splits=plan["num_splits"],
+                        ctas=grid[0] * grid[1] * grid[2], ctas_per_sm=per_sm, kv_bytes=kv_bytes,
+                        us=modeled(plan["num_splits"]) / 1e3, us_one=modeled(1) / 1e3,
+                        previous=prev, us_previous=modeled(prev) / 1e3,
+                        splits_warp_merge=s_warp,
+                        us_warp_merge=modeled(s_warp, **warp_merge) / 1e3,
+                        hbm_bytes_per_s=gpu.hbm_bytes_per_s))
+    return c, rows
+
+
+def split_table(c, rows):
+    d = SPLIT_DECODE
+    lines = [f"Split-KV (issue 33): Hq {d['heads']}, Hkv {d['heads_kv']}, d {d['head_dim']}, bf16, "
+             f"dense cache; splits = the plan's num_splits=0 choice; modeled step = launch "
+             f"{gpu_specs.LAUNCH_OVERHEAD_S * 1e6:.0f} us + max(waves x ({c['kSplitCtaNs']} + "
+             f"ceil(tiles/s) x {c['kSplitTileNs']}) ns, KV bytes / HBM) + merge "
+             f"({c['kSplitMergeLaunchNs']} ns + columns x s x {c['kSplitMergeStepNs']} ns); "
+             f"TB/s of KV read, % of the GPU's HBM figure",
+             f"{'GPU':<5} {'B':>3} {'Sq':>2} {'Sk':>6} {'splits':>6} {'CTAs':>5} {'CTA/SM':>6} "
+             f"{'us':>7} "
+             f"{'TB/s':>5} {'%HBM':>5} | {'s=1 us':>7} {'%HBM':>5} | {'prev':>4} {'us':>7} "
+             f"{'%HBM':>5} | {'warp-merge s':>12} {'us':>6} {'%HBM':>5}"]
+    for r in rows:
+        def pct(us):
+            return f"{r['kv_bytes'] / (us * 1e-6) / r['hbm_bytes_per_s']:>5.0%}"
+        lines.append(
+            f"{r['gpu']:<5} {r['batch']:>3} {r['seqlen_q']:>2} {r['kv_len']:>6} {r['splits']:>6} "
+            f"{r['ctas']:>5} {r['ctas_per_sm']:>6} {r['us']:>7.1f} "
+            f"{r['kv_bytes'] / (r['us'] * 1e-6) / 1e12:>5.2f} "
+            f"{pct(r['us'])} | {r['us_one']:>7.1f} {pct(r['us_one'])} | {r['previous']:>4} "
+            f"{r['us_previous']:>7.1f} {pct(r['us_previous'])} | {r['splits_warp_merge']:>12} "
+            f"{r['us_warp_merge']:>6.1f} {pct(r['us_warp_merge'])}")
+    return "\n".join(lines)
+
+
 # ---- Driver ----
 
 def build_sim(log):
@@ -777,6 +936,8 @@ def main():
     torch, ops = build_sim(log)
     if args.decode:
         print(decode_table(decode_model(ops, torch, regs, log)))
+        print()
+        print(split_table(*split_model(ops, torch, regs)))
         return 0
     start = time.time()
     recs = records(ops, torch, regs, head_dims, log)
