@@ -14,7 +14,6 @@ import importlib.util
 import json
 import math
 import os
-import re
 
 import pytest
 import torch
