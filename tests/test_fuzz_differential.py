@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 import flashattn
 from flashattn._reference import attention_reference
-from tolerance import assert_within_torch_error
+from tolerance import assert_within_torch_error, max_abs_error
 
 _EXAMPLES = os.environ.get("FLASHATTN_FUZZ_EXAMPLES")
 settings.register_profile(
@@ -160,6 +160,11 @@ def check_single_key_dk(name, dk, q, dout, v, scale, p):
              * v.double().abs().max().item() * dout.double().abs().sum().item())
     err = dk.double().abs().max().item() if dk.numel() else 0.0
     assert err <= slack + 1e-6, f"{name}: single key: |dk| {err:.3e} above rounding bound {slack:.3e}"
+
+
+def worse(ref, a, b):
+    """Of two yardsticks, the one farther from the reference."""
+    return a if max_abs_error(a, ref) >= max_abs_error(b, ref) else b
 
 
 def compare(name, got, ref, low, factor=2.0):
@@ -641,5 +646,13 @@ def check_kvcache(call, api=flashattn):
                               rotary["rotary_interleaved"])[None].to(k_in.dtype)
                 results.append(reference_and_yardstick(q_in, k_in, cast(vs), None, False, **rk))
             (ref_out, ref_lse, _), (low_out, low_lse, _) = results[0][0], results[1][1]
+            # The API rounds the rotated q and keys to the dtype (the cache stores them so):
+            # exact attention over those rounded inputs is as far from the float64 reference
+            # as that rounding makes it, and PyTorch's own computation can land nearer by
+            # luck (one key: its rounded logit cancelled the inputs' rounding). The yardstick
+            # is the worse of the two (test_fuzz_regressions.py).
+            rounded_out, rounded_lse, _ = results[1][0]
+            low_out = worse(ref_out, low_out, rounded_out.to(low_out.dtype))
+            low_lse = worse(ref_lse, low_lse.float(), rounded_lse.float())  # LSE: float32
         compare(f"out[{b}]", out[b], ref_out[0], low_out[0])
         compare(f"lse[{b}]", lse[b], ref_lse[0], low_lse[0].float())

@@ -223,3 +223,40 @@ def test_one_key_with_alibi_and_dropout_is_held_to_the_rounding_rule(executor):
     fuzz.check_varlen(call, api)
     # The same with ALiBi off took the rounding rule already; on the dense path too.
     fuzz.check_varlen(dict(call, slopes=None), api)
+
+
+@pytest.mark.parametrize("executor", ["cpu", "sim"])
+def test_one_key_with_rotary_is_held_to_the_rounding_of_the_rotated_inputs(executor):
+    """The shim's differential fuzzer (FLASHATTN_FUZZ_EXAMPLES=700, shrunk): a dense KV cache,
+    cache_seqlens 0 and one appended key (one key in all), d = 7, float16, rotary_dim 2 (not
+    interleaved). The LSE is the one logit, from q and k rotated and rounded to float16 as the
+    API specifies: 2.0e-4 from the float64 reference on both kernels, exactly the logit of the
+    rounded inputs; PyTorch's float16 computation landed at 8.7e-5 by luck (its rounded logit
+    cancelled part of the inputs' rounding), so 2x that failed. The yardstick is now the worse
+    of PyTorch's and the exact attention over the rounded rotated inputs (a fuzzer defect)."""
+    import test_fuzz_differential as fuzz
+
+    if executor == "sim":
+        from executors import make_executor
+        from test_cudasim_fuzz_differential import SimAPI
+        api = SimAPI(make_executor("sim").ops)
+    else:
+        api = flashattn
+    h = torch.float16
+    call = {"paged": False, "dtype": h, "kwargs": {"num_splits": 0}, "seed": 0, "new": 1,
+            "cache_seqlens": [0], "leftpad": None, "batch_idx": None, "block_table": None,
+            "slopes": None,
+            "q": torch.tensor([1.5410, -0.2935, -2.1797, 0.5684, -1.0850, -1.3984, 0.4033],
+                              dtype=h).view(1, 1, 1, 7),
+            "k_cache": torch.tensor([0.8379, -0.7192, -0.4033, -0.5967, 0.1820, -0.8564, 1.1006],
+                                    dtype=h).view(1, 1, 1, 7),
+            "v_cache": torch.tensor([-1.0713, 0.1227, -0.5664, 0.3730, -0.8921, -1.5088, 0.3704],
+                                    dtype=h).view(1, 1, 1, 7),
+            "k": torch.tensor([1.4561, 0.9399, 0.7749, 0.1919, 1.2637, -1.2900, -0.7910],
+                              dtype=h).view(1, 1, 1, 7),
+            "v": torch.tensor([-0.0209, -0.7183, 0.5186, -1.3125, 0.1920, 0.5430, -2.2188],
+                              dtype=h).view(1, 1, 1, 7),
+            "rotary": {"rotary_cos": torch.tensor([[0.9985], [0.9990]], dtype=h),
+                       "rotary_sin": torch.tensor([[0.0572], [0.0481]], dtype=h),
+                       "rotary_interleaved": False}}
+    fuzz.check_kvcache(call, api)
