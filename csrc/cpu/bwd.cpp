@@ -104,7 +104,6 @@ class BackwardKernel {
   }
 
  private:
-
   // One (sequence, kv head)'s operands, packed as the products take them (fields of the
   // operand path taken; the others stay empty), Q and dO of its group's query heads (head g of
   // the group is head g of the packing, of batch entry 0) and K and V of the kv head; and the
