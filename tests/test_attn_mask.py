@@ -220,7 +220,7 @@ def test_mask_bad_input():
                                            r"to the attention scores' shape \(batch, heads, "
                                            r"seqlen_q, seqlen_k\) = \[2, 4, 10, 12\]"):
         flashattn.scaled_dot_product_attention(q, k, k, attn_mask=torch.ones(10, 13, dtype=bool))
-    with pytest.raises(RuntimeError, match=r"attn_mask must be bool, float32 or q's dtype "
+    with pytest.raises(RuntimeError, match=r"attn_mask must be bool, float32 or query's dtype "
                                            r"BFloat16, got Long"):
         flashattn.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), k.bfloat16(),
                                                attn_mask=torch.ones(10, 12, dtype=torch.long))
