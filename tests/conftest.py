@@ -66,6 +66,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if runs_on_the_shim(item):
             item.add_marker(pytest.mark.shim)
+    # A test module may name parameter combinations this machine's hardware cannot run (a
+    # function cannot_run_here(item) -> reason or None), e.g. a CPU kernel forced for a dtype the
+    # CPU lacks it for. They are deselected, not skipped, and the module must test that forcing
+    # them is a clear error.
+    deselected = [item for item in items
+                  if getattr(getattr(item, "module", None), "cannot_run_here", lambda i: None)(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item not in deselected]
 
 
 @pytest.fixture(autouse=True)

@@ -21,11 +21,29 @@ INTERNAL = torch.ops.flashattn_internal
 ALL_KERNELS = ["rowmajor", "amx", "avx512-dot", "avx512-fma"]
 
 
+def runs_kernel(kernel, dtype):
+    """Whether this CPU runs the 16-bit kernel for dtype: AMX per dtype (AMX-BF16 CPUs without
+    AMX-FP16 run it for bf16 only); fp16 forced to avx512-dot takes avx512-fma."""
+    amx, avx512, avx512_bf16, *_ = INTERNAL.cpu_16bit_features(dtype)
+    dot = avx512_bf16 if dtype == torch.bfloat16 else avx512
+    return {"rowmajor": True, "amx": amx, "avx512-dot": dot, "avx512-fma": avx512}[kernel]
+
+
 def kernels_here():
-    """The 16-bit kernels this CPU runs (for bf16; fp16 forced to avx512-dot takes avx512-fma)."""
-    amx, avx512, avx512_bf16, *_ = INTERNAL.cpu_16bit_features(torch.bfloat16)
-    available = {"rowmajor": True, "amx": amx, "avx512-dot": avx512_bf16, "avx512-fma": avx512}
-    return [kernel for kernel in ALL_KERNELS if available[kernel]]
+    """The 16-bit kernels this CPU runs for bf16 (a superset of fp16's)."""
+    return [kernel for kernel in ALL_KERNELS if runs_kernel(kernel, torch.bfloat16)]
+
+
+def cannot_run_here(item):
+    """tests/conftest.py deselects the tests of a forced kernel this CPU lacks for the test's
+    dtype (test_forcing_a_kernel_this_cpu_lacks_is_an_error checks that it is an error)."""
+    params = getattr(item, "callspec", None)
+    params = params.params if params else {}
+    kernel = params.get("cpu16", params.get("kernel"))
+    dtype = params.get("dtype", torch.bfloat16)
+    if isinstance(kernel, str) and not runs_kernel(kernel, dtype):
+        return f"this CPU lacks {kernel} for {dtype}"
+    return None
 
 
 def products_run():
@@ -44,7 +62,8 @@ def cpu16(monkeypatch, request):
     whose query tiles are all small enough for the row products runs none."""
     monkeypatch.setenv(FORCE, "1")
     monkeypatch.setenv(KERNEL, request.param)
-    expected = {INTERNAL.cpu_16bit_path(dtype)[0] for dtype in DTYPES_16}
+    expected = {INTERNAL.cpu_16bit_path(dtype)[0] for dtype in DTYPES_16
+                if runs_kernel(request.param, dtype)}
     assert request.param in expected
     before = products_run()
     yield make_executor("cpu")
@@ -140,6 +159,22 @@ def test_forcing_the_path_runs_this_cpus_kernel(monkeypatch, dtype):
     after = products_run()
     assert after[kernel] > before[kernel]
     assert all(after[other] == before[other] for other in ALL_KERNELS if other != kernel)
+
+
+@pytest.mark.parametrize("kernel", ALL_KERNELS)
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
+def test_forcing_a_kernel_this_cpu_lacks_is_an_error(monkeypatch, kernel, dtype):
+    """Forcing a 16-bit kernel takes it where the CPU has it for the dtype, and is an error
+    naming the variable and the kernel where it has not (AMX-BF16 CPUs without AMX-FP16: amx
+    for fp16), never an illegal instruction or a silent fallback."""
+    monkeypatch.setenv(FORCE, "1")
+    monkeypatch.setenv(KERNEL, kernel)
+    q, k, v = make_qkv(1, 65, 65, 1, 1, 64, dtype, torch.device("cpu"))
+    if runs_kernel(kernel, dtype):
+        check_forward(make_executor("cpu"), q, k, v, MASKS["causal"])
+        return
+    with pytest.raises(RuntimeError, match=f"{KERNEL}={kernel} needs .*which this CPU lacks"):
+        torch.ops.flashattn.fwd(q, k, v, 0.125, True, -1, -1, 0.0, None, False, False)
 
 
 def test_bad_override_is_named(monkeypatch):
