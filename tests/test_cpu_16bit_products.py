@@ -140,6 +140,39 @@ def test_same_result_as_fp32_products_up_to_rounding_of_p(monkeypatch):
     torch.testing.assert_close(out16.float(), out32.float(), rtol=0, atol=2e-2)
 
 
+def runs_x86_64_v4():
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    return {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= set(flags)
+
+
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
+@pytest.mark.parametrize("seqlens", [(65, 63), (127, 257), (257, 127)],
+                         ids=lambda s: f"sq{s[0]}-sk{s[1]}")
+@pytest.mark.parametrize("mask", ["none", "causal", "softcap_causal", "all"])
+def test_forward_16bit_products_both_softmax_widths(monkeypatch, dtype, seqlens, mask):
+    """The 16-bit products' online softmax (scale, exp, sums, rounding of P in one pass,
+    softmax_vec.h) at 8 and 16 lanes (FLASHATTN_CPU_ROW_LANES): both against the reference, and
+    the same up to the order of the row sums. Without row steps the scale is fused into the
+    exponent; with them (softcap, masks) it is applied first."""
+    monkeypatch.setenv(FORCE, "1")
+    monkeypatch.delenv(KERNEL, raising=False)
+    ex = make_executor("cpu")
+    q, k, v = make_qkv(2, *seqlens, 2, 2, 64, dtype, ex.device)
+    if not runs_x86_64_v4():
+        monkeypatch.setenv("FLASHATTN_CPU_ROW_LANES", "16")
+        with pytest.raises(RuntimeError, match="FLASHATTN_CPU_ROW_LANES=16 needs AVX-512"):
+            ex.fwd(q, k, v, 0.125, causal=True)
+        pytest.skip("checked that this CPU, without AVX-512, refuses 16 lanes")
+    outs = {}
+    for lanes in ("8", "16"):
+        monkeypatch.setenv("FLASHATTN_CPU_ROW_LANES", lanes)
+        check_forward(ex, q, k, v, MASKS[mask])
+        outs[lanes] = ex.fwd(q, k, v, 0.125, causal=True)
+    for a, b in zip(outs["8"], outs["16"]):
+        torch.testing.assert_close(a.float(), b.float(), rtol=1e-2, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
 def test_forcing_the_path_runs_this_cpus_kernel(monkeypatch, dtype):
     """FLASHATTN_CPU_16BIT_PRODUCTS=1 alone takes the kernel the choice gives this CPU (on an

@@ -424,8 +424,12 @@ class ForwardKernel {
       // The 16-bit products leave S_ij unscaled (the fp32 row products' Qi is scaled) and take
       // P_ij rounded to 16 bits.
       const bool products_16bit = kNative16 && (!rows_in_place || row_dot_);
-      if (products_16bit || p_.softcap > 0 || p_.alibi.ptr ||
-          visibility == TileVisibility::kPartial || mask_class == kMaskRead)
+      // Without dropout, which drops from the fp32 P_ij, the 16-bit products' scale and
+      // rounding go into the softmax's own pass over the tile (one pass instead of three).
+      const bool fused_16bit = products_16bit && !p_.dropout.on();
+      const bool row_steps = p_.softcap > 0 || p_.alibi.ptr ||
+                             visibility == TileVisibility::kPartial || mask_class == kMaskRead;
+      if (row_steps || (products_16bit && !fused_16bit))
         for (int r = 0; r < tile_rows; ++r) {
           T* score_row = s.scores.data() + size_t(r) * kKeyBlock;
           const int row = row_begin + r % rows, h = head0 + r / rows;
@@ -439,15 +443,23 @@ class ForwardKernel {
             mask_row(seq, score_row, cols, row, key_begin);
         }
       // Folds S_ij into m_i, l_i and O_i, and turns it into P_ij (unnormalized).
-      online_softmax_tile(s.scores.data(), tile_rows, cols, kKeyBlock, s.row_max.data(),
-                          s.row_sum.data(), s.out_acc.data(), out_stride_, dim_);
+      if constexpr (kNative16) {
+        if (fused_16bit) {
+          // Scaled above already when there were row steps.
+          const float scale = row_steps ? 1.f : softmax_scale<T>(p_);
+          online_softmax_tile(row_lanes_, s.scores.data(), tile_rows, cols, kKeyBlock, scale,
+                              s.row_max.data(), s.row_sum.data(), s.out_acc.data(), out_stride_,
+                              dim_, s.probs16.data(), kKeyBlock, kKeyBlock);
+        }
+      }
+      if (!fused_16bit) online_softmax_tile_of(s, tile_rows, cols);
       // Dropout drops from the product with V only: l_i above summed the whole P_ij.
       if (p_.dropout.on())
         for (int g = 0; g < plan_.heads_per_tile; ++g)
           dropout_rows(p_.dropout, dropout_seed(p_.dropout), b, head0 + g, row_begin, rows,
                        key_begin, cols, s.scores.data() + size_t(g) * rows * kKeyBlock, kKeyBlock);
       if constexpr (kNative16)
-        for (int r = 0; r < tile_rows && products_16bit; ++r) {
+        for (int r = 0; r < tile_rows && products_16bit && !fused_16bit; ++r) {
           In* probs_row = s.probs16.data() + size_t(r) * kKeyBlock;
           round_to_16bit(s.scores.data() + size_t(r) * kKeyBlock, probs_row, cols);
           std::fill(probs_row + cols, probs_row + kKeyBlock, In(0.f));
@@ -458,6 +470,17 @@ class ForwardKernel {
     }
     for (int g = 0; g < plan_.heads_per_tile; ++g)
       store_output(task, head0 + g, g * rows, s);
+  }
+
+  // online_softmax_tile on s.scores in place, in the compute type.
+  void online_softmax_tile_of(Scratch& s, int tile_rows, int cols) const {
+    if constexpr (std::is_same_v<T, float>) {
+      online_softmax_tile(row_lanes_, s.scores.data(), tile_rows, cols, kKeyBlock,
+                          s.row_max.data(), s.row_sum.data(), s.out_acc.data(), out_stride_, dim_);
+    } else {
+      online_softmax_tile(s.scores.data(), tile_rows, cols, kKeyBlock, s.row_max.data(),
+                          s.row_sum.data(), s.out_acc.data(), out_stride_, dim_);
+    }
   }
 
   // S_ij = scale · Qi Kjᵀ into s.scores (the 16-bit products leave the scale for later).
@@ -667,7 +690,8 @@ class ForwardKernel {
   // V in the compute type with rows that do not overlap (row stride >= head_dim, the leading
   // dimension brgemm accepts; an expanded V has stride 0) is read in place.
   const bool values_in_place_;
-  const RowLanes row_lanes_;  // the row products' vector width, asked once per op
+  // The row products' and the online softmax's vector width, asked once per op.
+  const RowLanes row_lanes_;
   // The tile products run on vdpbf16ps (bf16), and so do the row products: Qi in bf16 and
   // unscaled, P rounded to bf16, as in the tile products (row_products.h).
   const bool row_dot_;

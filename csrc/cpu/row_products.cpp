@@ -260,16 +260,6 @@ FLASHATTN_ROW_STEP void add_value_rows_impl(const float* probs, int rows, int64_
   }
 }
 
-// Whether the running CPU can run x86-64-v4 code (AVX-512), and so the 16-lane products.
-bool runs_x86_64_v4() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const bool v4 = __builtin_cpu_supports("x86-64-v4");
-  return v4;
-#else
-  return false;
-#endif
-}
-
 // The 16-lane products, compiled for x86-64-v4 alone (called by the entry points below).
 template <typename In>
 FLASHATTN_AVX512 void dot_key_rows_16_lanes(const float* q, int rows, int64_t q_ld,
@@ -286,6 +276,15 @@ FLASHATTN_AVX512 void add_value_rows_16_lanes(const float* probs, int rows, int6
 }
 
 }  // namespace
+
+bool runs_x86_64_v4() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool v4 = __builtin_cpu_supports("x86-64-v4");
+  return v4;
+#else
+  return false;
+#endif
+}
 
 RowLanes row_lanes() {
   const char* forced = std::getenv("FLASHATTN_CPU_ROW_LANES");

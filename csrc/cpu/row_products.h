@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "row_stream.h"
+#include "simd.h"
 
 namespace flashattn::cpu {
 
@@ -19,12 +20,8 @@ namespace flashattn::cpu {
 // GEMMs.
 constexpr int kRowProductMaxRows = 16;
 
-// How many fp32 lanes the products take at a time: 16 (one zmm) on a CPU that runs x86-64-v4
-// (AVX-512), else 8. The sums' order, and so the bits, differ between the two.
-// FLASHATTN_CPU_ROW_LANES=8 or 16 forces one (16 without AVX-512 is an error); unset or "auto":
-// the default. Reads the environment, so a caller asks once per op, not per tile.
-enum class RowLanes { k8 = 8, k16 = 16 };
-RowLanes row_lanes();
+// How many fp32 lanes the products take at a time: row_lanes() (simd.h). The sums' order, and
+// so the bits, differ between the two.
 
 // scores[r * ld + c] = q[r * q_ld + 0 .. dim) · (row c of kv head r / rows of keys)[0 .. dim)
 // for r < rows * keys.heads, c < keys.count: `rows` query rows per kv head, head by head.

@@ -67,6 +67,32 @@ inline float bits_to_float(int32_t bits) { return __builtin_bit_cast(float, bits
 inline VecF bits_to_float(VecI bits) { return reinterpret_cast<VecF>(bits); }
 inline int32_t float_to_bits(float x) { return __builtin_bit_cast(int32_t, x); }
 inline VecI float_to_bits(VecF x) { return reinterpret_cast<VecI>(x); }
+// The 16-lane counterparts, for code compiled for AVX-512 alone (FLASHATTN_AVX512).
+using VecI16 = int32_t __attribute__((vector_size(16 * sizeof(int32_t))));
+inline VecF16 bits_to_float(VecI16 bits) { return reinterpret_cast<VecF16>(bits); }
+inline VecI16 float_to_bits(VecF16 x) { return reinterpret_cast<VecI16>(x); }
+// A broadcast to either width (see splat).
+template <typename V>
+FLASHATTN_ROW_STEP V splat_to(float value) {
+  if constexpr (lanes<V> == 8) {
+    return splat(value);
+  } else {
+    static_assert(lanes<V> == 16, "splat_to lists 16 lanes");
+    return V{value, value, value, value, value, value, value, value,
+             value, value, value, value, value, value, value, value};
+  }
+}
+
+// The width of the loops that come in 8 and 16 lanes (the row products, row_products.h, and the
+// forward's online softmax, softmax_vec.h): 16 (one zmm) on a CPU that runs x86-64-v4
+// (AVX-512), else 8. FLASHATTN_CPU_ROW_LANES=8 or 16 forces one (16 without AVX-512 is an
+// error); unset or "auto": the default. Reads the environment, so a caller asks once per op,
+// not per tile.
+enum class RowLanes { k8 = 8, k16 = 16 };
+RowLanes row_lanes();
+// Whether the running CPU can run x86-64-v4 code (AVX-512), and so the 16-lane loops.
+bool runs_x86_64_v4();
+
 template <typename F>
 inline F select_max(F a, F b) { return a > b ? a : b; }
 template <typename F>

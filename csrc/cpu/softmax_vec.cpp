@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "fast_exp.h"
 #include "simd.h"
@@ -19,12 +20,6 @@ inline float reduce_add(VecF v) {
   return result;
 }
 
-inline float reduce_max(VecF v) {
-  float result = v[0];
-  for (int k = 1; k < kVecWidth; ++k) result = select_max(result, v[k]);
-  return result;
-}
-
 // Each fp32 kernel is a vector loop over whole VecF plus a scalar loop over the remainder.
 template <typename VecOp, typename ScalarOp>
 FLASHATTN_ROW_STEP void for_each_chunk(int n, const VecOp& vec_op, const ScalarOp& scalar_op) {
@@ -33,32 +28,155 @@ FLASHATTN_ROW_STEP void for_each_chunk(int n, const VecOp& vec_op, const ScalarO
   for (; c < n; ++c) scalar_op(c);
 }
 
-// The row steps below are inlined into each tile function, and so compiled for its target.
-FLASHATTN_ROW_STEP float max_of_row(const float* x, int n) {
-  VecF lane_max = splat(-std::numeric_limits<float>::infinity());
-  float tail_max = -std::numeric_limits<float>::infinity();
-  for_each_chunk(
-      n, [&](int c) { lane_max = select_max(lane_max, load_vec(x + c)); },
-      [&](int c) { tail_max = select_max(tail_max, x[c]); });
-  return select_max(reduce_max(lane_max), tail_max);
+// Chunks of a row of n floats for a loop of width V: whole V, then (16 lanes) one whole VecF,
+// then single floats. op(chunk, c) gets a value of the chunk's type (VecF16, VecF or float)
+// and the chunk's first column.
+template <typename V, typename Op>
+FLASHATTN_ROW_STEP void for_each_chunk_of(int n, const Op& op) {
+  int c = 0;
+  if constexpr (lanes<V> == 16)
+    for (; c + 16 <= n; c += 16) op(V{}, c);
+  for (; c + 8 <= n; c += 8) op(VecF{}, c);
+  for (; c < n; ++c) op(0.f, c);
 }
 
-// x[c] = exp(x[c] - shift); returns the sum of the new x.
-FLASHATTN_ROW_STEP float exp_shifted_sum_row(float* x, int n, float shift) {
-  VecF lane_sum = VecF{};
+template <typename W>
+FLASHATTN_ROW_STEP W load_chunk(const float* x) {
+  if constexpr (std::is_same_v<W, float>) {
+    return *x;
+  } else {
+    return load<W>(x);
+  }
+}
+
+using VecU32x8 = uint32_t __attribute__((vector_size(8 * sizeof(uint32_t))));
+using VecU32x16 = uint32_t __attribute__((vector_size(16 * sizeof(uint32_t))));
+
+// p[0 .. lanes of e) = e, in P: fp32, or rounded to nearest even in 16 bits as c10::BFloat16
+// and c10::Half round a float.
+template <typename P, typename W>
+FLASHATTN_ROW_STEP void store_chunk(P* p, W e) {
+  if constexpr (std::is_same_v<W, float>) {
+    *p = P(e);
+  } else if constexpr (std::is_same_v<P, float>) {
+    store(p, e);
+  } else if constexpr (std::is_same_v<P, c10::BFloat16>) {
+    // bf16 is the top half of a float; adding 0x7FFF plus the lowest kept bit before
+    // truncating rounds to nearest even, as c10::BFloat16(float) does (NaN stays NaN).
+    using VecU32 = std::conditional_t<lanes<W> == 8, VecU32x8, VecU32x16>;
+    const VecU32 bits = reinterpret_cast<VecU32>(e);
+    const VecU32 rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    if constexpr (lanes<W> == 8) {
+      using VecU16 = uint16_t __attribute__((vector_size(8 * sizeof(uint16_t))));
+      const VecU16 narrow = __builtin_convertvector(rounded, VecU16);
+      std::memcpy(p, &narrow, sizeof(narrow));
+    } else {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+      // One instruction; GCC 12 narrows 16 lanes in two halves (as it widens, row_products.cpp).
+      asm("vpmovdw {%1, %0|%0, %1}" : "=m"(*reinterpret_cast<char(*)[32]>(p)) : "v"(rounded));
+#else  // never run (row_lanes() is 8 off x86), but compiled
+      for (int i = 0; i < 16; ++i) reinterpret_cast<uint16_t*>(p)[i] = uint16_t(rounded[i]);
+#endif
+    }
+  } else {
+    static_assert(std::is_same_v<P, c10::Half>, "P: float, c10::BFloat16 or c10::Half");
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if constexpr (lanes<W> == 16) {
+      // F16C's conversion, rounding to nearest even (imm 0) like c10::Half.
+      asm("vcvtps2ph {$0, %1, %0|%0, %1, 0}" : "=m"(*reinterpret_cast<char(*)[32]>(p)) : "v"(e));
+      return;
+    }
+#endif
+    for (int i = 0; i < lanes<W>; ++i) p[i] = c10::Half(e[i]);
+  }
+}
+
+// The row steps below are inlined into each tile function, and so compiled for its target.
+// The largest lane, by halves: max is exact in any order (a NaN lane may or may not win, as in
+// max_of_scaled_row's loop), and a tree is a short dependency chain.
+FLASHATTN_ROW_STEP float reduce_max_tree(VecF v) {
+  using Vec4 = float __attribute__((vector_size(4 * sizeof(float))));
+  const Vec4 m4 = select_max(__builtin_shufflevector(v, v, 0, 1, 2, 3),
+                             __builtin_shufflevector(v, v, 4, 5, 6, 7));
+  return select_max(select_max(m4[0], m4[2]), select_max(m4[1], m4[3]));
+}
+FLASHATTN_ROW_STEP float reduce_max_tree(VecF16 v) {
+  return reduce_max_tree(select_max(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7),
+                                    __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)));
+}
+
+// The lanes' sum in a fixed order, the same on every CPU of a width. 8 lanes: reduce_add's
+// order (the sums of 8-lane code before the 16-lane steps existed). 16: the two halves' lanes
+// pairwise, then as 8.
+FLASHATTN_ROW_STEP float reduce_add_fixed(VecF v) { return reduce_add(v); }
+FLASHATTN_ROW_STEP float reduce_add_fixed(VecF16 v) {
+  return reduce_add(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                    __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+
+// The row steps below are inlined into each tile function, and so compiled for its target.
+// max_c x[c] * scale.
+template <typename V>
+FLASHATTN_ROW_STEP float max_of_scaled_row(const float* x, int n, float scale) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  // Two accumulators for the whole chunks, alternately: two dependency chains, not one.
+  V chunk_max[2] = {splat_to<V>(kNegInf), splat_to<V>(kNegInf)};
+  VecF half_max = splat(kNegInf);
+  float tail_max = kNegInf;
+  int chunk = 0;
+  for_each_chunk_of<V>(n, [&](auto piece, int c) {
+    using W = decltype(piece);
+    const W scaled = load_chunk<W>(x + c) * scale;
+    if constexpr (std::is_same_v<W, V>) {
+      chunk_max[chunk & 1] = select_max(chunk_max[chunk & 1], scaled);
+      ++chunk;
+    } else if constexpr (std::is_same_v<W, VecF>) {
+      half_max = select_max(half_max, scaled);
+    } else {
+      tail_max = select_max(tail_max, scaled);
+    }
+  });
+  float result = select_max(reduce_max_tree(select_max(chunk_max[0], chunk_max[1])), tail_max);
+  if constexpr (lanes<V> == 16) result = select_max(result, reduce_max_tree(half_max));
+  return result;
+}
+
+// p[c] = exp(x[c] * scale - shift) in P (p may be x itself); returns the sum of the exps in
+// fp32: per lane of V over the whole chunks, then the 8-lane chunk (16 lanes), then the tail,
+// each in a fixed order. 8 lanes give the bits of the 8-lane code before this; 16 lanes a
+// different order, the same on every AVX-512 CPU.
+template <typename V, typename P>
+FLASHATTN_ROW_STEP float exp_shifted_sum_row(const float* x, int n, float scale, float shift,
+                                             P* p) {
+  V chunk_sum = V{};
+  VecF half_sum = VecF{};
   float tail_sum = 0.f;
-  for_each_chunk(
-      n,
-      [&](int c) {
-        const VecF e = fast_exp(load_vec(x + c) - shift);
-        store_vec(x + c, e);
-        lane_sum += e;
-      },
-      [&](int c) {
-        x[c] = fast_exp(x[c] - shift);
-        tail_sum += x[c];
-      });
-  return reduce_add(lane_sum) + tail_sum;
+  for_each_chunk_of<V>(n, [&](auto chunk, int c) {
+    using W = decltype(chunk);
+    const W e = fast_exp(load_chunk<W>(x + c) * scale - shift);
+    store_chunk(p + c, e);
+    if constexpr (std::is_same_v<W, V>) {
+      chunk_sum += e;
+    } else if constexpr (std::is_same_v<W, VecF>) {
+      half_sum += e;
+    } else {
+      tail_sum += e;
+    }
+  });
+  if constexpr (lanes<V> == 16) {
+    return reduce_add_fixed(chunk_sum) + reduce_add(half_sum) + tail_sum;
+  } else {
+    return reduce_add(chunk_sum) + tail_sum;
+  }
+}
+
+// p[0 .. n) = x rounded, then zeros up to padded_n.
+template <typename V, typename P>
+FLASHATTN_ROW_STEP void store_probs_row(const float* x, P* p, int n, int padded_n) {
+  for_each_chunk_of<V>(n, [&](auto chunk, int c) {
+    store_chunk(p + c, load_chunk<decltype(chunk)>(x + c));
+  });
+  std::fill(p + n, p + padded_n, P(0.f));
 }
 
 FLASHATTN_ROW_STEP void scale_row(float* x, int n, float factor) {
@@ -77,30 +195,76 @@ bool poison_if_nan(T* x, int n, T& row_sum) {
   return true;
 }
 
-}  // namespace
-
-FLASHATTN_VECTOR_CLONES void online_softmax_tile(float* scores, int rows, int cols, int64_t ld,
-                                                 float* row_max, float* row_sum, float* out,
-                                                 int64_t out_ld, int dim) {
+// The forward's online-softmax step, written once for both widths (V: VecF or VecF16) and for
+// P in place (fp32) or rounded to 16 bits into its own buffer. The widths give the same P, row
+// maxima and O; the row sums differ in their order (exp_shifted_sum_row).
+template <typename V, typename P>
+FLASHATTN_ROW_STEP void online_softmax_rows(float* scores, int rows, int cols, int64_t ld,
+                                            float scale, float* row_max, float* row_sum,
+                                            float* out, int64_t out_ld, int dim, P* probs,
+                                            int64_t probs_ld, int padded_cols) {
+  constexpr bool kInPlace = std::is_same_v<P, float>;
   for (int r = 0; r < rows; ++r) {
     float* x = scores + r * ld;
+    P* p = kInPlace ? reinterpret_cast<P*>(x) : probs + r * probs_ld;
     const float previous_max = row_max[r];
     // A NaN score may or may not end up as the maximum (select_max is order-dependent with
     // NaN); either way exp() below puts the NaN into P, the sum and O. Only beside scores that
     // are all -inf can it leave the maximum at -inf: poison_if_nan handles that row.
-    const float new_max = select_max(previous_max, max_of_row(x, cols));
+    const float new_max = select_max(previous_max, max_of_scaled_row<V>(x, cols, scale));
     if (new_max == -std::numeric_limits<float>::infinity()) {
-      if (poison_if_nan(x, cols, row_sum[r])) continue;
+      scale_row(x, cols, scale);
       // No key seen yet: contribute nothing (exp(-inf - -inf) would be NaN).
-      std::fill(x, x + cols, 0.f);
+      if (!poison_if_nan(x, cols, row_sum[r])) std::fill(x, x + cols, 0.f);
+      if constexpr (!kInPlace) store_probs_row<V>(x, p, cols, padded_cols);
       continue;
     }
     const float rescale = fast_exp(previous_max - new_max);  // 0 on the first visible tile
-    row_sum[r] = row_sum[r] * rescale + exp_shifted_sum_row(x, cols, new_max);
+    row_sum[r] = row_sum[r] * rescale + exp_shifted_sum_row<V>(x, cols, scale, new_max, p);
+    if constexpr (!kInPlace) std::fill(p + cols, p + padded_cols, P(0.f));
     if (rescale != 1.f) scale_row(out + r * out_ld, dim, rescale);
     row_max[r] = new_max;
   }
 }
+
+// The 16-lane steps, compiled for x86-64-v4 alone; row_lanes() is 16 only where it runs.
+template <typename P>
+FLASHATTN_AVX512 void online_softmax_rows_16_lanes(float* scores, int rows, int cols, int64_t ld,
+                                                   float scale, float* row_max, float* row_sum,
+                                                   float* out, int64_t out_ld, int dim,
+                                                   P* probs, int64_t probs_ld, int padded_cols) {
+  online_softmax_rows<VecF16>(scores, rows, cols, ld, scale, row_max, row_sum, out, out_ld, dim,
+                              probs, probs_ld, padded_cols);
+}
+
+}  // namespace
+
+FLASHATTN_EARLIER_VECTOR_CLONES void online_softmax_tile(RowLanes lanes, float* scores, int rows,
+                                                         int cols, int64_t ld, float* row_max,
+                                                         float* row_sum, float* out,
+                                                         int64_t out_ld, int dim) {
+  if (lanes == RowLanes::k16)
+    return online_softmax_rows_16_lanes<float>(scores, rows, cols, ld, 1.f, row_max, row_sum,
+                                               out, out_ld, dim, nullptr, 0, cols);
+  online_softmax_rows<VecF, float>(scores, rows, cols, ld, 1.f, row_max, row_sum, out, out_ld,
+                                   dim, nullptr, 0, cols);
+}
+
+// Not a template: Clang does not multiversion those.
+#define FLASHATTN_ONLINE_SOFTMAX_TO(P)                                                          \
+  FLASHATTN_EARLIER_VECTOR_CLONES void online_softmax_tile(                                     \
+      RowLanes lanes, float* scores, int rows, int cols, int64_t ld, float scale,               \
+      float* row_max, float* row_sum, float* out, int64_t out_ld, int dim, P* probs,            \
+      int64_t probs_ld, int padded_cols) {                                                      \
+    if (lanes == RowLanes::k16)                                                                 \
+      return online_softmax_rows_16_lanes<P>(scores, rows, cols, ld, scale, row_max, row_sum,   \
+                                             out, out_ld, dim, probs, probs_ld, padded_cols);  \
+    online_softmax_rows<VecF, P>(scores, rows, cols, ld, scale, row_max, row_sum, out, out_ld,  \
+                                 dim, probs, probs_ld, padded_cols);                            \
+  }
+FLASHATTN_ONLINE_SOFTMAX_TO(c10::BFloat16)
+FLASHATTN_ONLINE_SOFTMAX_TO(c10::Half)
+#undef FLASHATTN_ONLINE_SOFTMAX_TO
 
 FLASHATTN_VECTOR_CLONES void exp_shifted_by_tile(float* x, int rows, int cols, int64_t ld,
                                                  const float* shift) {

@@ -10,15 +10,29 @@
 
 #include <cstdint>
 
+#include "simd.h"
+
 namespace flashattn::cpu {
 
 // One online-softmax step of the forward (FlashAttention-2) on a rows x cols tile of scores
 // (row stride ld). For each row r, with m' = max(row_max[r], max_c S[r][c]):
 //   S[r][c] = exp(S[r][c] - m'),  row_sum[r] = row_sum[r] * exp(row_max[r] - m') + sum_c S[r][c],
 //   out[r][0..dim) *= exp(row_max[r] - m')  (out row stride out_ld),  row_max[r] = m'.
-// A row that has seen no key yet (m' = -inf) becomes zeros and keeps its state.
-void online_softmax_tile(float* scores, int rows, int cols, int64_t ld, float* row_max,
-                         float* row_sum, float* out, int64_t out_ld, int dim);
+// A row that has seen no key yet (m' = -inf) becomes zeros and keeps its state. The fp32 ones
+// run on `lanes` lanes (row_lanes(), simd.h); both widths give the same bits.
+void online_softmax_tile(RowLanes lanes, float* scores, int rows, int cols, int64_t ld,
+                         float* row_max, float* row_sum, float* out, int64_t out_ld, int dim);
+// The same step for the 16-bit products, which leave S unscaled and take P in 16 bits: S[r][c]
+// is first multiplied by `scale`, and P goes rounded to nearest even into probs (row stride
+// probs_ld), followed by zeros up to column padded_cols, instead of into S (which is left
+// unspecified). One pass over the tile where scale_by, online_softmax_tile and round_to_16bit
+// made three; the exponent is S * scale - m', which may be fused into one rounding.
+void online_softmax_tile(RowLanes lanes, float* scores, int rows, int cols, int64_t ld,
+                         float scale, float* row_max, float* row_sum, float* out, int64_t out_ld,
+                         int dim, c10::BFloat16* probs, int64_t probs_ld, int padded_cols);
+void online_softmax_tile(RowLanes lanes, float* scores, int rows, int cols, int64_t ld,
+                         float scale, float* row_max, float* row_sum, float* out, int64_t out_ld,
+                         int dim, c10::Half* probs, int64_t probs_ld, int padded_cols);
 void online_softmax_tile(double* scores, int rows, int cols, int64_t ld, double* row_max,
                          double* row_sum, double* out, int64_t out_ld, int dim);
 

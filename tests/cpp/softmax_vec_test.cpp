@@ -3,8 +3,10 @@
 // for this CPU (AVX-512, AVX2 or baseline). Exits non-zero and says what differs on failure.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/fast_exp.h"
@@ -64,8 +66,8 @@ void check_online_softmax_tile(int cols) {
       for (int c = 0; c < cols; ++c)
         scores[r * ld + c] = (r == 3 || (c % 5 == 1)) ? -inf : normal(gen) + 4.f * step;
     const std::vector<float> input = scores;
-    online_softmax_tile(scores.data(), rows, cols, ld, row_max.data(), row_sum.data(), out.data(),
-                        dim, dim);
+    online_softmax_tile(RowLanes::k8, scores.data(), rows, cols, ld, row_max.data(),
+                        row_sum.data(), out.data(), dim, dim);
     for (int r = 0; r < rows; ++r) {
       double new_max = ref_max[r];
       for (int c = 0; c < cols; ++c) new_max = std::max(new_max, double(input[r * ld + c]));
@@ -143,8 +145,8 @@ void check_nan_rows() {
   std::vector<float> scores(3 * cols, 1.f), row_max(3, -inf), row_sum(3, 0.f), out(3, 1.f);
   scores[0 * cols + 4] = nan;                                   // NaN among finite scores
   for (int c = 0; c < cols; ++c) scores[1 * cols + c] = c == 7 ? nan : -inf;  // NaN, masked
-  online_softmax_tile(scores.data(), 3, cols, cols, row_max.data(), row_sum.data(), out.data(),
-                      1, 1);
+  online_softmax_tile(RowLanes::k8, scores.data(), 3, cols, cols, row_max.data(),
+                      row_sum.data(), out.data(), 1, 1);
   for (int r = 0; r < 2; ++r)
     expect(std::isnan(row_sum[r]), "row sum of a row with a NaN score", row_sum[r], nan);
   expect(std::isnan(scores[4]), "P at the NaN score", scores[4], nan);
@@ -154,6 +156,102 @@ void check_nan_rows() {
          cols);
 }
 
+// The state of one online-softmax run: two steps over random tiles (with masked entries and a
+// row that sees no key), P as the last step left it.
+struct SoftmaxRun {
+  std::vector<float> p32, row_max, row_sum, out;
+  std::vector<uint16_t> p16;  // the 16-bit P's bits, padding included
+  // The same bits, but for the row sums, which may be summed in another order (16 lanes): those
+  // agree to fp32 rounding.
+  bool operator==(const SoftmaxRun& o) const {
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+    };
+    bool sums_agree = row_sum.size() == o.row_sum.size();
+    for (size_t r = 0; sums_agree && r < row_sum.size(); ++r)
+      sums_agree = std::fabs(row_sum[r] - o.row_sum[r]) <= 2e-6f * std::fabs(o.row_sum[r]) ||
+                   (std::isnan(row_sum[r]) && std::isnan(o.row_sum[r]));
+    return same(p32, o.p32) && same(row_max, o.row_max) && sums_agree && same(out, o.out) &&
+           p16 == o.p16;
+  }
+  bool same_sums(const SoftmaxRun& o) const {
+    return std::memcmp(row_sum.data(), o.row_sum.data(), row_sum.size() * 4) == 0;
+  }
+};
+
+// P: float (the fp32 step, in place), or c10::BFloat16 / c10::Half (the 16-bit products'
+// fused step, with `scale`). composed: the 16-bit step as scale_by, the fp32 step and
+// round_to_16bit in turn.
+template <typename P>
+SoftmaxRun run_softmax(RowLanes lanes, int cols, float scale, bool composed = false) {
+  const int rows = 5, ld = 136, padded = 136, dim = 11;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::mt19937 gen(cols);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  SoftmaxRun run{{}, std::vector<float>(rows, -inf), std::vector<float>(rows, 0.f),
+                 std::vector<float>(rows * dim), {}};
+  for (float& o : run.out) o = normal(gen);
+  std::vector<P> probs(rows * padded, P(7.f));
+  for (int step = 0; step < 2; ++step) {
+    std::vector<float> scores(rows * ld, 12345.f);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c)
+        scores[r * ld + c] = (r == 3 || (c % 5 == 1)) ? -inf : normal(gen) * 8.f + 30.f * step;
+    if constexpr (std::is_same_v<P, float>) {
+      online_softmax_tile(lanes, scores.data(), rows, cols, ld, run.row_max.data(),
+                          run.row_sum.data(), run.out.data(), dim, dim);
+      run.p32 = scores;
+    } else if (composed) {
+      for (int r = 0; r < rows; ++r) scale_by(scores.data() + r * ld, cols, scale);
+      online_softmax_tile(lanes, scores.data(), rows, cols, ld, run.row_max.data(),
+                          run.row_sum.data(), run.out.data(), dim, dim);
+      for (int r = 0; r < rows; ++r) {
+        round_to_16bit(scores.data() + r * ld, probs.data() + r * padded, cols);
+        std::fill(probs.begin() + r * padded + cols, probs.begin() + (r + 1) * padded, P(0.f));
+      }
+    } else {
+      online_softmax_tile(lanes, scores.data(), rows, cols, ld, scale, run.row_max.data(),
+                          run.row_sum.data(), run.out.data(), dim, dim, probs.data(), padded,
+                          padded);
+    }
+  }
+  if constexpr (!std::is_same_v<P, float>)
+    for (const P& v : probs) run.p16.push_back(v.x);
+  return run;
+}
+
+// The 16-lane steps (AVX-512 CPUs) give the 8-lane steps' P, maxima and O bits, fp32 and fused
+// 16-bit alike, and their row sums to rounding; and the fused 16-bit step gives the composed
+// one's bits when the scale is a power of two (S * scale is then exact, so S * scale - m rounds
+// once either way).
+void check_lanes_and_fusion(int cols) {
+  std::vector<RowLanes> widths{RowLanes::k8};
+  if (runs_x86_64_v4()) widths.push_back(RowLanes::k16);
+  for (RowLanes lanes : widths) {
+    const double width = double(lanes);
+    expect(run_softmax<float>(lanes, cols, 1.f) == run_softmax<float>(RowLanes::k8, cols, 1.f),
+           "fp32 step: lanes give the 8-lane bits", width, cols);
+    for (float scale : {0.125f, 0.1f, 4.f}) {  // 4: exps down to the denormals and to 0
+      expect(run_softmax<c10::BFloat16>(lanes, cols, scale) ==
+                 run_softmax<c10::BFloat16>(RowLanes::k8, cols, scale),
+             "bf16 fused step: lanes give the 8-lane bits", width, cols);
+      expect(run_softmax<c10::Half>(lanes, cols, scale) ==
+                 run_softmax<c10::Half>(RowLanes::k8, cols, scale),
+             "fp16 fused step: lanes give the 8-lane bits", width, cols);
+    }
+    for (float scale : {0.125f, 4.f}) {
+      const auto bf16 = run_softmax<c10::BFloat16>(lanes, cols, scale);
+      const auto bf16_composed = run_softmax<c10::BFloat16>(RowLanes::k8, cols, scale, true);
+      expect(bf16 == bf16_composed && (lanes == RowLanes::k16 || bf16.same_sums(bf16_composed)),
+             "bf16 fused step gives the composed step's bits", width, cols);
+      const auto fp16 = run_softmax<c10::Half>(lanes, cols, scale);
+      const auto fp16_composed = run_softmax<c10::Half>(RowLanes::k8, cols, scale, true);
+      expect(fp16 == fp16_composed && (lanes == RowLanes::k16 || fp16.same_sums(fp16_composed)),
+             "fp16 fused step gives the composed step's bits", width, cols);
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -161,6 +259,7 @@ int main() {
   check_nan_rows();
   for (int cols : {1, 7, 8, 9, 63, 64, 65, 128, 130}) {
     check_online_softmax_tile(cols);
+    check_lanes_and_fusion(cols);
     check_backward_tiles(cols);
   }
   if (failures) {
