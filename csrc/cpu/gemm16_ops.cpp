@@ -55,6 +55,11 @@ void gemm16(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, const
   const int64_t ldb = packed ? b.size(1) / 2 : b.size(1);
   TORCH_CHECK(ldb >= N && b.size(0) == (packed ? (K + 1) / 2 : K),
               "flashattn: gemm16: b has the wrong shape for K = ", K, ", N = ", N);
+  // oneDNN's AMX brgemm on an odd K ran into an illegal instruction (SIGILL) on an AMX-BF16
+  // Xeon; the kernels only ever give it whole row pairs (panels16.h pads K to even).
+  TORCH_CHECK(kernel != Gemm16Kernel::kAmx || K % 2 == 0,
+              "flashattn: gemm16: the amx kernel takes an even K (its VNNI panels hold row "
+              "pairs), got K = ", K);
   dispatch_input_dtype(a.scalar_type(), [&](auto tag) {
     using In = typename decltype(tag)::type;
     if constexpr (std::is_same_v<In, c10::BFloat16> || std::is_same_v<In, c10::Half>) {
