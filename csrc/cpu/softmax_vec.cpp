@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "fast_exp.h"
+#include "gemm_avx512_16bit.h"
 #include "simd.h"
 
 namespace flashattn::cpu {
@@ -53,13 +54,24 @@ using VecU32x8 = uint32_t __attribute__((vector_size(8 * sizeof(uint32_t))));
 using VecU32x16 = uint32_t __attribute__((vector_size(16 * sizeof(uint32_t))));
 
 // p[0 .. lanes of e) = e, in P: fp32, or rounded to nearest even in 16 bits as c10::BFloat16
-// and c10::Half round a float.
-template <typename P, typename W>
+// and c10::Half round a float. kBf16Insn (16 lanes, AVX512-BF16 CPUs): bf16 by vcvtneps2bf16,
+// one instruction where the exact rounding takes five; it rounds to nearest even too but flushes
+// a denormal input to zero, which for P (weights in [0, 1]) changes only weights below 2^-126.
+template <bool kBf16Insn = false, typename P, typename W>
 FLASHATTN_ROW_STEP void store_chunk(P* p, W e) {
   if constexpr (std::is_same_v<W, float>) {
     *p = P(e);
   } else if constexpr (std::is_same_v<P, float>) {
     store(p, e);
+  } else if constexpr (kBf16Insn && std::is_same_v<P, c10::BFloat16> && lanes<W> == 16) {
+    using VecU16x16 = uint16_t __attribute__((vector_size(16 * sizeof(uint16_t))));
+    VecU16x16 narrow;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    asm("vcvtneps2bf16 {%1, %0|%0, %1}" : "=v"(narrow) : "v"(e));
+#else  // never run (no AVX512-BF16 off x86), but compiled
+    for (int i = 0; i < 16; ++i) narrow[i] = c10::BFloat16(e[i]).x;
+#endif
+    std::memcpy(p, &narrow, sizeof(narrow));
   } else if constexpr (std::is_same_v<P, c10::BFloat16>) {
     // bf16 is the top half of a float; adding 0x7FFF plus the lowest kept bit before
     // truncating rounds to nearest even, as c10::BFloat16(float) does (NaN stays NaN).
@@ -105,13 +117,15 @@ FLASHATTN_ROW_STEP float reduce_max_tree(VecF16 v) {
                                     __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)));
 }
 
-// The lanes' sum in a fixed order, the same on every CPU of a width. 8 lanes: reduce_add's
-// order (the sums of 8-lane code before the 16-lane steps existed). 16: the two halves' lanes
-// pairwise, then as 8.
-FLASHATTN_ROW_STEP float reduce_add_fixed(VecF v) { return reduce_add(v); }
-FLASHATTN_ROW_STEP float reduce_add_fixed(VecF16 v) {
-  return reduce_add(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                    __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
+// The sum of a 16-lane chunk sum and an 8-lane one, by halves (a tree: a dependency chain of
+// 4 adds, not 15), in a fixed order, the same on every AVX-512 CPU.
+FLASHATTN_ROW_STEP float reduce_add_tree(VecF16 wide, VecF half) {
+  using Vec4 = float __attribute__((vector_size(4 * sizeof(float))));
+  const VecF s8 = (__builtin_shufflevector(wide, wide, 0, 1, 2, 3, 4, 5, 6, 7) + half) +
+                  __builtin_shufflevector(wide, wide, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Vec4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) +
+                  __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
 // The row steps below are inlined into each tile function, and so compiled for its target.
@@ -145,7 +159,7 @@ FLASHATTN_ROW_STEP float max_of_scaled_row(const float* x, int n, float scale) {
 // fp32: per lane of V over the whole chunks, then the 8-lane chunk (16 lanes), then the tail,
 // each in a fixed order. 8 lanes give the bits of the 8-lane code before this; 16 lanes a
 // different order, the same on every AVX-512 CPU.
-template <typename V, typename P>
+template <typename V, bool kBf16Insn, typename P>
 FLASHATTN_ROW_STEP float exp_shifted_sum_row(const float* x, int n, float scale, float shift,
                                              P* p) {
   V chunk_sum = V{};
@@ -154,7 +168,7 @@ FLASHATTN_ROW_STEP float exp_shifted_sum_row(const float* x, int n, float scale,
   for_each_chunk_of<V>(n, [&](auto chunk, int c) {
     using W = decltype(chunk);
     const W e = fast_exp(load_chunk<W>(x + c) * scale - shift);
-    store_chunk(p + c, e);
+    store_chunk<kBf16Insn>(p + c, e);
     if constexpr (std::is_same_v<W, V>) {
       chunk_sum += e;
     } else if constexpr (std::is_same_v<W, VecF>) {
@@ -164,7 +178,7 @@ FLASHATTN_ROW_STEP float exp_shifted_sum_row(const float* x, int n, float scale,
     }
   });
   if constexpr (lanes<V> == 16) {
-    return reduce_add_fixed(chunk_sum) + reduce_add(half_sum) + tail_sum;
+    return reduce_add_tree(chunk_sum, half_sum) + tail_sum;
   } else {
     return reduce_add(chunk_sum) + tail_sum;
   }
@@ -198,7 +212,7 @@ bool poison_if_nan(T* x, int n, T& row_sum) {
 // The forward's online-softmax step, written once for both widths (V: VecF or VecF16) and for
 // P in place (fp32) or rounded to 16 bits into its own buffer. The widths give the same P, row
 // maxima and O; the row sums differ in their order (exp_shifted_sum_row).
-template <typename V, typename P>
+template <typename V, typename P, bool kBf16Insn = false>
 FLASHATTN_ROW_STEP void online_softmax_rows(float* scores, int rows, int cols, int64_t ld,
                                             float scale, float* row_max, float* row_sum,
                                             float* out, int64_t out_ld, int dim, P* probs,
@@ -220,7 +234,7 @@ FLASHATTN_ROW_STEP void online_softmax_rows(float* scores, int rows, int cols, i
       continue;
     }
     const float rescale = fast_exp(previous_max - new_max);  // 0 on the first visible tile
-    row_sum[r] = row_sum[r] * rescale + exp_shifted_sum_row<V>(x, cols, scale, new_max, p);
+    row_sum[r] = row_sum[r] * rescale + exp_shifted_sum_row<V, kBf16Insn>(x, cols, scale, new_max, p);
     if constexpr (!kInPlace) std::fill(p + cols, p + padded_cols, P(0.f));
     if (rescale != 1.f) scale_row(out + r * out_ld, dim, rescale);
     row_max[r] = new_max;
@@ -228,13 +242,13 @@ FLASHATTN_ROW_STEP void online_softmax_rows(float* scores, int rows, int cols, i
 }
 
 // The 16-lane steps, compiled for x86-64-v4 alone; row_lanes() is 16 only where it runs.
-template <typename P>
+template <typename P, bool kBf16Insn = false>
 FLASHATTN_AVX512 void online_softmax_rows_16_lanes(float* scores, int rows, int cols, int64_t ld,
                                                    float scale, float* row_max, float* row_sum,
                                                    float* out, int64_t out_ld, int dim,
                                                    P* probs, int64_t probs_ld, int padded_cols) {
-  online_softmax_rows<VecF16>(scores, rows, cols, ld, scale, row_max, row_sum, out, out_ld, dim,
-                              probs, probs_ld, padded_cols);
+  online_softmax_rows<VecF16, P, kBf16Insn>(scores, rows, cols, ld, scale, row_max, row_sum, out,
+                                            out_ld, dim, probs, probs_ld, padded_cols);
 }
 
 }  // namespace
@@ -251,20 +265,34 @@ FLASHATTN_EARLIER_VECTOR_CLONES void online_softmax_tile(RowLanes lanes, float* 
 }
 
 // Not a template: Clang does not multiversion those.
-#define FLASHATTN_ONLINE_SOFTMAX_TO(P)                                                          \
-  FLASHATTN_EARLIER_VECTOR_CLONES void online_softmax_tile(                                     \
-      RowLanes lanes, float* scores, int rows, int cols, int64_t ld, float scale,               \
-      float* row_max, float* row_sum, float* out, int64_t out_ld, int dim, P* probs,            \
-      int64_t probs_ld, int padded_cols) {                                                      \
-    if (lanes == RowLanes::k16)                                                                 \
-      return online_softmax_rows_16_lanes<P>(scores, rows, cols, ld, scale, row_max, row_sum,   \
-                                             out, out_ld, dim, probs, probs_ld, padded_cols);  \
-    online_softmax_rows<VecF, P>(scores, rows, cols, ld, scale, row_max, row_sum, out, out_ld,  \
-                                 dim, probs, probs_ld, padded_cols);                            \
+FLASHATTN_EARLIER_VECTOR_CLONES void online_softmax_tile(
+    RowLanes lanes, float* scores, int rows, int cols, int64_t ld, float scale, float* row_max,
+    float* row_sum, float* out, int64_t out_ld, int dim, c10::BFloat16* probs, int64_t probs_ld,
+    int padded_cols) {
+  if (lanes == RowLanes::k16) {
+    if (avx512::cpu_has_avx512_bf16())
+      return online_softmax_rows_16_lanes<c10::BFloat16, true>(
+          scores, rows, cols, ld, scale, row_max, row_sum, out, out_ld, dim, probs, probs_ld,
+          padded_cols);
+    return online_softmax_rows_16_lanes<c10::BFloat16>(scores, rows, cols, ld, scale, row_max,
+                                                       row_sum, out, out_ld, dim, probs,
+                                                       probs_ld, padded_cols);
   }
-FLASHATTN_ONLINE_SOFTMAX_TO(c10::BFloat16)
-FLASHATTN_ONLINE_SOFTMAX_TO(c10::Half)
-#undef FLASHATTN_ONLINE_SOFTMAX_TO
+  online_softmax_rows<VecF, c10::BFloat16>(scores, rows, cols, ld, scale, row_max, row_sum, out,
+                                           out_ld, dim, probs, probs_ld, padded_cols);
+}
+
+FLASHATTN_EARLIER_VECTOR_CLONES void online_softmax_tile(
+    RowLanes lanes, float* scores, int rows, int cols, int64_t ld, float scale, float* row_max,
+    float* row_sum, float* out, int64_t out_ld, int dim, c10::Half* probs, int64_t probs_ld,
+    int padded_cols) {
+  if (lanes == RowLanes::k16)
+    return online_softmax_rows_16_lanes<c10::Half>(scores, rows, cols, ld, scale, row_max,
+                                                   row_sum, out, out_ld, dim, probs, probs_ld,
+                                                   padded_cols);
+  online_softmax_rows<VecF, c10::Half>(scores, rows, cols, ld, scale, row_max, row_sum, out,
+                                       out_ld, dim, probs, probs_ld, padded_cols);
+}
 
 FLASHATTN_VECTOR_CLONES void exp_shifted_by_tile(float* x, int rows, int cols, int64_t ld,
                                                  const float* shift) {
