@@ -1,0 +1,120 @@
+// Tile sizes, warp roles, register split, shared-memory layout and the dQ accumulator's layout of
+// the sm_90a backward (issue 31, stage 5).
+//
+// One CTA owns kBlockN = 128 keys of one (batch, kv head): warpgroup 0 is the producer (warp 0
+// issues TMA loads, warp 1 the dQ bulk reduce-adds), warpgroups 1 and 2 are consumers owning 64
+// keys each (the m64 of wgmma), so every product is computed transposed, keys as rows:
+//   S^T = K Q^T, dP^T = V dO^T (m64 n{kBlockM}), dV += P^T dO, dK += dS^T Q (m64 n{d}, A = P^T /
+//   dS^T straight from the S^T / dP^T accumulators), and dQ = dS K (m64 n64, A = dS from shared
+//   memory, MN-major).
+// Query blocks of kBlockM rows stream through a ring of kStages stages (Q, dO, and the rows'
+// LSE * log2(e) and D = rowsum(dO * O)).
+//
+// kBlockM: 128 at d = 64, 64 at d = 128 (FA3's hopper/tile_size.h for the backward makes the
+// same choice): per consumer thread, dK and dV hold d/2 + d/2 fp32 registers, S^T and dP^T
+// kBlockM/2 each, their 16-bit fragments kBlockM/4 each, the dQ part 32. At d = 128 with
+// kBlockM = 128 that is 128 + 128 + 64 + 32 = 352 > 240, so d = 128 halves kBlockM.
+// Either way each consumer's dQ part is a 64 x 64 block of the kBlockM x d tile: rows 64c at
+// d = 64 (kBlockM = 128), columns 64c at d = 128 (kBlockM = 64).
+//
+// Shared memory, from a 1024-byte aligned base (128-byte swizzle atoms); every tile holds
+// "chunks" of [rows x 128 bytes], 64 16-bit columns per chunk, 128-byte swizzled, as TMA
+// brings them:
+//   K, V       kHeadDim / 64 chunks of [kBlockN rows]                  (loaded once)
+//   Q[s], dO[s] kHeadDim / 64 chunks of [kBlockM rows]                  (per query block)
+//   dS[2]      kBlockM / 64 chunks of [kBlockN key rows] (dS^T rows = keys, 64 queries per
+//              128-byte row: the MN-major A operand of dQ = dS K); double-buffered so one
+//              named barrier per query block orders both consumers' reads and writes
+//   dQ[2]      one 64 x 64 fp32 part per consumer (row-major, the bulk reduce's source)
+//   lse[s], dpsum[s] kBlockM floats each
+//   barriers   kv_full, q_full[s], q_empty[s], dq_full[2], dq_empty[2]
+//   + 1024 bytes of slack to round the base up (nvcc promises 128-byte alignment only).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/hopper/fwd_sm90_config.h"  // kSwizzleRowBytes, kSwizzleAtomBytes
+
+namespace flashattn::hopper {
+
+template <int kHeadDim_>
+struct BwdSm90Config {
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "the sm_90a backward takes d = 64 or 128");
+  static constexpr int kBlockN = 128;
+  static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
+  static constexpr int kStages = 2;
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kChunks = kHeadDim / 64;
+  // Each consumer's part of the dQ tile: 64 x 64 fp32, at rows 64c (kDqPartRows) or columns 64c.
+  static constexpr bool kDqPartRows = kBlockM == 128;
+  static constexpr int kDqPartFloats = 64 * 64;
+
+  static constexpr uint32_t kKvChunkBytes = kBlockN * kSwizzleRowBytes;
+  static constexpr uint32_t kKvBytes = kChunks * kKvChunkBytes;
+  static constexpr uint32_t kQChunkBytes = kBlockM * kSwizzleRowBytes;
+  static constexpr uint32_t kQBytes = kChunks * kQChunkBytes;  // Q or dO of one query block
+  static constexpr uint32_t kDsChunkBytes = kBlockN * kSwizzleRowBytes;
+  static constexpr uint32_t kDsBytes = (kBlockM / 64) * kDsChunkBytes;
+  static constexpr uint32_t kDqPartBytes = kDqPartFloats * 4;
+  static constexpr uint32_t kRowStatBytes = kBlockM * 4;
+
+  static constexpr uint32_t kKOffset = 0;
+  static constexpr uint32_t kVOffset = kKOffset + kKvBytes;
+  static constexpr uint32_t kQOffset = kVOffset + kKvBytes;
+  static constexpr uint32_t kDoOffset = kQOffset + kStages * kQBytes;
+  static constexpr uint32_t kDsOffset = kDoOffset + kStages * kQBytes;
+  static constexpr uint32_t kDqOffset = kDsOffset + 2 * kDsBytes;
+  static constexpr uint32_t kLseOffset = kDqOffset + kConsumers * kDqPartBytes;
+  static constexpr uint32_t kDpsumOffset = kLseOffset + kStages * kRowStatBytes;
+  static constexpr uint32_t kBarrierOffset = kDpsumOffset + kStages * kRowStatBytes;
+  static constexpr int kBarriers = 1 + 2 * kStages + 2 * kConsumers;
+  static constexpr size_t kSmemBytes = kBarrierOffset + kBarriers * 8 + kSwizzleAtomBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "dynamic shared memory above the 227 KB opt-in limit");
+  static_assert(kDsOffset % kSwizzleAtomBytes == 0 && kQOffset % kSwizzleAtomBytes == 0,
+                "swizzled tiles start on a 1024-byte atom");
+
+  // FA3's split for two consumer warpgroups: 128 * (24 + 2 * 240) = 64512 <= 65536.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
+                "setmaxnreg counts must fit the register file");
+};
+
+// The fp32 dQ accumulator: [slices][B][Hq][Sq padded to kBlockM][d] in tiles of kBlockM rows;
+// inside a tile, the two consumers' 64 x 64 parts one after the other, each row-major, so that
+// each part is one contiguous bulk reduce-add. One slice normally (every key block adds into
+// it); with deterministic dQ one slice per key block, summed in key-block order afterwards.
+template <int kHeadDim>
+struct DqAccumLayout {
+  using Cfg = BwdSm90Config<kHeadDim>;
+  int64_t head_stride = 0, batch_stride = 0, slice_stride = 0;  // floats
+  int seqlen_q_padded = 0, slices = 1;
+
+  __host__ __device__ static int padded(int seqlen_q) {
+    return (seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM * Cfg::kBlockM;
+  }
+  __host__ __device__ DqAccumLayout() {}
+  __host__ __device__ DqAccumLayout(int batch, int heads_q, int seqlen_q, int slices_)
+      : seqlen_q_padded(padded(seqlen_q)), slices(slices_) {
+    head_stride = static_cast<int64_t>(seqlen_q_padded) * kHeadDim;
+    batch_stride = head_stride * heads_q;
+    slice_stride = batch_stride * batch;
+  }
+  __host__ __device__ int64_t floats() const { return slice_stride * slices; }
+  // The part `consumer` of query tile m_block.
+  __host__ __device__ int64_t part(int slice, int b, int h, int m_block, int consumer) const {
+    return slice * slice_stride + b * batch_stride + h * head_stride +
+           static_cast<int64_t>(m_block) * Cfg::kBlockM * kHeadDim + consumer * Cfg::kDqPartFloats;
+  }
+  // Element (row i, column col) of head (b, h).
+  __host__ __device__ int64_t element(int slice, int b, int h, int i, int col) const {
+    const int r = i % Cfg::kBlockM;
+    const int consumer = Cfg::kDqPartRows ? r / 64 : col / 64;
+    const int row = Cfg::kDqPartRows ? r % 64 : r;
+    return part(slice, b, h, i / Cfg::kBlockM, consumer) + row * 64 + col % 64;
+  }
+};
+
+}  // namespace flashattn::hopper

@@ -1,0 +1,342 @@
+// The sm_90a attention backward's main kernel (issue 31, stage 5): warp-specialized, TMA ->
+// mbarrier ring -> wgmma, dK and dV in registers, dQ added into an fp32 accumulator in global
+// memory by bulk reduce-adds. FA3's design (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp), written
+// as plain CUDA with PTX only through ptx.cuh so the CPU shim (tests/cudasim) runs it.
+//
+// Grid (ceil(Sk / 128), Hkv, B); 384 threads; BwdSm90Config's dynamic shared memory. One CTA
+// per key block of one kv head walks every query block of every query head of its group (GQA:
+// dK and dV of the kv head are summed over its query heads in registers, so no second pass and
+// no atomics on dK/dV).
+// - Warpgroup 0, the producer, gives registers back (setmaxnreg.dec). Warp 0's thread 0 loads K
+//   and V once (kv_full), then per query block Q, dO (TMA) and the rows' LSE * log2(e) and D
+//   (bulk copies) into ring stage s (q_full[s]) after waiting q_empty[s]. Warp 1's thread 0 is
+//   the dQ writer: per query block and consumer it waits dq_full[c], adds the consumer's 64 x 64
+//   fp32 part into the accumulator with cp.reduce.async.bulk add.f32, waits for the source to be
+//   read and gives the buffer back (dq_empty[c]).
+// - Warpgroups 1 and 2, the consumers (setmaxnreg.inc), own 64 keys each. Per query block, keys
+//   as rows (the m64 of wgmma):
+//     S^T = K Q^T, dP^T = V dO^T          wgmma ss, K-major, m64 n{kBlockM}
+//     P^T = exp2(S^T * scale * log2e - LSE_i * log2e), masked entries 0
+//     dS^T = P^T * (dP^T - D_i)
+//     dV += P^T dO, dK += dS^T Q          wgmma rs: A = the accumulators rounded to 16 bits (the
+//                                          m64nN D layout is the m64k16 A layout), B MN-major
+//     dS^T -> shared memory (stmatrix), one named barrier for both consumers
+//     dQ part = dS K                       wgmma ss, A (dS) and B (K) MN-major, m64 n64
+//   then release the stage and hand the dQ part to the dQ writer. dK is scaled once at the end;
+//   dQ's scale is applied by the convert kernel.
+//
+// Lines marked "// SITE:name" are named by tests/test_cudasim_hopper_bwd.py.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
+#include "cuda/element.cuh"
+#include "cuda/hopper/bwd_sm90_config.h"
+#include "cuda/hopper/bwd_sm90_params.h"
+#include "cuda/hopper/fwd_sm90_mask.cuh"  // causal_diag_offset
+#include "cuda/ptx.cuh"
+#include "cuda/tensor_map.h"
+
+namespace flashattn::hopper {
+
+// Named barrier 1: both consumers' dS^T of a query block are in shared memory.
+constexpr unsigned kDsReadyBarrier = 1;
+
+// D[64 x N] (+)= A * B over one k16 step, A and B from shared memory.
+template <typename Elem, int N, ptx::WgmmaMajor kMajorA, ptx::WgmmaMajor kMajorB>
+__device__ __forceinline__ void bwd_wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d FLASHATTN_CALLER_SITE) {
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) {
+    ptx::wgmma_bf16_ss<N, kMajorA, kMajorB>(d, desc_a, desc_b, scale_d FLASHATTN_CALLER_SITE_ARGS);
+  } else {
+    ptx::wgmma_f16_ss<N, kMajorA, kMajorB>(d, desc_a, desc_b, scale_d FLASHATTN_CALLER_SITE_ARGS);
+  }
+}
+
+// D[64 x N] += A * B over one k16 step, A from registers, B MN-major.
+template <typename Elem, int N>
+__device__ __forceinline__ void bwd_wgmma_rs(float (&d)[N / 2], const uint32_t* a,
+                                             uint64_t desc_b FLASHATTN_CALLER_SITE) {
+  const uint32_t frag[4] = {a[0], a[1], a[2], a[3]};
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) {
+    ptx::wgmma_bf16_rs<N, ptx::WgmmaMajor::MN>(d, frag, desc_b, 1 FLASHATTN_CALLER_SITE_ARGS);
+  } else {
+    ptx::wgmma_f16_rs<N, ptx::WgmmaMajor::MN>(d, frag, desc_b, 1 FLASHATTN_CALLER_SITE_ARGS);
+  }
+}
+
+// kN fp32 accumulator elements rounded into kN / 2 packed pairs: for an m64nN accumulator, k16
+// step kk's A fragment is pairs 4kk..4kk+3 (ptx_sm90_mma.cuh's layouts).
+template <typename Elem, int kN>
+__device__ __forceinline__ void pack_pairs(const float (&x)[kN], uint32_t (&out)[kN / 2]) {
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) out[i] = cuda::pack_rn<Elem>(x[2 * i], x[2 * i + 1]);
+}
+
+template <typename Elem, int kHeadDim, bool kCausal>
+__global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
+    bwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
+                    const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_do,
+                    const BwdSm90Params p, const DqAccumLayout<kHeadDim> dq_layout) {
+  using namespace flashattn::ptx;
+  using Cfg = BwdSm90Config<kHeadDim>;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
+  FLASHATTN_DYNAMIC_SMEM(unsigned char, smem_base);
+  unsigned char* smem =
+      smem_base + (kSwizzleAtomBytes - smem_u32addr(smem_base) % kSwizzleAtomBytes) % kSwizzleAtomBytes;
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
+  uint64_t* q_full = kv_full + 1;
+  uint64_t* q_empty = q_full + kStages;
+  uint64_t* dq_full = q_empty + kStages;
+  uint64_t* dq_empty = dq_full + Cfg::kConsumers;
+
+  const int tid = threadIdx.x, group = tid / 128;
+  const int n_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z;
+  const int diag_offset = causal_diag_offset(p.align_bottom_right, p.seqlen_q, p.seqlen_k);
+  using Blocks = QueryBlocks<kCausal, kBlockM, kBlockN>;
+  const Blocks blocks(n_block, p.seqlen_q, diag_offset);
+  const int n_m = blocks.end - blocks.begin;
+  const int n_iters = n_m * p.head_group;  // (query head of the group, query block) pairs
+  auto head_of = [&](int it) { return kv_head * p.head_group + it / n_m; };
+  auto m_block_of = [&](int it) { return blocks.begin + it % n_m; };
+
+  if (tid == 0) {
+    tma_prefetch_descriptor(&map_q);
+    tma_prefetch_descriptor(&map_k);
+    tma_prefetch_descriptor(&map_v);
+    tma_prefetch_descriptor(&map_do);
+    mbarrier_init(kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&q_full[s], 1);
+      mbarrier_init(&q_empty[s], Cfg::kConsumers);
+    }
+    for (int c = 0; c < Cfg::kConsumers; ++c) {
+      mbarrier_init(&dq_full[c], 128);
+      mbarrier_init(&dq_empty[c], 1);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (group == 0) {
+    // ---- Producer warpgroup ----
+    setmaxnreg_dec<Cfg::kProducerRegisters>();
+    if (tid == 0 && n_iters > 0) {
+      // Warp 0: the loads.
+      mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKvBytes);
+#pragma unroll
+      for (int c = 0; c < Cfg::kChunks; ++c) {
+        tma_load_4d(smem + Cfg::kKOffset + c * Cfg::kKvChunkBytes, &map_k, kv_full, 64 * c, n_block * kBlockN,
+                    kv_head, batch);  // SITE:load_k
+        tma_load_4d(smem + Cfg::kVOffset + c * Cfg::kKvChunkBytes, &map_v, kv_full, 64 * c, n_block * kBlockN,
+                    kv_head, batch);  // SITE:load_v
+      }
+      for (int it = 0; it < n_iters; ++it) {
+        const int s = it % kStages, head = head_of(it), m_block = m_block_of(it);
+        mbarrier_wait_parity(&q_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
+        mbarrier_arrive_expect_tx(&q_full[s], 2 * Cfg::kQBytes + 2 * Cfg::kRowStatBytes);
+#pragma unroll
+        for (int c = 0; c < Cfg::kChunks; ++c) {
+          tma_load_4d(smem + Cfg::kQOffset + s * Cfg::kQBytes + c * Cfg::kQChunkBytes, &map_q, &q_full[s], 64 * c,
+                      m_block * kBlockM, head, batch);  // SITE:load_q
+          tma_load_4d(smem + Cfg::kDoOffset + s * Cfg::kQBytes + c * Cfg::kQChunkBytes, &map_do, &q_full[s], 64 * c,
+                      m_block * kBlockM, head, batch);  // SITE:load_do
+        }
+        const int64_t stat = (static_cast<int64_t>(batch) * p.heads_q + head) * dq_layout.seqlen_q_padded +
+                             m_block * kBlockM;
+        bulk_copy_g2s(smem + Cfg::kLseOffset + s * Cfg::kRowStatBytes, p.lse_log2 + stat, Cfg::kRowStatBytes,
+                      &q_full[s]);  // SITE:load_lse
+        bulk_copy_g2s(smem + Cfg::kDpsumOffset + s * Cfg::kRowStatBytes, p.dpsum + stat, Cfg::kRowStatBytes,
+                      &q_full[s]);  // SITE:load_dpsum
+      }
+    } else if (tid == 32) {
+      // Warp 1: the dQ writer. Deterministic dQ: this key block's own slice, so no two CTAs add
+      // into the same floats and the convert kernel sums the slices in a fixed order.
+      const int slice = p.deterministic ? n_block : 0;
+      for (int it = 0; it < n_iters; ++it) {
+        for (int c = 0; c < Cfg::kConsumers; ++c) {
+          mbarrier_wait_parity(&dq_full[c], static_cast<uint32_t>(it) & 1);
+          float* dst = p.dq_accum + dq_layout.part(slice, batch, head_of(it), m_block_of(it), c);
+          bulk_reduce_add_f32(dst, reinterpret_cast<const float*>(smem + Cfg::kDqOffset + c * Cfg::kDqPartBytes),
+                              Cfg::kDqPartBytes);  // SITE:reduce_dq
+          bulk_commit_group();
+          bulk_wait_group_read<0>();  // the part's buffer may be refilled; the writes land by the grid's end
+          mbarrier_arrive(&dq_empty[c]);  // SITE:dq_empty
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers ----
+  setmaxnreg_inc<Cfg::kConsumerRegisters>();
+  const int consumer = group - 1, t = tid % 128, warp = t / 32, lane = t % 32;
+  const int g = lane / 4, tq = lane % 4;
+  // This thread's accumulator rows (keys) of the m64 tiles: key_row and key_row + 8.
+  const int key_row = n_block * kBlockN + 64 * consumer + 16 * warp + g;
+
+  float dk[kHeadDim / 2], dv[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  // Descriptors (128-byte swizzle, tiles in chunks of [rows x 128 bytes]).
+  // K-major operands (K, V as A of S^T / dP^T; Q, dO as B): rows 128 bytes apart in 8-row atoms
+  // (SBO 1024), a k16 step 32 bytes further, the next 64 columns of d one chunk further.
+  // MN-major operands (dO, Q as B of dV / dK; dS as A and K as B of dQ): 64 contiguous
+  // elements of M / N per 128-byte row, the rows being K; k16 = 16 rows (2048 bytes); the next
+  // 64 of M / N one chunk further (LBO).
+  const uint32_t smem_addr = smem_u32addr(smem);
+  const uint64_t desc_k = wgmma_descriptor(smem_addr + Cfg::kKOffset + consumer * 64 * kSwizzleRowBytes, 16, 1024,
+                                           WgmmaSwizzle::B128);
+  const uint64_t desc_v = wgmma_descriptor(smem_addr + Cfg::kVOffset + consumer * 64 * kSwizzleRowBytes, 16, 1024,
+                                           WgmmaSwizzle::B128);
+  const uint64_t desc_q = wgmma_descriptor(smem_addr + Cfg::kQOffset, 16, 1024, WgmmaSwizzle::B128);
+  const uint64_t desc_do = wgmma_descriptor(smem_addr + Cfg::kDoOffset, 16, 1024, WgmmaSwizzle::B128);
+  const uint64_t desc_q_mn = wgmma_descriptor(smem_addr + Cfg::kQOffset, Cfg::kQChunkBytes, 1024, WgmmaSwizzle::B128);
+  const uint64_t desc_do_mn =
+      wgmma_descriptor(smem_addr + Cfg::kDoOffset, Cfg::kQChunkBytes, 1024, WgmmaSwizzle::B128);
+  // dQ part: rows 64c of the query block (A's chunk c) or columns 64c of d (K's chunk c).
+  const uint64_t desc_ds_mn =
+      wgmma_descriptor(smem_addr + Cfg::kDsOffset + (Cfg::kDqPartRows ? consumer * Cfg::kDsChunkBytes : 0),
+                       Cfg::kDsChunkBytes, 1024, WgmmaSwizzle::B128);
+  const uint64_t desc_k_mn =
+      wgmma_descriptor(smem_addr + Cfg::kKOffset + (Cfg::kDqPartRows ? 0 : consumer * Cfg::kKvChunkBytes),
+                       Cfg::kKvChunkBytes, 1024, WgmmaSwizzle::B128);
+  constexpr uint32_t kK16Rows = 16 * kSwizzleRowBytes;  // an MN-major k16 step
+
+  if (n_iters > 0) mbarrier_wait_parity(kv_full, 0);
+  for (int it = 0; it < n_iters; ++it) {
+    const int s = it % kStages, m_block = m_block_of(it);
+    mbarrier_wait_parity(&q_full[s], static_cast<uint32_t>(it / kStages) & 1);
+
+    // S^T and dP^T, two commit groups.
+    float sacc[kBlockM / 2], dpacc[kBlockM / 2];
+    wgmma_fence_operand(sacc);
+    wgmma_fence_operand(dpacc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const uint32_t kv_off = (kk / 4) * Cfg::kKvChunkBytes + 32 * (kk % 4);
+      const uint32_t q_off = s * Cfg::kQBytes + (kk / 4) * Cfg::kQChunkBytes + 32 * (kk % 4);
+      bwd_wgmma_ss<Elem, kBlockM, WgmmaMajor::K, WgmmaMajor::K>(sacc, wgmma_descriptor_advance(desc_k, kv_off),
+                                                                wgmma_descriptor_advance(desc_q, q_off), kk > 0);  // SITE:wgmma_s
+    }
+    wgmma_commit_group();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const uint32_t kv_off = (kk / 4) * Cfg::kKvChunkBytes + 32 * (kk % 4);
+      const uint32_t q_off = s * Cfg::kQBytes + (kk / 4) * Cfg::kQChunkBytes + 32 * (kk % 4);
+      bwd_wgmma_ss<Elem, kBlockM, WgmmaMajor::K, WgmmaMajor::K>(dpacc, wgmma_descriptor_advance(desc_v, kv_off),
+                                                                wgmma_descriptor_advance(desc_do, q_off), kk > 0);  // SITE:wgmma_dp
+    }
+    wgmma_commit_group();
+
+    // P^T while dP^T is on the tensor cores. Element i of a row: query column
+    // 8 (i / 4) + 2 tq + i % 2, key row key_row + 8 ((i % 4) / 2).
+    const float* lse_log2 = reinterpret_cast<const float*>(smem + Cfg::kLseOffset + s * Cfg::kRowStatBytes);
+    const float* dpsum = reinterpret_cast<const float*>(smem + Cfg::kDpsumOffset + s * Cfg::kRowStatBytes);
+    const bool masked = Blocks::needs_mask(m_block, n_block, p.seqlen_k, diag_offset);
+    wgmma_wait_group<1>();  // SITE:wait_s
+    wgmma_fence_operand(sacc);
+#pragma unroll
+    for (int i = 0; i < kBlockM / 2; ++i) {
+      const int col = 8 * (i / 4) + 2 * tq + i % 2;
+      const int key = key_row + 8 * ((i % 4) / 2), row = m_block * kBlockM + col;
+      const bool visible = !masked || (key < p.seqlen_k && (!kCausal || key <= row + diag_offset));
+      sacc[i] = visible ? exp2_approx(sacc[i] * p.scale_log2 - FLASHATTN_SMEM(lse_log2)[col]) : 0.f;
+    }
+    wgmma_wait_group<0>();  // SITE:wait_dp
+    wgmma_fence_operand(dpacc);
+#pragma unroll
+    for (int i = 0; i < kBlockM / 2; ++i) {
+      const int col = 8 * (i / 4) + 2 * tq + i % 2;
+      dpacc[i] = sacc[i] * (dpacc[i] - FLASHATTN_SMEM(dpsum)[col]);
+    }
+    uint32_t pfrag[kBlockM / 4], dsfrag[kBlockM / 4];
+    pack_pairs<Elem>(sacc, pfrag);
+    pack_pairs<Elem>(dpacc, dsfrag);
+
+    // dS^T -> dS buffer it % 2 (rows = this consumer's keys, 64 queries per chunk, 128-byte
+    // swizzle): stmatrix.x4 stores rows 0-7 / 8-15 of the warp's 16 at columns 8j and 8j + 8;
+    // lane 8m + r addresses row r of matrix m. Written before the dK MMA reads dsfrag.
+    unsigned char* ds_tile = smem + Cfg::kDsOffset + (it % 2) * Cfg::kDsBytes;
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; j += 2) {
+      const int m = lane / 8, row = 64 * consumer + 16 * warp + lane % 8 + 8 * (m % 2), col = 8 * (j + m / 2);
+      unsigned char* dst = ds_tile + (col / 64) * Cfg::kDsChunkBytes + row * kSwizzleRowBytes +
+                           16 * (((col % 64) / 8) ^ (row % 8));
+      stmatrix_x4(dst, dsfrag[2 * j], dsfrag[2 * j + 1], dsfrag[2 * j + 2], dsfrag[2 * j + 3]);  // SITE:store_ds
+    }
+    fence_proxy_async_shared_cta();  // dQ's wgmma reads dS through the async proxy
+
+    // dV += P^T dO, dK += dS^T Q.
+    wgmma_fence_operand(dv);
+    wgmma_fence_operand(dk);
+    wgmma_fence_operand(pfrag);
+    wgmma_fence_operand(dsfrag);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+      bwd_wgmma_rs<Elem, kHeadDim>(dv, &pfrag[4 * kk],
+                                   wgmma_descriptor_advance(desc_do_mn, s * Cfg::kQBytes + kk * kK16Rows));  // SITE:wgmma_dv
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+      bwd_wgmma_rs<Elem, kHeadDim>(dk, &dsfrag[4 * kk],
+                                   wgmma_descriptor_advance(desc_q_mn, s * Cfg::kQBytes + kk * kK16Rows));  // SITE:wgmma_dk
+    wgmma_commit_group();
+
+    // dQ part = dS K over all kBlockN keys: both consumers' dS^T must be in place. The buffer
+    // alternates, so the other consumer's dQ MMA of query block it - 1 may still read the other
+    // one; it finished the one written here (it - 2) before arriving at it - 1's barrier.
+    named_barrier_sync(kDsReadyBarrier, 256);  // SITE:ds_ready
+    float dq[Cfg::kDqPartFloats / 128];
+    wgmma_fence_operand(dq);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      bwd_wgmma_ss<Elem, 64, WgmmaMajor::MN, WgmmaMajor::MN>(
+          dq, wgmma_descriptor_advance(desc_ds_mn, (it % 2) * Cfg::kDsBytes + kk * kK16Rows),
+          wgmma_descriptor_advance(desc_k_mn, kk * kK16Rows), kk > 0);  // SITE:wgmma_dq
+    wgmma_commit_group();
+    wgmma_wait_group<0>();  // SITE:wait_all
+    wgmma_fence_operand(dv);
+    wgmma_fence_operand(dk);
+    wgmma_fence_operand(dq);
+    wgmma_fence_operand(pfrag);
+    wgmma_fence_operand(dsfrag);
+    if (t == 0) mbarrier_arrive(&q_empty[s]);  // SITE:release
+
+    // The dQ part (64 x 64 fp32, row-major) -> this consumer's buffer -> the dQ writer.
+    mbarrier_wait_parity(&dq_empty[consumer], (static_cast<uint32_t>(it) & 1) ^ 1);  // SITE:dq_wait_empty
+    float* dq_tile = reinterpret_cast<float*>(smem + Cfg::kDqOffset + consumer * Cfg::kDqPartBytes);
+#pragma unroll
+    for (int i = 0; i < Cfg::kDqPartFloats / 128; i += 2) {
+      const int row = 16 * warp + g + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * tq;
+      FLASHATTN_SMEM(dq_tile)[row * 64 + col] = dq[i];
+      FLASHATTN_SMEM(dq_tile)[row * 64 + col + 1] = dq[i + 1];  // SITE:store_dq
+    }
+    fence_proxy_async_shared_cta();  // the bulk reduce reads the buffer through the async proxy
+    mbarrier_arrive(&dq_full[consumer]);
+  }
+
+  // ---- Epilogue: dK (scaled) and dV rounded and stored from registers; keys past Sk skipped ----
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; i += 2) {
+    const int key = key_row + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * tq;
+    if (key < p.seqlen_k) {
+      uint16_t* dk_row = static_cast<uint16_t*>(p.dk) + batch * p.dk_batch_stride + key * p.dk_row_stride +
+                         kv_head * p.dk_head_stride + col;
+      uint16_t* dv_row = static_cast<uint16_t*>(p.dv) + batch * p.dv_batch_stride + key * p.dv_row_stride +
+                         kv_head * p.dv_head_stride + col;
+      *FLASHATTN_GMEM(reinterpret_cast<uint32_t*>(dk_row)) = cuda::pack_rn<Elem>(dk[i] * p.scale, dk[i + 1] * p.scale);
+      *FLASHATTN_GMEM(reinterpret_cast<uint32_t*>(dv_row)) = cuda::pack_rn<Elem>(dv[i], dv[i + 1]);  // SITE:store_dkdv
+    }
+  }
+}
+
+}  // namespace flashattn::hopper

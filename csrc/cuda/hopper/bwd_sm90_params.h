@@ -1,0 +1,118 @@
+// The sm_90a backward's own arguments (issue 31, stage 5): a small struct, not AttnParams, until
+// the architecture-aware plan wires the kernels into the dispatch. Tensors have AttnParams'
+// layouts: Q, O, dO, dQ [B, Sq, Hq, D], K, V, dK, dV [B, Sk, Hkv, D], each seen through element
+// strides with a contiguous last dimension; the forward's LSE [B, Hq, Sq] (fp32, natural log,
+// -inf for a row that sees no key).
+//
+// Three kernels run in order (bwd_sm90_launch.h):
+//   1. rows (bwd_sm90_rows.cuh): LSE * log2(e) and D = rowsum(dO * O) into row-stat buffers
+//      [B, Hq, Sq padded to kBlockM] (TMA's bulk copies need whole 16-byte-aligned blocks, so
+//      padded rows hold +inf and 0: P = 0 there), and zeroes the fp32 dQ accumulator.
+//   2. the main kernel (bwd_sm90_kernel.cuh): dK, dV, and dQ added into the accumulator.
+//   3. convert (bwd_sm90_rows.cuh): dQ = scale * accumulator, rounded to the 16-bit type.
+// Q, K, V and dO reach the main kernel as TMA tensor maps, 4D boxes of (64 columns, rows, 1
+// head, 1 batch) with the 128-byte swizzle; their strides must be multiples of 8 elements.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "cuda/hopper/bwd_sm90_config.h"
+#include "cuda/hopper/fwd_sm90_params.h"  // FwdSm90Input: one [B, S, H, D] tensor's strides
+#include "cuda/tensor_map.h"
+
+namespace flashattn::hopper {
+
+// Where one [B, S, H, D] tensor lives (element strides), for the maps and the plain accesses.
+using BwdSm90Tensor = FwdSm90Input;
+
+struct BwdSm90Params {
+  int batch = 0, seqlen_q = 0, seqlen_k = 0;
+  int heads_q = 0, head_group = 1;  // query head h reads kv head h / head_group
+  float scale = 0.f;                // the softmax scale
+  float scale_log2 = 0.f;           // scale * log2(e)
+  // Causal kernels: row i sees key j iff j <= i + (align_bottom_right ? Sk - Sq : 0).
+  bool align_bottom_right = true;
+  // Row stats [B, Hq, seqlen_q padded] (rows contiguous), written by the rows kernel.
+  float* lse_log2 = nullptr;
+  float* dpsum = nullptr;
+  // The fp32 dQ accumulator (DqAccumLayout); deterministic: one slice per key block.
+  float* dq_accum = nullptr;
+  bool deterministic = false;
+  // dK, dV [B, Sk, Hkv, D] (written from registers; rows past Sk are not written).
+  void* dk = nullptr;
+  void* dv = nullptr;
+  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+};
+
+struct BwdSm90Maps {
+  TensorMap q, k, v, dout;
+};
+
+// One 4D map over a [B, S, H, D] tensor: dims (D, S, H, B), boxes of (64, box_rows, 1, 1),
+// 128-byte swizzle. "" on success, else the encoder's reason.
+inline std::string encode_bshd_map(TensorMap* map, TensorMapDtype dtype, int head_dim, int batch,
+                                   const BwdSm90Tensor& t, int box_rows) {
+  TensorMapSpec spec;
+  spec.dtype = dtype;
+  spec.rank = 4;
+  spec.global = t.ptr;
+  spec.dims[0] = static_cast<uint64_t>(head_dim);
+  spec.dims[1] = static_cast<uint64_t>(t.seqlen);
+  spec.dims[2] = static_cast<uint64_t>(t.heads);
+  spec.dims[3] = static_cast<uint64_t>(batch);
+  spec.strides[0] = static_cast<uint64_t>(t.row_stride) * 2;
+  spec.strides[1] = static_cast<uint64_t>(t.head_stride) * 2;
+  spec.strides[2] = static_cast<uint64_t>(t.batch_stride) * 2;
+  spec.box[0] = 64;
+  spec.box[1] = static_cast<uint32_t>(box_rows);
+  spec.swizzle = TensorMapSwizzle::B128;
+  spec.l2_promotion = TensorMapL2Promotion::B128;
+  return encode_tensor_map(map, spec);
+}
+
+// Q and dO in boxes of kBlockM rows, K and V of kBlockN.
+template <int kHeadDim>
+std::string make_bwd_sm90_maps(BwdSm90Maps& maps, TensorMapDtype dtype, int batch, const BwdSm90Tensor& q,
+                               const BwdSm90Tensor& k, const BwdSm90Tensor& v, const BwdSm90Tensor& dout) {
+  using Cfg = BwdSm90Config<kHeadDim>;
+  const struct {
+    TensorMap* map;
+    const BwdSm90Tensor* t;
+    int rows;
+    const char* name;
+  } all[4] = {{&maps.q, &q, Cfg::kBlockM, "Q"}, {&maps.k, &k, Cfg::kBlockN, "K"},
+              {&maps.v, &v, Cfg::kBlockN, "V"}, {&maps.dout, &dout, Cfg::kBlockM, "dO"}};
+  for (const auto& m : all) {
+    const std::string error = encode_bshd_map(m.map, dtype, kHeadDim, batch, *m.t, m.rows);
+    if (!error.empty()) return std::string(m.name) + ": " + error;
+  }
+  return "";
+}
+
+// The query blocks key block n_block visits: [begin, end). Causal: row i sees key j iff
+// j <= i + diag_offset, so the first row that sees the block's first key is n0 - diag_offset.
+// Empty when no row sees any key of the block (top-left alignment with Sk > Sq): its dK and dV
+// are zero.
+template <bool kCausal, int kBlockM, int kBlockN>
+struct QueryBlocks {
+  int begin, end;
+  __host__ __device__ QueryBlocks(int n_block, int seqlen_q, int diag_offset) {
+    end = (seqlen_q + kBlockM - 1) / kBlockM;
+    begin = 0;
+    if (kCausal) {
+      const int first_row = n_block * kBlockN - diag_offset;
+      begin = first_row <= 0 ? 0 : first_row / kBlockM;
+      if (begin > end) begin = end;
+    }
+  }
+  // Whether some (row, key) pair of (m_block, this key block) is masked: the ragged last key
+  // block, or a query block crossing the causal diagonal.
+  __host__ __device__ static bool needs_mask(int m_block, int n_block, int seqlen_k, int diag_offset) {
+    const int n_last = n_block * kBlockN + kBlockN - 1;
+    if (n_last >= seqlen_k) return true;
+    return kCausal && m_block * kBlockM + diag_offset < n_last;
+  }
+};
+
+}  // namespace flashattn::hopper

@@ -1,0 +1,321 @@
+// The sm_90a attention backward (csrc/cuda/hopper/bwd_sm90_*) on the shim, against a float64
+// reference of dQ, dK and dV.
+//   hopper_bwd_test CASE
+// Each case runs a few shapes of one configuration (element type, head dim, causal,
+// deterministic dQ). Q, K, V, dO are random and non-zero (fixed seeds); O and the LSE are the
+// exact forward's (O rounded to the 16-bit type, as a forward would store it). dQ, dK, dV and
+// the workspace are poisoned (NaN) before the launch, and a guard after each output must stay
+// untouched. Tolerance: each gradient's largest error against float64 at most 3x (+1e-5) the
+// largest error of the same backward computed the way PyTorch's autograd computes it in the
+// 16-bit type (every matmul and softmax output rounded to it; the "emulated" column).
+// Deterministic cases also print "dq-bits HASH" (FNV-1a of dQ's bits): the pytest driver checks
+// that the hash is the same under every schedule and copy completion.
+// Exit status: 0 = within tolerance, 1 = not (printed), 2 = setup error, 3 = SimError.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/hopper/bwd_sm90_launch.h"
+#include "named_cases.h"
+
+namespace {
+
+using namespace flashattn::hopper;
+
+template <typename Elem>
+uint16_t bits_of(float x) {
+  Elem h;
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) h = __float2bfloat16_rn(x);
+  else h = __float2half_rn(x);
+  uint16_t b;
+  std::memcpy(&b, &h, sizeof b);
+  return b;
+}
+template <typename Elem>
+float value_of(uint16_t b) {
+  Elem h;
+  std::memcpy(static_cast<void*>(&h), &b, sizeof b);
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) return __bfloat162float(h);
+  else return __half2float(h);
+}
+template <typename Elem>
+double round_to(double x) {
+  return value_of<Elem>(bits_of<Elem>(static_cast<float>(x)));
+}
+
+struct Shape {
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
+  bool kv_heads_outer;    // K, V as [B, Hkv, Sk, D] (else [B, Sk, Hkv, D], like Q)
+  bool top_left = false;  // causal: SDPA's top-left alignment (else FA2's bottom-right)
+};
+
+// A [B, S, H, D] tensor of 16-bit bits stored with the given layout.
+struct Tensor {
+  int batch, seqlen, heads, dim;
+  bool heads_outer;
+  std::vector<uint16_t> bits;
+  size_t index(int b, int s, int h, int d) const {
+    return heads_outer ? ((static_cast<size_t>(b) * heads + h) * seqlen + s) * dim + d
+                       : ((static_cast<size_t>(b) * seqlen + s) * heads + h) * dim + d;
+  }
+  BwdSm90Tensor view() const {
+    BwdSm90Tensor t;
+    t.ptr = bits.data();
+    t.seqlen = seqlen, t.heads = heads;
+    t.batch_stride = static_cast<int64_t>(seqlen) * heads * dim;
+    t.row_stride = heads_outer ? dim : static_cast<int64_t>(heads) * dim;
+    t.head_stride = heads_outer ? static_cast<int64_t>(seqlen) * dim : dim;
+    return t;
+  }
+};
+
+template <typename Elem>
+Tensor random_tensor(std::mt19937& rng, int b, int s, int h, int d, bool heads_outer) {
+  Tensor t{b, s, h, d, heads_outer, {}};
+  t.bits.resize(static_cast<size_t>(b) * s * h * d);
+  std::uniform_real_distribution<float> mag(0.05f, 1.5f);
+  std::bernoulli_distribution sign(0.5);
+  for (auto& x : t.bits) x = bits_of<Elem>(sign(rng) ? mag(rng) : -mag(rng));
+  return t;
+}
+
+constexpr int kGuard = 64;
+constexpr uint16_t kPoison = 0xFFFF;  // NaN in both 16-bit types
+
+uint64_t fnv1a(const std::vector<uint16_t>& v, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) {
+    h = (h ^ (v[i] & 0xFF)) * 1099511628211ull;
+    h = (h ^ (v[i] >> 8)) * 1099511628211ull;
+  }
+  return h;
+}
+
+// Largest |got - exact| and |emulated - exact| of one gradient.
+struct ErrorPair {
+  double err = 0, emulated = 0;
+  int nonfinite = 0;
+  void add(double got, double exact, double emulated_value) {
+    if (!std::isfinite(got)) ++nonfinite;
+    err = std::max(err, std::fabs(got - exact));
+    emulated = std::max(emulated, std::fabs(emulated_value - exact));
+  }
+  bool ok() const { return nonfinite == 0 && err <= 3 * emulated + 1e-5; }
+};
+
+template <typename Elem, int kHeadDim, bool kCausal>
+int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
+  constexpr int D = kHeadDim;
+  const int B = sh.batch, Hq = sh.heads_q, Hkv = sh.heads_kv, Sq = sh.seqlen_q, Sk = sh.seqlen_k;
+  const int group = Hq / Hkv;
+  std::mt19937 rng(seed);
+  const Tensor q = random_tensor<Elem>(rng, B, Sq, Hq, D, false);
+  const Tensor k = random_tensor<Elem>(rng, B, Sk, Hkv, D, sh.kv_heads_outer);
+  const Tensor v = random_tensor<Elem>(rng, B, Sk, Hkv, D, sh.kv_heads_outer);
+  const Tensor dout = random_tensor<Elem>(rng, B, Sq, Hq, D, false);
+  const int diag_offset = sh.top_left ? 0 : Sk - Sq;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto val = [](const Tensor& t, int b, int s, int h, int d) { return static_cast<double>(value_of<Elem>(t.bits[t.index(b, s, h, d)])); };
+  auto visible = [&](int i, int j) { return !kCausal || j <= i + diag_offset; };
+
+  // The exact forward and backward in float64, and PyTorch's 16-bit computation.
+  Tensor o{B, Sq, Hq, D, false, std::vector<uint16_t>(static_cast<size_t>(B) * Sq * Hq * D)};
+  std::vector<float> lse(static_cast<size_t>(B) * Hq * Sq);
+  const size_t q_elems = static_cast<size_t>(B) * Sq * Hq * D, kv_elems = static_cast<size_t>(B) * Sk * Hkv * D;
+  std::vector<double> dq_ref(q_elems, 0), dk_ref(kv_elems, 0), dv_ref(kv_elems, 0);
+  std::vector<double> dq_emu(q_elems, 0), dk_emu(kv_elems, 0), dv_emu(kv_elems, 0);
+  std::vector<double> dk_emu_acc(kv_elems, 0), dv_emu_acc(kv_elems, 0);  // fp32-like sums before rounding
+  auto qi = [&](int b, int i, int h, int d) { return ((static_cast<size_t>(b) * Sq + i) * Hq + h) * D + d; };
+  auto ki = [&](int b, int j, int h, int d) { return ((static_cast<size_t>(b) * Sk + j) * Hkv + h) * D + d; };
+  std::vector<double> p(Sk), p16(Sk), ds(Sk), ds16(Sk);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < Hq; ++h) {
+      const int hk = h / group;
+      for (int i = 0; i < Sq; ++i) {
+        double mx = -INFINITY, mx16 = -INFINITY;
+        for (int j = 0; j < Sk; ++j) {
+          double dot = 0;
+          float dot_f = 0;
+          for (int d = 0; d < D; ++d) {
+            const double x = val(q, b, i, h, d) * val(k, b, j, hk, d);
+            dot += x;
+            dot_f += static_cast<float>(x);
+          }
+          p[j] = visible(i, j) ? dot * scale : -INFINITY;
+          p16[j] = visible(i, j) ? round_to<Elem>(round_to<Elem>(dot_f) * scale) : -INFINITY;
+          mx = std::max(mx, p[j]);
+          mx16 = std::max(mx16, p16[j]);
+        }
+        double l = 0, l16 = 0;
+        for (int j = 0; j < Sk; ++j) {
+          p[j] = mx == -INFINITY ? 0 : std::exp(p[j] - mx);
+          p16[j] = mx16 == -INFINITY ? 0 : std::exp(p16[j] - mx16);
+          l += p[j];
+          l16 += p16[j];
+        }
+        for (int j = 0; j < Sk; ++j) {
+          p[j] = l > 0 ? p[j] / l : 0;
+          p16[j] = l16 > 0 ? round_to<Elem>(p16[j] / l16) : 0;
+        }
+        lse[(static_cast<size_t>(b) * Hq + h) * Sq + i] = l > 0 ? static_cast<float>(mx + std::log(l)) : -INFINITY;
+        std::vector<double> o_row(D, 0);
+        for (int d = 0; d < D; ++d) {
+          for (int j = 0; j < Sk; ++j) o_row[d] += p[j] * val(v, b, j, hk, d);
+          o.bits[o.index(b, i, h, d)] = bits_of<Elem>(static_cast<float>(o_row[d]));
+        }
+        // dP = dO V^T; D = rowsum(dO * O) = sum_j P dP; dS = P (dP - D) (times scale for dQ, dK).
+        double dsum = 0;
+        float dsum16 = 0;
+        std::vector<double> dp16(Sk);
+        for (int j = 0; j < Sk; ++j) {
+          double dp = 0;
+          float dp_f = 0;
+          for (int d = 0; d < D; ++d) {
+            const double x = val(dout, b, i, h, d) * val(v, b, j, hk, d);
+            dp += x;
+            dp_f += static_cast<float>(x);
+          }
+          ds[j] = dp;
+          dp16[j] = round_to<Elem>(dp_f);
+          dsum += p[j] * dp;
+          dsum16 += static_cast<float>(p16[j] * dp16[j]);
+        }
+        for (int j = 0; j < Sk; ++j) {
+          ds[j] = p[j] * (ds[j] - dsum) * scale;
+          ds16[j] = round_to<Elem>(round_to<Elem>(static_cast<float>(p16[j] * (dp16[j] - dsum16))) * scale);
+        }
+        for (int d = 0; d < D; ++d) {
+          double acc = 0;
+          float acc_f = 0;
+          for (int j = 0; j < Sk; ++j) {
+            acc += ds[j] * val(k, b, j, hk, d);
+            acc_f += static_cast<float>(ds16[j] * val(k, b, j, hk, d));
+          }
+          dq_ref[qi(b, i, h, d)] = acc;
+          dq_emu[qi(b, i, h, d)] = round_to<Elem>(acc_f);
+        }
+        for (int j = 0; j < Sk; ++j)
+          for (int d = 0; d < D; ++d) {
+            dk_ref[ki(b, j, hk, d)] += ds[j] * val(q, b, i, h, d);
+            dv_ref[ki(b, j, hk, d)] += p[j] * val(dout, b, i, h, d);
+            dk_emu_acc[ki(b, j, hk, d)] += static_cast<float>(ds16[j] * val(q, b, i, h, d));
+            dv_emu_acc[ki(b, j, hk, d)] += static_cast<float>(p16[j] * val(dout, b, i, h, d));
+          }
+      }
+    }
+  // dK, dV: one rounding of the fp32 sum over the kv head's query heads (PyTorch's GQA through
+  // repeat_interleave rounds each head's gradient first, a larger error: this is the tighter yardstick).
+  for (size_t x = 0; x < kv_elems; ++x) {
+    dk_emu[x] = round_to<Elem>(dk_emu_acc[x]);
+    dv_emu[x] = round_to<Elem>(dv_emu_acc[x]);
+  }
+
+  // The kernels' outputs, poisoned, with guards.
+  std::vector<uint16_t> dq(q_elems + kGuard, kPoison), dk(kv_elems + kGuard, kPoison), dv(kv_elems + kGuard, kPoison);
+  BwdSm90Params prm;
+  prm.batch = B, prm.seqlen_q = Sq, prm.seqlen_k = Sk, prm.heads_q = Hq, prm.head_group = group;
+  prm.scale = static_cast<float>(scale);
+  prm.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  prm.align_bottom_right = !sh.top_left;
+  prm.deterministic = deterministic;
+  prm.dk = dk.data(), prm.dv = dv.data();
+  prm.dk_batch_stride = prm.dv_batch_stride = static_cast<int64_t>(Sk) * Hkv * D;
+  prm.dk_row_stride = prm.dv_row_stride = static_cast<int64_t>(Hkv) * D;
+  prm.dk_head_stride = prm.dv_head_stride = D;
+  std::vector<float> workspace(static_cast<size_t>(bwd_sm90_workspace_floats<D>(prm)), NAN);
+  bwd_sm90_bind_workspace<D>(prm, workspace.data());
+  BwdSm90Rows rows;
+  rows.o = o.bits.data(), rows.dout = dout.bits.data(), rows.dq = dq.data();
+  rows.o_batch_stride = rows.do_batch_stride = rows.dq_batch_stride = static_cast<int64_t>(Sq) * Hq * D;
+  rows.o_row_stride = rows.do_row_stride = rows.dq_row_stride = static_cast<int64_t>(Hq) * D;
+  rows.o_head_stride = rows.do_head_stride = rows.dq_head_stride = D;
+  rows.lse = lse.data(), rows.lse_batch_stride = static_cast<int64_t>(Hq) * Sq, rows.lse_head_stride = Sq;
+
+  BwdSm90Maps maps;
+  const auto dtype = std::is_same_v<Elem, __nv_bfloat16> ? flashattn::TensorMapDtype::BFloat16
+                                                         : flashattn::TensorMapDtype::Float16;
+  const std::string error = make_bwd_sm90_maps<D>(maps, dtype, B, q.view(), k.view(), v.view(), dout.view());
+  if (!error.empty()) {
+    std::printf("tensor maps: %s\n", error.c_str());
+    return 2;
+  }
+  const std::string launch = launch_bwd_sm90<Elem, D, kCausal>(maps, prm, rows, nullptr);
+  if (!launch.empty()) {
+    std::printf("launch: %s\n", launch.c_str());
+    return 2;
+  }
+
+  ErrorPair e_dq, e_dk, e_dv;
+  for (size_t x = 0; x < q_elems; ++x) e_dq.add(value_of<Elem>(dq[x]), dq_ref[x], dq_emu[x]);
+  for (size_t x = 0; x < kv_elems; ++x) {
+    e_dk.add(value_of<Elem>(dk[x]), dk_ref[x], dk_emu[x]);
+    e_dv.add(value_of<Elem>(dv[x]), dv_ref[x], dv_emu[x]);
+  }
+  int guard = 0;
+  for (int i = 0; i < kGuard; ++i)
+    guard += (dq[q_elems + i] != kPoison) + (dk[kv_elems + i] != kPoison) + (dv[kv_elems + i] != kPoison);
+  const bool ok = e_dq.ok() && e_dk.ok() && e_dv.ok() && guard == 0;
+  std::string tags = sh.kv_heads_outer ? " kv[B,H,S,D]" : "";
+  if (kCausal) tags += sh.top_left ? " causal top-left" : " causal";
+  if (deterministic) tags += " deterministic";
+  auto ratio = [](const ErrorPair& e) { return e.emulated > 0 ? e.err / e.emulated : 0.0; };
+  std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s: dQ err %.3g (emulated %.3g, ratio %.2f), dK %.3g (%.3g, %.2f), "
+              "dV %.3g (%.3g, %.2f), %d non-finite, %d guard writes\n",
+              ok ? "ok:" : "WRONG:", B, Hq, Hkv, Sq, Sk, tags.c_str(), e_dq.err, e_dq.emulated, ratio(e_dq), e_dk.err,
+              e_dk.emulated, ratio(e_dk), e_dv.err, e_dv.emulated, ratio(e_dv),
+              e_dq.nonfinite + e_dk.nonfinite + e_dv.nonfinite, guard);
+  std::printf("dq-bits %016llx\n", static_cast<unsigned long long>(fnv1a(dq, q_elems)));
+  return ok ? 0 : 1;
+}
+
+template <typename Elem, int kHeadDim, bool kCausal>
+int run(std::vector<Shape> shapes, bool deterministic = false) {
+  int status = 0;
+  unsigned seed = 1;
+  for (const Shape& sh : shapes) {
+    const int rc = run_shape<Elem, kHeadDim, kCausal>(sh, seed++, deterministic);
+    if (rc != 0) status = rc;
+  }
+  return status;
+}
+
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+// Sizes 1, 63, 65, 127, 129, 257, Sq < Sk and Sq > Sk, GQA, batch > 1, both K/V layouts,
+// both causal alignments (top-left with Sk > Sq leaves key blocks no row sees: dK = dV = 0).
+const selftest::NamedCases kCases = {
+    {"bf16_d64", [] { return run<bf16, 64, false>({{1, 1, 1, 1, 1, false}, {1, 2, 1, 65, 257, true},
+                                                    {1, 1, 1, 257, 63, false}}); }},
+    {"bf16_d128", [] { return run<bf16, 128, false>({{1, 1, 1, 129, 127, false}, {2, 2, 2, 63, 65, true}}); }},
+    {"f16_d64", [] { return run<f16, 64, false>({{1, 2, 2, 127, 129, true}}); }},
+    {"f16_d128", [] { return run<f16, 128, false>({{1, 3, 1, 257, 129, false}}); }},
+    {"bf16_d128_causal", [] { return run<bf16, 128, true>({{1, 1, 1, 257, 257, false}, {1, 2, 1, 65, 257, true},
+                                                           {1, 1, 1, 257, 63, false}}); }},
+    {"bf16_d64_causal", [] { return run<bf16, 64, true>({{1, 1, 1, 1, 129, false}, {1, 1, 1, 129, 127, true},
+                                                         {1, 1, 1, 65, 257, false, true}}); }},
+    {"f16_d64_causal", [] { return run<f16, 64, true>({{1, 2, 2, 127, 65, true}, {1, 1, 1, 63, 257, false, true}}); }},
+    {"f16_d128_causal", [] { return run<f16, 128, true>({{1, 1, 1, 129, 129, false}, {1, 1, 1, 257, 127, false, true}}); }},
+    // Deterministic dQ: one accumulator slice per key block, summed in order.
+    {"bf16_d64_deterministic", [] { return run<bf16, 64, false>({{1, 2, 1, 129, 385, false}}, true); }},
+    {"bf16_d128_causal_deterministic", [] { return run<bf16, 128, true>({{1, 1, 1, 257, 257, false}}, true); }},
+    // The shared accumulator's dQ (not deterministic) for the same shape: its bits follow the
+    // block order, which is what the deterministic slices remove.
+    {"bf16_d64_shared_dq", [] { return run<bf16, 64, false>({{1, 2, 1, 129, 385, false}}); }},
+    // Not in the test matrix: the shim's counters of one 256 x 512 d = 128 head.
+    {"counters_bf16_d128", [] {
+       cudasim::enable_counters(true);
+       const int rc = run<bf16, 128, false>({{1, 1, 1, 256, 512, false}});
+       cudasim::enable_counters(false);
+       std::printf("%s\n", cudasim::counters_json().c_str());
+       return rc;
+     }},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) { return selftest::run_named_case(argc, argv, kCases); }
