@@ -83,9 +83,12 @@ struct BwdSm90Config {
 };
 
 // The fp32 dQ accumulator: [slices][B][Hq][Sq padded to kBlockM][d] in tiles of kBlockM rows;
-// inside a tile, the two consumers' 64 x 64 parts one after the other, each row-major, so that
-// each part is one contiguous bulk reduce-add. One slice normally (every key block adds into
-// it); with deterministic dQ one slice per key block, summed in key-block order afterwards.
+// inside a tile, the two consumers' 64 x 64 parts one after the other, each one contiguous bulk
+// reduce-add, in the m64n64 accumulator's order (FA3 permutes its dQ accumulator likewise): the
+// i-th accumulator element of warpgroup thread t at i * 128 + t, so the consumers' stores into
+// the reduce's source buffer are conflict-free; the convert kernel reads it through element().
+// One slice normally (every key block adds into it); with deterministic dQ one slice per key
+// block, summed in key-block order afterwards.
 template <int kHeadDim>
 struct DqAccumLayout {
   using Cfg = BwdSm90Config<kHeadDim>;
@@ -108,12 +111,16 @@ struct DqAccumLayout {
     return slice * slice_stride + b * batch_stride + h * head_stride +
            static_cast<int64_t>(m_block) * Cfg::kBlockM * kHeadDim + consumer * Cfg::kDqPartFloats;
   }
-  // Element (row i, column col) of head (b, h).
+  // Element (row i, column col) of head (b, h). Within a part, (row, c) is accumulator element
+  // 4 (c / 8) + 2 ((row % 16) / 8) + c % 2 of thread 32 (row / 16) + 4 (row % 8) + (c % 8) / 2
+  // (ptx_sm90_mma.cuh's m64nN layout).
   __host__ __device__ int64_t element(int slice, int b, int h, int i, int col) const {
     const int r = i % Cfg::kBlockM;
     const int consumer = Cfg::kDqPartRows ? r / 64 : col / 64;
-    const int row = Cfg::kDqPartRows ? r % 64 : r;
-    return part(slice, b, h, i / Cfg::kBlockM, consumer) + row * 64 + col % 64;
+    const int row = Cfg::kDqPartRows ? r % 64 : r, c = col % 64;
+    const int thread = 32 * (row / 16) + 4 * (row % 8) + (c % 8) / 2;
+    const int elem = 4 * (c / 8) + 2 * ((row % 16) / 8) + c % 2;
+    return part(slice, b, h, i / Cfg::kBlockM, consumer) + elem * 128 + thread;
   }
 };
 

@@ -240,25 +240,36 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // 8 (i / 4) + 2 tq + i % 2, key row key_row + 8 ((i % 4) / 2).
     const float* lse_log2 = reinterpret_cast<const float*>(smem + Cfg::kLseOffset + s * Cfg::kRowStatBytes);
     const float* dpsum = reinterpret_cast<const float*>(smem + Cfg::kDpsumOffset + s * Cfg::kRowStatBytes);
-    const bool masked = Blocks::needs_mask(m_block, n_block, p.seqlen_k, diag_offset);
+    // Masked blocks: key (row r of the thread's two) is visible from query column col iff
+    // key < Sk and (causal) key <= m0 + col + diag_offset, i.e. col >= first_col[r].
+    int first_col[2] = {0, 0};
+    if (Blocks::needs_mask(m_block, n_block, p.seqlen_k, diag_offset)) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int key = key_row + 8 * r;
+        first_col[r] = key >= p.seqlen_k ? kBlockM : (kCausal ? key - diag_offset - m_block * kBlockM : 0);
+      }
+    }
     wgmma_wait_group<1>();  // SITE:wait_s
     wgmma_fence_operand(sacc);
 #pragma unroll
     for (int i = 0; i < kBlockM / 2; ++i) {
       const int col = 8 * (i / 4) + 2 * tq + i % 2;
-      const int key = key_row + 8 * ((i % 4) / 2), row = m_block * kBlockM + col;
-      const bool visible = !masked || (key < p.seqlen_k && (!kCausal || key <= row + diag_offset));
-      sacc[i] = visible ? exp2_approx(sacc[i] * p.scale_log2 - FLASHATTN_SMEM(lse_log2)[col]) : 0.f;
+      sacc[i] = col >= first_col[(i % 4) / 2] ? exp2_approx(sacc[i] * p.scale_log2 - FLASHATTN_SMEM(lse_log2)[col]) : 0.f;
     }
+    // P^T rounded into dV's A fragments right away: S^T's registers are free before dP^T's
+    // wait, which keeps the d = 64 consumers (kBlockM = 128) within 240 registers. dS^T takes
+    // the rounded P^T too (as PyTorch's 16-bit softmax backward does).
+    uint32_t pfrag[kBlockM / 4], dsfrag[kBlockM / 4];
+    pack_pairs<Elem>(sacc, pfrag);
     wgmma_wait_group<0>();  // SITE:wait_dp
     wgmma_fence_operand(dpacc);
 #pragma unroll
     for (int i = 0; i < kBlockM / 2; ++i) {
       const int col = 8 * (i / 4) + 2 * tq + i % 2;
-      dpacc[i] = sacc[i] * (dpacc[i] - FLASHATTN_SMEM(dpsum)[col]);
+      const float prob = cuda::to_float<Elem>(static_cast<uint16_t>(pfrag[i / 2] >> (16 * (i % 2))));
+      dpacc[i] = prob * (dpacc[i] - FLASHATTN_SMEM(dpsum)[col]);
     }
-    uint32_t pfrag[kBlockM / 4], dsfrag[kBlockM / 4];
-    pack_pairs<Elem>(sacc, pfrag);
     pack_pairs<Elem>(dpacc, dsfrag);
 
     // dS^T -> dS buffer it % 2 (rows = this consumer's keys, 64 queries per chunk, 128-byte
@@ -311,15 +322,13 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     wgmma_fence_operand(dsfrag);
     if (t == 0) mbarrier_arrive(&q_empty[s]);  // SITE:release
 
-    // The dQ part (64 x 64 fp32, row-major) -> this consumer's buffer -> the dQ writer.
+    // The dQ part -> this consumer's buffer -> the dQ writer. The buffer (and the accumulator)
+    // holds the part in accumulator order, element i of thread t at i * 128 + t
+    // (DqAccumLayout): a warp's stores are 32 consecutive floats, free of bank conflicts.
     mbarrier_wait_parity(&dq_empty[consumer], (static_cast<uint32_t>(it) & 1) ^ 1);  // SITE:dq_wait_empty
     float* dq_tile = reinterpret_cast<float*>(smem + Cfg::kDqOffset + consumer * Cfg::kDqPartBytes);
 #pragma unroll
-    for (int i = 0; i < Cfg::kDqPartFloats / 128; i += 2) {
-      const int row = 16 * warp + g + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * tq;
-      FLASHATTN_SMEM(dq_tile)[row * 64 + col] = dq[i];
-      FLASHATTN_SMEM(dq_tile)[row * 64 + col + 1] = dq[i + 1];  // SITE:store_dq
-    }
+    for (int i = 0; i < Cfg::kDqPartFloats / 128; ++i) FLASHATTN_SMEM(dq_tile)[i * 128 + t] = dq[i];  // SITE:store_dq
     fence_proxy_async_shared_cta();  // the bulk reduce reads the buffer through the async proxy
     mbarrier_arrive(&dq_full[consumer]);
   }

@@ -8,8 +8,9 @@
 // untouched. Tolerance: each gradient's largest error against float64 at most 3x (+1e-5) the
 // largest error of the same backward computed the way PyTorch's autograd computes it in the
 // 16-bit type (every matmul and softmax output rounded to it; the "emulated" column).
-// Deterministic cases also print "dq-bits HASH" (FNV-1a of dQ's bits): the pytest driver checks
-// that the hash is the same under every schedule and copy completion.
+// Every shape also prints "dq-bits HASH HASH" (FNV-1a of dQ's bits and of the fp32 accumulator's):
+// the pytest driver checks that deterministic cases print the same under every schedule and copy
+// completion.
 // Exit status: 0 = within tolerance, 1 = not (printed), 2 = setup error, 3 = SimError.
 #include <algorithm>
 #include <cmath>
@@ -86,12 +87,10 @@ Tensor random_tensor(std::mt19937& rng, int b, int s, int h, int d, bool heads_o
 constexpr int kGuard = 64;
 constexpr uint16_t kPoison = 0xFFFF;  // NaN in both 16-bit types
 
-uint64_t fnv1a(const std::vector<uint16_t>& v, size_t n) {
+uint64_t fnv1a(const void* data, size_t bytes) {
+  const unsigned char* b = static_cast<const unsigned char*>(data);
   uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h = (h ^ (v[i] & 0xFF)) * 1099511628211ull;
-    h = (h ^ (v[i] >> 8)) * 1099511628211ull;
-  }
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
   return h;
 }
 
@@ -268,7 +267,10 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
               ok ? "ok:" : "WRONG:", B, Hq, Hkv, Sq, Sk, tags.c_str(), e_dq.err, e_dq.emulated, ratio(e_dq), e_dk.err,
               e_dk.emulated, ratio(e_dk), e_dv.err, e_dv.emulated, ratio(e_dv),
               e_dq.nonfinite + e_dk.nonfinite + e_dv.nonfinite, guard);
-  std::printf("dq-bits %016llx\n", static_cast<unsigned long long>(fnv1a(dq, q_elems)));
+  // dQ's bits, and the fp32 accumulator's (the rounding to 16 bits can hide an order effect).
+  const DqAccumLayout<D> dq_layout = bwd_sm90_dq_layout<D>(prm);
+  std::printf("dq-bits %016llx %016llx\n", static_cast<unsigned long long>(fnv1a(dq.data(), q_elems * 2)),
+              static_cast<unsigned long long>(fnv1a(prm.dq_accum, static_cast<size_t>(dq_layout.floats()) * 4)));
   return ok ? 0 : 1;
 }
 

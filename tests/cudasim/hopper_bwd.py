@@ -1,0 +1,238 @@
+"""The sm_90a attention backward (csrc/cuda/hopper/bwd_sm90_*, issue 31 stage 5) on an
+H100/H200: a correctness sample of dQ, dK, dV against float64 autograd with the FlashAttention
+tolerance (3x PyTorch's own error in the 16-bit type), deterministic dQ run twice bit for bit,
+then its TFLOP/s beside SDPA's cuDNN and flash backward in the same process.
+
+tests/cudasim/hopper_bwd_gpu.cu is built by nvcc (-gencode arch=compute_90a,code=sm_90a) into a
+shared library loaded with ctypes, so it runs on torch's tensors and stream.
+
+    python tests/cudasim/hopper_bwd.py [--iters 20] [--compile-only] [--ptxas]
+
+--compile-only builds the library and stops (what a machine without a GPU can check); the build
+fails if ptxas reports C7508, C7520 or any spill / stack frame, or (where cuobjdump is installed)
+if the SASS lacks HGMMA, UTMALDG, UBLKCP, UBLKRED, STSM or SYNCS, or uses local memory. --ptxas
+prints ptxas's per-kernel registers / spills / shared-memory lines. Exit status 1 if any check
+fails; on a GPU other than compute capability 9.0 it prints SKIP and exits 0.
+"""
+import argparse
+import ctypes
+import glob
+import math
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import build  # noqa: E402
+from hopper_fwd import ptxas_summary, sass_tool  # noqa: E402
+from layout_check import nvcc_path  # noqa: E402
+
+BUILD_DIR = build.DEFAULT_BUILD_DIR
+SOURCE = os.path.join(build.SHIM_DIR, "hopper_bwd_gpu.cu")
+# (f16, head_dim, causal, deterministic, batch, heads_q, heads_kv, seqlen_q, seqlen_k)
+CHECKS = [
+    (0, 128, 0, 0, 2, 4, 4, 1000, 1000),
+    (0, 128, 1, 0, 1, 4, 2, 777, 1029),
+    (0, 64, 0, 0, 1, 8, 1, 129, 4097),
+    (0, 64, 1, 0, 3, 2, 2, 513, 255),
+    (1, 128, 1, 0, 1, 2, 2, 2048, 2048),
+    (1, 64, 0, 0, 2, 2, 1, 1, 63),
+    (0, 128, 1, 0, 1, 1, 1, 7, 7),
+    (0, 128, 0, 1, 1, 2, 1, 600, 700),
+]
+# wgmma, TMA load, bulk copy (row stats), bulk reduce (dQ), stmatrix (dS), mbarrier ops.
+SASS_OPS = ("HGMMA", "UTMALDG", "UBLKCP", "UBLKRED", "STSM", "SYNCS")
+# Timed: bf16, B * N = 16k tokens, hidden 2048 (bench/RESULTS.md's setting).
+TIMED = [(128, 0, 4096), (128, 1, 4096), (64, 0, 4096), (64, 1, 4096)]
+
+
+def build_library():
+    """(path, ptxas log); raises SystemExit on a failed or unfit build."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise SystemExit("nvcc not found: set CUDA_HOME")
+    flags = ["-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-shared",
+             "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-I", os.path.join(build.REPO_ROOT, "csrc")]
+    cuda_dir = os.path.join(build.REPO_ROOT, "csrc", "cuda")
+    inputs = [SOURCE] + sorted(glob.glob(os.path.join(cuda_dir, "hopper", "*")) +
+                               glob.glob(os.path.join(cuda_dir, "*.cuh")) +
+                               glob.glob(os.path.join(cuda_dir, "*.h")))
+    os.makedirs(BUILD_DIR, exist_ok=True)
+    lib = os.path.join(BUILD_DIR, f"hopper_bwd_gpu_sm90a.{build.digest(inputs, [nvcc] + flags)}.so")
+    log_path = lib + ".ptxas.txt"
+    if not os.path.exists(lib):
+        out = subprocess.run([nvcc, *flags, SOURCE, "-o", lib + ".tmp"], capture_output=True,
+                             text=True)
+        log = out.stdout + out.stderr
+        if out.returncode != 0:
+            raise SystemExit(f"nvcc failed:\n{log}")
+        problems = [line for line in log.splitlines()
+                    if "C7508" in line or "C7520" in line
+                    or re.search(r"[1-9]\d* bytes (spill stores|spill loads|stack frame)", line)]
+        if problems:
+            raise SystemExit("ptxas:\n" + "\n".join(problems))
+        missing = sass_problems(lib + ".tmp")
+        if missing:
+            raise SystemExit(missing)
+        with open(log_path, "w") as f:
+            f.write(log)
+        os.replace(lib + ".tmp", lib)
+    with open(log_path) as f:
+        return lib, f.read()
+
+
+def sass_problems(lib):
+    """"" if the SASS holds every op of SASS_OPS and no local-memory access (or cuobjdump is
+    not at hand)."""
+    cuobjdump, nvdisasm = sass_tool("cuobjdump"), sass_tool("nvdisasm")
+    if cuobjdump is None:
+        return ""
+    env = dict(os.environ)
+    if nvdisasm is not None:
+        env["PATH"] = os.path.dirname(nvdisasm) + os.pathsep + env.get("PATH", "")
+    out = subprocess.run([cuobjdump, "-sass", lib], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        return ""
+    missing = [op for op in SASS_OPS if op not in out.stdout]
+    local = re.findall(r"\b(?:STL|LDL)\b", out.stdout)
+    problems = []
+    if missing:
+        problems.append(f"SASS lacks {', '.join(missing)}")
+    if local:
+        problems.append(f"SASS uses local memory ({len(local)} STL/LDL)")
+    return "; ".join(problems)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--ptxas", action="store_true")
+    args = parser.parse_args()
+
+    lib_path, log = build_library()
+    if args.ptxas:
+        print("\n".join(ptxas_summary(log)))
+    if args.compile_only:
+        print(f"built {lib_path}")
+        return 0
+
+    import torch
+    import torch.nn.functional as F
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("SKIP: needs a GPU of compute capability 9.0 (sm_90a)")
+        return 0
+    lib = ctypes.CDLL(lib_path)
+    lib.hopper_bwd_workspace_floats.restype = ctypes.c_longlong
+    lib.hopper_bwd_workspace_floats.argtypes = [ctypes.c_int] * 6
+    lib.hopper_bwd_run.restype = ctypes.c_int
+    lib.hopper_bwd_run.argtypes = ([ctypes.c_int] * 4 + [ctypes.c_void_p] * 10 + [ctypes.c_int] * 5 +
+                                   [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+                                    ctypes.c_int])
+    error = ctypes.create_string_buffer(512)
+
+    def ours(q, k, v, o, lse, do, causal, deterministic=False, grads=None):
+        b, sq, hq, d = q.shape
+        sk, hkv = k.shape[1], k.shape[2]
+        dq, dk, dv = grads if grads else (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+        floats = lib.hopper_bwd_workspace_floats(d, int(deterministic), b, hq, sq, sk)
+        ws = torch.empty(floats, device="cuda", dtype=torch.float32)
+        tensors = (q, k, v, o, do, dq, dk, dv)
+        strides = (ctypes.c_longlong * 24)(*[t.stride(i) for t in tensors for i in (0, 1, 2)])
+        rc = lib.hopper_bwd_run(int(q.dtype == torch.float16), d, int(causal), int(deterministic),
+                                q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr(),
+                                lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), strides,
+                                b, sq, sk, hq, hkv, 1.0 / math.sqrt(d), ws.data_ptr(),
+                                torch.cuda.current_stream().cuda_stream, error, len(error))
+        if rc != 0:
+            raise RuntimeError(error.value.decode())
+        return dq, dk, dv
+
+    def reference(q, k, v, do, causal, dtype):
+        """Attention (bottom-right causal) by plain torch ops in `dtype`: O, LSE, dQ, dK, dV."""
+        qd, kd, vd = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
+        g = q.shape[2] // k.shape[2]
+        qt, kt, vt = (t.transpose(1, 2) for t in (qd, kd, vd))
+        kt, vt = kt.repeat_interleave(g, 1), vt.repeat_interleave(g, 1)
+        s = (qt @ kt.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+        sq, sk = s.shape[-2:]
+        if causal:
+            keep = torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril(sk - sq)
+            s = s.masked_fill(~keep, float("-inf"))
+        lse = torch.logsumexp(s.float() if dtype != torch.float64 else s, -1)
+        o = (torch.softmax(s, -1).nan_to_num(0.0) @ vt).transpose(1, 2)
+        o.backward(do.to(dtype))
+        return o.detach(), lse.detach(), qd.grad, kd.grad, vd.grad
+
+    torch.manual_seed(0)
+    failures = 0
+    for f16, d, causal, det, b, hq, hkv, sq, sk in CHECKS:
+        dtype = torch.float16 if f16 else torch.bfloat16
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+        do = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+        o64, lse64, *want = reference(q, k, v, do, causal, torch.float64)
+        _, _, *low = reference(q, k, v, do, causal, dtype)
+        o, lse = o64.to(dtype).contiguous(), lse64.float().contiguous()
+        grads = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
+        ours(q, k, v, o, lse, do, causal, det, grads)
+        ok = True
+        parts = []
+        for name, got, w, lo in zip(("dQ", "dK", "dV"), grads, want, low):
+            err = (got.double() - w).abs().max().item()
+            err_low = (lo.double() - w).abs().max().item()
+            good = err <= 3 * err_low + 1e-5 and not got.isnan().any()
+            ok = ok and good
+            parts.append(f"{name} err {err:.3g} (torch {err_low:.3g})")
+        if det:
+            again = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
+            ours(q, k, v, o, lse, do, causal, det, again)
+            same = all(torch.equal(x, y) for x, y in zip(grads, again))
+            ok = ok and same
+            parts.append(f"rerun bitwise equal {same}")
+        failures += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {'f16' if f16 else 'bf16'} d={d} causal={causal} det={det} B={b} "
+              f"Hq={hq} Hkv={hkv} Sq={sq} Sk={sk}: " + ", ".join(parts))
+
+    def timed(fn):
+        for _ in range(3):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(args.iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / args.iters * 1e-3
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for d, causal, n in TIMED:
+        h = 2048 // d
+        b = 16384 // n
+        q, k, v, do = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        o = torch.randn_like(q)
+        lse = torch.randn(b, h, n, device="cuda", dtype=torch.float32) + 10.0
+        flops = 2.5 * 4.0 * b * h * n * n * d / (2 if causal else 1)  # backward = 2.5 forwards
+        row = [f"backward d={d} N={n} causal={causal}:"]
+        grads = tuple(torch.empty_like(t) for t in (q, k, v))
+        t = timed(lambda: ours(q, k, v, o, lse, do, causal, grads=grads))
+        row.append(f"hopper {flops / t / 1e12:.0f}")
+        qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            try:
+                with sdpa_kernel(backend):
+                    out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
+                    g = do.transpose(1, 2)
+                    t = timed(lambda: torch.autograd.grad(out, (qt, kt, vt), g, retain_graph=True))
+                row.append(f"{name} {flops / t / 1e12:.0f}")
+            except RuntimeError as e:
+                row.append(f"{name} n/a ({str(e).splitlines()[0][:60]})")
+        print(" ".join(row) + " TFLOP/s")
+    print(f"hopper backward: {len(CHECKS) - failures} of {len(CHECKS)} checks pass")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
