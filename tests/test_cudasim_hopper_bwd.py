@@ -64,6 +64,13 @@ def test_shared_dq_accumulator_depends_on_block_order():
     assert forward and reverse and forward != reverse
 
 
+def test_bad_arguments_get_errors_naming_them():
+    out = run(program("hopper_bwd_test"), "bad_arguments")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 10 and all(line.startswith("ok: ") for line in lines), out.stdout
+
+
 @pytest.mark.skipif(hopper_gemm.nvcc_path() is None, reason="nvcc not found")
 def test_gpu_runner_compiles_for_sm90a():
     runner = os.path.join(os.path.dirname(__file__), "cudasim", "hopper_bwd.py")

@@ -6,6 +6,7 @@
 // The caller provides the workspace: bwd_sm90_workspace_floats() floats, 16-byte aligned (row
 // stats, then the dQ accumulator); bwd_sm90_bind_workspace() points the params into it.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "cuda/hopper/bwd_sm90_kernel.cuh"
@@ -40,11 +41,56 @@ void bwd_sm90_bind_workspace(BwdSm90Params& p, float* workspace) {
   p.dq_accum = workspace + 2 * stats;  // stats is a multiple of kBlockM floats: 16-byte aligned
 }
 
-// "" on success, else why a launch failed.
+// "" if the arguments fit the kernels, else which one does not, what was expected and what was
+// given. (Q, K, V and dO's strides and pointers are checked by the tensor map encoder.)
+inline std::string check_bwd_sm90_args(const BwdSm90Params& p, const BwdSm90Rows& rows) {
+  auto text = [](const char* name, const std::string& expected, const std::string& got) {
+    return std::string(name) + ": expected " + expected + ", got " + got;
+  };
+  auto address = [](const void* ptr) { return std::to_string(reinterpret_cast<uintptr_t>(ptr)); };
+  if (p.batch < 0 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.heads_q < 0)
+    return text("batch, seqlen_q, seqlen_k, heads_q", "non-negative sizes",
+                std::to_string(p.batch) + ", " + std::to_string(p.seqlen_q) + ", " + std::to_string(p.seqlen_k) +
+                    ", " + std::to_string(p.heads_q));
+  if (p.head_group < 1 || p.heads_q % p.head_group != 0)
+    return text("head_group", "a divisor of heads_q = " + std::to_string(p.heads_q), std::to_string(p.head_group));
+  // Bulk copies and reduce-adds move 16-byte-aligned blocks of the workspace.
+  const struct {
+    const char* name;
+    const float* ptr;
+  } workspace[3] = {{"lse_log2 (workspace)", p.lse_log2}, {"dpsum (workspace)", p.dpsum}, {"dq_accum (workspace)", p.dq_accum}};
+  for (const auto& w : workspace)
+    if (w.ptr == nullptr || reinterpret_cast<uintptr_t>(w.ptr) % 16 != 0)
+      return text(w.name, "a 16-byte aligned pointer (bwd_sm90_bind_workspace)", address(w.ptr));
+  if (rows.o == nullptr || rows.dout == nullptr || rows.lse == nullptr)
+    return text("O, dO, LSE", "three tensors", "a null pointer");
+  // dQ, dK and dV are written as pairs of 16-bit elements (one 32-bit store).
+  const struct {
+    const char* name;
+    const void* ptr;
+    int64_t strides[3];
+  } outputs[3] = {{"dQ", rows.dq, {rows.dq_batch_stride, rows.dq_row_stride, rows.dq_head_stride}},
+                  {"dK", p.dk, {p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride}},
+                  {"dV", p.dv, {p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride}}};
+  for (const auto& o : outputs) {
+    if (o.ptr == nullptr || reinterpret_cast<uintptr_t>(o.ptr) % 4 != 0)
+      return text(o.name, "a 4-byte aligned pointer", address(o.ptr));
+    for (int64_t stride : o.strides)
+      if (stride % 2 != 0)
+        return text(o.name, "even element strides (batch, row, head)",
+                    std::to_string(o.strides[0]) + ", " + std::to_string(o.strides[1]) + ", " +
+                        std::to_string(o.strides[2]));
+  }
+  return "";
+}
+
+// "" on success, else why a launch failed (or which argument check_bwd_sm90_args rejected).
 template <typename Elem, int kHeadDim, bool kCausal>
 std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, const BwdSm90Rows& rows,
                             void* stream) {
   using Cfg = BwdSm90Config<kHeadDim>;
+  const std::string bad = check_bwd_sm90_args(p, rows);
+  if (!bad.empty()) return bad;
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) return "";
   const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
   const dim3 rows_grid(dq.seqlen_q_padded / kRowThreads + (dq.seqlen_q_padded % kRowThreads != 0), p.heads_q, p.batch);

@@ -285,6 +285,75 @@ int run(std::vector<Shape> shapes, bool deterministic = false) {
   return status;
 }
 
+// Each rejected argument gets an error naming it, before any kernel runs (outputs untouched).
+int check_bad_arguments() {
+  constexpr int D = 64;
+  const int B = 1, H = 2, S = 65;
+  std::mt19937 rng(7);
+  const Tensor q = random_tensor<__nv_bfloat16>(rng, B, S, H, D, false);
+  std::vector<float> lse(static_cast<size_t>(B) * H * S, 0.f);
+  std::vector<uint16_t> dq(q.bits.size() + 8, kPoison), dk(q.bits.size() + 8, kPoison), dv(q.bits.size() + 8, kPoison);
+  auto valid = [&](BwdSm90Params& p, BwdSm90Rows& rows, std::vector<float>& workspace) {
+    p = BwdSm90Params();
+    p.batch = B, p.seqlen_q = p.seqlen_k = S, p.heads_q = H, p.head_group = 1;
+    p.scale = 0.125f, p.scale_log2 = 0.125f * 1.4426950408889634f;
+    p.dk = dk.data(), p.dv = dv.data();
+    p.dk_batch_stride = p.dv_batch_stride = static_cast<int64_t>(S) * H * D;
+    p.dk_row_stride = p.dv_row_stride = static_cast<int64_t>(H) * D;
+    p.dk_head_stride = p.dv_head_stride = D;
+    workspace.assign(static_cast<size_t>(bwd_sm90_workspace_floats<D>(p)), NAN);
+    bwd_sm90_bind_workspace<D>(p, workspace.data());
+    rows = BwdSm90Rows();
+    rows.o = q.bits.data(), rows.dout = q.bits.data(), rows.dq = dq.data(), rows.lse = lse.data();
+    rows.o_batch_stride = rows.do_batch_stride = rows.dq_batch_stride = p.dk_batch_stride;
+    rows.o_row_stride = rows.do_row_stride = rows.dq_row_stride = p.dk_row_stride;
+    rows.o_head_stride = rows.do_head_stride = rows.dq_head_stride = D;
+    rows.lse_batch_stride = static_cast<int64_t>(H) * S, rows.lse_head_stride = S;
+  };
+  BwdSm90Maps maps;
+  const auto dtype = flashattn::TensorMapDtype::BFloat16;
+  if (!make_bwd_sm90_maps<D>(maps, dtype, B, q.view(), q.view(), q.view(), q.view()).empty()) return 2;
+  const struct {
+    const char* what;
+    const char* expect;  // the start of the error
+    void (*edit)(BwdSm90Params&, BwdSm90Rows&);
+  } bad[] = {
+      {"negative Sk", "batch, seqlen_q, seqlen_k, heads_q: expected non-negative sizes, got 1, 65, -1, 2",
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.seqlen_k = -1; }},
+      {"head_group 3 of 2 heads", "head_group: expected a divisor of heads_q = 2, got 3",
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.head_group = 3; }},
+      {"head_group 0", "head_group: expected a divisor of heads_q = 2, got 0",
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.head_group = 0; }},
+      {"no workspace", "lse_log2 (workspace): expected a 16-byte aligned pointer",
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.lse_log2 = nullptr; }},
+      {"misaligned dQ accumulator", "dq_accum (workspace): expected a 16-byte aligned pointer",
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.dq_accum += 1; }},
+      {"no LSE", "O, dO, LSE: expected three tensors, got a null pointer",
+       [](BwdSm90Params&, BwdSm90Rows& r) { r.lse = nullptr; }},
+      {"odd dK row stride", "dK: expected even element strides (batch, row, head), got 8320, 129, 64",
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.dk_row_stride = 129; }},
+      {"misaligned dV", "dV: expected a 4-byte aligned pointer",
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.dv = static_cast<char*>(p.dv) + 2; }},
+      {"no dQ", "dQ: expected a 4-byte aligned pointer, got 0", [](BwdSm90Params&, BwdSm90Rows& r) { r.dq = nullptr; }},
+  };
+  int wrong = 0;
+  for (const auto& b : bad) {
+    BwdSm90Params p;
+    BwdSm90Rows rows;
+    std::vector<float> workspace;
+    valid(p, rows, workspace);
+    b.edit(p, rows);
+    const std::string error = launch_bwd_sm90<__nv_bfloat16, D, false>(maps, p, rows, nullptr);
+    const bool ok = error.rfind(b.expect, 0) == 0;
+    wrong += !ok;
+    std::printf("%s %s: \"%s\"\n", ok ? "ok:" : "WRONG:", b.what, error.c_str());
+  }
+  int touched = 0;
+  for (size_t i = 0; i < dq.size(); ++i) touched += (dq[i] != kPoison) + (dk[i] != kPoison) + (dv[i] != kPoison);
+  std::printf("%s outputs untouched by the rejected launches: %d writes\n", touched ? "WRONG:" : "ok:", touched);
+  return wrong || touched ? 1 : 0;
+}
+
 using bf16 = __nv_bfloat16;
 using f16 = __half;
 
@@ -308,6 +377,7 @@ const selftest::NamedCases kCases = {
     // The shared accumulator's dQ (not deterministic) for the same shape: its bits follow the
     // block order, which is what the deterministic slices remove.
     {"bf16_d64_shared_dq", [] { return run<bf16, 64, false>({{1, 2, 1, 129, 385, false}}); }},
+    {"bad_arguments", [] { return check_bad_arguments(); }},
     // Not in the test matrix: the shim's counters of one 256 x 512 d = 128 head.
     {"counters_bf16_d128", [] {
        cudasim::enable_counters(true);
