@@ -37,6 +37,37 @@ def test_correct_kernel_passes(case, schedule, completion):
     assert out.returncode == CORRECT, out.stdout + out.stderr
 
 
+@pytest.mark.parametrize("stall", [None, "0", "1", "7"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_warpgroups_exchanging_through_a_barrier_pass_with_any_warpgroup_held_back(
+        schedule, stall, monkeypatch):
+    if stall is not None:
+        monkeypatch.setenv("CUDASIM_STALL_WARPGROUP", stall)
+    out = run_case("handoff", schedule)
+    assert out.returncode == CORRECT, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_missing_barrier_between_warpgroups_needs_one_held_back(schedule, monkeypatch):
+    """Each warpgroup's own barrier keeps the two in step, so the plain schedules miss the
+    missing 256-thread barrier (a known limit, README "Schedules"); holding either warpgroup
+    back (CUDASIM_STALL_WARPGROUP) lets the other read the half it has not written."""
+    monkeypatch.delenv("CUDASIM_STALL_WARPGROUP", raising=False)
+    assert run_case("handoff_no_barrier", schedule).returncode == CORRECT
+    for group in ("0", "1"):
+        monkeypatch.setenv("CUDASIM_STALL_WARPGROUP", group)
+        out = run_case("handoff_no_barrier", schedule)
+        assert out.returncode == WRONG, out.stdout + out.stderr
+        assert "128 threads read the other warpgroup's half before it was written" in out.stdout
+
+
+def test_bad_stall_value_is_named(monkeypatch):
+    monkeypatch.setenv("CUDASIM_STALL_WARPGROUP", "one")
+    out = run_case("handoff")
+    assert out.returncode == SIM_ERROR
+    assert "bad CUDASIM_STALL_WARPGROUP 'one': expected a warpgroup index" in out.stdout
+
+
 @pytest.mark.parametrize("schedule,completion", MATRIX)
 def test_producer_on_the_wrong_parity_deadlocks_with_a_listing(schedule, completion):
     """The producer waits on phase 0 of an empty stage, which only consumers complete, while

@@ -173,6 +173,43 @@ int run() {
 
 }  // namespace turns
 
+namespace handoff {
+
+// Two warpgroups each write half of a shared array, meet their own warpgroup at a named barrier
+// (as consumer warpgroups meet at every wgmma), then read the other half; only the 256-thread
+// barrier between the write and the read makes that correct. Without it the shim's plain
+// schedules still pass (each warpgroup's own barrier lets the other catch up: they stay in
+// step), and CUDASIM_STALL_WARPGROUP=G, which holds warpgroup G back, exposes it.
+constexpr int kThreads = 256, kGroupThreads = 128;
+constexpr size_t kSmemBytes = kThreads * sizeof(float);
+
+template <bool kBarrier>
+__global__ void exchange(float* out) {
+  using namespace flashattn::ptx;
+  FLASHATTN_DYNAMIC_SMEM(float, half);
+  const int t = threadIdx.x, group = t / kGroupThreads;
+  FLASHATTN_SMEM(half)[t] = t + 1.f;
+  named_barrier_sync(1 + group, kGroupThreads);
+  if (kBarrier) named_barrier_sync(3, kThreads);  // SITE:both_groups
+  out[t] = FLASHATTN_SMEM(half)[(t + kGroupThreads) % kThreads];
+}
+
+template <bool kBarrier>
+int run() {
+  std::vector<float> out(kThreads, -1.f);
+  cudasim::launch(exchange<kBarrier>, dim3(1), dim3(kThreads), kSmemBytes, out.data());
+  int wrong = 0;
+  for (int t = 0; t < kThreads; ++t) wrong += out[t] != (t + kGroupThreads) % kThreads + 1.f;
+  if (wrong != 0) {
+    std::printf("WRONG: %d threads read the other warpgroup's half before it was written\n", wrong);
+    return 1;
+  }
+  std::printf("OK\n");
+  return 0;
+}
+
+}  // namespace handoff
+
 namespace warpgroups {
 
 // A warpgroup collective built on the shim's rendezvous the way wgmma will be: every thread
@@ -293,6 +330,8 @@ const selftest::NamedCases kCases = {
     {"ring_producer_every_lane", ring::run<Bug::ProducerEveryLane>},
     {"ring_empty_not_initialized", ring::run<Bug::EmptyNotInitialized>},
     {"ring_consumer_reads_early", ring::run<Bug::ConsumerReadsEarly>},
+    {"handoff", handoff::run<true>},
+    {"handoff_no_barrier", handoff::run<false>},
     {"turns", turns::run<turns::Bug::None>},
     {"turns_count_mismatch", turns::run<turns::Bug::CountMismatch>},
     {"turns_no_hand_back", turns::run<turns::Bug::NoHandBack>},

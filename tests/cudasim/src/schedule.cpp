@@ -98,6 +98,15 @@ CopyCompletion active_copy_completion(const Schedule& schedule) {
 
 namespace detail {
 
+int stalled_warpgroup() {
+  const char* env = std::getenv("CUDASIM_STALL_WARPGROUP");
+  if (env == nullptr || *env == '\0') return -1;
+  const std::string text(env);
+  if (text.size() > 4 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw SimError("cudasim: bad CUDASIM_STALL_WARPGROUP '" + text + "': expected a warpgroup index (0, 1, ...)");
+  return std::atoi(env);
+}
+
 Permuter::Permuter(const Schedule& schedule, uint64_t stream)
     : order_(schedule.order), state_(schedule.seed ^ (stream * 0x9e3779b97f4a7c15ull)) {}
 

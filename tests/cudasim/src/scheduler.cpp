@@ -131,6 +131,14 @@ bool any_ready(const SimBlock& block) {
   return false;
 }
 
+// Whether a thread outside warpgroup `group` can run (CUDASIM_STALL_WARPGROUP).
+bool any_ready_outside(const SimBlock& block, unsigned group) {
+  for (const SimThread& thread : block.threads) {
+    if (thread.status == ThreadStatus::Ready && thread.warp / kWarpgroupWarps != group) return true;
+  }
+  return false;
+}
+
 void reset(SimBlock& block) {
   for (SimThread& thread : block.threads) {
     thread.status = ThreadStatus::Ready;
@@ -162,10 +170,16 @@ void reset(SimBlock& block) {
 void run_block(SimBlock& block, Permuter& order) {
   reset(block);
   const bool random_landing = block.async.completion == CopyCompletion::Random;
+  const int stalled = stalled_warpgroup();
   for (;;) {
     // A round: every warp in the schedule's order (a kernel without asynchronous copies draws
-    // exactly the permutations it always did, so its runs are unchanged).
+    // exactly the permutations it always did, so its runs are unchanged). A stalled warpgroup's
+    // warps are passed over while any other thread can run.
     for (unsigned w : order.permutation(static_cast<unsigned>(block.warps.size()))) {
+      if (stalled >= 0 && w / kWarpgroupWarps == static_cast<unsigned>(stalled) &&
+          any_ready_outside(block, static_cast<unsigned>(stalled))) {
+        continue;
+      }
       if (random_landing && !block.async.in_flight.empty()) land_some_copies(block, order);
       run_warp(block, block.warps[w], order);
       apply_wakeups(block);
