@@ -43,6 +43,15 @@ def test_backward_matches_float64(case, schedule, completion):
     run_case(case, schedule, completion)
 
 
+@pytest.mark.parametrize("stall", ["1", "2"])
+@pytest.mark.parametrize("case", CASES)
+def test_backward_with_a_consumer_held_back(case, stall, monkeypatch):
+    """Both consumers read each other's dS^T for the dQ MMA: with one of them held back
+    (CUDASIM_STALL_WARPGROUP) the other runs ahead as far as the named barrier lets it."""
+    monkeypatch.setenv("CUDASIM_STALL_WARPGROUP", stall)
+    run_case(case, "random:3", "random")
+
+
 @pytest.mark.parametrize("case", DETERMINISTIC)
 def test_deterministic_dq_is_bit_identical_under_every_order(case):
     """One accumulator slice per key block, summed in key-block order: the same dQ bits whatever
