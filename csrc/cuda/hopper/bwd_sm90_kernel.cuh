@@ -165,10 +165,11 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
           bulk_reduce_add_f32(dst, reinterpret_cast<const float*>(smem + Cfg::kDqOffset + c * Cfg::kDqPartBytes),
                               Cfg::kDqPartBytes);  // SITE:reduce_dq
           bulk_commit_group();
-          bulk_wait_group_read<0>();  // the part's buffer may be refilled; the writes land by the grid's end
+          bulk_wait_group_read<0>();  // the part's buffer may be refilled
           mbarrier_arrive(&dq_empty[c]);  // SITE:dq_empty
         }
       }
+      bulk_wait_group<0>();  // every add has reached global memory before the thread exits
     }
     return;
   }
