@@ -112,14 +112,15 @@ def test_fwd_gqa_decode_is_packed_and_split(sim):
     assert plan["packed_heads"] == 4 and plan["seqlen_q"] == 4 and plan["heads_q"] == 2
     assert plan["one_m_tile"] and plan["block_rows"] == 64
     assert plan["num_splits"] == 1 and not plan["merges"] and plan["grid"] == [1, 4, 1]
-    # At 16k keys (256 tiles) on 108 SMs: 3 splits.
+    # At 16k keys (256 tiles) on 108 SMs: 16 splits (the merge's warp per row makes a split
+    # cheap, and 4 CTAs leave the SMs idle).
     q, k, v = qkv(2, 1, 16384, 8, 2, 128)
     plan = plan_fwd(sim, q, k, v, num_splits=0)
     assert plan["packed_heads"] == 4
-    assert plan["num_splits"] == 3 and plan["merges"] and not plan["fill_split_scratch"]
-    assert plan["grid"] == [3, 4, 1]
-    # 3 parts of out (B x Sq x Hq x d = 2 x 1 x 8 x 128) and of lse (2 x 1 x 8).
-    assert plan["split_scratch_floats"] == 3 * (2 * 8 * 128 + 2 * 8)
+    assert plan["num_splits"] == 16 and plan["merges"] and not plan["fill_split_scratch"]
+    assert plan["grid"] == [16, 4, 1]
+    # 16 parts of out (B x Sq x Hq x d = 2 x 1 x 8 x 128) and of lse (2 x 1 x 8).
+    assert plan["split_scratch_floats"] == 16 * (2 * 8 * 128 + 2 * 8)
     # On 8 SMs (the shim's device) the cache's bytes over 8 SMs bound the step sooner: two.
     small = plan_fwd(sim, q, k, v, num_splits=0, device=dict(SM80, sm_count=8))
     assert small["num_splits"] == 2 and small["grid"] == [2, 4, 1]
@@ -272,10 +273,10 @@ def test_fwd_launch_is_the_plan(sim, case):
 
 
 def test_split_fwd_launch_is_the_plan(sim):
-    # 4096 keys (64 tiles) of 2 kv heads: two splits on the shim's 8 SMs.
-    q, k, v = qkv(1, 1, 4096, 4, 2, 64)
+    # 1024 keys (16 tiles) of 2 kv heads: four splits on the shim's 8 SMs.
+    q, k, v = qkv(1, 1, 1024, 4, 2, 64)
     plan = plan_fwd(sim, q, k, v, SHIM, num_splits=0)
-    assert plan["num_splits"] == 2 and plan["packed_heads"] == 2
+    assert plan["num_splits"] == 4 and plan["packed_heads"] == 2
     fwd, merge = counted(sim, sim.ops.fwd_kvcache, q, k.clone(), v.clone(), num_splits=0)
     assert "fwd_kernel_16bit" in fwd["kernel"] and "split_merge_kernel" in merge["kernel"]
     assert fwd["grid"] == plan["grid"] and fwd["smem_bytes"] == plan["smem_bytes"]

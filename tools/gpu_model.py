@@ -16,9 +16,10 @@ A second table (issue 33) models split-KV with a latency term, for B = 1, 4, 32,
 Sk = 8k, 32k on the H200 and the A100: the split count the plan chooses (plan_fwd.h,
 choose_num_splits, through the sim extension's plan_fwd) and the step time of the formula that
 choice minimizes, with the GPU's HBM bandwidth and CTAs per SM: launch + max(waves x (per-CTA
-cost + key tiles per split x a tile's latency), KV bytes / HBM) + the merge (launch + head_dim x
-splits x a step), next to no split, the previous heuristic's count, and a merge that spreads a
-row's columns over a warp (docs/lab/2026-12-02-decode-splits.md).
+cost + key tiles per split x a tile's latency), KV bytes / HBM) + the merge (launch +
+ceil(head_dim / 32) x splits x a step: a warp per row), next to no split, the previous
+heuristic's count, and the thread-per-row merge it replaced (docs/lab/2026-12-02-decode-splits.md,
+docs/lab/2026-12-02-decode-part-2.md).
 
 What it does, and the method, in order:
 
@@ -610,8 +611,8 @@ def split_step_ns(c, *, batch, seqlen_q, heads, heads_kv, packed, seqlen_k, head
     (packed: heads = heads_kv, seqlen_q = tokens x group) in `splits`, with the merge. The
     keyword overrides give a GPU's own figures where the header uses one guess for all:
     HBM bytes per ns (header: sms x kSplitSmBytesPerNs), CTAs per SM (kSplitCtasPerSm), and the
-    merge's columns per thread (head_dim: split_merge_kernel.cuh walks a row's columns in one
-    thread)."""
+    merge's columns per lane (ceil(head_dim / 32): split_merge_kernel.cuh spreads a row's
+    columns over a warp; head_dim models the thread per row it replaced)."""
     ctas = batch * heads * math.ceil(seqlen_q / block_rows)
     tiles = math.ceil(seqlen_k / key_tile)
     slots = sms * (ctas_per_sm or c["kSplitCtasPerSm"])
@@ -620,9 +621,9 @@ def split_step_ns(c, *, batch, seqlen_q, heads, heads_kv, packed, seqlen_k, head
     kv_bytes = 2 * batch * heads_kv * seqlen_k * head_dim * element_bytes
     t = max(t, kv_bytes // (hbm_bytes_per_ns or sms * c["kSplitSmBytesPerNs"]))
     if splits > 1:
-        threads = batch * (seqlen_q // packed) * heads * packed
-        merge_waves = math.ceil(threads / (sms * c["kSplitMergeThreadsPerSm"]))
-        columns = head_dim if merge_columns is None else merge_columns
+        warps = batch * (seqlen_q // packed) * heads * packed
+        merge_waves = math.ceil(warps / (sms * c["kSplitMergeWarpsPerSm"]))
+        columns = math.ceil(head_dim / 32) if merge_columns is None else merge_columns
         t += c["kSplitMergeLaunchNs"] + merge_waves * columns * splits * c["kSplitMergeStepNs"]
     return t
 
@@ -665,7 +666,8 @@ def split_model(ops, torch, regs):
     sim extension's plan_fwd with the GPU's SM count) and the step modeled with the GPU's HBM
     bandwidth, the kernel's CTAs per SM (ptxas registers, shared memory) and a launch overhead
     per kernel; next to it the same model at 1 split and at the previous heuristic's count, and
-    what the model would choose if the merge spread a row's columns over a warp (32 lanes)."""
+    what the model chose with the thread-per-row merge that the warp per row replaced (each
+    thread walked head_dim columns; at these shapes its rows fit one wave either way)."""
     c = split_constants()
     d = SPLIT_DECODE
     rows = []
@@ -698,8 +700,8 @@ def split_model(ops, torch, regs):
                                                          splits=splits, **gpu_terms, **extra)
 
                     kv_bytes = 2 * batch * sk * d["heads_kv"] * d["head_dim"] * ELEM
-                    warp_merge = dict(merge_columns=math.ceil(d["head_dim"] / 32))
-                    s_warp = best_splits(c, g, sk, gpu.sms, **gpu_terms, **warp_merge)
+                    thread_merge = dict(merge_columns=d["head_dim"])
+                    s_thread = best_splits(c, g, sk, gpu.sms, **gpu_terms, **thread_merge)
                     prev = previous_splits(g, sk, gpu.sms)
                     grid = plan["grid"]
                     rows.append(dict(
@@ -707,8 +709,8 @@ def split_model(ops, torch, regs):
                         ctas=grid[0] * grid[1] * grid[2], ctas_per_sm=per_sm, kv_bytes=kv_bytes,
                         us=modeled(plan["num_splits"]) / 1e3, us_one=modeled(1) / 1e3,
                         previous=prev, us_previous=modeled(prev) / 1e3,
-                        splits_warp_merge=s_warp,
-                        us_warp_merge=modeled(s_warp, **warp_merge) / 1e3,
+                        splits_thread_merge=s_thread,
+                        us_thread_merge=modeled(s_thread, **thread_merge) / 1e3,
                         hbm_bytes_per_s=gpu.hbm_bytes_per_s))
     return c, rows
 
@@ -719,12 +721,12 @@ def split_table(c, rows):
              f"dense cache; splits = the plan's num_splits=0 choice; modeled step = launch "
              f"{gpu_specs.LAUNCH_OVERHEAD_S * 1e6:.0f} us + max(waves x ({c['kSplitCtaNs']} + "
              f"ceil(tiles/s) x {c['kSplitTileNs']}) ns, KV bytes / HBM) + merge "
-             f"({c['kSplitMergeLaunchNs']} ns + columns x s x {c['kSplitMergeStepNs']} ns); "
+             f"({c['kSplitMergeLaunchNs']} ns + ceil(d/32) x s x {c['kSplitMergeStepNs']} ns); "
              f"TB/s of KV read, % of the GPU's HBM figure",
              f"{'GPU':<5} {'B':>3} {'Sq':>2} {'Sk':>6} {'splits':>6} {'CTAs':>5} {'CTA/SM':>6} "
              f"{'us':>7} "
              f"{'TB/s':>5} {'%HBM':>5} | {'s=1 us':>7} {'%HBM':>5} | {'prev':>4} {'us':>7} "
-             f"{'%HBM':>5} | {'warp-merge s':>12} {'us':>6} {'%HBM':>5}"]
+             f"{'%HBM':>5} | {'thread-merge s':>14} {'us':>6} {'%HBM':>5}"]
     for r in rows:
         def pct(us):
             return f"{r['kv_bytes'] / (us * 1e-6) / r['hbm_bytes_per_s']:>5.0%}"
@@ -733,8 +735,8 @@ def split_table(c, rows):
             f"{r['ctas']:>5} {r['ctas_per_sm']:>6} {r['us']:>7.1f} "
             f"{r['kv_bytes'] / (r['us'] * 1e-6) / 1e12:>5.2f} "
             f"{pct(r['us'])} | {r['us_one']:>7.1f} {pct(r['us_one'])} | {r['previous']:>4} "
-            f"{r['us_previous']:>7.1f} {pct(r['us_previous'])} | {r['splits_warp_merge']:>12} "
-            f"{r['us_warp_merge']:>6.1f} {pct(r['us_warp_merge'])}")
+            f"{r['us_previous']:>7.1f} {pct(r['us_previous'])} | {r['splits_thread_merge']:>14} "
+            f"{r['us_thread_merge']:>6.1f} {pct(r['us_thread_merge'])}")
     return "\n".join(lines)
 
 

@@ -137,20 +137,22 @@ inline FwdLaunchShape fwd_launch_shape(const KernelChoice& choice, bool one_m_ti
 // are sized for), else (0) the count s whose modeled step time T(s), in ns, is least:
 //   T(s) = max(waves(s) x (kSplitCtaNs + ceil(tiles / s) x kSplitTileNs),
 //              KV bytes / (sm_count x kSplitSmBytesPerNs))
-//        + (s > 1: the merge) kSplitMergeLaunchNs + merge_waves x head_dim x s x kSplitMergeStepNs
+//        + (s > 1: the merge) kSplitMergeLaunchNs
+//                             + merge_waves x ceil(head_dim / 32) x s x kSplitMergeStepNs
 // tiles: one CTA's key tiles, ceil(seqlen_k / key_tile); a CTA walks them one after another, each
 // an HBM round trip or so (kSplitTileNs), so a decode with few CTAs is bound by latency, not by
 // bandwidth. ctas = batch x heads x query-row tiles as packed (B x heads_kv for a GQA decode,
 // gqa_decode.h); waves(s) = ceil(ctas x s / (sm_count x kSplitCtasPerSm)). The merge
-// (split_merge_kernel.cuh) gives each output row and query head one thread, which walks the
-// row's head_dim columns x s splits in turn, so its time grows with s whatever the batch;
-// merge_waves = ceil(B x Sq x Hq / (sm_count x kSplitMergeThreadsPerSm)). A tie keeps fewer
+// (split_merge_kernel.cuh) gives each output row (query slot x query head) one warp, whose lanes
+// hold ceil(head_dim / 32) columns each and add the splits' parts in turn, so its time still
+// grows with s, 32 times slower than the thread per row it replaced;
+// merge_waves = ceil(B x Sq x Hq / (sm_count x kSplitMergeWarpsPerSm)). A tie keeps fewer
 // splits, and each split keeps at least kSplitMinTiles key tiles. A batch whose CTAs fill the
 // SMs is bound by HBM at s = 1 already, so a merge only adds to it: it is not split.
 // The constants are H200-sized estimates (docs/lab/2026-12-02-decode-splits.md): a tile ~1 us,
-// the merge's step 0.2 us (the H200's B = 1, Sk = 32k step took 480 us at 17 splits, ~35 us of
-// it the forward by this model, the rest over 128 columns x 17 splits). A GPU run calibrates
-// them; a merge that spreads a row's columns over a warp would divide its term by 32.
+// the merge's step (one dependent L2 round trip of a lane's column and split) 0.2 us, from the
+// H200's B = 1, Sk = 32k step that took 480 us at 17 splits with the thread-per-row merge. A GPU
+// run calibrates them (docs/lab/2026-12-02-decode-part-2.md says what it owes).
 constexpr int kMaxSplits = 64;
 constexpr int kSplitMinTiles = 4;
 constexpr int64_t kSplitTileNs = 1000;
@@ -159,7 +161,7 @@ constexpr int64_t kSplitCtasPerSm = 2;
 constexpr int64_t kSplitSmBytesPerNs = 32;  // ~4.2 TB/s over 132 SMs
 constexpr int64_t kSplitMergeLaunchNs = 4000;  // a launch (gpu_specs.LAUNCH_OVERHEAD_S)
 constexpr int64_t kSplitMergeStepNs = 200;
-constexpr int64_t kSplitMergeThreadsPerSm = 2048;
+constexpr int64_t kSplitMergeWarpsPerSm = 64;  // resident: 2048 threads
 
 // What the split model needs of a planned call besides its (packed) parameters.
 struct SplitShape {
@@ -184,12 +186,13 @@ inline int64_t split_step_ns(const AttnParams& p, const SplitShape& shape, int s
   const int64_t hbm = kv_bytes / (sms * kSplitSmBytesPerNs);
   if (t < hbm) t = hbm;
   if (s > 1) {
-    // The merge's threads: out's rows x query heads, unpacked.
-    const int64_t threads = static_cast<int64_t>(p.batch) * (p.seqlen_q / p.packed_heads) *
-                            p.heads_q * p.packed_heads;
-    const int64_t capacity = sms * kSplitMergeThreadsPerSm;
-    const int64_t merge_waves = (threads + capacity - 1) / capacity;
-    t += kSplitMergeLaunchNs + merge_waves * p.head_dim * s * kSplitMergeStepNs;
+    // The merge's warps: out's rows x query heads, unpacked.
+    const int64_t warps = static_cast<int64_t>(p.batch) * (p.seqlen_q / p.packed_heads) *
+                          p.heads_q * p.packed_heads;
+    const int64_t capacity = sms * kSplitMergeWarpsPerSm;
+    const int64_t merge_waves = (warps + capacity - 1) / capacity;
+    const int64_t lane_columns = (p.head_dim + kWarpSize - 1) / kWarpSize;
+    t += kSplitMergeLaunchNs + merge_waves * lane_columns * s * kSplitMergeStepNs;
   }
   return t;
 }

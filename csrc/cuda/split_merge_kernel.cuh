@@ -4,6 +4,13 @@
 //   out = sum_s w_s out_s / sum_s w_s,  w_s = exp(lse_s - max_s lse_s),  lse = max + log sum w_s.
 // An empty split (lse -inf) weighs 0; a NaN LSE makes the row NaN; a row that saw no key, or
 // that no split wrote (the workspace starts as 0 and -inf), gets 0 and -inf.
+//
+// A warp per output row (query slot x query head). A row's partial outputs are head_dim
+// contiguous floats per split, so lanes over the columns read each split's part in whole
+// 128-byte lines; lanes over the splits compute each weight once (one expf per split, not
+// one per column and split). A thread per row, as before (issue 33), read a row's columns one
+// after another, 32 sectors per warp load, and left B = 1's 32 rows on one SM: its time grew
+// with head_dim x splits and capped how far a one-sequence decode could split.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -12,67 +19,112 @@
 #include "../params.h"
 #include "element.cuh"
 #include "grid.h"
+#include "plan_fwd.h"
+#include "simt_kernels.cuh"  // warp_max, warp_sum
+#include "softmax.cuh"
+#include "traits.h"
 
 namespace flashattn::cuda {
 
-// Thread i merges (query slot i / heads_q, head i % heads_q); the slots are the rows of o:
-// batch x seqlen_q, or total_q for a varlen batch. Grid-stride. The weights are recomputed per
-// column rather than kept in a per-split array, which would live in local memory.
+// A lane holds the weights of splits lane and lane + 32 (the plan caps splits at kMaxSplits),
+// and the sums of columns lane, lane + 32, ... (head_dim <= kMaxHeadDim): registers only.
+constexpr int kMergeSplitsPerLane = kMaxSplits / kWarpSize;
+constexpr int kMergeColumnsPerLane = kMaxHeadDim / kWarpSize;
+constexpr int kMergeWarps = 4;  // warps (rows) per block
+static_assert(kMaxSplits % kWarpSize == 0 && kMaxHeadDim % kWarpSize == 0,
+              "the merge's per-lane arrays assume whole warps of splits and columns");
+
+// Warp w of block x merges rows x * kMergeWarps + w, grid-stride; row i is (query slot
+// i / heads_q, head i % heads_q), the slots being o's rows: batch x seqlen_q, or total_q for a
+// varlen batch. Every branch below depends only on the row, so the warp stays converged for
+// its shuffles.
 template <typename Element>
 __global__ void split_merge_kernel(const AttnParams p, const float* split_scratch) {
   using T = StoredElement<Element>;
   const bool varlen = p.cu_seqlens_q != nullptr;
-  const int64_t slots = output_rows(p);
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < slots * p.heads_q; i += step) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int64_t rows = output_rows(p) * p.heads_q;
+  const int64_t warps_per_block = blockDim.x / kWarpSize;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  const int64_t out_stride = split_out_elements(p), lse_stride = split_lse_elements(p);
+  float* scratch = const_cast<float*>(split_scratch);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarpSize;
+       i < rows; i += step) {
     const int head = static_cast<int>(i % p.heads_q);
     const int64_t slot = i / p.heads_q;
     const int b = varlen ? 0 : static_cast<int>(slot / p.seqlen_q);
     const int64_t row = varlen ? slot : slot % p.seqlen_q;
-    const int64_t out_stride = split_out_elements(p), lse_stride = split_lse_elements(p);
-    float* scratch = const_cast<float*>(split_scratch);
     const float* lse_s = split_lse_of(p, scratch, 0, b, head, row);  // split s: + s * lse_stride
     const float* out_s = split_out_row(p, scratch, 0, b, head, row);
-    float max_lse = -INFINITY;
-    bool nan = false;
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float lse = lse_s[s * lse_stride];
-      nan |= lse != lse;
-      max_lse = fmaxf(max_lse, lse);
+
+    // This lane's splits' LSEs (-inf past num_splits: weight 0), the row's max and NaN flag.
+    float lse[kMergeSplitsPerLane];
+    float lane_max = -INFINITY;
+    bool lane_nan = false;
+#pragma unroll
+    for (int j = 0; j < kMergeSplitsPerLane; ++j) {
+      const int s = lane + j * kWarpSize;
+      lse[j] = s < p.num_splits ? FLASHATTN_GMEM(lse_s)[s * lse_stride] : -INFINITY;
+      lane_nan |= lse[j] != lse[j];
+      lane_max = fmaxf(lane_max, lse[j]);
     }
+    const bool nan = __any_sync(kFullWarpMask, lane_nan);
+    const float max_lse = warp_max(lane_max);
     const bool saw_keys = max_lse != -INFINITY;
-    float weight_sum = 0.f;
-    if (saw_keys)
-      for (int s = 0; s < p.num_splits; ++s)
-        weight_sum += expf(lse_s[s * lse_stride] - max_lse);
-    const float inv_sum = nan ? NAN : (weight_sum > 0.f ? 1.f / weight_sum : 0.f);
-    T* out = p.o.row<T>(b, head, row);
-    for (int d = 0; d < p.head_dim; ++d) {
-      float merged = 0.f;
-      if (saw_keys)
-        for (int s = 0; s < p.num_splits; ++s) {
-          const float weight = expf(lse_s[s * lse_stride] - max_lse);
-          if (weight != 0.f) merged += weight * out_s[s * out_stride + d];
-        }
-      out[d] = static_cast<T>(merged * inv_sum);
+    float weight[kMergeSplitsPerLane];
+    float lane_sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMergeSplitsPerLane; ++j) {
+      weight[j] = saw_keys ? expf(lse[j] - max_lse) : 0.f;
+      lane_sum += weight[j];
     }
-    *p.lse.row<float>(b, head, row) =
-        nan ? NAN : (weight_sum > 0.f ? max_lse + logf(weight_sum) : -INFINITY);
+    const float weight_sum = warp_sum(lane_sum);
+    const float inv_sum = nan ? NAN : (weight_sum > 0.f ? 1.f / weight_sum : 0.f);
+
+    // Split by split, in order: the weight from the lane that holds it, then its part of each
+    // of this lane's columns. A split of weight 0 (empty, or far below the max) is not read.
+    float merged[kMergeColumnsPerLane] = {};
+    for (int s = 0; s < p.num_splits; ++s) {
+      float held = weight[0];
+#pragma unroll
+      for (int j = 1; j < kMergeSplitsPerLane; ++j)
+        if (s / kWarpSize == j) held = weight[j];
+      const float w = __shfl_sync(kFullWarpMask, held, s % kWarpSize);
+      if (w == 0.f) continue;
+      const float* part = out_s + s * out_stride;
+#pragma unroll
+      for (int c = 0; c < kMergeColumnsPerLane; ++c) {
+        const int d = lane + c * kWarpSize;
+        if (d < p.head_dim) merged[c] += w * FLASHATTN_GMEM(part)[d];
+      }
+    }
+    T* out = p.o.row<T>(b, head, row);
+#pragma unroll
+    for (int c = 0; c < kMergeColumnsPerLane; ++c) {
+      const int d = lane + c * kWarpSize;
+      if (d < p.head_dim) FLASHATTN_GMEM(out)[d] = static_cast<T>(merged[c] * inv_sum);
+    }
+    if (lane == 0)
+      *FLASHATTN_GMEM(p.lse.row<float>(b, head, row)) =
+          nan ? NAN : (weight_sum > 0.f ? max_lse + logf(weight_sum) : -INFINITY);
   }
+}
+
+// The merge's grid for p: a warp per row, at most 65535 blocks (grid-stride beyond).
+inline dim3 split_merge_grid(const AttnParams& p) {
+  const int64_t rows = output_rows(p) * p.heads_q;
+  const int64_t blocks = (rows + kMergeWarps - 1) / kMergeWarps;
+  return dim3(static_cast<unsigned>(blocks < 65535 ? blocks : 65535));
 }
 
 // Launches split_merge_kernel for Element (__half, __nv_bfloat16 or float); p.num_splits > 1.
 template <typename Element>
 void run_split_merge(const AttnParams& p, const float* split_scratch, cudaStream_t stream,
                      LaunchCheck after_launch) {
-  constexpr int kThreads = 128;
-  const int64_t rows = output_rows(p) * p.heads_q;
-  if (rows == 0) return;
-  const int64_t blocks = (rows + kThreads - 1) / kThreads;
+  if (output_rows(p) * p.heads_q == 0) return;
   auto* kernel = &split_merge_kernel<Element>;
-  FLASHATTN_LAUNCH_KERNEL(kernel, dim3(static_cast<unsigned>(blocks < 65535 ? blocks : 65535)),
-                          dim3(kThreads), 0, stream, p, split_scratch);
+  FLASHATTN_LAUNCH_KERNEL(kernel, split_merge_grid(p), dim3(kMergeWarps * kWarpSize), 0, stream,
+                          p, split_scratch);
   after_launch();
 }
 
