@@ -21,15 +21,17 @@ FLASHATTN_HOST_DEVICE T* append_row(const TensorView& cache_view, const KvAppend
 }
 
 // out = x with its first rotary_dim elements rotated by the angles of `position` (clamped to
-// the tables), computed in Compute and rounded once; the rest copied. out may be x.
+// the tables), computed in Compute and rounded once; the rest copied. out may be x. A row may
+// be shared by `lanes` threads (a GPU warp): lane takes pairs and elements lane, lane + lanes,
+// ..., so neighbouring lanes touch neighbouring elements; the CPU runs a row alone (0, 1).
 template <typename In, typename Compute>
 FLASHATTN_HOST_DEVICE void rotate_row(const In* x, In* out, const KvAppendParams& p,
-                                      int position) {
+                                      int position, int lane = 0, int lanes = 1) {
   position = clamp_index(position, p.rotary_rows);
   const In* cos = p.cos.row<const In>(0, 0, position);
   const In* sin = p.sin.row<const In>(0, 0, position);
   const int half = p.rotary_dim / 2;
-  for (int i = 0; i < half; ++i) {
+  for (int i = lane; i < half; i += lanes) {
     // The pair (a, c) turns by angle i: GPT-J's neighbours or GPT-NeoX's halves.
     const int a = p.interleaved ? 2 * i : i, c = p.interleaved ? 2 * i + 1 : i + half;
     const Compute xa = static_cast<Compute>(x[a]), xc = static_cast<Compute>(x[c]);
@@ -38,7 +40,7 @@ FLASHATTN_HOST_DEVICE void rotate_row(const In* x, In* out, const KvAppendParams
     out[c] = static_cast<In>(xc * co + xa * si);
   }
   if (out != x)
-    for (int d = p.rotary_dim; d < p.head_dim; ++d) out[d] = x[d];
+    for (int d = p.rotary_dim + lane; d < p.head_dim; d += lanes) out[d] = x[d];
 }
 
 // The position query `row` of sequence b is rotated at.
@@ -57,9 +59,11 @@ FLASHATTN_HOST_DEVICE int64_t query_rows(const KvAppendParams& p) {
 
 // Row i < append_rows(p) + query_rows(p): new key and value i into the cache (the key rotated),
 // or query i - append_rows(p) rotated into q_rotated. T: the element as stored (it casts to and
-// from Compute), Compute: the rotation's arithmetic.
+// from Compute), Compute: the rotation's arithmetic. lane / lanes: this thread's share of the
+// row's elements (rotate_row); every element is computed alike whoever computes it.
 template <typename T, typename Compute>
-FLASHATTN_HOST_DEVICE void append_or_rotate_row(const KvAppendParams& p, int64_t i) {
+FLASHATTN_HOST_DEVICE void append_or_rotate_row(const KvAppendParams& p, int64_t i, int lane = 0,
+                                                int lanes = 1) {
   if (i < append_rows(p)) {
     const int h = static_cast<int>(i % p.heads_kv);
     const int t = static_cast<int>(i / p.heads_kv % p.seqlen_new);
@@ -70,11 +74,11 @@ FLASHATTN_HOST_DEVICE void append_or_rotate_row(const KvAppendParams& p, int64_t
     const T* new_key = p.k_new.row<const T>(b, h, t);
     const T* new_value = p.v_new.row<const T>(b, h, t);
     if (p.rotary_dim > 0) {
-      rotate_row<T, Compute>(new_key, key, p, p.cache_seqlens[b] + t);
+      rotate_row<T, Compute>(new_key, key, p, p.cache_seqlens[b] + t, lane, lanes);
     } else {
-      for (int d = 0; d < p.head_dim; ++d) key[d] = new_key[d];
+      for (int d = lane; d < p.head_dim; d += lanes) key[d] = new_key[d];
     }
-    for (int d = 0; d < p.head_dim; ++d) value[d] = new_value[d];
+    for (int d = lane; d < p.head_dim; d += lanes) value[d] = new_value[d];
     return;
   }
   const int64_t j = i - append_rows(p);
@@ -82,7 +86,7 @@ FLASHATTN_HOST_DEVICE void append_or_rotate_row(const KvAppendParams& p, int64_t
   const int row = static_cast<int>(j / p.heads_q % p.seqlen_q);
   const int b = static_cast<int>(j / p.heads_q / p.seqlen_q);
   rotate_row<T, Compute>(p.q.row<const T>(b, h, row), p.q_rotated.row<T>(b, h, row), p,
-                         query_position(p, b, row));
+                         query_position(p, b, row), lane, lanes);
 }
 
 }  // namespace flashattn
