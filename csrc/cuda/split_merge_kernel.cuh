@@ -27,12 +27,12 @@
 namespace flashattn::cuda {
 
 // A lane holds the weights of splits lane and lane + 32 (the plan caps splits at kMaxSplits),
-// and the sums of columns lane, lane + 32, ... (head_dim <= kMaxHeadDim): registers only.
-constexpr int kMergeSplitsPerLane = kMaxSplits / kWarpSize;
+// and the sums of columns lane, lane + 32, ... (head_dim <= kMaxHeadDim): registers only. The
+// two splits are two named registers, not an array, which ptxas put in local memory.
 constexpr int kMergeColumnsPerLane = kMaxHeadDim / kWarpSize;
 constexpr int kMergeWarps = 4;  // warps (rows) per block
-static_assert(kMaxSplits % kWarpSize == 0 && kMaxHeadDim % kWarpSize == 0,
-              "the merge's per-lane arrays assume whole warps of splits and columns");
+static_assert(kMaxSplits == 2 * kWarpSize, "a merge lane holds two splits' weights");
+static_assert(kMaxHeadDim % kWarpSize == 0, "the merge's lanes take whole warps of columns");
 
 // Warp w of block x merges rows x * kMergeWarps + w, grid-stride; row i is (query slot
 // i / heads_q, head i % heads_q), the slots being o's rows: batch x seqlen_q, or total_q for a
@@ -58,38 +58,25 @@ __global__ void split_merge_kernel(const AttnParams p, const float* split_scratc
     const float* out_s = split_out_row(p, scratch, 0, b, head, row);
 
     // This lane's splits' LSEs (-inf past num_splits: weight 0), the row's max and NaN flag.
-    float lse[kMergeSplitsPerLane];
-    float lane_max = -INFINITY;
-    bool lane_nan = false;
-#pragma unroll
-    for (int j = 0; j < kMergeSplitsPerLane; ++j) {
-      const int s = lane + j * kWarpSize;
-      lse[j] = s < p.num_splits ? FLASHATTN_GMEM(lse_s)[s * lse_stride] : -INFINITY;
-      lane_nan |= lse[j] != lse[j];
-      lane_max = fmaxf(lane_max, lse[j]);
-    }
-    const bool nan = __any_sync(kFullWarpMask, lane_nan);
-    const float max_lse = warp_max(lane_max);
+    const int high = lane + kWarpSize;
+    const float lse_low =
+        lane < p.num_splits ? FLASHATTN_GMEM(lse_s)[lane * lse_stride] : -INFINITY;
+    const float lse_high =
+        high < p.num_splits ? FLASHATTN_GMEM(lse_s)[high * lse_stride] : -INFINITY;
+    const bool nan = __any_sync(kFullWarpMask, lse_low != lse_low || lse_high != lse_high);
+    const float max_lse = warp_max(fmaxf(lse_low, lse_high));
     const bool saw_keys = max_lse != -INFINITY;
-    float weight[kMergeSplitsPerLane];
-    float lane_sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < kMergeSplitsPerLane; ++j) {
-      weight[j] = saw_keys ? expf(lse[j] - max_lse) : 0.f;
-      lane_sum += weight[j];
-    }
-    const float weight_sum = warp_sum(lane_sum);
+    const float weight_low = saw_keys ? expf(lse_low - max_lse) : 0.f;
+    const float weight_high = saw_keys ? expf(lse_high - max_lse) : 0.f;
+    const float weight_sum = warp_sum(weight_low + weight_high);
     const float inv_sum = nan ? NAN : (weight_sum > 0.f ? 1.f / weight_sum : 0.f);
 
     // Split by split, in order: the weight from the lane that holds it, then its part of each
     // of this lane's columns. A split of weight 0 (empty, or far below the max) is not read.
     float merged[kMergeColumnsPerLane] = {};
     for (int s = 0; s < p.num_splits; ++s) {
-      float held = weight[0];
-#pragma unroll
-      for (int j = 1; j < kMergeSplitsPerLane; ++j)
-        if (s / kWarpSize == j) held = weight[j];
-      const float w = __shfl_sync(kFullWarpMask, held, s % kWarpSize);
+      const float w = __shfl_sync(kFullWarpMask, s < kWarpSize ? weight_low : weight_high,
+                                  s % kWarpSize);
       if (w == 0.f) continue;
       const float* part = out_s + s * out_stride;
 #pragma unroll
