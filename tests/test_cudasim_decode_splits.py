@@ -51,20 +51,18 @@ def plan(sim, b, sq, sk, hkv, device, **kwargs):
 
 # (device, Hkv, B, Sq) -> splits at Sk = 512, 8k, 32k; Hq 32, d 128, bf16, causal. The CTAs
 # (grid) that run them in the comment. Hkv 8 packs 4 query heads per kv head (B x 8 CTAs);
-# Hkv 1 packs 32 heads of one token (B CTAs), but not 4 tokens x 32 heads (128 rows > 64: then
-# B x 32 CTAs of 4 rows). With the merge's warp per row (split_merge_kernel.cuh) a split costs
-# the merge ceil(128 / 32) = 4 steps, not 128, so one sequence splits until its CTAs fill the
-# SMs at 32k keys (18 x 8 = 144 CTAs on the H200's 132, 14 x 8 = 112 on the A100's 108), and
-# a batch whose CTAs fill them stays unsplit. The A100's Hkv 1, B 32, Sq 4 (1024 CTAs of 4 rows
-# each reading the whole cache, five waves of 216 slots) gains from a fourth of the tiles per
-# CTA in more waves.
+# Hkv 1 packs 32 heads of one token (B CTAs), and 4 tokens x 32 heads as 2 tiles of 64 rows
+# (B x 2 CTAs; gqa_decode.h packs while its tiles are fewer than the heads). With the merge's
+# warp per row (split_merge_kernel.cuh) a split costs the merge ceil(128 / 32) = 4 steps, not
+# 128, so one sequence splits until its CTAs fill the SMs at 32k keys (18 x 8 = 144 CTAs on the
+# H200's 132, 14 x 8 = 112 on the A100's 108), and a batch whose CTAs fill them stays unsplit.
 PINNED = {
     ("a100", 1, 1, 1): (1, 13, 27),  # CTAs [1, 13, 27]
-    ("a100", 1, 1, 4): (1, 6, 6),    # CTAs [32, 192, 192]
+    ("a100", 1, 1, 4): (1, 13, 27),  # CTAs [2, 26, 54]
     ("a100", 1, 8, 1): (1, 13, 14),  # CTAs [8, 104, 112]
-    ("a100", 1, 8, 4): (1, 5, 5),    # CTAs [256, 1280, 1280]
+    ("a100", 1, 8, 4): (1, 13, 13),  # CTAs [16, 208, 208]
     ("a100", 1, 32, 1): (1, 4, 4),   # CTAs [32, 128, 128]
-    ("a100", 1, 32, 4): (1, 1, 4),   # CTAs [1024, 1024, 4096]
+    ("a100", 1, 32, 4): (1, 3, 10),  # CTAs [64, 192, 640]
     ("a100", 8, 1, 1): (1, 13, 14),  # CTAs [8, 104, 112]
     ("a100", 8, 1, 4): (1, 13, 14),  # CTAs [8, 104, 112]
     ("a100", 8, 8, 1): (1, 2, 2),    # CTAs [64, 128, 128]
@@ -72,11 +70,11 @@ PINNED = {
     ("a100", 8, 32, 1): (1, 1, 1),   # CTAs [256, 256, 256]
     ("a100", 8, 32, 4): (1, 1, 1),   # CTAs [256, 256, 256]
     ("h200", 1, 1, 1): (1, 13, 27),  # CTAs [1, 13, 27]
-    ("h200", 1, 1, 4): (1, 8, 8),    # CTAs [32, 256, 256]
+    ("h200", 1, 1, 4): (1, 13, 27),  # CTAs [2, 26, 54]
     ("h200", 1, 8, 1): (1, 13, 18),  # CTAs [8, 104, 144]
-    ("h200", 1, 8, 4): (1, 1, 1),    # CTAs [256, 256, 256]
+    ("h200", 1, 8, 4): (1, 13, 16),  # CTAs [16, 208, 256]
     ("h200", 1, 32, 1): (1, 5, 5),   # CTAs [32, 160, 160]
-    ("h200", 1, 32, 4): (1, 1, 1),   # CTAs [1024, 1024, 1024]
+    ("h200", 1, 32, 4): (1, 4, 4),   # CTAs [64, 256, 256]
     ("h200", 8, 1, 1): (1, 13, 18),  # CTAs [8, 104, 144]
     ("h200", 8, 1, 4): (1, 13, 18),  # CTAs [8, 104, 144]
     ("h200", 8, 8, 1): (1, 3, 3),    # CTAs [64, 192, 192]

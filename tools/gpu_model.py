@@ -632,7 +632,8 @@ def decode_geometry(batch, seqlen_q, heads, heads_kv, head_dim):
     """The plan's packing and tiles for a 16-bit decode (gqa_decode.h, plan_fwd.h): keyword
     arguments of split_step_ns without the device and the split count."""
     group = heads // heads_kv
-    packed = group if group > 1 and seqlen_q * group <= 64 else 1
+    # gqa_decode.h, can_pack_gqa_decode: packed while its 64-row tiles are fewer than the heads.
+    packed = group if group > 1 and math.ceil(seqlen_q * group / 64) < group else 1
     rows = seqlen_q * packed
     one_m_tile = packed > 1 or rows <= 16 or head_dim > 128
     return dict(batch=batch, seqlen_q=rows, heads=heads_kv if packed > 1 else heads,

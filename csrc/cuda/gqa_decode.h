@@ -12,8 +12,15 @@
 //
 // It applies where the rows of one tile differ only in their head and position:
 //   - a dense batch of queries (no cu_seqlens_q, no seqused_q: their counts are of tokens);
-//   - at most FwdTraits<*, true>::kBlockM rows (64): one CTA per kv head holds them all, in the
-//     one-m-tile kernel (plan_fwd.h, fwd_one_m_tile), the only 16-bit kernel that maps rows;
+//   - where the packed rows' tiles read the cache fewer times than the query heads would
+//     unpacked: the packed rows (tokens x g, token-major) fill tiles of
+//     FwdTraits<*, true>::kBlockM = 64 rows, in the one-m-tile kernel (plan_fwd.h,
+//     fwd_one_m_tile, the only 16-bit kernel that maps rows), each reading its kv head's cache
+//     once; unpacked, each of the g query heads reads it once (its up to 64 or 128 tokens in
+//     one tile). So ceil(tokens x g / 64) < g: one tile up to 64 rows, and beyond it
+//     speculative decoding's drafts, e.g. 16 tokens x 8 heads in 2 tiles against 8 (issue 33),
+//     up to 56 tokens at g = 8, 32 at g = 2. A tile's rows then span several tokens, whose
+//     positions the kernel masks by (QueryRows below);
 //   - no ALiBi (a slope per query head, while LogitRules keeps one per CTA), no attn_mask
 //     (indexed by query head), no dropout (its random stream is keyed by query head and row).
 // Softcap, windows, KV caches (paged, cache_batch_idx, leftpad) and split-KV go through. The
@@ -27,13 +34,18 @@
 
 namespace flashattn::cuda {
 
-// Rows of the one-m-tile 16-bit forward kernel's tile (the same at every head dim), which can
-// hold a packed GQA group.
-constexpr int kPackedRowsMax = FwdTraits<kMaxHeadDim, true>::kBlockM;
+// Rows of the one-m-tile 16-bit forward kernel's tile (the same at every head dim), which
+// packed GQA rows fill.
+constexpr int kPackedTileRows = FwdTraits<kMaxHeadDim, true>::kBlockM;
+
+// The tiles p's rows take packed: ceil(seqlen_q x head_group / kPackedTileRows).
+inline int64_t packed_row_tiles(const AttnParams& p) {
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * p.head_group;
+  return (rows + kPackedTileRows - 1) / kPackedTileRows;
+}
 
 inline bool can_pack_gqa_decode(const AttnParams& p) {
-  return p.head_group > 1 && p.seqlen_q >= 1 &&
-         static_cast<int64_t>(p.seqlen_q) * p.head_group <= kPackedRowsMax &&
+  return p.head_group > 1 && p.seqlen_q >= 1 && packed_row_tiles(p) < p.head_group &&
          p.cu_seqlens_q == nullptr && p.seqused_q == nullptr && p.alibi.ptr == nullptr &&
          p.mask.ptr == nullptr && !p.dropout.on();
 }
