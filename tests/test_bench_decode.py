@@ -301,3 +301,57 @@ def test_decode_heads_kv_must_divide_heads(capsys):
         bench_main([*TINY_DECODE, "--heads", "4", "--heads-kv", "3"])
     assert exit_.value.code == 2
     assert "--heads-kv 3 must divide --heads 4" in capsys.readouterr().err
+
+
+def test_decode_more_page_sizes_are_paged_caches_of_their_own(tmp_path, capsys):
+    """--more-page-sizes 1,64 (CUDA's default beside 16): flashattn-paged-1 and -64 run the same
+    case on pools of 1- and 64-token pages, as right as the 16-token one; on the CPU no row
+    has a split or CTA count (the CUDA executor's launch)."""
+    report = _tiny_report(tmp_path, "--more-page-sizes", "1,64")
+    by_impl = {r["impl"]: r for r in report["results"]}
+    assert {"flashattn-paged", "flashattn-paged-1", "flashattn-paged-64"} <= set(by_impl)
+    for page in (1, 64):
+        r = by_impl[f"flashattn-paged-{page}"]
+        assert r["status"] == "ok" and r["layout"] == f"paged, page {page}"
+        assert r["max_err"] < MAX_FLOAT32_ERROR and r["gb_per_s"] > 0
+    assert all(r["splits"] is None and r["ctas"] is None for r in report["results"])
+    assert report["meta"]["more_page_sizes"] == [1, 64] and report["meta"]["sm_count"] is None
+    assert "page 16, 1, 64, num_splits=0" in capsys.readouterr().out
+
+
+def test_decode_inputs_page_the_same_values_at_every_page_size():
+    from flashattn.bench.decode import DEFAULTS, Case, Inputs
+    settings = replace(DEFAULTS["cpu"], heads=4, heads_kv=2, head_dim=8, page_size=16,
+                       more_page_sizes=(1, 64))
+    x = Inputs(Case(torch.float32, 3, 1, 40), settings, torch.device("cpu"),
+               torch.Generator().manual_seed(0))
+    for page, (table, k_pages, v_pages) in x.more_pages.items():
+        assert table.shape == (3, math.ceil(40 / page)) and k_pages.shape[1] == page
+        for b in range(3):
+            keys = k_pages[table[b].long()].flatten(0, 1)[:40]
+            values = v_pages[table[b].long()].flatten(0, 1)[:40]
+            assert torch.equal(keys, x.k[b]) and torch.equal(values, x.v[b]), (page, b)
+
+
+def test_decode_reports_the_cuda_launch_of_flashattn_rows():
+    """On a GPU of 132 SMs (the H200), a flashattn row carries the CUDA executor's split count
+    and CTAs for its case (decode_plan.py; tests/test_bench_decode_plan.py checks them against
+    the C++ plan); SDPA rows and fp32 carry none. B = 1, Sk = 32k: 18 splits x 8 kv heads."""
+    from flashattn.bench.decode import DEFAULTS, Case, launch_of
+    settings = DEFAULTS["cuda"]
+    one = Case(torch.bfloat16, 1, 1, 32768)
+    assert launch_of(one, "flashattn-dense", settings, 132) == (18, 144)
+    assert launch_of(one, "flashattn-paged-64", settings, 132) == (18, 144)
+    assert launch_of(Case(torch.bfloat16, 32, 1, 32768), "flashattn-paged", settings, 132) == (
+        1, 256)
+    assert launch_of(one, "sdpa-flash", settings, 132) == (None, None)
+    assert launch_of(Case(torch.float32, 1, 1, 32768), "flashattn-dense", settings, 132) == (
+        None, None)
+    assert launch_of(one, "flashattn-dense", settings, None) == (None, None)
+
+
+def test_decode_cuda_grid_has_issue_33s_batches_and_pages():
+    from flashattn.bench.decode import DEFAULTS
+    assert {1, 4, 128} <= set(DEFAULTS["cuda"].batches)
+    assert (DEFAULTS["cuda"].page_size, *DEFAULTS["cuda"].more_page_sizes) == (16, 1, 64)
+    assert DEFAULTS["cpu"].more_page_sizes == ()  # the CPU default stays quick

@@ -14,6 +14,8 @@ are negligible beside them). Implementations, on the same values:
                    of --page-size (16: vLLM's), each sequence's pages at random places in the
                    pool (a fixed-seed permutation), block_table int32 (B, pages per sequence);
                    past Sk, the last page holds large values that no correct kernel reads
+  flashattn-paged-N  the same with pages of N tokens, for each N of --more-page-sizes
+                   (CUDA: 1 and 64 beside 16; none on the CPU)
   flashattn-dense  the same on the dense cache (B, Sk, Hkv, d), FlashAttention's layout
   sdpa-<backend>   F.scaled_dot_product_attention forced to each backend of the device
                    (sdpa.py) on the padded cache in its own layout, contiguous
@@ -31,6 +33,10 @@ by a third on a 2-core cloud VM, docs/lab/2026-12-01-backward-memory-row-prefetc
 is also timed at the start and the end of the run, to show how much the machine drifted. Cases
 run in increasing KV size, so that on the CPU a time budget (seconds per dtype, predicted from
 the last case's seconds per byte) cuts the largest ones; the cut cases are listed.
+
+On a GPU each flashattn row also gives the launch the CUDA executor makes for it: the split
+count (num_splits=0: its model's choice for the device's SMs) and the forward's CTAs
+(decode_plan.py restates the plan; bf16 and fp16 only).
 """
 import statistics
 import time
@@ -41,7 +47,7 @@ import torch
 
 from .._kvcache import flash_attn_with_kvcache
 from .._reference import attention_reference
-from . import measure, options, sdpa, summary
+from . import decode_plan, measure, options, sdpa, summary
 from .common import NOT_AVAILABLE, dtype_name
 from .table import Table, fmt, times
 
@@ -66,6 +72,7 @@ class Settings:
     heads_kv: int
     head_dim: int
     page_size: int
+    more_page_sizes: tuple   # more paged caches, flashattn-paged-N
     num_splits: int
     repeats: int
     warmup: int
@@ -77,7 +84,9 @@ class Settings:
 
 KV_LENS = tuple(1024 * 2 ** i for i in range(8))   # 1k, 2k, ... 128k
 CPU_KV_LENS = tuple(1024 * 4 ** i for i in range(4))   # 1k, 4k, 16k, 64k
-# Issue 12's grid. CUDA: bfloat16, Sk doubling from 1k to 128k, cut only by memory. CPU:
+# Issue 12's grid, with issue 33's batches (1 and 4: one or a few sequences, whose split count
+# decides how many SMs work; 128: a server's) and page sizes (1, 16, 64) on CUDA. CUDA:
+# bfloat16, Sk doubling from 1k to 128k, cut only by memory. CPU:
 # bfloat16, the dtype of LLM caches (half the bytes of float32; --dtype float32 for the other),
 # Sk in steps of 4x, cut by a minute per dtype: on two busy cores that reaches Sk = 16k at B = 1
 # (issue 12's target starts there), most of the minute in SDPA's math backend, about 10x slower
@@ -85,11 +94,12 @@ CPU_KV_LENS = tuple(1024 * 4 ** i for i in range(4))   # 1k, 4k, 16k, 64k
 DEFAULTS = {
     "cpu": Settings(dtypes=(torch.bfloat16,), batches=(1, 8, 32), q_lens=(1, 4),
                     kv_lens=CPU_KV_LENS,
-                    heads=32, heads_kv=8, head_dim=128, page_size=16, num_splits=0, repeats=5,
+                    heads=32, heads_kv=8, head_dim=128, page_size=16, more_page_sizes=(),
+                    num_splits=0, repeats=5,
                     warmup=1, budget_s=60.0, copy_bytes=1 << 30, copy_repeats=5, seed=0),
-    "cuda": Settings(dtypes=(torch.bfloat16,), batches=(1, 8, 32), q_lens=(1, 4),
+    "cuda": Settings(dtypes=(torch.bfloat16,), batches=(1, 4, 8, 32, 128), q_lens=(1, 4),
                      kv_lens=KV_LENS, heads=32, heads_kv=8, head_dim=128, page_size=16,
-                     num_splits=0, repeats=20, warmup=3, budget_s=None, copy_bytes=1 << 30,
+                     more_page_sizes=(1, 64), num_splits=0, repeats=20, warmup=3, budget_s=None, copy_bytes=1 << 30,
                      copy_repeats=10, seed=0),
 }
 # --quick: seconds, for CI. Lengths that are not multiples of the page: the last page is partly
@@ -98,7 +108,7 @@ QUICK = {
     "cpu": dict(batches=(1, 3), q_lens=(1, 2), kv_lens=(40, 100), heads=4, heads_kv=2,
                 head_dim=32, budget_s=None, copy_bytes=32 << 20),
     "cuda": dict(batches=(1, 3), q_lens=(1, 2), kv_lens=(40, 1000), heads=8, heads_kv=2,
-                 head_dim=64, budget_s=None, copy_bytes=64 << 20),
+                 head_dim=64, more_page_sizes=(1,), budget_s=None, copy_bytes=64 << 20),
 }
 # Issue 12's targets. CPU: 2 threads, Sk >= 16k, >= 70% of the measured copy bandwidth and >= 2x
 # F.sdpa on the padded cache. CUDA (H200): >= 80% of HBM bandwidth at B = 32, Sk >= 8k, measured
@@ -113,8 +123,8 @@ TARGETS = {
 }
 # What one case holds at once, in multiples of its KV bytes: the paged pool, the dense cache and
 # SDPA's layout of it (3), SDPA math's GQA expansion of k and v to Hq heads (Hq / Hkv = 4 in
-# the default grid) and its float temporaries. A case is not run (and said so) when this is
-# above MEMORY_SHARE of the memory available at its start.
+# the default grid) and its float temporaries; plus one per --more-page-sizes pool. A case is
+# not run (and said so) when this is above MEMORY_SHARE of the memory available at its start.
 MEMORY_FACTOR = 8
 MEMORY_SHARE = 0.6
 # The float64 reference checks these sequences of each batch.
@@ -148,6 +158,10 @@ def add_arguments(parser):
                         help="key/value heads; must divide --heads (default 8)")
     parser.add_argument("--page-size", type=options.positive_int, dest="page_size", metavar="N",
                         help="tokens per page of the paged cache (default 16)")
+    parser.add_argument("--more-page-sizes", type=options.int_list, dest="more_page_sizes",
+                        metavar="LIST",
+                        help="comma list of more page sizes, each a paged cache of its own "
+                             "(flashattn-paged-N; default cuda 1,64, cpu none)")
     parser.add_argument("--num-splits", type=options.non_negative_int, dest="num_splits",
                         metavar="N",
                         help="flash_attn_with_kvcache's num_splits (default 0: its heuristic)")
@@ -216,6 +230,8 @@ class Result:
     best_sdpa: Optional[str] = None               # the paired median t_sdpa / t_this
     speedup_vs_fa2: Optional[float] = None        # flashattn rows: t_fa2 / t_this, same layout
     peak_mb: Optional[float] = None
+    splits: Optional[int] = None   # flashattn rows on a GPU: the forward's split count
+    ctas: Optional[int] = None     # and its grid's CTAs (decode_plan.py)
 
 
 class Inputs:
@@ -238,6 +254,13 @@ class Inputs:
         # block_table[s, i] = order[s * pages + i]: the page that holds keys i*page ... of s.
         self.block_table = order.view(b, pages).to(torch.int32)
         self.k_pages, self.v_pages = (self._paged(t, order, pages, page) for t in (self.k, self.v))
+        # {page size: (block_table, k pool, v pool)} of --more-page-sizes, laid out alike.
+        self.more_pages = {}
+        for page in settings.more_page_sizes:
+            pages = -(-sk // page)
+            order = torch.randperm(b * pages, generator=generator, device=device)
+            self.more_pages[page] = (order.view(b, pages).to(torch.int32),
+                                     *(self._paged(t, order, pages, page) for t in (self.k, self.v)))
         # SDPA's padded cache in its own layout, contiguous; q as a (B, Hq, Sq, d) view.
         self.k_sdpa, self.v_sdpa = (t.transpose(1, 2).contiguous() for t in (self.k, self.v))
         self.q_sdpa = self.q.transpose(1, 2)
@@ -266,6 +289,8 @@ def implementations(device_type, settings, fa2):
         Impl(PAGED, paged, lambda x: flash_attn_with_kvcache(
             x.q, x.k_pages, x.v_pages, cache_seqlens=x.cache_seqlens, block_table=x.block_table,
             num_splits=settings.num_splits)),
+        *(Impl(f"{PAGED}-{page}", f"paged, page {page}", _paged_with(page, settings))
+          for page in settings.more_page_sizes),
         Impl(DENSE, "dense (B,Sk,Hkv,d)", lambda x: flash_attn_with_kvcache(
             x.q, x.k, x.v, cache_seqlens=x.cache_seqlens, num_splits=settings.num_splits)),
         *(Impl(name, "dense (B,Hkv,Sk,d)", _sdpa_padded(forced))
@@ -281,6 +306,14 @@ def implementations(device_type, settings, fa2):
                 x.q, x.k, x.v, cache_seqlens=x.cache_seqlens, num_splits=settings.num_splits)),
         ]
     return impls
+
+
+def _paged_with(page, settings):
+    def attend(x):
+        block_table, k_pages, v_pages = x.more_pages[page]
+        return flash_attn_with_kvcache(x.q, k_pages, v_pages, cache_seqlens=x.cache_seqlens,
+                                       block_table=block_table, num_splits=settings.num_splits)
+    return attend
 
 
 def _sdpa_padded(forced):
@@ -329,6 +362,31 @@ def make_check(refs):
     return check
 
 
+def sm_count(device):
+    """The GPU's SMs, which the CUDA executor's split count is chosen for; None on the CPU."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def cache_capacity(case, impl, settings):
+    """The keys the call's cache holds per sequence: Sk dense, whole pages paged."""
+    if not impl.startswith(PAGED):
+        return case.kv_len
+    page = settings.page_size if impl == PAGED else int(impl.rsplit("-", 1)[1])
+    return -(-case.kv_len // page) * page
+
+
+def launch_of(case, impl, settings, sms):
+    """(splits, CTAs) of a flashattn row's forward on a GPU of `sms` SMs, or (None, None): not
+    flashattn, not a GPU, or fp32 (the SIMT kernels, which decode_plan.py does not restate)."""
+    if sms is None or not impl.startswith("flashattn-") or case.dtype == torch.float32:
+        return None, None
+    return decode_plan.decode_launch(case.batch, case.q_len, settings.heads, settings.heads_kv,
+                                     settings.head_dim, cache_capacity(case, impl, settings),
+                                     sms, settings.num_splits)
+
+
 def measure_case(case, settings, probe, device, fa2, copy):
     """The case's results; copy (a measure.CopyStep) is timed in the same rotation."""
     generator = torch.Generator(device=device).manual_seed(settings.seed)
@@ -343,6 +401,9 @@ def measure_case(case, settings, probe, device, fa2, copy):
     results, samples = measure.check_then_time(candidates, probe, settings, NOT_AVAILABLE,
                                                companions={COPY: copy})
     copy_ms = samples.pop(COPY)
+    sms = sm_count(device)
+    for r in results.values():
+        r.splits, r.ctas = launch_of(case, r.impl, settings, sms)
     for name in samples:
         r = results[name]
         r.gb_per_s = nbytes / (r.time_ms / measure.MS_PER_S) / 1e9
@@ -457,7 +518,7 @@ def summarize(results, cuts, device_type, threads):
 
 COLUMNS = (("B", 3), ("Sq", 3), ("Sk", 7), ("KV_MB", 8), ("impl", 16), ("max_err", 8),
            ("time_ms", 10), ("GB/s", 7), ("copy", 6), ("%copy", 6), ("vs_sdpa", 8),
-           ("vs_fa2", 7), ("peak_MB", 9))
+           ("vs_fa2", 7), ("peak_MB", 9), ("splits", 6), ("CTAs", 6))
 REASON_WIDTH = 100
 
 
@@ -468,8 +529,9 @@ def make_table(with_fa2):
 
 def table_title(dtype_name, settings):
     return (f"decode, {dtype_name}, heads={settings.heads}, heads_kv={settings.heads_kv}, "
-            f"head_dim={settings.head_dim}, page {settings.page_size}, "
-            f"num_splits={settings.num_splits}")
+            f"head_dim={settings.head_dim}, page {settings.page_size}"
+            + "".join(f", {page}" for page in settings.more_page_sizes)
+            + f", num_splits={settings.num_splits}")
 
 
 def table_row(table, r, with_fa2):
@@ -481,7 +543,7 @@ def table_row(table, r, with_fa2):
               times(r.speedup_vs_best_sdpa)]
     if with_fa2:
         cells.append(times(r.speedup_vs_fa2))
-    cells.append(fmt(r.peak_mb, ".1f"))
+    cells += [fmt(r.peak_mb, ".1f"), fmt(r.splits, "d"), fmt(r.ctas, "d")]
     return table.row(cells)
 
 
@@ -540,13 +602,14 @@ def summary_lines(entries, bandwidth, cuts, settings):
     return lines
 
 
-def reason_to_cut(case, nbytes, budget, device):
+def reason_to_cut(case, nbytes, budget, device, settings):
     """Why the case is not run (the budget, or memory), or None."""
     reason = budget.reason_to_cut(case, nbytes)
     available = available_memory_bytes(device)
+    factor = MEMORY_FACTOR + len(settings.more_page_sizes)
     if (reason is None and available is not None
-            and MEMORY_FACTOR * nbytes > MEMORY_SHARE * available):
-        reason = (f"memory: needs about {MEMORY_FACTOR * nbytes / 2 ** 30:.1f} GiB, "
+            and factor * nbytes > MEMORY_SHARE * available):
+        reason = (f"memory: needs about {factor * nbytes / 2 ** 30:.1f} GiB, "
                   f"{available / 2 ** 30:.1f} GiB available")
     return reason
 
@@ -575,7 +638,7 @@ def main(run):
             dtype = case.dtype
             run.print(table.header(table_title(dtype_name(dtype), settings)))
         nbytes = case.kv_bytes(settings)
-        reason = reason_to_cut(case, nbytes, budget, device)
+        reason = reason_to_cut(case, nbytes, budget, device, settings)
         if reason:
             cuts.append(Cut(dtype_name(case.dtype), case.batch, case.q_len, case.kv_len, nbytes,
                             reason))
@@ -597,7 +660,8 @@ def main(run):
         "batches": list(settings.batches), "q_lens": list(settings.q_lens),
         "kv_lens": list(settings.kv_lens), "heads": settings.heads,
         "heads_kv": settings.heads_kv, "head_dim": settings.head_dim,
-        "page_size": settings.page_size, "num_splits": settings.num_splits,
+        "page_size": settings.page_size, "more_page_sizes": list(settings.more_page_sizes),
+        "num_splits": settings.num_splits, "sm_count": sm_count(device),
         "causal": False, "cache": "every sequence holds kv_len keys (full cache, no mask)",
         "repeats": settings.repeats, "warmup": settings.warmup,
         "budget_s_per_dtype": settings.budget_s, "seed": settings.seed,
