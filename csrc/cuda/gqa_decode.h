@@ -5,9 +5,9 @@
 // verified). Run as it comes, every query head is its own CTA, reading its kv head's whole cache
 // for a tile of a few live rows: with g query heads per kv head the cache crosses from memory g
 // times (4 for Llama-3-8B's 32 / 8 heads), and decoding is bound by exactly those bytes. FA2
-// folds the group into the rows for one token (seqlenq_ngroups_swapped); here any number of
-// tokens up to a tile's rows is folded, with no copy: the forward's CTA for kv head h takes
-// row r as query token r / g of query head h * g + r % g (QueryRows below; params.h,
+// folds the group into the rows for one token (seqlenq_ngroups_swapped); here several tokens
+// are folded, over one or more tiles (below), with no copy: the forward's CTAs for kv head h
+// take row r as query token r / g of query head h * g + r % g (QueryRows below; params.h,
 // packed_heads). The rows' positions, and so causal and sliding windows, follow their tokens.
 //
 // It applies where the rows of one tile differ only in their head and position:
