@@ -16,17 +16,14 @@ tools/gpu_model.py and tests/sanitizer_cases.py read the list itself when they r
 Each file starts with a line saying it is generated; an inst/*.cu that carries that line but is
 no longer in the list is deleted (and reported by --check).
 
-Architectures. Each entry's arch names one of kernel_list.ARCHS. Today there is one, "sm80"
-(mma.sync): its files keep their plain names and are compiled, like every .cu of the build, for
-the build's architecture list (setup.py cuda_arch_flags, FLASHATTN_CUDA_ARCHS). A second
-architecture (say "sm90a" for wgmma kernels) is an ARCHS entry with a file_suffix ("_sm90", so
-inst/fwd_hdim128_bf16_sm90.cu) and its gencode flags ("-gencode=arch=compute_90a,code=sm_90a").
-torch's BuildExtension takes one nvcc flag list for all sources, so setup.py would then either
-build those files as a second CUDAExtension with the arch's gencode (select them with
-kernel_list.KERNELS, or by file_suffix), or keep one extension and guard the file's body with
-`#if __CUDA_ARCH__ >= 900` (FA3 builds its Hopper kernels as an extension of their own). The
-shim runs only architectures whose ARCHS entry says sim=True. .ci/sass_compare.py compiles
-every inst/*.cu for one --arch, so a Hopper file compares with --arch 90a --files '*_sm90.cu'.
+Architectures. Each entry's arch names one of kernel_list.ARCHS. "sm80" (mma.sync) files keep
+their plain names and are compiled for the build's architecture list (setup.py cuda_arch_flags,
+FLASHATTN_CUDA_ARCHS). "sm90a" (wgmma, TMA) files carry the suffix "_sm90"
+(inst/fwd_hdim128_bf16_sm90.cu) and their own gencode, which setup.py gives each of them alone
+(a per-file binding in torch's build.ninja, give_own_gencode) when the list holds 90; their launch
+header refuses any other device pass with #error. The shim runs architectures whose ARCHS entry
+says sim=True. .ci/sass_compare.py compiles every inst/*.cu for one --arch, so a Hopper file
+compares with --arch 90a --files '*_sm90.cu'.
 """
 import argparse
 import os

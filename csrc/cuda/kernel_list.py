@@ -21,11 +21,18 @@ Kernel = collections.namedtuple("Kernel", "family head_dim dtype arch")
 # How each architecture's kernels are built.
 #   file_suffix: appended to an inst/ file's stem, so two architectures' files never collide.
 #   gencode: nvcc's -gencode flags for its files; None means the build's own architecture list
-#            (setup.py, FLASHATTN_CUDA_ARCHS), with which every inst/*.cu is compiled today.
+#            (setup.py, FLASHATTN_CUDA_ARCHS).
+#   build_with: the FLASHATTN_CUDA_ARCHS entry that brings its files into the build (None: always).
 #   sim: the CPU shim runs its kernels (tests/sim_ext).
 ARCHS = {
     # mma.sync.m16n8k16, cp.async and ldmatrix: sm_80 class, and run as built on sm_90 too.
-    "sm80": dict(file_suffix="", gencode=None, sim=True),
+    "sm80": dict(file_suffix="", gencode=None, build_with=None, sim=True),
+    # wgmma, TMA, setmaxnreg (csrc/cuda/hopper/): sm_90a code runs on compute capability 9.0 only,
+    # so these files get this one gencode (setup.py gives each its own flags) and join the build
+    # when the architecture list holds 90. The plan picks them only with FLASHATTN_CUDA_HOPPER=1
+    # (plan_fwd_sm90.h).
+    "sm90a": dict(file_suffix="_sm90", gencode=["-gencode=arch=compute_90a,code=sm_90a"],
+                  build_with="90", sim=True),
 }
 
 # What one instantiation of a family is (the run_<family> template of its launch header), and
@@ -56,6 +63,12 @@ FAMILIES = {
         template="{head_dim}", params="const AttnBwdParams&, float*, cudaStream_t, LaunchCheck",
         comment="The fp32 SIMT backward on every fp32 head-dim tile (SimtHeadDimTiles in "
                 "dispatch.h); small kernels, so one file holds them all (budget: traits.h)."),
+    "fwd_sm90": dict(
+        header="launch_fwd_sm90.cuh", prefix="fwd", one_per_file=True, direction="fwd",
+        template="{element}, {head_dim}",
+        params="const AttnParams&, cudaStream_t, LaunchCheck",
+        comment="The sm_90a forward (csrc/cuda/hopper/), causal and not, for one (head dim, "
+                "dtype): compiled for sm_90a only (kernel_list.py ARCHS)."),
     "split_merge": dict(
         header="split_merge_kernel.cuh", prefix="split_merge", one_per_file=False, direction="fwd",
         template="{element}", params="const AttnParams&, const float*, cudaStream_t, LaunchCheck",
@@ -73,12 +86,18 @@ ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16", "fp32": "float"}
 # and the largest tile must be kMaxHeadDim (traits.h), so every accepted d has one.
 HEAD_DIMS_16BIT = (32, 64, 96, 128, 192, 256)  # tensor-core kernels, fp16 and bf16
 HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
+# The sm_90a forward: exactly these head dims (FwdSm90Config), fp16 and bf16, each with and without
+# the causal mask; the rest of its template parameters (softcap, local, ALiBi) are not built yet, so
+# those calls stay on the sm_80 kernels (plan_fwd_sm90.h, README's support table). Four files of
+# two kernels each: the build-time budget (docs/lab/2026-12-02-hopper-forward-wiring.md).
+HEAD_DIMS_SM90 = (64, 128)
 
 KERNELS = (
     [Kernel(family, d, dtype, "sm80") for family in ("fwd_16bit", "bwd_16bit")
      for d in HEAD_DIMS_16BIT for dtype in ("fp16", "bf16")]
     + [Kernel(family, d, "fp32", "sm80") for family in ("fwd_simt", "bwd_simt")
        for d in HEAD_DIMS_SIMT]
+    + [Kernel("fwd_sm90", d, dtype, "sm90a") for d in HEAD_DIMS_SM90 for dtype in ("fp16", "bf16")]
     # Not per head dim: one kernel per element type.
     + [Kernel(family, None, dtype, "sm80") for family in ("split_merge", "kv_append")
        for dtype in ("fp16", "bf16", "fp32")]

@@ -13,6 +13,11 @@ template <typename Element, int kHeadDim>
 void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t stream,
                    LaunchCheck after_launch);
 
+// The sm_90a forward (launch_fwd_sm90.cuh): compiled for sm_90a only, in builds whose
+// architecture list holds 90 (kSm90KernelsBuilt).
+template <typename Element, int kHeadDim>
+void run_fwd_sm90(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
+
 template <typename Element, int kHeadDim>
 void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                    LaunchCheck after_launch);

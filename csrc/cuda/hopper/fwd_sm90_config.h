@@ -24,6 +24,11 @@ namespace flashattn::hopper {
 constexpr uint32_t kSwizzleRowBytes = 128;  // one 128-byte swizzle row: 64 16-bit elements
 constexpr uint32_t kSwizzleAtomBytes = 1024;
 
+// A launch grid as three counts, so that this header needs no CUDA type (dim3).
+struct FwdSm90GridDims {
+  unsigned x, y, z;
+};
+
 template <int kHeadDim_>
 struct FwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
@@ -34,6 +39,13 @@ struct FwdSm90Config {
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kChunks = kHeadDim / 64;  // 128-byte swizzle rows per tile row
+
+  // The grid: (query tiles, Hq, B), one CTA per kBlockM query rows of one (batch, head). The
+  // launch (fwd_sm90_launch.h) and the plan (plan_fwd_sm90.h) both take it from here.
+  static constexpr FwdSm90GridDims grid(int seqlen_q, int heads_q, int batch) {
+    return {static_cast<unsigned>((static_cast<int64_t>(seqlen_q) + kBlockM - 1) / kBlockM),
+            static_cast<unsigned>(heads_q), static_cast<unsigned>(batch)};
+  }
 
   static constexpr uint32_t kQChunkBytes = kBlockM * kSwizzleRowBytes;
   static constexpr uint32_t kKvChunkBytes = kBlockN * kSwizzleRowBytes;

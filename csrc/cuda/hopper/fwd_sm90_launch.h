@@ -1,6 +1,7 @@
 // Host launch of the sm_90a forward, under nvcc (a stream) and under the CPU shim (the grid runs
-// on the calling thread; errors throw cudasim::SimError). Not wired into the library's dispatch:
-// callers are tests/cudasim/selftest/hopper_fwd_test.cpp and tests/cudasim/hopper_fwd_gpu.cu.
+// on the calling thread; errors throw cudasim::SimError). Callers: the library's launch template
+// (csrc/cuda/launch_fwd_sm90.cuh), tests/cudasim/selftest/hopper_fwd_test.cpp and
+// tests/cudasim/hopper_fwd_gpu.cu.
 #pragma once
 #include <string>
 
@@ -12,8 +13,10 @@
 
 namespace flashattn::hopper {
 
-inline dim3 fwd_sm90_grid(const FwdSm90Params& p) {
-  return dim3((p.seqlen_q + 127) / 128, p.heads_q, p.batch);
+template <int kHeadDim>
+dim3 fwd_sm90_grid(const FwdSm90Params& p) {
+  const FwdSm90GridDims g = FwdSm90Config<kHeadDim>::grid(p.seqlen_q, p.heads_q, p.batch);
+  return dim3(g.x, g.y, g.z);
 }
 
 // "" on success, else why the launch failed.
@@ -22,7 +25,7 @@ template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool
 std::string launch_fwd_sm90(const FwdSm90Maps& maps, const FwdSm90Params& p, void* stream) {
   using Cfg = FwdSm90Config<kHeadDim>;
   auto kernel = fwd_sm90_kernel<Elem, kHeadDim, kCausal, kSoftcap, kLocal, kAlibi>;
-  const dim3 grid = fwd_sm90_grid(p);
+  const dim3 grid = fwd_sm90_grid<kHeadDim>(p);
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return "";
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
   (void)stream;

@@ -1,0 +1,84 @@
+// Host side of the sm_90a forward's launch for the library: the plan's AttnParams (a call that
+// plan_fwd_sm90.h accepted) as the Hopper kernel's tensor maps and FwdSm90Params, then
+// hopper::launch_fwd_sm90 with the causal mask or without. Compiles under nvcc (inst/*_sm90.cu,
+// for sm_90a only) and under the CPU shim (tests/sim_ext).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "../params.h"
+#include "grid.h"
+#include "hopper/fwd_sm90_launch.h"
+
+// The kernel uses wgmma, setmaxnreg and TMA: a device pass for any other target than sm_90a is a
+// build mistake (setup.py gives inst/*_sm90.cu their own gencode), not an empty kernel.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the sm_90a forward compiles for arch=compute_90a,code=sm_90a only (kernel_list.py ARCHS)"
+#endif
+
+namespace flashattn::cuda {
+
+namespace detail {
+// One [B, S, H, D] view of AttnParams as make_fwd_sm90_maps reads it. A dimension of extent 1
+// never steps its stride, which may then be 0 (a broadcast) or unaligned, and TMA would refuse
+// it: it gets 8 elements (16 bytes) instead.
+inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int seqlen, int heads) {
+  const auto stride = [](int64_t s, int extent) { return extent <= 1 ? int64_t{8} : s; };
+  hopper::FwdSm90Input in;
+  in.ptr = view.ptr;
+  in.batch_stride = stride(view.batch_stride, batch);
+  in.row_stride = stride(view.row_stride, seqlen);
+  in.head_stride = stride(view.head_stride, heads);
+  in.seqlen = seqlen;
+  in.heads = heads;
+  return in;
+}
+}  // namespace detail
+
+// Runs the sm_90a forward for an Element (__half or __nv_bfloat16) and kHeadDim == p.head_dim on
+// p as planned (plan_fwd_sm90.h: sm90_fwd_unsupported(p) is nullptr). Calls after_launch() right after the launch.
+template <typename Element, int kHeadDim>
+void run_fwd_sm90(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch) {
+  using Config = hopper::FwdSm90Config<kHeadDim>;
+  static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16>);
+  const TensorMapDtype dtype =
+      std::is_same_v<Element, __half> ? TensorMapDtype::Float16 : TensorMapDtype::BFloat16;
+  hopper::FwdSm90Maps maps;
+  const std::string maps_error = hopper::make_fwd_sm90_maps(
+      maps, dtype, kHeadDim, p.batch, detail::sm90_input(p.q, p.batch, p.seqlen_q, p.heads_q),
+      detail::sm90_input(p.k, p.batch, p.seqlen_k, p.heads_kv),
+      detail::sm90_input(p.v, p.batch, p.seqlen_k, p.heads_kv),
+      detail::sm90_input(p.o, p.batch, p.seqlen_q, p.heads_q), Config::kBlockM, Config::kBlockN);
+  if (!maps_error.empty()) {
+    throw std::runtime_error("flashattn: the sm_90a forward's tensor maps: " + maps_error);
+  }
+  hopper::FwdSm90Params hp;
+  hp.lse = static_cast<float*>(p.lse.ptr);
+  hp.lse_batch_stride = p.lse.batch_stride;
+  hp.lse_head_stride = p.lse.head_stride;
+  hp.batch = p.batch;
+  hp.seqlen_q = p.seqlen_q;
+  hp.seqlen_k = p.seqlen_k;
+  hp.heads_q = p.heads_q;
+  hp.head_group = p.head_group;
+  hp.scale = p.scale;
+  // exp2 takes the scores scaled by scale * log2(e) (FwdSm90Params).
+  hp.scale_log2 = static_cast<float>(p.scale_fp64 * 1.4426950408889634);
+  hp.align_bottom_right = p.align_bottom_right;
+  // The plan sends no window here but causal's (-1, 0).
+  const bool causal = p.window_right == 0;
+  const std::string launch_error =
+      causal ? hopper::launch_fwd_sm90<Element, kHeadDim, true>(maps, hp, stream)
+             : hopper::launch_fwd_sm90<Element, kHeadDim, false>(maps, hp, stream);
+  if (!launch_error.empty()) {
+    throw std::runtime_error("flashattn: the sm_90a forward's launch: " + launch_error);
+  }
+  after_launch();
+}
+
+}  // namespace flashattn::cuda
