@@ -13,6 +13,9 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "../op_glue.h"
@@ -44,7 +47,18 @@ struct Gpu {
     for (const auto& [value, attribute] : attributes) {
       C10_CUDA_CHECK(cudaDeviceGetAttribute(value, attribute, device));
     }
+    props.hopper_fwd = hopper_opt_in();
     return props;
+  }
+
+  // FLASHATTN_CUDA_HOPPER (plan_fwd_sm90.h), read once per process. A bad value is an error on
+  // every call, never read as on or off.
+  static bool hopper_opt_in() {
+    static const char* const raw = std::getenv(kHopperOptInVariable);
+    static const std::string value = raw ? raw : "";  // getenv's pointer may not last
+    static const std::optional<bool> opted_in = parse_hopper_opt_in(value.c_str());
+    TORCH_CHECK_VALUE(opted_in.has_value(), hopper_opt_in_error(value.c_str()));
+    return *opted_in;
   }
 
   static void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }

@@ -2,6 +2,7 @@
 // extension: the plan's element type and head-dim tile pick the launch template (kernels.h)
 // that inst/*.cu instantiates, which runs the plan's kernels.
 #pragma once
+#include <stdexcept>
 #include <type_traits>
 
 #include "../params.h"
@@ -22,10 +23,30 @@ void dispatch_choice(const KernelChoice& choice, F&& f) {
   });
 }
 
+// Runs a plan of the sm_90a forward (plan_fwd_sm90.h): 16-bit, unsplit, its tile the head dim.
+inline void launch_fwd_sm90(const FwdPlan& plan, cudaStream_t stream, LaunchCheck after_launch) {
+  bool launched = false;
+  dispatch_element(plan.kernels.type, [&](auto element) {
+    using Element = decltype(element);
+    // Not instantiated where the kernels are not built, so nothing refers to them there.
+    if constexpr (kSm90KernelsBuilt && !std::is_same_v<Element, float>) {
+      launched = dispatch_head_dim(Sm90FwdHeadDims{}, plan.kernels.head_dim_tile, [&](auto tile) {
+        run_fwd_sm90<Element, decltype(tile)::value>(plan.params, stream, after_launch);
+      });
+    }
+  });
+  // The plan chooses the kernels only where they are built (sm90_fwd_enabled).
+  if (!launched) throw std::logic_error("flashattn: a plan for sm_90a kernels this build lacks");
+}
+
 // Runs a forward plan that is not empty on `stream`, then its split merge if it has one.
 // split_scratch: plan.split_scratch_floats floats (null when 0).
 inline void launch_fwd(const FwdPlan& plan, float* split_scratch, cudaStream_t stream,
                        LaunchCheck after_launch) {
+  if (plan.kernels.arch == Arch::kSm90) {
+    launch_fwd_sm90(plan, stream, after_launch);
+    return;
+  }
   dispatch_choice(plan.kernels, [&](auto element, auto tile) {
     using Element = decltype(element);
     constexpr int kTile = decltype(tile)::value;

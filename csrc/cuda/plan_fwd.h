@@ -1,5 +1,5 @@
-// The forward's launch decisions, all in one place: which kernels run (family, architecture,
-// head-dim tile, one or two m-tiles per warp), how the call is reshaped (GQA packing, split-KV)
+// The forward's launch decisions, all in one place: which kernels run (family, architecture:
+// the sm_90a forward where plan_fwd_sm90.h allows, head-dim tile, one or two m-tiles per warp), how the call is reshaped (GQA packing, split-KV)
 // and how it is launched (grid, block, shared memory, the split merge). The CPU executor's
 // counterpart is plan_forward (cpu/fwd.cpp).
 //
@@ -17,6 +17,7 @@
 #include "dispatch.h"
 #include "gqa_decode.h"
 #include "grid.h"
+#include "plan_fwd_sm90.h"
 #include "traits.h"
 
 namespace flashattn::cuda {
@@ -28,6 +29,8 @@ struct DeviceProps {
   int cc_minor = 0;
   int sm_count = 1;  // the split-KV heuristic fills them
   int smem_optin_bytes = max_smem_bytes(Arch::kSm80);  // per block, after cudaFuncSetAttribute
+  // FLASHATTN_CUDA_HOPPER=1 (plan_fwd_sm90.h): the forward may run the sm_90a kernels.
+  bool hopper_fwd = false;
 };
 
 // The device's architecture: Hopper's for compute capability 9.x, else sm_80's (the kernels
@@ -36,9 +39,9 @@ inline Arch device_arch(const DeviceProps& device) {
   return device.cc_major == 9 ? Arch::kSm90 : Arch::kSm80;
 }
 
-// Whose kernels run on a device: sm_80's everywhere, since they run as built on sm_90. When the
-// Hopper kernels are built (FLASHATTN_CUDA_HOPPER=1, kernel_list.py ARCHS), it returns kSm90
-// for a kSm90 device.
+// Whose kernels the backward runs on a device: sm_80's everywhere, since they run as built on
+// sm_90 (the Hopper backward is issue 31's stage 5). The forward's choice is plan_fwd's, with
+// plan_fwd_sm90.h.
 inline Arch kernel_arch(Arch device) {
   (void)device;
   return Arch::kSm80;
@@ -262,7 +265,26 @@ struct FwdPlan {
   bool merges() const { return params.num_splits > 1; }
 };
 
-// Plans the forward of `params` (make_fwd_params) for inputs of `type` on `device`.
+// Moves a plan that sm90_fwd_unsupported() accepts to the sm_90a forward: one launch of
+// FwdSm90Config<head_dim>'s geometry, with the parameters the sm_80 plan left (unpacked,
+// unsplit).
+inline void use_sm90_fwd(FwdPlan& plan) {
+  const AttnParams& p = plan.params;
+  plan.kernels.arch = Arch::kSm90;
+  plan.kernels.head_dim_tile = p.head_dim;
+  plan.one_m_tile = false;
+  plan.arch_smem_bytes = max_smem_bytes(Arch::kSm90);
+  dispatch_head_dim(Sm90FwdHeadDims{}, p.head_dim, [&](auto tile) {
+    using Config = hopper::FwdSm90Config<decltype(tile)::value>;
+    plan.shape = {Config::kBlockM, Config::kThreads, static_cast<int>(Config::kSmemBytes)};
+    const hopper::FwdSm90GridDims g = Config::grid(p.seqlen_q, p.heads_q, p.batch);
+    plan.grid = dim3(g.x, g.y, g.z);
+  });
+  plan.block = plan.shape.block();
+}
+
+// Plans the forward of `params` (make_fwd_params) for inputs of `type` on `device`: the sm_80
+// plan, then the sm_90a forward instead where it is enabled and takes the call as planned.
 inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const DeviceProps& device) {
   FwdPlan plan;
   plan.device_arch = device_arch(device);
@@ -287,6 +309,11 @@ inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const Device
   plan.grid = plan.shape.grid(p);
   plan.block = plan.shape.block();
   plan.merge_params.num_splits = p.num_splits;
+  if (sm90_fwd_enabled(device.hopper_fwd, device.cc_major, device.cc_minor) &&
+      sm90_fwd_unsupported(p, type) == nullptr) {
+    use_sm90_fwd(plan);
+    return plan;
+  }
   if (plan.merges()) {
     plan.split_scratch_floats = p.num_splits * (split_out_elements(p) + split_lse_elements(p));
     // Otherwise every split writes its part of every query row (0 and -inf where it sees no

@@ -53,7 +53,9 @@ def load(verbose=False):
     # The shim's own flags (includes, -DFLASHATTN_CUDASIM, -O1: the kernels' unrolled loops stay
     # cheap to compile and the fibers fast enough), with torch's C++ standard (2.14 needs C++20).
     # No debug info: it doubles the compile time of the kernel translation units.
-    flags = cudasim_build.compile_flags(cxx_std=None) + ["-g0"]
+    # The shim runs the sm_90a forward too (kernel_list.py ARCHS sim=True): the plan may choose it
+    # (plan_fwd_sm90.h kSm90KernelsBuilt) on a device set_device makes cc 9.0 and opted in.
+    flags = cudasim_build.compile_flags(cxx_std=None) + ["-g0", "-DFLASHATTN_SM90_KERNELS"]
     # One build folder per torch version. Torch 2.14 keeps a folder's `lock` file (it locks it
     # with flock), and torch 2.11 waits, silently and forever, for that file to go away: a
     # folder shared by the two hung every test on 2.11 (seen on 2026-12-01). The library's name

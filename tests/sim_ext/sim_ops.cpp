@@ -21,12 +21,15 @@ struct Shim {
     explicit Guard(const at::Device&) {}  // one "device": the CPU
   };
   static cudaStream_t stream(const at::Tensor&) { return nullptr; }
-  // A small sm_80 for the plan: 8 SMs, so that num_splits = 0 splits small decode calls here
-  // too, and the shim's own shared-memory ceiling (cudasim refuses more than sm_90's 227 KB),
-  // so the plan's check refuses nothing the GPU builds would run.
-  static DeviceProps props(const at::Tensor&) {
-    return {8, 0, /*sm_count=*/8, max_smem_bytes(Arch::kSm90)};
+  // By default a small sm_80 for the plan: 8 SMs, so that num_splits = 0 splits small decode
+  // calls here too, and the shim's own shared-memory ceiling (cudasim refuses more than sm_90's
+  // 227 KB), so the plan's check refuses nothing the GPU builds would run. set_device makes it
+  // a compute capability 9.0 device, opted in to the Hopper forward or not.
+  static DeviceProps& device() {
+    static DeviceProps props{8, 0, /*sm_count=*/8, max_smem_bytes(Arch::kSm90)};
+    return props;
   }
+  static DeviceProps props(const at::Tensor&) { return device(); }
   // The shim throws cudasim::SimError on any launch error; there is nothing left to check.
   static void check_launch() {}
 };
@@ -34,6 +37,35 @@ struct Shim {
 // "forward", "reverse" or "random:SEED": the order warps run in between barriers.
 void set_schedule(const std::string& schedule) {
   ::cudasim::set_schedule(::cudasim::parse_schedule(schedule));
+}
+
+// When the shim's bulk and tensor copies land (tests/cudasim/README.md): "lazy", "eager",
+// "random", or "" for the schedule's default (random under random:SEED, else lazy).
+void set_copy_completion(const std::string& completion) {
+  if (completion.empty()) {
+    ::cudasim::clear_copy_completion();
+  } else {
+    ::cudasim::set_copy_completion(::cudasim::parse_copy_completion(completion));
+  }
+}
+
+// torch.ops.flashattn_sim.set_device: the compute capability the shim's executor plans for and
+// whether FLASHATTN_CUDA_HOPPER=1 is taken as set (DeviceProps::hopper_fwd); the library's
+// executor reads that variable once (api.cu), the shim takes it from here so a test can switch.
+void set_device(int64_t cc_major, int64_t cc_minor, bool hopper_fwd) {
+  DeviceProps& device = Shim::device();
+  device.cc_major = static_cast<int>(cc_major);
+  device.cc_minor = static_cast<int>(cc_minor);
+  device.hopper_fwd = hopper_fwd;
+}
+
+// torch.ops.flashattn_sim.parse_hopper_opt_in: FLASHATTN_CUDA_HOPPER's parser (plan_fwd_sm90.h)
+// on a value (None: unset).
+bool parse_hopper_opt_in_op(std::optional<std::string> value) {
+  const char* text = value ? value->c_str() : nullptr;
+  const std::optional<bool> opted_in = parse_hopper_opt_in(text);
+  TORCH_CHECK_VALUE(opted_in.has_value(), hopper_opt_in_error(text));
+  return *opted_in;
 }
 
 // ATen's CUDA flash-attention ops that sdpa_impl.h replaces, whose schemas the sim repeats
@@ -110,7 +142,7 @@ std::string kernels_json(const KernelChoice& k, Arch device_arch, int smem_limit
 DeviceProps read_device(const OpArguments& args) {
   return {static_cast<int>(args["cc_major"].toInt()), static_cast<int>(args["cc_minor"].toInt()),
           static_cast<int>(args["sm_count"].toInt()),
-          static_cast<int>(args["smem_optin_bytes"].toInt())};
+          static_cast<int>(args["smem_optin_bytes"].toInt()), args["hopper_fwd"].toBool()};
 }
 
 void plan_fwd_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -173,7 +205,7 @@ void plan_bwd_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 std::string plan_schema(const char* name, const char* extra) {
   return std::string(name) + "(" FLASHATTN_ATTN_ARGUMENTS + extra +
          ", int cc_major=8, int cc_minor=0, int sm_count=8, int smem_optin_bytes=" +
-         std::to_string(max_smem_bytes(Arch::kSm80)) + ") -> str";
+         std::to_string(max_smem_bytes(Arch::kSm80)) + ", bool hopper_fwd=False) -> str";
 }
 
 }  // namespace
@@ -186,6 +218,10 @@ TORCH_LIBRARY(flashattn_sim, m) {
   m.def(flashattn::kBwdSchema);
   m.def(flashattn::kFwdKvcacheSchema);
   m.def("set_schedule(str schedule) -> ()", &flashattn::cuda::set_schedule);
+  m.def("set_copy_completion(str completion) -> ()", &flashattn::cuda::set_copy_completion);
+  m.def("set_device(int cc_major, int cc_minor, bool hopper_fwd) -> ()",
+        &flashattn::cuda::set_device);
+  m.def("parse_hopper_opt_in(str? value) -> bool", &flashattn::cuda::parse_hopper_opt_in_op);
   for (const char* name : flashattn::cuda::kReplacedCudaOps)
     if (flashattn::aten_has_op(name))
       m.def(flashattn::cuda::aten_schema_without_namespace(name).c_str());

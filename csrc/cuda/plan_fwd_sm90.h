@@ -1,0 +1,106 @@
+// Which forward calls the sm_90a kernels (csrc/cuda/hopper/, issue 31) take, written once for the
+// plan (plan_fwd.h) and its tests. Host only and free of CUDA calls, like the plan.
+//
+// Opt-in until a GPU run has confirmed them: the executor reads FLASHATTN_CUDA_HOPPER once
+// (api.cu) into DeviceProps::hopper_fwd. With it, on a compute capability 9.0 device, a call goes
+// to the Hopper forward when sm90_fwd_unsupported() finds nothing in it the kernels lack; every
+// other call keeps the sm_80 kernels (README's support table lists what stays there).
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "../params.h"
+#include "dispatch.h"
+#include "hopper/fwd_sm90_config.h"
+
+namespace flashattn::cuda {
+
+// Whether this build holds the Hopper kernels: setup.py defines FLASHATTN_SM90_KERNELS when it
+// compiles inst/*_sm90.cu (FLASHATTN_CUDA_ARCHS holds 90), the shim's extension always.
+#if defined(FLASHATTN_SM90_KERNELS)
+inline constexpr bool kSm90KernelsBuilt = true;
+#else
+inline constexpr bool kSm90KernelsBuilt = false;
+#endif
+
+inline constexpr const char* kHopperOptInVariable = "FLASHATTN_CUDA_HOPPER";
+
+// FLASHATTN_CUDA_HOPPER's value: unset, "" or "0" is off, "1" on; anything else has no value
+// (the caller refuses it with hopper_opt_in_error), rather than being read as either.
+inline std::optional<bool> parse_hopper_opt_in(const char* value) {
+  if (value == nullptr || value[0] == '\0' || std::strcmp(value, "0") == 0) return false;
+  if (std::strcmp(value, "1") == 0) return true;
+  return std::nullopt;
+}
+
+inline std::string hopper_opt_in_error(const char* value) {
+  return std::string("flashattn: ") + kHopperOptInVariable + " must be 0 or 1 (or unset), got '" +
+         value + "'";
+}
+
+// The head dims the Hopper forward is compiled for (kernel_list.py HEAD_DIMS_SM90). It takes a
+// head dim equal to one of them; a smaller one stays on sm_80's padded tiles.
+using Sm90FwdHeadDims = HeadDimTilesOf<kSm90aFwdSm90HeadDims>;
+
+inline bool is_sm90_fwd_head_dim(int head_dim) {
+  bool found = false;
+  dispatch_head_dim(Sm90FwdHeadDims{}, head_dim,
+                    [&](auto tile) { found = decltype(tile)::value == head_dim; });
+  return found;
+}
+
+namespace detail {
+// TMA (make_fwd_sm90_maps) reads a [B, S, H, D] view through 16-byte aligned addresses and
+// strides that are multiples of 16 bytes (8 16-bit elements) below 2^40 bytes. A dimension of
+// extent 1 never steps its stride, so any stride passes there (the launch substitutes one).
+inline bool tma_stride_ok(int64_t stride, int64_t extent) {
+  if (extent <= 1) return true;
+  return stride > 0 && stride % 8 == 0 && stride < (int64_t{1} << 39);
+}
+
+inline bool tma_view_ok(const TensorView& view, int batch, int seqlen, int heads) {
+  return reinterpret_cast<std::uintptr_t>(view.ptr) % 16 == 0 &&
+         tma_stride_ok(view.row_stride, seqlen) && tma_stride_ok(view.head_stride, heads) &&
+         tma_stride_ok(view.batch_stride, batch);
+}
+}  // namespace detail
+
+// Why the Hopper forward cannot run p (as the sm_80 plan made it: packed, split) on 16-bit inputs
+// of `type`: the feature it lacks, or nullptr when it can run it. Each feature here is a row of
+// README's support table until the kernel has it.
+inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
+  if (type == ElementType::kFloat) return "fp32 inputs";
+  if (!is_sm90_fwd_head_dim(p.head_dim)) return "a head dim other than 64 or 128";
+  if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) return "varlen (cu_seqlens)";
+  if (p.seqused_q != nullptr || p.seqused_k != nullptr) return "seqused";
+  if (p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr)
+    return "a paged or indexed KV cache";
+  if (p.num_splits > 1) return "split-KV";
+  if (p.packed_heads > 1) return "a GQA decode with packed heads";
+  if (p.mask.ptr != nullptr) return "attn_mask";
+  if (p.dropout.on()) return "dropout";
+  if (p.softcap > 0.f) return "softcap";
+  if (p.alibi.ptr != nullptr) return "ALiBi";
+  // No window, or causal (window (-1, 0), either alignment).
+  if (p.window_left >= 0 || p.window_right > 0) return "a local window";
+  // The grid (FwdSm90Config::grid) puts heads on y and batches on z, each at most 65535.
+  if (p.heads_q > 65535 || p.batch > 65535) return "more than 65535 heads or batches";
+  // The kernel writes the LSE [B, Hq, Sq] with contiguous rows (FwdSm90Params).
+  if (p.lse.row_stride != 1) return "an LSE with strided rows";
+  if (!detail::tma_view_ok(p.q, p.batch, p.seqlen_q, p.heads_q) ||
+      !detail::tma_view_ok(p.o, p.batch, p.seqlen_q, p.heads_q) ||
+      !detail::tma_view_ok(p.k, p.batch, p.seqlen_k, p.heads_kv) ||
+      !detail::tma_view_ok(p.v, p.batch, p.seqlen_k, p.heads_kv))
+    return "a q/k/v/out layout TMA cannot read (16-byte alignment of pointer and strides)";
+  return nullptr;
+}
+
+// Whether the plan may consider the Hopper forward at all on this device: opted in, the kernels
+// built, and compute capability 9.0 (sm_90a code runs on no other).
+inline bool sm90_fwd_enabled(bool opted_in, int cc_major, int cc_minor) {
+  return kSm90KernelsBuilt && opted_in && cc_major == 9 && cc_minor == 0;
+}
+
+}  // namespace flashattn::cuda

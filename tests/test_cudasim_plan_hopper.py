@@ -1,0 +1,123 @@
+"""The forward plan's choice of the sm_90a kernels (csrc/cuda/plan_fwd_sm90.h), without a GPU:
+torch.ops.flashattn_sim.plan_fwd on a compute capability 9.0 device, opted in (hopper_fwd, what
+FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64 or 128,
+causal (either alignment) or not, that the sm_80 plan would run as one unsplit, unpacked launch
+with TMA-readable layouts; every other call stays on the sm_80 kernels, each such feature a row of
+README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
+threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V + 7
+mbarriers + 1024 bytes of alignment slack.
+"""
+import pytest
+import torch
+
+from executors import make_executor
+from test_cudasim_plan import SM80, SM90, plan_fwd, qkv
+
+HOPPER = dict(SM90, hopper_fwd=True)
+# (128 query rows + 2 x 2 x 128 keys) x d x 2 bytes + 7 x 8 + 1024.
+HOPPER_SMEM = {64: 83000, 128: 164920}
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return make_executor("sim")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_hopper_takes_its_calls(sim, dtype, d, causal):
+    plan = plan_fwd(sim, *qkv(3, 200, 300, 4, 2, d, dtype), causal=causal, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["device_arch"] == "sm90"
+    assert plan["family"] == "tensor_core" and plan["head_dim_tile"] == d
+    assert plan["block_rows"] == 128 and plan["block"] == [384, 1, 1]
+    assert plan["grid"] == [2, 4, 3]
+    assert plan["smem_bytes"] == HOPPER_SMEM[d] and plan["arch_smem_bytes"] == 227 * 1024
+    assert plan["num_splits"] == 1 and not plan["merges"] and plan["packed_heads"] == 1
+
+
+def test_hopper_takes_top_left_causal_and_one_row(sim):
+    plan = plan_fwd(sim, *qkv(1, 65, 7, 2, 2, 64), causal=True, align_bottom_right=False,
+                    device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["grid"] == [1, 2, 1]
+    # One query, no GQA: nothing to pack, so the Hopper kernel takes it too.
+    plan = plan_fwd(sim, *qkv(1, 1, 1, 1, 1, 128), device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["grid"] == [1, 1, 1]
+
+
+def test_hopper_only_when_opted_in_on_cc_9_0(sim):
+    args = qkv(1, 128, 128, 2, 2, 128)
+    assert plan_fwd(sim, *args, device=SM90)["arch"] == "sm80"  # not opted in
+    on_sm80 = plan_fwd(sim, *args, device=dict(SM80, hopper_fwd=True))
+    assert on_sm80["arch"] == "sm80" and on_sm80["device_arch"] == "sm80"
+    # sm_90a code runs on 9.0 only.
+    assert plan_fwd(sim, *args, device=dict(HOPPER, cc_minor=1))["arch"] == "sm80"
+
+
+def _unaligned_rows(b, s, h, d):
+    # Rows 68 elements apart (136 bytes, not a multiple of 16): TMA cannot step them.
+    return torch.randn(b, s, h, d + 4, dtype=torch.bfloat16)[..., :d]
+
+
+def _unaligned_pointer(b, s, h, d):
+    # Starts 2 bytes into its storage.
+    return torch.randn(b * s * h * d + 1, dtype=torch.bfloat16)[1:].view(b, s, h, d)
+
+
+# Calls the Hopper forward does not take yet: (name, qkv, fwd's keyword arguments).
+def _stays_on_sm80():
+    q, k, v = qkv(2, 130, 130, 2, 2, 128)
+    cu = torch.tensor([0, 100, 260], dtype=torch.int32)
+    flat = [t.reshape(260, 2, 128) for t in (q, k, v)]
+    used = torch.tensor([100, 130], dtype=torch.int32)
+    return [
+        ("fp32", qkv(2, 130, 130, 2, 2, 128, torch.float32), {}),
+        ("head dim 96", qkv(2, 130, 130, 2, 2, 96), {}),
+        ("head dim 40 (padded to 64 on sm_80)", qkv(2, 130, 130, 2, 2, 40), {}),
+        ("head dim 256", qkv(2, 130, 130, 2, 2, 256), {}),
+        ("softcap", (q, k, v), dict(softcap=2.0)),
+        ("local window", (q, k, v), dict(window_left=16, window_right=0)),
+        ("right window", (q, k, v), dict(window_left=-1, window_right=8)),
+        ("ALiBi", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32))),
+        ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
+        ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
+        ("varlen", flat, dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=160,
+                              max_seqlen_k=160)),
+        ("seqused_k", (q, k, v), dict(seqused_k=used)),
+        ("split-KV", (q, k, v), dict(num_splits=2)),
+        ("GQA decode, packed", qkv(2, 1, 512, 8, 2, 128), {}),
+        ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
+        ("unaligned pointer", (q, _unaligned_pointer(2, 130, 2, 128), v), {}),
+        ("kv heads broadcast by stride 0",
+         (q, *(t[:, :, :1].expand(2, 130, 2, 128) for t in (k, v))), {}),
+    ]
+
+
+@pytest.mark.parametrize("name, args, kwargs", _stays_on_sm80(), ids=lambda x: x
+                         if isinstance(x, str) else "")
+def test_what_hopper_lacks_stays_on_sm80(sim, name, args, kwargs):
+    plan = plan_fwd(sim, *args, device=HOPPER, **kwargs)
+    assert plan["device_arch"] == "sm90" and plan["arch"] == "sm80", name
+    # Exactly the sm_80 plan of the same call without the opt-in.
+    assert plan == plan_fwd(sim, *args, device=SM90, **kwargs), name
+
+
+def test_k_v_in_b_h_s_d_and_broadcast_heads_take_hopper(sim):
+    q = torch.randn(2, 130, 4, 64, dtype=torch.float16)
+    k, v = (torch.randn(2, 2, 130, 64, dtype=torch.float16).transpose(1, 2) for _ in range(2))
+    assert plan_fwd(sim, q, k, v, device=HOPPER)["arch"] == "sm90"
+    # One kv head whose head stride is 0: an extent of 1 never steps it.
+    k1, v1 = (torch.randn(2 * 130 * 64, dtype=torch.float16).as_strided(
+        (2, 130, 1, 64), (130 * 64, 64, 0, 1)) for _ in range(2))
+    assert plan_fwd(sim, q, k1, v1, device=HOPPER)["arch"] == "sm90"
+
+
+@pytest.mark.parametrize("value, on", [(None, False), ("", False), ("0", False), ("1", True)])
+def test_opt_in_variable(sim, value, on):
+    assert sim.ops.parse_hopper_opt_in(value) is on
+
+
+@pytest.mark.parametrize("value", ["2", "yes", "true", " 1", "1 "])
+def test_opt_in_variable_refuses_other_values(sim, value):
+    with pytest.raises(ValueError, match=f"FLASHATTN_CUDA_HOPPER must be 0 or 1 .*got '{value}'"):
+        sim.ops.parse_hopper_opt_in(value)
