@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU pass in one device call (at most 10 minutes; 15 minutes of device time in all):
 # build for the chip in front of us (the primitive layout check runs meanwhile); on sm_90 the
-# Hopper GEMM test kernel against torch.mm (tests/cudasim/hopper_gemm.py) and the sm_90a
-# forward against float64 and SDPA (tests/cudasim/hopper_fwd.py); the CUDA tests,
+# Hopper GEMM test kernel against torch.mm (tests/cudasim/hopper_gemm.py), the sm_90a
+# forward against float64 and SDPA (tests/cudasim/hopper_fwd.py) and through the library with
+# FLASHATTN_CUDA_HOPPER=1 (tests/cudasim/hopper_library_sample.py); the CUDA tests,
 # with FA2's own tests through the adapter beside them when .fa2/ was carried, then
 # compute-sanitizer memcheck and racecheck. Then, with the GPU to itself: the results page's two
 # benchmarks at their default CUDA settings (`python -m flashattn.bench --json` and `python -m
@@ -188,10 +189,15 @@ bg_wait layout
 # The Hopper GEMM test kernel (TMA -> mbarrier -> wgmma, issue 31 stage 3): bit for bit against
 # torch.mm, and its TFLOP/s beside torch.mm's, while the GPU is still idle (SKIP off sm_90).
 step hopper-gemm 120 bash -c "set -o pipefail; $PY tests/cudasim/hopper_gemm.py 2>&1 | tee $OUT/hopper-gemm.log"
-# The standalone sm_90a forward (csrc/cuda/hopper/, issue 31 stage 4; not in the dispatch yet):
+# The standalone sm_90a forward (csrc/cuda/hopper/, issue 31 stage 4):
 # its nvcc build (about a minute), a correctness sample against float64 and its TFLOP/s beside
 # SDPA's cuDNN and flash backends (SKIP off sm_90).
 step hopper-fwd 150 bash -c "set -o pipefail; $PY tests/cudasim/hopper_fwd.py --ptxas 2>&1 | tee $OUT/hopper-fwd.log"
+# The same kernels through the library (FLASHATTN_CUDA_HOPPER=1, plan_fwd_sm90.h), as built by
+# the build step: a correctness sample against float64, the profiler's kernel names showing the
+# Hopper kernel ran (and sm_80's for a call it does not take), and the library's forward TFLOP/s
+# (SKIP off sm_90).
+step hopper-lib 120 bash -c "set -o pipefail; env FLASHATTN_CUDA_HOPPER=1 $PY tests/cudasim/hopper_library_sample.py 2>&1 | tee $OUT/hopper-lib.log"
 # The standalone sm_90a backward (csrc/cuda/hopper/bwd_sm90_*, issue 31 stage 5; not in the
 # dispatch yet): its build, dQ/dK/dV against float64 and its TFLOP/s (SKIP off sm_90).
 step hopper-bwd 150 bash -c "set -o pipefail; $PY tests/cudasim/hopper_bwd.py --ptxas 2>&1 | tee $OUT/hopper-bwd.log"

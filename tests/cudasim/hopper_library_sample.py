@@ -1,0 +1,110 @@
+"""The sm_90a forward through the library on a GPU (tools/gpu_check.sh, step hopper-lib):
+torch.ops.flashattn.fwd with FLASHATTN_CUDA_HOPPER=1, which the plan (csrc/cuda/plan_fwd_sm90.h)
+sends to the Hopper kernels on compute capability 9.0.
+
+    FLASHATTN_CUDA_HOPPER=1 python tests/cudasim/hopper_library_sample.py
+
+For each case: out and lse against the float64 reference within 2x PyTorch's own error in the
+dtype (tests/checks.check_forward, outputs poisoned first), and the profiler's kernel names show
+that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take (softcap), that the
+sm_80 kernel did. Then the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128,
+N = 4096, causal and not. Exits 1 on any failure; on a GPU other than compute capability 9.0,
+prints SKIP and exits 0.
+"""
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE)))  # tests/: checks, tolerance
+os.environ.setdefault("FLASHATTN_POISON_OUTPUTS", "1")  # before flashattn loads
+
+import torch  # noqa: E402
+
+
+def kernels_run(fn):
+    """The CUDA kernel names fn() launches, from the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+# (dtype, d, mask, B, Sq, Sk, Hq, Hkv): both dtypes and head dims, causal in both alignments,
+# ragged lengths, Sq != Sk both ways, GQA, one query, a long sequence.
+CASES = [
+    (torch.bfloat16, 128, "none", 2, 1000, 1000, 8, 8),
+    (torch.float16, 64, "none", 1, 65, 129, 4, 1),
+    (torch.bfloat16, 64, "causal", 2, 129, 63, 2, 2),
+    (torch.float16, 128, "causal", 1, 7, 2049, 4, 2),
+    (torch.bfloat16, 128, "causal_top_left", 1, 513, 257, 3, 1),
+    (torch.float16, 64, "causal_top_left", 1, 1, 1, 1, 1),
+    (torch.bfloat16, 128, "causal", 1, 2048, 2048, 4, 4),
+]
+
+
+def check_cases():
+    from checks import MASKS, check_forward
+    from executors import make_executor
+
+    cuda = make_executor("cuda")
+    failures = 0
+    for dtype, d, mask, b, sq, sk, hq, hkv in CASES:
+        name = f"{str(dtype)[6:]} d={d} {mask} B={b} Sq={sq} Sk={sk} Hq={hq} Hkv={hkv}"
+        q = torch.randn(b, sq, hq, d, dtype=dtype, device="cuda")
+        k, v = (torch.randn(b, sk, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
+        try:
+            names = kernels_run(lambda: check_forward(cuda, q, k, v, MASKS[mask]))
+            assert any("fwd_sm90_kernel" in n for n in names), f"no Hopper kernel ran: {names}"
+            print(f"PASS {name}")
+        except AssertionError as e:
+            failures += 1
+            print(f"FAIL {name}: {e}")
+    # A call the Hopper forward does not take stays on sm_80 (README's support table).
+    q, k, v = (torch.randn(1, 200, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    names = kernels_run(lambda: check_forward(cuda, q, k, v, MASKS["softcap"]))
+    if any("fwd_sm90_kernel" in n for n in names) or not any("fwd_kernel_16bit" in n
+                                                             for n in names):
+        failures += 1
+        print(f"FAIL softcap: expected the sm_80 kernel, ran {names}")
+    else:
+        print("PASS softcap stays on sm_80")
+    return failures
+
+
+def tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=20):
+    b, h = tokens // seqlen, hidden // d
+    q, k, v = (torch.randn(b, seqlen, h, d, dtype=torch.bfloat16, device="cuda")
+               for _ in range(3))
+    fwd = lambda: torch.ops.flashattn.fwd(q, k, v, causal=causal)  # noqa: E731
+    for _ in range(3):
+        fwd()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fwd()
+    torch.cuda.synchronize()
+    seconds = (time.perf_counter() - start) / iters
+    flop = 4 * b * h * seqlen * seqlen * d / (2 if causal else 1)
+    return flop / seconds / 1e12
+
+
+def main():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("SKIP: needs a GPU of compute capability 9.0 (sm_90a)")
+        return 0
+    if os.environ.get("FLASHATTN_CUDA_HOPPER") != "1":
+        print("FAIL: run with FLASHATTN_CUDA_HOPPER=1 (the library reads it once per process)")
+        return 1
+    import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+    failures = check_cases()
+    for causal in (False, True):
+        print(f"library forward, Hopper kernels, bf16 d=128 N=4096 B*N=16k causal={causal}: "
+              f"{tflops(causal):.0f} TFLOP/s")
+    print(f"{'FAIL' if failures else 'PASS'}: {failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
