@@ -15,8 +15,10 @@ import json
 import pytest
 import torch
 
-from checks import MASKS, check_forward
+from checks import MASKS, check_forward, mask_arguments, to64
 from executors import make_executor
+from flashattn._reference import attention_reference
+from tolerance import assert_within_torch_error
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +110,31 @@ def test_hopper_forward_through_the_library(schedule, hopper, dtype, d, mask, b,
         # Bottom-right causal: the first Sq - Sk rows see no key.
         assert (out[:, : sq - sk] == 0).all()
         assert (lse[:, :, : sq - sk] == float("-inf")).all()
+
+
+@pytest.mark.parametrize("dtype, d, mask", [(torch.bfloat16, 64, "causal"),
+                                            (torch.float16, 128, "none"),
+                                            (torch.bfloat16, 128, "causal_top_left")],
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_seqused_k(schedule, hopper, dtype, d, mask):
+    # Batch b attends to its first seqused_k[b] keys only (causal aligned to that length): all
+    # 200, none (out 0, lse -inf), 77 (a ragged tile, the rest of the keys never visited) and 129
+    # (one key into the second tile).
+    used = torch.tensor([200, 0, 77, 129], dtype=torch.int32)
+    q, k, v = qkv(4, 65, 200, 2, 1, d, dtype)
+    scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q)
+    (out, lse), counters = counted(
+        hopper, lambda: hopper.fwd(q, k, v, scale, seqused_k=used, **op_kwargs))
+    assert len(launched(counters)) == 1 and "fwd_sm90_kernel<" in launched(counters)[0]
+    for b, n in enumerate(used.tolist()):
+        if n == 0:
+            assert (out[b] == 0).all() and (lse[b] == float("-inf")).all()
+            continue
+        qb, kb, vb = q[b:b + 1], k[b:b + 1, :n], v[b:b + 1, :n]
+        ref_out, ref_lse = attention_reference(to64(qb), to64(kb), to64(vb), **ref_kwargs)
+        low_out, low_lse = attention_reference(qb, kb, vb, **ref_kwargs)
+        assert_within_torch_error(f"out[{b}]", out[b:b + 1], ref_out, low_out)
+        assert_within_torch_error(f"lse[{b}]", lse[b:b + 1], ref_lse, low_lse.float())
 
 
 def test_what_hopper_lacks_runs_on_sm80(hopper):

@@ -1,7 +1,7 @@
 """The forward plan's choice of the sm_90a kernels (csrc/cuda/plan_fwd_sm90.h), without a GPU:
 torch.ops.flashattn_sim.plan_fwd on a compute capability 9.0 device, opted in (hopper_fwd, what
 FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64 or 128,
-causal (either alignment) or not, that the sm_80 plan would run as one unsplit, unpacked launch
+causal (either alignment) or not, with seqused_k or without, that the sm_80 plan would run as one unsplit, unpacked launch
 with TMA-readable layouts; every other call stays on the sm_80 kernels, each such feature a row of
 README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
 threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V + 7
@@ -83,7 +83,7 @@ def _stays_on_sm80():
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
         ("varlen", flat, dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=160,
                               max_seqlen_k=160)),
-        ("seqused_k", (q, k, v), dict(seqused_k=used)),
+        ("seqused_q", (q, k, v), dict(seqused_q=used)),
         ("split-KV", (q, k, v), dict(num_splits=2)),
         ("GQA decode, packed", qkv(2, 1, 512, 8, 2, 128), {}),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
@@ -100,6 +100,14 @@ def test_what_hopper_lacks_stays_on_sm80(sim, name, args, kwargs):
     assert plan["device_arch"] == "sm90" and plan["arch"] == "sm80", name
     # Exactly the sm_80 plan of the same call without the opt-in.
     assert plan == plan_fwd(sim, *args, device=SM90, **kwargs), name
+
+
+def test_hopper_takes_seqused_k(sim):
+    q, k, v = qkv(2, 130, 130, 2, 2, 128)
+    used = torch.tensor([100, 130], dtype=torch.int32)
+    for causal in (False, True):
+        plan = plan_fwd(sim, q, k, v, seqused_k=used, causal=causal, device=HOPPER)
+        assert plan["arch"] == "sm90" and plan["grid"] == [2, 2, 2]
 
 
 def test_k_v_in_b_h_s_d_and_broadcast_heads_take_hopper(sim):

@@ -64,6 +64,7 @@ void run_fwd_sm90(const AttnParams& p, cudaStream_t stream, LaunchCheck after_la
   hp.batch = p.batch;
   hp.seqlen_q = p.seqlen_q;
   hp.seqlen_k = p.seqlen_k;
+  hp.seqused_k = p.seqused_k;
   hp.heads_q = p.heads_q;
   hp.head_group = p.head_group;
   hp.scale = p.scale;

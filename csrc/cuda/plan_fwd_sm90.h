@@ -74,7 +74,7 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (type == ElementType::kFloat) return "fp32 inputs";
   if (!is_sm90_fwd_head_dim(p.head_dim)) return "a head dim other than 64 or 128";
   if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) return "varlen (cu_seqlens)";
-  if (p.seqused_q != nullptr || p.seqused_k != nullptr) return "seqused";
+  if (p.seqused_q != nullptr) return "seqused_q";
   if (p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr)
     return "a paged or indexed KV cache";
   if (p.num_splits > 1) return "split-KV";

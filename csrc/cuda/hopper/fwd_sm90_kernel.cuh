@@ -35,6 +35,7 @@
 #include "cuda/logit.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/tensor_map.h"
+#include "mask.h"
 
 namespace flashattn::hopper {
 
@@ -109,9 +110,12 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const int tid = threadIdx.x, group = tid / 128;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / p.head_group;
-  const int diag_offset = causal_diag_offset(p.align_bottom_right, p.seqlen_q, p.seqlen_k);
+  // This sequence's keys: the first seqused_k[batch] when given (mask.h, as every executor). The
+  // maps still span Sk rows: a tail tile's keys past it are loaded and masked, later tiles skipped.
+  const int seqlen_k = used_length(p.seqused_k, batch, p.seqlen_k);
+  const int diag_offset = causal_diag_offset(p.align_bottom_right, p.seqlen_q, seqlen_k);
   const KeyWindow window = key_window<kCausal, kLocal>(diag_offset, p.window_left, p.window_right);
-  const KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(m_block, p.seqlen_q, p.seqlen_k, window);
+  const KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(m_block, p.seqlen_q, seqlen_k, window);
 
   if (tid == 0) {
     tma_prefetch_descriptor(&map_q);
@@ -240,7 +244,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     }
     if constexpr (kAlibi) apply_alibi(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, alibi_slope, diag_offset);
     if constexpr (decltype(masked)::value)
-      apply_mask<kCausal, kLocal>(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, p.seqlen_k, window);
+      apply_mask<kCausal, kLocal>(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, seqlen_k, window);
     softmax.max_and_exp(sacc, exp2_scale);
   };
 

@@ -23,6 +23,9 @@ struct FwdSm90Params {
   int64_t lse_batch_stride = 0, lse_head_stride = 0;
   int batch = 0, seqlen_q = 0, seqlen_k = 0;
   int heads_q = 0, head_group = 1;  // query head h reads kv head h / head_group
+  // Batch b takes part with its first seqused_k[b] keys only (int32 [B], clamped to [0, Sk]; FA3's
+  // seqused_k, AttnParams' field); null: all Sk.
+  const int* seqused_k = nullptr;
   float scale_log2 = 0.f;           // softmax scale * log2(e): exp2 takes the scores directly
   // The kSoftcap kernels: logit = softcap * tanh(s * scale_over_softcap), scale_over_softcap =
   // softmax scale / softcap (then scale_log2 is not used).
