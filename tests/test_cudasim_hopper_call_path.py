@@ -122,6 +122,11 @@ def test_hopper_seqused_k(schedule, hopper, dtype, d, mask):
     # (one key into the second tile).
     used = torch.tensor([200, 0, 77, 129], dtype=torch.int32)
     q, k, v = qkv(4, 65, 200, 2, 1, d, dtype)
+    # The rows past seqused_k take no part, whatever they hold (a KV cache's unwritten rows):
+    # NaN and Inf there must not reach out (P = 0 times V = NaN would).
+    for b, n in enumerate(used.tolist()):
+        k[b, n:] = float("nan")
+        v[b, n:] = float("inf") if b % 2 else float("nan")
     scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q)
     (out, lse), counters = counted(
         hopper, lambda: hopper.fwd(q, k, v, scale, seqused_k=used, **op_kwargs))

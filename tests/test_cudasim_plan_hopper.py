@@ -4,7 +4,7 @@ FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of h
 causal (either alignment) or not, with seqused_k or without, that the sm_80 plan would run as one unsplit, unpacked launch
 with TMA-readable layouts; every other call stays on the sm_80 kernels, each such feature a row of
 README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
-threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V + 7
+threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V + 8
 mbarriers + 1024 bytes of alignment slack.
 """
 import pytest
@@ -14,8 +14,8 @@ from executors import make_executor
 from test_cudasim_plan import SM80, SM90, plan_fwd, qkv
 
 HOPPER = dict(SM90, hopper_fwd=True)
-# (128 query rows + 2 x 2 x 128 keys) x d x 2 bytes + 7 x 8 + 1024.
-HOPPER_SMEM = {64: 83000, 128: 164920}
+# (128 query rows + 2 x 2 x 128 keys) x d x 2 bytes + 8 mbarriers x 8 + 1024.
+HOPPER_SMEM = {64: 83008, 128: 164928}
 
 
 @pytest.fixture(scope="module")

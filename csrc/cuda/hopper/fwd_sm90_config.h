@@ -12,7 +12,7 @@
 //            the TMA box brings them, 128-byte swizzled); reused by nothing.
 //   K[s]     kStages x kHeadDim / 64 chunks of [kBlockN x 128 bytes]
 //   V[s]     the same
-//   barriers q_full, k_full[s], v_full[s], kv_empty[s] (8 bytes each)
+//   barriers q_full, k_full[s], v_full[s], kv_empty[s], v_tail_ready (8 bytes each)
 //   + 1024 bytes of slack: nvcc promises 128-byte alignment of dynamic smem only, so the
 //   kernel rounds its base up.
 #pragma once
@@ -56,7 +56,8 @@ struct FwdSm90Config {
   static constexpr uint32_t kKOffset = kQOffset + kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKvBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKvBytes;
-  static constexpr int kBarriers = 1 + 3 * kStages;
+  // + v_tail_ready: the first V tile once the producer has zeroed its keys past seqused_k.
+  static constexpr int kBarriers = 1 + 3 * kStages + 1;
   static constexpr size_t kSmemBytes = kBarrierOffset + kBarriers * 8 + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic shared memory above the 227 KB opt-in limit");
 

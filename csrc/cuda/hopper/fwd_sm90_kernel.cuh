@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   uint64_t* k_full = q_full + 1;
   uint64_t* v_full = k_full + kStages;
   uint64_t* kv_empty = v_full + kStages;
+  uint64_t* v_tail_ready = kv_empty + kStages;
 
   const int tid = threadIdx.x, group = tid / 128;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
@@ -116,6 +117,13 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const int diag_offset = causal_diag_offset(p.align_bottom_right, p.seqlen_q, seqlen_k);
   const KeyWindow window = key_window<kCausal, kLocal>(diag_offset, p.window_left, p.window_right);
   const KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(m_block, p.seqlen_q, seqlen_k, window);
+  // The first tile visited (the last, n_end - 1) may hold rows past seqlen_k that the map still
+  // covers (seqused_k < Sk): real memory, maybe NaN or Inf (a KV cache's unwritten rows). Their
+  // scores are masked, but P = 0 times a non-finite V is NaN, so the producer zeroes those V rows
+  // before the consumers read the tile (v_tail_ready), as sm_80's zero-filling copies leave them.
+  // Rows at or past Sk arrive as zeros from TMA already.
+  const int v_tail_row = seqlen_k - (tiles.n_end - 1) * kBlockN;  // the first row to zero
+  const bool zero_v_tail = tiles.n_blocks > 0 && seqlen_k < p.seqlen_k && v_tail_row < kBlockN;
 
   if (tid == 0) {
     tma_prefetch_descriptor(&map_q);
@@ -128,6 +136,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
       mbarrier_init(&v_full[s], 1);
       mbarrier_init(&kv_empty[s], Cfg::kConsumers);
     }
+    mbarrier_init(v_tail_ready, 1);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -156,6 +165,18 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
         for (int c = 0; c < Cfg::kChunks; ++c)
           tma_load_4d(v_tile + c * Cfg::kKvChunkBytes, &map_v, &v_full[s], 64 * c, n_block * kBlockN,
                       kv_head, batch);  // SITE:load_v
+        if (it == 0 && zero_v_tail) {
+          // Whole 128-byte rows, so the swizzle (which permutes 16-byte chunks within a row) does
+          // not matter. Once per CTA, and only with seqused_k.
+          mbarrier_wait_parity(&v_full[s], 0);
+          for (int c = 0; c < Cfg::kChunks; ++c) {
+            uint4* rows = reinterpret_cast<uint4*>(v_tile + c * Cfg::kKvChunkBytes + v_tail_row * kSwizzleRowBytes);
+            for (int i = 0; i < (kBlockN - v_tail_row) * static_cast<int>(kSwizzleRowBytes / 16); ++i)
+              FLASHATTN_SMEM(rows)[i] = make_uint4(0, 0, 0, 0);  // SITE:zero_v_tail
+          }
+          fence_proxy_async_shared_cta();  // the consumers' wgmma reads V through the async proxy
+          mbarrier_arrive(v_tail_ready);
+        }
       }
     }
     return;
@@ -220,7 +241,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // O += P V of key tile `it` (issued and committed).
   auto issue_pv = [&](int it) {
     const int s = it % kStages;
-    mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(it / kStages) & 1);
+    if (it == 0 && zero_v_tail) mbarrier_wait_parity(v_tail_ready, 0);  // after v_full, zeroed
+    else mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(it / kStages) & 1);
     wgmma_fence_operand(o);
     wgmma_fence_operand(pfrag);
     wgmma_fence();
