@@ -142,6 +142,64 @@ def test_hopper_seqused_k(schedule, hopper, dtype, d, mask):
         assert_within_torch_error(f"lse[{b}]", lse[b:b + 1], ref_lse, low_lse.float())
 
 
+def check_sequence(name, out, lse, q, k, v, ref_kwargs):
+    """out [Sq, Hq, D] and lse [Hq, Sq] of one sequence against the float64 reference of its
+    q [Sq, Hq, D], k, v [Sk, Hkv, D]; with no key, out 0 and lse -inf."""
+    if k.shape[0] == 0:
+        assert (out == 0).all() and (lse == float("-inf")).all(), name
+        return
+    ref_out, ref_lse = attention_reference(to64(q[None]), to64(k[None]), to64(v[None]), **ref_kwargs)
+    low_out, low_lse = attention_reference(q[None], k[None], v[None], **ref_kwargs)
+    assert_within_torch_error(f"out {name}", out[None], ref_out, low_out)
+    assert_within_torch_error(f"lse {name}", lse[None], ref_lse, low_lse.float())
+
+
+MASK_CASES = [(torch.bfloat16, 64, "causal"), (torch.float16, 128, "none"),
+              (torch.bfloat16, 128, "causal_top_left")]
+
+
+@pytest.mark.parametrize("dtype, d, mask", MASK_CASES, ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_varlen(schedule, hopper, dtype, d, mask):
+    # Four packed sequences (queries / keys): 65 / 129, 1 / 7, 200 / 64 (bottom-right causal:
+    # 136 rows see no key) and 3 / 0, then 5 rows past the last one, which no sequence owns (out 0,
+    # lse -inf) and whose K and V hold NaN / Inf (as unwritten memory may).
+    lens_q, lens_k = [65, 1, 200, 3], [129, 7, 64, 0]
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    hq, hkv = 2, 1
+    q = torch.randn(int(cu_q[-1]) + 5, hq, d, dtype=dtype)
+    k, v = (torch.randn(int(cu_k[-1]) + 5, hkv, d, dtype=dtype) for _ in range(2))
+    k[int(cu_k[-1]):] = float("nan")
+    v[int(cu_k[-1]):] = float("inf")
+    scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q[None])
+    (out, lse), counters = counted(hopper, lambda: hopper.fwd(
+        q, k, v, scale, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q),
+        max_seqlen_k=max(lens_k), **op_kwargs))
+    assert len(launched(counters)) == 1 and "fwd_sm90_kernel<" in launched(counters)[0]
+    for b in range(len(lens_q)):
+        qa, qb, ka, kb = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        check_sequence(f"sequence {b}", out[qa:qb], lse[:, qa:qb], q[qa:qb], k[ka:kb], v[ka:kb],
+                       ref_kwargs)
+    assert (out[int(cu_q[-1]):] == 0).all() and (lse[:, int(cu_q[-1]):] == float("-inf")).all()
+
+
+@pytest.mark.parametrize("dtype, d, mask", MASK_CASES, ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_seqused_q(schedule, hopper, dtype, d, mask):
+    # Batch b's first seqused_q[b] queries against its first seqused_k[b] keys; the other rows
+    # are the host's (out 0, lse -inf), never overwritten by the kernel's 64-row stores.
+    used_q = torch.tensor([65, 0, 30], dtype=torch.int32)
+    used_k = torch.tensor([100, 50, 129], dtype=torch.int32)
+    q, k, v = qkv(3, 65, 129, 2, 2, d, dtype)
+    scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q)
+    (out, lse), counters = counted(hopper, lambda: hopper.fwd(
+        q, k, v, scale, seqused_q=used_q, seqused_k=used_k, **op_kwargs))
+    assert len(launched(counters)) == 1 and "fwd_sm90_kernel<" in launched(counters)[0]
+    for b, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
+        check_sequence(f"batch {b}", out[b, :nq], lse[b, :, :nq], q[b, :nq], k[b, :nk], v[b, :nk],
+                       ref_kwargs)
+        assert (out[b, nq:] == 0).all() and (lse[b, :, nq:] == float("-inf")).all()
+
+
 def test_what_hopper_lacks_runs_on_sm80(hopper):
     # softcap is not among the Hopper forward's built kernels (kernel_list.py): the same call on
     # the same opted-in device runs mma.sync, and is right.

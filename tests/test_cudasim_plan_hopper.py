@@ -1,7 +1,7 @@
 """The forward plan's choice of the sm_90a kernels (csrc/cuda/plan_fwd_sm90.h), without a GPU:
 torch.ops.flashattn_sim.plan_fwd on a compute capability 9.0 device, opted in (hopper_fwd, what
 FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64 or 128,
-causal (either alignment) or not, with seqused_k or without, that the sm_80 plan would run as one unsplit, unpacked launch
+causal (either alignment) or not, dense or varlen, with seqused or without, that the sm_80 plan would run as one unsplit, unpacked launch
 with TMA-readable layouts; every other call stays on the sm_80 kernels, each such feature a row of
 README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
 threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V + 8
@@ -69,7 +69,6 @@ def _stays_on_sm80():
     q, k, v = qkv(2, 130, 130, 2, 2, 128)
     cu = torch.tensor([0, 100, 260], dtype=torch.int32)
     flat = [t.reshape(260, 2, 128) for t in (q, k, v)]
-    used = torch.tensor([100, 130], dtype=torch.int32)
     return [
         ("fp32", qkv(2, 130, 130, 2, 2, 128, torch.float32), {}),
         ("head dim 96", qkv(2, 130, 130, 2, 2, 96), {}),
@@ -81,9 +80,8 @@ def _stays_on_sm80():
         ("ALiBi", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32))),
         ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
-        ("varlen", flat, dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=160,
-                              max_seqlen_k=160)),
-        ("seqused_q", (q, k, v), dict(seqused_q=used)),
+        ("varlen, split-KV", flat, dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=160,
+                                        max_seqlen_k=160, num_splits=2)),
         ("split-KV", (q, k, v), dict(num_splits=2)),
         ("GQA decode, packed", qkv(2, 1, 512, 8, 2, 128), {}),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
@@ -102,12 +100,20 @@ def test_what_hopper_lacks_stays_on_sm80(sim, name, args, kwargs):
     assert plan == plan_fwd(sim, *args, device=SM90, **kwargs), name
 
 
-def test_hopper_takes_seqused_k(sim):
+def test_hopper_takes_seqused_and_varlen(sim):
     q, k, v = qkv(2, 130, 130, 2, 2, 128)
     used = torch.tensor([100, 130], dtype=torch.int32)
     for causal in (False, True):
-        plan = plan_fwd(sim, q, k, v, seqused_k=used, causal=causal, device=HOPPER)
-        assert plan["arch"] == "sm90" and plan["grid"] == [2, 2, 2]
+        for seqused in (dict(seqused_k=used), dict(seqused_q=used), dict(seqused_q=used,
+                                                                        seqused_k=used)):
+            plan = plan_fwd(sim, q, k, v, causal=causal, device=HOPPER, **seqused)
+            assert plan["arch"] == "sm90" and plan["grid"] == [2, 2, 2]
+    # Varlen: the grid covers the longest sequence (160 rows: 2 tiles) for each of 2 sequences.
+    cu = torch.tensor([0, 100, 260], dtype=torch.int32)
+    flat = [t.reshape(260, 2, 128) for t in (q, k, v)]
+    plan = plan_fwd(sim, *flat, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=160,
+                    max_seqlen_k=160, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["grid"] == [2, 2, 2]
 
 
 def test_k_v_in_b_h_s_d_and_broadcast_heads_take_hopper(sim):

@@ -14,6 +14,7 @@
 #include "../params.h"
 #include "grid.h"
 #include "hopper/fwd_sm90_launch.h"
+#include "plan_fwd_sm90.h"
 
 // The kernel uses wgmma, setmaxnreg and TMA: a device pass for any other target than sm_90a is a
 // build mistake (setup.py gives inst/*_sm90.cu their own gencode), not an empty kernel.
@@ -27,14 +28,14 @@ namespace detail {
 // One [B, S, H, D] view of AttnParams as make_fwd_sm90_maps reads it. A dimension of extent 1
 // never steps its stride, which may then be 0 (a broadcast) or unaligned, and TMA would refuse
 // it: it gets 8 elements (16 bytes) instead.
-inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int seqlen, int heads) {
-  const auto stride = [](int64_t s, int extent) { return extent <= 1 ? int64_t{8} : s; };
+inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_t rows, int heads) {
+  const auto stride = [](int64_t s, int64_t extent) { return extent <= 1 ? int64_t{8} : s; };
   hopper::FwdSm90Input in;
   in.ptr = view.ptr;
   in.batch_stride = stride(view.batch_stride, batch);
-  in.row_stride = stride(view.row_stride, seqlen);
+  in.row_stride = stride(view.row_stride, rows);
   in.head_stride = stride(view.head_stride, heads);
-  in.seqlen = seqlen;
+  in.seqlen = static_cast<int>(rows);  // < 2^31 (sm90_fwd_unsupported)
   in.heads = heads;
   return in;
 }
@@ -48,12 +49,14 @@ void run_fwd_sm90(const AttnParams& p, cudaStream_t stream, LaunchCheck after_la
   static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16>);
   const TensorMapDtype dtype =
       std::is_same_v<Element, __half> ? TensorMapDtype::Float16 : TensorMapDtype::BFloat16;
+  const Sm90MapExtents extents = sm90_map_extents(p);
+  const int b = extents.batch;
   hopper::FwdSm90Maps maps;
   const std::string maps_error = hopper::make_fwd_sm90_maps(
-      maps, dtype, kHeadDim, p.batch, detail::sm90_input(p.q, p.batch, p.seqlen_q, p.heads_q),
-      detail::sm90_input(p.k, p.batch, p.seqlen_k, p.heads_kv),
-      detail::sm90_input(p.v, p.batch, p.seqlen_k, p.heads_kv),
-      detail::sm90_input(p.o, p.batch, p.seqlen_q, p.heads_q), Config::kBlockM, Config::kBlockN);
+      maps, dtype, kHeadDim, b, detail::sm90_input(p.q, b, extents.rows_q, p.heads_q),
+      detail::sm90_input(p.k, b, extents.rows_k, p.heads_kv),
+      detail::sm90_input(p.v, b, extents.rows_k, p.heads_kv),
+      detail::sm90_input(p.o, b, extents.rows_q, p.heads_q), Config::kBlockM, Config::kBlockN);
   if (!maps_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a forward's tensor maps: " + maps_error);
   }
@@ -64,7 +67,16 @@ void run_fwd_sm90(const AttnParams& p, cudaStream_t stream, LaunchCheck after_la
   hp.batch = p.batch;
   hp.seqlen_q = p.seqlen_q;
   hp.seqlen_k = p.seqlen_k;
+  hp.seqused_q = p.seqused_q;
   hp.seqused_k = p.seqused_k;
+  hp.cu_seqlens_q = p.cu_seqlens_q;
+  hp.cu_seqlens_k = p.cu_seqlens_k;
+  hp.total_q = p.total_q;
+  hp.total_k = p.total_k;
+  hp.o = p.o.ptr;
+  hp.o_batch_stride = p.o.batch_stride;
+  hp.o_row_stride = p.o.row_stride;
+  hp.o_head_stride = p.o.head_stride;
   hp.heads_q = p.heads_q;
   hp.head_group = p.head_group;
   hp.scale = p.scale;

@@ -51,6 +51,18 @@ inline bool is_sm90_fwd_head_dim(int head_dim) {
   return found;
 }
 
+// The extents of the Hopper forward's TMA maps: dense, (B, S) rows; varlen, the packed rows as one
+// batch. The plan's checks and the launch's maps (launch_fwd_sm90.cuh) both take them from here.
+struct Sm90MapExtents {
+  int batch;
+  int64_t rows_q, rows_k;
+};
+
+inline Sm90MapExtents sm90_map_extents(const AttnParams& p) {
+  if (p.cu_seqlens_q != nullptr) return {1, p.total_q, p.total_k};
+  return {p.batch, p.seqlen_q, p.seqlen_k};
+}
+
 namespace detail {
 // TMA (make_fwd_sm90_maps) reads a [B, S, H, D] view through 16-byte aligned addresses and
 // strides that are multiples of 16 bytes (8 16-bit elements) below 2^40 bytes. A dimension of
@@ -60,9 +72,10 @@ inline bool tma_stride_ok(int64_t stride, int64_t extent) {
   return stride > 0 && stride % 8 == 0 && stride < (int64_t{1} << 39);
 }
 
-inline bool tma_view_ok(const TensorView& view, int batch, int seqlen, int heads) {
-  return reinterpret_cast<std::uintptr_t>(view.ptr) % 16 == 0 &&
-         tma_stride_ok(view.row_stride, seqlen) && tma_stride_ok(view.head_stride, heads) &&
+// TMA coordinates are int32: the rows of a map must fit.
+inline bool tma_view_ok(const TensorView& view, int batch, int64_t rows, int heads) {
+  return reinterpret_cast<std::uintptr_t>(view.ptr) % 16 == 0 && rows < (int64_t{1} << 31) &&
+         tma_stride_ok(view.row_stride, rows) && tma_stride_ok(view.head_stride, heads) &&
          tma_stride_ok(view.batch_stride, batch);
 }
 }  // namespace detail
@@ -73,10 +86,10 @@ inline bool tma_view_ok(const TensorView& view, int batch, int seqlen, int heads
 inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (type == ElementType::kFloat) return "fp32 inputs";
   if (!is_sm90_fwd_head_dim(p.head_dim)) return "a head dim other than 64 or 128";
-  if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) return "varlen (cu_seqlens)";
-  if (p.seqused_q != nullptr) return "seqused_q";
   if (p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr)
     return "a paged or indexed KV cache";
+  if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
+    return "cu_seqlens for only one of q and k";
   if (p.num_splits > 1) return "split-KV";
   if (p.packed_heads > 1) return "a GQA decode with packed heads";
   if (p.mask.ptr != nullptr) return "attn_mask";
@@ -87,12 +100,13 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (p.window_left >= 0 || p.window_right > 0) return "a local window";
   // The grid (FwdSm90Config::grid) puts heads on y and batches on z, each at most 65535.
   if (p.heads_q > 65535 || p.batch > 65535) return "more than 65535 heads or batches";
-  // The kernel writes the LSE [B, Hq, Sq] with contiguous rows (FwdSm90Params).
+  // The kernel writes the LSE [B, Hq, Sq] (varlen [Hq, total_q]) with contiguous rows.
   if (p.lse.row_stride != 1) return "an LSE with strided rows";
-  if (!detail::tma_view_ok(p.q, p.batch, p.seqlen_q, p.heads_q) ||
-      !detail::tma_view_ok(p.o, p.batch, p.seqlen_q, p.heads_q) ||
-      !detail::tma_view_ok(p.k, p.batch, p.seqlen_k, p.heads_kv) ||
-      !detail::tma_view_ok(p.v, p.batch, p.seqlen_k, p.heads_kv))
+  const Sm90MapExtents maps = sm90_map_extents(p);
+  if (!detail::tma_view_ok(p.q, maps.batch, maps.rows_q, p.heads_q) ||
+      !detail::tma_view_ok(p.o, maps.batch, maps.rows_q, p.heads_q) ||
+      !detail::tma_view_ok(p.k, maps.batch, maps.rows_k, p.heads_kv) ||
+      !detail::tma_view_ok(p.v, maps.batch, maps.rows_k, p.heads_kv))
     return "a q/k/v/out layout TMA cannot read (16-byte alignment of pointer and strides)";
   return nullptr;
 }

@@ -111,19 +111,34 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const int tid = threadIdx.x, group = tid / 128;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / p.head_group;
-  // This sequence's keys: the first seqused_k[batch] when given (mask.h, as every executor). The
-  // maps still span Sk rows: a tail tile's keys past it are loaded and masked, later tiles skipped.
-  const int seqlen_k = used_length(p.seqused_k, batch, p.seqlen_k);
-  const int diag_offset = causal_diag_offset(p.align_bottom_right, p.seqlen_q, seqlen_k);
+  // This sequence's rows (mask.h, as every executor): in a varlen batch its range of the packed
+  // rows, clamped; then the first seqused_q / seqused_k[batch] when given. The maps span all rows:
+  // a tail tile's keys past the sequence are loaded and masked, later tiles skipped.
+  int64_t q_row0 = 0, k_row0 = 0;
+  int length_q = p.seqlen_q, length_k = p.seqlen_k;
+  if (p.cu_seqlens_q != nullptr) {
+    clamped_range(p.cu_seqlens_q, batch, p.total_q, p.seqlen_q, q_row0, length_q);
+    clamped_range(p.cu_seqlens_k, batch, p.total_k, p.seqlen_k, k_row0, length_k);
+  }
+  const int seqlen_q = used_length(p.seqused_q, batch, length_q);
+  const int seqlen_k = used_length(p.seqused_k, batch, length_k);
+  // A CTA past its sequence's queries (the grid covers the longest) has nothing to do.
+  if (m_block * kBlockM >= seqlen_q) return;
+  const int map_batch = p.cu_seqlens_q != nullptr ? 0 : batch;  // varlen maps: one batch
+  const int64_t k_map_rows = p.cu_seqlens_q != nullptr ? p.total_k : p.seqlen_k;
+  // Varlen or seqused_q: O from registers, row by row (the TMA store's boxes would write rows
+  // past the sequence: the next sequence's, or the rows the host filled with 0).
+  const bool clip_o_rows = p.cu_seqlens_q != nullptr || p.seqused_q != nullptr;
+  const int diag_offset = causal_diag_offset(p.align_bottom_right, seqlen_q, seqlen_k);
   const KeyWindow window = key_window<kCausal, kLocal>(diag_offset, p.window_left, p.window_right);
-  const KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(m_block, p.seqlen_q, seqlen_k, window);
+  const KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(m_block, seqlen_q, seqlen_k, window);
   // The first tile visited (the last, n_end - 1) may hold rows past seqlen_k that the map still
-  // covers (seqused_k < Sk): real memory, maybe NaN or Inf (a KV cache's unwritten rows). Their
-  // scores are masked, but P = 0 times a non-finite V is NaN, so the producer zeroes those V rows
-  // before the consumers read the tile (v_tail_ready), as sm_80's zero-filling copies leave them.
-  // Rows at or past Sk arrive as zeros from TMA already.
+  // covers (seqused_k, or the next sequence of a varlen batch): real memory, maybe NaN or Inf (a
+  // KV cache's unwritten rows). Their scores are masked, but P = 0 times a non-finite V is NaN, so
+  // the producer zeroes those V rows before the consumers read the tile (v_tail_ready), as
+  // sm_80's zero-filling copies leave them. Rows past the map arrive as zeros from TMA already.
   const int v_tail_row = seqlen_k - (tiles.n_end - 1) * kBlockN;  // the first row to zero
-  const bool zero_v_tail = tiles.n_blocks > 0 && seqlen_k < p.seqlen_k && v_tail_row < kBlockN;
+  const bool zero_v_tail = tiles.n_blocks > 0 && k_row0 + seqlen_k < k_map_rows && v_tail_row < kBlockN;
 
   if (tid == 0) {
     tma_prefetch_descriptor(&map_q);
@@ -149,7 +164,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
 #pragma unroll
       for (int c = 0; c < Cfg::kChunks; ++c)
         tma_load_4d(smem + Cfg::kQOffset + c * Cfg::kQChunkBytes, &map_q, q_full, 64 * c,
-                    m_block * kBlockM, head, batch);  // SITE:load_q
+                    static_cast<int>(q_row0) + m_block * kBlockM, head, map_batch);  // SITE:load_q
       for (int it = 0; it < tiles.n_blocks; ++it) {
         const int n_block = tiles.n_end - 1 - it, s = it % kStages;
         mbarrier_wait_parity(&kv_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
@@ -158,13 +173,13 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
         mbarrier_arrive_expect_tx(&k_full[s], Cfg::kKvBytes);
 #pragma unroll
         for (int c = 0; c < Cfg::kChunks; ++c)
-          tma_load_4d(k_tile + c * Cfg::kKvChunkBytes, &map_k, &k_full[s], 64 * c, n_block * kBlockN,
-                      kv_head, batch);  // SITE:load_k
+          tma_load_4d(k_tile + c * Cfg::kKvChunkBytes, &map_k, &k_full[s], 64 * c,
+                      static_cast<int>(k_row0) + n_block * kBlockN, kv_head, map_batch);  // SITE:load_k
         mbarrier_arrive_expect_tx(&v_full[s], Cfg::kKvBytes);
 #pragma unroll
         for (int c = 0; c < Cfg::kChunks; ++c)
-          tma_load_4d(v_tile + c * Cfg::kKvChunkBytes, &map_v, &v_full[s], 64 * c, n_block * kBlockN,
-                      kv_head, batch);  // SITE:load_v
+          tma_load_4d(v_tile + c * Cfg::kKvChunkBytes, &map_v, &v_full[s], 64 * c,
+                      static_cast<int>(k_row0) + n_block * kBlockN, kv_head, map_batch);  // SITE:load_v
         if (it == 0 && zero_v_tail) {
           // Whole 128-byte rows, so the swizzle (which permutes 16-byte chunks within a row) does
           // not matter. Once per CTA, and only with seqused_k.
@@ -321,32 +336,48 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // accumulator's pairs are exactly stmatrix's fragments (row lane / 4, columns 2 (lane % 4)).
   float inv_l[2], lse[2];
   softmax.finalize(exp2_scale, inv_l, lse);
-  unsigned char* o_tile = smem + Cfg::kQOffset + consumer * 64 * kSwizzleRowBytes;
+  if (clip_o_rows) {
+    // Straight from the accumulators: this thread's rows row0 and row0 + 8, columns
+    // 8j + 2 (lane % 4) and the next, of the sequence's rows only.
 #pragma unroll
-  for (int j = 0; j < kHeadDim / 8; j += 2) {
-    const int m = lane / 8, row = 16 * warp + lane % 8 + 8 * (m % 2), col = 8 * (j + m / 2);
-    const int chunk16 = (col % 64) / 8;  // the 16-byte chunk in its 128-byte row, before the swizzle
-    unsigned char* dst = o_tile + (col / 64) * Cfg::kQChunkBytes + row * kSwizzleRowBytes + 16 * (chunk16 ^ (row % 8));
-    stmatrix_x4(dst, cuda::pack_rn<Elem>(o[4 * j] * inv_l[0], o[4 * j + 1] * inv_l[0]),
-                cuda::pack_rn<Elem>(o[4 * j + 2] * inv_l[1], o[4 * j + 3] * inv_l[1]),
-                cuda::pack_rn<Elem>(o[4 * j + 4] * inv_l[0], o[4 * j + 5] * inv_l[0]),
-                cuda::pack_rn<Elem>(o[4 * j + 6] * inv_l[1], o[4 * j + 7] * inv_l[1]));  // SITE:stage_o
-  }
-  fence_proxy_async_shared_cta();  // the TMA store reads through the async proxy
-  named_barrier_sync(kEpilogueBarrier + consumer, 128);
-  const int first_row = m_block * kBlockM + 64 * consumer;
-  if (t == 0 && first_row < p.seqlen_q) {
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 8 * r;
+      if (row >= seqlen_q) continue;
+      Elem* dst = static_cast<Elem*>(p.o) + map_batch * p.o_batch_stride + (q_row0 + row) * p.o_row_stride +
+                  head * p.o_head_stride + 2 * (lane % 4);
 #pragma unroll
-    for (int c = 0; c < Cfg::kChunks; ++c)
-      tma_store_4d(&map_o, o_tile + c * Cfg::kQChunkBytes, 64 * c, first_row, head, batch);  // SITE:store_o
-    bulk_commit_group();
-    bulk_wait_group_read<0>();  // the smem must stay until read; the grid's end completes the writes
+      for (int j = 0; j < kHeadDim / 8; ++j)
+        FLASHATTN_GMEM(reinterpret_cast<uint32_t*>(dst + 8 * j))[0] =
+            cuda::pack_rn<Elem>(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);  // SITE:store_o_rows
+    }
+  } else {
+    unsigned char* o_tile = smem + Cfg::kQOffset + consumer * 64 * kSwizzleRowBytes;
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; j += 2) {
+      const int m = lane / 8, row = 16 * warp + lane % 8 + 8 * (m % 2), col = 8 * (j + m / 2);
+      const int chunk16 = (col % 64) / 8;  // the 16-byte chunk in its 128-byte row, before the swizzle
+      unsigned char* dst = o_tile + (col / 64) * Cfg::kQChunkBytes + row * kSwizzleRowBytes + 16 * (chunk16 ^ (row % 8));
+      stmatrix_x4(dst, cuda::pack_rn<Elem>(o[4 * j] * inv_l[0], o[4 * j + 1] * inv_l[0]),
+                  cuda::pack_rn<Elem>(o[4 * j + 2] * inv_l[1], o[4 * j + 3] * inv_l[1]),
+                  cuda::pack_rn<Elem>(o[4 * j + 4] * inv_l[0], o[4 * j + 5] * inv_l[0]),
+                  cuda::pack_rn<Elem>(o[4 * j + 6] * inv_l[1], o[4 * j + 7] * inv_l[1]));  // SITE:stage_o
+    }
+    fence_proxy_async_shared_cta();  // the TMA store reads through the async proxy
+    named_barrier_sync(kEpilogueBarrier + consumer, 128);
+    const int first_row = m_block * kBlockM + 64 * consumer;
+    if (t == 0 && first_row < p.seqlen_q) {
+#pragma unroll
+      for (int c = 0; c < Cfg::kChunks; ++c)
+        tma_store_4d(&map_o, o_tile + c * Cfg::kQChunkBytes, 64 * c, first_row, head, batch);  // SITE:store_o
+      bulk_commit_group();
+      bulk_wait_group_read<0>();  // the smem must stay until read; the grid's end completes the writes
+    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + 8 * r;
-    if (row < p.seqlen_q && lane % 4 == 0)
-      FLASHATTN_GMEM(p.lse)[batch * p.lse_batch_stride + head * p.lse_head_stride + row] = lse[r];
+    if (row < seqlen_q && lane % 4 == 0)
+      FLASHATTN_GMEM(p.lse)[batch * p.lse_batch_stride + head * p.lse_head_stride + q_row0 + row] = lse[r];
   }
 }
 

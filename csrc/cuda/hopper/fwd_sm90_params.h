@@ -23,9 +23,21 @@ struct FwdSm90Params {
   int64_t lse_batch_stride = 0, lse_head_stride = 0;
   int batch = 0, seqlen_q = 0, seqlen_k = 0;
   int heads_q = 0, head_group = 1;  // query head h reads kv head h / head_group
-  // Batch b takes part with its first seqused_k[b] keys only (int32 [B], clamped to [0, Sk]; FA3's
-  // seqused_k, AttnParams' field); null: all Sk.
+  // Batch b takes part with its first seqused_q[b] queries and seqused_k[b] keys only (int32 [B],
+  // clamped to its length; FA3's seqused, AttnParams' fields); null: all of them.
+  const int* seqused_q = nullptr;
   const int* seqused_k = nullptr;
+  // Varlen (AttnParams' cu_seqlens_*, int32 [B + 1], both or neither): sequence b's queries are
+  // rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the packed Q, O and LSE (total_q rows), its
+  // keys rows [cu_seqlens_k[b], ...) of K and V (total_k rows); the maps then span the packed rows
+  // with a batch extent of 1, and seqlen_q / seqlen_k are the longest sequences' lengths.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  int64_t total_q = 0, total_k = 0;
+  // O itself (element strides, as its map): a varlen batch or seqused_q writes O from registers,
+  // only the rows of the sequence (the next sequence's rows share the map's 64-row boxes).
+  void* o = nullptr;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
   float scale_log2 = 0.f;           // softmax scale * log2(e): exp2 takes the scores directly
   // The kSoftcap kernels: logit = softcap * tanh(s * scale_over_softcap), scale_over_softcap =
   // softmax scale / softcap (then scale_log2 is not used).
