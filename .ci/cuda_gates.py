@@ -6,8 +6,10 @@ Reads what the wheel build already produced:
     memory, so a spill has already failed the build): prints each kernel's registers, shared
     memory and stack per architecture;
   - the built library: checks its SASS with cuobjdump, that the 16-bit tensor-core kernels
-    contain HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async) and no kernel contains LDL/STL
-    (local memory), for every architecture built.
+    contain HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async), that the sm_90a kernels
+    (fwd_sm90_kernel, compiled for sm_90a only) contain HGMMA (wgmma), UTMALDG (TMA loads) and
+    SYNCS (mbarriers), and that no kernel contains LDL/STL (local memory), for every
+    architecture built.
 Exit status 0 when every gate passes.
 
     python .ci/cuda_gates.py --build-log build/wheel.log --binary path/to/flashattn/_C.abi3.so
@@ -35,6 +37,10 @@ REQUIRED_16BIT_SASS = {"HMMA": "mma.sync on tensor cores", "LDSM": "ldmatrix",
                        "LDGSTS": "cp.async global->shared"}
 FORBIDDEN_SASS = ("LDL", "STL")  # local memory: spills or dynamically indexed register arrays
 TENSOR_CORE_KERNEL = re.compile(r"16bit")  # kernel names of the mma.sync kernels
+# The same for the sm_90a kernels (csrc/cuda/hopper/, kernel_list.py arch sm90a).
+REQUIRED_SM90A_SASS = {"HGMMA": "wgmma on tensor cores", "UTMALDG": "TMA tensor loads",
+                       "SYNCS": "mbarrier waits and arrivals"}
+SM90A_KERNEL = re.compile(r"fwd_sm90_kernel")
 
 
 def find_nvcc():
@@ -69,7 +75,7 @@ def find_tool(tool, explicit=None):
     return found[0]
 
 
-PTXAS_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
+PTXAS_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+a?)'")
 PTXAS_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 PTXAS_USAGE = re.compile(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?")
 
@@ -105,7 +111,7 @@ def sass_by_kernel(cuobjdump, nvdisasm, obj):
     sass = result.stdout
     kernels, arch, name = {}, None, None
     for line in sass.splitlines():
-        if m := re.search(r"arch = (sm_\d+)", line):
+        if m := re.search(r"arch = (sm_\d+a?)\b", line):
             arch = m.group(1)
         elif m := re.search(r"Function : (\S+)", line):
             name = m.group(1)
@@ -135,11 +141,16 @@ def main():
     for (arch, kernel), opcodes in kernels.items():
         if bad := sorted(o for o in opcodes if o in FORBIDDEN_SASS):
             failures.append(f"{kernel} ({arch}): local memory in SASS: {bad}")
-        if TENSOR_CORE_KERNEL.search(kernel):
-            missing = [o for o in REQUIRED_16BIT_SASS if o not in opcodes]
-            if missing:
-                failures.append(f"{kernel} ({arch}): SASS lacks "
-                                + ", ".join(f"{o} ({REQUIRED_16BIT_SASS[o]})" for o in missing))
+        for pattern, required in ((TENSOR_CORE_KERNEL, REQUIRED_16BIT_SASS),
+                                  (SM90A_KERNEL, REQUIRED_SM90A_SASS)):
+            if pattern.search(kernel):
+                missing = [o for o in required if o not in opcodes]
+                if missing:
+                    failures.append(f"{kernel} ({arch}): SASS lacks "
+                                    + ", ".join(f"{o} ({required[o]})" for o in missing))
+        if SM90A_KERNEL.search(kernel) and arch != "sm_90a":
+            failures.append(f"{kernel}: compiled for {arch}; the sm_90a kernels are built for "
+                            "sm_90a only (kernel_list.py ARCHS)")
     archs = sorted({arch for arch, _ in kernels})
     tensor_core = sum(1 for _, k in kernels if TENSOR_CORE_KERNEL.search(k))
     if not tensor_core:
@@ -153,8 +164,10 @@ def main():
     if failures:
         print("\nFAILED gates:\n" + "\n".join(failures))
         return 1
+    sm90a = sum(1 for _, k in kernels if SM90A_KERNEL.search(k))
     print(f"all gates passed: {len(kernels)} kernels in SASS for {', '.join(archs)}, no local "
-          f"memory; the {tensor_core} 16-bit kernel builds use {', '.join(REQUIRED_16BIT_SASS)}")
+          f"memory; the {tensor_core} 16-bit kernel builds use {', '.join(REQUIRED_16BIT_SASS)}; "
+          f"the {sm90a} sm_90a kernels use {', '.join(REQUIRED_SM90A_SASS)}")
     return 0
 
 
