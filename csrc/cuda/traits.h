@@ -27,6 +27,11 @@
 // fp32: SIMT kernels (no tensor cores; fp32 inputs are for accuracy, not speed), forward, dK/dV
 //   and dQ, on three head-dim tiles {64, 128, 256}: each lane owns d/32 columns, so a tile
 //   costs registers and loop trips, not correctness. Two .cu files (fwd, bwd) hold all six.
+// sm_90a forward (csrc/cuda/hopper/, kernel_list.py HEAD_DIMS_SM90): per d in {64, 128} and dtype
+//   one file with the causal and the non-causal kernel, 8 kernels, each file compiled for sm_90a
+//   alone (one device pass; about 30 s of job time per file, 3% of the CUDA build's, measured in
+//   docs/lab/2026-12-02-hopper-forward-wiring.md). Its softcap, local and ALiBi template
+//   variants are not built: those calls run on the kernels above (plan_fwd_sm90.h).
 #pragma once
 
 namespace flashattn::cuda {
