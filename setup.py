@@ -80,7 +80,8 @@ def ptxas_flags():
     return "-Xptxas=-warn-spills,-warn-lmem-usage"
 
 
-# The kernel list's architectures (csrc/cuda/kernel_list.py, read with runpy: no __pycache__ in csrc).
+# The kernel list's architectures (csrc/cuda/kernel_list.py, read with runpy: no __pycache__ in
+# csrc/).
 KERNEL_ARCHS = runpy.run_path(os.path.join(ROOT, "csrc", "cuda", "kernel_list.py"))["ARCHS"]
 
 

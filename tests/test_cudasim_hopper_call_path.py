@@ -148,7 +148,8 @@ def check_sequence(name, out, lse, q, k, v, ref_kwargs):
     if k.shape[0] == 0:
         assert (out == 0).all() and (lse == float("-inf")).all(), name
         return
-    ref_out, ref_lse = attention_reference(to64(q[None]), to64(k[None]), to64(v[None]), **ref_kwargs)
+    ref_out, ref_lse = attention_reference(to64(q[None]), to64(k[None]), to64(v[None]),
+                                           **ref_kwargs)
     low_out, low_lse = attention_reference(q[None], k[None], v[None], **ref_kwargs)
     assert_within_torch_error(f"out {name}", out[None], ref_out, low_out)
     assert_within_torch_error(f"lse {name}", lse[None], ref_lse, low_lse.float())

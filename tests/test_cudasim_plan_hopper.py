@@ -1,9 +1,9 @@
 """The forward plan's choice of the sm_90a kernels (csrc/cuda/plan_fwd_sm90.h), without a GPU:
 torch.ops.flashattn_sim.plan_fwd on a compute capability 9.0 device, opted in (hopper_fwd, what
 FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64 or 128,
-causal (either alignment) or not, dense or varlen, with seqused or without, that the sm_80 plan would run as one unsplit, unpacked launch
-with TMA-readable layouts; every other call stays on the sm_80 kernels, each such feature a row of
-README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
+causal (either alignment) or not, dense or varlen, with seqused or without, that the sm_80 plan
+would run as one unsplit, unpacked launch with TMA-readable layouts; every other call stays on the
+sm_80 kernels, each such feature listed in README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
 threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V + 8
 mbarriers + 1024 bytes of alignment slack.
 """

@@ -42,7 +42,8 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 }  // namespace detail
 
 // Runs the sm_90a forward for an Element (__half or __nv_bfloat16) and kHeadDim == p.head_dim on
-// p as planned (plan_fwd_sm90.h: sm90_fwd_unsupported(p) is nullptr). Calls after_launch() right after the launch.
+// p as planned (plan_fwd_sm90.h: sm90_fwd_unsupported(p) is nullptr). Calls after_launch() right
+// after the launch.
 template <typename Element, int kHeadDim>
 void run_fwd_sm90(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch) {
   using Config = hopper::FwdSm90Config<kHeadDim>;

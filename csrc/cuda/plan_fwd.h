@@ -1,7 +1,7 @@
 // The forward's launch decisions, all in one place: which kernels run (family, architecture:
-// the sm_90a forward where plan_fwd_sm90.h allows, head-dim tile, one or two m-tiles per warp), how the call is reshaped (GQA packing, split-KV)
-// and how it is launched (grid, block, shared memory, the split merge). The CPU executor's
-// counterpart is plan_forward (cpu/fwd.cpp).
+// the sm_90a forward where plan_fwd_sm90.h allows, head-dim tile, one or two m-tiles per warp),
+// how the call is reshaped (GQA packing, split-KV) and how it is launched (grid, block, shared
+// memory, the split merge). The CPU executor's counterpart is plan_forward (cpu/fwd.cpp).
 //
 // Host only and free of CUDA calls: what the plan needs of the GPU comes in as DeviceProps, so
 // its decisions are tested without one (tests/test_cudasim_plan.py). executor.h plans, allocates
