@@ -143,9 +143,12 @@ void check_qkv(const AttnInputs& in, const ExecutorLimits& limits) {
   TORCH_CHECK(k.size(2) == v.size(2),
               "flashattn: k and v must have the same number of heads, got ", k.size(2), " and ",
               v.size(2));
-  TORCH_CHECK(k.size(3) == q.size(3) && v.size(3) == q.size(3),
-              "flashattn: q, k and v must have the same head dim, got ", q.size(3), ", ",
-              k.size(3), " and ", v.size(3));
+  TORCH_CHECK(k.size(3) == q.size(3), "flashattn: q and k must have the same head dim, got ",
+              q.size(3), " and ", k.size(3));
+  TORCH_CHECK(limits.takes_unequal_head_dims || v.size(3) == q.size(3), "flashattn: the ",
+              limits.name, " kernels need v's head dim (head_dim_v = ", v.size(3), ") equal to "
+              "q's and k's (head_dim = ", q.size(3), "); unequal head dims (MLA) run on the "
+              "CPU only for now");
   TORCH_CHECK(k.size(2) > 0 || q.size(2) == 0,
               "flashattn: k and v have 0 heads but q has ", q.size(2));
   TORCH_CHECK(k.size(2) == 0 || q.size(2) % k.size(2) == 0,
@@ -155,6 +158,9 @@ void check_qkv(const AttnInputs& in, const ExecutorLimits& limits) {
   TORCH_CHECK(limits.max_head_dim < 0 || q.size(3) <= limits.max_head_dim, "flashattn: the ",
               limits.name, " kernels support head_dim <= ", limits.max_head_dim, ", got ",
               q.size(3));
+  TORCH_CHECK(limits.max_head_dim < 0 || v.size(3) <= limits.max_head_dim, "flashattn: the ",
+              limits.name, " kernels support head_dim_v <= ", limits.max_head_dim, ", got ",
+              v.size(3));
   check_last_dim_contiguous(q, "q");
   check_last_dim_contiguous(k, "k");
   check_last_dim_contiguous(v, "v");
@@ -168,6 +174,7 @@ void check_qkv(const AttnInputs& in, const ExecutorLimits& limits) {
   }
   check_fits_int(q.size(2), "the number of heads");
   check_fits_int(q.size(3), "head_dim");
+  check_fits_int(v.size(3), "head_dim_v");
 }
 
 // cu_seqlens on the host: 0 first, non-decreasing, at most `total` last, no sequence longer
@@ -351,16 +358,24 @@ at::Tensor alloc_output(at::IntArrayRef sizes, const at::TensorOptions& options,
   return t;
 }
 
+// out (and dout): q's shape with v's head dim.
+std::vector<int64_t> out_shape(const AttnInputs& in) {
+  std::vector<int64_t> shape = in.q.sizes().vec();
+  shape.back() = in.v.size(-1);
+  return shape;
+}
+
 std::vector<int64_t> lse_shape(const AttnInputs& in) {
   const at::Tensor& q = in.q;
   if (in.varlen()) return {q.size(1), q.size(0)};
   return {q.size(0), q.size(2), q.size(1)};
 }
 
-void check_shape_like(const at::Tensor& t, const char* name, const at::Tensor& like,
-                      const char* like_name) {
-  TORCH_CHECK(t.sizes() == like.sizes(), "flashattn: ", name, " must have the shape of ",
-              like_name, " ", like.sizes(), ", got ", t.sizes());
+// out and dout: q's shape with v's head dim.
+void check_out_shape(const at::Tensor& t, const char* name, const AttnInputs& in) {
+  const std::vector<int64_t> expected = out_shape(in);
+  TORCH_CHECK(t.sizes() == at::IntArrayRef(expected), "flashattn: ", name, " must have q's "
+              "shape with v's head dim, ", at::IntArrayRef(expected), ", got ", t.sizes());
 }
 
 void check_lse_like(const at::Tensor& t, const char* name, const AttnInputs& in) {
@@ -428,8 +443,7 @@ at::Tensor alloc_lse(const AttnInputs& in) {
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits) {
   check_fwd(in, limits);
-  const at::Tensor& q = in.q;
-  at::Tensor out = alloc_output(q.sizes(), q.options(), in, 0.0);
+  at::Tensor out = alloc_output(out_shape(in), in.q.options(), in, 0.0);
   return {out, alloc_lse(in)};
 }
 
@@ -461,6 +475,7 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
   p.heads_kv = static_cast<int>(k.size(2));
   p.head_group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1;
   p.head_dim = static_cast<int>(q.size(3));
+  p.head_dim_v = static_cast<int>(in.v.size(-1));
   p.scale_fp64 = resolved_scale(in);
   p.softcap_fp64 = in.softcap;
   p.scale = static_cast<float>(p.scale_fp64);
@@ -491,8 +506,8 @@ void check_bwd(const AttnInputs& in, const BwdInputs& grads, const ExecutorLimit
   check_mask_options(in);
   check_rank(out, "out", in.varlen());
   check_rank(dout, "dout", in.varlen());
-  check_shape_like(out, "out", q, "q");
-  check_shape_like(dout, "dout", q, "q");
+  check_out_shape(out, "out", in);
+  check_out_shape(dout, "dout", in);
   TORCH_CHECK(out.scalar_type() == q.scalar_type() && dout.scalar_type() == q.scalar_type(),
               "flashattn: out and dout must have q's dtype ", q.scalar_type(), ", got ",
               out.scalar_type(), " and ", dout.scalar_type());

@@ -28,6 +28,8 @@ struct AttnInputs {
   std::optional<at::Tensor> rng_state;  // int64 [2]: [seed, offset] (dropout.h)
   bool align_bottom_right = true;
   bool deterministic = false;
+  // q, k [.., head_dim], v [.., head_dim_v]: head_dim_v may differ where the executor takes it
+  // (ExecutorLimits), and out, dout and dv have it.
   // Variable-length batches: int32 [batch + 1] cumulative lengths; q, k, v are then
   // [total, heads, head_dim] and max_seqlen_* bound every sequence's length.
   std::optional<at::Tensor> cu_seqlens_q, cu_seqlens_k;
@@ -62,6 +64,9 @@ struct ExecutorLimits {
   // checked there, with errors naming them. Device executors never sync for them: their
   // kernels clamp every sequence to the tensors (mask.h, sequence_of).
   bool reads_lengths_on_host;
+  // Whether v's head dim may differ from q's and k's (MLA). Last, with a default, so an executor
+  // that predates it (CUDA, until its tiles take unequal dims) rejects such inputs.
+  bool takes_unequal_head_dims = false;
 };
 
 // The KV cache addressing of the inputs (kv_rows.h), and the longest key sequence the cache
@@ -72,8 +77,8 @@ int64_t kv_capacity(const AttnInputs& in);
 // Validates the forward's inputs.
 void check_fwd(const AttnInputs& in, const ExecutorLimits& limits);
 
-// Validates the inputs and returns freshly allocated (out, lse): out [B, Sq, Hq, D]
-// contiguous in q's dtype, lse [B, Hq, Sq] fp32 (varlen: out [total_q, Hq, D], lse
+// Validates the inputs and returns freshly allocated (out, lse): out [B, Sq, Hq, Dv] (v's head
+// dim) contiguous in q's dtype, lse [B, Hq, Sq] fp32 (varlen: out [total_q, Hq, Dv], lse
 // [Hq, total_q]).
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits);

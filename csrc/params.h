@@ -92,8 +92,8 @@ struct KvCache {
 struct AttnParams {
   TensorView q;  // [B, Sq, Hq, D]
   TensorView k;  // [B, Sk, Hkv, D]
-  TensorView v;  // [B, Sk, Hkv, D]
-  TensorView o;  // [B, Sq, Hq, D], written
+  TensorView v;  // [B, Sk, Hkv, Dv] (Dv = head_dim_v)
+  TensorView o;  // [B, Sq, Hq, Dv], written
   // LSE [B, Hq, Sq], fp32, written. Natural-log log-sum-exp of the scores; -inf for a row that
   // sees no key.
   TensorView lse;
@@ -126,7 +126,7 @@ struct AttnParams {
   int heads_q = 0;
   int heads_kv = 0;
   int head_group = 1;  // heads_q / heads_kv: query head h reads kv head h / head_group
-  int head_dim = 0;
+  int head_dim = 0;    // of q and k
 
   float scale = 1.f;    // softmax scale applied to q·k
   float softcap = 0.f;  // > 0: s = softcap * tanh(s / softcap), after scaling
@@ -143,6 +143,10 @@ struct AttnParams {
   int window_left = -1;
   int window_right = -1;
   bool align_bottom_right = true;
+  // The head dim of v, out (and dout, dv): head_dim, or another (MLA: q and k 192, v 128; an
+  // absorbed decode 576 and 512). Placed in the padding after align_bottom_right, as
+  // packed_heads is, so the struct the CUDA kernels receive keeps its size.
+  int head_dim_v = 0;
 
   // ALiBi slopes, fp32, [B, Hq] or [Hq] (batch_stride 0); ptr is null without ALiBi. Adds
   // -slope * |i + diag_offset - j| to the (soft-capped) score. alibi_slope() in mask.h reads it.
@@ -175,6 +179,7 @@ struct KvAppendParams {
   const int* cache_seqlens = nullptr;
   int capacity = 0;
   int batch = 0, seqlen_new = 0, heads_kv = 0, head_dim = 0;
+  int head_dim_v = 0;  // of v_new and v_cache (head_dim: of k_new, k_cache and q)
   // Rotary embedding, or rotary_dim 0: cos, sin [rotary_rows, rotary_dim / 2] in q's dtype,
   // pairs (d, d + rotary_dim / 2) (GPT-NeoX), or (2d, 2d + 1) when interleaved (GPT-J).
   TensorView cos, sin;
@@ -188,11 +193,11 @@ struct KvAppendParams {
 };
 
 struct AttnBwdParams : AttnParams {
-  TensorView dout;  // [B, Sq, Hq, D]
+  TensorView dout;  // [B, Sq, Hq, Dv]
   // dLSE [B, Hq, Sq] fp32, or ptr null when the LSE output has no gradient.
   TensorView dlse;
 
-  // Freshly allocated, written: dQ [B, Sq, Hq, D], dK/dV [B, Sk, Hkv, D].
+  // Freshly allocated, written: dQ [B, Sq, Hq, D], dK [B, Sk, Hkv, D], dV [B, Sk, Hkv, Dv].
   TensorView dq;
   TensorView dk;
   TensorView dv;

@@ -15,10 +15,12 @@ from ._attn_probs import dropped_probs
 
 _SUPPORT = """
     Supported inputs:
-      device  dtypes                          head_dim
-      CPU     float32, float64, float16, bf16  any
-      CUDA    float16, bf16, float32           <= 256
-    Any strides are accepted as long as the last (head_dim) dimension is contiguous.
+      device  dtypes                          head_dim  v's head_dim (MLA)
+      CPU     float32, float64, float16, bf16  any       any
+      CUDA    float16, bf16, float32           <= 256    equal to head_dim
+    Any strides are accepted as long as the last (head_dim) dimension is contiguous. v may have
+    a head dim of its own (headdim_v; DeepSeek's MLA: 192 and 128), which out, dout and dv
+    then have; q and k share theirs.
 """
 
 
@@ -169,7 +171,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     Args:
         q: (batch, seqlen_q, nheads, headdim)
         k: (batch, seqlen_k, nheads_k, headdim); nheads must be a multiple of nheads_k (GQA/MQA)
-        v: (batch, seqlen_k, nheads_k, headdim)
+        v: (batch, seqlen_k, nheads_k, headdim_v); headdim_v may differ from headdim (MLA)
         dropout_p: drop each attention probability with this probability during the product
             with v, scaling the kept ones by 1 / (1 - dropout_p) (p = 1 gives 0). Exactly p:
             each decision compares a 32-bit draw, and is a pure function of the call's seed
@@ -204,7 +206,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
             S_dmask.
 
     Returns:
-        out: (batch, seqlen_q, nheads, headdim), dtype of q. If return_attn_probs, the tuple
+        out: (batch, seqlen_q, nheads, headdim_v), dtype of q. If return_attn_probs, the tuple
         (out, softmax_lse, S_dmask): softmax_lse is (batch, nheads, seqlen_q) float32 and
         differentiable; S_dmask is None without dropout, else (batch, nheads, seqlen_q,
         seqlen_k) float32, exp(logit - row max) negated where dropped, which FA2's test helpers
@@ -393,7 +395,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     Args:
         query: (batch, heads, seqlen_q, head_dim)
         key:   (batch, heads_kv, seqlen_k, head_dim)
-        value: (batch, heads_kv, seqlen_k, head_dim)
+        value: (batch, heads_kv, seqlen_k, head_dim_v); head_dim_v may differ from head_dim,
+            as torch allows
         attn_mask: None, or a mask broadcastable to (batch, heads, seqlen_q, seqlen_k): bool
             (True = the key takes part) or float (added to the scores, -inf allowed), in
             query's dtype or float32. Read in place through its strides (a broadcast mask is
@@ -411,8 +414,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         enable_gqa: allow heads to be a multiple of heads_kv; otherwise they must be equal.
 
     Returns:
-        (batch, heads, seqlen_q, head_dim) in query's dtype: a transposed view of a
-        (batch, seqlen_q, heads, head_dim) buffer, as SDPA's flash backend returns.
+        (batch, heads, seqlen_q, head_dim_v) in query's dtype: a transposed view of a
+        (batch, seqlen_q, heads, head_dim_v) buffer, as SDPA's flash backend returns.
     """
     fn = "scaled_dot_product_attention"
     if attn_mask is not None and is_causal:
@@ -462,9 +465,10 @@ def _sdpa_problem(query, key, value):
         if t.shape[0] != query.shape[0]:
             return RuntimeError(f"{fn}: {name} must have query's batch size {query.shape[0]} "
                                 f"(dim 0), got shape {tuple(t.shape)}")
-        if t.shape[-1] != query.shape[-1]:
-            return RuntimeError(f"{fn}: {name} must have query's head_dim {query.shape[-1]} "
-                                f"(dim 3), got shape {tuple(t.shape)}")
+    # value may have a head dim of its own (MLA), key may not.
+    if key.shape[-1] != query.shape[-1]:
+        return RuntimeError(f"{fn}: key must have query's head_dim {query.shape[-1]} "
+                            f"(dim 3), got shape {tuple(key.shape)}")
     if key.shape[1] != value.shape[1] or key.shape[2] != value.shape[2]:
         return RuntimeError(f"{fn}: key and value must have the same heads and seqlen (dims 1 "
                             f"and 2), got shapes {tuple(key.shape)} and {tuple(value.shape)}")

@@ -42,13 +42,15 @@ def _fwd_fake(*args, **kwargs):
     a = bind_arguments(_FWD, args, kwargs)
     q = a["q"]
     _check_same_device(q, a)
+    # out has v's head dim, which may differ from q's (MLA).
+    out_shape = (*q.shape[:-1], a["v"].shape[-1])
     if a["cu_seqlens_q"] is not None:  # varlen: q [total_q, heads, D], lse [heads, total_q]
         total_q, heads, _ = q.shape
         lse_shape = (heads, total_q)
     else:
         batch, seqlen_q, heads, _ = q.shape
         lse_shape = (batch, heads, seqlen_q)
-    return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
+    return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
 
 @torch.library.register_fake("flashattn::bwd")
@@ -67,7 +69,8 @@ def _fwd_kvcache_fake(q, k_cache, v_cache, *args, **kwargs):
     # call here, and a CPU q would otherwise get uninitialized outputs back.
     _check_same_device(q, bind_arguments(_FWD_KVCACHE, (q, k_cache, v_cache, *args), kwargs))
     batch, seqlen_q, heads, _ = q.shape
-    return q.new_empty(q.shape), q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
+    out_shape = (batch, seqlen_q, heads, v_cache.shape[-1])  # v_cache's head dim (MLA)
+    return q.new_empty(out_shape), q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
 
 
 @torch.library.register_fake("flashattn::dropout_rng_state")

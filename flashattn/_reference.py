@@ -63,11 +63,11 @@ def attention_reference(q, k, v, softmax_scale=None, causal=False, window_size=(
                         dropout_mask=None, dropout_p=0.0):
     """Attention in the dtype of q (pass float64 tensors for the reference).
 
-    q (B, Sq, Hq, D), k and v (B, Sk, Hkv, D). attn_mask: broadcastable to (B, Hq, Sq, Sk), bool
+    q (B, Sq, Hq, D), k (B, Sk, Hkv, D) and v (B, Sk, Hkv, Dv), Dv any. attn_mask: broadcastable to (B, Hq, Sq, Sk), bool
     (True = take part) or float (added to the scores after softcap and ALiBi). dropout_mask:
     bool (B, Hq, Sq, Sk), True = kept; kept probabilities are scaled by 1 / (1 - dropout_p)
     before the product with v (the LSE is that of the full softmax). Returns
-    (out (B, Sq, Hq, D), lse (B, Hq, Sq)). Rows that see no key give out 0 and lse -inf.
+    (out (B, Sq, Hq, Dv), lse (B, Hq, Sq)). Rows that see no key give out 0 and lse -inf.
     Differentiable everywhere, including at fully masked rows (their gradients are 0), and in
     a float attn_mask.
     """

@@ -81,9 +81,9 @@ def shuffled_awkward_batch(seed, **kwargs):
 
 
 def varlen_reference(q, k, v, vb, ref_kwargs):
-    """(out [total_q, H, D], lse [H, total_q]) in q's dtype: the dense reference on each sequence,
-    0 and -inf on rows of no sequence. Differentiable."""
-    heads, head_dim = q.shape[1], q.shape[2]
+    """(out [total_q, H, Dv], lse [H, total_q]) in q's dtype: the dense reference on each
+    sequence, 0 and -inf on rows of no sequence. Differentiable. Dv: v's head dim."""
+    heads, head_dim = q.shape[1], v.shape[2]
     outs, lses, row = [], [], 0
 
     def rows_of_no_sequence(count):

@@ -79,11 +79,14 @@ class BackwardKernel {
  public:
   BackwardKernel(const AttnBwdParams& p, bool vnni)
       : p_(p),
-        dim_(p.head_dim),
+        qk_dim_(p.head_dim),
+        v_dim_(p.head_dim_v),
         gemm_dim_(kNative16 ? round_up(p.head_dim, 2) : p.head_dim),
-        acc_stride_(kNative16 ? round_up(p.head_dim, kPanelWidth) : p.head_dim),
+        gemm_dim_v_(kNative16 ? round_up(p.head_dim_v, 2) : p.head_dim_v),
+        dk_stride_(kNative16 ? round_up(p.head_dim, kPanelWidth) : p.head_dim),
+        dv_stride_(kNative16 ? round_up(p.head_dim_v, kPanelWidth) : p.head_dim_v),
         vnni_(vnni),
-        query_block_(choose_query_block(p.head_dim)),
+        query_block_(choose_query_block(std::max(p.head_dim, p.head_dim_v))),
         seqs_(host_sequences(p)),
         work_(plan_sequences()),
         // Five products (S, dP, dV, dK, dQ) against the forward's two.
@@ -118,14 +121,15 @@ class BackwardKernel {
 
   // One worker's tiles, reused across its tasks: key_rows keys (rows) of query_block queries.
   struct Scratch {
-    Scratch(int key_rows, int query_block, int acc_stride, bool softcap, bool dropout)
+    Scratch(int key_rows, int query_block, int dk_stride, int dv_stride, bool softcap,
+            bool dropout)
         : probs_t(size_t(key_rows) * query_block),
           dropped_t(dropout ? size_t(key_rows) * query_block : 0),
           keep_t(dropout ? size_t(key_rows) * query_block : 0),
           grad_t(size_t(key_rows) * query_block),
           tanh_t(softcap ? size_t(key_rows) * query_block : 0),
-          dk_acc(size_t(key_rows) * acc_stride),
-          dv_acc(size_t(key_rows) * acc_stride),
+          dk_acc(size_t(key_rows) * dk_stride),
+          dv_acc(size_t(key_rows) * dv_stride),
           probs16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0),
           grad16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0),
           grad16_vnni(kNative16 ? size_t(kKeyBlock) * query_block : 0) {}
@@ -134,8 +138,8 @@ class BackwardKernel {
     ScratchBuffer<uint8_t> keep_t;  // with dropout: the tile's keep decisions
     ScratchBuffer<T> grad_t;   // dP_ijᵀ, then dS_ijᵀ
     ScratchBuffer<T> tanh_t;   // tanh of the soft-capped scores, for the chain rule
-    ScratchBuffer<T> dk_acc;   // dKj in the compute type, row stride acc_stride_
-    ScratchBuffer<T> dv_acc;   // dVj
+    ScratchBuffer<T> dk_acc;   // dKj in the compute type, row stride dk_stride_
+    ScratchBuffer<T> dv_acc;   // dVj, row stride dv_stride_
     // kNative16, whole key blocks: P_ijᵀ and dS_ijᵀ rounded to 16 bits, zero outside the tile's
     // keys x queries (round_tile_to_16bit writes every element), and dS_ijᵀ VNNI-packed as the
     // B operand of dQ.
@@ -158,10 +162,10 @@ class BackwardKernel {
   };
 
   // Queries per tile: one 64-wide panel for the 16-bit products; 32 on the kCompute path from
-  // head_dim 128 up, where a 128-key tile's resident operands (Kj, Vj, Kjᵀ, dKj, dVj: 320 KB
-  // at d = 128) and 64 queries' streamed ones (224 KB) overflow a 512 KB L2. In one-process
-  // A/B runs (2 threads, N = 2048, d = 128) 32 made fwd+bwd 7-9% faster; at d = 64 it was
-  // 1% slower, so 64 stays there.
+  // head_dim 128 up (the larger of q's and v's), where a 128-key tile's resident operands (Kj,
+  // Vj, Kjᵀ, dKj, dVj: 320 KB at d = 128) and 64 queries' streamed ones (224 KB) overflow a
+  // 512 KB L2. In one-process A/B runs (2 threads, N = 2048, d = 128) 32 made fwd+bwd 7-9%
+  // faster; at d = 64 it was 1% slower, so 64 stays there.
   static int choose_query_block(int head_dim) {
     return !kNative16 && head_dim >= 128 ? 32 : kPanelWidth;
   }
@@ -180,11 +184,13 @@ class BackwardKernel {
   // packed. Packing a call of a few queries and keys cost more than its products.
   bool takes_products_in_place() const {
     if (!kRowsInPlace) return false;
-    for (const TensorView* view : {&p_.q, &p_.dout, &p_.k, &p_.v})
-      if (!rows_in_place(view->row_stride)) return false;
+    for (auto [view, dim] : {std::pair{&p_.q, qk_dim_}, std::pair{&p_.dout, v_dim_},
+                             std::pair{&p_.k, qk_dim_}, std::pair{&p_.v, v_dim_}})
+      if (!rows_in_place(view->row_stride, dim)) return false;
     int longest_q = 0;
     for (const Sequence& s : seqs_) longest_q = std::max(longest_q, s.seqlen_q);
-    return int64_t(key_rows_) * std::min(longest_q, query_block_) * dim_ <= kLoopProductMacs;
+    return int64_t(key_rows_) * std::min(longest_q, query_block_) * std::max(qk_dim_, v_dim_) <=
+           kLoopProductMacs;
   }
 
   // Each sequence's blocks and dQ chunks, chosen from its own shape only.
@@ -195,7 +201,7 @@ class BackwardKernel {
       SequenceWork& w = work[b];
       w.query_blocks = num_blocks(seqs_[b].seqlen_q, query_block_);
       w.key_blocks = num_blocks(seqs_[b].seqlen_k, kKeyBlock);
-      w.group_dq_elements = int64_t(p_.head_group) * w.query_blocks * query_block_ * dim_;
+      w.group_dq_elements = int64_t(p_.head_group) * w.query_blocks * query_block_ * qk_dim_;
       const int64_t copy_bytes = std::max<int64_t>(w.group_dq_elements * int64_t(sizeof(T)), 1);
       const int64_t chunks = std::min<int64_t>({(kTargetTasks + kv_heads - 1) / kv_heads,
                                                 w.key_blocks,
@@ -233,7 +239,8 @@ class BackwardKernel {
   // summation order are the queued path's, so the bits are too. At (1, 1, 8, 64) fp32 the
   // slots, once_flags and task list cost about as much as the products.
   void run_heads_inline() {
-    Scratch scratch(key_rows_, query_block_, acc_stride_, p_.softcap > 0, p_.dropout.on());
+    Scratch scratch(key_rows_, query_block_, dk_stride_, dv_stride_, p_.softcap > 0,
+                    p_.dropout.on());
     GroupOperands ops;
     for (int b = 0; b < p_.batch; ++b)
       for (int kv_head = 0; kv_head < p_.heads_kv; ++kv_head) {
@@ -266,8 +273,8 @@ class BackwardKernel {
     run_task_queue(threads_, int64_t(tasks.size()), cost, int64_t(p_.batch) * p_.heads_kv,
                    head_of,
                    [&](const auto& claim) {
-                     Scratch scratch(key_rows_, query_block_, acc_stride_, p_.softcap > 0,
-                                     p_.dropout.on());
+                     Scratch scratch(key_rows_, query_block_, dk_stride_, dv_stride_,
+                                     p_.softcap > 0, p_.dropout.on());
                      for (int64_t next = claim(); next >= 0; next = claim()) {
                        const Task& task = tasks[next];
                        auto ops = groups.take(task.b, task.kv_head, kPackPieces,
@@ -299,32 +306,33 @@ class BackwardKernel {
     const Sequence& seq = seqs_[b];
     const std::vector<SequenceRows> queries{{seq.q_row0, seq.seqlen_q}};
     const std::vector<SequenceRows> keys{{seq.k_row0, seq.seqlen_k}};
-    const int group = p_.head_group, D = dim_;
+    // Q, K (and dQ, dK) have q's head dim Dqk; V, dO (and dV) v's, Dv.
+    const int group = p_.head_group, Dqk = qk_dim_, Dv = v_dim_;
     const TensorView q = heads_from<In>(p_.q, b, kv_head * group);
     const TensorView dout = heads_from<In>(p_.dout, b, kv_head * group);
     const TensorView k = heads_from<In>(p_.k, b, kv_head), v = heads_from<In>(p_.v, b, kv_head);
     if constexpr (kNative16) {
       switch (piece) {
         case 0:
-          pack_key_panels<In>(ops.q_t16, q, queries, group, D, query_block_, vnni_);
+          pack_key_panels<In>(ops.q_t16, q, queries, group, Dqk, query_block_, vnni_);
           break;
         case 1:
-          pack_value_panels<In>(ops.q_rows16, q, queries, group, D, query_block_, vnni_);
+          pack_value_panels<In>(ops.q_rows16, q, queries, group, Dqk, query_block_, vnni_);
           break;
         case 2:
-          pack_key_panels<In>(ops.do_t16, dout, queries, group, D, query_block_, vnni_);
+          pack_key_panels<In>(ops.do_t16, dout, queries, group, Dv, query_block_, vnni_);
           break;
         case 3:
-          pack_value_panels<In>(ops.do_rows16, dout, queries, group, D, query_block_, vnni_);
+          pack_value_panels<In>(ops.do_rows16, dout, queries, group, Dv, query_block_, vnni_);
           break;
         case 4:
-          pack_row_tiles<In>(ops.k_rows16, k, keys, 1, D, kKeyBlock);
+          pack_row_tiles<In>(ops.k_rows16, k, keys, 1, Dqk, kKeyBlock);
           break;
         case 5:
-          pack_transposed_tiles<In>(ops.k_t16, k, keys, 1, D, kKeyBlock);
+          pack_transposed_tiles<In>(ops.k_t16, k, keys, 1, Dqk, kKeyBlock);
           break;
         case 6:
-          pack_row_tiles<In>(ops.v_rows16, v, keys, 1, D, kKeyBlock);
+          pack_row_tiles<In>(ops.v_rows16, v, keys, 1, Dv, kKeyBlock);
           break;
       }
       return;
@@ -334,48 +342,52 @@ class BackwardKernel {
     // Row-major operands are read in place where rows_in_place() allows.
     switch (piece) {
       case 0:
-        pack_heads<T, In>(ops.q_panels, q, queries, group, D, kPanels, query_block_, scale);
+        pack_heads<T, In>(ops.q_panels, q, queries, group, Dqk, kPanels, query_block_, scale);
         break;
       case 1:
-        pack_heads<T, In>(ops.do_panels, dout, queries, group, D, kPanels, query_block_, T(1));
+        pack_heads<T, In>(ops.do_panels, dout, queries, group, Dv, kPanels, query_block_, T(1));
         break;
       case 2:
-        pack_heads<T, In>(ops.k_panels, k, keys, 1, D, kPanels, kKeyBlock, T(1));
+        pack_heads<T, In>(ops.k_panels, k, keys, 1, Dqk, kPanels, kKeyBlock, T(1));
         break;
       case 3:
-        if (!rows_in_place(q.row_stride))
-          pack_heads<T, In>(ops.q_rows, q, queries, group, D, kRows, query_block_, T(1));
+        if (!rows_in_place(q.row_stride, Dqk))
+          pack_heads<T, In>(ops.q_rows, q, queries, group, Dqk, kRows, query_block_, T(1));
         break;
       case 4:
-        if (!rows_in_place(dout.row_stride))
-          pack_heads<T, In>(ops.do_rows, dout, queries, group, D, kRows, query_block_, T(1));
+        if (!rows_in_place(dout.row_stride, Dv))
+          pack_heads<T, In>(ops.do_rows, dout, queries, group, Dv, kRows, query_block_, T(1));
         break;
       case 5:
-        if (!rows_in_place(k.row_stride))
-          pack_heads<T, In>(ops.k_rows, k, keys, 1, D, kRows, kKeyBlock, T(1));
+        if (!rows_in_place(k.row_stride, Dqk))
+          pack_heads<T, In>(ops.k_rows, k, keys, 1, Dqk, kRows, kKeyBlock, T(1));
         break;
       case 6:
-        if (!rows_in_place(v.row_stride))
-          pack_heads<T, In>(ops.v_rows, v, keys, 1, D, kRows, kKeyBlock, T(1));
+        if (!rows_in_place(v.row_stride, Dv))
+          pack_heads<T, In>(ops.v_rows, v, keys, 1, Dv, kRows, kKeyBlock, T(1));
         break;
     }
   }
 
-  // An input already in the compute type, with rows that do not overlap (row stride >= head
+  // An input already in the compute type, with rows that do not overlap (row stride >= its head
   // dim, the leading dimension brgemm accepts; an expanded tensor has stride 0), needs no copy.
-  bool rows_in_place(int64_t row_stride) const { return kRowsInPlace && row_stride >= dim_; }
+  bool rows_in_place(int64_t row_stride, int dim) const {
+    return kRowsInPlace && row_stride >= dim;
+  }
 
   // Rows [first_row, ...) of head `head` of sequence b of a row-major operand whose sequence
   // starts at row row0 of `input`: the input itself where rows_in_place(), else its packed
-  // copy, where it is head `packed_head`. Returns the pointer; *ld gets the row stride.
+  // copy, where it is head `packed_head`; rows of `dim` elements. Returns the pointer; *ld gets
+  // the row stride.
   const T* operand_rows(const PackedHeads<T>& packed, int packed_head, const TensorView& input,
-                        int64_t row0, int b, int head, int first_row, int64_t* ld) const {
-    if (rows_in_place(input.row_stride)) {
+                        int dim, int64_t row0, int b, int head, int first_row,
+                        int64_t* ld) const {
+    if (rows_in_place(input.row_stride, dim)) {
       *ld = input.row_stride;
       return input.row<const T>(b, head, row0 + first_row);
     }
-    *ld = dim_;
-    return packed.head(0, packed_head) + int64_t(first_row) * dim_;
+    *ld = dim;
+    return packed.head(0, packed_head) + int64_t(first_row) * dim;
   }
 
   // Per query row: D_i = rowsum(dO_i ∘ O_i) - dlse_i, and the shift that recomputes P_ij from
@@ -397,7 +409,7 @@ class BackwardKernel {
           const In* o_row = p_.o.row<const In>(b, h, row);
           const In* do_row = p_.dout.row<const In>(b, h, row);
           T dot = 0;
-          for (int d = 0; d < dim_; ++d)
+          for (int d = 0; d < v_dim_; ++d)
             dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
           const T dlse =
               p_.dlse.ptr ? static_cast<T>(*p_.dlse.row<const float>(b, h, row)) : T(0);
@@ -415,7 +427,7 @@ class BackwardKernel {
   T* dq_partial(const GroupOperands& ops, int b, int chunk, int g, int query_block) const {
     const SequenceWork& w = work_[b];
     return ops.dq_partial + chunk * w.group_dq_elements +
-           (int64_t(g) * w.query_blocks + query_block) * dim_ * query_block_;
+           (int64_t(g) * w.query_blocks + query_block) * qk_dim_ * query_block_;
   }
 
   // Task's key blocks, with (sequence, kv head)'s operands `ops`: dK/dV stored, dQ into the
@@ -426,9 +438,9 @@ class BackwardKernel {
     zero_dq_partial(ops, task.b, task.chunk);
     const int first_head = task.kv_head * p_.head_group;
     for (int kb = task.chunk; kb < w.key_blocks; kb += w.chunks) {
-      const size_t acc_elements = size_t(cols_of(task.b, kb)) * acc_stride_;
-      std::fill_n(s.dk_acc.data(), acc_elements, T(0));
-      std::fill_n(s.dv_acc.data(), acc_elements, T(0));
+      const size_t cols = cols_of(task.b, kb);
+      std::fill_n(s.dk_acc.data(), cols * dk_stride_, T(0));
+      std::fill_n(s.dv_acc.data(), cols * dv_stride_, T(0));
       for (int g = 0; g < p_.head_group; ++g)
         for (int qb = 0; qb < w.query_blocks; ++qb)
           accumulate_tile(task, first_head + g, qb, kb, s);
@@ -536,13 +548,13 @@ class BackwardKernel {
     }
   }
 
-  // acc (cols x whole panels, row stride acc_stride_) += a (cols x query_block_, 16-bit) times
+  // acc (cols x whole panels, row stride acc_stride) += a (cols x query_block_, 16-bit) times
   // the panels of query block qb of the group's head g, one 64-column panel at a time.
   void accumulate_panel_products(int cols, const In* a, const Panels16<In>& panels, int g, int qb,
-                                 T* acc) const {
+                                 T* acc, int acc_stride) const {
     for (int panel = 0; panel < panels.panels_per_block; ++panel)
       tile_gemm(cols, kPanelWidth, query_block_, a, query_block_, panels.panel(0, g, qb, panel),
-                kPanelWidth, acc + panel * kPanelWidth, acc_stride_, /*accumulate=*/true, vnni_);
+                kPanelWidth, acc + panel * kPanelWidth, acc_stride, /*accumulate=*/true, vnni_);
   }
 
   void accumulate_tile_16bit(const Task& task, int h, int qb, int kb, const TileMasks& masks,
@@ -560,28 +572,31 @@ class BackwardKernel {
       scores_to_probs(task, h, qb, kb, masks, probs, s);
       round_tile_to_16bit(probs_for_dv(task, h, qb, kb, probs, s), rows, cols, s.probs16_t);
       // dVj += P_ijᵀ dOi
-      accumulate_panel_products(cols, s.probs16_t.data(), ops.do_rows16, g, qb, s.dv_acc.data());
+      accumulate_panel_products(cols, s.probs16_t.data(), ops.do_rows16, g, qb, s.dv_acc.data(),
+                                dv_stride_);
       // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ.
-      tile_gemm(cols, query_block_, gemm_dim_, ops.v_rows16.panel(0, 0, kb, 0), gemm_dim_,
+      tile_gemm(cols, query_block_, gemm_dim_v_, ops.v_rows16.panel(0, 0, kb, 0), gemm_dim_v_,
                 ops.do_t16.panel(0, g, qb, 0), kPanelWidth, grads, query_block_, false, vnni_);
       probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
       round_tile_to_16bit(grads, rows, cols, s.grad16_t);
       // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
-      accumulate_panel_products(cols, s.grad16_t.data(), ops.q_rows16, g, qb, s.dk_acc.data());
+      accumulate_panel_products(cols, s.grad16_t.data(), ops.q_rows16, g, qb, s.dk_acc.data(),
+                                dk_stride_);
       // dQiᵀ += Kjᵀ dS_ijᵀ over the whole key block (dS_ijᵀ is 0 past the last key).
       const In* grads_b = s.grad16_t.data();
       if (vnni_) {
         pack_vnni_panel(grads_b, s.grad16_vnni.data(), kKeyBlock);
         grads_b = s.grad16_vnni.data();
       }
-      tile_gemm(dim_, query_block_, kKeyBlock, ops.k_t16.panel(0, 0, kb, 0), kKeyBlock, grads_b,
+      tile_gemm(qk_dim_, query_block_, kKeyBlock, ops.k_t16.panel(0, 0, kb, 0), kKeyBlock, grads_b,
                 kPanelWidth, dq_partial(ops, b, task.chunk, g, qb), query_block_, true, vnni_);
     }
   }
 
   void accumulate_tile_compute(const Task& task, int h, int qb, int kb, const TileMasks& masks,
                                Scratch& s) {
-    const int b = task.b, D = dim_;
+    // Q, K, dQ, dK: Dqk columns; V, dO, dV: Dv.
+    const int b = task.b, Dqk = qk_dim_, Dv = v_dim_;
     const Sequence& seq = seqs_[b];
     const GroupOperands& ops = *s.ops;
     const int g = h - task.kv_head * p_.head_group;
@@ -589,11 +604,13 @@ class BackwardKernel {
     const int key_begin = kb * kKeyBlock, cols = cols_of(b, kb);
     int64_t ld_k, ld_v, ld_q, ld_do;
     const T* k_rows =
-        operand_rows(ops.k_rows, 0, p_.k, seq.k_row0, b, task.kv_head, key_begin, &ld_k);
+        operand_rows(ops.k_rows, 0, p_.k, Dqk, seq.k_row0, b, task.kv_head, key_begin, &ld_k);
     const T* v_rows =
-        operand_rows(ops.v_rows, 0, p_.v, seq.k_row0, b, task.kv_head, key_begin, &ld_v);
-    const T* q_rows = operand_rows(ops.q_rows, g, p_.q, seq.q_row0, b, h, row_begin, &ld_q);
-    const T* do_rows = operand_rows(ops.do_rows, g, p_.dout, seq.q_row0, b, h, row_begin, &ld_do);
+        operand_rows(ops.v_rows, 0, p_.v, Dv, seq.k_row0, b, task.kv_head, key_begin, &ld_v);
+    const T* q_rows =
+        operand_rows(ops.q_rows, g, p_.q, Dqk, seq.q_row0, b, h, row_begin, &ld_q);
+    const T* do_rows =
+        operand_rows(ops.do_rows, g, p_.dout, Dv, seq.q_row0, b, h, row_begin, &ld_do);
     T* probs = s.probs_t.data();
     T* grads = s.grad_t.data();
 
@@ -601,33 +618,34 @@ class BackwardKernel {
 
     // S_ijᵀ = Kj (scale·Qi)ᵀ, then P_ijᵀ row by row (a row is one key, across the queries).
     if (products_in_place_)
-      loop_gemm_strided(cols, rows, D, k_rows, ld_k, 1, q_rows, 1, ld_q, softmax_scale<T>(p_),
+      loop_gemm_strided(cols, rows, Dqk, k_rows, ld_k, 1, q_rows, 1, ld_q, softmax_scale<T>(p_),
                         probs, query_block_, /*accumulate=*/false);
     else
-      tile_gemm(cols, rows, D, k_rows, ld_k,
-                ops.q_panels.head(0, g) + int64_t(qb) * D * query_block_, query_block_, probs,
+      tile_gemm(cols, rows, Dqk, k_rows, ld_k,
+                ops.q_panels.head(0, g) + int64_t(qb) * Dqk * query_block_, query_block_, probs,
                 query_block_, /*accumulate=*/false);
     scores_to_probs(task, h, qb, kb, masks, probs, s);
     // dVj += P_ijᵀ dOi (dropped)
-    tile_gemm(cols, D, rows, probs_for_dv(task, h, qb, kb, probs, s), query_block_, do_rows, ld_do,
-              s.dv_acc.data(), D, true);
+    tile_gemm(cols, Dv, rows, probs_for_dv(task, h, qb, kb, probs, s), query_block_, do_rows,
+              ld_do, s.dv_acc.data(), Dv, true);
     // dP_ijᵀ = Vj dOiᵀ, then dS_ijᵀ in place.
     if (products_in_place_)
-      loop_gemm_strided(cols, rows, D, v_rows, ld_v, 1, do_rows, 1, ld_do, T(1), grads,
+      loop_gemm_strided(cols, rows, Dv, v_rows, ld_v, 1, do_rows, 1, ld_do, T(1), grads,
                         query_block_, /*accumulate=*/false);
     else
-      tile_gemm(cols, rows, D, v_rows, ld_v,
-                ops.do_panels.head(0, g) + int64_t(qb) * D * query_block_, query_block_, grads,
+      tile_gemm(cols, rows, Dv, v_rows, ld_v,
+                ops.do_panels.head(0, g) + int64_t(qb) * Dv * query_block_, query_block_, grads,
                 query_block_, /*accumulate=*/false);
     probs_grad_to_scores_grad(task, h, qb, kb, probs, grads, s);
     // dKj += dS_ijᵀ Qi (the scale is applied when dKj is stored)
-    tile_gemm(cols, D, rows, grads, query_block_, q_rows, ld_q, s.dk_acc.data(), D, true);
+    tile_gemm(cols, Dqk, rows, grads, query_block_, q_rows, ld_q, s.dk_acc.data(), Dqk, true);
     // dQiᵀ += Kjᵀ dS_ijᵀ, into this chunk's partial buffer.
     if (products_in_place_)
-      loop_gemm_strided(D, rows, cols, k_rows, 1, ld_k, grads, query_block_, 1, T(1), dq,
+      loop_gemm_strided(Dqk, rows, cols, k_rows, 1, ld_k, grads, query_block_, 1, T(1), dq,
                         query_block_, /*accumulate=*/true);
     else
-      tile_gemm(D, rows, cols, ops.k_panels.head(0, 0) + int64_t(kb) * D * kKeyBlock, kKeyBlock,
+      tile_gemm(Dqk, rows, cols, ops.k_panels.head(0, 0) + int64_t(kb) * Dqk * kKeyBlock,
+                kKeyBlock,
                 grads, query_block_, dq, query_block_, /*accumulate=*/true);
   }
 
@@ -638,10 +656,10 @@ class BackwardKernel {
     for (int c = 0; c < cols_of(task.b, kb); ++c) {
       In* dk_row = p_.dk.row<In>(task.b, task.kv_head, row0 + c);
       In* dv_row = p_.dv.row<In>(task.b, task.kv_head, row0 + c);
-      for (int d = 0; d < dim_; ++d) {
-        dk_row[d] = static_cast<In>(dk_scale * s.dk_acc[size_t(c) * acc_stride_ + d]);
-        dv_row[d] = static_cast<In>(s.dv_acc[size_t(c) * acc_stride_ + d]);
-      }
+      for (int d = 0; d < qk_dim_; ++d)
+        dk_row[d] = static_cast<In>(dk_scale * s.dk_acc[size_t(c) * dk_stride_ + d]);
+      for (int d = 0; d < v_dim_; ++d)
+        dv_row[d] = static_cast<In>(s.dv_acc[size_t(c) * dv_stride_ + d]);
     }
   }
 
@@ -653,7 +671,7 @@ class BackwardKernel {
       for (int qb = 0; qb < work_[b].query_blocks; ++qb) {
         T* tile = dq_partial(ops, b, chunk, g, qb);
         const int rows = kNative16 ? query_block_ : rows_of(b, qb);
-        for (int d = 0; d < dim_; ++d) std::fill_n(tile + size_t(d) * query_block_, rows, T(0));
+        for (int d = 0; d < qk_dim_; ++d) std::fill_n(tile + size_t(d) * query_block_, rows, T(0));
       }
   }
 
@@ -662,18 +680,18 @@ class BackwardKernel {
   void reduce_dq(int b, int kv_head, const GroupOperands& ops) const {
     const int chunks = work_[b].chunks;
     const T scale = softmax_scale<T>(p_);
-    ScratchBuffer<T> sum(chunks > 1 ? size_t(dim_) * query_block_ : 0);
+    ScratchBuffer<T> sum(chunks > 1 ? size_t(qk_dim_) * query_block_ : 0);
     for (int g = 0; g < p_.head_group; ++g)
       for (int qb = 0; qb < work_[b].query_blocks; ++qb) {
         const int rows = rows_of(b, qb);
         const T* total = dq_partial(ops, b, 0, g, qb);
         if (chunks > 1) {
-          for (int d = 0; d < dim_; ++d)
+          for (int d = 0; d < qk_dim_; ++d)
             std::copy_n(total + size_t(d) * query_block_, rows,
                         sum.data() + size_t(d) * query_block_);
           for (int chunk = 1; chunk < chunks; ++chunk) {
             const T* part = dq_partial(ops, b, chunk, g, qb);
-            for (int d = 0; d < dim_; ++d)
+            for (int d = 0; d < qk_dim_; ++d)
               for (int r = 0; r < rows; ++r)
                 sum[size_t(d) * query_block_ + r] += part[size_t(d) * query_block_ + r];
           }
@@ -682,16 +700,19 @@ class BackwardKernel {
         const int64_t row0 = seqs_[b].q_row0 + qb * query_block_;
         for (int r = 0; r < rows; ++r) {
           In* dq_row = p_.dq.row<In>(b, kv_head * p_.head_group + g, row0 + r);
-          for (int d = 0; d < dim_; ++d)
+          for (int d = 0; d < qk_dim_; ++d)
             dq_row[d] = static_cast<In>(scale * total[size_t(d) * query_block_ + r]);
         }
       }
   }
 
   const AttnBwdParams& p_;
-  const int dim_;
-  const int gemm_dim_;    // K of the products over the head dim: dim_, or rounded up to even
-  const int acc_stride_;  // row stride of dKj/dVj: dim_, or rounded up to whole panels
+  const int qk_dim_;       // of q, k (and dq, dk)
+  const int v_dim_;        // of v, out, dout (and dv); MLA: may differ from qk_dim_
+  const int gemm_dim_;     // K of the products over q's head dim: qk_dim_, or rounded up to even
+  const int gemm_dim_v_;   // K of dP_ijᵀ = Vj dOiᵀ: v_dim_, or rounded up to even
+  const int dk_stride_;    // row stride of dKj: qk_dim_, or rounded up to whole panels
+  const int dv_stride_;    // row stride of dVj: v_dim_, or rounded up to whole panels
   const bool vnni_;       // kNative16: B panels are VNNI-packed
   const int query_block_;
   const std::vector<Sequence> seqs_;

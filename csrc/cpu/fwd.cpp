@@ -159,15 +159,16 @@ class ForwardKernel {
  public:
   ForwardKernel(const AttnParams& p, bool vnni, const ForwardPlan& plan)
       : p_(p),
-        dim_(p.head_dim),
+        qk_dim_(p.head_dim),
+        v_dim_(p.head_dim_v),
         // 16-bit products run over whole zero-padded panels: K even, O_i in 64-wide panels.
         gemm_dim_(kNative16 ? round_up(p.head_dim, 2) : p.head_dim),
-        out_stride_(kNative16 ? round_up(p.head_dim, kPanelWidth) : p.head_dim),
+        out_stride_(kNative16 ? round_up(p.head_dim_v, kPanelWidth) : p.head_dim_v),
         vnni_(vnni),
         seqs_(host_sequences(p)),
         plan_(plan),
         values_in_place_(!kNative16 && keys_in_place(p.kv_cache) && std::is_same_v<In, T> &&
-                         p.v.row_stride >= p.head_dim),
+                         p.v.row_stride >= p.head_dim_v),
         row_lanes_(kRowProductsTaken ? row_lanes() : RowLanes::k8),
         row_dot_(kNative16 && std::is_same_v<In, c10::BFloat16> && vnni &&
                  packed_gemm16_kernel_of<In>().load() == Gemm16Kernel::kAvx512Dot) {}
@@ -180,7 +181,7 @@ class ForwardKernel {
     if (plan_.splits > 1) {
       const int64_t rows = int64_t(plan_.splits) * p_.heads_q * p_.total_q;
       split_lse_ = alloc_workspace<T>(split_lse_storage_, rows);
-      split_out_ = alloc_workspace<T>(split_out_storage_, rows * dim_);
+      split_out_ = alloc_workspace<T>(split_out_storage_, rows * v_dim_);
     }
     auto cost = [&](int64_t task) {
       const BlockRange keys = key_blocks_of(tasks[task]);
@@ -261,7 +262,7 @@ class ForwardKernel {
           out_acc(size_t(tile_rows) * out_stride),
           row_max(tile_rows),
           row_sum(tile_rows),
-          k_tile(stream ? size_t(kKeyBlock) * (kNative16 ? gemm_dim : out_stride) : 0),
+          k_tile(stream ? size_t(kKeyBlock) * gemm_dim : 0),
           v_tile(stream ? size_t(kKeyBlock) * out_stride : 0),
           staging(kNative16 ? size_t(kKeyBlock) * std::max(gemm_dim, kPanelWidth) : 0) {}
     ScratchBuffer<Operand> q_tile;  // Qi; scaled by the softmax scale on the kCompute path
@@ -297,7 +298,7 @@ class ForwardKernel {
 
   // One key block's operands, as load_kv_tile lays them out.
   int64_t key_block_elements() const {
-    return int64_t(kKeyBlock) * (kNative16 ? gemm_dim_ : out_stride_);
+    return int64_t(kKeyBlock) * gemm_dim_;
   }
   int64_t value_block_elements() const { return int64_t(kKeyBlock) * out_stride_; }
 
@@ -338,22 +339,22 @@ class ForwardKernel {
       const int key_panels = kKeyBlock / kPanelWidth, key_panel = gemm_dim_ * kPanelWidth;
       for (int index = 0; index < key_panels; ++index)
         stream_panel(s, keys + size_t(index) * key_panel, gemm_dim_, [&](In* panel) {
-          fill_key_panel(key_of, seq.seqlen_k, dim_, kKeyBlock, kb, index, panel);
+          fill_key_panel(key_of, seq.seqlen_k, qk_dim_, kKeyBlock, kb, index, panel);
         });
       const int value_panel = kKeyBlock * kPanelWidth;
       for (int index = 0; index < out_stride_ / kPanelWidth; ++index)
         stream_panel(s, values + size_t(index) * value_panel, kKeyBlock, [&](In* panel) {
-          fill_value_panel(value_of, seq.seqlen_k, dim_, kKeyBlock, kb, index, panel);
+          fill_value_panel(value_of, seq.seqlen_k, v_dim_, kKeyBlock, kb, index, panel);
         });
     } else {
       const int key_begin = kb * kKeyBlock, cols = std::min(kKeyBlock, seq.seqlen_k - key_begin);
       for (int c = 0; c < cols; ++c) {
         const In* key = key_of(key_begin + c);
-        for (int d = 0; d < dim_; ++d) keys[size_t(d) * kKeyBlock + c] = static_cast<T>(key[d]);
+        for (int d = 0; d < qk_dim_; ++d) keys[size_t(d) * kKeyBlock + c] = static_cast<T>(key[d]);
         if (values_in_place_) continue;
         const In* value = value_of(key_begin + c);
-        T* v_out = values + size_t(c) * dim_;
-        for (int d = 0; d < dim_; ++d) v_out[d] = static_cast<T>(value[d]);
+        T* v_out = values + size_t(c) * v_dim_;
+        for (int d = 0; d < v_dim_; ++d) v_out[d] = static_cast<T>(value[d]);
       }
     }
   }
@@ -395,13 +396,14 @@ class ForwardKernel {
 
     for (int r = 0; r < tile_rows; ++r) {
       const In* q_row = p_.q.row<const In>(b, head0 + r / rows, seq.q_row0 + row_begin + r % rows);
-      // 16-bit products: a column padding dim_ to even stays 0.
+      // 16-bit products: a column padding qk_dim_ to even stays 0.
       if (kNative16 && (!rows_in_place || row_dot_)) {
-        std::copy_n(q_row, dim_, s.q_tile.data() + size_t(r) * gemm_dim_);
+        std::copy_n(q_row, qk_dim_, s.q_tile.data() + size_t(r) * gemm_dim_);
         continue;
       }
-      T* tile_row = row_products_q(s) + size_t(r) * dim_;
-      for (int d = 0; d < dim_; ++d) tile_row[d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
+      T* tile_row = row_products_q(s) + size_t(r) * qk_dim_;
+      for (int d = 0; d < qk_dim_; ++d)
+        tile_row[d] = static_cast<T>(q_row[d]) * softmax_scale<T>(p_);
     }
     if (rows_in_place && row_dot_) lay_query_in_lanes(s, tile_rows / plan_.kv_heads_per_tile);
     std::fill_n(s.out_acc.data(), size_t(tile_rows) * out_stride_, T(0));
@@ -449,7 +451,7 @@ class ForwardKernel {
           const float scale = row_steps ? 1.f : softmax_scale<T>(p_);
           online_softmax_tile(row_lanes_, s.scores.data(), tile_rows, cols, kKeyBlock, scale,
                               s.row_max.data(), s.row_sum.data(), s.out_acc.data(), out_stride_,
-                              dim_, s.probs16.data(), kKeyBlock, kKeyBlock);
+                              v_dim_, s.probs16.data(), kKeyBlock, kKeyBlock);
         }
       }
       if (!fused_16bit) online_softmax_tile_of(s, tile_rows, cols);
@@ -476,10 +478,11 @@ class ForwardKernel {
   void online_softmax_tile_of(Scratch& s, int tile_rows, int cols) const {
     if constexpr (std::is_same_v<T, float>) {
       online_softmax_tile(row_lanes_, s.scores.data(), tile_rows, cols, kKeyBlock,
-                          s.row_max.data(), s.row_sum.data(), s.out_acc.data(), out_stride_, dim_);
+                          s.row_max.data(), s.row_sum.data(), s.out_acc.data(), out_stride_,
+                          v_dim_);
     } else {
       online_softmax_tile(s.scores.data(), tile_rows, cols, kKeyBlock, s.row_max.data(),
-                          s.row_sum.data(), s.out_acc.data(), out_stride_, dim_);
+                          s.row_sum.data(), s.out_acc.data(), out_stride_, v_dim_);
     }
   }
 
@@ -496,7 +499,7 @@ class ForwardKernel {
         if (row_dot_)
           dot_rows_on_vdpbf16ps(s, rows_per_head, keys);
         else
-          dot_key_rows(row_lanes_, row_products_q(s), rows_per_head, dim_, keys, dim_,
+          dot_key_rows(row_lanes_, row_products_q(s), rows_per_head, qk_dim_, keys, qk_dim_,
                        s.scores.data(), kKeyBlock);
       }
     } else if constexpr (kNative16) {
@@ -505,7 +508,7 @@ class ForwardKernel {
                   kv.keys + size_t(panel) * gemm_dim_ * kPanelWidth, kPanelWidth,
                   s.scores.data() + panel * kPanelWidth, kKeyBlock, /*accumulate=*/false, vnni_);
     } else {
-      tile_gemm(rows, cols, dim_, s.q_tile.data(), dim_, kv.keys, kKeyBlock, s.scores.data(),
+      tile_gemm(rows, cols, qk_dim_, s.q_tile.data(), qk_dim_, kv.keys, kKeyBlock, s.scores.data(),
                 kKeyBlock, /*accumulate=*/false);
     }
   }
@@ -526,7 +529,7 @@ class ForwardKernel {
         if (row_dot_)
           add_rows_on_vdpbf16ps(s, rows_per_head, values);
         else
-          add_value_rows(row_lanes_, s.scores.data(), rows_per_head, kKeyBlock, values, dim_,
+          add_value_rows(row_lanes_, s.scores.data(), rows_per_head, kKeyBlock, values, v_dim_,
                          s.out_acc.data(), out_stride_);
         std::swap(s.key_rows, s.next_key_rows);
         s.key_rows_block = next_kb;
@@ -538,13 +541,13 @@ class ForwardKernel {
                   s.out_acc.data() + panel * kPanelWidth, out_stride_, /*accumulate=*/true,
                   vnni_);
     } else if (values_in_place_) {
-      tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
+      tile_gemm(rows, v_dim_, cols, s.scores.data(), kKeyBlock,
                 p_.v.row<const T>(b, kv_head, seqs_[b].k_row0 + kb * kKeyBlock),
-                p_.v.row_stride, s.out_acc.data(), dim_, /*accumulate=*/true);
+                p_.v.row_stride, s.out_acc.data(), v_dim_, /*accumulate=*/true);
     } else {
-      tile_gemm(rows, dim_, cols, s.scores.data(), kKeyBlock,
+      tile_gemm(rows, v_dim_, cols, s.scores.data(), kKeyBlock,
                 kv.values,
-                dim_, s.out_acc.data(), dim_, /*accumulate=*/true);
+                v_dim_, s.out_acc.data(), v_dim_, /*accumulate=*/true);
     }
   }
 
@@ -562,28 +565,28 @@ class ForwardKernel {
   void lay_query_in_lanes(Scratch& s, int rows_per_head) const {
     if constexpr (std::is_same_v<In, c10::BFloat16> && kNative16) {
       if (!takes_query_lanes(rows_per_head)) return;
-      s.q_lanes.resize(query_lanes_size(plan_.kv_heads_per_tile, dim_));
+      s.q_lanes.resize(query_lanes_size(plan_.kv_heads_per_tile, qk_dim_));
       lay_query_lanes_bf16(s.q_tile.data(), rows_per_head, plan_.kv_heads_per_tile, gemm_dim_,
-                           dim_, s.q_lanes.data());
+                           qk_dim_, s.q_lanes.data());
     }
   }
   void dot_rows_on_vdpbf16ps(Scratch& s, int rows_per_head, const RowStream<In>& keys) const {
     if constexpr (std::is_same_v<In, c10::BFloat16> && kNative16)
       dot_key_rows_bf16({s.q_tile.data(), rows_per_head, gemm_dim_,
                          takes_query_lanes(rows_per_head) ? s.q_lanes.data() : nullptr},
-                        keys, dim_, s.scores.data(), kKeyBlock);
+                        keys, qk_dim_, s.scores.data(), kKeyBlock);
     else
       TORCH_INTERNAL_ASSERT(false, "flashattn: vdpbf16ps multiplies bf16 only");
   }
   void add_rows_on_vdpbf16ps(Scratch& s, int rows_per_head, const RowStream<In>& values) const {
     if constexpr (std::is_same_v<In, c10::BFloat16> && kNative16)
-      add_value_rows_bf16(s.probs16.data(), rows_per_head, kKeyBlock, values, dim_,
+      add_value_rows_bf16(s.probs16.data(), rows_per_head, kKeyBlock, values, v_dim_,
                           s.out_acc.data(), out_stride_);
     else
       TORCH_INTERNAL_ASSERT(false, "flashattn: vdpbf16ps multiplies bf16 only");
   }
 
-  // The fp32 row products' Qi: scaled fp32 rows of stride dim_.
+  // The fp32 row products' Qi: scaled fp32 rows of stride qk_dim_.
   T* row_products_q(Scratch& s) const {
     if constexpr (kNative16)
       return s.q_rows32.data();
@@ -624,11 +627,11 @@ class ForwardKernel {
       if (plan_.splits > 1) {
         const int64_t at = split_row(task.split, seq, h, row);
         split_lse_[at] = lse;
-        for (int d = 0; d < dim_; ++d) split_out_[at * dim_ + d] = acc[d] * inv_sum;
+        for (int d = 0; d < v_dim_; ++d) split_out_[at * v_dim_ + d] = acc[d] * inv_sum;
         continue;
       }
       In* out_row = p_.o.row<In>(task.b, h, seq.q_row0 + row);
-      for (int d = 0; d < dim_; ++d) out_row[d] = static_cast<In>(acc[d] * inv_sum);
+      for (int d = 0; d < v_dim_; ++d) out_row[d] = static_cast<In>(acc[d] * inv_sum);
       *p_.lse.row<float>(task.b, h, seq.q_row0 + row) = static_cast<float>(lse);
     }
   }
@@ -644,7 +647,7 @@ class ForwardKernel {
   void merge_splits() const {
     parallel_for_threads(int64_t(p_.batch) * p_.heads_q, plan_.threads,
                          [&](int64_t begin, int64_t end) {
-      std::vector<T> merged(dim_);
+      std::vector<T> merged(v_dim_);
       for (int64_t bh = begin; bh < end; ++bh) {
         const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
         const Sequence& seq = seqs_[b];
@@ -664,13 +667,13 @@ class ForwardKernel {
               const T weight = std::exp(split_lse_[at] - max_lse);
               if (weight == T(0)) continue;
               weight_sum += weight;
-              for (int d = 0; d < dim_; ++d) merged[d] += weight * split_out_[at * dim_ + d];
+              for (int d = 0; d < v_dim_; ++d) merged[d] += weight * split_out_[at * v_dim_ + d];
             }
           const bool saw_keys = weight_sum > T(0);
           const T inv_sum = nan ? std::numeric_limits<T>::quiet_NaN()
                                 : (saw_keys ? T(1) / weight_sum : T(0));
           In* out_row = p_.o.row<In>(b, h, seq.q_row0 + row);
-          for (int d = 0; d < dim_; ++d) out_row[d] = static_cast<In>(merged[d] * inv_sum);
+          for (int d = 0; d < v_dim_; ++d) out_row[d] = static_cast<In>(merged[d] * inv_sum);
           const T lse = nan ? std::numeric_limits<T>::quiet_NaN()
                             : (saw_keys ? max_lse + std::log(weight_sum)
                                         : -std::numeric_limits<T>::infinity());
@@ -681,13 +684,14 @@ class ForwardKernel {
   }
 
   const AttnParams& p_;
-  const int dim_;
-  const int gemm_dim_;    // the K of the score product: dim_, or dim_ rounded up to even
-  const int out_stride_;  // row stride of O_i: dim_, or dim_ rounded up to whole panels
+  const int qk_dim_;      // of q and k
+  const int v_dim_;       // of v and out (MLA: may differ from qk_dim_)
+  const int gemm_dim_;    // the K of the score product: qk_dim_, or qk_dim_ rounded up to even
+  const int out_stride_;  // row stride of O_i: v_dim_, or v_dim_ rounded up to whole panels
   const bool vnni_;       // kNative16: B panels are VNNI-packed
   const std::vector<Sequence> seqs_;
   const ForwardPlan plan_;
-  // V in the compute type with rows that do not overlap (row stride >= head_dim, the leading
+  // V in the compute type with rows that do not overlap (row stride >= head_dim_v, the leading
   // dimension brgemm accepts; an expanded V has stride 0) is read in place.
   const bool values_in_place_;
   // The row products' and the online softmax's vector width, asked once per op.

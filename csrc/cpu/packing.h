@@ -34,7 +34,7 @@ inline std::vector<Sequence> host_sequences(const AttnParams& p) {
 inline int64_t attention_work(const AttnParams& p, const std::vector<Sequence>& seqs) {
   int64_t work = 0;
   for (const Sequence& s : seqs) work += int64_t(s.seqlen_q) * s.seqlen_k;
-  return 2 * work * p.heads_q * p.head_dim;
+  return work * p.heads_q * (p.head_dim + p.head_dim_v);
 }
 
 // Where each (batch entry, head) starts in a packing of whole blocks of block_rows rows:
