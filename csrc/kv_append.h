@@ -69,16 +69,18 @@ FLASHATTN_HOST_DEVICE void append_or_rotate_row(const KvAppendParams& p, int64_t
     const int t = static_cast<int>(i / p.heads_kv % p.seqlen_new);
     const int b = static_cast<int>(i / p.heads_kv / p.seqlen_new);
     T* key = append_row<T>(p.k_cache, p, b, h, t);
-    T* value = append_row<T>(p.v_cache, p, b, h, t);
     if (key == nullptr) return;
     const T* new_key = p.k_new.row<const T>(b, h, t);
-    const T* new_value = p.v_new.row<const T>(b, h, t);
     if (p.rotary_dim > 0) {
       rotate_row<T, Compute>(new_key, key, p, p.cache_seqlens[b] + t, lane, lanes);
     } else {
       for (int d = lane; d < p.head_dim; d += lanes) key[d] = new_key[d];
     }
-    for (int d = lane; d < p.head_dim; d += lanes) value[d] = new_value[d];
+    // No v_new: v_cache is the start of k_cache's rows (kvcache_args.cpp), written just above.
+    if (p.v_new.ptr == nullptr) return;
+    T* value = append_row<T>(p.v_cache, p, b, h, t);
+    const T* new_value = p.v_new.row<const T>(b, h, t);
+    for (int d = lane; d < p.head_dim_v; d += lanes) value[d] = new_value[d];
     return;
   }
   const int64_t j = i - append_rows(p);

@@ -21,12 +21,15 @@ bool q_position_per_token(const AttnInputs& attn) {
   return attn.causal || attn.window_left >= 0 || attn.window_right >= 0;
 }
 
-void check_new_rows(const at::Tensor& t, const char* name, const KvcacheInputs& in) {
-  const at::Tensor &q = in.attn.q, &cache = in.attn.k;
+// k (new keys) has the head dim of k_cache, v (new values) that of v_cache.
+void check_new_rows(const at::Tensor& t, const char* name, const at::Tensor& cache,
+                    const char* cache_name, const KvcacheInputs& in) {
+  const at::Tensor& q = in.attn.q;
   TORCH_CHECK(t.dim() == 4 && t.size(0) == q.size(0) && t.size(2) == cache.size(2) &&
-                  t.size(3) == q.size(3),
-              "flashattn: ", name, " must have shape [batch, seqlen_new, heads_kv, head_dim] = [",
-              q.size(0), ", seqlen_new, ", cache.size(2), ", ", q.size(3), "], got ", t.sizes());
+                  t.size(3) == cache.size(3),
+              "flashattn: ", name, " must have shape [batch, seqlen_new, heads_kv, ", cache_name,
+              "'s head_dim] = [", q.size(0), ", seqlen_new, ", cache.size(2), ", ",
+              cache.size(3), "], got ", t.sizes());
   TORCH_CHECK(t.scalar_type() == q.scalar_type(), "flashattn: ", name, " must have q's dtype ",
               q.scalar_type(), ", got ", t.scalar_type());
   check_same_device(t, name, q);
@@ -65,6 +68,19 @@ void check_append_values(const KvcacheInputs& in) {
   }
 }
 
+
+// Whether v_cache is k_cache's first head_dim_v columns (k_cache[..., :head_dim_v]), as MLA
+// keeps its latent cache: each value is the start of its key row. The attention only reads the
+// caches, so the kernels read the values there, with v_cache's own strides, without a copy.
+bool values_inside_keys(const KvcacheInputs& in) {
+  const at::Tensor &k = in.attn.k, &v = in.attn.v;
+  if (k.dim() != 4 || v.dim() != 4 || !k.has_storage() || !v.has_storage() ||
+      k.device() != v.device() || !k.storage().is_alias_of(v.storage()))
+    return false;
+  for (int64_t d = 0; d < 3; ++d)
+    if (k.size(d) != v.size(d) || (k.size(d) > 1 && k.stride(d) != v.stride(d))) return false;
+  return k.data_ptr() == v.data_ptr() && v.size(3) <= k.size(3);
+}
 
 // ---- Aliasing. An append writes the caches in place, so no argument it reads may share memory
 // with the caches, and k_cache and v_cache may not share memory with each other.
@@ -148,14 +164,15 @@ void check_no_overlap(const at::Tensor& read, const char* read_name, const at::T
               ". Pass a separate tensor (e.g. ", read_name, ".clone())");
 }
 
-// An append: k_cache and v_cache disjoint, and no tensor it reads inside either.
+// An append: k_cache and v_cache disjoint (or v_cache inside k_cache, which then appends the
+// key rows only), and no tensor it reads inside either.
 void check_append_aliasing(const KvcacheInputs& in) {
   const at::Tensor &k_cache = in.attn.k, &v_cache = in.attn.v;
-  check_no_overlap(v_cache, "v_cache", k_cache, "k_cache");
+  if (!values_inside_keys(in)) check_no_overlap(v_cache, "v_cache", k_cache, "k_cache");
   for (auto [cache, cache_name] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}}) {
     check_no_overlap(in.attn.q, "q", *cache, cache_name);
     check_no_overlap(*in.k_new, "k", *cache, cache_name);
-    check_no_overlap(*in.v_new, "v", *cache, cache_name);
+    if (in.v_new) check_no_overlap(*in.v_new, "v", *cache, cache_name);
     if (in.rotary()) {
       check_no_overlap(*in.rotary_cos, "rotary_cos", *cache, cache_name);
       check_no_overlap(*in.rotary_sin, "rotary_sin", *cache, cache_name);
@@ -256,16 +273,28 @@ void check_kvcache_append(KvcacheInputs& in, const ExecutorLimits& limits) {
   TORCH_CHECK(in.attn.k.dim() == 4, "flashattn: k_cache must be a 4-D tensor [batch_cache, "
               "seqlen_cache, heads_kv, head_dim] (or [num_blocks, page_size, heads_kv, "
               "head_dim] with block_table), got shape ", in.attn.k.sizes());
-  for (auto [t, name] : {std::pair{&in.attn.k, "k_cache"}, std::pair{&in.attn.v, "v_cache"}})
-    TORCH_CHECK(t->dim() == 4 && t->size(3) == q.size(3), "flashattn: ", name, " must have q's "
-                "head_dim ", q.size(3), " in its last dimension, got shape ", t->sizes());
-  TORCH_CHECK(in.k_new.has_value() == in.v_new.has_value(), "flashattn: pass both k and v "
-              "(the keys and values to append) or neither");
+  TORCH_CHECK(in.attn.k.size(3) == q.size(3), "flashattn: k_cache must have q's head_dim ",
+              q.size(3), " in its last dimension, got shape ", in.attn.k.sizes());
+  TORCH_CHECK(in.attn.v.dim() == 4, "flashattn: v_cache must be a 4-D tensor like k_cache, "
+              "with its own head_dim last, got shape ", in.attn.v.sizes());
+  // With v_cache inside k_cache, appending the key rows appends the values: v must be None (a
+  // separate v would write the same memory a second time, and could disagree with k).
+  const bool inside = values_inside_keys(in);
+  if (inside) {
+    TORCH_CHECK(!in.v_new.has_value(), "flashattn: v_cache is k_cache[..., :", in.attn.v.size(3),
+                "] (each value is the start of its key row), so appending k writes the values "
+                "too; pass v=None");
+  } else {
+    TORCH_CHECK(in.k_new.has_value() == in.v_new.has_value(), "flashattn: pass both k and v "
+                "(the keys and values to append) or neither");
+  }
   if (in.k_new) {
-    check_new_rows(*in.k_new, "k", in);
-    check_new_rows(*in.v_new, "v", in);
-    TORCH_CHECK(in.v_new->size(1) == in.k_new->size(1), "flashattn: k and v must have the same "
-                "seqlen_new, got ", in.k_new->size(1), " and ", in.v_new->size(1));
+    check_new_rows(*in.k_new, "k", in.attn.k, "k_cache", in);
+    if (in.v_new) {
+      check_new_rows(*in.v_new, "v", in.attn.v, "v_cache", in);
+      TORCH_CHECK(in.v_new->size(1) == in.k_new->size(1), "flashattn: k and v must have the "
+                  "same seqlen_new, got ", in.k_new->size(1), " and ", in.v_new->size(1));
+    }
     TORCH_CHECK(in.cache_seqlens.has_value(), "flashattn: appending k and v needs "
                 "cache_seqlens, where each sequence's new keys go");
   }
@@ -274,6 +303,9 @@ void check_kvcache_append(KvcacheInputs& in, const ExecutorLimits& limits) {
   if (in.rotary()) {
     TORCH_CHECK(in.k_new.has_value(), "flashattn: rotary_cos / rotary_sin rotate the new keys "
                 "k as they are appended, and q; pass k and v too");
+    TORCH_CHECK(!inside, "flashattn: rotary_cos / rotary_sin rotate the first rotary_dim columns "
+                "of the new keys, but v_cache is k_cache[..., :", in.attn.v.size(3), "], so the "
+                "values would be rotated too; rotate k before the call instead");
     check_rotary_table(*in.rotary_cos, "rotary_cos", *in.rotary_cos, q);
     check_rotary_table(*in.rotary_sin, "rotary_sin", *in.rotary_cos, q);
     const int64_t rotary_dim = 2 * in.rotary_cos->size(1);
@@ -298,7 +330,8 @@ KvAppendParams make_append_params(const KvcacheInputs& in, const at::Tensor& q_r
   const AttnInputs& attn = in.attn;
   if (in.k_new) {
     p.k_new = rows_view(*in.k_new, false);
-    p.v_new = rows_view(*in.v_new, false);
+    // No v (v_cache inside k_cache): the key rows carry the values; v_new.ptr stays null.
+    if (in.v_new) p.v_new = rows_view(*in.v_new, false);
     p.cache_seqlens = in.cache_seqlens->data_ptr<int>();
   }
   p.k_cache = rows_view(attn.k, false);
@@ -310,6 +343,7 @@ KvAppendParams make_append_params(const KvcacheInputs& in, const at::Tensor& q_r
   p.seqlen_new = static_cast<int>(in.seqlen_new());
   p.heads_kv = static_cast<int>(attn.k.size(2));
   p.head_dim = static_cast<int>(attn.q.size(3));
+  p.head_dim_v = static_cast<int>(attn.v.size(3));
   if (in.rotary()) {
     const at::Tensor &cos = *in.rotary_cos, &sin = *in.rotary_sin;
     p.cos = {const_cast<void*>(cos.data_ptr()), 0, cos.stride(0), 0};

@@ -28,12 +28,16 @@ def rotate(x, cos, sin, positions, interleaved):
 
 
 class Case:
-    """One decoding call: random inputs for a configuration, the call, and its reference."""
+    """One decoding call: random inputs for a configuration, the call, and its reference.
+    head_dim_v: v's head dim (None: head_dim). values_in_keys: v_cache is k_cache[..., :head_dim_v]
+    (MLA's latent cache), and the call appends k alone."""
 
     def __init__(self, batch=2, seqlen_q=1, heads=8, heads_kv=2, head_dim=64, seqlen_cache=300,
                  seqlen_new=1, page_size=None, batch_idx=False, leftpad=False, rotary_dim=32,
                  interleaved=True, causal=True, window=(-1, -1), softcap=0.0, alibi=False,
-                 num_splits=0, dtype=torch.bfloat16, seed=0, device="cpu"):
+                 num_splits=0, dtype=torch.bfloat16, seed=0, device="cpu", head_dim_v=None,
+                 values_in_keys=False):
+        head_dim_v = head_dim if head_dim_v is None else head_dim_v
         g = torch.Generator().manual_seed(seed)
         rand = lambda *shape: torch.randn(*shape, generator=g).to(dtype)  # noqa: E731
         self.causal, self.window, self.softcap, self.interleaved = causal, window, softcap, interleaved
@@ -51,9 +55,14 @@ class Case:
         else:
             self.k_cache = rand(cache_batch, seqlen_cache, heads_kv, head_dim)
             capacity = seqlen_cache
-        self.v_cache = torch.randn(self.k_cache.shape, generator=g).to(dtype)
+        self.values_in_keys = values_in_keys
+        if values_in_keys:
+            self.v_cache = self.k_cache[..., :head_dim_v]
+        else:
+            self.v_cache = torch.randn(*self.k_cache.shape[:-1], head_dim_v, generator=g).to(dtype)
         self.k = rand(batch, seqlen_new, heads_kv, head_dim) if seqlen_new else None
-        self.v = rand(batch, seqlen_new, heads_kv, head_dim) if seqlen_new else None
+        self.v = (rand(batch, seqlen_new, heads_kv, head_dim_v)
+                  if seqlen_new and not values_in_keys else None)
         room = capacity - max(seqlen_new, seqlen_q)
         self.cache_seqlens = torch.randint(0, room + 1, (batch,), generator=g, dtype=torch.int32)
         self.cache_batch_idx = (torch.randperm(cache_batch, generator=g, dtype=torch.int32)[:batch]
@@ -72,6 +81,8 @@ class Case:
                      "alibi_slopes"):
             if getattr(self, name) is not None:
                 setattr(self, name, getattr(self, name).to(device))
+        if values_in_keys:  # still a view of the moved k_cache
+            self.v_cache = self.k_cache[..., :head_dim_v]
         # The logical caches before the call, per sequence (rows = key positions).
         self.keys_before = [self.logical(self.k_cache, b).clone() for b in range(batch)]
         self.values_before = [self.logical(self.v_cache, b).clone() for b in range(batch)]
@@ -97,6 +108,12 @@ class Case:
         return ops.fwd_kvcache(self.q, self.k_cache, self.v_cache, window_left=left,
                                window_right=right, **kwargs)
 
+    def expected_new_values(self, b, dtype):
+        """Sequence b's appended values: v, or with values_in_keys the keys' first columns."""
+        if self.values_in_keys:
+            return self.expected_new_keys(b, dtype)[..., :self.v_cache.shape[-1]]
+        return self.v[b].to(dtype)
+
     def expected_new_keys(self, b, dtype):
         """Sequence b's appended keys, rotated in `dtype`."""
         k = self.k[b].to(dtype)
@@ -121,7 +138,7 @@ class Case:
             end = int(self.cache_seqlens[b]) + self.seqlen_new
             if self.seqlen_new:
                 keys[end - self.seqlen_new:end] = self.expected_new_keys(b, dtype)
-                values[end - self.seqlen_new:end] = self.v[b].to(dtype)
+                values[end - self.seqlen_new:end] = self.expected_new_values(b, dtype)
             begin = 0 if self.cache_leftpad is None else int(self.cache_leftpad[b])
             slopes = None if self.alibi_slopes is None else self.alibi_slopes[b:b + 1].to(dtype)
             out, lse = attention_reference(q[b:b + 1], keys[begin:end][None], values[begin:end][None],
@@ -145,7 +162,8 @@ class Case:
                 torch.testing.assert_close(keys[end - self.seqlen_new:end],
                                            self.expected_new_keys(b, torch.float32).to(self.q.dtype),
                                            rtol=0, atol=0 if self.rotary_cos is None else 1e-2)
-                assert torch.equal(values[end - self.seqlen_new:end], self.v[b])
+                assert torch.equal(values[end - self.seqlen_new:end],
+                                   self.expected_new_values(b, self.q.dtype))
             untouched = torch.ones(keys.shape[0], dtype=torch.bool)
             untouched[end - self.seqlen_new:end] = False
             assert torch.equal(keys[untouched], self.keys_before[b][untouched])
@@ -523,7 +541,9 @@ def errors_case():
                                                    r"keys do not fit in the block_table's pages"),
     (lambda c: setattr(c, "cache_seqlens", c.cache_seqlens.long()), "cache_seqlens must be int32"),
     (lambda c: setattr(c, "k", c.k[..., :16]), r"k must have shape \[batch, seqlen_new, heads_kv, "
-                                               r"head_dim\] = \[2, seqlen_new, 2, 64\]"),
+                                               r"k_cache's head_dim\] = \[2, seqlen_new, 2, 64\]"),
+    (lambda c: setattr(c, "v", c.v[..., :16]), r"v must have shape \[batch, seqlen_new, heads_kv, "
+                                               r"v_cache's head_dim\] = \[2, seqlen_new, 2, 64\]"),
     (lambda c: setattr(c, "v", None), "pass both k and v"),
     (lambda c: setattr(c, "rotary_sin", None), "pass both rotary_cos and rotary_sin"),
     (lambda c: setattr(c, "rotary_cos", c.rotary_cos[:10]), "rotary_sin must be 2-D"),

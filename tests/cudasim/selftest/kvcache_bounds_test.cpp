@@ -108,6 +108,7 @@ void run_case(const Case& c, bool fp32, int splits, bool packed) {
   a.seqlen_new = kSeqlenNew;
   a.heads_kv = kHeadsKv;
   a.head_dim = kHeadDim;
+  a.head_dim_v = kHeadDim;
   a.cos = {cos.data(), 0, kRotaryDim / 2, 0};  // [rows, rotary_dim / 2]
   a.sin = {sin.data(), 0, kRotaryDim / 2, 0};
   a.rotary_dim = kRotaryDim;
