@@ -109,8 +109,13 @@ inline AttnInputs read_inputs(const OpArguments& args, OpConvention c) {
                   "seqlen, head_dim), got shapes ", query.sizes(), ", ", key.sizes(), ", ",
                   value.sizes());
   }
+  // ATen's flash ops give out query's head dim (their meta functions: empty_like(query)), and
+  // F.sdpa sends a value with a head dim of its own to its math backend, never to them; so an
+  // unequal pair reaches here only from a direct call, which torch.compile would trace wrong.
   TORCH_CHECK(value.size(-1) == query.size(-1), kWho, ": value's head dim (", value.size(-1),
-              ") must equal query's (", query.size(-1), ")", kHowToOptOut);
+              ") must equal query's (", query.size(-1), "): ATen's flash-attention ops give ",
+              "out query's head dim; flashattn.scaled_dot_product_attention takes unequal ones",
+              kHowToOptOut);
   if (args.has("return_debug_mask"))
     TORCH_CHECK(!args["return_debug_mask"].toBool(), kWho, ": return_debug_mask=True is not ",
                 "supported (flash_attn_func(..., return_attn_probs=True) returns flashattn's ",
