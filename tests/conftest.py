@@ -77,6 +77,24 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if item not in deselected]
 
 
+@pytest.fixture(scope="module")
+def sim():
+    """The sim executor (executors.py: the CUDA kernels' source on the CPU shim), once per
+    module, so that a missing toolkit or a failed build is reported once, not per test. A
+    module may define its own."""
+    from executors import make_executor
+    return make_executor("sim")
+
+
+@pytest.fixture(params=["forward", "reverse", "random:20261202"])
+def schedule(request, sim):
+    """The order the shim runs warps in between barriers (a missing barrier changes results),
+    for one test; back to "forward" after it."""
+    sim.set_schedule(request.param)
+    yield request.param
+    sim.set_schedule("forward")
+
+
 @pytest.fixture(autouse=True)
 def fresh_seed(request):
     """Every test gets its own inputs, different in every run, reproducible from the header."""

@@ -8,6 +8,7 @@ sim   torch.ops.flashattn_sim on CPU tensors: the CUDA kernels' own source on th
       EXECUTORS, and test_cuda_kernels_sim.py runs it through the same checks at its own sizes.
 """
 import functools
+import json
 
 import pytest
 import torch
@@ -38,6 +39,26 @@ class SimExecutor(Executor):
         """The order the shim runs warps in between barriers, for every later launch:
         "forward", "reverse" or "random:SEED"."""
         self.ops.set_schedule(schedule)
+
+    def counted(self, fn):
+        """fn()'s result and the shim's counters of the launches fn made, as a dict ("launches":
+        one entry per launch, with its kernel name and counters): counting is on only during
+        fn, from zero, and the counters are reset afterwards."""
+        self.ops.counters_enable(False)
+        self.ops.counters_reset()
+        self.ops.counters_enable(True)
+        try:
+            result = fn()
+        finally:
+            self.ops.counters_enable(False)
+        counters = json.loads(self.ops.counters_json())
+        self.ops.counters_reset()
+        return result, counters
+
+    def launches(self, fn, kernel=""):
+        """fn()'s result and its launches whose kernel name contains `kernel`."""
+        result, counters = self.counted(fn)
+        return result, [launch for launch in counters["launches"] if kernel in launch["kernel"]]
 
 
 @functools.cache

@@ -171,19 +171,6 @@ def test_explicit_num_splits_is_kept(sim):
 SHIM = dict(cc_major=8, cc_minor=0, sm_count=8, smem_optin_bytes=227 * 1024)  # sim_ops.cpp
 
 
-def counted_launches(sim, fn):
-    ops = sim.ops
-    ops.counters_enable(True)
-    ops.counters_reset()
-    try:
-        result = fn()
-    finally:
-        ops.counters_enable(False)
-    launches = json.loads(ops.counters_json())["launches"]
-    ops.counters_reset()
-    return result, launches
-
-
 # (B, Sq, Hq, Hkv, d, Sk, dtype) -> the splits num_splits=0 gives on the shim's 8 SMs.
 SHIM_CASES = {
     "b1_sq1_d32_bf16": ((1, 1, 8, 2, 32, 4096, torch.bfloat16), 8),
@@ -203,7 +190,7 @@ def test_b1_long_keys_on_the_shim(sim, case):
     planned = json.loads(sim.ops.plan_fwd(q, k, v, causal=True, num_splits=0, **SHIM))
     assert planned["num_splits"] == splits and planned["packed_heads"] == hq // hkv
     seqlens = torch.full((b,), sk, dtype=torch.int32)
-    (out, lse), launches = counted_launches(sim, lambda: sim.ops.fwd_kvcache(
+    (out, lse), launches = sim.launches(lambda: sim.ops.fwd_kvcache(
         q, k.clone(), v.clone(), cache_seqlens=seqlens, causal=True, num_splits=0))
     fwd, merge = launches
     assert "fwd_kernel_16bit" in fwd["kernel"] and "split_merge_kernel" in merge["kernel"]

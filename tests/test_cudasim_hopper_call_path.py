@@ -10,7 +10,6 @@ Every case runs under the forward, reverse and a random warp schedule, each with
 random completion of the TMA copies (tests/cudasim/README.md): a missing wait or an early stage
 release shows up as a named error or a wrong result under one of them.
 """
-import json
 
 import pytest
 import torch
@@ -46,17 +45,6 @@ def schedule(request, hopper):
     yield request.param
     hopper.set_schedule("forward")
     hopper.ops.set_copy_completion("")
-
-
-def counted(sim, run):
-    """run()'s result and the shim's counters over it."""
-    sim.ops.counters_reset()
-    sim.ops.counters_enable(True)
-    try:
-        result = run()
-    finally:
-        sim.ops.counters_enable(False)
-    return result, json.loads(sim.ops.counters_json())
 
 
 def launched(counters):
@@ -98,7 +86,7 @@ CASES = [
 def test_hopper_forward_through_the_library(schedule, hopper, dtype, d, mask, b, sq, sk, hq,
                                             hkv, kv_bhsd):
     inputs = qkv(b, sq, sk, hq, hkv, d, dtype, kv_bhsd)
-    (out, lse), counters = counted(hopper, lambda: check_forward(hopper, *inputs, MASKS[mask]))
+    (out, lse), counters = hopper.counted(lambda: check_forward(hopper, *inputs, MASKS[mask]))
     # One launch, of the Hopper kernel with the causal mask or without (and none of the rest).
     causal = "true" if "causal" in mask else "false"
     kernels = launched(counters)
@@ -128,8 +116,8 @@ def test_hopper_seqused_k(schedule, hopper, dtype, d, mask):
         k[b, n:] = float("nan")
         v[b, n:] = float("inf") if b % 2 else float("nan")
     scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q)
-    (out, lse), counters = counted(
-        hopper, lambda: hopper.fwd(q, k, v, scale, seqused_k=used, **op_kwargs))
+    (out, lse), counters = hopper.counted(
+        lambda: hopper.fwd(q, k, v, scale, seqused_k=used, **op_kwargs))
     assert len(launched(counters)) == 1 and "fwd_sm90_kernel<" in launched(counters)[0]
     for b, n in enumerate(used.tolist()):
         if n == 0:
@@ -173,7 +161,7 @@ def test_hopper_varlen(schedule, hopper, dtype, d, mask):
     k[int(cu_k[-1]):] = float("nan")
     v[int(cu_k[-1]):] = float("inf")
     scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q[None])
-    (out, lse), counters = counted(hopper, lambda: hopper.fwd(
+    (out, lse), counters = hopper.counted(lambda: hopper.fwd(
         q, k, v, scale, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q),
         max_seqlen_k=max(lens_k), **op_kwargs))
     assert len(launched(counters)) == 1 and "fwd_sm90_kernel<" in launched(counters)[0]
@@ -192,7 +180,7 @@ def test_hopper_seqused_q(schedule, hopper, dtype, d, mask):
     used_k = torch.tensor([100, 50, 129], dtype=torch.int32)
     q, k, v = qkv(3, 65, 129, 2, 2, d, dtype)
     scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q)
-    (out, lse), counters = counted(hopper, lambda: hopper.fwd(
+    (out, lse), counters = hopper.counted(lambda: hopper.fwd(
         q, k, v, scale, seqused_q=used_q, seqused_k=used_k, **op_kwargs))
     assert len(launched(counters)) == 1 and "fwd_sm90_kernel<" in launched(counters)[0]
     for b, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
@@ -205,7 +193,7 @@ def test_what_hopper_lacks_runs_on_sm80(hopper):
     # softcap is not among the Hopper forward's built kernels (kernel_list.py): the same call on
     # the same opted-in device runs mma.sync, and is right.
     inputs = qkv(1, 65, 129, 2, 1, 64, torch.bfloat16)
-    _, counters = counted(hopper, lambda: check_forward(hopper, *inputs, MASKS["softcap"]))
+    _, counters = hopper.counted(lambda: check_forward(hopper, *inputs, MASKS["softcap"]))
     assert launched(counters)
     assert [k for k in launched(counters) if "fwd_kernel_16bit" in k] == launched(counters)
     assert wgmma_instructions(counters) == 0
@@ -215,7 +203,7 @@ def test_not_opted_in_runs_sm80(sim):
     sim.ops.set_device(9, 0, False)
     try:
         inputs = qkv(1, 65, 129, 2, 1, 64, torch.bfloat16)
-        _, counters = counted(sim, lambda: check_forward(sim, *inputs, MASKS["causal"]))
+        _, counters = sim.counted(lambda: check_forward(sim, *inputs, MASKS["causal"]))
     finally:
         sim.ops.set_device(8, 0, False)
     assert launched(counters)

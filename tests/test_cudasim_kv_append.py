@@ -5,39 +5,12 @@ lanes idle (7, 63) or take several elements per lane (256), under every schedule
 after the call equal the CPU executor's bit for bit (both run kv_append.h's per-element code in
 float), and the attention over them is within PyTorch's error of the float64 reference
 (test_kvcache.Case.check). The launch is a warp per row: ceil(rows / 4) blocks of 128 threads."""
-import json
 import math
 
 import pytest
 import torch
 
-from executors import make_executor
 from test_kvcache import Case
-
-
-@pytest.fixture(scope="module")
-def sim():
-    return make_executor("sim")
-
-
-@pytest.fixture(params=["forward", "reverse", "random:20261202"])
-def schedule(request, sim):
-    sim.set_schedule(request.param)
-    yield request.param
-    sim.set_schedule("forward")
-
-
-def append_launches(sim, fn):
-    ops = sim.ops
-    ops.counters_enable(True)
-    ops.counters_reset()
-    try:
-        result = fn()
-    finally:
-        ops.counters_enable(False)
-    launches = json.loads(ops.counters_json())["launches"]
-    ops.counters_reset()
-    return result, [launch for launch in launches if "kv_append_kernel" in launch["kernel"]]
 
 
 # name -> Case arguments. seqlen_q = seqlen_new: the queries are the appended tokens (prefill).
@@ -64,7 +37,7 @@ def test_append_as_the_cpu_and_the_reference(sim, schedule, name):
     config = dict(batch=2, heads=8, heads_kv=2, seqlen_cache=300, seed=len(name))
     config.update(CASES[name])
     on_sim, on_cpu = Case(**config), Case(**config)
-    _, launches = append_launches(sim, lambda: on_sim.check(sim.ops))
+    _, launches = sim.launches(lambda: on_sim.check(sim.ops), "kv_append_kernel")
     on_cpu.call(torch.ops.flashattn)
     assert torch.equal(on_sim.k_cache, on_cpu.k_cache)
     assert torch.equal(on_sim.v_cache, on_cpu.v_cache)

@@ -231,19 +231,6 @@ def test_a_device_without_the_shared_memory_is_refused_by_the_plan(sim):
 
 # ---- the launch runs the plan ----
 
-def counted(sim, op, *args, **kwargs):
-    ops = sim.ops
-    ops.counters_enable(True)
-    ops.counters_reset()
-    try:
-        op(*args, **kwargs)
-    finally:
-        ops.counters_enable(False)
-    launches = json.loads(ops.counters_json())["launches"]
-    ops.counters_reset()
-    return launches
-
-
 SHIM = dict(cc_major=8, cc_minor=0, sm_count=8, smem_optin_bytes=227 * 1024)  # sim_ops.cpp
 
 
@@ -262,7 +249,7 @@ def fwd_cases():
 def test_fwd_launch_is_the_plan(sim, case):
     (q, k, v), kwargs = fwd_cases()[case]
     plan = plan_fwd(sim, q, k, v, SHIM, **kwargs)
-    [launch] = counted(sim, sim.ops.fwd, q, k, v, **kwargs)
+    _, [launch] = sim.launches(lambda: sim.ops.fwd(q, k, v, **kwargs))
     assert launch["grid"] == plan["grid"] and launch["block"] == plan["block"]
     assert launch["smem_bytes"] == plan["smem_bytes"]
     if plan["family"] == "simt":
@@ -277,7 +264,8 @@ def test_split_fwd_launch_is_the_plan(sim):
     q, k, v = qkv(1, 1, 1024, 4, 2, 64)
     plan = plan_fwd(sim, q, k, v, SHIM, num_splits=0)
     assert plan["num_splits"] == 4 and plan["packed_heads"] == 2
-    fwd, merge = counted(sim, sim.ops.fwd_kvcache, q, k.clone(), v.clone(), num_splits=0)
+    _, (fwd, merge) = sim.launches(
+        lambda: sim.ops.fwd_kvcache(q, k.clone(), v.clone(), num_splits=0))
     assert "fwd_kernel_16bit" in fwd["kernel"] and "split_merge_kernel" in merge["kernel"]
     assert fwd["grid"] == plan["grid"] and fwd["smem_bytes"] == plan["smem_bytes"]
 
@@ -295,8 +283,8 @@ def test_bwd_launches_are_the_plan(sim, dtype, deterministic):
     q, k, v = qkv(1, 24, 40, 4, 2, 64, dtype)
     out, lse = sim.ops.fwd(q, k, v, causal=True)
     plan = plan_bwd(sim, q, k, v, SHIM, causal=True, deterministic=deterministic)
-    launches = counted(sim, sim.ops.bwd, torch.randn_like(out), out, lse, None, q, k, v,
-                       causal=True, deterministic=deterministic)
+    _, launches = sim.launches(lambda: sim.ops.bwd(torch.randn_like(out), out, lse, None, q, k, v,
+                                                   causal=True, deterministic=deterministic))
     assert len(launches) == len(plan["steps"]) == 3
     for launch, s in zip(launches, plan["steps"]):
         assert BWD_KERNELS[(s["kernel"], s["family"])] in launch["kernel"]

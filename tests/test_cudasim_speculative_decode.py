@@ -11,22 +11,9 @@ import math
 import pytest
 import torch
 
-from executors import make_executor
 from test_kvcache import Case
 
 PACKED_TILE_ROWS = 64  # FwdTraits<*, true>::kBlockM
-
-
-@pytest.fixture(scope="module")
-def sim():
-    return make_executor("sim")
-
-
-@pytest.fixture(params=["forward", "reverse", "random:20261202"])
-def schedule(request, sim):
-    sim.set_schedule(request.param)
-    yield request.param
-    sim.set_schedule("forward")
 
 
 def planned(sim, case):

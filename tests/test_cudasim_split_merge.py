@@ -4,39 +4,11 @@ hold splits 0-31 and 32-63), head dims that fill a lane's columns partly (7) or 
 empty splits and rows with no key, under every schedule, with outputs and the split scratch
 poisoned (conftest.py sets FLASHATTN_POISON_OUTPUTS); and the shim's counters: each split's part
 of a row is read in whole 32-byte sectors, once, and each LSE once."""
-import json
 
 import pytest
 import torch
 
-from executors import make_executor
 from test_kvcache import Case
-
-
-@pytest.fixture(scope="module")
-def sim():
-    return make_executor("sim")
-
-
-@pytest.fixture(params=["forward", "reverse", "random:20261202"])
-def schedule(request, sim):
-    sim.set_schedule(request.param)
-    yield request.param
-    sim.set_schedule("forward")
-
-
-def merge_launches(sim, fn):
-    """fn()'s result and the shim's counters of its split_merge_kernel launches."""
-    ops = sim.ops
-    ops.counters_enable(True)
-    ops.counters_reset()
-    try:
-        result = fn()
-    finally:
-        ops.counters_enable(False)
-    launches = json.loads(ops.counters_json())["launches"]
-    ops.counters_reset()
-    return result, [launch for launch in launches if "split_merge_kernel" in launch["kernel"]]
 
 
 # (splits, cache length): enough 64-key tiles that every split has keys (the last two cross a
@@ -50,7 +22,7 @@ def test_splits_merge_to_the_reference(sim, schedule, splits, seqlen_cache):
     cache against the float64 reference (test_kvcache.Case.check)."""
     case = Case(batch=2, seqlen_q=2, seqlen_new=2, heads=8, heads_kv=2, head_dim=64,
                 seqlen_cache=seqlen_cache, num_splits=splits, seed=splits)
-    _, launches = merge_launches(sim, lambda: case.check(sim.ops))
+    _, launches = sim.launches(lambda: case.check(sim.ops), "split_merge_kernel")
     assert len(launches) == 1, launches
 
 
@@ -62,7 +34,7 @@ def test_head_dims_and_dtypes(sim, head_dim, dtype):
     forward; paged (page 16) and GQA-packed."""
     case = Case(batch=3, seqlen_q=1, heads=8, heads_kv=2, head_dim=head_dim, seqlen_cache=700,
                 page_size=16, rotary_dim=0, num_splits=5, dtype=dtype, seed=head_dim)
-    _, launches = merge_launches(sim, lambda: case.check(sim.ops))
+    _, launches = sim.launches(lambda: case.check(sim.ops), "split_merge_kernel")
     assert len(launches) == 1
 
 
@@ -88,7 +60,7 @@ def test_merge_reads_each_part_once_in_whole_sectors(sim, head_dim):
     case = Case(batch=1, seqlen_q=1, heads=heads, heads_kv=2, head_dim=head_dim,
                 seqlen_cache=6 * 64 * 2, seqlen_new=0, rotary_dim=0, num_splits=splits, seed=7)
     case.cache_seqlens = torch.tensor([6 * 64 * 2], dtype=torch.int32)
-    _, launches = merge_launches(sim, lambda: case.check(sim.ops))
+    _, launches = sim.launches(lambda: case.check(sim.ops), "split_merge_kernel")
     (merge,) = launches
     loads = merge["counters"]["gmem_load"]
     rows = heads
