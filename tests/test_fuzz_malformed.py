@@ -123,7 +123,9 @@ def _worker(calls, seed):
         choice = rng.randrange(6)
         if choice == 0:
             name = rng.choice("qkv")
-            kind = rng.choice([k for k in TENSOR_KINDS if not (name == "q" and k == "seqlen")])
+            # v's head dim may differ from q's and k's (MLA): not a malformed call.
+            kind = rng.choice([k for k in TENSOR_KINDS if not (name == "q" and k == "seqlen")
+                               and not (name == "v" and k == "head_dim")])
             a[name] = bad_tensor(a[name], kind)
             names = [name] + ({"heads": ["q", "k", "v", "key/value heads"], "seqlen": ["k", "v"],
                                "batch": ["q", "k", "v"], "head_dim": ["q", "k", "v"],
@@ -223,8 +225,8 @@ def _worker(calls, seed):
             return fn, args, kwargs, mutation, [name]
         if choice == 3:
             name = rng.choice("qkv")
-            kind = rng.choice(["dtype_int", "meta", "rank_up", "noncontig_last", "head_dim",
-                               "other_float"])
+            kind = rng.choice(["dtype_int", "meta", "rank_up", "noncontig_last", "other_float"]
+                              + (["head_dim"] if name != "v" else []))  # v's may differ (MLA)
             i = "qkv".index(name)
             args[i] = bad_tensor(args[i], kind)
             return fn, args, kwargs, f"varlen_{name}_{kind}", [name, "q", "k", "v"]
@@ -402,8 +404,9 @@ def _worker(calls, seed):
                                     "num_splits_huge": 2**31 - 1}[mutation]
             return fn, [q, k_cache, v_cache], kwargs, mutation, ["num_splits"]
         name = rng.choice(["q", "k_cache", "v_cache"])
-        kind = rng.choice(["dtype_int", "meta", "rank_up", "rank_down", "noncontig_last",
-                           "head_dim", "heads", "other_float", "batch"])
+        kind = rng.choice(["dtype_int", "meta", "rank_up", "rank_down", "noncontig_last", "heads",
+                           "other_float", "batch"]
+                          + (["head_dim"] if name != "v_cache" else []))  # v's may differ (MLA)
         args = [q, k_cache, v_cache]
         i = ["q", "k_cache", "v_cache"].index(name)
         args[i] = bad_tensor(args[i], kind)
@@ -439,8 +442,9 @@ def _worker(calls, seed):
             mutation, args, kwargs, names = rng.choice(bads)
             return fn, args, kwargs, mutation, names
         name = rng.choice(["query", "key", "value"])
-        kind = rng.choice(["dtype_int", "dtype_complex", "meta", "noncontig_last", "head_dim",
-                           "other_float", "batch"] + (["heads", "seqlen"] if name != "query" else []))
+        kind = rng.choice(["dtype_int", "dtype_complex", "meta", "noncontig_last", "other_float",
+                           "batch"] + (["heads", "seqlen"] if name != "query" else [])
+                          + (["head_dim"] if name != "value" else []))  # value's may differ (MLA)
         args = [q, k, v]
         i = ["query", "key", "value"].index(name)
         # bad_tensor's dims are FA2's (B, S, H, D); SDPA's are (B, H, S, D).

@@ -125,7 +125,7 @@ def make_calls(name):
         q, k = rnd(2, 9, 4, 16), rnd(2, 9, 2, 16)
         kc = rnd(2, 16, 2, 16)
         bad = [
-            lambda: flashattn.flash_attn_func(q, k, k[..., :8]),
+            lambda: flashattn.flash_attn_func(q, k, k[:, :5]),  # v's seqlen is not k's
             lambda: flashattn.flash_attn_func(q, k, k, window_size=(1, 2, 3)),
             lambda: flashattn.flash_attn_varlen_func(
                 q[0], k[0], k[0], torch.tensor([0, 9, 3], dtype=torch.int32),
