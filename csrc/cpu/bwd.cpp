@@ -390,8 +390,6 @@ class BackwardKernel {
     return packed.head(0, packed_head) + int64_t(first_row) * dim;
   }
 
-  // Per query row: D_i = rowsum(dO_i ∘ O_i) - dlse_i, and the shift that recomputes P_ij from
-  // S_ij. A row that saw no key has lse = -inf; shifting by +inf instead makes its P row 0.
   // Per query row, at query_row_index (mask.h): D_i = rowsum(dO_i ∘ O_i) - dlse_i, and the
   // shift that recomputes P_ij from S_ij. A row that saw no key has lse = -inf; shifting by +inf
   // instead makes its P row 0. Rows of no sequence are never read.

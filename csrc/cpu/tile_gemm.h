@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
@@ -21,18 +22,26 @@ namespace flashattn::cpu {
 // come from short sequences: a backward tile of one query and one key is 5 products of 64.
 constexpr int64_t kLoopProductMacs = 4096;
 
-// C (+)= A B in plain loops, row by row, the inner loop along C's row.
+// C (+)= A B in plain loops, row by row, the inner loop along a chunk of C's row. A chunk's
+// products are summed from zero and then added to C, as oneDNN's brgemm adds its register sums:
+// summing into C's old value instead made one chain of roundings through every product C had
+// taken, and a fp32 dV of one key that 2 x 127 queries see drifted to 4x PyTorch's error.
+constexpr int64_t kLoopGemmChunk = 64;
+
 template <typename T>
 inline void loop_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
                       int64_t ldb, T* C, int64_t ldc, bool accumulate) {
   for (int64_t m = 0; m < M; ++m) {
     T* c = C + m * ldc;
-    if (!accumulate)
-      for (int64_t n = 0; n < N; ++n) c[n] = T(0);
-    for (int64_t k = 0; k < K; ++k) {
-      const T a = A[m * lda + k];
-      const T* b = B + k * ldb;
-      for (int64_t n = 0; n < N; ++n) c[n] += a * b[n];
+    for (int64_t n0 = 0; n0 < N; n0 += kLoopGemmChunk) {
+      const int64_t width = std::min(kLoopGemmChunk, N - n0);
+      T sum[kLoopGemmChunk] = {};
+      for (int64_t k = 0; k < K; ++k) {
+        const T a = A[m * lda + k];
+        const T* b = B + k * ldb + n0;
+        for (int64_t n = 0; n < width; ++n) sum[n] += a * b[n];
+      }
+      for (int64_t n = 0; n < width; ++n) c[n0 + n] = accumulate ? c[n0 + n] + sum[n] : sum[n];
     }
   }
 }
@@ -47,12 +56,15 @@ inline void loop_gemm_strided(int64_t M, int64_t N, int64_t K, const T* A, int64
                               int64_t ldc, bool accumulate) {
   for (int64_t m = 0; m < M; ++m) {
     T* c = C + m * ldc;
-    if (!accumulate)
-      for (int64_t n = 0; n < N; ++n) c[n] = T(0);
-    for (int64_t k = 0; k < K; ++k) {
-      const T a = A[m * a_m + k * a_k];
-      const T* b = B + k * b_k;
-      for (int64_t n = 0; n < N; ++n) c[n] += a * (b[n * b_n] * b_factor);
+    for (int64_t n0 = 0; n0 < N; n0 += kLoopGemmChunk) {
+      const int64_t width = std::min(kLoopGemmChunk, N - n0);
+      T sum[kLoopGemmChunk] = {};
+      for (int64_t k = 0; k < K; ++k) {
+        const T a = A[m * a_m + k * a_k];
+        const T* b = B + k * b_k + n0 * b_n;
+        for (int64_t n = 0; n < width; ++n) sum[n] += a * (b[n * b_n] * b_factor);
+      }
+      for (int64_t n = 0; n < width; ++n) c[n0 + n] = accumulate ? c[n0 + n] + sum[n] : sum[n];
     }
   }
 }
