@@ -1,6 +1,8 @@
 """Backward: gradients against float64 autograd through the reference, gradcheck, the LSE
 gradient, masked rows, GQA and bitwise determinism."""
 
+import math
+
 import pytest
 import torch
 
@@ -49,6 +51,41 @@ def test_backward_gqa(executor, heads, heads_kv):
     ex = make_executor(executor)
     q, k, v = make_qkv(2, 80, 100, heads, heads_kv, 32, torch.float32, ex.device)
     check_backward(ex, q, k, v, MASKS["causal"])
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("logit_std", [4, 16, 64])
+@pytest.mark.parametrize("seqlen,heads_kv", [(8, 2), (8, 1), (33, 2)],
+                         ids=["s8", "s8-gqa", "s33"])
+def test_backward_nearly_one_hot(executor, logit_std, seqlen, heads_kv):
+    """Widely spread logits over few keys: a row's largest P is nearly 1, where PyTorch's math
+    path is exact to an ulp, so P = exp(S - lse) is only as good as the backward's S agrees with
+    the forward's. The CPU's fp32 dV was 3.8-8x PyTorch's error at S = 8 while the backward
+    recomputed S with other products than the forward's row products (docs/lab,
+    2026-12-02-reliability.md)."""
+    ex = make_executor(executor)
+    q, k, v = make_qkv(4, seqlen, seqlen, 2, heads_kv, 32, torch.float32, ex.device)
+    check_backward(ex, q, k, v, {"scale": logit_std / math.sqrt(32)})
+
+
+@pytest.mark.parametrize("row_lanes", ["8", "auto"])
+@pytest.mark.parametrize("head_dim", [32, 64, 128])
+@pytest.mark.parametrize("seqlen_q", [1, 8, 17, 127, 300])
+def test_cpu_backward_recomputes_the_forward_scores(monkeypatch, row_lanes, head_dim, seqlen_q):
+    """With one key, each row's P is exactly 1 when the backward's S is the forward's bit for
+    bit (exp(S - lse) = exp(0)). A one-hot dO picks one row's P out: dV = P. Before the backward
+    took the forward's products (the row dots below 16 rows per kv head, loops and oneDNN
+    agreeing on the tiles), P missed 1 in up to 70% of the rows."""
+    monkeypatch.setenv("FLASHATTN_CPU_ROW_LANES", row_lanes)
+    batch = max(1, 512 // seqlen_q)
+    q = torch.randn(batch, seqlen_q, 2, head_dim, requires_grad=True)
+    k, v = (torch.randn(batch, 1, 1, head_dim, requires_grad=True) for _ in range(2))
+    out = flashattn.flash_attn_func(q, k, v)
+    for row in sorted({0, seqlen_q // 2, seqlen_q - 1}):
+        dout = torch.zeros_like(out)
+        dout[:, row, 0] = 1
+        (dv,) = torch.autograd.grad(out, v, dout, retain_graph=True)
+        assert torch.equal(dv, torch.ones_like(dv)), f"row {row}: P - 1 up to {(dv - 1).abs().max()}"
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

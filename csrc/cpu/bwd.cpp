@@ -42,6 +42,7 @@
 #include "kernels.h"
 #include "packing.h"
 #include "panels16.h"
+#include "row_products.h"
 #include "scratch_buffer.h"
 #include "softmax_vec.h"
 #include "task_queue.h"
@@ -75,6 +76,9 @@ class BackwardKernel {
   static constexpr bool kNative16 = kPath == OperandPath::kNative16;
   // Inputs already in the compute type need no copies of their rows (only of transposes).
   static constexpr bool kRowsInPlace = !kNative16 && std::is_same_v<In, T>;
+  // The kCompute path of fp32 compute types recomputes the forward's row-product scores
+  // (takes_row_dots).
+  static constexpr bool kRowDots = !kNative16 && std::is_same_v<T, float>;
 
  public:
   BackwardKernel(const AttnBwdParams& p, bool vnni)
@@ -92,7 +96,8 @@ class BackwardKernel {
         // Five products (S, dP, dV, dK, dQ) against the forward's two.
         threads_(threads_for_work(attention_work(p, seqs_) * 5 / 2)),
         key_rows_(tile_key_rows()),
-        products_in_place_(takes_products_in_place()) {
+        products_in_place_(takes_products_in_place()),
+        row_lanes_(kRowDots ? row_lanes() : RowLanes::k8) {
     // The 16-bit products take a query block as one panel.
     TORCH_INTERNAL_ASSERT(!kNative16 || query_block_ == kPanelWidth);
   }
@@ -121,7 +126,7 @@ class BackwardKernel {
 
   // One worker's tiles, reused across its tasks: key_rows keys (rows) of query_block queries.
   struct Scratch {
-    Scratch(int key_rows, int query_block, int dk_stride, int dv_stride, bool softcap,
+    Scratch(int key_rows, int query_block, int qk_dim, int dk_stride, int dv_stride, bool softcap,
             bool dropout)
         : probs_t(size_t(key_rows) * query_block),
           dropped_t(dropout ? size_t(key_rows) * query_block : 0),
@@ -132,7 +137,10 @@ class BackwardKernel {
           dv_acc(size_t(key_rows) * dv_stride),
           probs16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0),
           grad16_t(kNative16 ? size_t(kKeyBlock) * query_block : 0),
-          grad16_vnni(kNative16 ? size_t(kKeyBlock) * query_block : 0) {}
+          grad16_vnni(kNative16 ? size_t(kKeyBlock) * query_block : 0),
+          dot_q(kRowDots ? size_t(kRowProductMaxRows) * qk_dim : 0),
+          dot_scores(kRowDots ? size_t(kRowProductMaxRows) * key_rows : 0),
+          dot_keys(kRowDots ? key_rows : 0) {}
     ScratchBuffer<T> probs_t;  // S_ijᵀ, then P_ijᵀ; row stride query_block_
     ScratchBuffer<T> dropped_t;     // with dropout: P_ijᵀ with dropped entries 0, kept ones scaled
     ScratchBuffer<uint8_t> keep_t;  // with dropout: the tile's keep decisions
@@ -144,6 +152,10 @@ class BackwardKernel {
     // keys x queries (round_tile_to_16bit writes every element), and dS_ijᵀ VNNI-packed as the
     // B operand of dQ.
     ScratchBuffer<In> probs16_t, grad16_t, grad16_vnni;
+    // kRowDots, a sequence the forward took the row products for: its scaled query rows, the
+    // key rows and S_ij as dot_key_rows (row_products.h) takes and gives them.
+    ScratchBuffer<T> dot_q, dot_scores;
+    std::vector<const T*> dot_keys;
     // The operands of the task's (sequence, kv head).
     const GroupOperands* ops = nullptr;
   };
@@ -234,13 +246,17 @@ class BackwardKernel {
     return tiles;
   }
 
+  Scratch make_scratch() const {
+    return Scratch(key_rows_, query_block_, qk_dim_, dk_stride_, dv_stride_, p_.softcap > 0,
+                   p_.dropout.on());
+  }
+
   // One thread: the (sequence, kv head)s one after another, each packed into the same
   // operands, with none of the queue's bookkeeping (run_heads_queued). The chunks and their dQ
   // summation order are the queued path's, so the bits are too. At (1, 1, 8, 64) fp32 the
   // slots, once_flags and task list cost about as much as the products.
   void run_heads_inline() {
-    Scratch scratch(key_rows_, query_block_, dk_stride_, dv_stride_, p_.softcap > 0,
-                    p_.dropout.on());
+    Scratch scratch = make_scratch();
     GroupOperands ops;
     for (int b = 0; b < p_.batch; ++b)
       for (int kv_head = 0; kv_head < p_.heads_kv; ++kv_head) {
@@ -273,8 +289,7 @@ class BackwardKernel {
     run_task_queue(threads_, int64_t(tasks.size()), cost, int64_t(p_.batch) * p_.heads_kv,
                    head_of,
                    [&](const auto& claim) {
-                     Scratch scratch(key_rows_, query_block_, dk_stride_, dv_stride_,
-                                     p_.softcap > 0, p_.dropout.on());
+                     Scratch scratch = make_scratch();
                      for (int64_t next = claim(); next >= 0; next = claim()) {
                        const Task& task = tasks[next];
                        auto ops = groups.take(task.b, task.kv_head, kPackPieces,
@@ -407,8 +422,11 @@ class BackwardKernel {
           const In* o_row = p_.o.row<const In>(b, h, row);
           const In* do_row = p_.dout.row<const In>(b, h, row);
           T dot = 0;
-          for (int d = 0; d < v_dim_; ++d)
-            dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
+          if constexpr (std::is_same_v<In, T>)
+            dot = product_dot(do_row, o_row, v_dim_);
+          else
+            for (int d = 0; d < v_dim_; ++d)
+              dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
           const T dlse =
               p_.dlse.ptr ? static_cast<T>(*p_.dlse.row<const float>(b, h, row)) : T(0);
           d_terms_[idx] = dot - dlse;
@@ -591,6 +609,33 @@ class BackwardKernel {
     }
   }
 
+  // Whether the forward took the sequence's scores from dot_key_rows (row_products.h). The
+  // backward then takes them from the same dots, on the same scaled rows, and so gets the
+  // forward's S bit for bit: S - lse is then exact at a row's maximum, where a rounding apart
+  // moves the P of a nearly one-hot row (fp32 dV at S = 8 was 3.8-8x PyTorch's error).
+  bool takes_row_dots(const Sequence& seq) const {
+    return kRowDots && sequence_takes_row_products(seq.seqlen_q, p_.head_group);
+  }
+
+  // S_ijᵀ of `rows` queries (at most kRowProductMaxRows) and `cols` keys into probs, as the
+  // forward's row products computed S_ij.
+  void row_dot_scores(int cols, int rows, const T* k_rows, int64_t ld_k, const T* q_rows,
+                      int64_t ld_q, T* probs, Scratch& s) const {
+    if constexpr (kRowDots) {
+      const T scale = softmax_scale<T>(p_);
+      for (int r = 0; r < rows; ++r)
+        for (int d = 0; d < qk_dim_; ++d)
+          s.dot_q[size_t(r) * qk_dim_ + d] = q_rows[r * ld_q + d] * scale;
+      for (int c = 0; c < cols; ++c) s.dot_keys[c] = k_rows + c * ld_k;
+      const RowStream<float> keys{s.dot_keys.data(), cols};
+      dot_key_rows(row_lanes_, s.dot_q.data(), rows, qk_dim_, keys, qk_dim_, s.dot_scores.data(),
+                   cols);
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c)
+          probs[size_t(c) * query_block_ + r] = s.dot_scores[size_t(r) * cols + c];
+    }
+  }
+
   void accumulate_tile_compute(const Task& task, int h, int qb, int kb, const TileMasks& masks,
                                Scratch& s) {
     // Q, K, dQ, dK: Dqk columns; V, dO, dV: Dv.
@@ -615,7 +660,9 @@ class BackwardKernel {
     T* dq = dq_partial(ops, b, task.chunk, g, qb);
 
     // S_ijᵀ = Kj (scale·Qi)ᵀ, then P_ijᵀ row by row (a row is one key, across the queries).
-    if (products_in_place_)
+    if (takes_row_dots(seq))
+      row_dot_scores(cols, rows, k_rows, ld_k, q_rows, ld_q, probs, s);
+    else if (products_in_place_)
       loop_gemm_strided(cols, rows, Dqk, k_rows, ld_k, 1, q_rows, 1, ld_q, softmax_scale<T>(p_),
                         probs, query_block_, /*accumulate=*/false);
     else
@@ -718,6 +765,7 @@ class BackwardKernel {
   const int threads_;  // the threads the call is worth (threads_for_work)
   const int key_rows_;  // the most keys a tile holds (tile_key_rows)
   const bool products_in_place_;  // takes_products_in_place()
+  const RowLanes row_lanes_;      // the forward's (row_lanes(), simd.h), for takes_row_dots
   at::Tensor d_terms_storage_, lse_shift_storage_;
   T* d_terms_ = nullptr;
   T* lse_shift_ = nullptr;

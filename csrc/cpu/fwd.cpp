@@ -556,7 +556,7 @@ class ForwardKernel {
   // groups them (GQA heads, query blocks). Decided by the sequence alone, so a sequence of a
   // varlen batch still gets the bits it gets alone.
   bool takes_row_products(const Sequence& seq) const {
-    return kRowProductsTaken && int64_t(seq.seqlen_q) * p_.head_group <= kRowProductMaxRows;
+    return kRowProductsTaken && sequence_takes_row_products(seq.seqlen_q, p_.head_group);
   }
 
   // row_dot_: the two row products on vdpbf16ps, from Qi and P_ij in bf16 (row_products.h).

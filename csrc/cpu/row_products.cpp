@@ -286,6 +286,15 @@ bool runs_x86_64_v4() {
 #endif
 }
 
+bool runs_x86_64_v3() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool v3 = __builtin_cpu_supports("x86-64-v3");
+  return v3;
+#else
+  return false;
+#endif
+}
+
 RowLanes row_lanes() {
   const char* forced = std::getenv("FLASHATTN_CPU_ROW_LANES");
   const std::string value = forced == nullptr ? "" : forced;

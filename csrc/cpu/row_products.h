@@ -20,6 +20,13 @@ namespace flashattn::cpu {
 // GEMMs.
 constexpr int kRowProductMaxRows = 16;
 
+// Whether the forward takes a sequence's products here (fp32 compute types): seqlen_q queries of
+// each of head_group query heads per kv head are at most kRowProductMaxRows rows, however a call
+// groups them. The backward then recomputes the sequence's scores with dot_key_rows too.
+inline bool sequence_takes_row_products(int seqlen_q, int head_group) {
+  return int64_t(seqlen_q) * head_group <= kRowProductMaxRows;
+}
+
 // How many fp32 lanes the products take at a time: row_lanes() (simd.h). The sums' order, and
 // so the bits, differ between the two.
 

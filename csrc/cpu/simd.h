@@ -20,10 +20,12 @@
 #define FLASHATTN_EARLIER_VECTOR_CLONES \
   __attribute__((target_clones("arch=x86-64-v3", "default")))
 #define FLASHATTN_AVX512 __attribute__((target("arch=x86-64-v4")))
+#define FLASHATTN_X86_64_V3 __attribute__((target("arch=x86-64-v3")))
 #else
 #define FLASHATTN_VECTOR_CLONES
 #define FLASHATTN_EARLIER_VECTOR_CLONES
 #define FLASHATTN_AVX512
+#define FLASHATTN_X86_64_V3
 #endif
 #define FLASHATTN_ROW_STEP __attribute__((always_inline)) inline
 
@@ -92,6 +94,8 @@ enum class RowLanes { k8 = 8, k16 = 16 };
 RowLanes row_lanes();
 // Whether the running CPU can run x86-64-v4 code (AVX-512), and so the 16-lane loops.
 bool runs_x86_64_v4();
+// Whether it can run x86-64-v3 code (AVX2 and FMA).
+bool runs_x86_64_v3();
 
 template <typename F>
 inline F select_max(F a, F b) { return a > b ? a : b; }

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "gemm_avx512_16bit.h"
+#include "simd.h"
 
 namespace flashattn::cpu {
 
@@ -22,28 +23,92 @@ namespace flashattn::cpu {
 // come from short sequences: a backward tile of one query and one key is 5 products of 64.
 constexpr int64_t kLoopProductMacs = 4096;
 
-// C (+)= A B in plain loops, row by row, the inner loop along a chunk of C's row. A chunk's
-// products are summed from zero and then added to C, as oneDNN's brgemm adds its register sums:
-// summing into C's old value instead made one chain of roundings through every product C had
-// taken, and a fp32 dV of one key that 2 x 127 queries see drifted to 4x PyTorch's error.
+// C (+)= A B in plain loops, row by row, the inner loop along a chunk of C's row, so that a
+// product gets the bits oneDNN's brgemm gives it (tile_gemm takes one or the other by size, and
+// the forward and the backward tile the same scores differently; when their S differ, exp(S -
+// lse) moves a one-hot row's P off 1):
+//  - each element's products in K's order, summed from zero, then added to C once, as brgemm
+//    adds its register sums (summing into C's running value also made one chain of roundings
+//    through every product C had taken: a fp32 dV of one key that 2 x 127 queries see drifted
+//    to 4x PyTorch's error);
+//  - float products as fused multiply-adds where the CPU has them (x86-64-v3 up), as brgemm's
+//    kernels for those CPUs take them, else a multiply and an add.
 constexpr int64_t kLoopGemmChunk = 64;
 
-template <typename T>
-inline void loop_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
-                      int64_t ldb, T* C, int64_t ldc, bool accumulate) {
+template <bool kFused, typename T>
+FLASHATTN_ROW_STEP T multiply_add(T a, T b, T c) {
+  if constexpr (kFused)
+    return __builtin_fmaf(a, b, c);
+  else
+    return a * b + c;
+}
+
+// Element (m, k) of A is A[m * a_m + k * a_k]; (k, n) of B is B[k * b_k + n * b_n] * b_factor
+// if kScaledB, else B[k * b_k + n]. Two loop orders with the same roundings: along a chunk of
+// C's row, vectorized, where B's rows are contiguous and C's rows are 8 wide or more; else
+// element by element along K, the sum in a register (a vectorized strided B took gathers, and
+// a 1-wide chunk's sum went through memory at every step: small backward products took 30%
+// longer).
+template <bool kFused, bool kScaledB, typename T>
+FLASHATTN_ROW_STEP void loop_gemm_impl(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_m,
+                                       int64_t a_k, const T* B, int64_t b_k, int64_t b_n,
+                                       T b_factor, T* C, int64_t ldc, bool accumulate) {
+  if ((kScaledB && b_n != 1) || N < 8) {
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        T sum = T(0);
+        for (int64_t k = 0; k < K; ++k)
+          sum = multiply_add<kFused>(A[m * a_m + k * a_k], B[k * b_k + n * b_n] * b_factor, sum);
+        T& c = C[m * ldc + n];
+        c = accumulate ? c + sum : sum;
+      }
+    return;
+  }
   for (int64_t m = 0; m < M; ++m) {
     T* c = C + m * ldc;
     for (int64_t n0 = 0; n0 < N; n0 += kLoopGemmChunk) {
       const int64_t width = std::min(kLoopGemmChunk, N - n0);
-      T sum[kLoopGemmChunk] = {};
+      T sum[kLoopGemmChunk];  // only `width` of them: small products are often 1 wide
+      for (int64_t n = 0; n < width; ++n) sum[n] = T(0);
       for (int64_t k = 0; k < K; ++k) {
-        const T a = A[m * lda + k];
-        const T* b = B + k * ldb + n0;
-        for (int64_t n = 0; n < width; ++n) sum[n] += a * b[n];
+        const T a = A[m * a_m + k * a_k];
+        const T* b = B + k * b_k + n0;
+        if constexpr (kScaledB)
+          for (int64_t n = 0; n < width; ++n)
+            sum[n] = multiply_add<kFused>(a, b[n] * b_factor, sum[n]);
+        else
+          for (int64_t n = 0; n < width; ++n) sum[n] = multiply_add<kFused>(a, b[n], sum[n]);
       }
       for (int64_t n = 0; n < width; ++n) c[n0 + n] = accumulate ? c[n0 + n] + sum[n] : sum[n];
     }
   }
+}
+
+template <bool kScaledB>
+FLASHATTN_X86_64_V3 void loop_gemm_fused(int64_t M, int64_t N, int64_t K, const float* A,
+                                         int64_t a_m, int64_t a_k, const float* B, int64_t b_k,
+                                         int64_t b_n, float b_factor, float* C, int64_t ldc,
+                                         bool accumulate) {
+  loop_gemm_impl<true, kScaledB>(M, N, K, A, a_m, a_k, B, b_k, b_n, b_factor, C, ldc,
+                                 accumulate);
+}
+
+template <bool kScaledB, typename T>
+inline void loop_gemm_any(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_m, int64_t a_k,
+                          const T* B, int64_t b_k, int64_t b_n, T b_factor, T* C, int64_t ldc,
+                          bool accumulate) {
+  if constexpr (std::is_same_v<T, float>)
+    if (runs_x86_64_v3())
+      return loop_gemm_fused<kScaledB>(M, N, K, A, a_m, a_k, B, b_k, b_n, b_factor, C, ldc,
+                                       accumulate);
+  loop_gemm_impl<false, kScaledB>(M, N, K, A, a_m, a_k, B, b_k, b_n, b_factor, C, ldc,
+                                  accumulate);
+}
+
+template <typename T>
+inline void loop_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+                      int64_t ldb, T* C, int64_t ldc, bool accumulate) {
+  loop_gemm_any<false>(M, N, K, A, lda, 1, B, ldb, 1, T(1), C, ldc, accumulate);
 }
 
 // loop_gemm with A and B read through strides, B's elements times b_factor: element (m, k) of
@@ -54,19 +119,17 @@ template <typename T>
 inline void loop_gemm_strided(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_m,
                               int64_t a_k, const T* B, int64_t b_k, int64_t b_n, T b_factor, T* C,
                               int64_t ldc, bool accumulate) {
-  for (int64_t m = 0; m < M; ++m) {
-    T* c = C + m * ldc;
-    for (int64_t n0 = 0; n0 < N; n0 += kLoopGemmChunk) {
-      const int64_t width = std::min(kLoopGemmChunk, N - n0);
-      T sum[kLoopGemmChunk] = {};
-      for (int64_t k = 0; k < K; ++k) {
-        const T a = A[m * a_m + k * a_k];
-        const T* b = B + k * b_k + n0 * b_n;
-        for (int64_t n = 0; n < width; ++n) sum[n] += a * (b[n * b_n] * b_factor);
-      }
-      for (int64_t n = 0; n < width; ++n) c[n0 + n] = accumulate ? c[n0 + n] + sum[n] : sum[n];
-    }
-  }
+  loop_gemm_any<true>(M, N, K, A, a_m, a_k, B, b_k, b_n, b_factor, C, ldc, accumulate);
+}
+
+// a · b over n elements with the roundings tile_gemm gives an element of a product (loops and
+// oneDNN alike, above). The backward's D_i = dO_i · O_i takes it, so that at a row whose O_i is
+// V_j (one key) it cancels exactly against that product's dP_ij = dO_i · V_j.
+template <typename T>
+inline T product_dot(const T* a, const T* b, int64_t n) {
+  T out;
+  loop_gemm(1, 1, n, a, n, b, 1, &out, 1, /*accumulate=*/false);
+  return out;
 }
 
 // fp32: oneDNN's batch-reduce GEMM micro-kernel, JIT-compiled for the running CPU's ISA
