@@ -194,17 +194,26 @@ def speedup(value):
     return "–" if value is None else f"{value:.2f}×"
 
 
+def has_read_shares(report):
+    """Whether the decode report measured the read bandwidth too (reports before 2026-12-02's
+    fifth session did not)."""
+    return any(r.get("read_share") is not None for r in report["results"])
+
+
 def decode_table(report):
     meta = report["meta"]
+    read = has_read_shares(report)
     lines = [
         f"One decoding step (`flash_attn_with_kvcache`), {meta.get('heads')} query and "
         f"{meta.get('heads_kv')} kv heads of {meta.get('head_dim')}: the KV cache read per "
-        "second as a share of the copy bandwidth measured beside it in the same run, and the "
-        "speedup over the fastest SDPA backend on the padded cache.",
+        "second as a share of the copy bandwidth measured beside it in the same run"
+        + (" and of the read bandwidth (a sum over as many bytes: a decode step only reads, and "
+           "where a copy's writes are dear it runs above 100% of the copy)" if read else "")
+        + ", and the speedup over the fastest SDPA backend on the padded cache.",
         "",
         "| dtype | batch | new tokens | cached keys | dense cache | paged cache "
-        "| vs SDPA (dense) |",
-        "|---|---|---|---|---|---|---|",
+        + ("| dense cache, of read " if read else "") + "| vs SDPA (dense) |",
+        "|---|---|---|---|---|---|" + ("---|" if read else "") + "---|",
     ]
     for (dtype, batch, q_len, kv_len), rows in decode_rows(report).items():
         dense, paged = (rows.get(impl) for impl, _ in DECODE_IMPLS)
@@ -212,15 +221,17 @@ def decode_table(report):
             f"| {dtype} | {batch} | {q_len} | {kv_len} "
             f"| {percent(dense and dense.get('copy_share'))} "
             f"| {percent(paged and paged.get('copy_share'))} "
-            f"| {times(dense and dense.get('speedup_vs_best_sdpa'))} |")
+            + (f"| {percent(dense and dense.get('read_share'))} " if read else "")
+            + f"| {times(dense and dense.get('speedup_vs_best_sdpa'))} |")
     return lines
 
 
-def decode_span(report, dtype):
-    """(min, max) share of the copy bandwidth of the dense cache over the cases of `dtype`."""
-    shares = [r["copy_share"] for key, rows in decode_rows(report).items() if key[0] == dtype
+def decode_span(report, dtype, share="copy_share"):
+    """(min, max) share of the copy (or `share`: "read_share") bandwidth of the dense cache over
+    the cases of `dtype`."""
+    shares = [r[share] for key, rows in decode_rows(report).items() if key[0] == dtype
               for impl, r in rows.items() if impl == DECODE_IMPLS[0][0]
-              and r.get("copy_share") is not None]
+              and r.get(share) is not None]
     return (min(shares), max(shares)) if shares else None
 
 
@@ -335,11 +346,16 @@ def render_readme_block(machines):
         for dtype in dict.fromkeys(k[0] for k in dense) or ("–",):
             span = decode_span(reports["decode"], dtype) if "decode" in reports else None
             decode = f"{percent(span[0])}–{percent(span[1])} of copy bandwidth" if span else "–"
+            read = (decode_span(reports["decode"], dtype, "read_share") if "decode" in reports
+                    else None)
+            if span and read:
+                decode += f" ({percent(read[0])}–{percent(read[1])} of read)"
             fwd, fwdbwd = dense.get((dtype, "fwd")), dense.get((dtype, "fwdbwd"))
             lines.append(f"| {label} | {dtype} | {speedup(fwd)} | {speedup(fwdbwd)} | {decode} |")
     lines += ["", "Forward and forward+backward: geometric means of flashattn's speedup over "
               "the fastest SDPA backend of each case (the cases are on the results page); decoding: "
-              "the KV cache read per second as a share of the machine's copy bandwidth."]
+              "the KV cache read per second as a share of the machine's copy bandwidth (and, where "
+              "measured, of its read bandwidth)."]
     first = next(((n, r) for n, r in machines if "dense" in r), None)
     if first:
         lines += ["", f"![speedup]({os.path.relpath(plot_paths(first[0])['dense'], ROOT)})"]

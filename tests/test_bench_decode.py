@@ -82,6 +82,16 @@ def test_decode_results_are_right_and_measured(decode_run):
         assert r["copy_share"] == pytest.approx(statistics.median(
             (r["kv_bytes"] / t) / (copy_bytes / t_copy)
             for t, t_copy in zip(r["times_ms"], copy_ms)))
+        # %read likewise, against the sum of read_bytes (bytes read only).
+        read_ms = r["read_times_ms"]
+        assert len(read_ms) == len(r["times_ms"]) and min(read_ms) > 0, where
+        read_bytes = bandwidth["read_bytes"]
+        assert read_bytes == bandwidth["copy_bytes"] - bandwidth["copy_bytes"] % 4
+        assert r["read_gb_per_s"] == pytest.approx(
+            statistics.median(read_bytes / (ms / 1e3) / 1e9 for ms in read_ms))
+        assert r["read_share"] == pytest.approx(statistics.median(
+            (r["kv_bytes"] / t) / (read_bytes / t_read)
+            for t, t_read in zip(r["times_ms"], read_ms)))
         assert r["speedup_vs_fa2"] is None, where  # FA2 is CUDA only
         if r["impl"] in FLASHATTN_IMPLS:
             assert r["speedup_vs_best_sdpa"] > 0, where
@@ -117,10 +127,12 @@ def test_decode_summary_and_table(decode_run):
         assert s["cases"] == 8 and s["not_available"] == 0
         low, high = s["copy_share"]
         assert 0 < low <= high
+        low, high = s["read_share"]
+        assert 0 < low <= high
         assert s["geomean_speedup_vs_best_sdpa"] > 0
         # The quick grid is far below the target's Sk >= 16384: no verdict, and it says so.
         assert s["target_cases"] == 0 and s["target_met"] == 0
-    assert "copy bandwidth at the start:" in table
+    assert "copy bandwidth at the start:" in table and "read bandwidth:" in table
     assert "decode, bfloat16, heads=4, heads_kv=2, head_dim=32, page 16" in table
     assert table.count("issue 12 target (2 threads, Sk >= 16384") == 4
     assert "no case of the target ran" in table

@@ -77,6 +77,28 @@ def test_tables_carry_the_machine_and_how_they_were_measured():
     assert "| bfloat16 | 8 | 1 | 16384 | 75% | 60% | 20.0× |" in page
 
 
+def test_decode_read_share_where_measured():
+    """A report that measured the read bandwidth gets its column and README's "of read"; an
+    older one keeps the copy alone."""
+    report = decode_report()
+    for r, read in zip(report["results"], (1.5, 1.2, 0.1)):
+        r["read_share"] = read
+    page = performance.render_page([("zen4", {"decode": report})])
+    assert "| dense cache | paged cache | dense cache, of read | vs SDPA (dense) |" in page
+    assert "| bfloat16 | 8 | 1 | 16384 | 75% | 60% | 150% | 20.0× |" in page
+    for r in report["results"]:
+        r["dtype"] = "float32"  # the README block's rows are the dense report's dtypes
+    block = performance.render_readme_block([("zen4", {"dense": dense_report(),
+                                                       "decode": report})])
+    assert "| 75%–75% of copy bandwidth (150%–150% of read) |" in block
+    older = decode_report()
+    for r in older["results"]:
+        r["dtype"] = "float32"
+    block = performance.render_readme_block([("zen4", {"dense": dense_report(),
+                                                       "decode": older})])
+    assert "| 75%–75% of copy bandwidth |" in block
+
+
 def test_machines_without_json_point_to_the_lab_log():
     page = performance.render_page([("zen4", {"dense": dense_report()})])
     pending = page.split("## Not yet measured for this page", 1)[1]

@@ -30,7 +30,11 @@ large copy_ (1 GiB by default; measure.CopyStep) timed in every case's rotation 
 implementations, so that %copy is a paired ratio: the median over the repeats of this call's
 GB/s over the copy's in the same repeat (on a shared machine the bandwidth moves within a run:
 by a third on a 2-core cloud VM, docs/lab/2026-12-01-backward-memory-row-prefetch.md). The copy
-is also timed at the start and the end of the run, to show how much the machine drifted. Cases
+is also timed at the start and the end of the run, to show how much the machine drifted. So is
+a read of as many bytes (the sum of a float32 buffer; measure.ReadStep), whose %read is the
+yardstick of a step that only reads: where a copy's writes are dear, a decode runs above 100% of
+the copy (a 2-vCPU Xeon VM, docs/lab/2026-12-02-avx512-softmax-intel-amx.md). Issue 12's
+targets stay against the copy. Cases
 run in increasing KV size, so that on the CPU a time budget (seconds per dtype, predicted from
 the last case's seconds per byte) cuts the largest ones; the cut cases are listed.
 
@@ -57,6 +61,7 @@ FA2_PAGED = "fa2-paged"
 FA2_DENSE = "fa2-dense"
 FLASHATTN_IMPLS = (PAGED, DENSE)
 COPY = "copy"  # the bandwidth's copy in each case's rotation
+READ = "read"  # the read bandwidth's reduction, likewise
 # Past each sequence's last key, its last page holds this: a kernel that read it would be far
 # off the reference (scores and values of this size), one that masks it multiplies it by 0.
 POISON = 1000.0
@@ -137,7 +142,7 @@ DESCRIPTION = (
     "fills (Sk keys), against F.sdpa on the padded cache (every backend of the device, "
     "enable_gqa, no mask needed) and FA2's flash_attn_with_kvcache when flash_attn is "
     "importable (CUDA). Headline: KV bytes read per second as a share of the copy bandwidth "
-    "measured in the same run.")
+    "and of the read bandwidth, both measured in the same run.")
 EPILOG = ("Defaults: bfloat16, B 1,8,32, Sq 1,4, 32 query heads, 8 kv heads, head_dim 128, page "
           "16, Sk 1k-128k doubling (CPU: 1k, 4k, 16k, 64k, cut by --budget, 60 s per dtype; the "
           "cut cases are listed).")
@@ -226,6 +231,9 @@ class Result:
     copy_share: Optional[float] = None   # median over repeats of GB/s / the copy's GB/s
     copy_gb_per_s: Optional[float] = None   # median of the case's copies
     copy_times_ms: Optional[list] = None    # the copy's samples, repeat by repeat with times_ms
+    read_share: Optional[float] = None   # likewise against the read (measure.ReadStep)
+    read_gb_per_s: Optional[float] = None
+    read_times_ms: Optional[list] = None
     speedup_vs_best_sdpa: Optional[float] = None  # flashattn rows: min over SDPA backends of
     best_sdpa: Optional[str] = None               # the paired median t_sdpa / t_this
     speedup_vs_fa2: Optional[float] = None        # flashattn rows: t_fa2 / t_this, same layout
@@ -387,8 +395,9 @@ def launch_of(case, impl, settings, sms):
                                      sms, settings.num_splits)
 
 
-def measure_case(case, settings, probe, device, fa2, copy):
-    """The case's results; copy (a measure.CopyStep) is timed in the same rotation."""
+def measure_case(case, settings, probe, device, fa2, copy, read):
+    """The case's results; copy and read (a measure.CopyStep, a measure.ReadStep) are timed in
+    the same rotation."""
     generator = torch.Generator(device=device).manual_seed(settings.seed)
     inputs = Inputs(case, settings, device, generator)
     refs = references(inputs, settings)
@@ -399,8 +408,8 @@ def measure_case(case, settings, probe, device, fa2, copy):
                    (lambda impl=impl: (impl.attend(inputs), None)), make_check(refs))
                   for impl in implementations(device.type, settings, fa2)]
     results, samples = measure.check_then_time(candidates, probe, settings, NOT_AVAILABLE,
-                                               companions={COPY: copy})
-    copy_ms = samples.pop(COPY)
+                                               companions={COPY: copy, READ: read})
+    copy_ms, read_ms = samples.pop(COPY), samples.pop(READ)
     sms = sm_count(device)
     for r in results.values():
         r.splits, r.ctas = launch_of(case, r.impl, settings, sms)
@@ -409,7 +418,10 @@ def measure_case(case, settings, probe, device, fa2, copy):
         r.gb_per_s = nbytes / (r.time_ms / measure.MS_PER_S) / 1e9
         r.copy_times_ms = copy_ms
         r.copy_gb_per_s = statistics.median(copy.gb_per_s(ms) for ms in copy_ms)
-        r.copy_share = copy_share(nbytes, samples[name], copy.nbytes, copy_ms)
+        r.copy_share = bandwidth_share(nbytes, samples[name], copy, copy_ms)
+        r.read_times_ms = read_ms
+        r.read_gb_per_s = statistics.median(read.gb_per_s(ms) for ms in read_ms)
+        r.read_share = bandwidth_share(nbytes, samples[name], read, read_ms)
     sdpa_names = [name for name in samples if name.startswith("sdpa-")]
     for name, fa2_name in ((PAGED, FA2_PAGED), (DENSE, FA2_DENSE)):
         if name not in samples:
@@ -423,11 +435,11 @@ def measure_case(case, settings, probe, device, fa2, copy):
     return list(results.values())
 
 
-def copy_share(nbytes, times_ms, copy_nbytes, copy_ms):
-    """Median over the repeats of (nbytes / this repeat's time) / (the copy's GB/s in the same
-    repeat): its bytes read + written, 2 * copy_nbytes, over its time."""
-    return statistics.median(nbytes * t_copy / (2 * copy_nbytes * t)
-                             for t, t_copy in zip(times_ms, copy_ms))
+def bandwidth_share(nbytes, times_ms, step, step_ms):
+    """Median over the repeats of (nbytes / this repeat's time) / (the GB/s of `step`, a
+    measure.CopyStep or ReadStep, in the same repeat)."""
+    return statistics.median(nbytes / (t / measure.MS_PER_S) / 1e9 / step.gb_per_s(t_step)
+                             for t, t_step in zip(times_ms, step_ms))
 
 
 def available_memory_bytes(device):
@@ -500,6 +512,8 @@ def summarize(results, cuts, device_type, threads):
                 "dtype": dtype, "impl": impl, "cases": len(ok),
                 "not_available": len(rows) - len(ok),
                 "copy_share": summary.span([r.copy_share for r in ok]),
+                "read_share": summary.span([r.read_share for r in ok
+                                            if r.read_share is not None]),
                 "gb_per_s": summary.span([r.gb_per_s for r in ok]),
                 "speedup_vs_best_sdpa": summary.span(speedups),
                 "geomean_speedup_vs_best_sdpa": summary.geomean(speedups),
@@ -517,7 +531,8 @@ def summarize(results, cuts, device_type, threads):
 
 
 COLUMNS = (("B", 3), ("Sq", 3), ("Sk", 7), ("KV_MB", 8), ("impl", 16), ("max_err", 8),
-           ("time_ms", 10), ("GB/s", 7), ("copy", 6), ("%copy", 6), ("vs_sdpa", 8),
+           ("time_ms", 10), ("GB/s", 7), ("copy", 6), ("%copy", 6), ("read", 6), ("%read", 6),
+           ("vs_sdpa", 8),
            ("vs_fa2", 7), ("peak_MB", 9), ("splits", 6), ("CTAs", 6))
 REASON_WIDTH = 100
 
@@ -540,6 +555,7 @@ def table_row(table, r, with_fa2):
         return table.not_available(cells, r.reason)
     cells += [fmt(r.max_err, ".1e"), fmt(r.time_ms, ".3f"), fmt(r.gb_per_s, ".3g"),
               fmt(r.copy_gb_per_s, ".3g"), f"{100 * r.copy_share:.1f}",
+              fmt(r.read_gb_per_s, ".3g"), f"{100 * r.read_share:.1f}",
               times(r.speedup_vs_best_sdpa)]
     if with_fa2:
         cells.append(times(r.speedup_vs_fa2))
@@ -565,10 +581,16 @@ def summary_lines(entries, bandwidth, cuts, settings):
              f"copy bandwidth: {bandwidth['start_gb_per_s']:.3g} GB/s at the start, "
              f"{bandwidth['end_gb_per_s']:.3g} GB/s at the end (copy_ of "
              f"{settings.copy_bytes / measure.BYTES_PER_MB:.0f} MB, bytes read + written / "
-             f"time, median of {settings.copy_repeats})",
+             f"time, median of {settings.copy_repeats}); read bandwidth: "
+             f"{bandwidth['read_start_gb_per_s']:.3g} GB/s at the start, "
+             f"{bandwidth['read_end_gb_per_s']:.3g} GB/s at the end (the sum of as many bytes "
+             f"of float32, bytes read / time)",
              "GB/s = KV bytes read (2·B·Sk·Hkv·d·itemsize) / median time; copy = the median "
              "GB/s of the copy_ timed in the case's rotation; %copy = the median over the "
-             "repeats of this call's GB/s / that copy's in the same repeat; vs_sdpa = min over "
+             "repeats of this call's GB/s / that copy's in the same repeat; read, %read: the same "
+             "against the read bandwidth's sum, the yardstick of a step that only reads (a "
+             "copy also writes; where writes are dear, a decode exceeds 100% of it); "
+             "vs_sdpa = min over "
              "the SDPA backends of the median over repeats of t_sdpa / t_flashattn, calls back "
              "to back (> 1: flashattn is faster). Every sequence holds Sk keys: the padded "
              "cache is full, no mask."]
@@ -578,7 +600,8 @@ def summary_lines(entries, bandwidth, cuts, settings):
             lines.append(f"{head} did not run")
             continue
         geomean = s["geomean_speedup_vs_best_sdpa"]
-        lines.append(f"{head} {_percent_span(s['copy_share'])} of the copy bandwidth; "
+        lines.append(f"{head} {_percent_span(s['copy_share'])} of the copy bandwidth, "
+                     f"{_percent_span(s.get('read_share'))} of the read bandwidth; "
                      f"{_times_span(s['speedup_vs_best_sdpa'])} the best SDPA backend"
                      + (f" (geometric mean {geomean:.2f}x)" if geomean else "")
                      + f" over {s['cases']} cases")
@@ -625,8 +648,11 @@ def main(run):
                        settings.repeats)
     run.print(fa2_line)
     copy = measure.CopyStep(settings.copy_bytes, device)
+    read = measure.ReadStep(settings.copy_bytes, device)
     start = statistics.median(measure.copy_bandwidth(copy, probe, settings.copy_repeats))
-    run.print(f"copy bandwidth at the start: {start:.3g} GB/s")
+    read_start = statistics.median(measure.copy_bandwidth(read, probe, settings.copy_repeats))
+    run.print(f"copy bandwidth at the start: {start:.3g} GB/s; read bandwidth: "
+              f"{read_start:.3g} GB/s")
 
     results, cuts, dtype = [], [], None
     budget = Budget(settings.budget_s)
@@ -644,14 +670,17 @@ def main(run):
                             reason))
             continue
         began = time.perf_counter()
-        for result in measure_case(case, settings, probe, device, fa2, copy):
+        for result in measure_case(case, settings, probe, device, fa2, copy, read):
             run.print(table_row(table, result, with_fa2))
             results.append(result)
         budget.record(case, nbytes, time.perf_counter() - began)
 
     end = statistics.median(measure.copy_bandwidth(copy, probe, settings.copy_repeats))
+    read_end = statistics.median(measure.copy_bandwidth(read, probe, settings.copy_repeats))
     bandwidth = {"start_gb_per_s": start, "end_gb_per_s": end,
-                 "copy_bytes": settings.copy_bytes, "repeats": settings.copy_repeats}
+                 "read_start_gb_per_s": read_start, "read_end_gb_per_s": read_end,
+                 "copy_bytes": settings.copy_bytes, "read_bytes": read.nbytes,
+                 "repeats": settings.copy_repeats}
     entries = summarize(results, cuts, device.type, torch.get_num_threads())
     run.print(*summary_lines(entries, bandwidth, cuts, settings))
 

@@ -139,9 +139,26 @@ class CopyStep:
         return 2 * self.nbytes / (ms / MS_PER_S) / 1e9
 
 
+class ReadStep:
+    """The machine's read bandwidth as a large reduction sees it, as a step to time: the sum of
+    nbytes of float32. gb_per_s(ms) counts the bytes read. A decode step only reads its cache,
+    and a copy's writes can cost as much as its reads (a 2-vCPU Xeon VM: reads 38 GB/s, a copy
+    21-23 GB/s counting both), so a decode can beat the copy and is measured against this too."""
+
+    def __init__(self, nbytes, device):
+        self.nbytes = nbytes - nbytes % 4
+        self.values = torch.ones(self.nbytes // 4, dtype=torch.float32, device=device)
+
+    def __call__(self):
+        return self.values.sum()
+
+    def gb_per_s(self, ms):
+        return self.nbytes / (ms / MS_PER_S) / 1e9
+
+
 def copy_bandwidth(copy, probe, repeats):
-    """[GB/s of each of `repeats` timed copies] (a CopyStep), after one warm-up copy (page
-    faults); the caller takes the median."""
+    """[GB/s of each of `repeats` timed copies] (a CopyStep or a ReadStep), after one warm-up
+    (page faults); the caller takes the median."""
     probe.time_ms(copy)
     return [copy.gb_per_s(probe.time_ms(copy)) for _ in range(repeats)]
 
