@@ -356,8 +356,9 @@ class BackwardKernel {
     constexpr PackLayout kPanels = PackLayout::kTransposedPanels, kRows = PackLayout::kRows;
     // Row-major operands are read in place where rows_in_place() allows.
     switch (piece) {
-      case 0:
-        pack_heads<T, In>(ops.q_panels, q, queries, group, Dqk, kPanels, query_block_, scale);
+      case 0:  // only the S product reads them, which row dots take instead (takes_row_dots)
+        if (!takes_row_dots(seq))
+          pack_heads<T, In>(ops.q_panels, q, queries, group, Dqk, kPanels, query_block_, scale);
         break;
       case 1:
         pack_heads<T, In>(ops.do_panels, dout, queries, group, Dv, kPanels, query_block_, T(1));
