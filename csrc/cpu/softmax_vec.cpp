@@ -348,24 +348,13 @@ FLASHATTN_VECTOR_CLONES void mul_softcap_grad(float* ds, const float* t, int n) 
       [&](int c) { ds[c] *= 1.f - t[c] * t[c]; });
 }
 
+// store_chunk's rounding, as the forward's P gets it (bits as c10::BFloat16 / c10::Half give).
 FLASHATTN_VECTOR_CLONES void round_to_16bit(const float* x, c10::BFloat16* out, int n) {
-  // bf16 is the top half of a float; adding 0x7FFF plus the lowest kept bit before truncating
-  // rounds to nearest even, exactly as c10::BFloat16(float) does for finite values.
-  using VecU32 = uint32_t __attribute__((vector_size(kVecWidth * sizeof(uint32_t))));
-  using VecU16 = uint16_t __attribute__((vector_size(kVecWidth * sizeof(uint16_t))));
-  for_each_chunk(
-      n,
-      [&](int c) {
-        const VecU32 bits = reinterpret_cast<VecU32>(load_vec(x + c));
-        const VecU32 rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-        const VecU16 narrow = __builtin_convertvector(rounded, VecU16);
-        std::memcpy(out + c, &narrow, sizeof(narrow));
-      },
-      [&](int c) { out[c] = c10::BFloat16(x[c]); });
+  store_probs_row<VecF>(x, out, n, n);
 }
 
-void round_to_16bit(const float* x, c10::Half* out, int n) {
-  for (int c = 0; c < n; ++c) out[c] = c10::Half(x[c]);
+FLASHATTN_VECTOR_CLONES void round_to_16bit(const float* x, c10::Half* out, int n) {
+  store_probs_row<VecF>(x, out, n, n);
 }
 
 void online_softmax_tile(double* scores, int rows, int cols, int64_t ld, double* row_max,
