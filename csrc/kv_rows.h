@@ -7,17 +7,27 @@
 
 namespace flashattn {
 
-// Key (or value) j of sequence s, head h, in a paged cache's view kv (cache.paged()).
-// j < s.seqlen_k, which sequence_of keeps within the block table's max_blocks * page_size; a
-// page index outside the cache is clamped, so a bad table never leads a kernel out of its
-// tensors (the CPU checks it on the host).
-template <typename T>
-FLASHATTN_HOST_DEVICE T* paged_key_row(const TensorView& kv, const KvCache& cache,
-                                       const Sequence& s, int h, int j) {
+// Where key j of sequence s is in a paged cache (cache.paged()): row `row` of page `page`,
+// the same for its key and its value. j < s.seqlen_k, which sequence_of keeps within the block
+// table's max_blocks * page_size; a page index outside the cache is clamped, so a bad table
+// never leads a kernel out of its tensors (the CPU checks it on the host).
+struct PageRow {
+  int page;
+  int row;
+};
+FLASHATTN_HOST_DEVICE PageRow page_row_of(const KvCache& cache, const Sequence& s, int j) {
   const int entry = cache.page_size.div(j);
   const int page =
       clamp_index(cache.block_table[s.batch * cache.block_table_stride + entry], cache.num_pages);
-  return kv.row<T>(page, h, cache.page_size.mod(j, entry));
+  return {page, cache.page_size.mod(j, entry)};
+}
+
+// Key (or value) j of sequence s, head h, in a paged cache's view kv (page_row_of).
+template <typename T>
+FLASHATTN_HOST_DEVICE T* paged_key_row(const TensorView& kv, const KvCache& cache,
+                                       const Sequence& s, int h, int j) {
+  const PageRow at = page_row_of(cache, s, j);
+  return kv.row<T>(at.page, h, at.row);
 }
 
 // Key (or value) j of sequence s, head h, in view kv: a page's row, or row k_row0 + j of batch

@@ -22,6 +22,7 @@
 #include "gqa_decode.h"
 #include "grid.h"
 #include "logit.cuh"
+#include "paged_row_table.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
@@ -67,13 +68,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // (kv_rows.h: pages of a block table, another batch entry).
   const bool keys_in_rows = keys_in_place(p.kv_cache);
   // Decoding reads its cache in the one-m-tile kernel (gqa_decode.h). There a cache's copies
-  // are unrolled too: a paged cache's with a page lookup per row (40-70 SASS instructions per
-  // 16-byte copy at d = 128, sm_90, against ~160 in the rolled loop, on which paged decoding
-  // reached 32% of the H200's bandwidth where dense rows reached 87%:
-  // docs/lab/2026-12-01-h200-first-gpu-run.md), another batch entry's (cache_batch_idx,
-  // leftpad) as strided rows. Not in the two-m-tile kernels (their registers are full), nor
-  // above d = 128 (d = 256 spilled 40-48 bytes): those keep the rolled loop.
-  constexpr bool kUnrolledCacheCopies = kMTiles == 1 && kHeadDim <= 128;
+  // are unrolled too: a paged cache's rows from a table of row addresses that the CTA writes
+  // once per tile (paged_row_table.cuh), another batch entry's (cache_batch_idx, leftpad) as
+  // strided rows. Not in the two-m-tile kernels (their registers are full), nor above d = 128
+  // (d = 256 spilled 40-48 bytes): those keep the rolled loop with a page lookup per chunk.
+  constexpr bool kUnrolledCacheCopies = Traits::kUnrolledCacheCopies;
+  const bool paged_table = kUnrolledCacheCopies && p.kv_cache.paged();
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 &&
@@ -83,6 +83,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   uint16_t* q_smem = smem;                                  // [kBlockM, kStride]
   uint16_t* k_smem = smem + Traits::kQSmemElems;            // [kBlockN, kStride]
   uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;     // [kBlockN, kStride]
+  using RowTable = PagedRowTable<kBlockN, kNThreads>;
+  static_assert(!kUnrolledCacheCopies || Traits::kPagedRowTableBytes == RowTable::kBytes,
+                "traits.h sizes the row table");
+  const RowTable row_table{reinterpret_cast<const uint16_t**>(v_smem + Traits::kKVTileSmemElems)};
 
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
   KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, rows.token(m_start), rows.token(m_last));
@@ -101,11 +105,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
             tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid,
             p.head_dim, aligned);
       } else {
+        // This tile's rows from the table (written before the barrier preceding this copy).
+        const int table_view = tile_smem == v_smem ? 1 : 0;
         load_rows_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
-            tile_smem,
-            [&](int r) {
-              return paged_key_row<const uint16_t>(view, p.kv_cache, seq, head_kv, n_start + r);
-            },
+            tile_smem, [&](int r) { return row_table.row_of(tile, r, table_view); },
             view.row<const uint16_t>(0, head_kv, 0), rows_valid, p.head_dim, aligned);
       }
     } else {
@@ -137,7 +140,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         q_smem, [&](int r) { return q_row_of(m_start + r); }, q_row_of(m_start),
         seq.seqlen_q - m_start, p.head_dim, aligned);
   }
-  if (tiles.begin < tiles.end) load_keys(k_smem, p.k, tiles.begin);
+  if (tiles.begin < tiles.end) {
+    if (paged_table) {  // the first tile's rows; later tiles' are written in the loop
+      row_table.write(p, seq, head_kv, tiles.begin);
+      __syncthreads();
+    }
+    load_keys(k_smem, p.k, tiles.begin);
+  }
 
   const int warp = threadIdx.x / kWarpSize;
   const WarpLanes lanes = WarpLanes::of(threadIdx.x % kWarpSize);
@@ -226,6 +235,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       }
     }
 
+    // The next tile's rows, into the table's other buffer (paged_row_table.cuh): the barrier
+    // below orders them before its K copy.
+    if (paged_table && tile + 1 < tiles.end) row_table.write(p, seq, head_kv, tile + 1);
     ptx::cp_async_wait_all();
     // Vj is in smem for every thread, and every warp is done with Kj.
     __syncthreads();

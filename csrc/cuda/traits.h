@@ -85,20 +85,34 @@ struct FwdTraits {
   static constexpr int kSmemStride = kHeadDim + kSmemPadElems;  // elements per smem row
   static constexpr int kQSmemElems = kBlockM * kSmemStride;
   static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;
+  // Decoding reads its KV cache in the one-m-tile kernel (gqa_decode.h), whose cache copies
+  // are unrolled (fwd_kernel.cuh) up to d = 128; a paged cache's rows then come from a table
+  // of row addresses in shared memory (paged_row_table.cuh): 2 tiles x kBlockN rows x K, V.
+  // It is taken whether or not the call is paged (2 KB), as the kernel serves both; it leaves
+  // kMinBlocksPerSm as it was (static_assert below).
+  static constexpr bool kUnrolledCacheCopies = kMTiles == 1 && kHeadDim <= 128;
+  static constexpr int kPagedRowTableBytes =
+      kUnrolledCacheCopies ? 2 * kBlockN * 2 * static_cast<int>(sizeof(void*)) : 0;
   // Qi, one K tile and one V tile. FA2's pipeline overlaps without a second stage: V_j is
   // copied while S = Qi Kj^T is computed, K_j+1 while O += P Vj; a second stage would halve the
-  // CTAs per SM at d = 128.
-  static constexpr int kSmemBytes = (kQSmemElems + 2 * kKVTileSmemElems) * kElemBytes16;
+  // CTAs per SM at d = 128. Then the row table.
+  static constexpr int kTilesSmemBytes = (kQSmemElems + 2 * kKVTileSmemElems) * kElemBytes16;
+  static constexpr int kSmemBytes = kTilesSmemBytes + kPagedRowTableBytes;
 
   // CTAs per SM that sm_80's shared memory holds (at most 3), given to __launch_bounds__, so
   // that the register budget is what that many CTAs can share: left to itself ptxas picks a
   // tighter one and spills, and registers the shared memory cannot use buy no occupancy. Two
   // m-tiles, and one m-tile from d = 96, spilled at 3, so those ask for at most 2.
   static constexpr int kMaxBlocksPerSm = kMTiles == 2 || kHeadDim >= 96 ? 2 : 3;
-  static constexpr int kMinBlocksPerSm =
-      kMaxSmemBytes / kSmemBytes < 1 ? 1
-      : (kMaxSmemBytes / kSmemBytes > kMaxBlocksPerSm ? kMaxBlocksPerSm
-                                                      : kMaxSmemBytes / kSmemBytes);
+  static constexpr int blocks_per_sm(int smem_bytes) {
+    return kMaxSmemBytes / smem_bytes < 1 ? 1
+           : (kMaxSmemBytes / smem_bytes > kMaxBlocksPerSm ? kMaxBlocksPerSm
+                                                           : kMaxSmemBytes / smem_bytes);
+  }
+  static constexpr int kMinBlocksPerSm = blocks_per_sm(kSmemBytes);
+  static_assert(kMinBlocksPerSm == blocks_per_sm(kTilesSmemBytes),
+                "the paged row table must not cost a CTA per SM");
+  static_assert(kTilesSmemBytes % 8 == 0, "the row table after the tiles must be 8-byte aligned");
 
   static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim,
                 "head-dim tile must be a multiple of the mma K (16) and at most 256");
