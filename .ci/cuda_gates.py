@@ -9,7 +9,8 @@ Reads what the wheel build already produced:
     contain HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async), that the sm_90a kernels
     (fwd_sm90_kernel, compiled for sm_90a only) contain HGMMA (wgmma), UTMALDG (TMA loads) and
     SYNCS (mbarriers), and that no kernel contains LDL/STL (local memory), for every
-    architecture built.
+    architecture built; and that the forward's paged K/V copy is as short as the dense one
+    (.ci/sass_copy_loops.py).
 Exit status 0 when every gate passes.
 
     python .ci/cuda_gates.py --build-log build/wheel.log --binary path/to/flashattn/_C.abi3.so
@@ -121,6 +122,16 @@ def sass_by_kernel(cuobjdump, nvdisasm, obj):
     return kernels
 
 
+def _copy_loops():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "sass_copy_loops", os.path.join(REPO, ".ci", "sass_copy_loops.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build-log", required=True, help="log of the FLASHATTN_PTXAS_STRICT=1 build")
@@ -151,6 +162,9 @@ def main():
         if SM90A_KERNEL.search(kernel) and arch != "sm_90a":
             failures.append(f"{kernel}: compiled for {arch}; the sm_90a kernels are built for "
                             "sm_90a only (kernel_list.py ARCHS)")
+    # Issue 33: a paged cache's K/V copy no longer than a dense one (.ci/sass_copy_loops.py).
+    copy_loops = _copy_loops()
+    failures += copy_loops.check(copy_loops.dump_sass(cuobjdump, nvdisasm, args.binary), demangle)
     archs = sorted({arch for arch, _ in kernels})
     tensor_core = sum(1 for _, k in kernels if TENSOR_CORE_KERNEL.search(k))
     if not tensor_core:
