@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
             p.head_dim, aligned);
       } else {
         // This tile's rows from the table (written before the barrier preceding this copy).
-        const int table_view = tile_smem == v_smem ? 1 : 0;
+        const int table_view = tile_smem == v_smem ? RowTable::kValues : RowTable::kKeys;
         load_rows_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
             tile_smem, [&](int r) { return row_table.row_of(tile, r, table_view); },
             view.row<const uint16_t>(0, head_kv, 0), rows_valid, p.head_dim, aligned);

@@ -29,6 +29,8 @@ struct PagedRowTable {
   static constexpr int kEntries = 2 * kBlockN * 2;
   static constexpr int kBytes = kEntries * static_cast<int>(sizeof(const uint16_t*));
   static_assert(kBlockN <= kNThreads, "one thread per row of a tile");
+  // Which cache a row address is in.
+  static constexpr int kKeys = 0, kValues = 1;
 
   const uint16_t** entries;  // shared memory, kBytes, 8-byte aligned
 
@@ -45,11 +47,13 @@ struct PagedRowTable {
     const int key = tile * kBlockN + row;
     if (row >= kBlockN || key >= seq.seqlen_k) return;
     const PageRow at = page_row_of(p.kv_cache, seq, key);
-    FLASHATTN_SMEM(entries)[index(tile, row, 0)] = p.k.row<const uint16_t>(at.page, head_kv, at.row);
-    FLASHATTN_SMEM(entries)[index(tile, row, 1)] = p.v.row<const uint16_t>(at.page, head_kv, at.row);
+    FLASHATTN_SMEM(entries)[index(tile, row, kKeys)] =
+        p.k.row<const uint16_t>(at.page, head_kv, at.row);
+    FLASHATTN_SMEM(entries)[index(tile, row, kValues)] =
+        p.v.row<const uint16_t>(at.page, head_kv, at.row);
   }
 
-  // Row `row` of tile `tile` in the K (view 0) or V (view 1) cache: one shared-memory load.
+  // Row `row` of tile `tile` in the K (kKeys) or V (kValues) cache: one shared-memory load.
   __device__ __forceinline__ const uint16_t* row_of(int tile, int row, int view) const {
     return FLASHATTN_SMEM(entries)[index(tile, row, view)];
   }
