@@ -7,9 +7,9 @@ Reads what the wheel build already produced:
     memory and stack per architecture;
   - the built library: checks its SASS with cuobjdump, that the 16-bit tensor-core kernels
     contain HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async), that the sm_90a kernels
-    (fwd_sm90_kernel, compiled for sm_90a only) contain HGMMA (wgmma), UTMALDG (TMA loads) and
-    SYNCS (mbarriers), and that no kernel contains LDL/STL (local memory), for every
-    architecture built; and that the forward's paged K/V copy is as short as the dense one
+    (fwd_sm90_kernel, bwd_sm90_kernel, compiled for sm_90a only) contain HGMMA (wgmma), UTMALDG
+    (TMA loads) and SYNCS (mbarriers), and that no kernel contains LDL/STL (local memory), for
+    every architecture built; and that the forward's paged K/V copy is as short as the dense one
     (.ci/sass_copy_loops.py).
 Exit status 0 when every gate passes.
 
@@ -41,7 +41,9 @@ TENSOR_CORE_KERNEL = re.compile(r"16bit")  # kernel names of the mma.sync kernel
 # The same for the sm_90a kernels (csrc/cuda/hopper/, kernel_list.py arch sm90a).
 REQUIRED_SM90A_SASS = {"HGMMA": "wgmma on tensor cores", "UTMALDG": "TMA tensor loads",
                        "SYNCS": "mbarrier waits and arrivals"}
-SM90A_KERNEL = re.compile(r"fwd_sm90_kernel")
+# The main kernels only: the backward's rows and dQ convert kernels (bwd_sm90_rows_kernel,
+# bwd_sm90_convert_dq_kernel) are plain SIMT code, built for sm_90a beside them.
+SM90A_KERNEL = re.compile(r"[fb]wd_sm90_kernel")
 
 
 def find_nvcc():

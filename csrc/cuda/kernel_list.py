@@ -69,6 +69,13 @@ FAMILIES = {
         params="const AttnParams&, cudaStream_t, LaunchCheck",
         comment="The sm_90a forward (csrc/cuda/hopper/), causal and not, for one (head dim, "
                 "dtype): compiled for sm_90a only (kernel_list.py ARCHS)."),
+    "bwd_sm90": dict(
+        header="launch_bwd_sm90.cuh", prefix="bwd", one_per_file=True, direction="bwd",
+        template="{element}, {head_dim}",
+        params="const AttnBwdParams&, float*, cudaStream_t, LaunchCheck",
+        comment="The sm_90a backward (csrc/cuda/hopper/bwd_sm90_*), causal and not, with its rows "
+                "and dQ convert kernels, for one (head dim, dtype): compiled for sm_90a only "
+                "(kernel_list.py ARCHS)."),
     "split_merge": dict(
         header="split_merge_kernel.cuh", prefix="split_merge", one_per_file=False, direction="fwd",
         template="{element}", params="const AttnParams&, const float*, cudaStream_t, LaunchCheck",
@@ -86,10 +93,12 @@ ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16", "fp32": "float"}
 # and the largest tile must be kMaxHeadDim (traits.h), so every accepted d has one.
 HEAD_DIMS_16BIT = (32, 64, 96, 128, 192, 256)  # tensor-core kernels, fp16 and bf16
 HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
-# The sm_90a forward: exactly these head dims (FwdSm90Config), fp16 and bf16, each with and without
-# the causal mask; the rest of its template parameters (softcap, local, ALiBi) are not built yet, so
-# those calls stay on the sm_80 kernels (plan_fwd_sm90.h, README's support table). Four files of
-# two kernels each: the build-time budget (docs/lab/2026-12-02-hopper-forward-wiring.md).
+# The sm_90a forward and backward: exactly these head dims (FwdSm90Config, BwdSm90Config), fp16 and
+# bf16, each with and without the causal mask; the rest of the forward's template parameters
+# (softcap, local, ALiBi) are not built yet, so those calls stay on the sm_80 kernels
+# (plan_fwd_sm90.h, plan_bwd_sm90.h, README's support table). Four files per direction, two main
+# kernels each (the backward's also its rows and convert kernels): the build-time budget
+# (docs/lab/2026-12-02-hopper-forward-wiring.md, docs/lab/2026-12-02-hopper-backward-wiring.md).
 HEAD_DIMS_SM90 = (64, 128)
 
 KERNELS = (
@@ -97,7 +106,8 @@ KERNELS = (
      for d in HEAD_DIMS_16BIT for dtype in ("fp16", "bf16")]
     + [Kernel(family, d, "fp32", "sm80") for family in ("fwd_simt", "bwd_simt")
        for d in HEAD_DIMS_SIMT]
-    + [Kernel("fwd_sm90", d, dtype, "sm90a") for d in HEAD_DIMS_SM90 for dtype in ("fp16", "bf16")]
+    + [Kernel(family, d, dtype, "sm90a") for family in ("fwd_sm90", "bwd_sm90")
+       for d in HEAD_DIMS_SM90 for dtype in ("fp16", "bf16")]
     # Not per head dim: one kernel per element type.
     + [Kernel(family, None, dtype, "sm80") for family in ("split_merge", "kv_append")
        for dtype in ("fp16", "bf16", "fp32")]

@@ -18,6 +18,11 @@ void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t strea
 template <typename Element, int kHeadDim>
 void run_fwd_sm90(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
 
+// The sm_90a backward (launch_bwd_sm90.cuh): as run_fwd_sm90.
+template <typename Element, int kHeadDim>
+void run_bwd_sm90(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
+                  LaunchCheck after_launch);
+
 template <typename Element, int kHeadDim>
 void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                    LaunchCheck after_launch);

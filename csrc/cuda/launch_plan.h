@@ -62,9 +62,28 @@ inline void launch_fwd(const FwdPlan& plan, float* split_scratch, cudaStream_t s
   });
 }
 
+// Runs a plan of the sm_90a backward (plan_bwd_sm90.h): 16-bit, its tile the head dim.
+inline void launch_bwd_sm90(const BwdPlan& plan, const AttnBwdParams& p, float* workspace,
+                            cudaStream_t stream, LaunchCheck after_launch) {
+  bool launched = false;
+  dispatch_element(plan.kernels.type, [&](auto element) {
+    using Element = decltype(element);
+    if constexpr (kSm90KernelsBuilt && !std::is_same_v<Element, float>) {
+      launched = dispatch_head_dim(Sm90BwdHeadDims{}, plan.kernels.head_dim_tile, [&](auto tile) {
+        run_bwd_sm90<Element, decltype(tile)::value>(p, workspace, stream, after_launch);
+      });
+    }
+  });
+  if (!launched) throw std::logic_error("flashattn: a plan for sm_90a kernels this build lacks");
+}
+
 // Runs a backward plan that is not empty; workspace: plan.workspace_floats floats.
 inline void launch_bwd(const BwdPlan& plan, const AttnBwdParams& p, float* workspace,
                        cudaStream_t stream, LaunchCheck after_launch) {
+  if (plan.kernels.arch == Arch::kSm90) {
+    launch_bwd_sm90(plan, p, workspace, stream, after_launch);
+    return;
+  }
   dispatch_choice(plan.kernels, [&](auto element, auto tile) {
     using Element = decltype(element);
     constexpr int kTile = decltype(tile)::value;

@@ -1,5 +1,6 @@
 // The backward's launch decisions, all in one place: which kernels run (plan_fwd.h's choice:
-// family, architecture, head-dim tile), how dQ is summed (fp32 atomics into a workspace, or the
+// family, architecture, head-dim tile; the sm_90a backward where plan_bwd_sm90.h allows), how dQ
+// is summed (fp32 atomics into a workspace, or the
 // deterministic dQ kernel), the workspace, and each launch's grid, block and shared memory.
 // Host only and free of CUDA calls, like plan_fwd.h. executor.h plans, allocates and checks;
 // launch_bwd.cuh and launch_simt.cuh execute the steps (bwd_steps_*), which they compute from
@@ -10,6 +11,7 @@
 
 #include "../params.h"
 #include "grid.h"
+#include "plan_bwd_sm90.h"
 #include "plan_fwd.h"
 #include "traits.h"
 
@@ -143,12 +145,15 @@ inline bool bwd_launches_nothing(const AttnBwdParams& p) {
 }
 
 struct BwdPlan {
-  KernelChoice kernels;
+  KernelChoice kernels;  // kernels.arch: kSm90 for the sm_90a backward (plan_bwd_sm90.h)
   Arch device_arch;
   bool empty = false;  // bwd_launches_nothing
-  bool dq_accum = false;  // bwd_dq_accum
-  // fp32 scratch, in floats, rows by query_row_index (mask.h): D_i [Hq, total_q], then with
-  // dq_accum the dQ accumulator [Hq, total_q, head_dim_tile] from dq_accum_offset on.
+  // bwd_dq_accum; the sm_90a backward always sums dQ in fp32 (hopper/bwd_sm90_config.h,
+  // DqAccumLayout; deterministic: one slice per key block).
+  bool dq_accum = false;
+  // fp32 scratch, in floats. sm_80: rows by query_row_index (mask.h): D_i [Hq, total_q], then
+  // with dq_accum the dQ accumulator [Hq, total_q, head_dim_tile] from dq_accum_offset on.
+  // sm_90a: hopper::bwd_sm90_workspace_floats (row stats, then its dQ accumulator).
   int64_t workspace_floats = 0;
   int smem_bytes = 0;        // bwd_smem_bytes
   int smem_limit_bytes = 0;  // as FwdPlan's
@@ -156,7 +161,35 @@ struct BwdPlan {
   BwdSteps steps;
 };
 
-// Plans the backward of `p` (make_bwd_params) for inputs of `type` on `device`.
+// Moves a plan to the sm_90a backward, for a call sm90_bwd_unsupported() accepts: three launches
+// (hopper/bwd_sm90_params.h, bwd_sm90_grids): its rows kernel (LSE * log2 e, D_i, the zeroed
+// accumulator: not sm_80's row kernels, whose D_i rows and accumulator have the sm_80 layouts),
+// the main kernel (dK, dV, dQ by bulk reduce-adds), its dQ convert kernel.
+inline void use_sm90_bwd(BwdPlan& plan, const AttnBwdParams& p) {
+  plan.kernels.arch = Arch::kSm90;
+  plan.kernels.head_dim_tile = p.head_dim;
+  plan.arch_smem_bytes = max_smem_bytes(Arch::kSm90);
+  plan.dq_accum = true;
+  const hopper::BwdSm90Params hp = make_bwd_sm90_params(p);
+  dispatch_head_dim(Sm90BwdHeadDims{}, p.head_dim, [&](auto tile) {
+    constexpr int kHeadDim = decltype(tile)::value;
+    using Config = hopper::BwdSm90Config<kHeadDim>;
+    plan.workspace_floats = hopper::bwd_sm90_workspace_floats<kHeadDim>(hp);
+    plan.smem_bytes = static_cast<int>(Config::kSmemBytes);
+    const hopper::BwdSm90Grids g = hopper::bwd_sm90_grids<kHeadDim>(hp);
+    const auto grid = [](const hopper::BwdSm90Grid& d) { return dim3(d.x, d.y, d.z); };
+    plan.steps = BwdSteps{};
+    plan.steps.add({BwdKernel::kDotDoO, KernelFamily::kRows, grid(g.rows),
+                    dim3(hopper::kRowThreads), 0});
+    plan.steps.add({BwdKernel::kDkdv, KernelFamily::kTensorCore, grid(g.main),
+                    dim3(Config::kThreads), plan.smem_bytes});
+    plan.steps.add({BwdKernel::kConvertDq, KernelFamily::kRows, grid(g.convert),
+                    dim3(hopper::kRowThreads), 0});
+  });
+}
+
+// Plans the backward of `p` (make_bwd_params) for inputs of `type` on `device`: the sm_80 plan,
+// or the sm_90a backward where it is enabled and takes the call.
 inline BwdPlan plan_bwd(const AttnBwdParams& p, ElementType type, const DeviceProps& device) {
   BwdPlan plan;
   plan.device_arch = device_arch(device);
@@ -165,6 +198,11 @@ inline BwdPlan plan_bwd(const AttnBwdParams& p, ElementType type, const DevicePr
   plan.arch_smem_bytes = max_smem_bytes(plan.kernels.arch);
   plan.empty = bwd_launches_nothing(p);
   if (plan.empty) return plan;
+  if (sm90_bwd_enabled(device.hopper_fwd, device.cc_major, device.cc_minor) &&
+      sm90_bwd_unsupported(p, type) == nullptr) {
+    use_sm90_bwd(plan, p);
+    return plan;
+  }
   plan.dq_accum = bwd_dq_accum(p, plan.kernels.family);
   const int64_t rows = static_cast<int64_t>(p.heads_q) * p.total_q;
   plan.workspace_floats =

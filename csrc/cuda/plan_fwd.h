@@ -29,7 +29,8 @@ struct DeviceProps {
   int cc_minor = 0;
   int sm_count = 1;  // the split-KV heuristic fills them
   int smem_optin_bytes = max_smem_bytes(Arch::kSm80);  // per block, after cudaFuncSetAttribute
-  // FLASHATTN_CUDA_HOPPER=1 (plan_fwd_sm90.h): the forward may run the sm_90a kernels.
+  // FLASHATTN_CUDA_HOPPER=1 (plan_fwd_sm90.h): the forward and the backward may run the sm_90a
+  // kernels (plan_bwd_sm90.h takes the same opt-in).
   bool hopper_fwd = false;
 };
 
@@ -39,9 +40,9 @@ inline Arch device_arch(const DeviceProps& device) {
   return device.cc_major == 9 ? Arch::kSm90 : Arch::kSm80;
 }
 
-// Whose kernels the backward runs on a device: sm_80's everywhere, since they run as built on
-// sm_90 (the Hopper backward is issue 31's stage 5). The forward's choice is plan_fwd's, with
-// plan_fwd_sm90.h.
+// Whose kernels a plan starts from on a device: sm_80's everywhere, since they run as built on
+// sm_90. plan_fwd and plan_bwd then move the calls the sm_90a kernels take to them
+// (plan_fwd_sm90.h, plan_bwd_sm90.h).
 inline Arch kernel_arch(Arch device) {
   (void)device;
   return Arch::kSm80;

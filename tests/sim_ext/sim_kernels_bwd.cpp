@@ -3,6 +3,7 @@
 // what csrc/cuda/inst/bwd_*.cu are for nvcc. A tile missing here fails the load of the extension
 // with an undefined symbol.
 #include "cuda/launch_bwd.cuh"
+#include "cuda/launch_bwd_sm90.cuh"
 #include "cuda/launch_simt.cuh"
 
 namespace flashattn::cuda {
@@ -28,5 +29,11 @@ template void run_bwd_16bit<__nv_bfloat16, 256>(const AttnBwdParams&, float*,
 template void run_bwd_simt<64>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
 template void run_bwd_simt<128>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
 template void run_bwd_simt<256>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
+template void run_bwd_sm90<__half, 64>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
+template void run_bwd_sm90<__nv_bfloat16, 64>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_sm90<__half, 128>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
+template void run_bwd_sm90<__nv_bfloat16, 128>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
 
 }  // namespace flashattn::cuda

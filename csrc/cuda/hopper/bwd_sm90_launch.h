@@ -1,7 +1,8 @@
 // Host launch of the sm_90a backward, under nvcc (a stream) and under the CPU shim (the grid runs
 // on the calling thread; errors throw cudasim::SimError): the rows kernel, the main kernel, the
-// dQ convert kernel, in that order (bwd_sm90_params.h). Not wired into the library's dispatch:
-// callers are tests/cudasim/selftest/hopper_bwd_test.cpp and tests/cudasim/hopper_bwd_gpu.cu.
+// dQ convert kernel, in that order (bwd_sm90_params.h). Callers: the library's launch
+// (launch_bwd_sm90.cuh, with FLASHATTN_CUDA_HOPPER=1), tests/cudasim/selftest/hopper_bwd_test.cpp
+// and tests/cudasim/hopper_bwd_gpu.cu.
 //
 // The caller provides the workspace: bwd_sm90_workspace_floats() floats, 16-byte aligned (row
 // stats, then the dQ accumulator); bwd_sm90_bind_workspace() points the params into it.
@@ -17,29 +18,6 @@
 #endif
 
 namespace flashattn::hopper {
-
-template <int kHeadDim>
-DqAccumLayout<kHeadDim> bwd_sm90_dq_layout(const BwdSm90Params& p) {
-  const int key_blocks = (p.seqlen_k + BwdSm90Config<kHeadDim>::kBlockN - 1) / BwdSm90Config<kHeadDim>::kBlockN;
-  return DqAccumLayout<kHeadDim>(p.batch, p.heads_q, p.seqlen_q, p.deterministic ? key_blocks : 1);
-}
-
-// Row stats (2 x [B, Hq, Sq padded]) + the dQ accumulator. Deterministic dQ keeps one
-// accumulator slice per key block: ceil(Sk / 128) times the memory.
-template <int kHeadDim>
-int64_t bwd_sm90_workspace_floats(const BwdSm90Params& p) {
-  const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
-  return 2 * static_cast<int64_t>(p.batch) * p.heads_q * dq.seqlen_q_padded + dq.floats();
-}
-
-template <int kHeadDim>
-void bwd_sm90_bind_workspace(BwdSm90Params& p, float* workspace) {
-  const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
-  const int64_t stats = static_cast<int64_t>(p.batch) * p.heads_q * dq.seqlen_q_padded;
-  p.lse_log2 = workspace;
-  p.dpsum = workspace + stats;
-  p.dq_accum = workspace + 2 * stats;  // stats is a multiple of kBlockM floats: 16-byte aligned
-}
 
 // "" if the arguments fit the kernels, else which one does not, what was expected and what was
 // given. (Q, K, V and dO's strides and pointers are checked by the tensor map encoder.)
@@ -93,9 +71,9 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   if (!bad.empty()) return bad;
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) return "";
   const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
-  const dim3 rows_grid(dq.seqlen_q_padded / kRowThreads + (dq.seqlen_q_padded % kRowThreads != 0), p.heads_q, p.batch);
-  const dim3 convert_grid((p.seqlen_q + kRowThreads - 1) / kRowThreads, p.heads_q, p.batch);
-  const dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_q / p.head_group, p.batch);
+  const BwdSm90Grids g = bwd_sm90_grids<kHeadDim>(p);
+  const dim3 rows_grid(g.rows.x, g.rows.y, g.rows.z), convert_grid(g.convert.x, g.convert.y, g.convert.z);
+  const dim3 grid(g.main.x, g.main.y, g.main.z);
   auto rows_kernel = bwd_sm90_rows_kernel<Elem, kHeadDim>;
   auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal>;
   auto convert_kernel = bwd_sm90_convert_dq_kernel<Elem, kHeadDim>;

@@ -90,6 +90,53 @@ std::string make_bwd_sm90_maps(BwdSm90Maps& maps, TensorMapDtype dtype, int batc
   return "";
 }
 
+// The row kernels (bwd_sm90_rows.cuh) run one thread per query row, in blocks of this many.
+constexpr int kRowThreads = 128;
+
+template <int kHeadDim>
+DqAccumLayout<kHeadDim> bwd_sm90_dq_layout(const BwdSm90Params& p) {
+  const int key_blocks = (p.seqlen_k + BwdSm90Config<kHeadDim>::kBlockN - 1) / BwdSm90Config<kHeadDim>::kBlockN;
+  return DqAccumLayout<kHeadDim>(p.batch, p.heads_q, p.seqlen_q, p.deterministic ? key_blocks : 1);
+}
+
+// Row stats (2 x [B, Hq, Sq padded]) + the dQ accumulator. Deterministic dQ keeps one
+// accumulator slice per key block: ceil(Sk / 128) times the memory.
+template <int kHeadDim>
+int64_t bwd_sm90_workspace_floats(const BwdSm90Params& p) {
+  const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
+  return 2 * static_cast<int64_t>(p.batch) * p.heads_q * dq.seqlen_q_padded + dq.floats();
+}
+
+template <int kHeadDim>
+void bwd_sm90_bind_workspace(BwdSm90Params& p, float* workspace) {
+  const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
+  const int64_t stats = static_cast<int64_t>(p.batch) * p.heads_q * dq.seqlen_q_padded;
+  p.lse_log2 = workspace;
+  p.dpsum = workspace + stats;
+  p.dq_accum = workspace + 2 * stats;  // stats is a multiple of kBlockM floats: 16-byte aligned
+}
+
+// The three kernels' grids (x, y, z), written once for the launch (bwd_sm90_launch.h) and the
+// library's plan (plan_bwd_sm90.h): the rows kernel over the padded query rows, the main kernel
+// per (key block, kv head, batch), the convert kernel over the query rows. Blocks: kRowThreads,
+// BwdSm90Config::kThreads, kRowThreads.
+struct BwdSm90Grid {
+  unsigned x, y, z;
+};
+struct BwdSm90Grids {
+  BwdSm90Grid rows, main, convert;
+};
+
+template <int kHeadDim>
+BwdSm90Grids bwd_sm90_grids(const BwdSm90Params& p) {
+  const int padded = DqAccumLayout<kHeadDim>::padded(p.seqlen_q);
+  const auto blocks = [](int64_t n, int64_t per) { return static_cast<unsigned>((n + per - 1) / per); };
+  const unsigned heads = static_cast<unsigned>(p.heads_q), batch = static_cast<unsigned>(p.batch);
+  return {{blocks(padded, kRowThreads), heads, batch},
+          {blocks(p.seqlen_k, BwdSm90Config<kHeadDim>::kBlockN), static_cast<unsigned>(p.heads_q / p.head_group), batch},
+          {blocks(p.seqlen_q, kRowThreads), heads, batch}};
+}
+
 // The query blocks key block n_block visits: [begin, end). Causal: row i sees key j iff
 // j <= i + diag_offset, so the first row that sees the block's first key is n0 - diag_offset.
 // Empty when no row sees any key of the block (top-left alignment with Sk > Sq): its dK and dV

@@ -12,8 +12,6 @@
 
 namespace flashattn::hopper {
 
-constexpr int kRowThreads = 128;
-
 // What the row kernels read and write beyond BwdSm90Params.
 struct BwdSm90Rows {
   const void* o = nullptr;     // [B, Sq, Hq, D]
