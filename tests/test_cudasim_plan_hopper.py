@@ -1,4 +1,5 @@
-"""The forward plan's choice of the sm_90a kernels (csrc/cuda/plan_fwd_sm90.h), without a GPU:
+"""The plans' choice of the sm_90a kernels (csrc/cuda/plan_fwd_sm90.h, plan_bwd_sm90.h), without a
+GPU. The forward:
 torch.ops.flashattn_sim.plan_fwd on a compute capability 9.0 device, opted in (hopper_fwd, what
 FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64 or 128,
 causal (either alignment) or not, dense or varlen, with seqused or without, that the sm_80 plan
@@ -6,12 +7,22 @@ would run as one unsplit, unpacked launch with TMA-readable layouts; every other
 sm_80 kernels, each such feature listed in README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
 threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V + 8
 mbarriers + 1024 bytes of alignment slack.
+
+The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
+64 or 128, dense, causal (either alignment) or not, GQA, deterministic or not, whose q, k, v and
+dout TMA can read; everything else keeps the sm_80 backward. Its three launches, by
+hopper/bwd_sm90_params.h (bwd_sm90_grids): the rows kernel over Sq padded to kBlockM (128 at d = 64,
+64 at d = 128) in blocks of 128 threads, the main kernel per (128 keys, kv head, batch) with 384
+threads, the dQ convert kernel over Sq; its workspace the two row-stat buffers [B, Hq, Sq padded]
+and the fp32 dQ accumulator (one slice per key block when deterministic).
 """
+import math
+
 import pytest
 import torch
 
 from executors import make_executor
-from test_cudasim_plan import SM80, SM90, plan_fwd, qkv
+from test_cudasim_plan import SM80, SM90, plan_bwd, plan_fwd, qkv
 
 HOPPER = dict(SM90, hopper_fwd=True)
 # (128 query rows + 2 x 2 x 128 keys) x d x 2 bytes + 8 mbarriers x 8 + 1024.
@@ -135,3 +146,94 @@ def test_opt_in_variable(sim, value, on):
 def test_opt_in_variable_refuses_other_values(sim, value):
     with pytest.raises(ValueError, match=f"FLASHATTN_CUDA_HOPPER must be 0 or 1 .*got '{value}'"):
         sim.ops.parse_hopper_opt_in(value)
+
+
+# ---- the backward ----
+
+# K + V + 2 stages of Q and dO + 2 dS buffers + 2 fp32 dQ parts + 2 stages of row stats + 9
+# mbarriers + 1024 (hopper/bwd_sm90_config.h).
+HOPPER_BWD_SMEM = {64: 199752, 128: 198728}
+HOPPER_BWD_BLOCK_M = {64: 128, 128: 64}
+
+
+def hopper_bwd_workspace(b, sq, sk, hq, d, deterministic=False):
+    padded = math.ceil(sq / HOPPER_BWD_BLOCK_M[d]) * HOPPER_BWD_BLOCK_M[d]
+    slices = math.ceil(sk / 128) if deterministic else 1
+    return 2 * b * hq * padded + slices * b * hq * padded * d
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_hopper_backward_takes_its_calls(sim, dtype, d, causal, deterministic):
+    plan = plan_bwd(sim, *qkv(3, 200, 300, 4, 2, d, dtype), causal=causal,
+                    deterministic=deterministic, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["device_arch"] == "sm90"
+    assert plan["family"] == "tensor_core" and plan["head_dim_tile"] == d
+    assert plan["smem_bytes"] == HOPPER_BWD_SMEM[d] and plan["arch_smem_bytes"] == 227 * 1024
+    assert plan["dq_accum"]
+    assert plan["workspace_floats"] == hopper_bwd_workspace(3, 200, 300, 4, d, deterministic)
+    padded_blocks = math.ceil(math.ceil(200 / HOPPER_BWD_BLOCK_M[d]) * HOPPER_BWD_BLOCK_M[d] / 128)
+    assert plan["steps"] == [
+        {"kernel": "dot_do_o", "family": "rows", "grid": [padded_blocks, 4, 3],
+         "block": [128, 1, 1], "smem_bytes": 0},
+        {"kernel": "dkdv", "family": "tensor_core", "grid": [3, 2, 3], "block": [384, 1, 1],
+         "smem_bytes": HOPPER_BWD_SMEM[d]},
+        {"kernel": "convert_dq", "family": "rows", "grid": [2, 4, 3], "block": [128, 1, 1],
+         "smem_bytes": 0}]
+
+
+def test_hopper_backward_takes_top_left_causal_one_row_and_kv_layouts(sim):
+    plan = plan_bwd(sim, *qkv(1, 65, 7, 2, 2, 64), causal=True, align_bottom_right=False,
+                    device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["steps"][1]["grid"] == [1, 2, 1]
+    plan = plan_bwd(sim, *qkv(1, 1, 1, 1, 1, 128), device=HOPPER)
+    assert plan["arch"] == "sm90" and [s["grid"] for s in plan["steps"]] == [[1, 1, 1]] * 3
+    q = torch.randn(2, 130, 4, 64, dtype=torch.float16)
+    k, v = (torch.randn(2, 2, 130, 64, dtype=torch.float16).transpose(1, 2) for _ in range(2))
+    assert plan_bwd(sim, q, k, v, device=HOPPER)["arch"] == "sm90"
+
+
+def test_hopper_backward_only_when_opted_in_on_cc_9_0(sim):
+    args = qkv(1, 128, 128, 2, 2, 128)
+    assert plan_bwd(sim, *args, device=SM90)["arch"] == "sm80"
+    assert plan_bwd(sim, *args, device=dict(SM80, hopper_fwd=True))["arch"] == "sm80"
+    assert plan_bwd(sim, *args, device=dict(HOPPER, cc_minor=1))["arch"] == "sm80"
+
+
+# Calls the Hopper backward does not take: (name, qkv, the op's keyword arguments).
+def _backward_stays_on_sm80():
+    q, k, v = qkv(2, 130, 130, 2, 2, 128)
+    cu = torch.tensor([0, 100, 260], dtype=torch.int32)
+    flat = [t.reshape(260, 2, 128) for t in (q, k, v)]
+    used = torch.tensor([100, 130], dtype=torch.int32)
+    return [
+        ("fp32", qkv(2, 130, 130, 2, 2, 128, torch.float32), {}),
+        ("head dim 96", qkv(2, 130, 130, 2, 2, 96), {}),
+        ("head dim 40 (padded to 64 on sm_80)", qkv(2, 130, 130, 2, 2, 40), {}),
+        ("head dim 256", qkv(2, 130, 130, 2, 2, 256), {}),
+        ("no keys", qkv(2, 130, 0, 2, 2, 64), {}),
+        ("no queries", qkv(2, 0, 130, 2, 2, 64), {}),
+        ("softcap", (q, k, v), dict(softcap=2.0)),
+        ("local window", (q, k, v), dict(window_left=16, window_right=0)),
+        ("right window", (q, k, v), dict(window_left=-1, window_right=8)),
+        ("ALiBi", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32))),
+        ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
+        ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
+        ("varlen", flat, dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=160,
+                              max_seqlen_k=160)),
+        ("seqused_k", (q, k, v), dict(seqused_k=used)),
+        ("seqused_q", (q, k, v), dict(seqused_q=used)),
+        ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
+        ("unaligned pointer", (q, _unaligned_pointer(2, 130, 2, 128), v), {}),
+    ]
+
+
+@pytest.mark.parametrize("name, args, kwargs", _backward_stays_on_sm80(), ids=lambda x: x
+                         if isinstance(x, str) else "")
+def test_what_hopper_backward_lacks_stays_on_sm80(sim, name, args, kwargs):
+    plan = plan_bwd(sim, *args, device=HOPPER, **kwargs)
+    assert plan["device_arch"] == "sm90" and plan["arch"] == "sm80", name
+    # Exactly the sm_80 plan of the same call without the opt-in.
+    assert plan == plan_bwd(sim, *args, device=SM90, **kwargs), name

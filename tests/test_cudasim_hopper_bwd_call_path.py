@@ -1,0 +1,168 @@
+"""The sm_90a backward as the library runs it: flash_attn_func's forward and backward through
+autograd, over torch.ops.flashattn_sim (the same op glue, checks, plans (plan_bwd.h ->
+plan_bwd_sm90.h) and launch code (launch_plan.h -> launch_bwd_sm90.cuh) as torch.ops.flashattn on a
+GPU), on a device the shim presents as compute capability 9.0 with FLASHATTN_CUDA_HOPPER=1
+(set_device): the Hopper forward, then the Hopper backward's rows, main and dQ convert kernels.
+
+The public flash_attn_func reaches torch.ops.flashattn, whose CPU tensors run the CPU kernels;
+test_cudasim_fuzz_differential.SimAPI stands in for it with the same signature over the sim ops and
+an autograd.Function whose backward is the sim's bwd. The outputs and the workspace are poisoned
+before the kernels write them (FLASHATTN_POISON_OUTPUTS, conftest.py); dq, dk and dv are compared
+with float64 autograd through the reference within 3x PyTorch's own error in the dtype.
+
+Every case runs under a forward, a reverse and a random warp schedule with lazy, eager or random
+completion of the TMA copies (tests/cudasim/README.md): six schedule pairs per case in CI (about
+15 s), and twelve more random ones with FLASHATTN_SIM_HOPPER_BWD_FULL=1.
+"""
+import os
+
+import pytest
+import torch
+
+from checks import reference_grads, to64
+from executors import make_executor
+from test_cudasim_fuzz_differential import SimAPI
+from tolerance import assert_within_torch_error
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return make_executor("sim")
+
+
+@pytest.fixture
+def hopper(sim):
+    """The shim's device as an H100 with FLASHATTN_CUDA_HOPPER=1, for one test."""
+    sim.ops.set_device(9, 0, True)
+    yield sim
+    sim.ops.set_device(8, 0, False)
+
+
+SCHEDULES = [("forward", "lazy"), ("forward", "eager"), ("reverse", "eager"), ("reverse", "lazy"),
+             ("random:13", "random"), ("random:5", "eager")]
+if os.environ.get("FLASHATTN_SIM_HOPPER_BWD_FULL") == "1":
+    SCHEDULES += [(f"random:{seed}", copies) for seed in range(1, 5)
+                  for copies in ("lazy", "eager", "random")]
+
+
+@pytest.fixture(params=SCHEDULES, ids=lambda s: f"{s[0]}-{s[1]}")
+def schedule(request, hopper):
+    warps, copies = request.param
+    hopper.set_schedule(warps)
+    hopper.ops.set_copy_completion(copies)
+    yield request.param
+    hopper.set_schedule("forward")
+    hopper.ops.set_copy_completion("")
+
+
+ELEMENTS = {torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
+
+
+def leaves(b, sq, sk, hq, hkv, d, dtype):
+    """Fresh random q, k, v (never zeros) that require grad."""
+    return [torch.randn(b, s, h, d, dtype=dtype).requires_grad_()
+            for s, h in ((sq, hq), (sk, hkv), (sk, hkv))]
+
+
+def run_and_check(sim, q, k, v, causal, align_bottom_right=True, deterministic=False, dout=None):
+    """flash_attn_func forward + backward on the sim (dout: random unless given); the gradients
+    checked against float64. Returns the launched kernels' names and (dq, dk, dv)."""
+    api = SimAPI(sim.ops)
+    if dout is None:
+        dout = torch.randn(q.shape, dtype=q.dtype)
+
+    def step():
+        out = api.flash_attn_func(q, k, v, causal=causal, align_bottom_right=align_bottom_right,
+                                  deterministic=deterministic)
+        out.backward(dout)
+        return out
+
+    out, counters = sim.counted(step)
+    ref_kwargs = dict(causal=causal, align_bottom_right=align_bottom_right)
+    ref = reference_grads(to64(q.detach()), to64(k.detach()), to64(v.detach()), dout.double(),
+                          None, ref_kwargs)
+    low = reference_grads(q.detach(), k.detach(), v.detach(), dout, None, ref_kwargs)
+    grads = (q.grad, k.grad, v.grad)
+    for name, got, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
+        assert got.dtype == q.dtype and got.isfinite().all(), name
+        assert_within_torch_error(name, got, want, yardstick, factor=3.0)
+    return [launch["kernel"] for launch in counters["launches"]], grads
+
+
+def assert_hopper_backward_ran(kernels, dtype, d, causal):
+    """The Hopper forward, then the Hopper backward's three kernels, and nothing else."""
+    element = ELEMENTS[dtype]
+    flag = "true" if causal else "false"
+    assert len(kernels) == 4, kernels
+    assert f"fwd_sm90_kernel<{element}, {d}, {flag}," in kernels[0], kernels
+    assert f"bwd_sm90_rows_kernel<{element}, {d}>" in kernels[1], kernels
+    assert f"bwd_sm90_kernel<{element}, {d}, {flag}>" in kernels[2], kernels
+    assert f"bwd_sm90_convert_dq_kernel<{element}, {d}>" in kernels[3], kernels
+
+
+# (dtype, head dim, causal, top-left, B, Sq, Sk, Hq, Hkv): both dtypes and head dims, causal in
+# both alignments, ragged lengths (1, 63, 65, 127, 129, 257), Sq != Sk both ways (bottom-right
+# causal with Sq > Sk has rows that see no key; top-left with Sk > Sq keys no row sees), GQA.
+CASES = [
+    (torch.bfloat16, 64, False, False, 1, 65, 257, 2, 1),
+    (torch.float16, 128, False, False, 2, 127, 63, 1, 1),
+    (torch.float16, 64, True, False, 1, 129, 63, 2, 2),
+    (torch.bfloat16, 128, True, False, 1, 63, 129, 3, 1),
+    (torch.bfloat16, 64, True, True, 1, 65, 257, 1, 1),
+    (torch.float16, 128, True, True, 1, 1, 1, 1, 1),
+    (torch.float16, 128, True, False, 1, 257, 127, 2, 1),
+]
+
+
+@pytest.mark.parametrize("dtype, d, causal, top_left, b, sq, sk, hq, hkv", CASES,
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_backward_through_autograd(schedule, hopper, dtype, d, causal, top_left, b, sq, sk,
+                                          hq, hkv):
+    q, k, v = leaves(b, sq, sk, hq, hkv, d, dtype)
+    kernels, _ = run_and_check(hopper, q, k, v, causal, align_bottom_right=not top_left)
+    assert_hopper_backward_ran(kernels, dtype, d, causal)
+
+
+def test_hopper_backward_deterministic_bits(hopper):
+    # deterministic=True: the same bits under different warp orders and copy completions.
+    q, k, v = leaves(1, 129, 257, 2, 1, 64, torch.bfloat16)
+    dout = torch.randn(q.shape, dtype=q.dtype)
+    results = []
+    for warps, copies in (("forward", "lazy"), ("random:3", "random")):
+        hopper.set_schedule(warps)
+        hopper.ops.set_copy_completion(copies)
+        try:
+            kernels, grads = run_and_check(hopper, q, k, v, causal=True, deterministic=True,
+                                            dout=dout)
+        finally:
+            hopper.set_schedule("forward")
+            hopper.ops.set_copy_completion("")
+        assert_hopper_backward_ran(kernels, torch.bfloat16, 64, True)
+        results.append([g.clone() for g in grads])
+        for t in (q, k, v):
+            t.grad = None
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_what_hopper_backward_lacks_runs_on_sm80(hopper):
+    # A gradient of the LSE output (return_attn_probs) needs D_i - dLSE, which the Hopper rows
+    # kernel lacks: the same opted-in device runs the Hopper forward and the sm_80 backward, right.
+    q, k, v = leaves(1, 65, 129, 2, 1, 64, torch.float16)
+    api = SimAPI(hopper.ops)
+    dout = torch.randn(q.shape, dtype=q.dtype)
+    dlse = torch.randn(1, 2, 65, dtype=torch.float32)
+
+    def step():
+        out, lse, _ = api.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        torch.autograd.backward((out, lse), (dout, dlse))
+
+    _, counters = hopper.counted(step)
+    kernels = [launch["kernel"] for launch in counters["launches"]]
+    assert "fwd_sm90_kernel<" in kernels[0] and not any("bwd_sm90" in n for n in kernels), kernels
+    assert any("bwd_dkdv_kernel_16bit" in n for n in kernels), kernels
+    ref = reference_grads(to64(q.detach()), to64(k.detach()), to64(v.detach()), dout.double(),
+                          dlse.double(), dict(causal=True))
+    low = reference_grads(q.detach(), k.detach(), v.detach(), dout, dlse, dict(causal=True))
+    for name, got, want, yardstick in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), ref, low):
+        assert_within_torch_error(name, got, want, yardstick, factor=3.0)
