@@ -1,0 +1,117 @@
+"""The sm_90a backward through the library on a GPU (tools/gpu_check.sh, after hopper-lib):
+torch.ops.flashattn.fwd and .bwd with FLASHATTN_CUDA_HOPPER=1, which the plans
+(csrc/cuda/plan_fwd_sm90.h, plan_bwd_sm90.h) send to the Hopper kernels on compute capability 9.0.
+
+    FLASHATTN_CUDA_HOPPER=1 python tests/cudasim/hopper_library_bwd_sample.py
+
+For each case: dq, dk and dv against float64 autograd through the reference within 3x PyTorch's
+own error in the dtype (tests/checks.check_backward, outputs poisoned first), and the profiler's
+kernel names show that the Hopper backward ran (bwd_sm90_kernel); deterministic=True twice gives
+the same bits; a call it does not take (a gradient of the LSE) runs the sm_80 backward. Then the
+library's forward + backward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096, causal and
+not (FLOPs: 3.5x the forward's 4·B·H·N²·d, halved when causal). Exits 1 on any failure; on a GPU
+other than compute capability 9.0, prints SKIP and exits 0.
+"""
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE)))  # tests/: checks, tolerance
+os.environ.setdefault("FLASHATTN_POISON_OUTPUTS", "1")  # before flashattn loads
+
+import torch  # noqa: E402
+
+from hopper_library_sample import kernels_run  # noqa: E402  (tests/cudasim/, beside this file)
+
+# (dtype, d, mask, B, Sq, Sk, Hq, Hkv, deterministic): both dtypes and head dims, causal in both
+# alignments, ragged lengths, Sq != Sk both ways, GQA, one query, a long sequence.
+CASES = [
+    (torch.bfloat16, 128, "none", 2, 1000, 1000, 8, 8, False),
+    (torch.float16, 64, "none", 1, 65, 129, 4, 1, False),
+    (torch.bfloat16, 64, "causal", 2, 129, 63, 2, 2, False),
+    (torch.float16, 128, "causal", 1, 7, 2049, 4, 2, False),
+    (torch.bfloat16, 128, "causal_top_left", 1, 513, 257, 3, 1, False),
+    (torch.float16, 64, "causal_top_left", 1, 1, 1, 1, 1, False),
+    (torch.bfloat16, 128, "causal", 1, 2048, 2048, 4, 4, True),
+]
+
+
+def check_cases():
+    from checks import MASKS, check_backward
+    from executors import make_executor
+
+    cuda = make_executor("cuda")
+    failures = 0
+    for dtype, d, mask, b, sq, sk, hq, hkv, deterministic in CASES:
+        name = (f"{str(dtype)[6:]} d={d} {mask} B={b} Sq={sq} Sk={sk} Hq={hq} Hkv={hkv}"
+                f"{' deterministic' if deterministic else ''}")
+        q = torch.randn(b, sq, hq, d, dtype=dtype, device="cuda")
+        k, v = (torch.randn(b, sk, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
+        try:
+            grads = []
+            names = kernels_run(lambda: grads.append(
+                check_backward(cuda, q, k, v, MASKS[mask], deterministic=deterministic)))
+            assert any("bwd_sm90_kernel" in n for n in names), f"no Hopper backward ran: {names}"
+            if deterministic:
+                torch.manual_seed(0)
+                first = check_backward(cuda, q, k, v, MASKS[mask], deterministic=True)
+                torch.manual_seed(0)
+                again = check_backward(cuda, q, k, v, MASKS[mask], deterministic=True)
+                assert all(torch.equal(x, y) for x, y in zip(first, again)), "bits differ"
+            print(f"PASS {name}")
+        except AssertionError as e:
+            failures += 1
+            print(f"FAIL {name}: {e}")
+    # A call the Hopper backward does not take stays on sm_80 (README's support table).
+    q, k, v = (torch.randn(1, 200, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    names = kernels_run(lambda: check_backward(cuda, q, k, v, MASKS["causal"], with_dlse=True))
+    if any("bwd_sm90" in n for n in names) or not any("bwd_dkdv_kernel_16bit" in n
+                                                      for n in names):
+        failures += 1
+        print(f"FAIL dLSE: expected the sm_80 backward, ran {names}")
+    else:
+        print("PASS dLSE stays on sm_80")
+    return failures
+
+
+def tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=10):
+    b, h = tokens // seqlen, hidden // d
+    q, k, v = (torch.randn(b, seqlen, h, d, dtype=torch.bfloat16, device="cuda",
+                           requires_grad=True) for _ in range(3))
+    dout = torch.randn(b, seqlen, h, d, dtype=torch.bfloat16, device="cuda")
+
+    def step():
+        out, _ = torch.ops.flashattn.fwd(q, k, v, causal=causal)
+        torch.autograd.grad(out, (q, k, v), dout)
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        step()
+    torch.cuda.synchronize()
+    seconds = (time.perf_counter() - start) / iters
+    flop = 3.5 * 4 * b * h * seqlen * seqlen * d / (2 if causal else 1)
+    return flop / seconds / 1e12
+
+
+def main():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("SKIP: needs a GPU of compute capability 9.0 (sm_90a)")
+        return 0
+    if os.environ.get("FLASHATTN_CUDA_HOPPER") != "1":
+        print("FAIL: run with FLASHATTN_CUDA_HOPPER=1 (the library reads it once per process)")
+        return 1
+    import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+    failures = check_cases()
+    for causal in (False, True):
+        print(f"library forward+backward, Hopper kernels, bf16 d=128 N=4096 B*N=16k "
+              f"causal={causal}: {tflops(causal):.0f} TFLOP/s")
+    print(f"{'FAIL' if failures else 'PASS'}: {failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
