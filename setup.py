@@ -192,7 +192,8 @@ def extension():
     nvcc = ["-O3", "--use_fast_math", "--expt-relaxed-constexpr", ptxas_flags(),
             *cuda_arch_flags()]
     if own_gencode_archs():
-        # The plans may choose the sm_90a kernels (plan_fwd_sm90.h, plan_bwd_sm90.h, kSm90KernelsBuilt).
+        # The plans may choose the sm_90a kernels (plan_fwd_sm90.h, plan_bwd_sm90.h,
+        # kSm90KernelsBuilt).
         cxx.append("-DFLASHATTN_SM90_KERNELS")
         nvcc.append("-DFLASHATTN_SM90_KERNELS")
     return CUDAExtension(extra_compile_args={"cxx": cxx, "nvcc": nvcc}, **common)

@@ -72,8 +72,8 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) return "";
   const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
   const BwdSm90Grids g = bwd_sm90_grids<kHeadDim>(p);
-  const dim3 rows_grid(g.rows.x, g.rows.y, g.rows.z), convert_grid(g.convert.x, g.convert.y, g.convert.z);
-  const dim3 grid(g.main.x, g.main.y, g.main.z);
+  const dim3 rows_grid(g.rows.x, g.rows.y, g.rows.z), grid(g.main.x, g.main.y, g.main.z);
+  const dim3 convert_grid(g.convert.x, g.convert.y, g.convert.z);
   auto rows_kernel = bwd_sm90_rows_kernel<Elem, kHeadDim>;
   auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal>;
   auto convert_kernel = bwd_sm90_convert_dq_kernel<Elem, kHeadDim>;

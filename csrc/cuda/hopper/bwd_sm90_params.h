@@ -17,13 +17,13 @@
 #include <string>
 
 #include "cuda/hopper/bwd_sm90_config.h"
-#include "cuda/hopper/fwd_sm90_params.h"  // FwdSm90Input: one [B, S, H, D] tensor's strides
+#include "cuda/hopper/bshd_map.h"
 #include "cuda/tensor_map.h"
 
 namespace flashattn::hopper {
 
 // Where one [B, S, H, D] tensor lives (element strides), for the maps and the plain accesses.
-using BwdSm90Tensor = FwdSm90Input;
+using BwdSm90Tensor = BshdTensor;
 
 struct BwdSm90Params {
   int batch = 0, seqlen_q = 0, seqlen_k = 0;
@@ -49,28 +49,6 @@ struct BwdSm90Maps {
   TensorMap q, k, v, dout;
 };
 
-// One 4D map over a [B, S, H, D] tensor: dims (D, S, H, B), boxes of (64, box_rows, 1, 1),
-// 128-byte swizzle. "" on success, else the encoder's reason.
-inline std::string encode_bshd_map(TensorMap* map, TensorMapDtype dtype, int head_dim, int batch,
-                                   const BwdSm90Tensor& t, int box_rows) {
-  TensorMapSpec spec;
-  spec.dtype = dtype;
-  spec.rank = 4;
-  spec.global = t.ptr;
-  spec.dims[0] = static_cast<uint64_t>(head_dim);
-  spec.dims[1] = static_cast<uint64_t>(t.seqlen);
-  spec.dims[2] = static_cast<uint64_t>(t.heads);
-  spec.dims[3] = static_cast<uint64_t>(batch);
-  spec.strides[0] = static_cast<uint64_t>(t.row_stride) * 2;
-  spec.strides[1] = static_cast<uint64_t>(t.head_stride) * 2;
-  spec.strides[2] = static_cast<uint64_t>(t.batch_stride) * 2;
-  spec.box[0] = 64;
-  spec.box[1] = static_cast<uint32_t>(box_rows);
-  spec.swizzle = TensorMapSwizzle::B128;
-  spec.l2_promotion = TensorMapL2Promotion::B128;
-  return encode_tensor_map(map, spec);
-}
-
 // Q and dO in boxes of kBlockM rows, K and V of kBlockN.
 template <int kHeadDim>
 std::string make_bwd_sm90_maps(BwdSm90Maps& maps, TensorMapDtype dtype, int batch, const BwdSm90Tensor& q,
@@ -95,7 +73,8 @@ constexpr int kRowThreads = 128;
 
 template <int kHeadDim>
 DqAccumLayout<kHeadDim> bwd_sm90_dq_layout(const BwdSm90Params& p) {
-  const int key_blocks = (p.seqlen_k + BwdSm90Config<kHeadDim>::kBlockN - 1) / BwdSm90Config<kHeadDim>::kBlockN;
+  constexpr int kBlockN = BwdSm90Config<kHeadDim>::kBlockN;
+  const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
   return DqAccumLayout<kHeadDim>(p.batch, p.heads_q, p.seqlen_q, p.deterministic ? key_blocks : 1);
 }
 
@@ -130,10 +109,13 @@ struct BwdSm90Grids {
 template <int kHeadDim>
 BwdSm90Grids bwd_sm90_grids(const BwdSm90Params& p) {
   const int padded = DqAccumLayout<kHeadDim>::padded(p.seqlen_q);
-  const auto blocks = [](int64_t n, int64_t per) { return static_cast<unsigned>((n + per - 1) / per); };
+  const auto blocks = [](int64_t n, int64_t per) {
+    return static_cast<unsigned>((n + per - 1) / per);
+  };
   const unsigned heads = static_cast<unsigned>(p.heads_q), batch = static_cast<unsigned>(p.batch);
+  const unsigned heads_kv = static_cast<unsigned>(p.heads_q / p.head_group);
   return {{blocks(padded, kRowThreads), heads, batch},
-          {blocks(p.seqlen_k, BwdSm90Config<kHeadDim>::kBlockN), static_cast<unsigned>(p.heads_q / p.head_group), batch},
+          {blocks(p.seqlen_k, BwdSm90Config<kHeadDim>::kBlockN), heads_kv, batch},
           {blocks(p.seqlen_q, kRowThreads), heads, batch}};
 }
 

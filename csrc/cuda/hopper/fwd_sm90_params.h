@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/hopper/bshd_map.h"
 #include "cuda/tensor_map.h"
 
 namespace flashattn::hopper {
@@ -62,11 +63,7 @@ struct FwdSm90Maps {
 };
 
 // Where one [B, S, H, D] input lives, for make_fwd_sm90_maps.
-struct FwdSm90Input {
-  const void* ptr = nullptr;
-  int64_t batch_stride = 0, row_stride = 0, head_stride = 0;  // elements
-  int seqlen = 0, heads = 0;
-};
+using FwdSm90Input = BshdTensor;
 
 // Encodes the four maps: dims (D, S, H, B), byte strides of rows, heads and batches, boxes of
 // (64, rows, 1, 1) with the 128-byte swizzle: block_m rows for Q, block_n for K and V, 64 (one
@@ -81,23 +78,8 @@ inline std::string make_fwd_sm90_maps(FwdSm90Maps& maps, TensorMapDtype dtype, i
   const uint32_t rows[4] = {static_cast<uint32_t>(block_m), static_cast<uint32_t>(block_n),
                             static_cast<uint32_t>(block_n), 64};
   for (int i = 0; i < 4; ++i) {
-    const FwdSm90Input& in = *inputs[i];
-    TensorMapSpec spec;
-    spec.dtype = dtype;
-    spec.rank = 4;
-    spec.global = in.ptr;
-    spec.dims[0] = static_cast<uint64_t>(head_dim);
-    spec.dims[1] = static_cast<uint64_t>(in.seqlen);
-    spec.dims[2] = static_cast<uint64_t>(in.heads);
-    spec.dims[3] = static_cast<uint64_t>(batch);
-    spec.strides[0] = static_cast<uint64_t>(in.row_stride) * 2;
-    spec.strides[1] = static_cast<uint64_t>(in.head_stride) * 2;
-    spec.strides[2] = static_cast<uint64_t>(in.batch_stride) * 2;
-    spec.box[0] = 64;
-    spec.box[1] = rows[i];
-    spec.swizzle = TensorMapSwizzle::B128;
-    spec.l2_promotion = TensorMapL2Promotion::B128;
-    const std::string error = encode_tensor_map(outputs[i], spec);
+    const std::string error =
+        encode_bshd_map(outputs[i], dtype, head_dim, batch, *inputs[i], static_cast<int>(rows[i]));
     if (!error.empty()) return std::string(names[i]) + ": " + error;
   }
   return "";

@@ -1,0 +1,43 @@
+// One [B, S, H, D] tensor (element strides, contiguous last dimension) as the 4D TMA map the
+// sm_90a kernels load tiles through, written once for the forward (make_fwd_sm90_maps) and the
+// backward (make_bwd_sm90_maps): dims (D, S, H, B), byte strides of rows, heads and batches, boxes
+// of (64 columns of the head dimension = one 128-byte swizzle row, box_rows rows, 1 head, 1 batch)
+// with the 128-byte swizzle; rows beyond S read as zeros. TMA needs 16-byte aligned base pointers
+// and strides: every stride a multiple of 8 16-bit elements.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "cuda/tensor_map.h"
+
+namespace flashattn::hopper {
+
+// Where one [B, S, H, D] tensor lives.
+struct BshdTensor {
+  const void* ptr = nullptr;
+  int64_t batch_stride = 0, row_stride = 0, head_stride = 0;  // elements
+  int seqlen = 0, heads = 0;
+};
+
+// "" on success, else the encoder's reason.
+inline std::string encode_bshd_map(TensorMap* map, TensorMapDtype dtype, int head_dim, int batch,
+                                   const BshdTensor& t, int box_rows) {
+  TensorMapSpec spec;
+  spec.dtype = dtype;
+  spec.rank = 4;
+  spec.global = t.ptr;
+  spec.dims[0] = static_cast<uint64_t>(head_dim);
+  spec.dims[1] = static_cast<uint64_t>(t.seqlen);
+  spec.dims[2] = static_cast<uint64_t>(t.heads);
+  spec.dims[3] = static_cast<uint64_t>(batch);
+  spec.strides[0] = static_cast<uint64_t>(t.row_stride) * 2;
+  spec.strides[1] = static_cast<uint64_t>(t.head_stride) * 2;
+  spec.strides[2] = static_cast<uint64_t>(t.batch_stride) * 2;
+  spec.box[0] = 64;
+  spec.box[1] = static_cast<uint32_t>(box_rows);
+  spec.swizzle = TensorMapSwizzle::B128;
+  spec.l2_promotion = TensorMapL2Promotion::B128;
+  return encode_tensor_map(map, spec);
+}
+
+}  // namespace flashattn::hopper
