@@ -20,18 +20,12 @@ import pytest
 import torch
 
 from checks import reference_grads, to64
-from executors import make_executor
 from test_cudasim_fuzz_differential import SimAPI
 from tolerance import assert_within_torch_error
 
 
-@pytest.fixture(scope="module")
-def sim():
-    return make_executor("sim")
-
-
 @pytest.fixture
-def hopper(sim):
+def hopper(sim):  # sim: conftest.py's
     """The shim's device as an H100 with FLASHATTN_CUDA_HOPPER=1, for one test."""
     sim.ops.set_device(9, 0, True)
     yield sim
