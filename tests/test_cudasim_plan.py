@@ -88,7 +88,8 @@ def test_fwd_simt_fp32(sim, d):
 def test_fwd_few_rows_take_the_one_m_tile_kernel(sim):
     # Up to kFwdFewRows = 16 query rows (decoding), the one-m-tile kernel; from 17, two.
     few = plan_fwd(sim, *qkv(1, 16, 100, 2, 2, 64))
-    assert few["one_m_tile"] and few["block_rows"] == 64 and few["smem_bytes"] == 27648
+    # 27648 of tiles and 2048 of the paged row table (paged_row_table.cuh), taken paged or not.
+    assert few["one_m_tile"] and few["block_rows"] == 64 and few["smem_bytes"] == 27648 + 2048
     more = plan_fwd(sim, *qkv(1, 17, 100, 2, 2, 64))
     assert not more["one_m_tile"] and more["block_rows"] == 128 and more["smem_bytes"] == 36864
 
@@ -97,7 +98,7 @@ def test_fwd_dropout_takes_the_one_m_tile_kernel(sim):
     rng = torch.tensor([7, 0], dtype=torch.int64)
     plan = plan_fwd(sim, *qkv(2, 128, 128, 4, 4, 128), dropout_p=0.1, rng_state=rng)
     assert plan["one_m_tile"] and plan["block_rows"] == 64
-    assert plan["grid"] == [2, 8, 1] and plan["smem_bytes"] == 52224
+    assert plan["grid"] == [2, 8, 1] and plan["smem_bytes"] == 52224 + 2048  # + row table
     plain = plan_fwd(sim, *qkv(2, 128, 128, 4, 4, 128))
     assert not plain["one_m_tile"] and plain["grid"] == [1, 8, 1] and plain["smem_bytes"] == 69632
 
