@@ -3,7 +3,8 @@
 # build for the chip in front of us (the primitive layout check runs meanwhile); on sm_90 the
 # Hopper GEMM test kernel against torch.mm (tests/cudasim/hopper_gemm.py), the sm_90a
 # forward against float64 and SDPA (tests/cudasim/hopper_fwd.py) and through the library with
-# FLASHATTN_CUDA_HOPPER=1 (tests/cudasim/hopper_library_sample.py); the CUDA tests,
+# FLASHATTN_CUDA_HOPPER=1 (tests/cudasim/hopper_library_sample.py), the sm_90a backward alone
+# and through the library (hopper_bwd.py, hopper_library_bwd_sample.py); the CUDA tests,
 # with FA2's own tests through the adapter beside them when .fa2/ was carried, then
 # compute-sanitizer memcheck and racecheck. Then, with the GPU to itself: the results page's two
 # benchmarks at their default CUDA settings (`python -m flashattn.bench --json` and `python -m
@@ -198,9 +199,12 @@ step hopper-fwd 150 bash -c "set -o pipefail; $PY tests/cudasim/hopper_fwd.py --
 # Hopper kernel ran (and sm_80's for a call it does not take), and the library's forward TFLOP/s
 # (SKIP off sm_90).
 step hopper-lib 120 bash -c "set -o pipefail; env FLASHATTN_CUDA_HOPPER=1 $PY tests/cudasim/hopper_library_sample.py 2>&1 | tee $OUT/hopper-lib.log"
-# The standalone sm_90a backward (csrc/cuda/hopper/bwd_sm90_*, issue 31 stage 5; not in the
-# dispatch yet): its build, dQ/dK/dV against float64 and its TFLOP/s (SKIP off sm_90).
+# The standalone sm_90a backward (csrc/cuda/hopper/bwd_sm90_*, issue 31 stage 5): its build,
+# dQ/dK/dV against float64 and its TFLOP/s (SKIP off sm_90).
 step hopper-bwd 150 bash -c "set -o pipefail; $PY tests/cudasim/hopper_bwd.py --ptxas 2>&1 | tee $OUT/hopper-bwd.log"
+# The same backward through the library (FLASHATTN_CUDA_HOPPER=1, plan_bwd_sm90.h): autograd
+# against float64 and which kernels ran (SKIP off sm_90).
+step hopper-lib-bwd 90 bash -c "set -o pipefail; env FLASHATTN_CUDA_HOPPER=1 $PY tests/cudasim/hopper_library_bwd_sample.py 2>&1 | tee $OUT/hopper-lib-bwd.log"
 
 # FlashAttention-2's own tests/test_flash_attn.py through the adapter (a flash_attn package
 # backed by flashattn, FA2's test file, the case sampler): it is kept outside the repository,
