@@ -11,6 +11,8 @@ random completion of the TMA copies (tests/cudasim/README.md): a missing wait or
 release shows up as a named error or a wrong result under one of them.
 """
 
+import json
+
 import pytest
 import torch
 
@@ -216,3 +218,54 @@ def test_hopper_forward_feeds_the_backward(hopper):
     from checks import check_backward
     inputs = qkv(1, 65, 129, 2, 1, 64, torch.float16)
     check_backward(hopper, *inputs, MASKS["causal"])
+
+
+# Split-KV through flash_attn_with_kvcache's op (fwd_kvcache: cache_seqlens is seqused_k):
+# (dtype, head dim, causal, B, Sq, cache rows, Hq, Hkv, cache_seqlens, num_splits).
+# - a decode (Sq = 1) in 3 parts: a full cache of 3 tiles (a part each), an empty one (every part
+#   empty: out 0, lse -inf), and 129 keys (2 tiles in 3 parts: one part empty);
+# - GQA with 65 queries (2 x 65 rows fill 3 tiles, more than the group: not packed), 2 parts;
+# - 129 queries (2 query tiles) causal over 257 keys in 4 parts (3 tiles: one part empty), the
+#   diagonal and the ragged tail in different parts;
+# - a decode of one sequence of 2000 keys with num_splits=0: the plan's own count (4 on the
+#   shim's 8 SMs), so the choice and the kernel meet.
+SPLIT_CASES = [
+    (torch.bfloat16, 128, True, 3, 1, 300, 2, 2, [300, 0, 129], 3),
+    (torch.float16, 64, False, 2, 65, 257, 2, 1, [257, 70], 2),
+    (torch.bfloat16, 64, True, 1, 129, 257, 1, 1, [257], 4),
+    (torch.float16, 64, True, 1, 1, 2048, 1, 1, [2000], 0),
+]
+
+
+@pytest.mark.parametrize("dtype, d, causal, b, sq, rows, hq, hkv, seqlens, splits", SPLIT_CASES,
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_split_kv(schedule, hopper, dtype, d, causal, b, sq, rows, hq, hkv, seqlens,
+                         splits):
+    q, k, v = qkv(b, sq, rows, hq, hkv, d, dtype)
+    # A KV cache's rows past cache_seqlens take no part, whatever they hold.
+    for i, n in enumerate(seqlens):
+        k[i, n:] = float("nan")
+        v[i, n:] = float("inf") if i % 2 else float("nan")
+    used = torch.tensor(seqlens, dtype=torch.int32)
+    scale = d ** -0.5
+    plan = json.loads(hopper.ops.plan_fwd(q, k, v, causal=causal, seqused_k=used,
+                                          num_splits=splits, cc_major=9, cc_minor=0,
+                                          sm_count=8, smem_optin_bytes=227 * 1024,
+                                          hopper_fwd=True))
+    assert plan["arch"] == "sm90" and plan["num_splits"] == (splits or 4) and plan["merges"]
+    (out, lse), counters = hopper.counted(lambda: hopper.ops.fwd_kvcache(
+        q, k, v, cache_seqlens=used, softmax_scale=scale, causal=causal, num_splits=splits))
+    # The Hopper kernel writes the parts, sm_80's merge combines them.
+    kernels = launched(counters)
+    assert len(kernels) == 2, kernels
+    assert f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {str(causal).lower()}, false" in kernels[0]
+    assert "split_merge" in kernels[1]
+    # The parts cover the key tiles between them, each once: as many wgmma as unsplit (parts that
+    # each ran every tile would merge to the same result, and only this would show it).
+    _, unsplit = hopper.counted(lambda: hopper.ops.fwd_kvcache(
+        q, k, v, cache_seqlens=used, softmax_scale=scale, causal=causal, num_splits=1))
+    assert len(launched(unsplit)) == 1
+    assert wgmma_instructions(counters) == wgmma_instructions(unsplit) > 0
+    ref_kwargs = dict(softmax_scale=scale, causal=causal)
+    for i, n in enumerate(seqlens):
+        check_sequence(f"batch {i}", out[i], lse[i], q[i], k[i, :n], v[i, :n], ref_kwargs)

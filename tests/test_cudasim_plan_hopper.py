@@ -16,7 +16,9 @@ hopper/bwd_sm90_params.h (bwd_sm90_grids): the rows kernel over Sq padded to kBl
 threads, the dQ convert kernel over Sq; its workspace the two row-stat buffers [B, Hq, Sq padded]
 and the fp32 dQ accumulator (one slice per key block when deterministic).
 """
+import importlib.util
 import math
+import os
 
 import pytest
 import torch
@@ -24,7 +26,9 @@ import torch
 from executors import make_executor
 from test_cudasim_plan import SM80, SM90, plan_bwd, plan_fwd, qkv
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOPPER = dict(SM90, hopper_fwd=True)
+SPLIT_SEQLENS_K = (512, 8192, 32768, 131072)
 # (128 query rows + 2 x 2 x 128 keys) x d x 2 bytes + 8 mbarriers x 8 + 1024.
 HOPPER_SMEM = {64: 83008, 128: 164928}
 
@@ -78,8 +82,6 @@ def _unaligned_pointer(b, s, h, d):
 # Calls the Hopper forward does not take yet: (name, qkv, fwd's keyword arguments).
 def _stays_on_sm80():
     q, k, v = qkv(2, 130, 130, 2, 2, 128)
-    cu = torch.tensor([0, 100, 260], dtype=torch.int32)
-    flat = [t.reshape(260, 2, 128) for t in (q, k, v)]
     return [
         ("fp32", qkv(2, 130, 130, 2, 2, 128, torch.float32), {}),
         ("head dim 96", qkv(2, 130, 130, 2, 2, 96), {}),
@@ -91,9 +93,6 @@ def _stays_on_sm80():
         ("ALiBi", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32))),
         ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
-        ("varlen, split-KV", flat, dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=160,
-                                        max_seqlen_k=160, num_splits=2)),
-        ("split-KV", (q, k, v), dict(num_splits=2)),
         ("GQA decode, packed", qkv(2, 1, 512, 8, 2, 128), {}),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
         ("unaligned pointer", (q, _unaligned_pointer(2, 130, 2, 128), v), {}),
@@ -237,3 +236,84 @@ def test_what_hopper_backward_lacks_stays_on_sm80(sim, name, args, kwargs):
     assert plan["device_arch"] == "sm90" and plan["arch"] == "sm80", name
     # Exactly the sm_80 plan of the same call without the opt-in.
     assert plan == plan_bwd(sim, *args, device=SM90, **kwargs), name
+
+
+# ---- the forward's split-KV ----
+
+def test_hopper_takes_split_kv(sim):
+    # The caller's count: num_splits CTAs per query tile along x, the fp32 parts in mask.h's
+    # scratch layout (num_splits x (out's B x Sq x Hq x d + lse's B x Hq x Sq) floats), merged
+    # by split_merge_kernel.cuh. Every split writes every row of its sequences, so no fill.
+    for d, splits in [(64, 2), (128, 3)]:
+        plan = plan_fwd(sim, *qkv(2, 130, 300, 4, 2, d), causal=True, num_splits=splits,
+                        device=HOPPER)
+        assert plan["arch"] == "sm90" and plan["num_splits"] == splits and plan["merges"]
+        assert plan["grid"] == [2 * splits, 4, 2] and plan["block"] == [384, 1, 1]
+        assert plan["split_scratch_floats"] == splits * (2 * 130 * 4 * d + 2 * 4 * 130)
+        assert not plan["fill_split_scratch"]
+    # Varlen and seqused_q leave rows no CTA writes: the scratch is filled (0, -inf) first.
+    q, k, v = qkv(2, 130, 130, 2, 2, 128)
+    cu = torch.tensor([0, 100, 260], dtype=torch.int32)
+    flat = [t.reshape(260, 2, 128) for t in (q, k, v)]
+    plan = plan_fwd(sim, *flat, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=160,
+                    max_seqlen_k=160, num_splits=2, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["grid"] == [4, 2, 2] and plan["fill_split_scratch"]
+    assert plan["split_scratch_floats"] == 2 * (260 * 2 * 128 + 2 * 260)
+    plan = plan_fwd(sim, q, k, v, seqused_q=torch.tensor([5, 130], dtype=torch.int32),
+                    num_splits=2, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["fill_split_scratch"]
+    # More parts than key tiles, and the count capped at kMaxSplits (64): empty parts write 0 and
+    # -inf, which the merge weighs as nothing.
+    plan = plan_fwd(sim, *qkv(1, 1, 100, 1, 1, 64), num_splits=100, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["num_splits"] == 64 and plan["grid"] == [64, 1, 1]
+    # One split is none.
+    plan = plan_fwd(sim, *qkv(1, 1, 100, 1, 1, 64), num_splits=1, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["num_splits"] == 1 and not plan["merges"]
+
+
+def load_gpu_model():
+    spec = importlib.util.spec_from_file_location(
+        "gpu_model", os.path.join(REPO, "tools", "gpu_model.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# num_splits=0 on the H200 (132 SMs), d 128, bf16, causal, Hq = Hkv (nothing to pack): the
+# Hopper plan's own count (plan_fwd.h use_sm90_fwd: the split model on 128 query rows and 128
+# keys per tile) at Sk = 512, 8k, 32k, 128k, beside the count the sm_80 plan gives the same call
+# without the opt-in (64 x 64 tiles, or 16 x 64 for a decode's few rows). Pinned: a change to
+# the model or its constants shows here.
+HOPPER_SPLITS = {
+    # (B, Sq, H): (Hopper's counts, sm_80's counts)
+    (1, 1, 8): ((1, 8, 9, 9), (1, 13, 18, 17)),       # one decoding sequence: 8 CTAs
+    (8, 1, 8): ((1, 1, 1, 2), (1, 3, 3, 3)),          # 64 CTAs
+    (2, 4, 16): ((1, 3, 3, 3), (1, 5, 5, 5)),         # 4 draft tokens, 32 CTAs
+    (1, 512, 16): ((1, 4, 4, 4), (1, 4, 4, 4)),       # a prefill chunk: 64 CTAs on both
+    (32, 1, 32): ((1, 1, 1, 1), (1, 1, 1, 1)),        # 1024 CTAs fill the SMs: no split
+}
+
+
+@pytest.mark.parametrize("b, sq, h", sorted(HOPPER_SPLITS))
+def test_hopper_split_choice_is_its_own(sim, b, sq, h):
+    model = load_gpu_model()
+    c = model.split_constants()
+    hopper_want, sm80_want = HOPPER_SPLITS[b, sq, h]
+    hopper_got, sm80_got = [], []
+    for sk in SPLIT_SEQLENS_K:
+        q = torch.randn(b, sq, h, 128, dtype=torch.bfloat16)
+        # Little memory: rows and heads 16 bytes apart (overlapping), which TMA can step; the
+        # plan reads shapes and strides only.
+        kv = torch.zeros((b + sk + h) * 8 + 128, dtype=torch.bfloat16).as_strided(
+            (b, sk, h, 128), (8, 8, 8, 1))
+        plan = plan_fwd(sim, q, kv, kv, causal=True, num_splits=0, device=HOPPER)
+        assert plan["arch"] == "sm90"
+        hopper_got.append(plan["num_splits"])
+        sm80_got.append(plan_fwd(sim, q, kv, kv, causal=True, num_splits=0,
+                                 device=SM90)["num_splits"])
+        # tools/gpu_model.py's mirror of the model chooses the same on the Hopper geometry.
+        geometry = dict(batch=b, seqlen_q=sq, heads=h, heads_kv=h, packed=1, head_dim=128,
+                        block_rows=128, key_tile=128, element_bytes=2)
+        assert plan["num_splits"] == model.best_splits(c, geometry, sk, SM90["sm_count"]), sk
+        assert plan["grid"] == [-(-sq // 128) * plan["num_splits"], h, b]
+    assert (tuple(hopper_got), tuple(sm80_got)) == (hopper_want, sm80_want)

@@ -66,7 +66,7 @@ FAMILIES = {
     "fwd_sm90": dict(
         header="launch_fwd_sm90.cuh", prefix="fwd", one_per_file=True, direction="fwd",
         template="{element}, {head_dim}",
-        params="const AttnParams&, cudaStream_t, LaunchCheck",
+        params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a forward (csrc/cuda/hopper/), causal and not, for one (head dim, "
                 "dtype): compiled for sm_90a only (kernel_list.py ARCHS)."),
     "bwd_sm90": dict(

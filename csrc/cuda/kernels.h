@@ -16,7 +16,8 @@ void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t strea
 // The sm_90a forward (launch_fwd_sm90.cuh): compiled for sm_90a only, in builds whose
 // architecture list holds 90 (kSm90KernelsBuilt).
 template <typename Element, int kHeadDim>
-void run_fwd_sm90(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch);
+void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream,
+                  LaunchCheck after_launch);
 
 // The sm_90a backward (launch_bwd_sm90.cuh): as run_fwd_sm90.
 template <typename Element, int kHeadDim>

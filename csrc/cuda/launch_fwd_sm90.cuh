@@ -42,10 +42,12 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 }  // namespace detail
 
 // Runs the sm_90a forward for an Element (__half or __nv_bfloat16) and kHeadDim == p.head_dim on
-// p as planned (plan_fwd_sm90.h: sm90_fwd_unsupported(p) is nullptr). Calls after_launch() right
-// after the launch.
+// p as planned (plan_fwd_sm90.h: sm90_fwd_unsupported(p) is nullptr). With p.num_splits > 1 it
+// writes the splits' parts to split_scratch (mask.h's layout; plan.split_scratch_floats) for the
+// merge the caller runs next, as run_fwd_16bit does. Calls after_launch() right after the launch.
 template <typename Element, int kHeadDim>
-void run_fwd_sm90(const AttnParams& p, cudaStream_t stream, LaunchCheck after_launch) {
+void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream,
+                  LaunchCheck after_launch) {
   using Config = hopper::FwdSm90Config<kHeadDim>;
   static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16>);
   const TensorMapDtype dtype =
@@ -78,6 +80,12 @@ void run_fwd_sm90(const AttnParams& p, cudaStream_t stream, LaunchCheck after_la
   hp.o_batch_stride = p.o.batch_stride;
   hp.o_row_stride = p.o.row_stride;
   hp.o_head_stride = p.o.head_stride;
+  hp.num_splits = p.num_splits > 1 ? p.num_splits : 1;
+  if (hp.num_splits > 1) {
+    hp.split_scratch = split_scratch;
+    hp.split_o_elements = split_out_elements(p);
+    hp.split_lse_elements = split_lse_elements(p);
+  }
   hp.heads_q = p.heads_q;
   hp.head_group = p.head_group;
   hp.scale = p.scale;

@@ -23,15 +23,17 @@ void dispatch_choice(const KernelChoice& choice, F&& f) {
   });
 }
 
-// Runs a plan of the sm_90a forward (plan_fwd_sm90.h): 16-bit, unsplit, its tile the head dim.
-inline void launch_fwd_sm90(const FwdPlan& plan, cudaStream_t stream, LaunchCheck after_launch) {
+// Runs the kernel of a plan of the sm_90a forward (plan_fwd_sm90.h): 16-bit, its tile the head
+// dim; split_scratch as for launch_fwd.
+inline void launch_fwd_sm90(const FwdPlan& plan, float* split_scratch, cudaStream_t stream,
+                            LaunchCheck after_launch) {
   bool launched = false;
   dispatch_element(plan.kernels.type, [&](auto element) {
     using Element = decltype(element);
     // Not instantiated where the kernels are not built, so nothing refers to them there.
     if constexpr (kSm90KernelsBuilt && !std::is_same_v<Element, float>) {
       launched = dispatch_head_dim(Sm90FwdHeadDims{}, plan.kernels.head_dim_tile, [&](auto tile) {
-        run_fwd_sm90<Element, decltype(tile)::value>(plan.params, stream, after_launch);
+        run_fwd_sm90<Element, decltype(tile)::value>(plan.params, split_scratch, stream, after_launch);
       });
     }
   });
@@ -44,22 +46,24 @@ inline void launch_fwd_sm90(const FwdPlan& plan, cudaStream_t stream, LaunchChec
 inline void launch_fwd(const FwdPlan& plan, float* split_scratch, cudaStream_t stream,
                        LaunchCheck after_launch) {
   if (plan.kernels.arch == Arch::kSm90) {
-    launch_fwd_sm90(plan, stream, after_launch);
-    return;
+    launch_fwd_sm90(plan, split_scratch, stream, after_launch);
+  } else {
+    dispatch_choice(plan.kernels, [&](auto element, auto tile) {
+      using Element = decltype(element);
+      constexpr int kTile = decltype(tile)::value;
+      if constexpr (std::is_same_v<Element, float>) {
+        run_fwd_simt<kTile>(plan.params, split_scratch, stream, after_launch);
+      } else {
+        run_fwd_16bit<Element, kTile>(plan.params, split_scratch, stream, after_launch);
+      }
+    });
   }
-  dispatch_choice(plan.kernels, [&](auto element, auto tile) {
-    using Element = decltype(element);
-    constexpr int kTile = decltype(tile)::value;
-    if constexpr (std::is_same_v<Element, float>) {
-      run_fwd_simt<kTile>(plan.params, split_scratch, stream, after_launch);
-    } else {
-      run_fwd_16bit<Element, kTile>(plan.params, split_scratch, stream, after_launch);
-    }
-    // The merge walks out's rows as they are: unpacked (gqa_decode.h).
-    if (plan.merges()) {
-      run_split_merge<Element>(plan.merge_params, split_scratch, stream, after_launch);
-    }
-  });
+  // The merge walks out's rows as they are: unpacked (gqa_decode.h). The same for both kernels.
+  if (plan.merges()) {
+    dispatch_element(plan.kernels.type, [&](auto element) {
+      run_split_merge<decltype(element)>(plan.merge_params, split_scratch, stream, after_launch);
+    });
+  }
 }
 
 // Runs a plan of the sm_90a backward (plan_bwd_sm90.h): 16-bit, its tile the head dim.

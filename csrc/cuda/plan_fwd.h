@@ -266,11 +266,25 @@ struct FwdPlan {
   bool merges() const { return params.num_splits > 1; }
 };
 
-// Moves a plan that sm90_fwd_unsupported() accepts to the sm_90a forward: one launch of
-// FwdSm90Config<head_dim>'s geometry, with the parameters the sm_80 plan left (unpacked,
-// unsplit).
-inline void use_sm90_fwd(FwdPlan& plan) {
-  const AttnParams& p = plan.params;
+// The split model's shape of the sm_90a forward: FwdSm90Config's query rows per CTA and key tile.
+inline SplitShape sm90_fwd_split_shape(int head_dim) {
+  SplitShape split{0, 0, 2};
+  dispatch_head_dim(Sm90FwdHeadDims{}, head_dim, [&](auto tile) {
+    using Config = hopper::FwdSm90Config<decltype(tile)::value>;
+    split = {Config::kBlockM, Config::kBlockN, 2};
+  });
+  return split;
+}
+
+// Moves a plan whose params sm90_fwd_unsupported() accepts to the sm_90a forward: its own split
+// count (the caller's num_splits, or the split model on the Hopper kernel's shape: 128 query rows
+// and 128 keys per tile against sm_80's 64 x 64 or 16 x 64, so the sm_80 plan's count does not
+// carry over), then one launch of FwdSm90Config<head_dim>'s geometry.
+inline void use_sm90_fwd(FwdPlan& plan, int requested_splits, int sm_count) {
+  AttnParams& p = plan.params;
+  p.num_splits = requested_splits;
+  p.num_splits = choose_num_splits(p, sm90_fwd_split_shape(p.head_dim), sm_count);
+  plan.merge_params.num_splits = p.num_splits;
   plan.kernels.arch = Arch::kSm90;
   plan.kernels.head_dim_tile = p.head_dim;
   plan.one_m_tile = false;
@@ -278,7 +292,7 @@ inline void use_sm90_fwd(FwdPlan& plan) {
   dispatch_head_dim(Sm90FwdHeadDims{}, p.head_dim, [&](auto tile) {
     using Config = hopper::FwdSm90Config<decltype(tile)::value>;
     plan.shape = {Config::kBlockM, Config::kThreads, static_cast<int>(Config::kSmemBytes)};
-    const hopper::FwdSm90GridDims g = Config::grid(p.seqlen_q, p.heads_q, p.batch);
+    const hopper::FwdSm90GridDims g = Config::grid(p.seqlen_q, p.heads_q, p.batch, p.num_splits);
     plan.grid = dim3(g.x, g.y, g.z);
   });
   plan.block = plan.shape.block();
@@ -310,10 +324,10 @@ inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const Device
   plan.grid = plan.shape.grid(p);
   plan.block = plan.shape.block();
   plan.merge_params.num_splits = p.num_splits;
+  // The Hopper forward takes the call as packed (it packs no GQA heads) but splits it itself.
   if (sm90_fwd_enabled(device.hopper_fwd, device.cc_major, device.cc_minor) &&
       sm90_fwd_unsupported(p, type) == nullptr) {
-    use_sm90_fwd(plan);
-    return plan;
+    use_sm90_fwd(plan, params.num_splits, device.sm_count);
   }
   if (plan.merges()) {
     plan.split_scratch_floats = p.num_splits * (split_out_elements(p) + split_lse_elements(p));

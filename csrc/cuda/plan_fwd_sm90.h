@@ -80,8 +80,9 @@ inline bool tma_view_ok(const TensorView& view, int batch, int64_t rows, int hea
 }
 }  // namespace detail
 
-// Why the Hopper forward cannot run p (as the sm_80 plan made it: packed, split) on 16-bit inputs
-// of `type`: the feature it lacks, or nullptr when it can run it. Each feature here is a row of
+// Why the Hopper forward cannot run p (as the sm_80 plan made it: packed or not; the split count
+// is the Hopper plan's own, plan_fwd.h use_sm90_fwd) on 16-bit inputs of `type`: the feature it
+// lacks, or nullptr when it can run it. Each feature here is a row of
 // README's support table until the kernel has it.
 inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (type == ElementType::kFloat) return "fp32 inputs";
@@ -90,7 +91,6 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
     return "a paged or indexed KV cache";
   if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
     return "cu_seqlens for only one of q and k";
-  if (p.num_splits > 1) return "split-KV";
   if (p.packed_heads > 1) return "a GQA decode with packed heads";
   if (p.mask.ptr != nullptr) return "attn_mask";
   if (p.dropout.on()) return "dropout";

@@ -7,7 +7,7 @@ sends to the Hopper kernels on compute capability 9.0.
 For each case: out and lse against the float64 reference within 2x PyTorch's own error in the
 dtype (tests/checks.check_forward, outputs poisoned first), and the profiler's kernel names show
 that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take (softcap), that the
-sm_80 kernel did. Then the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128,
+sm_80 kernel did; split-KV decodes (fwd_kvcache) also run the split merge. Then the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128,
 N = 4096, causal and not. Exits 1 on any failure; on a GPU other than compute capability 9.0,
 prints SKIP and exits 0.
 """
@@ -70,6 +70,53 @@ def check_cases():
         print(f"FAIL softcap: expected the sm_80 kernel, ran {names}")
     else:
         print("PASS softcap stays on sm_80")
+    return failures + check_split_cases()
+
+
+# Split-KV decodes through flash_attn_with_kvcache's op (cache_seqlens): (dtype, d, causal, B,
+# Sq, cache rows, H, cache_seqlens, num_splits); 0 is the Hopper plan's own count.
+SPLIT_CASES = [
+    (torch.bfloat16, 128, True, 3, 1, 4096, 8, [4096, 0, 1000], 0),
+    (torch.float16, 64, False, 2, 1, 777, 4, [777, 129], 3),
+    (torch.bfloat16, 128, True, 1, 200, 3000, 2, [2999], 4),
+]
+
+
+def check_split_cases():
+    from checks import to64
+    from flashattn._reference import attention_reference
+    from tolerance import assert_within_torch_error
+
+    failures = 0
+    for dtype, d, causal, b, sq, rows, h, seqlens, splits in SPLIT_CASES:
+        name = f"split-KV {str(dtype)[6:]} d={d} causal={causal} B={b} Sq={sq} seqlens={seqlens}"
+        q = torch.randn(b, sq, h, d, dtype=dtype, device="cuda")
+        k, v = (torch.randn(b, rows, h, d, dtype=dtype, device="cuda") for _ in range(2))
+        for i, n in enumerate(seqlens):  # rows past cache_seqlens take no part
+            k[i, n:] = float("nan")
+            v[i, n:] = float("nan")
+        used = torch.tensor(seqlens, dtype=torch.int32, device="cuda")
+        result = []
+        try:
+            names = kernels_run(lambda: result.append(torch.ops.flashattn.fwd_kvcache(
+                q, k, v, cache_seqlens=used, causal=causal, num_splits=splits)))
+            assert any("fwd_sm90_kernel" in n for n in names), f"no Hopper kernel ran: {names}"
+            assert any("split_merge" in n for n in names), f"no split merge ran: {names}"
+            out, lse = result[0]
+            for i, n in enumerate(seqlens):
+                if n == 0:
+                    assert (out[i] == 0).all() and (lse[i] == float("-inf")).all(), f"batch {i}"
+                    continue
+                qi, ki, vi = q[i:i + 1].cpu(), k[i:i + 1, :n].cpu(), v[i:i + 1, :n].cpu()
+                ref_out, ref_lse = attention_reference(to64(qi), to64(ki), to64(vi), causal=causal)
+                low_out, low_lse = attention_reference(qi, ki, vi, causal=causal)
+                assert_within_torch_error(f"out[{i}]", out[i:i + 1].cpu(), ref_out, low_out)
+                assert_within_torch_error(f"lse[{i}]", lse[i:i + 1].cpu(), ref_lse,
+                                          low_lse.float())
+            print(f"PASS {name}")
+        except AssertionError as e:
+            failures += 1
+            print(f"FAIL {name}: {e}")
     return failures
 
 

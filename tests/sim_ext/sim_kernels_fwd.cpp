@@ -31,10 +31,11 @@ template void run_fwd_16bit<__nv_bfloat16, 256>(const AttnParams&, float*,
 template void run_fwd_simt<64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_sm90<__half, 64>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_fwd_sm90<__nv_bfloat16, 64>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_fwd_sm90<__half, 128>(const AttnParams&, cudaStream_t, LaunchCheck);
-template void run_fwd_sm90<__nv_bfloat16, 128>(const AttnParams&, cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__half, 64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__nv_bfloat16, 64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__half, 128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__nv_bfloat16, 128>(const AttnParams&, float*,
+    cudaStream_t, LaunchCheck);
 template void run_split_merge<__half>(const AttnParams&, const float*, cudaStream_t, LaunchCheck);
 template void run_split_merge<__nv_bfloat16>(const AttnParams&, const float*,
     cudaStream_t, LaunchCheck);

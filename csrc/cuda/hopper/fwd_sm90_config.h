@@ -40,10 +40,12 @@ struct FwdSm90Config {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kChunks = kHeadDim / 64;  // 128-byte swizzle rows per tile row
 
-  // The grid: (query tiles, Hq, B), one CTA per kBlockM query rows of one (batch, head). The
-  // launch (fwd_sm90_launch.h) and the plan (plan_fwd_sm90.h) both take it from here.
-  static constexpr FwdSm90GridDims grid(int seqlen_q, int heads_q, int batch) {
-    return {static_cast<unsigned>((static_cast<int64_t>(seqlen_q) + kBlockM - 1) / kBlockM),
+  // The grid: (query tiles x num_splits, Hq, B), one CTA per kBlockM query rows of one (batch,
+  // head) and split-KV part (x = query tile * num_splits + part). The launch (fwd_sm90_launch.h)
+  // and the plan (plan_fwd.h) both take it from here.
+  static constexpr FwdSm90GridDims grid(int seqlen_q, int heads_q, int batch, int num_splits) {
+    const int64_t splits = num_splits > 1 ? num_splits : 1;
+    return {static_cast<unsigned>((static_cast<int64_t>(seqlen_q) + kBlockM - 1) / kBlockM * splits),
             static_cast<unsigned>(heads_q), static_cast<unsigned>(batch)};
   }
 

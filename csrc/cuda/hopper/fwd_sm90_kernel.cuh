@@ -109,7 +109,10 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   uint64_t* v_tail_ready = kv_empty + kStages;
 
   const int tid = threadIdx.x, group = tid / 128;
-  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  // Split-KV: num_splits CTAs per query tile along x, each taking a part of its key tiles.
+  const int splits = p.num_splits > 1 ? p.num_splits : 1;
+  const int m_block = static_cast<int>(blockIdx.x) / splits, split = static_cast<int>(blockIdx.x) % splits;
+  const int head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / p.head_group;
   // This sequence's rows (mask.h, as every executor): in a varlen batch its range of the packed
   // rows, clamped; then the first seqused_q / seqused_k[batch] when given. The maps span all rows:
@@ -131,7 +134,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const bool clip_o_rows = p.cu_seqlens_q != nullptr || p.seqused_q != nullptr;
   const int diag_offset = causal_diag_offset(p.align_bottom_right, seqlen_q, seqlen_k);
   const KeyWindow window = key_window<kCausal, kLocal>(diag_offset, p.window_left, p.window_right);
-  const KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(m_block, seqlen_q, seqlen_k, window);
+  KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(m_block, seqlen_q, seqlen_k, window);
+  if (splits > 1) tiles.keep_part(split, splits);
   // The first tile visited (the last, n_end - 1) may hold rows past seqlen_k that the map still
   // covers (seqused_k, or the next sequence of a varlen batch): real memory, maybe NaN or Inf (a
   // KV cache's unwritten rows). Their scores are masked, but P = 0 times a non-finite V is NaN, so
@@ -336,6 +340,28 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // accumulator's pairs are exactly stmatrix's fragments (row lane / 4, columns 2 (lane % 4)).
   float inv_l[2], lse[2];
   softmax.finalize(exp2_scale, inv_l, lse);
+  if (splits > 1) {
+    // This split's part, in fp32, for split_merge_kernel.cuh: O / l and the LSE of each of the
+    // sequence's rows (0 and -inf where the part holds no key it sees), at O's and the LSE's
+    // element offsets in the part (mask.h split_out_row, split_lse_of). Every row < seqlen_q
+    // is written, so the scratch needs no fill outside varlen / seqused_q (plan_fwd.h).
+    float* o_part = p.split_scratch + split * p.split_o_elements;
+    float* lse_part = p.split_scratch + splits * p.split_o_elements + split * p.split_lse_elements;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 8 * r;
+      if (row >= seqlen_q) continue;
+      float* dst = o_part + map_batch * p.o_batch_stride + (q_row0 + row) * p.o_row_stride +
+                   head * p.o_head_stride + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j)
+        FLASHATTN_GMEM(reinterpret_cast<float2*>(dst + 8 * j))[0] =
+            make_float2(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);  // SITE:store_o_split
+      if (lane % 4 == 0)
+        FLASHATTN_GMEM(lse_part)[batch * p.lse_batch_stride + head * p.lse_head_stride + q_row0 + row] = lse[r];
+    }
+    return;
+  }
   if (clip_o_rows) {
     // Straight from the accumulators: this thread's rows row0 and row0 + 8, columns
     // 8j + 2 (lane % 4) and the next, of the sequence's rows only.

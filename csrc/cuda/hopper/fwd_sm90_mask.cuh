@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "cuda/ptx.cuh"
+#include "mask.h"
 
 namespace flashattn::hopper {
 
@@ -38,13 +39,16 @@ __host__ __device__ __forceinline__ KeyWindow key_window(int offset, int window_
 // The key tiles one query tile visits, walked from the last (n_end - 1) down, and which need
 // the mask: visits [0, n_masked) cross the right edge (Sk, the causal diagonal or the window's
 // right side) for some row, visits [n_open_end, n_blocks) cross the window's left edge (local
-// only), and the visits between are whole tiles every row of the query tile sees.
+// only), and the visits between are whole tiles every row of the query tile sees. Split-KV
+// (keep_part) keeps one contiguous part of those tiles, and the same edges.
 template <bool kCausal, bool kLocal, int kBlockM, int kBlockN>
 struct KeyTiles {
   int n_end;       // one past the last tile visited
   int n_blocks;    // tiles visited: n_end - n_blocks .. n_end - 1
   int n_masked;    // the first n_masked visits need the mask (right edge)
   int n_open_end;  // visits from here on need it again (left edge); n_blocks without a window
+  int open_hi;     // tiles n >= open_hi cross the right edge
+  int open_lo;     // tiles n < open_lo cross the left edge
 
   __host__ __device__ __forceinline__ static int floor_div(int a, int b) {
     return a >= 0 ? a / b : -((-a + b - 1) / b);
@@ -58,7 +62,7 @@ struct KeyTiles {
     const int m0 = m_block * kBlockM;
     const int row_end = m0 + kBlockM < seqlen_q ? m0 + kBlockM : seqlen_q;  // > m0
     int hi = all, lo = 0;
-    int open_hi = seqlen_k / kBlockN;  // tiles below it hold no key beyond Sk
+    open_hi = seqlen_k / kBlockN;  // tiles below it hold no key beyond Sk
     if ((kCausal || kLocal) && w.right >= 0) {
       // Keys the last row sees end at row_end - 1 + offset + right (inclusive).
       const int last_keys = row_end + w.offset + w.right;
@@ -67,7 +71,7 @@ struct KeyTiles {
       const int open = floor_div(m0 + w.offset + w.right + 1, kBlockN);
       open_hi = clamp(open, 0, open_hi);
     }
-    int open_lo = 0;
+    open_lo = 0;
     if (kLocal && w.left >= 0) {
       // The first row's first key, and tile n whole for the last row iff n kBlockN >=
       // row_end - 1 + offset - left.
@@ -77,10 +81,23 @@ struct KeyTiles {
       open_lo = edge <= 0 ? 0 : (edge + kBlockN - 1) / kBlockN;
     }
     if (lo > hi) lo = hi;
+    visit(lo, hi);
+  }
+
+  // Visits tiles [lo, hi) only (lo <= hi), with the edges found above.
+  __host__ __device__ __forceinline__ void visit(int lo, int hi) {
     n_end = hi;
     n_blocks = hi - lo;
-    n_masked = clamp(hi - open_hi, 0, n_blocks);                 // visits of tiles n >= open_hi
+    n_masked = clamp(hi - open_hi, 0, n_blocks);                                 // tiles n >= open_hi
     n_open_end = clamp(hi - (open_lo > lo ? open_lo : lo), n_masked, n_blocks);  // tiles n < open_lo
+  }
+
+  // Split-KV: part `part` of `parts` of the tiles, as split_part (mask.h) cuts them on every
+  // executor: contiguous, in key order, possibly empty.
+  __host__ __device__ __forceinline__ void keep_part(int part, int parts) {
+    int lo = n_end - n_blocks, hi = n_end;
+    split_part(lo, hi, part, parts);
+    visit(lo, hi);
   }
 };
 

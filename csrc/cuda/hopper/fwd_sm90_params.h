@@ -39,6 +39,15 @@ struct FwdSm90Params {
   // only the rows of the sequence (the next sequence's rows share the map's 64-row boxes).
   void* o = nullptr;
   int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  // Split-KV (num_splits > 1, AttnParams' num_splits): the grid's x holds num_splits CTAs per
+  // query tile, each taking a part of its key tiles (mask.h split_part) and writing its O / l and
+  // LSE in fp32 to split_scratch instead of O and the LSE, for split_merge_kernel.cuh. The
+  // scratch's layout is mask.h's (split_out_row, split_lse_of): num_splits parts of
+  // split_o_elements floats with O's element strides, then num_splits parts of
+  // split_lse_elements floats with the LSE's.
+  int num_splits = 1;
+  float* split_scratch = nullptr;
+  int64_t split_o_elements = 0, split_lse_elements = 0;
   float scale_log2 = 0.f;           // softmax scale * log2(e): exp2 takes the scores directly
   // The kSoftcap kernels: logit = softcap * tanh(s * scale_over_softcap), scale_over_softcap =
   // softmax scale / softcap (then scale_log2 is not used).

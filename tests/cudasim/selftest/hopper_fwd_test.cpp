@@ -231,13 +231,16 @@ int run(std::vector<Shape> shapes) {
 
 // KeyTiles (fwd_sm90_mask.cuh) against brute force, on the host: for every query tile of many
 // lengths, windows and both alignments, every tile holding a key some row sees is visited,
-// and every visit the main loop takes unmasked is a whole tile every row sees.
+// and every visit the main loop takes unmasked is a whole tile every row sees. Split-KV: the
+// parts (keep_part) of 2, 3 and 5 visit exactly the unsplit tiles between them, each once, and
+// each part's unmasked visits are whole tiles too.
 template <bool kCausal, bool kLocal>
 int check_key_tiles_mode() {
   using flashattn::hopper::KeyTiles;
   constexpr int M = FwdSm90Config<64>::kBlockM, N = FwdSm90Config<64>::kBlockN;
   const int lengths[] = {1, 7, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 300, 385};
   const int windows[] = {-1, 0, 1, 5, 37, 127, 128, 129, 200};
+  const int part_counts[] = {1, 2, 3, 5};
   int bad = 0, checked = 0;
   for (int sq : lengths)
     for (int sk : lengths)
@@ -248,12 +251,9 @@ int check_key_tiles_mode() {
             const int offset = flashattn::hopper::causal_diag_offset(align == 1, sq, sk);
             const auto w = flashattn::hopper::key_window<kCausal, kLocal>(offset, wl, wr);
             for (int mb = 0; mb * M < sq; ++mb) {
-              const KeyTiles<kCausal, kLocal, M, N> t(mb, sq, sk, w);
+              const KeyTiles<kCausal, kLocal, M, N> all(mb, sq, sk, w);
               const int row_end = std::min(mb * M + M, sq);
               for (int n = 0; n * N < sk; ++n) {
-                const int it = t.n_end - 1 - n;
-                const bool visited = it >= 0 && it < t.n_blocks;
-                const bool open = visited && it >= t.n_masked && it < t.n_open_end;
                 bool any = false, whole = n * N + N <= sk;
                 for (int i = mb * M; i < row_end; ++i) {
                   const int first = w.left >= 0 ? std::max(0, i + offset - w.left) : 0;
@@ -261,18 +261,33 @@ int check_key_tiles_mode() {
                   any = any || (first <= last && first <= n * N + N - 1 && last >= n * N);
                   whole = whole && first <= n * N && last >= n * N + N - 1;
                 }
-                ++checked;
-                if ((any && !visited) || (open && !whole)) {
-                  if (bad++ < 5)
-                    std::printf("KeyTiles<%d,%d> Sq=%d Sk=%d window (%d, %d) %s m_block %d tile %d: visited %d "
-                                "open %d, but a row sees a key %d, every row sees it whole %d\n",
-                                kCausal, kLocal, sq, sk, wl, wr, align ? "bottom-right" : "top-left", mb, n,
-                                visited, open, any, whole);
+                const bool unsplit_visits = all.n_end - 1 - n >= 0 && all.n_end - 1 - n < all.n_blocks;
+                for (int parts : part_counts) {
+                  int visits = 0;
+                  bool open_not_whole = false;
+                  for (int part = 0; part < parts; ++part) {
+                    KeyTiles<kCausal, kLocal, M, N> t = all;
+                    if (parts > 1) t.keep_part(part, parts);
+                    const int it = t.n_end - 1 - n;
+                    const bool visited = it >= 0 && it < t.n_blocks;
+                    const bool open = visited && it >= t.n_masked && it < t.n_open_end;
+                    visits += visited ? 1 : 0;
+                    open_not_whole = open_not_whole || (open && !whole);
+                  }
+                  ++checked;
+                  if ((any && visits == 0) || visits != (unsplit_visits ? 1 : 0) || open_not_whole) {
+                    if (bad++ < 5)
+                      std::printf("KeyTiles<%d,%d> Sq=%d Sk=%d window (%d, %d) %s m_block %d tile %d, %d "
+                                  "parts: visited %d times (unsplit %d), unmasked but not whole %d; a "
+                                  "row sees a key %d, every row sees it whole %d\n",
+                                  kCausal, kLocal, sq, sk, wl, wr, align ? "bottom-right" : "top-left", mb,
+                                  n, parts, visits, unsplit_visits, open_not_whole, any, whole);
+                  }
                 }
               }
             }
           }
-  std::printf("%s: KeyTiles<causal %d, local %d>: %d (query tile, key tile) pairs checked, %d wrong\n",
+  std::printf("%s: KeyTiles<causal %d, local %d>: %d (query tile, key tile, parts) checked, %d wrong\n",
               bad ? "WRONG" : "ok", kCausal, kLocal, checked, bad);
   return bad ? 1 : 0;
 }
