@@ -191,11 +191,12 @@ def test_hopper_seqused_q(schedule, hopper, dtype, d, mask):
         assert (out[b, nq:] == 0).all() and (lse[b, :, nq:] == float("-inf")).all()
 
 
-def test_what_hopper_lacks_runs_on_sm80(hopper):
-    # softcap is not among the Hopper forward's built kernels (kernel_list.py): the same call on
-    # the same opted-in device runs mma.sync, and is right.
+@pytest.mark.parametrize("mask", ["alibi", "window_alibi_top_left", "negative_scale"])
+def test_what_hopper_lacks_runs_on_sm80(hopper, mask):
+    # ALiBi is not among the Hopper forward's built kernels (kernel_list.py), nor a scale <= 0
+    # (plan_fwd_sm90.h): the same call on the same opted-in device runs mma.sync, and is right.
     inputs = qkv(1, 65, 129, 2, 1, 64, torch.bfloat16)
-    _, counters = hopper.counted(lambda: check_forward(hopper, *inputs, MASKS["softcap"]))
+    _, counters = hopper.counted(lambda: check_forward(hopper, *inputs, MASKS[mask]))
     assert launched(counters)
     assert [k for k in launched(counters) if "fwd_kernel_16bit" in k] == launched(counters)
     assert wgmma_instructions(counters) == 0
@@ -220,6 +221,44 @@ def test_hopper_forward_feeds_the_backward(hopper):
     check_backward(hopper, *inputs, MASKS["causal"])
 
 
+def sm90_kernel(dtype, d, causal, window=(-1, -1), softcap=0.0):
+    """The Hopper kernel a call runs: its template arguments (Elem, d, kCausal, kSoftcap, kLocal,
+    kAlibi), by plan_fwd_sm90.h's sm90_fwd_mask (causal is the window's right edge at 0)."""
+    left, right = window
+    if causal:
+        right = 0
+    is_causal = left < 0 and right == 0
+    is_local = not is_causal and (left >= 0 or right >= 0)
+    flags = ", ".join(str(x).lower() for x in (is_causal, softcap > 0, is_local, False))
+    return f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {flags}>"
+
+
+# Softcap and local windows: (dtype, head dim, mask, B, Sq, Sk, Hq, Hkv). Windows on both sides,
+# one side only, with causal, in both alignments; softcap alone and causal; awkward lengths.
+FEATURE_CASES = [
+    (torch.bfloat16, 64, "softcap", 1, 65, 129, 2, 1),
+    (torch.float16, 128, "softcap_causal", 1, 129, 63, 1, 1),
+    (torch.bfloat16, 128, "window", 1, 257, 129, 2, 2),
+    (torch.float16, 64, "window_left_only", 2, 63, 257, 1, 1),
+    (torch.bfloat16, 64, "window_right_only", 1, 129, 7, 1, 1),
+    (torch.float16, 128, "window_causal", 1, 200, 65, 2, 1),
+    (torch.bfloat16, 64, "window_top_left", 1, 127, 300, 1, 1),
+]
+FEATURE_MASKS = dict(MASKS, window_top_left=dict(window=(9, 30), align_bottom_right=False))
+
+
+@pytest.mark.parametrize("dtype, d, mask, b, sq, sk, hq, hkv", FEATURE_CASES,
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_softcap_and_windows(schedule, hopper, dtype, d, mask, b, sq, sk, hq, hkv):
+    inputs = qkv(b, sq, sk, hq, hkv, d, dtype)
+    spec = FEATURE_MASKS[mask]
+    (out, lse), counters = hopper.counted(lambda: check_forward(hopper, *inputs, spec))
+    want = sm90_kernel(dtype, d, spec.get("causal", False), spec.get("window", (-1, -1)),
+                       spec.get("softcap", 0.0))
+    kernels = launched(counters)
+    assert len(kernels) == 1 and want in kernels[0], (want, kernels)
+
+
 # Split-KV through flash_attn_with_kvcache's op (fwd_kvcache: cache_seqlens is seqused_k):
 # (dtype, head dim, causal, B, Sq, cache rows, Hq, Hkv, cache_seqlens, num_splits).
 # - a decode (Sq = 1) in 3 parts: a full cache of 3 tiles (a part each), an empty one (every part
@@ -228,19 +267,23 @@ def test_hopper_forward_feeds_the_backward(hopper):
 # - 129 queries (2 query tiles) causal over 257 keys in 4 parts (3 tiles: one part empty), the
 #   diagonal and the ragged tail in different parts;
 # - a decode of one sequence of 2000 keys with num_splits=0: the plan's own count (4 on the
-#   shim's 8 SMs), so the choice and the kernel meet.
+#   shim's 8 SMs), so the choice and the kernel meet;
+# - a local window with softcap over 600 keys (5 tiles) in 3 parts: tiles left of the window
+#   never visited, the window's two edges in different parts.
 SPLIT_CASES = [
-    (torch.bfloat16, 128, True, 3, 1, 300, 2, 2, [300, 0, 129], 3),
-    (torch.float16, 64, False, 2, 65, 257, 2, 1, [257, 70], 2),
-    (torch.bfloat16, 64, True, 1, 129, 257, 1, 1, [257], 4),
-    (torch.float16, 64, True, 1, 1, 2048, 1, 1, [2000], 0),
+    (torch.bfloat16, 128, True, 3, 1, 300, 2, 2, [300, 0, 129], 3, {}),
+    (torch.float16, 64, False, 2, 65, 257, 2, 1, [257, 70], 2, {}),
+    (torch.bfloat16, 64, True, 1, 129, 257, 1, 1, [257], 4, {}),
+    (torch.float16, 64, True, 1, 1, 2048, 1, 1, [2000], 0, {}),
+    (torch.float16, 128, False, 2, 65, 600, 2, 2, [600, 333], 3,
+     dict(window_left=200, window_right=20, softcap=3.0)),
 ]
 
 
-@pytest.mark.parametrize("dtype, d, causal, b, sq, rows, hq, hkv, seqlens, splits", SPLIT_CASES,
-                         ids=lambda x: str(x).replace("torch.", ""))
+@pytest.mark.parametrize("dtype, d, causal, b, sq, rows, hq, hkv, seqlens, splits, features",
+                         SPLIT_CASES, ids=lambda x: str(x).replace("torch.", ""))
 def test_hopper_split_kv(schedule, hopper, dtype, d, causal, b, sq, rows, hq, hkv, seqlens,
-                         splits):
+                         splits, features):
     q, k, v = qkv(b, sq, rows, hq, hkv, d, dtype)
     # A KV cache's rows past cache_seqlens take no part, whatever they hold.
     for i, n in enumerate(seqlens):
@@ -248,24 +291,28 @@ def test_hopper_split_kv(schedule, hopper, dtype, d, causal, b, sq, rows, hq, hk
         v[i, n:] = float("inf") if i % 2 else float("nan")
     used = torch.tensor(seqlens, dtype=torch.int32)
     scale = d ** -0.5
-    plan = json.loads(hopper.ops.plan_fwd(q, k, v, causal=causal, seqused_k=used,
+    plan = json.loads(hopper.ops.plan_fwd(q, k, v, causal=causal, seqused_k=used, **features,
                                           num_splits=splits, cc_major=9, cc_minor=0,
                                           sm_count=8, smem_optin_bytes=227 * 1024,
                                           hopper_fwd=True))
     assert plan["arch"] == "sm90" and plan["num_splits"] == (splits or 4) and plan["merges"]
     (out, lse), counters = hopper.counted(lambda: hopper.ops.fwd_kvcache(
-        q, k, v, cache_seqlens=used, softmax_scale=scale, causal=causal, num_splits=splits))
+        q, k, v, cache_seqlens=used, softmax_scale=scale, causal=causal, num_splits=splits,
+        **features))
     # The Hopper kernel writes the parts, sm_80's merge combines them.
     kernels = launched(counters)
     assert len(kernels) == 2, kernels
-    assert f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {str(causal).lower()}, false" in kernels[0]
+    window = (features.get("window_left", -1), features.get("window_right", -1))
+    softcap = features.get("softcap", 0.0)
+    assert sm90_kernel(dtype, d, causal, window, softcap) in kernels[0], kernels
     assert "split_merge" in kernels[1]
     # The parts cover the key tiles between them, each once: as many wgmma as unsplit (parts that
     # each ran every tile would merge to the same result, and only this would show it).
     _, unsplit = hopper.counted(lambda: hopper.ops.fwd_kvcache(
-        q, k, v, cache_seqlens=used, softmax_scale=scale, causal=causal, num_splits=1))
+        q, k, v, cache_seqlens=used, softmax_scale=scale, causal=causal, num_splits=1,
+        **features))
     assert len(launched(unsplit)) == 1
     assert wgmma_instructions(counters) == wgmma_instructions(unsplit) > 0
-    ref_kwargs = dict(softmax_scale=scale, causal=causal)
+    ref_kwargs = dict(softmax_scale=scale, causal=causal, window_size=window, softcap=softcap)
     for i, n in enumerate(seqlens):
         check_sequence(f"batch {i}", out[i], lse[i], q[i], k[i, :n], v[i, :n], ref_kwargs)

@@ -87,10 +87,11 @@ def _stays_on_sm80():
         ("head dim 96", qkv(2, 130, 130, 2, 2, 96), {}),
         ("head dim 40 (padded to 64 on sm_80)", qkv(2, 130, 130, 2, 2, 40), {}),
         ("head dim 256", qkv(2, 130, 130, 2, 2, 256), {}),
-        ("softcap", (q, k, v), dict(softcap=2.0)),
-        ("local window", (q, k, v), dict(window_left=16, window_right=0)),
-        ("right window", (q, k, v), dict(window_left=-1, window_right=8)),
         ("ALiBi", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32))),
+        ("ALiBi, local window", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32),
+                                                window_left=16, window_right=0)),
+        ("negative scale", (q, k, v), dict(softmax_scale=-0.2)),
+        ("zero scale", (q, k, v), dict(softmax_scale=0.0)),
         ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
         ("GQA decode, packed", qkv(2, 1, 512, 8, 2, 128), {}),
@@ -317,3 +318,24 @@ def test_hopper_split_choice_is_its_own(sim, b, sq, h):
         assert plan["num_splits"] == model.best_splits(c, geometry, sk, SM90["sm_count"]), sk
         assert plan["grid"] == [-(-sq // 128) * plan["num_splits"], h, b]
     assert (tuple(hopper_got), tuple(sm80_got)) == (hopper_want, sm80_want)
+
+
+# Softcap and windows (both alignments), alone, together and with causal: the main loops built
+# for them (launch_fwd_sm90.cuh, kernel_list.py), with the same geometry.
+FEATURES = [
+    dict(softcap=2.0),
+    dict(softcap=2.0, causal=True),
+    dict(window_left=16, window_right=0),
+    dict(window_left=-1, window_right=8),
+    dict(window_left=16, window_right=-1),
+    dict(window_left=5, window_right=5, align_bottom_right=False),
+    dict(window_left=40, window_right=3, softcap=1.5),
+    dict(window_left=7, causal=True),
+]
+
+
+@pytest.mark.parametrize("kwargs", FEATURES, ids=str)
+def test_hopper_takes_softcap_and_windows(sim, kwargs):
+    plan = plan_fwd(sim, *qkv(2, 200, 300, 4, 2, 64), device=HOPPER, **kwargs)
+    assert plan["arch"] == "sm90" and plan["grid"] == [2, 4, 2]
+    assert plan["smem_bytes"] == HOPPER_SMEM[64] and plan["num_splits"] == 1

@@ -1,6 +1,6 @@
 // Host side of the sm_90a forward's launch for the library: the plan's AttnParams (a call that
 // plan_fwd_sm90.h accepted) as the Hopper kernel's tensor maps and FwdSm90Params, then
-// hopper::launch_fwd_sm90 with the causal mask or without. Compiles under nvcc (inst/*_sm90.cu,
+// hopper::launch_fwd_sm90 on the main loop of the call's features (below). Compiles under nvcc (inst/*_sm90.cu,
 // for sm_90a only) and under the CPU shim (tests/sim_ext).
 #pragma once
 #include <cuda_bf16.h>
@@ -40,6 +40,27 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
   return in;
 }
 }  // namespace detail
+
+// The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90): causal,
+// a local window or no mask, each with softcap or without. ALiBi (the kernel's kAlibi) is not
+// built: the plan keeps it on sm_80.
+template <typename Element, int kHeadDim>
+std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopper::FwdSm90Params& hp,
+                                     void* stream, bool softcap, Sm90FwdMask mask) {
+  const auto with_softcap = [&](auto cap) {
+    constexpr bool kSoftcap = decltype(cap)::value;
+    switch (mask) {
+      case Sm90FwdMask::kCausal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, true, kSoftcap, false>(maps, hp, stream);
+      case Sm90FwdMask::kLocal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, true>(maps, hp, stream);
+      case Sm90FwdMask::kNone:
+        break;
+    }
+    return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, false>(maps, hp, stream);
+  };
+  return softcap ? with_softcap(std::true_type{}) : with_softcap(std::false_type{});
+}
 
 // Runs the sm_90a forward for an Element (__half or __nv_bfloat16) and kHeadDim == p.head_dim on
 // p as planned (plan_fwd_sm90.h: sm90_fwd_unsupported(p) is nullptr). With p.num_splits > 1 it
@@ -92,11 +113,13 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
   // exp2 takes the scores scaled by scale * log2(e) (FwdSm90Params).
   hp.scale_log2 = static_cast<float>(p.scale_fp64 * 1.4426950408889634);
   hp.align_bottom_right = p.align_bottom_right;
-  // The plan sends no window here but causal's (-1, 0).
-  const bool causal = p.window_right == 0;
-  const std::string launch_error =
-      causal ? hopper::launch_fwd_sm90<Element, kHeadDim, true>(maps, hp, stream)
-             : hopper::launch_fwd_sm90<Element, kHeadDim, false>(maps, hp, stream);
+  hp.window_left = p.window_left;
+  hp.window_right = p.window_right;
+  // The sm_80 kernels' softcap (logit.cuh LogitRules): softcap * tanh(s * (scale / softcap)).
+  hp.softcap = p.softcap;
+  hp.scale_over_softcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
+  const std::string launch_error = launch_fwd_sm90_features<Element, kHeadDim>(
+      maps, hp, stream, p.softcap > 0.f, sm90_fwd_mask(p));
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a forward's launch: " + launch_error);
   }

@@ -63,6 +63,16 @@ inline Sm90MapExtents sm90_map_extents(const AttnParams& p) {
   return {p.batch, p.seqlen_q, p.seqlen_k};
 }
 
+// The sm_90a forward's mask, a template parameter of its main loop (launch_fwd_sm90.cuh): causal
+// is the window (-1, 0) in either alignment, any other window is local (hopper/fwd_sm90_mask.cuh).
+enum class Sm90FwdMask { kNone, kCausal, kLocal };
+
+inline Sm90FwdMask sm90_fwd_mask(const AttnParams& p) {
+  if (p.window_left < 0 && p.window_right == 0) return Sm90FwdMask::kCausal;
+  if (p.window_left >= 0 || p.window_right >= 0) return Sm90FwdMask::kLocal;
+  return Sm90FwdMask::kNone;
+}
+
 namespace detail {
 // TMA (make_fwd_sm90_maps) reads a [B, S, H, D] view through 16-byte aligned addresses and
 // strides that are multiples of 16 bytes (8 16-bit elements) below 2^40 bytes. A dimension of
@@ -94,10 +104,10 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (p.packed_heads > 1) return "a GQA decode with packed heads";
   if (p.mask.ptr != nullptr) return "attn_mask";
   if (p.dropout.on()) return "dropout";
-  if (p.softcap > 0.f) return "softcap";
   if (p.alibi.ptr != nullptr) return "ALiBi";
-  // No window, or causal (window (-1, 0), either alignment).
-  if (p.window_left >= 0 || p.window_right > 0) return "a local window";
+  // The kernel's online softmax takes each row's largest score as the largest logit, true only
+  // for a positive scale (the sm_80 kernels turn other scales into logits first).
+  if (!(p.scale > 0.f)) return "a softmax scale that is not positive";
   // The grid (FwdSm90Config::grid) puts heads on y and batches on z, each at most 65535.
   if (p.heads_q > 65535 || p.batch > 65535) return "more than 65535 heads or batches";
   // The kernel writes the LSE [B, Hq, Sq] (varlen [Hq, total_q]) with contiguous rows.
