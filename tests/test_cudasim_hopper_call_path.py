@@ -191,10 +191,11 @@ def test_hopper_seqused_q(schedule, hopper, dtype, d, mask):
         assert (out[b, nq:] == 0).all() and (lse[b, :, nq:] == float("-inf")).all()
 
 
-@pytest.mark.parametrize("mask", ["alibi", "window_alibi_top_left", "negative_scale"])
+@pytest.mark.parametrize("mask", ["all", "window_alibi_top_left", "negative_scale"])
 def test_what_hopper_lacks_runs_on_sm80(hopper, mask):
-    # ALiBi is not among the Hopper forward's built kernels (kernel_list.py), nor a scale <= 0
-    # (plan_fwd_sm90.h): the same call on the same opted-in device runs mma.sync, and is right.
+    # ALiBi with softcap or a window is not among the Hopper forward's built kernels
+    # (kernel_list.py), nor is a scale <= 0 taken (plan_fwd_sm90.h): the same call on the same
+    # opted-in device runs mma.sync, and is right.
     inputs = qkv(1, 65, 129, 2, 1, 64, torch.bfloat16)
     _, counters = hopper.counted(lambda: check_forward(hopper, *inputs, MASKS[mask]))
     assert launched(counters)
@@ -221,7 +222,7 @@ def test_hopper_forward_feeds_the_backward(hopper):
     check_backward(hopper, *inputs, MASKS["causal"])
 
 
-def sm90_kernel(dtype, d, causal, window=(-1, -1), softcap=0.0):
+def sm90_kernel(dtype, d, causal, window=(-1, -1), softcap=0.0, alibi=False):
     """The Hopper kernel a call runs: its template arguments (Elem, d, kCausal, kSoftcap, kLocal,
     kAlibi), by plan_fwd_sm90.h's sm90_fwd_mask (causal is the window's right edge at 0)."""
     left, right = window
@@ -229,12 +230,13 @@ def sm90_kernel(dtype, d, causal, window=(-1, -1), softcap=0.0):
         right = 0
     is_causal = left < 0 and right == 0
     is_local = not is_causal and (left >= 0 or right >= 0)
-    flags = ", ".join(str(x).lower() for x in (is_causal, softcap > 0, is_local, False))
+    flags = ", ".join(str(x).lower() for x in (is_causal, softcap > 0, is_local, alibi))
     return f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {flags}>"
 
 
-# Softcap and local windows: (dtype, head dim, mask, B, Sq, Sk, Hq, Hkv). Windows on both sides,
-# one side only, with causal, in both alignments; softcap alone and causal; awkward lengths.
+# Softcap, local windows and ALiBi: (dtype, head dim, mask, B, Sq, Sk, Hq, Hkv). Windows on both
+# sides, one side only, with causal, in both alignments; softcap alone and causal; ALiBi with
+# [Hq] and [B, Hq] slopes, causal and not; awkward lengths.
 FEATURE_CASES = [
     (torch.bfloat16, 64, "softcap", 1, 65, 129, 2, 1),
     (torch.float16, 128, "softcap_causal", 1, 129, 63, 1, 1),
@@ -243,6 +245,8 @@ FEATURE_CASES = [
     (torch.bfloat16, 64, "window_right_only", 1, 129, 7, 1, 1),
     (torch.float16, 128, "window_causal", 1, 200, 65, 2, 1),
     (torch.bfloat16, 64, "window_top_left", 1, 127, 300, 1, 1),
+    (torch.bfloat16, 128, "alibi", 1, 65, 257, 4, 2),
+    (torch.float16, 64, "alibi_batch_causal", 2, 129, 63, 2, 2),
 ]
 FEATURE_MASKS = dict(MASKS, window_top_left=dict(window=(9, 30), align_bottom_right=False))
 
@@ -254,7 +258,7 @@ def test_hopper_softcap_and_windows(schedule, hopper, dtype, d, mask, b, sq, sk,
     spec = FEATURE_MASKS[mask]
     (out, lse), counters = hopper.counted(lambda: check_forward(hopper, *inputs, spec))
     want = sm90_kernel(dtype, d, spec.get("causal", False), spec.get("window", (-1, -1)),
-                       spec.get("softcap", 0.0))
+                       spec.get("softcap", 0.0), "alibi" in spec)
     kernels = launched(counters)
     assert len(kernels) == 1 and want in kernels[0], (want, kernels)
 

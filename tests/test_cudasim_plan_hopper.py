@@ -87,7 +87,8 @@ def _stays_on_sm80():
         ("head dim 96", qkv(2, 130, 130, 2, 2, 96), {}),
         ("head dim 40 (padded to 64 on sm_80)", qkv(2, 130, 130, 2, 2, 40), {}),
         ("head dim 256", qkv(2, 130, 130, 2, 2, 256), {}),
-        ("ALiBi", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32))),
+        ("ALiBi, softcap", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32),
+                                           softcap=2.0)),
         ("ALiBi, local window", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32),
                                                 window_left=16, window_right=0)),
         ("negative scale", (q, k, v), dict(softmax_scale=-0.2)),
@@ -320,8 +321,9 @@ def test_hopper_split_choice_is_its_own(sim, b, sq, h):
     assert (tuple(hopper_got), tuple(sm80_got)) == (hopper_want, sm80_want)
 
 
-# Softcap and windows (both alignments), alone, together and with causal: the main loops built
-# for them (launch_fwd_sm90.cuh, kernel_list.py), with the same geometry.
+# Softcap and windows (both alignments), alone, together and with causal, and ALiBi ([Hq] or
+# [B, Hq] slopes) without them or causal: the main loops built for them (launch_fwd_sm90.cuh,
+# kernel_list.py), with the same geometry.
 FEATURES = [
     dict(softcap=2.0),
     dict(softcap=2.0, causal=True),
@@ -331,6 +333,8 @@ FEATURES = [
     dict(window_left=5, window_right=5, align_bottom_right=False),
     dict(window_left=40, window_right=3, softcap=1.5),
     dict(window_left=7, causal=True),
+    dict(alibi_slopes=torch.rand(4)),
+    dict(alibi_slopes=torch.rand(2, 4), causal=True, align_bottom_right=False),
 ]
 
 

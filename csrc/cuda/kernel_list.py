@@ -67,9 +67,9 @@ FAMILIES = {
         header="launch_fwd_sm90.cuh", prefix="fwd", one_per_file=True, direction="fwd",
         template="{element}, {head_dim}",
         params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
-        comment="The sm_90a forward (csrc/cuda/hopper/), its six main loops (no mask, causal, "
-                "local; softcap or not) for one (head dim, dtype): compiled for sm_90a only "
-                "(kernel_list.py ARCHS)."),
+        comment="The sm_90a forward (csrc/cuda/hopper/), its eight main loops (no mask, causal, "
+                "local, each with softcap or not; ALiBi, causal or not) for one (head dim, "
+                "dtype): compiled for sm_90a only (kernel_list.py ARCHS)."),
     "bwd_sm90": dict(
         header="launch_bwd_sm90.cuh", prefix="bwd", one_per_file=True, direction="bwd",
         template="{element}, {head_dim}",
@@ -95,12 +95,13 @@ ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16", "fp32": "float"}
 HEAD_DIMS_16BIT = (32, 64, 96, 128, 192, 256)  # tensor-core kernels, fp16 and bf16
 HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # The sm_90a forward and backward: exactly these head dims (FwdSm90Config, BwdSm90Config), fp16 and
-# bf16. Each forward file holds six main loops (launch_fwd_sm90.cuh, launch_fwd_sm90_features): no
-# mask, causal, a local window, each with softcap and without; ALiBi (the kernel's kAlibi) is not
-# built, so those calls stay on the sm_80 kernels (plan_fwd_sm90.h, README's support table). Each
-# backward file holds its kernel with and without the causal mask (and its rows and convert
-# kernels). Four files per direction: the build-time budget (docs/lab/2026-12-02-hopper-forward-
-# features.md, docs/lab/2026-12-02-hopper-backward-wiring.md).
+# bf16. Each forward file holds eight main loops (launch_fwd_sm90.cuh, launch_fwd_sm90_features):
+# no mask, causal, a local window, each with softcap and without; ALiBi with no mask or causal,
+# without softcap. ALiBi with softcap or a local window is not built, so those calls stay on the
+# sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds its kernel with
+# and without the causal mask (and its rows and convert kernels). Four files per direction: the
+# build-time budget (docs/lab/2026-12-02-hopper-forward-features.md,
+# docs/lab/2026-12-02-hopper-backward-wiring.md).
 HEAD_DIMS_SM90 = (64, 128)
 
 KERNELS = (

@@ -42,11 +42,16 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 }  // namespace detail
 
 // The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90): causal,
-// a local window or no mask, each with softcap or without. ALiBi (the kernel's kAlibi) is not
-// built: the plan keeps it on sm_80.
+// a local window or no mask, each with softcap or without; ALiBi with causal or no mask, without
+// softcap (the plan keeps ALiBi's other combinations on sm_80: sm90_fwd_unsupported).
 template <typename Element, int kHeadDim>
 std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopper::FwdSm90Params& hp,
-                                     void* stream, bool softcap, Sm90FwdMask mask) {
+                                     void* stream, bool softcap, bool alibi, Sm90FwdMask mask) {
+  if (alibi) {
+    return mask == Sm90FwdMask::kCausal
+               ? hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, true>(maps, hp, stream)
+               : hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, true>(maps, hp, stream);
+  }
   const auto with_softcap = [&](auto cap) {
     constexpr bool kSoftcap = decltype(cap)::value;
     switch (mask) {
@@ -118,8 +123,12 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
   // The sm_80 kernels' softcap (logit.cuh LogitRules): softcap * tanh(s * (scale / softcap)).
   hp.softcap = p.softcap;
   hp.scale_over_softcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
+  // ALiBi's slope of (b, h) (mask.h alibi_slope): [Hq] or [B, Hq] fp32, strided.
+  hp.alibi_slopes = static_cast<const float*>(p.alibi.ptr);
+  hp.alibi_batch_stride = p.alibi.batch_stride;
+  hp.alibi_head_stride = p.alibi.head_stride;
   const std::string launch_error = launch_fwd_sm90_features<Element, kHeadDim>(
-      maps, hp, stream, p.softcap > 0.f, sm90_fwd_mask(p));
+      maps, hp, stream, p.softcap > 0.f, p.alibi.ptr != nullptr, sm90_fwd_mask(p));
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a forward's launch: " + launch_error);
   }

@@ -104,7 +104,9 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (p.packed_heads > 1) return "a GQA decode with packed heads";
   if (p.mask.ptr != nullptr) return "attn_mask";
   if (p.dropout.on()) return "dropout";
-  if (p.alibi.ptr != nullptr) return "ALiBi";
+  // ALiBi's main loops: no mask or causal, without softcap (launch_fwd_sm90.cuh).
+  if (p.alibi.ptr != nullptr && (p.softcap > 0.f || sm90_fwd_mask(p) == Sm90FwdMask::kLocal))
+    return "ALiBi with softcap or a local window";
   // The kernel's online softmax takes each row's largest score as the largest logit, true only
   // for a positive scale (the sm_80 kernels turn other scales into logits first).
   if (!(p.scale > 0.f)) return "a softmax scale that is not positive";

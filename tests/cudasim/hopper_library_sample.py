@@ -7,7 +7,7 @@ sends to the Hopper kernels on compute capability 9.0.
 For each case: out and lse against the float64 reference within 2x PyTorch's own error in the
 dtype (tests/checks.check_forward, outputs poisoned first), and the profiler's kernel names show
 that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take, that the
-sm_80 kernel did (ALiBi); split-KV decodes (fwd_kvcache) also run the split merge. Then the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128,
+sm_80 kernel did (ALiBi with softcap and a window); split-KV decodes (fwd_kvcache) also run the split merge. Then the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128,
 N = 4096, causal and not. Exits 1 on any failure; on a GPU other than compute capability 9.0,
 prints SKIP and exits 0.
 """
@@ -44,6 +44,7 @@ CASES = [
     (torch.bfloat16, 128, "softcap_causal", 1, 1000, 1000, 4, 4),
     (torch.float16, 64, "window", 2, 777, 1500, 4, 2),
     (torch.bfloat16, 128, "window_causal", 1, 600, 2000, 2, 1),
+    (torch.float16, 128, "alibi_batch_causal", 2, 1000, 1000, 4, 4),
 ]
 
 
@@ -66,13 +67,13 @@ def check_cases():
             print(f"FAIL {name}: {e}")
     # A call the Hopper forward does not take stays on sm_80 (README's support table).
     q, k, v = (torch.randn(1, 200, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-    names = kernels_run(lambda: check_forward(cuda, q, k, v, MASKS["alibi"]))
+    names = kernels_run(lambda: check_forward(cuda, q, k, v, MASKS["all"]))
     if any("fwd_sm90_kernel" in n for n in names) or not any("fwd_kernel_16bit" in n
                                                              for n in names):
         failures += 1
-        print(f"FAIL ALiBi: expected the sm_80 kernel, ran {names}")
+        print(f"FAIL ALiBi + softcap + window: expected the sm_80 kernel, ran {names}")
     else:
-        print("PASS ALiBi stays on sm_80")
+        print("PASS ALiBi + softcap + window stays on sm_80")
     return failures + check_split_cases()
 
 

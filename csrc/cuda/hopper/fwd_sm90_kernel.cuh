@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
   // Accumulator (or softcapped logit) units -> log2 units.
   const float exp2_scale = kSoftcap || kAlibi ? cuda::kLog2e : p.scale_log2;
-  const float alibi_slope = kAlibi ? p.alibi_slopes[batch * p.alibi_batch_stride + head] : 0.f;
+  const float alibi_slope = kAlibi ? p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] : 0.f;
   OnlineSoftmax softmax;
   softmax.init();
 

@@ -53,10 +53,11 @@ struct FwdSm90Params {
   // softmax scale / softcap (then scale_log2 is not used).
   float softcap = 0.f, scale_over_softcap = 0.f;
   // The kAlibi kernels: the (softcapped) logit plus -slope * |i + diag_offset - j|, slope
-  // alibi_slopes[b * alibi_batch_stride + h] (fp32; stride 0 for [Hq] slopes), and the softmax
+  // alibi_slopes[b * alibi_batch_stride + h * alibi_head_stride] (fp32; a batch stride of 0 for
+  // [Hq] slopes), and the softmax
   // scale itself (the logit is scale * s without a softcap).
   const float* alibi_slopes = nullptr;
-  int64_t alibi_batch_stride = 0;
+  int64_t alibi_batch_stride = 0, alibi_head_stride = 1;
   float scale = 0.f;
   // Causal kernels: row i sees key j iff j <= i + (align_bottom_right ? Sk - Sq : 0), FA2's
   // alignment by default, SDPA's (top-left) otherwise (AttnParams' field of the same name).
