@@ -1,7 +1,7 @@
 // Host side of the sm_90a forward's launch for the library: the plan's AttnParams (a call that
 // plan_fwd_sm90.h accepted) as the Hopper kernel's tensor maps and FwdSm90Params, then
-// hopper::launch_fwd_sm90 on the main loop of the call's features (below). Compiles under nvcc (inst/*_sm90.cu,
-// for sm_90a only) and under the CPU shim (tests/sim_ext).
+// hopper::launch_fwd_sm90 on the main loop of the call's features (below). Compiles under nvcc
+// (inst/*_sm90.cu, for sm_90a only) and under the CPU shim (tests/sim_ext).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

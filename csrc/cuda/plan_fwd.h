@@ -324,7 +324,8 @@ inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const Device
   plan.grid = plan.shape.grid(p);
   plan.block = plan.shape.block();
   plan.merge_params.num_splits = p.num_splits;
-  // The Hopper forward takes the call as packed (it packs no GQA heads) but splits it itself.
+  // The Hopper forward takes the call as the sm_80 plan shaped it (never packed: it refuses
+  // packed GQA heads) and chooses its own split count.
   if (sm90_fwd_enabled(device.hopper_fwd, device.cc_major, device.cc_minor) &&
       sm90_fwd_unsupported(p, type) == nullptr) {
     use_sm90_fwd(plan, params.num_splits, device.sm_count);

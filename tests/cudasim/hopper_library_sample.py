@@ -6,9 +6,10 @@ sends to the Hopper kernels on compute capability 9.0.
 
 For each case: out and lse against the float64 reference within 2x PyTorch's own error in the
 dtype (tests/checks.check_forward, outputs poisoned first), and the profiler's kernel names show
-that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take, that the
-sm_80 kernel did (ALiBi with softcap and a window); split-KV decodes (fwd_kvcache) also run the split merge. Then the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128,
-N = 4096, causal and not. Exits 1 on any failure; on a GPU other than compute capability 9.0,
+that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take (ALiBi with
+softcap and a window), that the sm_80 kernel did; split-KV decodes (fwd_kvcache) also run the
+split merge. Then the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096,
+causal and not. Exits 1 on any failure; on a GPU other than compute capability 9.0,
 prints SKIP and exits 0.
 """
 import os
