@@ -145,22 +145,25 @@ void check_qkv(const AttnInputs& in, const ExecutorLimits& limits) {
               v.size(2));
   TORCH_CHECK(k.size(3) == q.size(3), "flashattn: q and k must have the same head dim, got ",
               q.size(3), " and ", k.size(3));
-  TORCH_CHECK(limits.takes_unequal_head_dims || v.size(3) == q.size(3), "flashattn: the ",
-              limits.name, " kernels need v's head dim (head_dim_v = ", v.size(3), ") equal to "
-              "q's and k's (head_dim = ", q.size(3), "); unequal head dims (MLA) run on the "
-              "CPU only for now");
   TORCH_CHECK(k.size(2) > 0 || q.size(2) == 0,
               "flashattn: k and v have 0 heads but q has ", q.size(2));
   TORCH_CHECK(k.size(2) == 0 || q.size(2) % k.size(2) == 0,
               "flashattn: the number of query heads must be a multiple of the number of "
               "key/value heads (GQA/MQA), got ", q.size(2), " query heads and ", k.size(2),
               " key/value heads");
-  TORCH_CHECK(limits.max_head_dim < 0 || q.size(3) <= limits.max_head_dim, "flashattn: the ",
-              limits.name, " kernels support head_dim <= ", limits.max_head_dim, ", got ",
-              q.size(3));
-  TORCH_CHECK(limits.max_head_dim < 0 || v.size(3) <= limits.max_head_dim, "flashattn: the ",
-              limits.name, " kernels support head_dim_v <= ", limits.max_head_dim, ", got ",
-              v.size(3));
+  // v may have a head dim of its own (MLA). A device executor runs the pair on the head-dim
+  // tile of the wider of the two, so both must fit its largest.
+  if (v.size(3) == q.size(3)) {
+    TORCH_CHECK(limits.max_head_dim < 0 || q.size(3) <= limits.max_head_dim, "flashattn: the ",
+                limits.name, " kernels support head_dim <= ", limits.max_head_dim, ", got ",
+                q.size(3));
+  } else {
+    TORCH_CHECK(limits.max_head_dim < 0 || std::max(q.size(3), v.size(3)) <= limits.max_head_dim,
+                "flashattn: the ", limits.name, " kernels support head dims <= ",
+                limits.max_head_dim, ", got head_dim = ", q.size(3), " (q, k) and head_dim_v = ",
+                v.size(3), " (v); a wider pair (MLA's absorbed decode, 576 / 512) runs on the "
+                "CPU only for now");
+  }
   check_last_dim_contiguous(q, "q");
   check_last_dim_contiguous(k, "k");
   check_last_dim_contiguous(v, "v");

@@ -64,9 +64,6 @@ struct ExecutorLimits {
   // checked there, with errors naming them. Device executors never sync for them: their
   // kernels clamp every sequence to the tensors (mask.h, sequence_of).
   bool reads_lengths_on_host;
-  // Whether v's head dim may differ from q's and k's (MLA). Last, with a default, so an executor
-  // that predates it (CUDA, until its tiles take unequal dims) rejects such inputs.
-  bool takes_unequal_head_dims = false;
 };
 
 // The KV cache addressing of the inputs (kv_rows.h), and the longest key sequence the cache

@@ -1,7 +1,7 @@
 """A value head dim different from the query's (DeepSeek's Multi-head Latent Attention): q and k
 share head_dim, v (and out, dout, dv) have head_dim_v. The CPU takes any pair, forward and
-backward, through every entry point; the CUDA kernels do not yet, and say so. Each result is
-checked against the float64 reference, PyTorch's own error in the dtype being the yardstick."""
+backward, through every entry point (the CUDA kernels' pairs: test_cudasim_mla.py). Each result
+is checked against the float64 reference, PyTorch's own error in the dtype being the yardstick."""
 import pytest
 import torch
 
@@ -26,9 +26,10 @@ def make_qkv(batch, seqlen_q, seqlen_k, heads, heads_kv, dims, dtype, device="cp
     return q, k, v
 
 
-def check_forward_and_backward(q, k, v, mask, ex=None, **op_arguments):
+def check_forward_and_backward(q, k, v, mask, ex=None, bwd_arguments=None, **op_arguments):
     """The op forward and backward on executor ex (the CPU's by default) against the reference;
-    op_arguments (dropout) go to both directions. Returns out."""
+    op_arguments (dropout) go to both directions, bwd_arguments (deterministic) to the backward.
+    Returns out."""
     ex = ex or make_executor("cpu")
     scale, op_kwargs, ref_kwargs = mask_arguments(mask, q)
     op_kwargs.update(op_arguments)
@@ -43,7 +44,7 @@ def check_forward_and_backward(q, k, v, mask, ex=None, **op_arguments):
     if q.dtype == torch.float64:
         return out
     dout, dlse = torch.randn_like(out), torch.randn_like(lse)
-    grads = ex.bwd(dout, q, k, v, out, lse, dlse, scale, **op_kwargs)
+    grads = ex.bwd(dout, q, k, v, out, lse, dlse, scale, **op_kwargs, **(bwd_arguments or {}))
     ref = reference_grads(to64(q), to64(k), to64(v), dout.double(), dlse.double(), ref_kwargs)
     low = reference_grads(q, k, v, dout, dlse, ref_kwargs)
     for name, got, want, yardstick, like in zip(("dq", "dk", "dv"), grads, ref, low, (q, k, v)):
@@ -252,19 +253,6 @@ def test_bad_shapes_are_errors_naming_the_argument():
         with pytest.raises(RuntimeError, match=rf"{name} must have q's shape with v's head dim, "
                                                r"\[1, 8, 2, 16\], got \[1, 8, 2, 32\]"):
             torch.ops.flashattn.bwd(grads["dout"], grads["out"], lse, None, q, k, v)
-
-
-def test_cuda_kernels_reject_unequal_head_dims():
-    """The CUDA executor (its own source on the CPU shim) refuses the pair with both dims named,
-    until its tiles take them."""
-    sim = make_executor("sim")
-    q, k, v = make_qkv(1, 8, 8, 2, 2, (64, 32), torch.float16)
-    message = (r"the CUDA \(cudasim\) kernels need v's head dim \(head_dim_v = 32\) equal to "
-               r"q's and k's \(head_dim = 64\); unequal head dims \(MLA\) run on the CPU only")
-    with pytest.raises(RuntimeError, match=message):
-        sim.fwd(q, k, v, None)
-    with pytest.raises(RuntimeError, match=message):
-        sim.ops.fwd_kvcache(q, k, v)
 
 
 # ---- the KV cache ----

@@ -13,7 +13,7 @@ struct CpuExecutor {
   static const ExecutorLimits& limits() {
     static const ExecutorLimits cpu_limits{
         "CPU", {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}, -1,
-        /*reads_lengths_on_host=*/true, /*takes_unequal_head_dims=*/true};
+        /*reads_lengths_on_host=*/true};
     return cpu_limits;
   }
   static void run_fwd(const at::Tensor& q, const AttnParams& p) {

@@ -13,6 +13,9 @@
 //                                      dQ kernel runs instead)
 // S^T has keys as rows, so each lane's entries share its key rows, and LSE_i, D_i are read per
 // column. dQ reads dS out of dS^T's rows with ldmatrix.trans.
+// A value head dim of its own (MLA) runs on the tile of the wider (plan_fwd.h, tile_head_dim):
+// Kj, Qi over head_dim columns, Vj, dOi over head_dim_v, zero-filled to the tile; dV's store
+// stops at head_dim_v, dK's and dQ's at head_dim.
 #pragma once
 #include <cstdint>
 
@@ -78,7 +81,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   float* dsum_smem = lse_smem + kBlockM;
 
   const bool aligned =
-      p.head_dim % kChunkElems == 0 &&
+      p.head_dim % kChunkElems == 0 && p.head_dim_v % kChunkElems == 0 &&
       rows_are_16b_aligned(p.q) && rows_are_16b_aligned(p.k) && rows_are_16b_aligned(p.v) &&
       rows_are_16b_aligned(p.dout);
 
@@ -104,7 +107,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         p.head_dim, aligned);
     load_tile_async<kBlockM, kHeadDim, kStride, kNThreads, true>(
         do_smem, p.dout.row<const uint16_t>(batch, head, q_row), p.dout.row_stride, rows_valid,
-        p.head_dim, aligned);
+        p.head_dim_v, aligned);
     ptx::cp_async_commit();
     const int64_t d_row0 = query_row_index(p, seq, head, m_start);
     // thread_index(): read here, not held across the main loop (tile_io.cuh, TileChunks); with
@@ -124,7 +127,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       keys_valid, p.head_dim, aligned);
   load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
       v_smem, p.v.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.v.row_stride,
-      keys_valid, p.head_dim, aligned);
+      keys_valid, p.head_dim_v, aligned);
   ptx::cp_async_commit();
   if (iterations > 0) load_q_do(0);
 
@@ -321,7 +324,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
                                                 p.head_dim, dkv_col0 + lane_col, p.dk, batch,
                                                 head_kv, seq.k_row0);
     store_accumulator_rows<Element, kDkvNTiles>(dv_rmem[m], rows, unit, seq.seqlen_k,
-                                                p.head_dim, dkv_col0 + lane_col, p.dv, batch,
+                                                p.head_dim_v, dkv_col0 + lane_col, p.dv, batch,
                                                 head_kv, seq.k_row0);
   }
 }

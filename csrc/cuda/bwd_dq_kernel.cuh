@@ -44,8 +44,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const Sequence seq = sequence_of(p, batch);
   if (m_start >= seq.seqlen_q) return;  // the grid covers the longest sequence
 
+  // Q, K over head_dim columns, V, dO over head_dim_v (MLA: plan_fwd.h, tile_head_dim).
   const bool aligned =
-      p.head_dim % kChunkElems == 0 &&
+      p.head_dim % kChunkElems == 0 && p.head_dim_v % kChunkElems == 0 &&
       rows_are_16b_aligned(p.q) && rows_are_16b_aligned(p.k) && rows_are_16b_aligned(p.v) &&
       rows_are_16b_aligned(p.dout);
   // [Sk, D] views of this (batch, kv head).
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         p.head_dim, aligned);
     load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
         v_smem(stage), v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
-        p.head_dim, aligned);
+        p.head_dim_v, aligned);
   };
 
   const int rows_valid = seq.seqlen_q - m_start;
@@ -80,8 +81,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       p.head_dim, aligned);
   load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
       do_smem, p.dout.row<const uint16_t>(batch, head, seq.q_row0 + m_start), p.dout.row_stride,
-      rows_valid,
-      p.head_dim, aligned);
+      rows_valid, p.head_dim_v, aligned);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (tile_begin + s < tile_end) load_kv(tile_begin + s);

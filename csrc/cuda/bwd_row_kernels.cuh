@@ -57,11 +57,11 @@ __global__ void __launch_bounds__(kRowKernelThreads)
   if (!at.valid) return;
   const int64_t q_row = at.seq.q_row0 + at.row;
   const int lane = threadIdx.x % kWarpSize;
-  // [D] rows of O and dO.
+  // [Dv] rows of O and dO.
   const Storage<Element>* o_row = p.o.row<const Storage<Element>>(at.batch, at.head, q_row);
   const Storage<Element>* do_row = p.dout.row<const Storage<Element>>(at.batch, at.head, q_row);
   float sum = 0.f;
-  for (int c = lane; c < p.head_dim; c += kWarpSize)
+  for (int c = lane; c < p.head_dim_v; c += kWarpSize)  // O and dO: v's head dim
     sum += load_as_float<Element>(o_row + c) * load_as_float<Element>(do_row + c);
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)

@@ -61,7 +61,7 @@ struct CudaExecutor {
     if (fwd_launches_nothing(params)) return;
     const typename Device::Guard guard(q.device());
     const FwdPlan plan = plan_fwd(params, type, Device::props(q));
-    check_tile(plan.kernels, params.head_dim);
+    check_tile(plan.kernels, tile_head_dim(params));
     check_smem_fits(plan.shape.smem_bytes, plan.smem_limit_bytes);
     at::Tensor split_scratch;
     if (plan.merges()) {
@@ -98,7 +98,7 @@ struct CudaExecutor {
     }
     const typename Device::Guard guard(q.device());
     const BwdPlan plan = plan_bwd(p, type, Device::props(q));
-    check_tile(plan.kernels, p.head_dim);
+    check_tile(plan.kernels, tile_head_dim(p));
     check_smem_fits(plan.smem_bytes, plan.smem_limit_bytes);
     at::Tensor workspace = at::empty({plan.workspace_floats}, q.options().dtype(at::kFloat));
     // The kernels must not depend on the scratch's initial contents: tests poison it too.

@@ -10,6 +10,9 @@
 //   O_i += P_ij Vj        mma_AB_trans: P_ij re-packed from the S accumulator straight into A
 //                         fragments, V through ldmatrix.trans as the B operand
 // and O_i is divided by l_i once, at the end.
+// A value head dim of its own (MLA, p.head_dim_v != p.head_dim) runs on the tile of the wider
+// (plan_fwd.h, tile_head_dim): Qi and Kj hold head_dim columns, Vj head_dim_v, each zero-filled
+// to the tile, so the padding adds zeros to S and O, and O's store stops at head_dim_v.
 #pragma once
 #include <cstdint>
 
@@ -75,8 +78,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr bool kUnrolledCacheCopies = Traits::kUnrolledCacheCopies;
   const bool paged_table = kUnrolledCacheCopies && p.kv_cache.paged();
 
+  // One flag for the three tensors' copies (a ragged head dim of either is rare).
   const bool aligned =
-      p.head_dim % kChunkElems == 0 &&
+      p.head_dim % kChunkElems == 0 && p.head_dim_v % kChunkElems == 0 &&
       rows_are_16b_aligned(p.q) && rows_are_16b_aligned(p.k) && rows_are_16b_aligned(p.v);
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
@@ -92,24 +96,25 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, rows.token(m_start), rows.token(m_last));
   split_part(tiles.begin, tiles.end, static_cast<int>(blockIdx.x % splits), splits);
 
-  // One K or V tile (view: p.k or p.v) into its buffer, as one cp.async group. The [Sk, D]
+  // One K or V tile (view: p.k or p.v, of cols columns: p.head_dim or p.head_dim_v) into its
+  // buffer, as one cp.async group. The [Sk, D]
   // base of this (batch, kv head) is recomputed per load rather than kept across the loop: with
   // two m-tiles per warp, those four registers made the d = 128 kernel spill.
-  auto load_keys = [&](uint16_t* tile_smem, const TensorView& view, int tile) {
+  auto load_keys = [&](uint16_t* tile_smem, const TensorView& view, int cols, int tile) {
     const int n_start = tile * kBlockN;
     const int rows_valid = seq.seqlen_k - n_start;
     if constexpr (kUnrolledCacheCopies) {
       if (!p.kv_cache.paged()) {
         const uint16_t* gmem = view.row<const uint16_t>(seq.kv_batch, head_kv, seq.k_row0);
         load_tile_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
-            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid,
-            p.head_dim, aligned);
+            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
+            aligned);
       } else {
         // This tile's rows from the table (written before the barrier preceding this copy).
         const int table_view = tile_smem == v_smem ? RowTable::kValues : RowTable::kKeys;
         load_rows_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
             tile_smem, [&](int r) { return row_table.row_of(tile, r, table_view); },
-            view.row<const uint16_t>(0, head_kv, 0), rows_valid, p.head_dim, aligned);
+            view.row<const uint16_t>(0, head_kv, 0), rows_valid, cols, aligned);
       }
     } else {
       const uint16_t* gmem = view.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
@@ -117,15 +122,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       if (keys_in_rows) {
         // Unrolled: the main loop's copies (tile_io.cuh, TileChunks).
         load_tile_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
-            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid,
-            p.head_dim, aligned);
+            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
+            aligned);
       } else {
         load_rows_async<kBlockN, kHeadDim, kStride, kNThreads>(
             tile_smem,
             [&](int r) {
               return key_row<const uint16_t>(view, p.kv_cache, seq, head_kv, n_start + r);
             },
-            gmem, rows_valid, p.head_dim, aligned);
+            gmem, rows_valid, cols, aligned);
       }
     }
     ptx::cp_async_commit();
@@ -145,7 +150,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       row_table.write(p, seq, head_kv, tiles.begin);
       __syncthreads();
     }
-    load_keys(k_smem, p.k, tiles.begin);
+    load_keys(k_smem, p.k, p.head_dim, tiles.begin);
   }
 
   const int warp = threadIdx.x / kWarpSize;
@@ -176,7 +181,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start, m_last + 1, n_start,
                                          min(n_start + kBlockN, seq.seqlen_k));
     const bool visible = mask_class != kMaskHidden;
-    if (visible) load_keys(v_smem, p.v, tile);
+    if (visible) load_keys(v_smem, p.v, p.head_dim_v, tile);
     // In the one-m-tile kernel, which runs decoding steps (a few rows of a 64-row tile: plan_fwd.h
     // kFwdFewRows, gqa_decode.h), a warp whose rows all lie past the sequence takes part in the
     // copies and barriers only: its products would be thrown away. The two-m-tile kernel meets such
@@ -241,7 +246,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     ptx::cp_async_wait_all();
     // Vj is in smem for every thread, and every warp is done with Kj.
     __syncthreads();
-    if (tile + 1 < tiles.end) load_keys(k_smem, p.k, tile + 1);
+    if (tile + 1 < tiles.end) load_keys(k_smem, p.k, p.head_dim, tile + 1);
     // O_i += P_ij Vj.
     if (computes) mma_AB_trans<Element, kStride>(o_rmem, s_rmem, v_smem, lanes);
   }
@@ -272,7 +277,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int col = d * kMmaN + lanes.acc_col + e;
-            if (col < p.head_dim) out[col] = o_rmem[m][d][2 * r + e] * inv_l[r];
+            if (col < p.head_dim_v) out[col] = o_rmem[m][d][2 * r + e] * inv_l[r];
           }
         if (lanes.acc_col == 0) *split_lse_of(p, split_scratch, split, batch, q_head, token) = lse[r];
       }
@@ -290,12 +295,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   }
   if (splits > 1) return;
   __syncthreads();
-  const bool out_aligned = p.head_dim % kChunkElems == 0 && rows_are_16b_aligned(p.o);
+  const bool out_aligned = p.head_dim_v % kChunkElems == 0 && rows_are_16b_aligned(p.o);
   const int rows_valid = seq.seqlen_q - m_start;
   if (rows.packed == 1) {
     uint16_t* o_gmem = p.o.row<uint16_t>(batch, head, seq.q_row0 + m_start);
     store_rows<kBlockM, kHeadDim, kStride, kNThreads>(
-        q_smem, [&](int r) { return o_gmem + r * p.o.row_stride; }, rows_valid, p.head_dim,
+        q_smem, [&](int r) { return o_gmem + r * p.o.row_stride; }, rows_valid, p.head_dim_v,
         out_aligned);
   } else {
     store_rows<kBlockM, kHeadDim, kStride, kNThreads>(
@@ -304,7 +309,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
           const int row = m_start + r;
           return p.o.row<uint16_t>(batch, rows.q_head(row), seq.q_row0 + rows.token(row));
         },
-        rows_valid, p.head_dim, out_aligned);
+        rows_valid, p.head_dim_v, out_aligned);
   }
 }
 

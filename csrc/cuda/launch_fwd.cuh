@@ -12,7 +12,7 @@
 namespace flashattn::cuda {
 
 // Runs fwd_kernel_16bit for an Element (__half or __nv_bfloat16) and a head-dim tile
-// >= p.head_dim, on p as planned (FwdPlan::params: packed, split). p.seqlen_q, p.batch and
+// >= tile_head_dim(p), on p as planned (FwdPlan::params: packed, split). p.seqlen_q, p.batch and
 // p.heads_q must be > 0. Calls after_launch() right after the launch so the caller can check it.
 template <typename Element, int kHeadDim>
 void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t stream,

@@ -12,7 +12,7 @@
 
 namespace flashattn::cuda {
 
-// Forward for fp32 inputs on a head-dim tile >= p.head_dim, on p as planned (FwdPlan::params);
+// Forward for fp32 inputs on a head-dim tile >= tile_head_dim(p), on p as planned (FwdPlan::params);
 // batch, heads, seqlen_q > 0.
 template <int kHeadDim>
 void run_fwd_simt(const AttnParams& p, float* split_scratch, cudaStream_t stream,

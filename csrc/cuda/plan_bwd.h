@@ -193,7 +193,7 @@ inline void use_sm90_bwd(BwdPlan& plan, const AttnBwdParams& p) {
 inline BwdPlan plan_bwd(const AttnBwdParams& p, ElementType type, const DeviceProps& device) {
   BwdPlan plan;
   plan.device_arch = device_arch(device);
-  plan.kernels = choose_kernels(type, p.head_dim, kernel_arch(plan.device_arch));
+  plan.kernels = choose_kernels(type, tile_head_dim(p), kernel_arch(plan.device_arch));
   plan.smem_limit_bytes = device.smem_optin_bytes;
   plan.arch_smem_bytes = max_smem_bytes(plan.kernels.arch);
   plan.empty = bwd_launches_nothing(p);

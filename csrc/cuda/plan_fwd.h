@@ -61,9 +61,17 @@ struct KernelChoice {
   int head_dim_tile;
 };
 
-// The smallest compiled tile >= head_dim (dispatch.h), or 0 when there is none. The shared input
-// checks keep head_dim <= kMaxHeadDim (ExecutorLimits), and every element type has a tile that
-// large. No torch here: the launch headers include this file, and the shim's self-tests compile
+// The head dim a call's tile must cover: q's and k's, or v's where that is wider. A pair of
+// unequal head dims (MLA: 192 / 128, 128 / 64, 64 / 128) runs on the tile of the wider one, the
+// kernels reading and writing Q, K, dQ, dK over head_dim columns and V, O, dO, dV over
+// head_dim_v, zero-filled up to the tile on load (tile_io.cuh) and never stored past it.
+inline int tile_head_dim(const AttnParams& p) {
+  return p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+}
+
+// The smallest compiled tile >= head_dim (dispatch.h; tile_head_dim of a call), or 0 when there
+// is none. The shared input checks keep both head dims <= kMaxHeadDim (ExecutorLimits), and
+// every element type has a tile that large. No torch here: the launch headers include this file, and the shim's self-tests compile
 // them without torch.
 inline KernelChoice choose_kernels(ElementType type, int head_dim, Arch arch) {
   KernelChoice choice{type == ElementType::kFloat ? KernelFamily::kSimt
@@ -142,13 +150,13 @@ inline FwdLaunchShape fwd_launch_shape(const KernelChoice& choice, bool one_m_ti
 //   T(s) = max(waves(s) x (kSplitCtaNs + ceil(tiles / s) x kSplitTileNs),
 //              KV bytes / (sm_count x kSplitSmBytesPerNs))
 //        + (s > 1: the merge) kSplitMergeLaunchNs
-//                             + merge_waves x ceil(head_dim / 32) x s x kSplitMergeStepNs
+//                             + merge_waves x ceil(head_dim_v / 32) x s x kSplitMergeStepNs
 // tiles: one CTA's key tiles, ceil(seqlen_k / key_tile); a CTA walks them one after another, each
 // an HBM round trip or so (kSplitTileNs), so a decode with few CTAs is bound by latency, not by
 // bandwidth. ctas = batch x heads x query-row tiles as packed (B x heads_kv for a GQA decode,
 // gqa_decode.h); waves(s) = ceil(ctas x s / (sm_count x kSplitCtasPerSm)). The merge
 // (split_merge_kernel.cuh) gives each output row (query slot x query head) one warp, whose lanes
-// hold ceil(head_dim / 32) columns each and add the splits' parts in turn, so its time still
+// hold ceil(head_dim_v / 32) columns each and add the splits' parts in turn, so its time still
 // grows with s, 32 times slower than the thread per row it replaced;
 // merge_waves = ceil(B x Sq x Hq / (sm_count x kSplitMergeWarpsPerSm)). A tie keeps fewer
 // splits, and each split keeps at least kSplitMinTiles key tiles. A batch whose CTAs fill the
@@ -185,8 +193,8 @@ inline int64_t split_step_ns(const AttnParams& p, const SplitShape& shape, int s
   const int64_t waves = (ctas * s + slots - 1) / slots;
   int64_t t = waves * (kSplitCtaNs + (tiles + s - 1) / s * kSplitTileNs);
   // K and V of every (batch, kv head) once; a CTA's heads_q is heads_kv when GQA is packed.
-  const int64_t kv_bytes = 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k *
-                           p.head_dim * shape.element_bytes;
+  const int64_t kv_bytes = static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k *
+                           (p.head_dim + p.head_dim_v) * shape.element_bytes;
   const int64_t hbm = kv_bytes / (sms * kSplitSmBytesPerNs);
   if (t < hbm) t = hbm;
   if (s > 1) {
@@ -195,7 +203,7 @@ inline int64_t split_step_ns(const AttnParams& p, const SplitShape& shape, int s
                           p.heads_q * p.packed_heads;
     const int64_t capacity = sms * kSplitMergeWarpsPerSm;
     const int64_t merge_waves = (warps + capacity - 1) / capacity;
-    const int64_t lane_columns = (p.head_dim + kWarpSize - 1) / kWarpSize;
+    const int64_t lane_columns = (p.head_dim_v + kWarpSize - 1) / kWarpSize;  // of out
     t += kSplitMergeLaunchNs + merge_waves * lane_columns * s * kSplitMergeStepNs;
   }
   return t;
@@ -303,7 +311,7 @@ inline void use_sm90_fwd(FwdPlan& plan, int requested_splits, int sm_count) {
 inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const DeviceProps& device) {
   FwdPlan plan;
   plan.device_arch = device_arch(device);
-  plan.kernels = choose_kernels(type, params.head_dim, kernel_arch(plan.device_arch));
+  plan.kernels = choose_kernels(type, tile_head_dim(params), kernel_arch(plan.device_arch));
   plan.smem_limit_bytes = device.smem_optin_bytes;
   plan.arch_smem_bytes = max_smem_bytes(plan.kernels.arch);
   plan.params = params;

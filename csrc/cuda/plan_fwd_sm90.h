@@ -97,6 +97,7 @@ inline bool tma_view_ok(const TensorView& view, int batch, int64_t rows, int hea
 inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (type == ElementType::kFloat) return "fp32 inputs";
   if (!is_sm90_fwd_head_dim(p.head_dim)) return "a head dim other than 64 or 128";
+  if (p.head_dim_v != p.head_dim) return "a value head dim of its own (MLA)";
   if (p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr)
     return "a paged or indexed KV cache";
   if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))

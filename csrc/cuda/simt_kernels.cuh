@@ -6,7 +6,9 @@
 //   simt_dkdv_kernel  warp = key row j (all query heads of its GQA group); lane = query i of a
 //                     32-query tile: dV_j += P_ij dO_i, dK_j += dS_ij Q_i
 // Every tile is staged in smem with rows of kHeadDim + 1 floats: lane-strided row reads then
-// fall into 32 different banks.
+// fall into 32 different banks. A value head dim of its own (MLA) runs on the tile of the wider
+// (plan_fwd.h, tile_head_dim): Q, K over head_dim columns, V, dO over head_dim_v, zero-filled to
+// the tile; O and dV are stored over head_dim_v, dQ and dK over head_dim.
 #pragma once
 #include <cstdint>
 
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
         p.head_dim);
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
         v_smem, [&](int r) { return key_of(p.v, n_start + r); }, seq.seqlen_k - n_start,
-        p.head_dim);
+        p.head_dim_v);
     __syncthreads();
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
@@ -200,7 +202,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
                               : p.lse.row<float>(batch, q_head, q_token);
 #pragma unroll
   for (int t = 0; t < kCols; ++t)
-    if (lane + t * kWarpSize < p.head_dim) o_row[lane + t * kWarpSize] = o[t] * inv_l;
+    if (lane + t * kWarpSize < p.head_dim_v) o_row[lane + t * kWarpSize] = o[t] * inv_l;
   if (lane == 0) *lse_row = saw_keys ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
 }
 
@@ -234,7 +236,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
       p.head_dim);
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
       do_smem, p.dout.row<const float>(batch, head, q_row0), p.dout.row_stride,
-      seq.seqlen_q - m_start, p.head_dim);
+      seq.seqlen_q - m_start, p.head_dim_v);
 
   const LogitRules rules = LogitRules::make(p, seq, batch, head);
   const int row_first = first_visible_key(seq, row), row_end = visible_key_end(seq, row);
@@ -255,7 +257,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
         p.head_dim);
     load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
         v_smem, v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
-        p.head_dim);
+        p.head_dim_v);
     __syncthreads();
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
@@ -304,7 +306,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
       seq.seqlen_k - n_start, p.head_dim);
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, kNThreads>(
       v_smem, p.v.row<const float>(batch, head_kv, seq.k_row0 + n_start), p.v.row_stride,
-      seq.seqlen_k - n_start, p.head_dim);
+      seq.seqlen_k - n_start, p.head_dim_v);
 
   const int key_last = min(n_start + Traits::kNWarps, seq.seqlen_k) - 1;
   int row_begin, row_end;
@@ -328,7 +330,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
         seq.seqlen_q - m_start, p.head_dim);
     load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
         do_smem, p.dout.row<const float>(batch, head, q_row0), p.dout.row_stride,
-        seq.seqlen_q - m_start, p.head_dim);
+        seq.seqlen_q - m_start, p.head_dim_v);
     for (int i = threadIdx.x; i < kWarpSize; i += kNThreads) {
       const bool valid = m_start + i < seq.seqlen_q;
       FLASHATTN_SMEM(lse_smem)[i] =
@@ -357,11 +359,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   }
   if (key >= seq.seqlen_k) return;
   float* dk_row = p.dk.row<float>(batch, head_kv, seq.k_row0 + key);  // [D]
-  float* dv_row = p.dv.row<float>(batch, head_kv, seq.k_row0 + key);  // [D]
+  float* dv_row = p.dv.row<float>(batch, head_kv, seq.k_row0 + key);  // [Dv]
 #pragma unroll
   for (int t = 0; t < kCols; ++t) {
     const int col = lane + t * kWarpSize;
-    if (col < p.head_dim) dk_row[col] = dk[t], dv_row[col] = dv[t];
+    if (col < p.head_dim) dk_row[col] = dk[t];
+    if (col < p.head_dim_v) dv_row[col] = dv[t];
   }
 }
 

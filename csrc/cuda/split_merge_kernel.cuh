@@ -5,8 +5,8 @@
 // An empty split (lse -inf) weighs 0; a NaN LSE makes the row NaN; a row that saw no key, or
 // that no split wrote (the workspace starts as 0 and -inf), gets 0 and -inf.
 //
-// A warp per output row (query slot x query head). A row's partial outputs are head_dim
-// contiguous floats per split, so lanes over the columns read each split's part in whole
+// A warp per output row (query slot x query head). A row's partial outputs are head_dim_v
+// (out's head dim) contiguous floats per split, so lanes over the columns read each split's part in whole
 // 128-byte lines; lanes over the splits compute each weight once (one expf per split, not
 // one per column and split). A thread per row, as before (issue 33), read a row's columns one
 // after another, 32 sectors per warp load, and left B = 1's 32 rows on one SM: its time grew
@@ -27,7 +27,7 @@
 namespace flashattn::cuda {
 
 // A lane holds the weights of splits lane and lane + 32 (the plan caps splits at kMaxSplits),
-// and the sums of columns lane, lane + 32, ... (head_dim <= kMaxHeadDim): registers only. The
+// and the sums of columns lane, lane + 32, ... (head_dim_v <= kMaxHeadDim): registers only. The
 // two splits are two named registers, not an array, which ptxas put in local memory.
 constexpr int kMergeColumnsPerLane = kMaxHeadDim / kWarpSize;
 constexpr int kMergeWarps = 4;  // warps (rows) per block
@@ -82,14 +82,14 @@ __global__ void split_merge_kernel(const AttnParams p, const float* split_scratc
 #pragma unroll
       for (int c = 0; c < kMergeColumnsPerLane; ++c) {
         const int d = lane + c * kWarpSize;
-        if (d < p.head_dim) merged[c] += w * FLASHATTN_GMEM(part)[d];
+        if (d < p.head_dim_v) merged[c] += w * FLASHATTN_GMEM(part)[d];
       }
     }
     T* out = p.o.row<T>(b, head, row);
 #pragma unroll
     for (int c = 0; c < kMergeColumnsPerLane; ++c) {
       const int d = lane + c * kWarpSize;
-      if (d < p.head_dim) FLASHATTN_GMEM(out)[d] = static_cast<T>(merged[c] * inv_sum);
+      if (d < p.head_dim_v) FLASHATTN_GMEM(out)[d] = static_cast<T>(merged[c] * inv_sum);
     }
     if (lane == 0)
       *FLASHATTN_GMEM(p.lse.row<float>(b, head, row)) =

@@ -77,6 +77,7 @@ void run_case(const Case& c, bool fp32, bool deterministic) {
   p.heads_kv = kHeadsKv;
   p.head_group = kHeadsQ / kHeadsKv;
   p.head_dim = kHeadDim;
+  p.head_dim_v = kHeadDim;
   p.scale = 0.125f;
   p.window_right = 0;  // causal: the masks read the clamped lengths too
   p.deterministic = deterministic;
