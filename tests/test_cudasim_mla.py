@@ -116,6 +116,15 @@ def test_the_tile_is_the_wider_dims(sim):
             assert fwd["split_scratch_floats"] == 4 * (2 * 8 * dims[1] + 2 * 8)
 
 
+def test_unequal_pairs_run_on_the_one_m_tile_kernel(sim):
+    """Up to d = 128 a prefill runs on the two-m-tile forward, which assumes equal head dims
+    (fwd_kernel.cuh, v_cols): an unequal pair of that tile takes the one-m-tile kernel."""
+    for dims, one_m_tile in (((128, 128), False), ((128, 64), True), ((64, 128), True),
+                             ((96, 96), False), ((96, 80), True)):
+        q, k, v = make_qkv(1, 129, 129, 2, 2, dims, torch.float16)
+        assert json.loads(sim.ops.plan_fwd(q, k, v))["one_m_tile"] == one_m_tile, dims
+
+
 @pytest.mark.parametrize("dims", [(576, 512), (320, 128), (128, 320)], ids=str)
 def test_pairs_beyond_the_largest_tile_are_refused(sim, dims):
     """Until a tile covers them (576 / 512: MLA's absorbed decode), with both dims named."""

@@ -12,7 +12,8 @@
 // and O_i is divided by l_i once, at the end.
 // A value head dim of its own (MLA, p.head_dim_v != p.head_dim) runs on the tile of the wider
 // (plan_fwd.h, tile_head_dim): Qi and Kj hold head_dim columns, Vj head_dim_v, each zero-filled
-// to the tile, so the padding adds zeros to S and O, and O's store stops at head_dim_v.
+// to the tile, so the padding adds zeros to S and O, and O's store stops at head_dim_v. Only the
+// one-m-tile kernel takes such pairs (plan_fwd.h, fwd_one_m_tile; v_cols below).
 #pragma once
 #include <cstdint>
 
@@ -78,9 +79,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr bool kUnrolledCacheCopies = Traits::kUnrolledCacheCopies;
   const bool paged_table = kUnrolledCacheCopies && p.kv_cache.paged();
 
+  // V's and O's columns: head_dim_v, but head_dim in the two-m-tile kernel, which the plan gives
+  // equal head dims only: with V's own count its d = 128 kernel, at 255 registers, spilled 180
+  // bytes (sm_80).
+  auto v_cols = [&] { return kMTiles == 1 ? p.head_dim_v : p.head_dim; };
   // One flag for the three tensors' copies (a ragged head dim of either is rare).
   const bool aligned =
-      p.head_dim % kChunkElems == 0 && p.head_dim_v % kChunkElems == 0 &&
+      p.head_dim % kChunkElems == 0 && (kMTiles > 1 || p.head_dim_v % kChunkElems == 0) &&
       rows_are_16b_aligned(p.q) && rows_are_16b_aligned(p.k) && rows_are_16b_aligned(p.v);
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
@@ -96,11 +101,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, rows.token(m_start), rows.token(m_last));
   split_part(tiles.begin, tiles.end, static_cast<int>(blockIdx.x % splits), splits);
 
-  // One K or V tile (view: p.k or p.v, of cols columns: p.head_dim or p.head_dim_v) into its
-  // buffer, as one cp.async group. The [Sk, D]
+  // One K or V tile (view: p.k, or p.v when `values`) into its buffer, as one cp.async group. The [Sk, D]
   // base of this (batch, kv head) is recomputed per load rather than kept across the loop: with
   // two m-tiles per warp, those four registers made the d = 128 kernel spill.
-  auto load_keys = [&](uint16_t* tile_smem, const TensorView& view, int cols, int tile) {
+  auto load_keys = [&](uint16_t* tile_smem, const TensorView& view, bool values, int tile) {
+    const int cols = values ? v_cols() : p.head_dim;
     const int n_start = tile * kBlockN;
     const int rows_valid = seq.seqlen_k - n_start;
     if constexpr (kUnrolledCacheCopies) {
@@ -150,7 +155,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       row_table.write(p, seq, head_kv, tiles.begin);
       __syncthreads();
     }
-    load_keys(k_smem, p.k, p.head_dim, tiles.begin);
+    load_keys(k_smem, p.k, false, tiles.begin);
   }
 
   const int warp = threadIdx.x / kWarpSize;
@@ -181,7 +186,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start, m_last + 1, n_start,
                                          min(n_start + kBlockN, seq.seqlen_k));
     const bool visible = mask_class != kMaskHidden;
-    if (visible) load_keys(v_smem, p.v, p.head_dim_v, tile);
+    if (visible) load_keys(v_smem, p.v, true, tile);
     // In the one-m-tile kernel, which runs decoding steps (a few rows of a 64-row tile: plan_fwd.h
     // kFwdFewRows, gqa_decode.h), a warp whose rows all lie past the sequence takes part in the
     // copies and barriers only: its products would be thrown away. The two-m-tile kernel meets such
@@ -246,7 +251,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     ptx::cp_async_wait_all();
     // Vj is in smem for every thread, and every warp is done with Kj.
     __syncthreads();
-    if (tile + 1 < tiles.end) load_keys(k_smem, p.k, p.head_dim, tile + 1);
+    if (tile + 1 < tiles.end) load_keys(k_smem, p.k, false, tile + 1);
     // O_i += P_ij Vj.
     if (computes) mma_AB_trans<Element, kStride>(o_rmem, s_rmem, v_smem, lanes);
   }
@@ -277,7 +282,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int col = d * kMmaN + lanes.acc_col + e;
-            if (col < p.head_dim_v) out[col] = o_rmem[m][d][2 * r + e] * inv_l[r];
+            if (col < v_cols()) out[col] = o_rmem[m][d][2 * r + e] * inv_l[r];
           }
         if (lanes.acc_col == 0) *split_lse_of(p, split_scratch, split, batch, q_head, token) = lse[r];
       }
@@ -295,12 +300,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   }
   if (splits > 1) return;
   __syncthreads();
-  const bool out_aligned = p.head_dim_v % kChunkElems == 0 && rows_are_16b_aligned(p.o);
+  const bool out_aligned = v_cols() % kChunkElems == 0 && rows_are_16b_aligned(p.o);
   const int rows_valid = seq.seqlen_q - m_start;
   if (rows.packed == 1) {
     uint16_t* o_gmem = p.o.row<uint16_t>(batch, head, seq.q_row0 + m_start);
     store_rows<kBlockM, kHeadDim, kStride, kNThreads>(
-        q_smem, [&](int r) { return o_gmem + r * p.o.row_stride; }, rows_valid, p.head_dim_v,
+        q_smem, [&](int r) { return o_gmem + r * p.o.row_stride; }, rows_valid, v_cols(),
         out_aligned);
   } else {
     store_rows<kBlockM, kHeadDim, kStride, kNThreads>(
@@ -309,7 +314,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
           const int row = m_start + r;
           return p.o.row<uint16_t>(batch, rows.q_head(row), seq.q_row0 + rows.token(row));
         },
-        rows_valid, p.head_dim_v, out_aligned);
+        rows_valid, v_cols(), out_aligned);
   }
 }
 

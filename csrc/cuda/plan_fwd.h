@@ -93,13 +93,15 @@ constexpr int kFwdFewRows = kMmaM;
 // Whether the 16-bit forward of head-dim tile kHeadDim runs p (as planned: packed, split) on
 // its one-m-tile kernel FwdTraits<kHeadDim, true>: where it has no other (tiles above 128), or
 // p has dropout or packed GQA heads (which only that kernel applies, gqa_decode.h), or at most
-// kFwdFewRows query rows.
+// kFwdFewRows query rows, or a value head dim of its own (MLA): the two-m-tile kernel assumes
+// them equal (fwd_kernel.cuh, v_cols), since at 255 registers it spilled with V's own.
 template <int kHeadDim>
 bool fwd_one_m_tile(const AttnParams& p) {
   if constexpr (FwdTraits<kHeadDim, false>::kMTiles == FwdTraits<kHeadDim, true>::kMTiles) {
     return true;
   } else {
-    return p.dropout.on() || p.seqlen_q <= kFwdFewRows || p.packed_heads > 1;
+    return p.dropout.on() || p.seqlen_q <= kFwdFewRows || p.packed_heads > 1 ||
+           p.head_dim_v != p.head_dim;
   }
 }
 
