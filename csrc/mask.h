@@ -94,8 +94,8 @@ FLASHATTN_HOST_DEVICE void split_part(int& begin, int& end, int part, int parts)
 }
 
 // Split-KV's scratch on devices (params.h, num_splits): num_splits parts of o's elements (o is
-// contiguous: rows x heads_q x head_dim_v, v's head dim), then num_splits parts of lse's (rows x heads_q), where
-// the rows are batch x seqlen_q, or total_q for a varlen batch.
+// contiguous: rows x heads_q x head_dim_v, v's head dim), then num_splits parts of lse's
+// (rows x heads_q), where the rows are batch x seqlen_q, or total_q for a varlen batch.
 FLASHATTN_HOST_DEVICE int64_t output_rows(const AttnParams& p) {
   return p.cu_seqlens_q != nullptr ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
 }

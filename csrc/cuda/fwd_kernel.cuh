@@ -101,9 +101,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, rows.token(m_start), rows.token(m_last));
   split_part(tiles.begin, tiles.end, static_cast<int>(blockIdx.x % splits), splits);
 
-  // One K or V tile (view: p.k, or p.v when `values`) into its buffer, as one cp.async group. The [Sk, D]
-  // base of this (batch, kv head) is recomputed per load rather than kept across the loop: with
-  // two m-tiles per warp, those four registers made the d = 128 kernel spill.
+  // One K or V tile (view: p.k, or p.v when `values`) into its buffer, as one cp.async group.
+  // The [Sk, D] base of this (batch, kv head) is recomputed per load rather than kept across the
+  // loop: with two m-tiles per warp, those four registers made the d = 128 kernel spill.
   auto load_keys = [&](uint16_t* tile_smem, const TensorView& view, bool values, int tile) {
     const int cols = values ? v_cols() : p.head_dim;
     const int n_start = tile * kBlockN;

@@ -13,7 +13,8 @@
 
 namespace flashattn::cuda {
 
-// Runs the backward for an Element (__half or __nv_bfloat16) and a head-dim tile >= tile_head_dim(p):
+// Runs the backward for an Element (__half or __nv_bfloat16) and a head-dim tile
+// >= tile_head_dim(p):
 //   1. D_i = rowsum(dO_i * O_i) - dLSE_i (and zero the dQ accumulator),
 //   2. dK, dV (and dQ by fp32 atomics unless p.deterministic), per key tile,
 //   3. dQ: the accumulator converted, or the deterministic dQ kernel.

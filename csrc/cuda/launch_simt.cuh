@@ -12,8 +12,8 @@
 
 namespace flashattn::cuda {
 
-// Forward for fp32 inputs on a head-dim tile >= tile_head_dim(p), on p as planned (FwdPlan::params);
-// batch, heads, seqlen_q > 0.
+// Forward for fp32 inputs on a head-dim tile >= tile_head_dim(p), on p as planned
+// (FwdPlan::params); batch, heads, seqlen_q > 0.
 template <int kHeadDim>
 void run_fwd_simt(const AttnParams& p, float* split_scratch, cudaStream_t stream,
                   LaunchCheck after_launch) {

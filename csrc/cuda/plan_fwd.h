@@ -71,8 +71,8 @@ inline int tile_head_dim(const AttnParams& p) {
 
 // The smallest compiled tile >= head_dim (dispatch.h; tile_head_dim of a call), or 0 when there
 // is none. The shared input checks keep both head dims <= kMaxHeadDim (ExecutorLimits), and
-// every element type has a tile that large. No torch here: the launch headers include this file, and the shim's self-tests compile
-// them without torch.
+// every element type has a tile that large. No torch here: the launch headers include this
+// file, and the shim's self-tests compile them without torch.
 inline KernelChoice choose_kernels(ElementType type, int head_dim, Arch arch) {
   KernelChoice choice{type == ElementType::kFloat ? KernelFamily::kSimt
                                                   : KernelFamily::kTensorCore,

@@ -6,8 +6,8 @@
 // that no split wrote (the workspace starts as 0 and -inf), gets 0 and -inf.
 //
 // A warp per output row (query slot x query head). A row's partial outputs are head_dim_v
-// (out's head dim) contiguous floats per split, so lanes over the columns read each split's part in whole
-// 128-byte lines; lanes over the splits compute each weight once (one expf per split, not
+// (out's head dim) contiguous floats per split, so lanes over the columns read each split's part
+// in whole 128-byte lines; lanes over the splits compute each weight once (one expf per split, not
 // one per column and split). A thread per row, as before (issue 33), read a row's columns one
 // after another, 32 sectors per warp load, and left B = 1's 32 rows on one SM: its time grew
 // with head_dim x splits and capped how far a one-sequence decode could split.
