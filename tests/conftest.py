@@ -86,6 +86,15 @@ def sim():
     return make_executor("sim")
 
 
+@pytest.fixture
+def hopper(sim):
+    """The shim's device as an H100 with FLASHATTN_CUDA_HOPPER=1 (the sm_90a plans take their
+    calls), for one test; an A100 without it after."""
+    sim.ops.set_device(9, 0, True)
+    yield sim
+    sim.ops.set_device(8, 0, False)
+
+
 @pytest.fixture(params=["forward", "reverse", "random:20261202"])
 def schedule(request, sim):
     """The order the shim runs warps in between barriers (a missing barrier changes results),

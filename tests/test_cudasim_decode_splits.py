@@ -10,19 +10,17 @@ steps per merging warp (split_merge_kernel.cuh gives a row a warp, its lanes ove
 See docs/lab/2026-12-02-decode-splits.md for the model and docs/lab/2026-12-02-decode-part-2.md
 for the merge.
 """
-import importlib.util
 import json
 import math
-import os
 
 import pytest
 import torch
 
 from executors import make_executor
 from flashattn._reference import attention_reference
+from repo_tools import load_tool
 from tolerance import assert_within_torch_error
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H200 = dict(cc_major=9, cc_minor=0, sm_count=132, smem_optin_bytes=227 * 1024)
 A100 = dict(cc_major=8, cc_minor=0, sm_count=108, smem_optin_bytes=163 * 1024)
 DEVICES = {"h200": H200, "a100": A100}
@@ -94,21 +92,13 @@ def test_pinned_splits(sim, device, hkv, b, sq):
     assert got == want
 
 
-def load_gpu_model():
-    spec = importlib.util.spec_from_file_location(
-        "gpu_model", os.path.join(REPO, "tools", "gpu_model.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("device", sorted(DEVICES))
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_the_model_mirror_chooses_as_the_plan(sim, device, d):
     """tools/gpu_model.py models the step with plan_fwd.h's constants (read from the header) and
     its own copy of the formula: both must choose the same count, so the modeled figures are
     those of the splits the plan runs."""
-    model = load_gpu_model()
+    model = load_tool("gpu_model")
     c = model.split_constants()
     assert set(c) == {"kMaxSplits", "kSplitMinTiles", "kSplitTileNs", "kSplitCtaNs",
                       "kSplitCtasPerSm", "kSplitSmBytesPerNs", "kSplitMergeLaunchNs",
@@ -142,7 +132,7 @@ def test_one_sequence_fills_the_sms_as_its_cache_grows(sim, device):
     never makes the modeled step slower, and from 32k keys on the splits' CTAs cover every SM.
     Past that the cache's bytes bound the step (the HBM term), and the count may settle a
     little lower: fewer splits merge faster once more of them would only wait on HBM."""
-    model = load_gpu_model()
+    model = load_tool("gpu_model")
     c = model.split_constants()
     sms = DEVICES[device]["sm_count"]
     last = 1

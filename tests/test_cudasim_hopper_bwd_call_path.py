@@ -24,14 +24,6 @@ from test_cudasim_fuzz_differential import SimAPI
 from tolerance import assert_within_torch_error
 
 
-@pytest.fixture
-def hopper(sim):  # sim: conftest.py's
-    """The shim's device as an H100 with FLASHATTN_CUDA_HOPPER=1, for one test."""
-    sim.ops.set_device(9, 0, True)
-    yield sim
-    sim.ops.set_device(8, 0, False)
-
-
 SCHEDULES = [("forward", "lazy"), ("forward", "eager"), ("reverse", "eager"), ("reverse", "lazy"),
              ("random:13", "random"), ("random:5", "eager")]
 if os.environ.get("FLASHATTN_SIM_HOPPER_BWD_FULL") == "1":

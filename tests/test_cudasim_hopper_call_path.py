@@ -17,22 +17,8 @@ import pytest
 import torch
 
 from checks import MASKS, check_forward, mask_arguments, to64
-from executors import make_executor
 from flashattn._reference import attention_reference
 from tolerance import assert_within_torch_error
-
-
-@pytest.fixture(scope="module")
-def sim():
-    return make_executor("sim")
-
-
-@pytest.fixture
-def hopper(sim):
-    """The shim's device as an H100 with FLASHATTN_CUDA_HOPPER=1, for one test."""
-    sim.ops.set_device(9, 0, True)
-    yield sim
-    sim.ops.set_device(8, 0, False)
 
 
 SCHEDULES = [("forward", "lazy"), ("forward", "eager"), ("reverse", "eager"),

@@ -16,17 +16,15 @@ hopper/bwd_sm90_params.h (bwd_sm90_grids): the rows kernel over Sq padded to kBl
 threads, the dQ convert kernel over Sq; its workspace the two row-stat buffers [B, Hq, Sq padded]
 and the fp32 dQ accumulator (one slice per key block when deterministic).
 """
-import importlib.util
 import math
-import os
 
 import pytest
 import torch
 
 from executors import make_executor
+from repo_tools import load_tool
 from test_cudasim_plan import SM80, SM90, plan_bwd, plan_fwd, qkv
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOPPER = dict(SM90, hopper_fwd=True)
 SPLIT_SEQLENS_K = (512, 8192, 32768, 131072)
 # (128 query rows + 2 x 2 x 128 keys) x d x 2 bytes + 8 mbarriers x 8 + 1024.
@@ -273,14 +271,6 @@ def test_hopper_takes_split_kv(sim):
     assert plan["arch"] == "sm90" and plan["num_splits"] == 1 and not plan["merges"]
 
 
-def load_gpu_model():
-    spec = importlib.util.spec_from_file_location(
-        "gpu_model", os.path.join(REPO, "tools", "gpu_model.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # num_splits=0 on the H200 (132 SMs), d 128, bf16, causal, Hq = Hkv (nothing to pack): the
 # Hopper plan's own count (plan_fwd.h use_sm90_fwd: the split model on 128 query rows and 128
 # keys per tile) at Sk = 512, 8k, 32k, 128k, beside the count the sm_80 plan gives the same call
@@ -298,7 +288,7 @@ HOPPER_SPLITS = {
 
 @pytest.mark.parametrize("b, sq, h", sorted(HOPPER_SPLITS))
 def test_hopper_split_choice_is_its_own(sim, b, sq, h):
-    model = load_gpu_model()
+    model = load_tool("gpu_model")
     c = model.split_constants()
     hopper_want, sm80_want = HOPPER_SPLITS[b, sq, h]
     hopper_got, sm80_got = [], []
