@@ -195,8 +195,8 @@ def speedup(value):
 
 
 def has_read_shares(report):
-    """Whether the decode report measured the read bandwidth too (reports before 2026-12-02's
-    fifth session did not)."""
+    """Whether the decode report measured the read bandwidth too (reports from before
+    commit abceaf4 did not)."""
     return any(r.get("read_share") is not None for r in report["results"])
 
 
