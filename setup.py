@@ -73,8 +73,8 @@ def cuda_arch_flags():
 
 def ptxas_flags():
     """Spills and local memory always warn. FLASHATTN_PTXAS_STRICT=1 (the test script sets it)
-    makes them errors and prints each kernel's registers and shared memory, which
-    .ci/cuda_gates.py reads from the build log: the gates check the build of record itself."""
+    makes them errors and prints each kernel's registers and shared memory into the build log
+    (.ci/cuda_gates.py reads the same figures back from the built library's cubins)."""
     if os.environ.get("FLASHATTN_PTXAS_STRICT") == "1":
         return "-Xptxas=-v,-warn-spills,-warn-lmem-usage,-Werror"
     return "-Xptxas=-warn-spills,-warn-lmem-usage"

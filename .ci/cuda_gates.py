@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Gates on the CUDA kernels of the build of record, no GPU needed, nothing compiled twice.
 
-Reads what the wheel build already produced:
-  - its log, built with FLASHATTN_PTXAS_STRICT=1 (ptxas -v, and -Werror on spills and local
-    memory, so a spill has already failed the build): prints each kernel's registers, shared
-    memory and stack per architecture;
-  - the built library: checks its SASS with cuobjdump, that the 16-bit tensor-core kernels
+Reads what the wheel build already produced, the built library (a FLASHATTN_PTXAS_STRICT=1
+build, where -Werror on spills and local memory has already failed any kernel that spills):
+  - prints each kernel's registers, shared memory and stack per architecture, from
+    `cuobjdump --dump-resource-usage` of the library (the build log's ptxas report is not read:
+    ninja's relayed ptxas output was once cut short mid-line there, losing kernels' lines);
+  - checks its SASS with cuobjdump, that the 16-bit tensor-core kernels
     contain HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async), that the sm_90a kernels
     (fwd_sm90_kernel, bwd_sm90_kernel, compiled for sm_90a only) contain HGMMA (wgmma), UTMALDG
     (TMA loads) and SYNCS (mbarriers), and that no kernel contains LDL/STL (local memory), for
@@ -13,7 +14,7 @@ Reads what the wheel build already produced:
     (.ci/sass_copy_loops.py).
 Exit status 0 when every gate passes.
 
-    python .ci/cuda_gates.py --build-log build/wheel.log --binary path/to/flashattn/_C.abi3.so
+    python .ci/cuda_gates.py --binary path/to/flashattn/_C.abi3.so
 
 cuobjdump and the nvdisasm it runs are not in the toolkit here: the script looks for them on
 PATH, in $CUOBJDUMP/$NVDISASM, in any site-packages' nvidia/cu13/bin, and otherwise
@@ -78,23 +79,40 @@ def find_tool(tool, explicit=None):
     return found[0]
 
 
-PTXAS_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+a?)'")
-PTXAS_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-PTXAS_USAGE = re.compile(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?")
+RESOURCE_ARCH = re.compile(r"^arch = (sm_\d+a?)\s*$")
+RESOURCE_FUNCTION = re.compile(r"^\s*Function (\S+):\s*$")
+RESOURCE_USAGE = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 
 
-def parse_ptxas(log):
-    """[(kernel, arch, registers, static smem, stack, spill stores, spill loads)]"""
-    rows, current = [], None
-    for line in log.splitlines():
-        if m := PTXAS_ENTRY.search(line):
-            current = {"kernel": m.group(1), "arch": m.group(2)}
-        elif current and (m := PTXAS_SPILL.search(line)):
-            current.update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
-        elif current and (m := PTXAS_USAGE.search(line)):
-            current.update(regs=int(m.group(1)), smem=int(m.group(2) or 0))
-            rows.append(current)
-            current = None
+def parse_resource_usage(text):
+    """[{kernel, arch, regs, smem (static), stack, local}] from `cuobjdump --dump-resource-usage`:
+    the same figures as ptxas -v, read back from the cubins themselves."""
+    rows, arch, kernel = [], None, None
+    for line in text.splitlines():
+        if m := RESOURCE_ARCH.match(line):
+            arch, kernel = m.group(1), None
+        elif m := RESOURCE_FUNCTION.match(line):
+            kernel = m.group(1)
+        elif kernel and (m := RESOURCE_USAGE.search(line)):
+            regs, stack, smem, local = map(int, m.groups())
+            rows.append({"kernel": kernel, "arch": arch, "regs": regs, "smem": smem,
+                         "stack": stack, "local": local})
+            kernel = None
+    return rows
+
+
+def resource_usage(cuobjdump, binary):
+    """parse_resource_usage of a built library or cubin (every architecture it holds)."""
+    result = subprocess.run([cuobjdump, "--dump-resource-usage", binary], capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"cuobjdump --dump-resource-usage {binary} failed:\n{result.stderr}")
+    rows = parse_resource_usage(result.stdout)
+    if any(row["arch"] is None for row in rows):  # a lone cubin names its arch elsewhere
+        elf = subprocess.run([cuobjdump, "-elf", binary], capture_output=True, text=True).stdout
+        arch = re.search(r"-arch (sm_\d+a?)\b", elf)
+        for row in rows:
+            row["arch"] = row["arch"] or (arch.group(1) if arch else "sm_?")
     return rows
 
 
@@ -114,7 +132,7 @@ def sass_by_kernel(cuobjdump, nvdisasm, obj):
     sass = result.stdout
     kernels, arch, name = {}, None, None
     for line in sass.splitlines():
-        if m := re.search(r"arch = (sm_\d+a?)\b", line):
+        if m := re.search(r"(?:arch =|code for) (sm_\d+a?)\b", line):  # a library; a cubin
             arch = m.group(1)
         elif m := re.search(r"Function : (\S+)", line):
             name = m.group(1)
@@ -136,20 +154,19 @@ def _copy_loops():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build-log", required=True, help="log of the FLASHATTN_PTXAS_STRICT=1 build")
     parser.add_argument("--binary", required=True, help="the built flashattn/_C*.so")
     parser.add_argument("--cuobjdump", default=None)
     parser.add_argument("--nvdisasm", default=None)
     args = parser.parse_args()
 
-    with open(args.build_log, errors="replace") as f:
-        rows = parse_ptxas(f.read())
-    if not rows:
-        print("cuda_gates: the build log has no ptxas report; build with FLASHATTN_PTXAS_STRICT=1")
-        return 1
     cuobjdump = find_tool("cuobjdump", args.cuobjdump)
     nvdisasm = find_tool("nvdisasm", args.nvdisasm)
-    failures = []
+    rows = resource_usage(cuobjdump, args.binary)
+    if not rows:
+        print(f"cuda_gates: {args.binary} holds no CUDA kernels (a CPU-only build?)")
+        return 1
+    failures = [f"{row['kernel']} ({row['arch']}): {row['local']} bytes of local memory"
+                for row in rows if row["local"]]
     kernels = sass_by_kernel(cuobjdump, nvdisasm, args.binary)
     for (arch, kernel), opcodes in kernels.items():
         if bad := sorted(o for o in opcodes if o in FORBIDDEN_SASS):
@@ -172,11 +189,11 @@ def main():
     if not tensor_core:
         failures.append("no 16-bit tensor-core kernel found in the binary")
 
-    print(f"\n{'arch':<6} {'regs':>4} {'smem':>5} {'stack':>5} {'spill st/ld':>11}  kernel")
+    print(f"\n{'arch':<6} {'regs':>4} {'smem':>5} {'stack':>5} {'local':>5}  kernel")
     for row, name in zip(rows, demangle([r["kernel"] for r in rows])):
         name = re.sub(r"\(.*\)$", "", name.replace("void ", "", 1)).replace("flashattn::cuda::", "")
-        print(f"{row['arch']:<6} {row['regs']:>4} {row['smem']:>5} {row.get('stack', 0):>5} "
-              f"{row.get('spill_st', 0):>5}/{row.get('spill_ld', 0):<5}  {name}")
+        print(f"{row['arch']:<6} {row['regs']:>4} {row['smem']:>5} {row['stack']:>5} "
+              f"{row['local']:>5}  {name}")
     if failures:
         print("\nFAILED gates:\n" + "\n".join(failures))
         return 1

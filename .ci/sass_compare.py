@@ -91,7 +91,7 @@ def compile_tree(root, arch, pattern):
             result = subprocess.run(nvcc_command(root, src, tmp, arch), capture_output=True, text=True)
             if result.returncode != 0:
                 sys.exit(f"nvcc failed on {src}:\n{result.stderr}")
-            # ptxas -v: registers, stack and spills per kernel (.ci/cuda_gates.py parses these).
+            # ptxas -v: registers, stack and spills per kernel, for a reader comparing two trees.
             with open(cubin.replace(".cubin", ".ptxas.log"), "w") as f:
                 f.write(result.stdout + result.stderr)
             os.replace(tmp, cubin)

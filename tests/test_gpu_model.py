@@ -2,7 +2,8 @@
 H100/H200/A100 next to FlashAttention-2. Runs the command as CI would (--quick: head dim 128,
 every family, causal and not) and checks its JSON: the fields, and the counts the kernels' tile
 geometry fixes exactly. Needs the sim extension (built on first use, as for
-test_cuda_kernels_sim.py) and the wheel build's ptxas report in build/wheel.log."""
+test_cuda_kernels_sim.py) and flashattn built with its CUDA kernels (the registers are read from
+the library `import flashattn` loads)."""
 import importlib.util
 import json
 import os

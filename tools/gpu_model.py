@@ -3,7 +3,7 @@
 the counts into modeled H100/H200/A100 time with a roofline model. FlashAttention-2's counts for
 its own tile geometry are worked out on paper and go through the same model.
 
-    python tools/gpu_model.py [--json FILE] [--quick] [--build-log build/wheel.log]
+    python tools/gpu_model.py [--json FILE] [--quick] [--binary path/to/_C.abi3.so]
     python tools/gpu_model.py --decode     one KV-cache decoding step instead (issue 12), below
 
 --decode counts issue 12's H200 decode shape (B = 32, Sq = 1, 32 / 8 heads, d = 128, bf16,
@@ -38,9 +38,9 @@ What it does, and the method, in order:
    the run fails: the counts are linear in tiles, and this proves it for every counter. The fit
    gives the counts at N = 4096 for one head; the shape is the FA papers' (16k tokens, hidden
    2048: batch 4, heads 2048 / d), so totals are multiplied by batch x heads.
-3. Occupancy. Registers per thread come from the ptxas report in the wheel build's log
-   (FLASHATTN_PTXAS_STRICT=1; .ci/cuda_gates.py parses it: sm_90 for H100/H200, sm_80 for
-   A100), shared memory from the launch. CTAs per SM = the least of the register, shared-memory,
+3. Occupancy. Registers per thread come from the built CUDA library's cubins
+   (`cuobjdump --dump-resource-usage`, through .ci/cuda_gates.py: sm_90 for H100/H200, sm_80
+   for A100), shared memory from the launch. CTAs per SM = the least of the register, shared-memory,
    thread and CTA limits (tools/gpu_specs.py).
 4. Time. For each kernel: tensor time = mma.sync count / the GPU's mma.sync rate; shared-memory
    time = wavefronts / (SMs x 1 wavefront of 128 B per clock); memory time = max(L2 bytes / L2
@@ -60,6 +60,7 @@ FLOPs follow the FA papers: forward 4 N^2 d per head (halved when causal), backw
 """
 import argparse
 import datetime
+import glob
 import hashlib
 import heapq
 import importlib.util
@@ -262,16 +263,26 @@ def count_family(ops, torch, family, d, causal, log):
     return launches
 
 
-# ---- Registers from the ptxas log ----
+# ---- Registers from the built library ----
 
-def ptxas_registers(log_paths):
-    """{(arch, demangled kernel name): registers} from ptxas -v reports: a FLASHATTN_PTXAS_STRICT=1
-    build log, or the *.ptxas.log files .ci/sass_compare.py leaves next to its cubins."""
+def built_library():
+    """The CUDA library `import flashattn` would load (an installed wheel first, as the tests have
+    it), else this checkout's in-place build; None if there is neither."""
+    spec = importlib.util.find_spec("flashattn")
+    folders = list(spec.submodule_search_locations) if spec and spec.submodule_search_locations else []
+    for folder in folders + [os.path.join(REPO, "flashattn")]:
+        found = sorted(glob.glob(os.path.join(folder, "_C*.so")))
+        if found:
+            return found[0]
+    return None
+
+
+def kernel_registers(binaries):
+    """{(arch, demangled kernel name): registers} of every kernel in the built library or cubins
+    (.ci/sass_compare.py's build/sass/*/*.cubin), read back from them with cuobjdump."""
     gates = load_module("cuda_gates", os.path.join(REPO, ".ci", "cuda_gates.py"))
-    rows = []
-    for path in log_paths:
-        with open(path, errors="replace") as f:
-            rows += gates.parse_ptxas(f.read())
+    cuobjdump = gates.find_tool("cuobjdump")
+    rows = [row for binary in binaries for row in gates.resource_usage(cuobjdump, binary)]
     names = gates.demangle([r["kernel"] for r in rows])
     return {(r["arch"], normalize(name)): r["regs"] for r, name in zip(rows, names)}
 
@@ -388,8 +399,8 @@ def model_ours(family, d, causal, launches, regs, gpus):
             else:
                 r = regs.get((gpu.arch, entry["kernel"]))
                 if r is None:
-                    raise RuntimeError(f"no ptxas report for {entry['kernel']} ({gpu.arch}) in the "
-                                       f"build log")
+                    raise RuntimeError(f"no registers for {entry['kernel']} ({gpu.arch}) in the "
+                                       f"built library")
                 per_sm = ctas_per_sm(gpu, threads, r, smem)
                 work = [s + 1 for s in steps] * bh
                 t, bound, q, parts = kernel_time(gpu, c, work, per_sm,
@@ -555,7 +566,7 @@ def decode_model(ops, torch, regs, log):
         for key, gpu in (("h100", gpu_specs.H100), ("h200", gpu_specs.H200)):
             r = regs.get((gpu.arch, row["kernel"]))
             if r is None:
-                raise RuntimeError(f"no ptxas report for {row['kernel']} ({gpu.arch})")
+                raise RuntimeError(f"no registers for {row['kernel']} ({gpu.arch}) in the built library")
             per_sm = ctas_per_sm(gpu, threads, r, smem)
             t, bound, q, parts = kernel_time(gpu, c, [tiles + 1] * d["batch"] * heads_kv, per_sm,
                                              lse_bytes, kv_bytes + io_bytes + lse_bytes)
@@ -689,7 +700,7 @@ def split_model(ops, torch, regs):
                               f"{plan['head_dim_tile']},{str(plan['one_m_tile']).lower()}>,"
                               f"__nv_bfloat16>(flashattn::AttnParams,float*)")
                     if (gpu.arch, kernel) not in regs:
-                        raise RuntimeError(f"no ptxas report for {kernel} ({gpu.arch})")
+                        raise RuntimeError(f"no registers for {kernel} ({gpu.arch}) in the built library")
                     per_sm = ctas_per_sm(gpu, plan["block"][0], regs[gpu.arch, kernel],
                                          plan["smem_bytes"])
                     gpu_terms = dict(hbm_bytes_per_ns=gpu.hbm_bytes_per_s / 1e9,
@@ -910,9 +921,10 @@ def main():
     parser.add_argument("--quick", action="store_true",
                         help="head dim 128 only (the issue's targets): for CI")
     parser.add_argument("--head-dims", default=None, help="comma-separated, default 64,128,256")
-    parser.add_argument("--build-log", nargs="+", default=[os.path.join(REPO, "build", "wheel.log")],
-                        help="ptxas -v reports: the FLASHATTN_PTXAS_STRICT=1 build log (default), "
-                             "or .ci/sass_compare.py's build/sass/*/*.ptxas.log")
+    parser.add_argument("--binary", nargs="+", default=None,
+                        help="the CUDA build whose registers to use: a flashattn/_C*.so (default: "
+                             "the one `import flashattn` loads) or .ci/sass_compare.py's "
+                             "build/sass/*/*.cubin")
     parser.add_argument("--compare", nargs="*", metavar="BENCH_JSON",
                         help="instead: print these flashattn.bench results next to --model's")
     parser.add_argument("--model", default=os.path.join(HERE, "gpu_model.json"))
@@ -926,14 +938,14 @@ def main():
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
-    missing = [p for p in args.build_log if not os.path.isfile(p)]
+    binaries = args.binary or [built_library()]
+    missing = [p for p in binaries if not p or not os.path.isfile(p)]
     if missing:
-        sys.exit(f"gpu_model: no build log at {', '.join(missing)}: build the wheel with "
-                 f"FLASHATTN_PTXAS_STRICT=1 (scripts/test.sh does, into build/wheel.log) or pass "
-                 f"--build-log")
-    regs = ptxas_registers(args.build_log)
+        sys.exit(f"gpu_model: no built library ({missing}): install or build flashattn with its "
+                 f"CUDA kernels, or pass --binary")
+    regs = kernel_registers(binaries)
     if not regs:
-        sys.exit(f"gpu_model: {args.build_log} has no ptxas report (FLASHATTN_PTXAS_STRICT=1)")
+        sys.exit(f"gpu_model: {', '.join(binaries)} holds no CUDA kernels (a CPU-only build?)")
     head_dims = ([int(x) for x in args.head_dims.split(",")] if args.head_dims
                  else (128,) if args.quick else HEAD_DIMS)
     torch, ops = build_sim(log)
