@@ -204,8 +204,8 @@ def test_one_key_with_alibi_and_dropout_is_held_to_the_rounding_rule(executor):
     in exact arithmetic (the softmax over one key is constant), and PyTorch gets 0 by structure,
     so the tolerance rule allowed no error at all; both kernels round D = rowsum(dO * O) with O
     in float16 (dq 5.5e-4 on the CPU, 1.1e-3 on the shim). The fuzzer held the one-key case to
-    check_single_key_dk's rounding bound only without ALiBi; a constant bias on the only logit
-    changes nothing, so it now does with ALiBi too (a fuzzer defect, not a kernel's)."""
+    a rounding bound only without ALiBi; a constant bias on the only logit changes nothing, so
+    it now does with ALiBi too (a fuzzer defect, not a kernel's): one_visible_key_slack."""
     import test_fuzz_differential as fuzz
 
     if executor == "sim":
@@ -261,3 +261,30 @@ def test_one_key_with_rotary_is_held_to_the_rounding_of_the_rotated_inputs(execu
                        "rotary_sin": torch.tensor([[0.0572], [0.0481]], dtype=h),
                        "rotary_interleaved": False}}
     fuzz.check_kvcache(call, api)
+
+
+@pytest.mark.parametrize("executor", ["cpu", "sim"])
+def test_one_visible_key_with_dropout_is_held_to_the_rounding_rule(executor):
+    """The CPU differential fuzzer (2026-12-02, shrunk): scaled_dot_product_attention, float16,
+    dropout 0.1, is_causal, Sq = 1, Sk = 2, d = 1. The only row sees key 0 alone, so dK is 0 in
+    exact arithmetic and PyTorch gets 0 by structure; the kernels round D = rowsum(dO * O) with
+    O = v / (1 - p) in float16 (dK 3.9e-4). The one-key rounding bound covered only calls with
+    one key and no mask; it now covers every row that sees one key, whatever hides the others
+    (one_visible_key_slack: a fuzzer defect, not a kernel's)."""
+    import test_fuzz_differential as fuzz
+
+    if executor == "sim":
+        from executors import make_executor
+        from test_cudasim_fuzz_differential import SimAPI
+        api = SimAPI(make_executor("sim").ops)
+    else:
+        api = flashattn
+    h = torch.float16
+    q = torch.tensor([1.5410], dtype=h).view(1, 1, 1, 1)
+    k = torch.tensor([-0.2935, -2.1797], dtype=h).view(1, 1, 2, 1)
+    v = torch.tensor([0.5684, -1.0850], dtype=h).view(1, 1, 2, 1)
+    call = {"fn": "sdpa", "dtype": h, "kwargs": {"dropout_p": 0.1}, "mask": "causal",
+            "attn_mask": None, "slopes": None, "tensors": [q, k, v],
+            "qkv": tuple(t.transpose(1, 2) for t in (q, k, v)), "backward": True, "seed": 0,
+            "return_lse": False}
+    fuzz.check_dense(call, api)

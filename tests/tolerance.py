@@ -19,13 +19,15 @@ def max_abs_error(actual, expected):
     return float("inf") if torch.isnan(diff).any() else diff.max().item()
 
 
-def assert_within_torch_error(name, actual, reference64, torch_lowp, factor=2.0):
+def assert_within_torch_error(name, actual, reference64, torch_lowp, factor=2.0, slack=0.0):
     """actual: kernel result; reference64: float64 reference; torch_lowp: PyTorch's own result
-    in the kernel's dtype (the yardstick)."""
+    in the kernel's dtype (the yardstick). slack: an absolute allowance added to the bound, for
+    error PyTorch avoids by structure (test_fuzz_differential.one_visible_key_slack)."""
     assert actual.shape == reference64.shape, f"{name}: shape {actual.shape} != {reference64.shape}"
     assert not torch.isnan(actual).any(), f"{name}: contains NaN (unwritten or masked-row bug)"
     err = max_abs_error(actual, reference64)
     yardstick = max_abs_error(torch_lowp, reference64)
-    bound = factor * yardstick + EPSILON[actual.dtype if actual.is_floating_point() else torch.float32]
+    bound = (factor * yardstick + slack
+             + EPSILON[actual.dtype if actual.is_floating_point() else torch.float32])
     assert err <= bound, (f"{name}: max error {err:.3e} exceeds {factor}x PyTorch's own error "
                           f"{yardstick:.3e} (+eps) in {actual.dtype}")
