@@ -31,7 +31,6 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -45,6 +44,7 @@
 #include "row_products.h"
 #include "scratch_buffer.h"
 #include "softmax_vec.h"
+#include "spin_once.h"
 #include "task_queue.h"
 #include "tile_gemm.h"
 #include "tiling.h"
@@ -241,7 +241,7 @@ class ForwardKernel {
   struct PackedKeysAndValues {
     at::Tensor keys;    // [blocks][key_block_elements()]
     at::Tensor values;  // [blocks][value_block_elements()], unless values_in_place_
-    std::unique_ptr<std::once_flag[]> block_packed;
+    std::unique_ptr<SpinOnce[]> block_packed;
   };
 
   // One key block's K and V operands, where the tile products read them.
@@ -308,7 +308,7 @@ class ForwardKernel {
     const int blocks = num_blocks(seqs_[b].seqlen_k, kKeyBlock);
     alloc_workspace<Operand>(packed.keys, blocks * key_block_elements());
     if (!values_in_place_) alloc_workspace<Operand>(packed.values, blocks * value_block_elements());
-    packed.block_packed.reset(new std::once_flag[blocks]);
+    packed.block_packed.reset(new SpinOnce[blocks]);
   }
 
   // Key block kb's K and V for a task: streamed into the scratch tiles (stream_kv), or packed
@@ -323,8 +323,7 @@ class ForwardKernel {
         values_in_place_
             ? nullptr
             : s.packed->values.template data_ptr<Operand>() + kb * value_block_elements();
-    std::call_once(s.packed->block_packed[kb],
-                   [&] { load_kv_tile(seq, kv_head, kb, keys, values, s); });
+    s.packed->block_packed[kb].call([&] { load_kv_tile(seq, kv_head, kb, keys, values, s); });
     return {keys, values};
   }
 

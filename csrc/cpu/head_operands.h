@@ -23,12 +23,14 @@
 #include <utility>
 #include <vector>
 
+#include "spin_once.h"
+
 namespace flashattn::cpu {
 
 template <typename Operands>
 class HeadOperands {
   struct Slot {
-    std::once_flag started;
+    SpinOnce started;
     std::atomic<int> next_piece{0}, pieces_done{0};
     std::atomic<bool> failed{false};  // a part's pack threw
     std::atomic<int64_t> tasks_left{0};
@@ -88,7 +90,7 @@ class HeadOperands {
     Slot& s = slot(b, h);
     TORCH_INTERNAL_ASSERT(s.tasks_left.load(std::memory_order_relaxed) > 0,
                           "flashattn: a task took operands no task was expected to take");
-    std::call_once(s.started, [&] {
+    s.started.call([&] {
       s.operands = reused();
       const int64_t live = live_.fetch_add(1, std::memory_order_relaxed) + 1;
       for (int64_t peak = peak_.load(); live > peak && !peak_.compare_exchange_weak(peak, live);) {

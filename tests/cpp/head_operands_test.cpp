@@ -2,7 +2,10 @@
 // together pack its parts between them, each part once, and all see every part; the last
 // task's hold passes the memory on to the next head, after the last step release() gives it, run
 // once; and a part whose pack throws makes every
-// take of that head throw, none waits forever. Exits non-zero and says which check failed.
+// take of that head throw, none waits forever. And SpinOnce (csrc/cpu/spin_once.h), which the
+// heads and the forward's key blocks start with: one thread of those racing runs the step, all
+// see what it wrote, and a step that throws is run again by the next caller. Exits non-zero and
+// says which check failed.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -13,8 +16,10 @@
 #include <vector>
 
 #include "cpu/head_operands.h"
+#include "cpu/spin_once.h"
 
 using flashattn::cpu::HeadOperands;
+using flashattn::cpu::SpinOnce;
 
 namespace {
 
@@ -113,9 +118,45 @@ void a_failed_part_fails_every_take() {
 
 }  // namespace
 
+void spin_once_runs_one_step() {
+  for (int round = 0; round < 200; ++round) {
+    SpinOnce once;
+    std::atomic<int> runs{0}, saw{0};
+    int written = 0;  // plain: SpinOnce's release/acquire must publish it
+    const bool finished = run_together([&] {
+      once.call([&] {
+        runs.fetch_add(1);
+        std::this_thread::yield();  // let the others arrive while it runs
+        written = 42;
+      });
+      if (written == 42) saw.fetch_add(1);
+    });
+    check(finished, "spin_once: every caller returned");
+    check(runs.load() == 1, "spin_once: the step ran once");
+    check(saw.load() == kThreads, "spin_once: every caller saw the step's write");
+  }
+}
+
+void spin_once_retries_a_step_that_threw() {
+  SpinOnce once;
+  bool threw = false;
+  try {
+    once.call([] { throw std::runtime_error("out of memory"); });
+  } catch (const std::runtime_error&) {
+    threw = true;
+  }
+  check(threw, "spin_once: the step's error reaches its caller");
+  int runs = 0;
+  once.call([&] { ++runs; });
+  once.call([&] { ++runs; });
+  check(runs == 1, "spin_once: after a throw, the next caller runs the step, once");
+}
+
 int main() {
   parts_are_shared();
   a_failed_part_fails_every_take();
+  spin_once_runs_one_step();
+  spin_once_retries_a_step_that_threw();
   if (failures) {
     std::printf("%d checks failed\n", failures);
     std::fflush(stdout);
