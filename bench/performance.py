@@ -6,7 +6,8 @@
 
 Every figure comes from a file `bench/results/<machine>/<subcommand>.json` written by
 `python -m flashattn.bench <subcommand> --json FILE` (dense: training-shaped attention; decode:
-one KV-cache decoding step). A machine is a folder; its heading, the footer of each table
+one KV-cache decoding step), or, for reliability.json, by `python tools/reliability.py --json
+FILE` (the fuzzers' long campaigns). A machine is a folder; its heading, the footer of each table
 (date, commit, machine, torch, threads, command) and every ratio are read from the files, so a
 new machine is one folder of JSON and one run of this script. Plots need matplotlib.
 """
@@ -297,6 +298,45 @@ def draw_plots(name, reports):
         plt.close(fig)
 
 
+# ---------------------------------------------------------------- reliability (issue 34)
+
+def count(value):
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def reliability_table(report):
+    """tools/reliability.py's campaigns: what each drew, how much, and what it found."""
+    lines = ["| campaign | what it draws | how many | found |", "|---|---|---|---|"]
+    for c in report["results"]:
+        verdict = None if c.get("passed") else "**failed** (the file holds its output)"
+        if c["campaign"] == "differential":
+            what = ("every public function against the float64 reference, forward and "
+                    "backward: " + "; ".join(t["draws"] for t in c.get("tests", [])))
+            many = f"{count(c.get('examples'))} random examples"
+            found = verdict or f"{count(c.get('mismatches'))} mismatches"
+        elif c["campaign"] == "malformed":
+            what = ("malformed calls (wrong dtypes, shapes, strides, scalars, cu_seqlens, block "
+                    "tables, aliasing), each in a subprocess")
+            many = f"{count(c.get('calls'))} calls"
+            found = verdict or "0 crashes; each raised an error naming the argument"
+        elif c["campaign"] == "cache":
+            what = ("random dense and paged KV caches and appends, every byte outside the "
+                    "appended rows compared")
+            many = f"{count(c.get('scenarios'))} scenarios (seed {c.get('seed')})"
+            found = verdict or f"{count(c.get('entries_changed'))} entries changed"
+        elif c["campaign"] == "rss":
+            what = "resident memory over many calls of each public function, after warm-up"
+            many = (f"{count(c.get('calls'))} calls of each of "
+                    f"{len(c.get('functions', []))} functions")
+            growth = c.get("max_growth_bytes")
+            found = verdict or (f"at most {growth / 1024:.0f} KiB growth" if growth is not None
+                                else "?")
+        else:
+            continue
+        lines.append(f"| {c['campaign']} | {what} | {many} | {found} |")
+    return lines
+
+
 # ---------------------------------------------------------------- the page and README's block
 
 def render_page(machines):
@@ -324,6 +364,14 @@ def render_page(machines):
             lines += [f"![{sub}]({os.path.relpath(paths[sub], ROOT)})", ""]
             lines += table(reports[sub])
             lines += ["", f"<sub>{footer(reports[sub], json_path)}</sub>", ""]
+        if "reliability" in reports:
+            json_path = os.path.join(RESULTS_DIR, name, "reliability.json")
+            lines += ["### Reliability", "",
+                      "The fuzzers' long campaigns (issue 34), run on this machine by "
+                      "`tools/reliability.py`; CI runs the same fuzzers with a fixed, smaller "
+                      "budget.", ""]
+            lines += reliability_table(reports["reliability"])
+            lines += ["", f"<sub>{footer(reports['reliability'], json_path)}</sub>", ""]
     metas = [report["meta"] for _, reports in machines for report in reports.values()]
     pending = [(what, entry) for what, describes, entry in EXPECTED
                if not any(describes(meta) for meta in metas)]

@@ -141,3 +141,32 @@ def test_plots_are_drawn_from_the_reports(tmp_path, monkeypatch):
     decode = (tmp_path / "zen4" / "decode.svg").read_text()
     assert "<svg" in speedup and "AMD Zen 4" in speedup
     assert "<svg" in decode and "copy bandwidth" in decode
+
+
+def reliability_report(passed=True):
+    meta = dict(META, command="python tools/reliability.py --json r.json")
+    campaigns = [
+        {"campaign": "differential", "passed": passed, "examples": 21000,
+         "mismatches": 0 if passed else 1,
+         "tests": [{"test": "t", "draws": "flash_attn_func", "passing": 21000, "failing": 0}]},
+        {"campaign": "malformed", "passed": True, "calls": 20000},
+        {"campaign": "cache", "passed": True, "scenarios": 2000, "seed": 7, "entries_changed": 0},
+        {"campaign": "rss", "passed": True, "calls": 10000,
+         "functions": [{"function": "f", "growth_bytes": 4096}], "max_growth_bytes": 4096}]
+    return {"subcommand": "reliability", "meta": meta, "summary": {"passed": passed},
+            "results": campaigns}
+
+
+def test_reliability_campaigns_are_on_the_page():
+    page = performance.render_page([("zen4", {"dense": dense_report(),
+                                              "reliability": reliability_report()})])
+    assert "### Reliability" in page
+    for text in ("| 21,000 random examples | 0 mismatches |", "| 20,000 calls | 0 crashes",
+                 "| 2,000 scenarios (seed 7) | 0 entries changed |",
+                 "| 10,000 calls of each of 1 functions | at most 4 KiB growth |",
+                 "`python tools/reliability.py --json r.json`",
+                 "(bench/results/zen4/reliability.json)"):
+        assert text in page, text
+    # A failed campaign says so instead of a count of what it found.
+    failed = performance.render_page([("zen4", {"reliability": reliability_report(False)})])
+    assert "| 21,000 random examples | **failed**" in failed
