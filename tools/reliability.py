@@ -46,7 +46,10 @@ TAIL_CHARS = 3000
 
 def run(command, env_extra):
     """(exit status, stdout + stderr, seconds, the command as one would type it)."""
-    env = dict(os.environ, **env_extra)
+    # This checkout's flashattn first, whatever else is installed (a script's sys.path[0] is
+    # its own folder, not the checkout).
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, **env_extra)
     start = time.time()
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     typed = " ".join([*(f"{k}={v}" for k, v in env_extra.items()), shlex.join(command)])
