@@ -106,6 +106,8 @@ def resource_usage(cuobjdump, binary):
     result = subprocess.run([cuobjdump, "--dump-resource-usage", binary], capture_output=True,
                             text=True)
     if result.returncode != 0:
+        if "does not contain device code" in result.stdout + result.stderr:
+            return []  # a CPU-only build
         raise RuntimeError(f"cuobjdump --dump-resource-usage {binary} failed:\n{result.stderr}")
     rows = parse_resource_usage(result.stdout)
     if any(row["arch"] is None for row in rows):  # a lone cubin names its arch elsewhere

@@ -2,12 +2,9 @@
 nvcc needed). The registers it reads are what tools/gpu_model.py's occupancy uses, so a kernel
 read under the wrong architecture or a row lost would skew the model silently."""
 
-import importlib.util
-import os
-
 import pytest
+from repo_tools import load_tool
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 FWD = "_ZN9flashattn4cuda16fwd_kernel_16bitINS0_9FwdTraitsILi128ELb1EEE13__nv_bfloat16EEvNS_10AttnParamsEPf"
 MERGE = "_ZN9flashattn4cuda18split_merge_kernelIfEEvNS_16SplitMergeParamsE"
 
@@ -62,11 +59,7 @@ Resource usage:
 
 @pytest.fixture(scope="module")
 def gates():
-    spec = importlib.util.spec_from_file_location(
-        "cuda_gates", os.path.join(HERE, "..", ".ci", "cuda_gates.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("cuda_gates", folder=".ci")
 
 
 def test_reads_every_kernel_under_its_architecture(gates):

@@ -3,22 +3,15 @@ nvcc needed): basic blocks split at branch targets, whole-tile copy blocks told 
 load row addresses) from dense, and the gate failing when the paged copy grows back or when
 either kind is missing. The gate on real SASS runs in .ci/cuda_gates.py on the CUDA build."""
 
-import importlib.util
-import os
-
 import pytest
+from repo_tools import load_tool
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 KERNEL = "_ZN9flashattn4cuda16fwd_kernel_16bitINS0_9FwdTraitsILi128ELb1EEE13__nv_bfloat16EEvNS_10AttnParamsEPf"
 
 
 @pytest.fixture(scope="module")
 def loops():
-    spec = importlib.util.spec_from_file_location(
-        "sass_copy_loops", os.path.join(HERE, "..", ".ci", "sass_copy_loops.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("sass_copy_loops", folder=".ci")
 
 
 class Listing:
