@@ -57,6 +57,12 @@ def test_json_has_every_family_and_field(records):
             assert 0 < r["fa2_modeled_tflops_h100"] <= H100_MMA_SYNC_TFLOPS
         assert 0 < r["modeled_tflops_h100"] <= H100_MMA_SYNC_TFLOPS
         assert r["ctas_per_sm_h100"] >= 1 and 0 < r["regs_per_thread"] <= 255
+        # The main kernel's main loops in SASS (.ci/sass_loops.py), on both architectures;
+        # gpu_model has checked their HMMA count against the shim's mma count per step.
+        assert set(r["sass_main_loops"]) == {"sm_80", "sm_90"}
+        for loops in r["sass_main_loops"].values():
+            assert loops and all(l["hmma"] > 0 and l["instructions"] > l["hmma"]
+                                 and l["stall_cycles"] >= l["instructions"] for l in loops)
 
 
 def test_counts_follow_the_tile_geometry(records):

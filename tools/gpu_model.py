@@ -42,6 +42,13 @@ What it does, and the method, in order:
    (`cuobjdump --dump-resource-usage`, through .ci/cuda_gates.py: sm_90 for H100/H200, sm_80
    for A100), shared memory from the launch. CTAs per SM = the least of the register, shared-memory,
    thread and CTA limits (tools/gpu_specs.py).
+3b. Main loops. Each counted kernel's main loops are read from its SASS in the built library
+   (.ci/sass_loops.py: natural loops of the control-flow graph holding HMMA), and every one must
+   be able to execute, on some path of an iteration, exactly the shim's mma.sync count per
+   main-loop step per warp, or the run fails: a loop read wrong cannot feed the model. Each
+   record keeps the main kernel's loops (instructions, HMMA per path, MUFU, stall cycles from
+   the control bits) for sm_80 and sm_90: the inputs of an issue and latency term (not yet in
+   the time below).
 4. Time. For each kernel: tensor time = mma.sync count / the GPU's mma.sync rate; shared-memory
    time = wavefronts / (SMs x 1 wavefront of 128 B per clock); memory time = max(L2 bytes / L2
    bandwidth, compulsory HBM bytes / HBM bandwidth), where L2 bytes = 32-byte sectors counted
@@ -277,14 +284,59 @@ def built_library():
     return None
 
 
-def kernel_registers(binaries):
+class BuiltKernels(dict):
     """{(arch, demangled kernel name): registers} of every kernel in the built library or cubins
-    (.ci/sass_compare.py's build/sass/*/*.cubin), read back from them with cuobjdump."""
-    gates = load_module("cuda_gates", os.path.join(REPO, ".ci", "cuda_gates.py"))
-    cuobjdump = gates.find_tool("cuobjdump")
-    rows = [row for binary in binaries for row in gates.resource_usage(cuobjdump, binary)]
-    names = gates.demangle([r["kernel"] for r in rows])
-    return {(r["arch"], normalize(name)): r["regs"] for r, name in zip(rows, names)}
+    (.ci/sass_compare.py's build/sass/*/*.cubin), read back from them with cuobjdump; and their
+    main loops in SASS (.ci/sass_loops.py), read on demand."""
+
+    def __init__(self, binaries):
+        self.gates = load_module("cuda_gates", os.path.join(REPO, ".ci", "cuda_gates.py"))
+        self.sass = load_module("sass_loops", os.path.join(REPO, ".ci", "sass_loops.py"))
+        self.binaries, self.cuobjdump = binaries, self.gates.find_tool("cuobjdump")
+        rows = [(binary, row) for binary in binaries
+                for row in self.gates.resource_usage(self.cuobjdump, binary)]
+        names = self.gates.demangle([row["kernel"] for _, row in rows])
+        super().__init__({(row["arch"], normalize(name)): row["regs"]
+                          for (_, row), name in zip(rows, names)})
+        self.where = {(row["arch"], normalize(name)): (binary, row["kernel"])
+                      for (binary, row), name in zip(rows, names)}
+        self.loops = {}
+
+    def main_loops(self, arch, kernel):
+        """.ci/sass_loops.py's main loops of (arch, demangled kernel name)."""
+        key = (arch, kernel)
+        if key not in self.loops:
+            if key not in self.where:
+                raise RuntimeError(f"{kernel} ({arch}) is not in the built library")
+            binary, mangled = self.where[key]
+            nvdisasm = self.gates.find_tool("nvdisasm")
+            dumped = self.sass.dump_sass(self.cuobjdump, nvdisasm, binary, [mangled])
+            self.loops[key] = self.sass.main_loops(dumped[(arch, mangled)])
+        return self.loops[key]
+
+
+def check_main_loops(built, launch, arches=("sm_80", "sm_90")):
+    """{arch: [the loop's figures]} of a launch's kernel, after checking that each main loop in
+    its SASS holds the mma.sync count the shim counts per main-loop step, per warp (a loop read
+    wrong, or a kernel whose steps changed shape, fails here)."""
+    per_step = sum(launch["coef"][k][0] for k in ("mma.m16n8k16.f16", "mma.m16n8k16.bf16"))
+    if per_step == 0:  # the row kernels: no products, no main loop
+        return {}
+    warps = launch["threads"] // 32
+    expected = per_step / warps
+    figures = {}
+    for arch in arches:
+        loops = [l for l in built.main_loops(arch, normalize(launch["name"])) if l["role"] == "main"]
+        paths = [l["tensor_per_iteration"] for l in loops]
+        if not loops or any(expected not in p for p in paths):
+            raise RuntimeError(
+                f"{launch['name']} ({arch}): an iteration of its main loops in SASS executes "
+                f"{paths or 'no'} HMMA per warp (one count per path), the shim counts "
+                f"{float(expected)} mma.sync per warp per step ({float(per_step)} per CTA, "
+                f"{warps} warps): .ci/sass_loops.py misreads the loop or the kernel's step changed")
+        figures[arch] = [{k: l[k] for k in ("instructions", "hmma", "tensor_per_iteration",
+                                            "mufu", "stall_cycles")} for l in loops]
+    return figures
 
 
 def normalize(name):
@@ -775,6 +827,7 @@ def records(ops, torch, regs, head_dims, log):
         for causal in (False, True):
             for family in FAMILIES:
                 launches = count_family(ops, torch, family, d, causal, log)
+                sass_loops = {normalize(l["name"]): check_main_loops(regs, l) for l in launches}
                 kernels, c, seconds = model_ours(family, d, causal, launches, regs, gpus)
                 main = max((k for k in kernels if "regs_per_thread_sm_90" in k),
                            key=lambda k: k["modeled"]["h100"]["seconds"])
@@ -796,6 +849,7 @@ def records(ops, torch, regs, head_dims, log):
                     global_sectors=c["global_sectors"], atomics=c["atomics.ops"],
                     barriers=c["barriers"],
                     regs_per_thread=main["regs_per_thread_sm_90"],
+                    sass_main_loops=sass_loops[main["kernel"]],
                     smem_per_cta=main["smem_per_cta"],
                     ctas_per_sm_h100=main["modeled"]["h100"]["ctas_per_sm"],
                     bound_h100=main["modeled"]["h100"]["bound"],
@@ -943,7 +997,7 @@ def main():
     if missing:
         sys.exit(f"gpu_model: no built library ({missing}): install or build flashattn with its "
                  f"CUDA kernels, or pass --binary")
-    regs = kernel_registers(binaries)
+    regs = BuiltKernels(binaries)
     if not regs:
         sys.exit(f"gpu_model: {', '.join(binaries)} holds no CUDA kernels (a CPU-only build?)")
     head_dims = ([int(x) for x in args.head_dims.split(",")] if args.head_dims
