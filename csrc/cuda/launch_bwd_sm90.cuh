@@ -1,5 +1,6 @@
 // Host side of the sm_90a backward's launch for the library: the plan's AttnBwdParams (a call that
-// plan_bwd_sm90.h accepted) as the Hopper kernels' tensor maps, BwdSm90Params and BwdSm90Rows,
+// plan_bwd_sm90.h accepted) as the Hopper kernels' tensor maps, BwdSm90Params and BwdSm90Rows (its
+// own TensorViews),
 // the workspace bound, then hopper::launch_bwd_sm90 (rows, main, convert kernels) with the causal
 // mask or without. Compiles under nvcc (inst/*_sm90.cu, for sm_90a only) and under the CPU shim
 // (tests/sim_ext).
@@ -14,7 +15,6 @@
 #include "../params.h"
 #include "grid.h"
 #include "hopper/bwd_sm90_launch.h"
-#include "launch_fwd_sm90.cuh"  // detail::sm90_input: one [B, S, H, D] view as TMA reads it
 #include "plan_bwd_sm90.h"
 
 // As launch_fwd_sm90.cuh: a device pass for any other target than sm_90a is a build mistake.
@@ -34,34 +34,21 @@ void run_bwd_sm90(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
   static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16>);
   const TensorMapDtype dtype =
       std::is_same_v<Element, __half> ? TensorMapDtype::Float16 : TensorMapDtype::BFloat16;
-  const int b = p.batch;
+  // Dense: (B, S) rows; varlen: the packed rows as one batch (plan_fwd_sm90.h).
+  const Sm90MapExtents extents = sm90_map_extents(p);
+  const int b = extents.batch;
   hopper::BwdSm90Maps maps;
   const std::string maps_error = hopper::make_bwd_sm90_maps<kHeadDim>(
-      maps, dtype, b, detail::sm90_input(p.q, b, p.seqlen_q, p.heads_q),
-      detail::sm90_input(p.k, b, p.seqlen_k, p.heads_kv),
-      detail::sm90_input(p.v, b, p.seqlen_k, p.heads_kv),
-      detail::sm90_input(p.dout, b, p.seqlen_q, p.heads_q));
+      maps, dtype, b, hopper::bshd_tensor(p.q, b, extents.rows_q, p.heads_q),
+      hopper::bshd_tensor(p.k, b, extents.rows_k, p.heads_kv),
+      hopper::bshd_tensor(p.v, b, extents.rows_k, p.heads_kv),
+      hopper::bshd_tensor(p.dout, b, extents.rows_q, p.heads_q));
   if (!maps_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a backward's tensor maps: " + maps_error);
   }
   hopper::BwdSm90Params hp = make_bwd_sm90_params(p);
   hopper::bwd_sm90_bind_workspace<kHeadDim>(hp, workspace);
-  hopper::BwdSm90Rows rows;
-  rows.o = p.o.ptr;
-  rows.o_batch_stride = p.o.batch_stride;
-  rows.o_row_stride = p.o.row_stride;
-  rows.o_head_stride = p.o.head_stride;
-  rows.dout = p.dout.ptr;
-  rows.do_batch_stride = p.dout.batch_stride;
-  rows.do_row_stride = p.dout.row_stride;
-  rows.do_head_stride = p.dout.head_stride;
-  rows.lse = static_cast<const float*>(p.lse.ptr);
-  rows.lse_batch_stride = p.lse.batch_stride;
-  rows.lse_head_stride = p.lse.head_stride;
-  rows.dq = p.dq.ptr;
-  rows.dq_batch_stride = p.dq.batch_stride;
-  rows.dq_row_stride = p.dq.row_stride;
-  rows.dq_head_stride = p.dq.head_stride;
+  const hopper::BwdSm90Rows rows{p.o, p.dout, p.lse, p.dq};
   // The plan sends no window here but causal's (-1, 0).
   const bool causal = p.window_right == 0;
   const std::string launch_error =

@@ -28,12 +28,18 @@ inline bool is_sm90_bwd_head_dim(int head_dim) {
 }
 
 // The Hopper backward's own arguments for p (no workspace bound yet: the launch binds it, the
-// plan sizes it from these). The kernels take dense [B, S, H, D] tensors only.
+// plan sizes it from these).
 inline hopper::BwdSm90Params make_bwd_sm90_params(const AttnBwdParams& p) {
   hopper::BwdSm90Params hp;
   hp.batch = p.batch;
   hp.seqlen_q = p.seqlen_q;
   hp.seqlen_k = p.seqlen_k;
+  hp.cu_seqlens_q = p.cu_seqlens_q;
+  hp.cu_seqlens_k = p.cu_seqlens_k;
+  hp.total_q = p.total_q;
+  hp.total_k = p.total_k;
+  hp.seqused_q = p.seqused_q;
+  hp.seqused_k = p.seqused_k;
   hp.heads_q = p.heads_q;
   hp.head_group = p.head_group;
   hp.scale = p.scale;
@@ -41,14 +47,8 @@ inline hopper::BwdSm90Params make_bwd_sm90_params(const AttnBwdParams& p) {
   hp.scale_log2 = static_cast<float>(p.scale_fp64 * 1.4426950408889634);
   hp.align_bottom_right = p.align_bottom_right;
   hp.deterministic = p.deterministic;
-  hp.dk = p.dk.ptr;
-  hp.dv = p.dv.ptr;
-  hp.dk_batch_stride = p.dk.batch_stride;
-  hp.dk_row_stride = p.dk.row_stride;
-  hp.dk_head_stride = p.dk.head_stride;
-  hp.dv_batch_stride = p.dv.batch_stride;
-  hp.dv_row_stride = p.dv.row_stride;
-  hp.dv_head_stride = p.dv.head_stride;
+  hp.dk = p.dk;
+  hp.dv = p.dv;
   return hp;
 }
 
@@ -70,8 +70,8 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
   // An empty side launches nothing there, and dQ (no keys) or dK, dV (no queries) must still be
   // written as zeros, which sm_80's row kernels do.
   if (p.seqlen_q == 0 || p.seqlen_k == 0) return "an empty query or key sequence";
-  if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) return "variable-length batches";
-  if (p.seqused_q != nullptr || p.seqused_k != nullptr) return "seqused_q / seqused_k";
+  if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
+    return "cu_seqlens for only one of q and k";
   if (p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr)
     return "a paged or indexed KV cache";
   if (p.mask.ptr != nullptr || p.dmask != nullptr) return "attn_mask";
@@ -85,10 +85,17 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
   if (p.heads_q > 65535 || p.batch > 65535) return "more than 65535 heads or batches";
   // The rows kernel reads the LSE [B, Hq, Sq] with contiguous rows.
   if (p.lse.row_stride != 1) return "an LSE with strided rows";
-  if (!detail::tma_view_ok(p.q, p.batch, p.seqlen_q, p.heads_q) ||
-      !detail::tma_view_ok(p.dout, p.batch, p.seqlen_q, p.heads_q) ||
-      !detail::tma_view_ok(p.k, p.batch, p.seqlen_k, p.heads_kv) ||
-      !detail::tma_view_ok(p.v, p.batch, p.seqlen_k, p.heads_kv))
+  // Varlen: the row stats and the dQ accumulator pad each sequence to whole query blocks
+  // (hopper::bwd_sm90_seq), total_q + B * kBlockM rows, an int (kBlockM is 128 at most).
+  constexpr int64_t kLargestBlockM = hopper::BwdSm90Config<64>::kBlockM;
+  static_assert(kLargestBlockM >= hopper::BwdSm90Config<128>::kBlockM);
+  if (p.cu_seqlens_q != nullptr && p.total_q + p.batch * kLargestBlockM >= (int64_t{1} << 31))
+    return "a varlen batch of 2^31 query rows or more";
+  const Sm90MapExtents maps = sm90_map_extents(p);
+  if (!detail::tma_view_ok(p.q, maps.batch, maps.rows_q, p.heads_q) ||
+      !detail::tma_view_ok(p.dout, maps.batch, maps.rows_q, p.heads_q) ||
+      !detail::tma_view_ok(p.k, maps.batch, maps.rows_k, p.heads_kv) ||
+      !detail::tma_view_ok(p.v, maps.batch, maps.rows_k, p.heads_kv))
     return "a q/k/v/dout layout TMA cannot read (16-byte alignment of pointer and strides)";
   if (!detail::pair_store_ok(p.dq) || !detail::pair_store_ok(p.dk) ||
       !detail::pair_store_ok(p.dv))

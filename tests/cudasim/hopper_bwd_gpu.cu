@@ -37,11 +37,12 @@ BwdSm90Params params(int deterministic, int batch, int heads_q, int heads_kv, in
 template <typename Elem, int kHeadDim, bool kCausal>
 std::string launch(BwdSm90Params p, const void* const* in, void* dq, void* dk, void* dv, const float* lse,
                    const long long* st, int heads_kv, float* workspace, void* stream) {
+  // Tensor `which`'s (batch, row, head) strides, st[3 which ...].
+  auto strided = [&](const void* ptr, int which) {
+    return flashattn::TensorView{const_cast<void*>(ptr), st[3 * which], st[3 * which + 1], st[3 * which + 2]};
+  };
   auto view = [&](const void* ptr, int which, int seqlen, int heads) {
-    BwdSm90Tensor t;
-    t.ptr = ptr, t.seqlen = seqlen, t.heads = heads;
-    t.batch_stride = st[3 * which], t.row_stride = st[3 * which + 1], t.head_stride = st[3 * which + 2];
-    return t;
+    return bshd_tensor(strided(ptr, which), p.batch, seqlen, heads);
   };
   const auto dtype = std::is_same_v<Elem, __nv_bfloat16> ? flashattn::TensorMapDtype::BFloat16
                                                          : flashattn::TensorMapDtype::Float16;
@@ -51,16 +52,11 @@ std::string launch(BwdSm90Params p, const void* const* in, void* dq, void* dk, v
                                    view(in[1], 1, p.seqlen_k, heads_kv), view(in[2], 2, p.seqlen_k, heads_kv),
                                    view(in[4], 4, p.seqlen_q, p.heads_q));
   if (!error.empty()) return "tensor maps: " + error;
-  p.dk = dk, p.dv = dv;
-  p.dk_batch_stride = st[18], p.dk_row_stride = st[19], p.dk_head_stride = st[20];
-  p.dv_batch_stride = st[21], p.dv_row_stride = st[22], p.dv_head_stride = st[23];
+  p.dk = strided(dk, 6), p.dv = strided(dv, 7);
   bwd_sm90_bind_workspace<kHeadDim>(p, workspace);
   BwdSm90Rows rows;
-  rows.o = in[3], rows.dout = in[4], rows.dq = dq;
-  rows.o_batch_stride = st[9], rows.o_row_stride = st[10], rows.o_head_stride = st[11];
-  rows.do_batch_stride = st[12], rows.do_row_stride = st[13], rows.do_head_stride = st[14];
-  rows.dq_batch_stride = st[15], rows.dq_row_stride = st[16], rows.dq_head_stride = st[17];
-  rows.lse = lse, rows.lse_batch_stride = static_cast<int64_t>(p.heads_q) * p.seqlen_q, rows.lse_head_stride = p.seqlen_q;
+  rows.o = strided(in[3], 3), rows.dout = strided(in[4], 4), rows.dq = strided(dq, 5);
+  rows.lse = flashattn::TensorView{const_cast<float*>(lse), static_cast<int64_t>(p.heads_q) * p.seqlen_q, 1, p.seqlen_q};
   return launch_bwd_sm90<Elem, kHeadDim, kCausal>(maps, p, rows, stream);
 }
 

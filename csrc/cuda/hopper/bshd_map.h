@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/tensor_map.h"
+#include "params.h"  // TensorView
 
 namespace flashattn::hopper {
 
@@ -18,6 +19,21 @@ struct BshdTensor {
   int64_t batch_stride = 0, row_stride = 0, head_stride = 0;  // elements
   int seqlen = 0, heads = 0;
 };
+
+// view (AttnParams' strided [B, S, H, D] rows) as a map reads it: `rows` rows per batch (a varlen
+// batch: the packed rows, batch 1). A dimension of extent 1 never steps its stride, which may then
+// be 0 (a broadcast) or unaligned and TMA would refuse it: it gets 8 elements (16 bytes) instead.
+inline BshdTensor bshd_tensor(const TensorView& view, int batch, int64_t rows, int heads) {
+  const auto stride = [](int64_t s, int64_t extent) { return extent <= 1 ? int64_t{8} : s; };
+  BshdTensor t;
+  t.ptr = view.ptr;
+  t.batch_stride = stride(view.batch_stride, batch);
+  t.row_stride = stride(view.row_stride, rows);
+  t.head_stride = stride(view.head_stride, heads);
+  t.seqlen = static_cast<int>(rows);  // < 2^31: the plans' tma_view_ok
+  t.heads = heads;
+  return t;
+}
 
 // "" on success, else the encoder's reason.
 inline std::string encode_bshd_map(TensorMap* map, TensorMapDtype dtype, int head_dim, int batch,

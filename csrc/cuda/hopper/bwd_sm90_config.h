@@ -27,7 +27,7 @@
 //              named barrier per query block orders both consumers' reads and writes
 //   dQ[2]      one 64 x 64 fp32 part per consumer (row-major, the bulk reduce's source)
 //   lse[s], dpsum[s] kBlockM floats each
-//   barriers   kv_full, q_full[s], q_empty[s], dq_full[2], dq_empty[2]
+//   barriers   kv_full, q_full[s], q_empty[s], dq_full[2], dq_empty[2], tail_loaded
 //   + 1024 bytes of slack to round the base up (nvcc promises 128-byte alignment only).
 #pragma once
 #include <cstddef>
@@ -69,7 +69,9 @@ struct BwdSm90Config {
   static constexpr uint32_t kLseOffset = kDqOffset + kConsumers * kDqPartBytes;
   static constexpr uint32_t kDpsumOffset = kLseOffset + kStages * kRowStatBytes;
   static constexpr uint32_t kBarrierOffset = kDpsumOffset + kStages * kRowStatBytes;
-  static constexpr int kBarriers = 1 + 2 * kStages + 2 * kConsumers;
+  // kv_full, q_full[s], q_empty[s], dq_full[c], dq_empty[c], tail_loaded (the producer's own: a
+  // tile whose rows past the sequence it zeroes before handing it over, bwd_sm90_kernel.cuh).
+  static constexpr int kBarriers = 1 + 2 * kStages + 2 * kConsumers + 1;
   static constexpr size_t kSmemBytes = kBarrierOffset + kBarriers * 8 + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic shared memory above the 227 KB opt-in limit");
   static_assert(kDsOffset % kSwizzleAtomBytes == 0 && kQOffset % kSwizzleAtomBytes == 0,
@@ -93,29 +95,37 @@ template <int kHeadDim>
 struct DqAccumLayout {
   using Cfg = BwdSm90Config<kHeadDim>;
   int64_t head_stride = 0, batch_stride = 0, slice_stride = 0;  // floats
-  int seqlen_q_padded = 0, slices = 1;
+  int batch = 0, heads = 0, seqlen_q_padded = 0, slices = 1;
 
   __host__ __device__ static int padded(int seqlen_q) {
     return (seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM * Cfg::kBlockM;
   }
   __host__ __device__ DqAccumLayout() {}
-  __host__ __device__ DqAccumLayout(int batch, int heads_q, int seqlen_q, int slices_)
-      : seqlen_q_padded(padded(seqlen_q)), slices(slices_) {
+  __host__ __device__ DqAccumLayout(int batch_, int heads_q, int seqlen_q, int slices_)
+      : batch(batch_), heads(heads_q), seqlen_q_padded(padded(seqlen_q)), slices(slices_) {
     head_stride = static_cast<int64_t>(seqlen_q_padded) * kHeadDim;
     batch_stride = head_stride * heads_q;
     slice_stride = batch_stride * batch;
   }
   __host__ __device__ int64_t floats() const { return slice_stride * slices; }
+  // The row-stat buffers (LSE * log2 e, D) have the same rows, one float each: [B][Hq][rows].
+  __host__ __device__ int64_t stat_floats() const {
+    return static_cast<int64_t>(batch) * heads * seqlen_q_padded;
+  }
+  __host__ __device__ int64_t stat(int b, int h, int64_t row) const {
+    return (static_cast<int64_t>(b) * heads + h) * seqlen_q_padded + row;
+  }
   // The part `consumer` of query tile m_block.
-  __host__ __device__ int64_t part(int slice, int b, int h, int m_block, int consumer) const {
-    return slice * slice_stride + b * batch_stride + h * head_stride +
-           static_cast<int64_t>(m_block) * Cfg::kBlockM * kHeadDim + consumer * Cfg::kDqPartFloats;
+  // The part `consumer` of query tile m_block (rows m_block * kBlockM on).
+  __host__ __device__ int64_t part(int slice, int b, int h, int64_t m_block, int consumer) const {
+    return slice * slice_stride + b * batch_stride + h * head_stride + m_block * Cfg::kBlockM * kHeadDim +
+           consumer * Cfg::kDqPartFloats;
   }
   // Element (row i, column col) of head (b, h). Within a part, (row, c) is accumulator element
   // 4 (c / 8) + 2 ((row % 16) / 8) + c % 2 of thread 32 (row / 16) + 4 (row % 8) + (c % 8) / 2
   // (ptx_sm90_mma.cuh's m64nN layout).
-  __host__ __device__ int64_t element(int slice, int b, int h, int i, int col) const {
-    const int r = i % Cfg::kBlockM;
+  __host__ __device__ int64_t element(int slice, int b, int h, int64_t i, int col) const {
+    const int r = static_cast<int>(i % Cfg::kBlockM);
     const int consumer = Cfg::kDqPartRows ? r / 64 : col / 64;
     const int row = Cfg::kDqPartRows ? r % 64 : r, c = col % 64;
     const int thread = 32 * (row / 16) + 4 * (row % 8) + (c % 8) / 2;

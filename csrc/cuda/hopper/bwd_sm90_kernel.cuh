@@ -94,12 +94,17 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
   uint64_t* q_empty = q_full + kStages;
   uint64_t* dq_full = q_empty + kStages;
   uint64_t* dq_empty = dq_full + Cfg::kConsumers;
+  uint64_t* tail_loaded = dq_empty + Cfg::kConsumers;
 
   const int tid = threadIdx.x, group = tid / 128;
   const int n_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z;
-  const int diag_offset = causal_diag_offset(p.align_bottom_right, p.seqlen_q, p.seqlen_k);
+  // This sequence's rows (a varlen batch: its range of the packed rows; seqused: its first rows).
+  // The grid covers the longest sequence: a key block past this one's keys has nothing to do.
+  const BwdSm90Seq seq = bwd_sm90_seq<kBlockM>(p, batch);
+  if (n_block * kBlockN >= seq.seqlen_k) return;
+  const int diag_offset = causal_diag_offset(p.align_bottom_right, seq.seqlen_q, seq.seqlen_k);
   using Blocks = QueryBlocks<kCausal, kBlockM, kBlockN>;
-  const Blocks blocks(n_block, p.seqlen_q, diag_offset);
+  const Blocks blocks(n_block, seq.seqlen_q, diag_offset);
   const int n_m = blocks.end - blocks.begin;
   const int n_iters = n_m * p.head_group;  // (query head of the group, query block) pairs
   auto head_of = [&](int it) { return kv_head * p.head_group + it / n_m; };
@@ -119,6 +124,7 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
       mbarrier_init(&dq_full[c], 128);
       mbarrier_init(&dq_empty[c], 1);
     }
+    mbarrier_init(tail_loaded, 1);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -127,32 +133,74 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // ---- Producer warpgroup ----
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (tid == 0 && n_iters > 0) {
-      // Warp 0: the loads.
-      mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKvBytes);
+      // Warp 0: the loads. The maps span every row (varlen: all sequences' packed rows): a tile
+      // reaching past the sequence holds rows of the next sequence, or rows past seqused, maybe
+      // NaN or Inf. Masking their scores is not enough (P = 0 times a NaN in dO, Q, K or V is NaN
+      // in dV, dK or dQ), so such a tile is loaded onto tail_loaded, its outside rows are zeroed,
+      // and then it is handed over, as sm_80's zero-filling copies leave them. Rows past the map
+      // arrive as zeros from TMA already. Whole 128-byte rows: the swizzle permutes 16-byte
+      // chunks within a row only.
+      const bool varlen = p.varlen();
+      const int map_batch = seq.map_batch;
+      const int64_t q_map_rows = varlen ? p.total_q : p.seqlen_q, k_map_rows = varlen ? p.total_k : p.seqlen_k;
+      const int q_row0 = static_cast<int>(seq.q_row0), k_row0 = static_cast<int>(seq.k_row0);
+      uint32_t tail_phase = 0;
+      auto wait_tail = [&] {
+        mbarrier_wait_parity(tail_loaded, tail_phase);
+        tail_phase ^= 1;
+      };
+      // Rows [first_row, rows) of each chunk of a tile.
+      auto zero_rows = [&](unsigned char* tile, uint32_t chunk_bytes, int first_row, int rows) {
+        for (int c = 0; c < Cfg::kChunks; ++c) {
+          uint4* from = reinterpret_cast<uint4*>(tile + c * chunk_bytes + first_row * kSwizzleRowBytes);
+          for (int i = 0; i < (rows - first_row) * static_cast<int>(kSwizzleRowBytes / 16); ++i)
+            FLASHATTN_SMEM(from)[i] = make_uint4(0, 0, 0, 0);  // SITE:zero_tail
+        }
+      };
+      const int k_valid = seq.seqlen_k - n_block * kBlockN;
+      const bool zero_kv = k_valid < kBlockN && k_row0 + seq.seqlen_k < k_map_rows;
+      uint64_t* kv_bar = zero_kv ? tail_loaded : kv_full;
+      mbarrier_arrive_expect_tx(kv_bar, 2 * Cfg::kKvBytes);
 #pragma unroll
       for (int c = 0; c < Cfg::kChunks; ++c) {
-        tma_load_4d(smem + Cfg::kKOffset + c * Cfg::kKvChunkBytes, &map_k, kv_full, 64 * c, n_block * kBlockN,
-                    kv_head, batch);  // SITE:load_k
-        tma_load_4d(smem + Cfg::kVOffset + c * Cfg::kKvChunkBytes, &map_v, kv_full, 64 * c, n_block * kBlockN,
-                    kv_head, batch);  // SITE:load_v
+        tma_load_4d(smem + Cfg::kKOffset + c * Cfg::kKvChunkBytes, &map_k, kv_bar, 64 * c,
+                    k_row0 + n_block * kBlockN, kv_head, map_batch);  // SITE:load_k
+        tma_load_4d(smem + Cfg::kVOffset + c * Cfg::kKvChunkBytes, &map_v, kv_bar, 64 * c,
+                    k_row0 + n_block * kBlockN, kv_head, map_batch);  // SITE:load_v
+      }
+      if (zero_kv) {
+        wait_tail();
+        zero_rows(smem + Cfg::kKOffset, Cfg::kKvChunkBytes, k_valid, kBlockN);
+        zero_rows(smem + Cfg::kVOffset, Cfg::kKvChunkBytes, k_valid, kBlockN);
+        fence_proxy_async_shared_cta();  // the consumers' wgmma reads K and V through the async proxy
+        mbarrier_arrive(kv_full);
       }
       for (int it = 0; it < n_iters; ++it) {
         const int s = it % kStages, head = head_of(it), m_block = m_block_of(it);
+        const int q_valid = seq.seqlen_q - m_block * kBlockM;
+        const bool zero_q = q_valid < kBlockM && q_row0 + seq.seqlen_q < q_map_rows;
+        uint64_t* q_bar = zero_q ? tail_loaded : &q_full[s];
         mbarrier_wait_parity(&q_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
-        mbarrier_arrive_expect_tx(&q_full[s], 2 * Cfg::kQBytes + 2 * Cfg::kRowStatBytes);
+        mbarrier_arrive_expect_tx(q_bar, 2 * Cfg::kQBytes + 2 * Cfg::kRowStatBytes);
 #pragma unroll
         for (int c = 0; c < Cfg::kChunks; ++c) {
-          tma_load_4d(smem + Cfg::kQOffset + s * Cfg::kQBytes + c * Cfg::kQChunkBytes, &map_q, &q_full[s], 64 * c,
-                      m_block * kBlockM, head, batch);  // SITE:load_q
-          tma_load_4d(smem + Cfg::kDoOffset + s * Cfg::kQBytes + c * Cfg::kQChunkBytes, &map_do, &q_full[s], 64 * c,
-                      m_block * kBlockM, head, batch);  // SITE:load_do
+          tma_load_4d(smem + Cfg::kQOffset + s * Cfg::kQBytes + c * Cfg::kQChunkBytes, &map_q, q_bar, 64 * c,
+                      q_row0 + m_block * kBlockM, head, map_batch);  // SITE:load_q
+          tma_load_4d(smem + Cfg::kDoOffset + s * Cfg::kQBytes + c * Cfg::kQChunkBytes, &map_do, q_bar, 64 * c,
+                      q_row0 + m_block * kBlockM, head, map_batch);  // SITE:load_do
         }
-        const int64_t stat = (static_cast<int64_t>(batch) * p.heads_q + head) * dq_layout.seqlen_q_padded +
-                             m_block * kBlockM;
+        const int64_t stat = dq_layout.stat(map_batch, head, seq.stat_row0 + m_block * kBlockM);
         bulk_copy_g2s(smem + Cfg::kLseOffset + s * Cfg::kRowStatBytes, p.lse_log2 + stat, Cfg::kRowStatBytes,
-                      &q_full[s]);  // SITE:load_lse
+                      q_bar);  // SITE:load_lse
         bulk_copy_g2s(smem + Cfg::kDpsumOffset + s * Cfg::kRowStatBytes, p.dpsum + stat, Cfg::kRowStatBytes,
-                      &q_full[s]);  // SITE:load_dpsum
+                      q_bar);  // SITE:load_dpsum
+        if (zero_q) {
+          wait_tail();
+          zero_rows(smem + Cfg::kQOffset + s * Cfg::kQBytes, Cfg::kQChunkBytes, q_valid, kBlockM);
+          zero_rows(smem + Cfg::kDoOffset + s * Cfg::kQBytes, Cfg::kQChunkBytes, q_valid, kBlockM);
+          fence_proxy_async_shared_cta();  // the consumers' wgmma reads Q and dO through the async proxy
+          mbarrier_arrive(&q_full[s]);
+        }
       }
     } else if (tid == 32) {
       // Warp 1: the dQ writer. Deterministic dQ: this key block's own slice, so no two CTAs add
@@ -161,7 +209,8 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
       for (int it = 0; it < n_iters; ++it) {
         for (int c = 0; c < Cfg::kConsumers; ++c) {
           mbarrier_wait_parity(&dq_full[c], static_cast<uint32_t>(it) & 1);
-          float* dst = p.dq_accum + dq_layout.part(slice, batch, head_of(it), m_block_of(it), c);
+          const int64_t tile = seq.stat_row0 / kBlockM + m_block_of(it);
+          float* dst = p.dq_accum + dq_layout.part(slice, seq.map_batch, head_of(it), tile, c);
           bulk_reduce_add_f32(dst, reinterpret_cast<const float*>(smem + Cfg::kDqOffset + c * Cfg::kDqPartBytes),
                               Cfg::kDqPartBytes);  // SITE:reduce_dq
           bulk_commit_group();
@@ -244,11 +293,11 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // Masked blocks: key (row r of the thread's two) is visible from query column col iff
     // key < Sk and (causal) key <= m0 + col + diag_offset, i.e. col >= first_col[r].
     int first_col[2] = {0, 0};
-    if (Blocks::needs_mask(m_block, n_block, p.seqlen_k, diag_offset)) {
+    if (Blocks::needs_mask(m_block, n_block, seq.seqlen_k, diag_offset)) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int key = key_row + 8 * r;
-        first_col[r] = key >= p.seqlen_k ? kBlockM : (kCausal ? key - diag_offset - m_block * kBlockM : 0);
+        first_col[r] = key >= seq.seqlen_k ? kBlockM : (kCausal ? key - diag_offset - m_block * kBlockM : 0);
       }
     }
     wgmma_wait_group<1>();  // SITE:wait_s
@@ -334,15 +383,14 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     mbarrier_arrive(&dq_full[consumer]);
   }
 
-  // ---- Epilogue: dK (scaled) and dV rounded and stored from registers; keys past Sk skipped ----
+  // ---- Epilogue: dK (scaled) and dV rounded and stored from registers; keys past the sequence's
+  // skipped ----
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; i += 2) {
     const int key = key_row + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * tq;
-    if (key < p.seqlen_k) {
-      uint16_t* dk_row = static_cast<uint16_t*>(p.dk) + batch * p.dk_batch_stride + key * p.dk_row_stride +
-                         kv_head * p.dk_head_stride + col;
-      uint16_t* dv_row = static_cast<uint16_t*>(p.dv) + batch * p.dv_batch_stride + key * p.dv_row_stride +
-                         kv_head * p.dv_head_stride + col;
+    if (key < seq.seqlen_k) {
+      uint16_t* dk_row = p.dk.row<uint16_t>(batch, kv_head, seq.k_row0 + key) + col;
+      uint16_t* dv_row = p.dv.row<uint16_t>(batch, kv_head, seq.k_row0 + key) + col;
       *FLASHATTN_GMEM(reinterpret_cast<uint32_t*>(dk_row)) = cuda::pack_rn<Elem>(dk[i] * p.scale, dk[i + 1] * p.scale);
       *FLASHATTN_GMEM(reinterpret_cast<uint32_t*>(dv_row)) = cuda::pack_rn<Elem>(dv[i], dv[i + 1]);  // SITE:store_dkdv
     }

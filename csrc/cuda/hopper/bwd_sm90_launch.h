@@ -40,24 +40,25 @@ inline std::string check_bwd_sm90_args(const BwdSm90Params& p, const BwdSm90Rows
   for (const auto& w : workspace)
     if (w.ptr == nullptr || reinterpret_cast<uintptr_t>(w.ptr) % 16 != 0)
       return text(w.name, "a 16-byte aligned pointer (bwd_sm90_bind_workspace)", address(w.ptr));
-  if (rows.o == nullptr || rows.dout == nullptr || rows.lse == nullptr)
+  if (rows.o.ptr == nullptr || rows.dout.ptr == nullptr || rows.lse.ptr == nullptr)
     return text("O, dO, LSE", "three tensors", "a null pointer");
+  if (p.varlen() && (p.cu_seqlens_k == nullptr || p.total_q < 0 || p.total_k < 0))
+    return text("cu_seqlens_k, total_q, total_k", "cu_seqlens_k with cu_seqlens_q, non-negative totals",
+                std::string(p.cu_seqlens_k == nullptr ? "none" : "given") + ", " + std::to_string(p.total_q) +
+                    ", " + std::to_string(p.total_k));
   // dQ, dK and dV are written as pairs of 16-bit elements (one 32-bit store).
   const struct {
     const char* name;
-    const void* ptr;
-    int64_t strides[3];
-  } outputs[3] = {{"dQ", rows.dq, {rows.dq_batch_stride, rows.dq_row_stride, rows.dq_head_stride}},
-                  {"dK", p.dk, {p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride}},
-                  {"dV", p.dv, {p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride}}};
+    const TensorView* view;
+  } outputs[3] = {{"dQ", &rows.dq}, {"dK", &p.dk}, {"dV", &p.dv}};
   for (const auto& o : outputs) {
-    if (o.ptr == nullptr || reinterpret_cast<uintptr_t>(o.ptr) % 4 != 0)
-      return text(o.name, "a 4-byte aligned pointer", address(o.ptr));
-    for (int64_t stride : o.strides)
-      if (stride % 2 != 0)
-        return text(o.name, "even element strides (batch, row, head)",
-                    std::to_string(o.strides[0]) + ", " + std::to_string(o.strides[1]) + ", " +
-                        std::to_string(o.strides[2]));
+    const TensorView& v = *o.view;
+    if (v.ptr == nullptr || reinterpret_cast<uintptr_t>(v.ptr) % 4 != 0)
+      return text(o.name, "a 4-byte aligned pointer", address(v.ptr));
+    if (v.batch_stride % 2 != 0 || v.row_stride % 2 != 0 || v.head_stride % 2 != 0)
+      return text(o.name, "even element strides (batch, row, head)",
+                  std::to_string(v.batch_stride) + ", " + std::to_string(v.row_stride) + ", " +
+                      std::to_string(v.head_stride));
   }
   return "";
 }

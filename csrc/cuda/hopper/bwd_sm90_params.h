@@ -1,8 +1,9 @@
-// The sm_90a backward's own arguments (issue 31, stage 5): a small struct, not AttnParams, until
-// the architecture-aware plan wires the kernels into the dispatch. Tensors have AttnParams'
-// layouts: Q, O, dO, dQ [B, Sq, Hq, D], K, V, dK, dV [B, Sk, Hkv, D], each seen through element
-// strides with a contiguous last dimension; the forward's LSE [B, Hq, Sq] (fp32, natural log,
-// -inf for a row that sees no key).
+// The sm_90a backward's own arguments (issue 31, stage 5): a small struct, not AttnParams (the
+// kernels read a few of its fields and the row-stat workspace). Tensors are AttnParams' own
+// TensorViews: Q, O, dO, dQ [B, Sq, Hq, D], K, V, dK, dV [B, Sk, Hkv, D], each seen through
+// element strides with a contiguous last dimension; the forward's LSE [B, Hq, Sq] (fp32, natural
+// log, -inf for a row that sees no key). A variable-length batch (cu_seqlens_q/_k) packs the
+// sequences' rows, [total, H, D] with batch stride 0 and the LSE [Hq, total_q], as AttnParams.
 //
 // Three kernels run in order (bwd_sm90_launch.h):
 //   1. rows (bwd_sm90_rows.cuh): LSE * log2(e) and D = rowsum(dO * O) into row-stat buffers
@@ -19,6 +20,8 @@
 #include "cuda/hopper/bwd_sm90_config.h"
 #include "cuda/hopper/bshd_map.h"
 #include "cuda/tensor_map.h"
+#include "mask.h"  // clamped_range, used_length: a sequence's rows, as every executor
+#include "params.h"
 
 namespace flashattn::hopper {
 
@@ -26,8 +29,20 @@ namespace flashattn::hopper {
 using BwdSm90Tensor = BshdTensor;
 
 struct BwdSm90Params {
+  // Dense: B sequences of seqlen_q queries and seqlen_k keys. Varlen: seqlen_q / seqlen_k bound
+  // the sequences' lengths (the grids cover them).
   int batch = 0, seqlen_q = 0, seqlen_k = 0;
   int heads_q = 0, head_group = 1;  // query head h reads kv head h / head_group
+  // Varlen (AttnParams' cu_seqlens_*, int32 [B + 1], both or neither): sequence b is rows
+  // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the packed Q, O, dO, dQ, LSE (total_q rows) and
+  // [cu_seqlens_k[b], ...) of K, V, dK, dV (total_k rows); the maps span the packed rows as one
+  // batch. seqused_q / seqused_k (int32 [B], dense or varlen): only the first seqused[b] queries
+  // / keys of sequence b take part. Null: all of them.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  int64_t total_q = 0, total_k = 0;
+  const int* seqused_q = nullptr;
+  const int* seqused_k = nullptr;
   float scale = 0.f;                // the softmax scale
   float scale_log2 = 0.f;           // scale * log2(e)
   // Causal kernels: row i sees key j iff j <= i + (align_bottom_right ? Sk - Sq : 0).
@@ -38,12 +53,40 @@ struct BwdSm90Params {
   // The fp32 dQ accumulator (DqAccumLayout); deterministic: one slice per key block.
   float* dq_accum = nullptr;
   bool deterministic = false;
-  // dK, dV [B, Sk, Hkv, D] (written from registers; rows past Sk are not written).
-  void* dk = nullptr;
-  void* dv = nullptr;
-  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
-  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+  // dK, dV [B, Sk, Hkv, D] (written from registers; rows past a sequence's keys are not written).
+  TensorView dk, dv;
+
+  __host__ __device__ bool varlen() const { return cu_seqlens_q != nullptr; }
 };
+
+// Where sequence b's rows are: in the tensors (packed rows of a varlen batch), in the maps, and in
+// the row-stat buffers and the dQ accumulator, which hold each sequence's queries padded to whole
+// kBlockM blocks. Dense: batch b, row 0 of each. Varlen: batch 0; sequence b's rows start at
+// stat_row0 = floor((q_row0 + b kBlockM) / kBlockM) kBlockM (FA3's padded varlen offsets), past
+// sequence b - 1's padded rows (those end at most at q_row0 + b kBlockM), so bwd_sm90_dq_layout
+// needs total_q + B kBlockM rows.
+struct BwdSm90Seq {
+  int64_t q_row0 = 0, k_row0 = 0;  // the sequence's first row of Q, O, dO, dQ, LSE / K, V, dK, dV
+  int64_t stat_row0 = 0;           // its first row in the row stats and the accumulator
+  int map_batch = 0;               // its batch in the maps, the row stats and the accumulator
+  int seqlen_q = 0, seqlen_k = 0;  // the queries and keys that take part (mask.h's rules)
+};
+
+template <int kBlockM>
+__host__ __device__ BwdSm90Seq bwd_sm90_seq(const BwdSm90Params& p, int b) {
+  BwdSm90Seq s;
+  int length_q = p.seqlen_q, length_k = p.seqlen_k;
+  if (p.varlen()) {
+    clamped_range(p.cu_seqlens_q, b, p.total_q, p.seqlen_q, s.q_row0, length_q);
+    clamped_range(p.cu_seqlens_k, b, p.total_k, p.seqlen_k, s.k_row0, length_k);
+    s.stat_row0 = (s.q_row0 + static_cast<int64_t>(b) * kBlockM) / kBlockM * kBlockM;
+  } else {
+    s.map_batch = b;
+  }
+  s.seqlen_q = used_length(p.seqused_q, b, length_q);
+  s.seqlen_k = used_length(p.seqused_k, b, length_k);
+  return s;
+}
 
 struct BwdSm90Maps {
   TensorMap q, k, v, dout;
@@ -71,11 +114,17 @@ std::string make_bwd_sm90_maps(BwdSm90Maps& maps, TensorMapDtype dtype, int batc
 // The row kernels (bwd_sm90_rows.cuh) run one thread per query row, in blocks of this many.
 constexpr int kRowThreads = 128;
 
+// Dense: [B, Hq, Sq padded] rows; varlen: [1, Hq, total_q + B kBlockM padded] (bwd_sm90_seq).
 template <int kHeadDim>
 DqAccumLayout<kHeadDim> bwd_sm90_dq_layout(const BwdSm90Params& p) {
-  constexpr int kBlockN = BwdSm90Config<kHeadDim>::kBlockN;
-  const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  return DqAccumLayout<kHeadDim>(p.batch, p.heads_q, p.seqlen_q, p.deterministic ? key_blocks : 1);
+  using Cfg = BwdSm90Config<kHeadDim>;
+  const int key_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const int slices = p.deterministic ? key_blocks : 1;
+  if (p.varlen()) {
+    const int64_t rows = p.total_q + static_cast<int64_t>(p.batch) * Cfg::kBlockM;
+    return DqAccumLayout<kHeadDim>(1, p.heads_q, static_cast<int>(rows), slices);
+  }
+  return DqAccumLayout<kHeadDim>(p.batch, p.heads_q, p.seqlen_q, slices);
 }
 
 // Row stats (2 x [B, Hq, Sq padded]) + the dQ accumulator. Deterministic dQ keeps one
@@ -83,13 +132,13 @@ DqAccumLayout<kHeadDim> bwd_sm90_dq_layout(const BwdSm90Params& p) {
 template <int kHeadDim>
 int64_t bwd_sm90_workspace_floats(const BwdSm90Params& p) {
   const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
-  return 2 * static_cast<int64_t>(p.batch) * p.heads_q * dq.seqlen_q_padded + dq.floats();
+  return 2 * dq.stat_floats() + dq.floats();
 }
 
 template <int kHeadDim>
 void bwd_sm90_bind_workspace(BwdSm90Params& p, float* workspace) {
   const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
-  const int64_t stats = static_cast<int64_t>(p.batch) * p.heads_q * dq.seqlen_q_padded;
+  const int64_t stats = dq.stat_floats();
   p.lse_log2 = workspace;
   p.dpsum = workspace + stats;
   p.dq_accum = workspace + 2 * stats;  // stats is a multiple of kBlockM floats: 16-byte aligned

@@ -221,18 +221,16 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   prm.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   prm.align_bottom_right = !sh.top_left;
   prm.deterministic = deterministic;
-  prm.dk = dk.data(), prm.dv = dv.data();
-  prm.dk_batch_stride = prm.dv_batch_stride = static_cast<int64_t>(Sk) * Hkv * D;
-  prm.dk_row_stride = prm.dv_row_stride = static_cast<int64_t>(Hkv) * D;
-  prm.dk_head_stride = prm.dv_head_stride = D;
+  const int64_t kv_row = static_cast<int64_t>(Hkv) * D, q_row = static_cast<int64_t>(Hq) * D;
+  prm.dk = {dk.data(), Sk * kv_row, kv_row, D};
+  prm.dv = {dv.data(), Sk * kv_row, kv_row, D};
   std::vector<float> workspace(static_cast<size_t>(bwd_sm90_workspace_floats<D>(prm)), NAN);
   bwd_sm90_bind_workspace<D>(prm, workspace.data());
   BwdSm90Rows rows;
-  rows.o = o.bits.data(), rows.dout = dout.bits.data(), rows.dq = dq.data();
-  rows.o_batch_stride = rows.do_batch_stride = rows.dq_batch_stride = static_cast<int64_t>(Sq) * Hq * D;
-  rows.o_row_stride = rows.do_row_stride = rows.dq_row_stride = static_cast<int64_t>(Hq) * D;
-  rows.o_head_stride = rows.do_head_stride = rows.dq_head_stride = D;
-  rows.lse = lse.data(), rows.lse_batch_stride = static_cast<int64_t>(Hq) * Sq, rows.lse_head_stride = Sq;
+  rows.o = {const_cast<uint16_t*>(o.bits.data()), Sq * q_row, q_row, D};
+  rows.dout = {const_cast<uint16_t*>(dout.bits.data()), Sq * q_row, q_row, D};
+  rows.dq = {dq.data(), Sq * q_row, q_row, D};
+  rows.lse = {lse.data(), static_cast<int64_t>(Hq) * Sq, 1, Sq};
 
   BwdSm90Maps maps;
   const auto dtype = std::is_same_v<Elem, __nv_bfloat16> ? flashattn::TensorMapDtype::BFloat16
@@ -297,18 +295,16 @@ int check_bad_arguments() {
     p = BwdSm90Params();
     p.batch = B, p.seqlen_q = p.seqlen_k = S, p.heads_q = H, p.head_group = 1;
     p.scale = 0.125f, p.scale_log2 = 0.125f * 1.4426950408889634f;
-    p.dk = dk.data(), p.dv = dv.data();
-    p.dk_batch_stride = p.dv_batch_stride = static_cast<int64_t>(S) * H * D;
-    p.dk_row_stride = p.dv_row_stride = static_cast<int64_t>(H) * D;
-    p.dk_head_stride = p.dv_head_stride = D;
+    const int64_t row = static_cast<int64_t>(H) * D;
+    p.dk = {dk.data(), S * row, row, D};
+    p.dv = {dv.data(), S * row, row, D};
     workspace.assign(static_cast<size_t>(bwd_sm90_workspace_floats<D>(p)), NAN);
     bwd_sm90_bind_workspace<D>(p, workspace.data());
     rows = BwdSm90Rows();
-    rows.o = q.bits.data(), rows.dout = q.bits.data(), rows.dq = dq.data(), rows.lse = lse.data();
-    rows.o_batch_stride = rows.do_batch_stride = rows.dq_batch_stride = p.dk_batch_stride;
-    rows.o_row_stride = rows.do_row_stride = rows.dq_row_stride = p.dk_row_stride;
-    rows.o_head_stride = rows.do_head_stride = rows.dq_head_stride = D;
-    rows.lse_batch_stride = static_cast<int64_t>(H) * S, rows.lse_head_stride = S;
+    void* q_bits = const_cast<uint16_t*>(q.bits.data());
+    rows.o = rows.dout = {q_bits, S * row, row, D};
+    rows.dq = {dq.data(), S * row, row, D};
+    rows.lse = {lse.data(), static_cast<int64_t>(H) * S, 1, S};
   };
   BwdSm90Maps maps;
   const auto dtype = flashattn::TensorMapDtype::BFloat16;
@@ -329,12 +325,12 @@ int check_bad_arguments() {
       {"misaligned dQ accumulator", "dq_accum (workspace): expected a 16-byte aligned pointer",
        [](BwdSm90Params& p, BwdSm90Rows&) { p.dq_accum += 1; }},
       {"no LSE", "O, dO, LSE: expected three tensors, got a null pointer",
-       [](BwdSm90Params&, BwdSm90Rows& r) { r.lse = nullptr; }},
+       [](BwdSm90Params&, BwdSm90Rows& r) { r.lse.ptr = nullptr; }},
       {"odd dK row stride", "dK: expected even element strides (batch, row, head), got 8320, 129, 64",
-       [](BwdSm90Params& p, BwdSm90Rows&) { p.dk_row_stride = 129; }},
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.dk.row_stride = 129; }},
       {"misaligned dV", "dV: expected a 4-byte aligned pointer",
-       [](BwdSm90Params& p, BwdSm90Rows&) { p.dv = static_cast<char*>(p.dv) + 2; }},
-      {"no dQ", "dQ: expected a 4-byte aligned pointer, got 0", [](BwdSm90Params&, BwdSm90Rows& r) { r.dq = nullptr; }},
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.dv.ptr = static_cast<char*>(p.dv.ptr) + 2; }},
+      {"no dQ", "dQ: expected a 4-byte aligned pointer, got 0", [](BwdSm90Params&, BwdSm90Rows& r) { r.dq.ptr = nullptr; }},
   };
   int wrong = 0;
   for (const auto& b : bad) {
