@@ -19,7 +19,7 @@ import os
 import pytest
 import torch
 
-from checks import reference_grads, to64
+from checks import MASKS, mask_arguments, reference_grads, to64
 from test_cudasim_fuzz_differential import SimAPI
 from tolerance import assert_within_torch_error
 
@@ -129,6 +129,100 @@ def test_hopper_backward_deterministic_bits(hopper):
             t.grad = None
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+def check_sequence_grads(name, got, q, k, v, dout, ref_kwargs):
+    """dq, dk, dv of one sequence (q, dout [Sq, Hq, D], k, v [Sk, Hkv, D]) against float64
+    autograd through the reference, within 3x PyTorch's own error; no key: dq is 0."""
+    dq, dk, dv = got
+    for grad_name, grad in zip(("dq", "dk", "dv"), got):
+        assert grad.isfinite().all(), f"{grad_name} {name}"
+    if k.shape[0] == 0:
+        assert (dq == 0).all(), name
+        return
+    if q.shape[0] == 0:
+        assert (dk == 0).all() and (dv == 0).all(), name
+        return
+    ref = reference_grads(to64(q[None]), to64(k[None]), to64(v[None]), dout[None].double(), None,
+                          ref_kwargs)
+    low = reference_grads(q[None], k[None], v[None], dout[None], None, ref_kwargs)
+    for grad_name, grad, want, yardstick in zip(("dq", "dk", "dv"), got, ref, low):
+        assert_within_torch_error(f"{grad_name} {name}", grad[None], want, yardstick, factor=3.0)
+
+
+VARLEN_CASES = [(torch.bfloat16, 64, "causal", False), (torch.float16, 128, "none", False),
+                (torch.bfloat16, 128, "causal_top_left", False),
+                (torch.float16, 64, "causal", True)]
+
+
+@pytest.mark.parametrize("dtype, d, mask, deterministic", VARLEN_CASES,
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_backward_varlen(schedule, hopper, dtype, d, mask, deterministic):
+    # Five packed sequences (queries / keys): 65 / 129, 1 / 7, 130 / 63 (bottom-right causal: 67
+    # rows see no key), 3 / 0 (dq 0) and 0 / 2 (dk, dv 0); then 5 rows past the last one, which no
+    # sequence owns (zero gradients) and whose q, k, v and dout hold NaN / Inf, as unwritten
+    # memory may: the tiles reaching into them (and into the next sequence's rows) must not carry
+    # them into any gradient.
+    lens_q, lens_k = [65, 1, 130, 3, 0], [129, 7, 63, 0, 2]
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    total_q, total_k, hq, hkv = int(cu_q[-1]), int(cu_k[-1]), 2, 1
+    q = torch.randn(total_q + 5, hq, d, dtype=dtype)
+    k, v = (torch.randn(total_k + 5, hkv, d, dtype=dtype) for _ in range(2))
+    dout = torch.randn(q.shape, dtype=dtype)
+    q[total_q:], dout[total_q:] = float("nan"), float("inf")
+    k[total_k:], v[total_k:] = float("nan"), float("inf")
+    scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q[None])
+    varlen = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q),
+                  max_seqlen_k=max(lens_k), **op_kwargs)
+
+    def step():
+        out, lse = hopper.fwd(q, k, v, scale, **varlen)
+        return hopper.bwd(dout, q, k, v, out, lse, None, scale, deterministic=deterministic,
+                          **varlen)
+
+    (dq, dk, dv), counters = hopper.counted(step)
+    kernels = [launch["kernel"] for launch in counters["launches"]]
+    assert_hopper_backward_ran(kernels, dtype, d, "causal" in mask)
+    for b in range(len(lens_q)):
+        qa, qb, ka, kb = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        check_sequence_grads(f"sequence {b}", (dq[qa:qb], dk[ka:kb], dv[ka:kb]), q[qa:qb],
+                             k[ka:kb], v[ka:kb], dout[qa:qb], ref_kwargs)
+    assert (dq[total_q:] == 0).all() and (dk[total_k:] == 0).all() and (dv[total_k:] == 0).all()
+
+
+SEQUSED_CASES = [(torch.bfloat16, 64, "causal"), (torch.float16, 128, "none"),
+                 (torch.float16, 64, "causal_top_left")]
+
+
+@pytest.mark.parametrize("dtype, d, mask", SEQUSED_CASES, ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_backward_seqused(schedule, hopper, dtype, d, mask):
+    # Batch b's first seqused_q[b] queries against its first seqused_k[b] keys: all of them, no
+    # query (dk, dv 0), a ragged part of each side, one query, and 63 queries against every key.
+    # The rows past them hold NaN / Inf and get zero gradients.
+    used_q = torch.tensor([65, 0, 30, 1, 63], dtype=torch.int32)
+    used_k = torch.tensor([129, 50, 7, 129, 129], dtype=torch.int32)
+    b, sq, sk, hq, hkv = 5, 65, 129, 2, 2
+    q = torch.randn(b, sq, hq, d, dtype=dtype)
+    k, v = (torch.randn(b, sk, hkv, d, dtype=dtype) for _ in range(2))
+    dout = torch.randn(q.shape, dtype=dtype)
+    for i, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
+        q[i, nq:], dout[i, nq:] = float("nan"), float("inf")
+        k[i, nk:], v[i, nk:] = float("inf"), float("nan")
+    scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q)
+    used = dict(seqused_q=used_q, seqused_k=used_k, **op_kwargs)
+
+    def step():
+        out, lse = hopper.fwd(q, k, v, scale, **used)
+        return hopper.bwd(dout, q, k, v, out, lse, None, scale, **used)
+
+    (dq, dk, dv), counters = hopper.counted(step)
+    kernels = [launch["kernel"] for launch in counters["launches"]]
+    assert_hopper_backward_ran(kernels, dtype, d, "causal" in mask)
+    for i, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
+        check_sequence_grads(f"batch {i}", (dq[i, :nq], dk[i, :nk], dv[i, :nk]), q[i, :nq],
+                             k[i, :nk], v[i, :nk], dout[i, :nq], ref_kwargs)
+        assert (dq[i, nq:] == 0).all() and (dk[i, nk:] == 0).all() and (dv[i, nk:] == 0).all()
 
 
 def test_what_hopper_backward_lacks_runs_on_sm80(hopper):

@@ -149,14 +149,20 @@ def test_opt_in_variable_refuses_other_values(sim, value):
 
 # ---- the backward ----
 
-# K + V + 2 stages of Q and dO + 2 dS buffers + 2 fp32 dQ parts + 2 stages of row stats + 9
+# K + V + 2 stages of Q and dO + 2 dS buffers + 2 fp32 dQ parts + 2 stages of row stats + 10
 # mbarriers + 1024 (hopper/bwd_sm90_config.h).
-HOPPER_BWD_SMEM = {64: 199752, 128: 198728}
+HOPPER_BWD_SMEM = {64: 199760, 128: 198736}
 HOPPER_BWD_BLOCK_M = {64: 128, 128: 64}
 
 
-def hopper_bwd_workspace(b, sq, sk, hq, d, deterministic=False):
-    padded = math.ceil(sq / HOPPER_BWD_BLOCK_M[d]) * HOPPER_BWD_BLOCK_M[d]
+def hopper_bwd_workspace(b, sq, sk, hq, d, deterministic=False, total_q=None):
+    """Two row-stat buffers and the dQ accumulator, each over [B, Hq, Sq padded] rows; varlen
+    (total_q given): [1, Hq, total_q + B kBlockM padded], every sequence padded to whole
+    query blocks (hopper/bwd_sm90_params.h, bwd_sm90_seq)."""
+    block_m = HOPPER_BWD_BLOCK_M[d]
+    if total_q is not None:
+        b, sq = 1, total_q + b * block_m
+    padded = math.ceil(sq / block_m) * block_m
     slices = math.ceil(sk / 128) if deterministic else 1
     return 2 * b * hq * padded + slices * b * hq * padded * d
 
@@ -201,12 +207,41 @@ def test_hopper_backward_only_when_opted_in_on_cc_9_0(sim):
     assert plan_bwd(sim, *args, device=dict(HOPPER, cc_minor=1))["arch"] == "sm80"
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_hopper_backward_takes_seqused_and_varlen(sim, d, deterministic):
+    q, k, v = qkv(2, 130, 300, 4, 2, d)
+    used = torch.tensor([100, 130], dtype=torch.int32)
+    dense_grids = [[math.ceil(math.ceil(130 / HOPPER_BWD_BLOCK_M[d]) * HOPPER_BWD_BLOCK_M[d] / 128),
+                    4, 2], [3, 2, 2], [2, 4, 2]]
+    for causal in (False, True):
+        for seqused in (dict(seqused_k=used), dict(seqused_q=used),
+                        dict(seqused_q=used, seqused_k=used)):
+            plan = plan_bwd(sim, q, k, v, causal=causal, deterministic=deterministic,
+                            device=HOPPER, **seqused)
+            assert plan["arch"] == "sm90", seqused
+            assert [s["grid"] for s in plan["steps"]] == dense_grids
+            assert plan["workspace_floats"] == hopper_bwd_workspace(2, 130, 300, 4, d,
+                                                                    deterministic)
+    # Varlen: the grids cover the longest sequence (160 queries, 200 keys) for each of the 2
+    # sequences; the workspace the packed rows with each sequence padded to whole query blocks.
+    cu_q = torch.tensor([0, 100, 260], dtype=torch.int32)
+    cu_k = torch.tensor([0, 200, 300], dtype=torch.int32)
+    flat_q = q.reshape(260, 4, d)
+    flat_k, flat_v = (t[:, :150].reshape(300, 2, d) for t in (k, v))
+    plan = plan_bwd(sim, flat_q, flat_k, flat_v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                    max_seqlen_q=160, max_seqlen_k=200, deterministic=deterministic,
+                    device=HOPPER)
+    assert plan["arch"] == "sm90"
+    rows_blocks = math.ceil(math.ceil(160 / HOPPER_BWD_BLOCK_M[d]) * HOPPER_BWD_BLOCK_M[d] / 128)
+    assert [s["grid"] for s in plan["steps"]] == [[rows_blocks, 4, 2], [2, 2, 2], [2, 4, 2]]
+    assert plan["workspace_floats"] == hopper_bwd_workspace(2, 160, 200, 4, d, deterministic,
+                                                            total_q=260)
+
+
 # Calls the Hopper backward does not take: (name, qkv, the op's keyword arguments).
 def _backward_stays_on_sm80():
     q, k, v = qkv(2, 130, 130, 2, 2, 128)
-    cu = torch.tensor([0, 100, 260], dtype=torch.int32)
-    flat = [t.reshape(260, 2, 128) for t in (q, k, v)]
-    used = torch.tensor([100, 130], dtype=torch.int32)
     return [
         ("fp32", qkv(2, 130, 130, 2, 2, 128, torch.float32), {}),
         ("head dim 96", qkv(2, 130, 130, 2, 2, 96), {}),
@@ -220,10 +255,6 @@ def _backward_stays_on_sm80():
         ("ALiBi", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32))),
         ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
-        ("varlen", flat, dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=160,
-                              max_seqlen_k=160)),
-        ("seqused_k", (q, k, v), dict(seqused_k=used)),
-        ("seqused_q", (q, k, v), dict(seqused_q=used)),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
         ("unaligned pointer", (q, _unaligned_pointer(2, 130, 2, 128), v), {}),
     ]
