@@ -176,6 +176,24 @@ def check_backward(ex, q, k, v, mask, with_dlse=False, deterministic=False):
     return dq, dk, dv
 
 
+def check_sequence_backward(name, grads, q, k, v, dout, ref_kwargs):
+    """dq, dk, dv (grads) of one sequence of a varlen or seqused call (q, dout [Sq, Hq, D], k, v
+    [Sk, Hkv, D]) against float64 autograd through the reference, within 3x PyTorch's own error;
+    with no key dq is 0, with no query dk and dv are."""
+    grads = [g.cpu() for g in grads]
+    q, k, v, dout = (t.cpu() for t in (q, k, v, dout))
+    for grad_name, grad in zip(("dq", "dk", "dv"), grads):
+        assert grad.isfinite().all(), f"{grad_name} {name}: not finite"
+    if k.shape[0] == 0 or q.shape[0] == 0:
+        assert all((g == 0).all() for g in grads), f"{name}: an empty side, gradients not 0"
+        return
+    ref = reference_grads(to64(q[None]), to64(k[None]), to64(v[None]), dout[None].double(), None,
+                          ref_kwargs)
+    low = reference_grads(q[None], k[None], v[None], dout[None], None, ref_kwargs)
+    for grad_name, grad, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
+        assert_within_torch_error(f"{grad_name} {name}", grad[None], want, yardstick, factor=3.0)
+
+
 def assert_bitwise_deterministic(ex, dtype, mask):
     """deterministic=True gives the same bits on every call, whatever the thread count."""
     q, k, v = make_qkv(2, 300, 280, 4, 2, 64, dtype, ex.device)

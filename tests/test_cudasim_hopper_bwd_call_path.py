@@ -19,7 +19,7 @@ import os
 import pytest
 import torch
 
-from checks import MASKS, mask_arguments, reference_grads, to64
+from checks import MASKS, check_sequence_backward, mask_arguments, reference_grads, to64
 from test_cudasim_fuzz_differential import SimAPI
 from tolerance import assert_within_torch_error
 
@@ -131,25 +131,6 @@ def test_hopper_backward_deterministic_bits(hopper):
         assert torch.equal(a, b)
 
 
-def check_sequence_grads(name, got, q, k, v, dout, ref_kwargs):
-    """dq, dk, dv of one sequence (q, dout [Sq, Hq, D], k, v [Sk, Hkv, D]) against float64
-    autograd through the reference, within 3x PyTorch's own error; no key: dq is 0."""
-    dq, dk, dv = got
-    for grad_name, grad in zip(("dq", "dk", "dv"), got):
-        assert grad.isfinite().all(), f"{grad_name} {name}"
-    if k.shape[0] == 0:
-        assert (dq == 0).all(), name
-        return
-    if q.shape[0] == 0:
-        assert (dk == 0).all() and (dv == 0).all(), name
-        return
-    ref = reference_grads(to64(q[None]), to64(k[None]), to64(v[None]), dout[None].double(), None,
-                          ref_kwargs)
-    low = reference_grads(q[None], k[None], v[None], dout[None], None, ref_kwargs)
-    for grad_name, grad, want, yardstick in zip(("dq", "dk", "dv"), got, ref, low):
-        assert_within_torch_error(f"{grad_name} {name}", grad[None], want, yardstick, factor=3.0)
-
-
 VARLEN_CASES = [(torch.bfloat16, 64, "causal", False), (torch.float16, 128, "none", False),
                 (torch.bfloat16, 128, "causal_top_left", False),
                 (torch.float16, 64, "causal", True)]
@@ -186,7 +167,7 @@ def test_hopper_backward_varlen(schedule, hopper, dtype, d, mask, deterministic)
     assert_hopper_backward_ran(kernels, dtype, d, "causal" in mask)
     for b in range(len(lens_q)):
         qa, qb, ka, kb = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
-        check_sequence_grads(f"sequence {b}", (dq[qa:qb], dk[ka:kb], dv[ka:kb]), q[qa:qb],
+        check_sequence_backward(f"sequence {b}", (dq[qa:qb], dk[ka:kb], dv[ka:kb]), q[qa:qb],
                              k[ka:kb], v[ka:kb], dout[qa:qb], ref_kwargs)
     assert (dq[total_q:] == 0).all() and (dk[total_k:] == 0).all() and (dv[total_k:] == 0).all()
 
@@ -220,7 +201,7 @@ def test_hopper_backward_seqused(schedule, hopper, dtype, d, mask):
     kernels = [launch["kernel"] for launch in counters["launches"]]
     assert_hopper_backward_ran(kernels, dtype, d, "causal" in mask)
     for i, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
-        check_sequence_grads(f"batch {i}", (dq[i, :nq], dk[i, :nk], dv[i, :nk]), q[i, :nq],
+        check_sequence_backward(f"batch {i}", (dq[i, :nq], dk[i, :nk], dv[i, :nk]), q[i, :nq],
                              k[i, :nk], v[i, :nk], dout[i, :nq], ref_kwargs)
         assert (dq[i, nq:] == 0).all() and (dk[i, nk:] == 0).all() and (dv[i, nk:] == 0).all()
 

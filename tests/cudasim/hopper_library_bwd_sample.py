@@ -7,7 +7,8 @@ torch.ops.flashattn.fwd and .bwd with FLASHATTN_CUDA_HOPPER=1, which the plans
 For each case: dq, dk and dv against float64 autograd through the reference within 3x PyTorch's
 own error in the dtype (tests/checks.check_backward, outputs poisoned first), and the profiler's
 kernel names show that the Hopper backward ran (bwd_sm90_kernel); deterministic=True twice gives
-the same bits; a call it does not take (a gradient of the LSE) runs the sm_80 backward. Then the
+the same bits; a variable-length batch and a seqused one, per sequence, with NaN in the rows no
+sequence uses; a call it does not take (a gradient of the LSE) runs the sm_80 backward. Then the
 library's forward + backward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096, causal and
 not (FLOPs: 3.5x the forward's 4·B·H·N²·d, halved when causal). Exits 1 on any failure; on a GPU
 other than compute capability 9.0, prints SKIP and exits 0.
@@ -63,6 +64,7 @@ def check_cases():
         except AssertionError as e:
             failures += 1
             print(f"FAIL {name}: {e}")
+    failures += check_varlen_and_seqused(cuda)
     # A call the Hopper backward does not take stays on sm_80 (README's support table).
     q, k, v = (torch.randn(1, 200, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     names = kernels_run(lambda: check_backward(cuda, q, k, v, MASKS["causal"], with_dlse=True))
@@ -72,6 +74,64 @@ def check_cases():
         print(f"FAIL dLSE: expected the sm_80 backward, ran {names}")
     else:
         print("PASS dLSE stays on sm_80")
+    return failures
+
+
+def check_varlen_and_seqused(cuda):
+    """Packed sequences (and a seqused batch) of awkward lengths, Sq != Sk both ways, empty sides,
+    causal bottom-right; NaN in every row outside them. Returns the failure count."""
+    from checks import MASKS, check_sequence_backward, mask_arguments
+
+    dtype, d, hq, hkv = torch.bfloat16, 128, 4, 2
+    lens_q, lens_k = [1000, 1, 130, 3, 0, 257], [300, 7, 2049, 0, 2, 257]
+    cu_q, cu_k = ([0] + torch.tensor(n).cumsum(0).tolist() for n in (lens_q, lens_k))
+    q = torch.randn(cu_q[-1] + 5, hq, d, dtype=dtype, device="cuda")
+    k, v = (torch.randn(cu_k[-1] + 5, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
+    dout = torch.randn_like(q)
+    for t, total in ((q, cu_q[-1]), (dout, cu_q[-1]), (k, cu_k[-1]), (v, cu_k[-1])):
+        t[total:] = float("nan")
+    scale, op_kwargs, ref_kwargs = mask_arguments(MASKS["causal"], q[None])
+    i32 = dict(dtype=torch.int32, device="cuda")
+    varlen = dict(cu_seqlens_q=torch.tensor(cu_q, **i32), cu_seqlens_k=torch.tensor(cu_k, **i32),
+                  max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k), **op_kwargs)
+    failures = 0
+    try:
+        grads = []
+        names = kernels_run(lambda: grads.append(cuda.bwd(
+            dout, q, k, v, *cuda.fwd(q, k, v, scale, **varlen), None, scale, **varlen)))
+        assert any("bwd_sm90_kernel" in n for n in names), f"no Hopper backward ran: {names}"
+        dq, dk, dv = grads[0]
+        for b in range(len(lens_q)):
+            qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+            check_sequence_backward(f"sequence {b}", (dq[qs], dk[ks], dv[ks]), q[qs], k[ks], v[ks],
+                                    dout[qs], ref_kwargs)
+        print("PASS varlen bf16 d=128 causal")
+    except AssertionError as e:
+        failures += 1
+        print(f"FAIL varlen bf16 d=128 causal: {e}")
+    # seqused: batch b's first used_q[b] queries and used_k[b] keys; NaN past them.
+    used_q, used_k = [1000, 0, 65, 1000], [1000, 300, 1, 7]
+    q, dout = (torch.randn(4, 1000, hq, d, dtype=dtype, device="cuda") for _ in range(2))
+    k, v = (torch.randn(4, 1000, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
+    for b in range(4):
+        q[b, used_q[b]:], dout[b, used_q[b]:] = float("nan"), float("nan")
+        k[b, used_k[b]:], v[b, used_k[b]:] = float("nan"), float("nan")
+    used = dict(seqused_q=torch.tensor(used_q, **i32), seqused_k=torch.tensor(used_k, **i32),
+                **op_kwargs)
+    try:
+        grads = []
+        names = kernels_run(lambda: grads.append(cuda.bwd(
+            dout, q, k, v, *cuda.fwd(q, k, v, scale, **used), None, scale, **used)))
+        assert any("bwd_sm90_kernel" in n for n in names), f"no Hopper backward ran: {names}"
+        dq, dk, dv = grads[0]
+        for b in range(4):
+            nq, nk = used_q[b], used_k[b]
+            check_sequence_backward(f"batch {b}", (dq[b, :nq], dk[b, :nk], dv[b, :nk]), q[b, :nq],
+                                    k[b, :nk], v[b, :nk], dout[b, :nq], ref_kwargs)
+        print("PASS seqused bf16 d=128 causal")
+    except AssertionError as e:
+        failures += 1
+        print(f"FAIL seqused bf16 d=128 causal: {e}")
     return failures
 
 
