@@ -10,6 +10,9 @@ an autograd.Function whose backward is the sim's bwd. The outputs and the worksp
 before the kernels write them (FLASHATTN_POISON_OUTPUTS, conftest.py); dq, dk and dv are compared
 with float64 autograd through the reference within 3x PyTorch's own error in the dtype.
 
+Variable-length and seqused batches go through the ops themselves (fwd, then bwd), each sequence
+checked on its own, with NaN / Inf in every row no sequence uses.
+
 Every case runs under a forward, a reverse and a random warp schedule with lazy, eager or random
 completion of the TMA copies (tests/cudasim/README.md): six schedule pairs per case in CI (about
 15 s), and twelve more random ones with FLASHATTN_SIM_HOPPER_BWD_FULL=1.

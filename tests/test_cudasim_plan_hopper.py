@@ -9,12 +9,14 @@ threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K a
 mbarriers + 1024 bytes of alignment slack.
 
 The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
-64 or 128, dense, causal (either alignment) or not, GQA, deterministic or not, whose q, k, v and
-dout TMA can read; everything else keeps the sm_80 backward. Its three launches, by
+64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, GQA,
+deterministic or not, whose q, k, v and dout TMA can read; everything else keeps the sm_80
+backward. Its three launches, by
 hopper/bwd_sm90_params.h (bwd_sm90_grids): the rows kernel over Sq padded to kBlockM (128 at d = 64,
 64 at d = 128) in blocks of 128 threads, the main kernel per (128 keys, kv head, batch) with 384
 threads, the dQ convert kernel over Sq; its workspace the two row-stat buffers [B, Hq, Sq padded]
-and the fp32 dQ accumulator (one slice per key block when deterministic).
+and the fp32 dQ accumulator (one slice per key block when deterministic); varlen, [1, Hq, total_q +
+B kBlockM padded] rows (each sequence padded to whole query blocks).
 """
 import math
 
