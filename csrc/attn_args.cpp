@@ -161,8 +161,7 @@ void check_qkv(const AttnInputs& in, const ExecutorLimits& limits) {
     TORCH_CHECK(limits.max_head_dim < 0 || std::max(q.size(3), v.size(3)) <= limits.max_head_dim,
                 "flashattn: the ", limits.name, " kernels support head dims <= ",
                 limits.max_head_dim, ", got head_dim = ", q.size(3), " (q, k) and head_dim_v = ",
-                v.size(3), " (v); a wider pair (MLA's absorbed decode, 576 / 512) runs on the "
-                "CPU only for now");
+                v.size(3), " (v); a wider pair runs on the CPU only");
   }
   check_last_dim_contiguous(q, "q");
   check_last_dim_contiguous(k, "k");

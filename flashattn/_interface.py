@@ -17,7 +17,8 @@ _SUPPORT = """
     Supported inputs:
       device  dtypes                          head_dim  v's head_dim (MLA)
       CPU     float32, float64, float16, bf16  any       any
-      CUDA    float16, bf16, float32           <= 256    equal to head_dim
+      CUDA    float16, bf16, float32           <= 256    any <= 256
+      CUDA    float16, bf16 (forward only)     <= 576    <= 512 (MLA's decode: 576 / 512)
     Any strides are accepted as long as the last (head_dim) dimension is contiguous. v may have
     a head dim of its own (headdim_v; DeepSeek's MLA: 192 and 128), which out, dout and dv
     then have; q and k share theirs.

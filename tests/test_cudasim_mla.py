@@ -14,10 +14,12 @@ import json
 import pytest
 import torch
 
-from checks import MASKS
+from checks import MASKS, mask_arguments, to64
 from executors import make_executor
+from flashattn._reference import attention_reference
 from test_kvcache import Case
 from test_mla import check_forward_and_backward, make_qkv
+from tolerance import assert_within_torch_error
 from varlen_checks import VarlenBatch, check_varlen
 
 # (head_dim, head_dim_v): MLA's training / prefill pair, a halved v, a wider v.
@@ -125,14 +127,143 @@ def test_unequal_pairs_run_on_the_one_m_tile_kernel(sim):
         assert json.loads(sim.ops.plan_fwd(q, k, v))["one_m_tile"] == one_m_tile, dims
 
 
-@pytest.mark.parametrize("dims", [(576, 512), (320, 128), (128, 320)], ids=str)
-def test_pairs_beyond_the_largest_tile_are_refused(sim, dims):
-    """Until a tile covers them (576 / 512: MLA's absorbed decode), with both dims named."""
+# ---- head dims above 256: MLA's 576 tile (q, k 576 wide, v 512), forward only ----
+
+def check_forward(q, k, v, mask, ex, **op_kwargs):
+    """The op's forward on ex against the float64 reference, PyTorch's error in the dtype the
+    yardstick."""
+    scale, kwargs, ref_kwargs = mask_arguments(mask, q)
+    kwargs.update(op_kwargs)
+    out, lse = ex.fwd(q, k, v, scale, **kwargs)
+    assert out.shape == (*q.shape[:-1], v.shape[-1]) and out.dtype == q.dtype
+    ref_out, ref_lse = attention_reference(to64(q), to64(k), to64(v), **ref_kwargs)
+    low_out, low_lse = attention_reference(q, k, v, **ref_kwargs)
+    assert_within_torch_error("out", out, ref_out, low_out)
+    assert_within_torch_error("lse", lse, ref_lse, low_lse.float())
+
+
+WIDE_PAIRS = [(512, 512), (576, 512)]
+
+
+@pytest.mark.parametrize("dims", WIDE_PAIRS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_wide_heads_forward(sim, dims, dtype):
+    """The 576 tile (two warps per m-tile, each half of O's columns): GQA 4 on 2, causal,
+    Sq != Sk both ways at partial tiles."""
+    for seqlen_q, seqlen_k in ((65, 129), (127, 63)):
+        q, k, v = make_qkv(1, seqlen_q, seqlen_k, 4, 2, dims, dtype)
+        check_forward(q, k, v, MASKS["causal"], sim)
+
+
+@pytest.mark.parametrize("seqlens", [(1, 257), (7, 63), (63, 7), (65, 129), (129, 65), (127, 1),
+                                     (257, 127)], ids=str)
+def test_wide_heads_awkward_sizes(sim, seqlens):
+    q, k, v = make_qkv(1, *seqlens, 2, 1, (576, 512), torch.bfloat16)
+    check_forward(q, k, v, MASKS["none"], sim)
+
+
+@pytest.mark.parametrize("mask", ["window", "softcap_causal", "alibi"])
+def test_wide_heads_mask_features(sim, mask):
+    q, k, v = make_qkv(1, 65, 129, 2, 1, (576, 512), torch.float16)
+    check_forward(q, k, v, MASKS[mask], sim)
+
+
+def test_wide_heads_under_every_schedule(sim, schedule):
+    """The warps' order between barriers (conftest.py, schedule): the two warps of an m-tile
+    write one row of O's staging tile each, after the loop's last barrier."""
+    q, k, v = make_qkv(2, 65, 129, 2, 2, (576, 512), torch.bfloat16)
+    check_forward(q, k, v, MASKS["causal"], sim)
+
+
+@pytest.mark.parametrize("dims,dtype", [((513, 264), torch.float16), ((300, 500), torch.bfloat16),
+                                        ((576, 1), torch.float16), ((260, 7), torch.bfloat16)],
+                         ids=str)
+def test_wide_heads_ragged_dims(sim, dims, dtype):
+    """Head dims that are not whole 16-byte chunks (element-wise copies) on the 576 tile."""
+    q, k, v = make_qkv(1, 33, 47, 2, 1, dims, dtype)
+    check_forward(q, k, v, MASKS["causal"], sim)
+
+
+def test_wide_heads_dropout(sim):
+    """Dropout on the 576 tile, whose two warps per m-tile must drop the same entries: against
+    the reference with the keep mask of the same random state."""
+    q, k, v = make_qkv(1, 33, 65, 2, 1, (576, 512), torch.bfloat16)
+    p = 0.17
+    rng_state = torch.ops.flashattn.dropout_rng_state(q)
+    keep = torch.ops.flashattn.dropout_keep_mask(rng_state, p, 1, 2, 33, 65)
+    out, _ = sim.fwd(q, k, v, q.shape[-1] ** -0.5, causal=True, dropout_p=p, rng_state=rng_state)
+    ref_kwargs = dict(causal=True, dropout_mask=keep, dropout_p=p)
+    ref_out, _ = attention_reference(to64(q), to64(k), to64(v), **ref_kwargs)
+    low_out, _ = attention_reference(q, k, v, **ref_kwargs)
+    assert_within_torch_error("out", out, ref_out, low_out)
+
+
+@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_mla_absorbed_decode(sim, heads, dtype, num_splits):
+    """DeepSeek-V3's absorbed decode step (128 query heads; 16 for a smaller model's): one latent
+    kv head, 576 / 512, V the first 512 columns of K's rows (read in place through V's own
+    strides), a paged cache of 64-row pages, an append of k alone; unsplit and split in 3 (the
+    merge of 512 columns)."""
+    case = Case(batch=2, seqlen_q=1, heads=heads, heads_kv=1, head_dim=576, head_dim_v=512,
+                seqlen_cache=300, seqlen_new=1, page_size=64, rotary_dim=0, dtype=dtype,
+                num_splits=num_splits, values_in_keys=True)
+    assert case.v_cache.data_ptr() == case.k_cache.data_ptr()
+    # The plan of such a step (on a dense cache of the same shape): the 576 tile, the query heads
+    # packed as the rows of the latent head's tile.
+    k = torch.randn(2, 300, 1, 576, dtype=dtype)
+    plan = json.loads(sim.ops.plan_fwd(case.q, k, k[..., :512], num_splits=num_splits))
+    assert (plan["head_dim_tile"], plan["packed_heads"]) == (576, heads)
+    case.check(sim.ops)
+
+
+def test_mla_decode_tile_and_shape(sim):
+    """The 576 tile: 64 query rows (the packed heads), 32 keys, 8 warps, Qi, K and V tiles in
+    142 KB of shared memory (sm_80's 163 KB); every head dim from 257 to 512 takes it too."""
+    for dims in ((576, 512), (512, 512), (257, 257), (300, 100), (64, 512)):
+        q, k, v = make_qkv(1, 1, 700, 128, 1, dims, torch.bfloat16)
+        plan = json.loads(sim.ops.plan_fwd(q, k, v, num_splits=1))
+        assert plan["head_dim_tile"] == 576, dims
+        assert plan["block"] == [256, 1, 1], dims
+        assert plan["smem_bytes"] == ((64 + 32) * (576 + 8) + 32 * (512 + 8)) * 2, dims
+        # 128 query heads packed as the rows of one kv head: two 64-row CTAs.
+        assert plan["packed_heads"] == 128 and plan["grid"] == [2, 1, 1], dims
+
+
+@pytest.mark.parametrize("dims,message", [
+    ((576, 576), r"the CUDA kernels support head_dim_v <= 512, got head_dim_v = 576 "
+                 r"\(head_dim = 576\)"),
+    ((520, 528), r"the CUDA kernels support head_dim_v <= 512, got head_dim_v = 528 "
+                 r"\(head_dim = 520\)"),
+    ((640, 512), r"the CUDA \(cudasim\) kernels support head dims <= 576, got head_dim = 640 "
+                 r"\(q, k\) and head_dim_v = 512 \(v\); a wider pair runs on the CPU only"),
+    ((640, 640), r"the CUDA \(cudasim\) kernels support head_dim <= 576, got 640"),
+], ids=str)
+def test_pairs_beyond_the_576_tile_are_refused(sim, dims, message):
     q, k, v = make_qkv(1, 1, 8, 2, 1, dims, torch.bfloat16)
-    message = (rf"the CUDA \(cudasim\) kernels support head dims <= 256, got head_dim = "
-               rf"{dims[0]} \(q, k\) and head_dim_v = {dims[1]} \(v\); a wider pair \(MLA's "
-               r"absorbed decode, 576 / 512\) runs on the CPU only for now")
     with pytest.raises(RuntimeError, match=message):
         sim.fwd(q, k, v, None)
     with pytest.raises(RuntimeError, match=message):
         sim.ops.fwd_kvcache(q, k, v)
+
+
+def test_wide_heads_in_float32_are_refused(sim):
+    """The fp32 SIMT kernels stop at 256 (traits.h kMaxHeadDimSimt)."""
+    q, k, v = make_qkv(1, 1, 8, 2, 1, (576, 512), torch.float32)
+    with pytest.raises(RuntimeError, match=r"the CUDA float32 kernels support head dims <= 256, "
+                                           r"got head_dim = 576 and head_dim_v = 512"):
+        sim.fwd(q, k, v, None)
+
+
+@pytest.mark.parametrize("dims", [(512, 512), (576, 512), (300, 128)], ids=str)
+def test_wide_heads_backward_is_refused(sim, dims):
+    """The backward stops at 256 (traits.h kMaxHeadDimBwd: a dK/dV tile at 512 passes the
+    registers and shared memory): a clear error naming both head dims, after a forward that
+    runs."""
+    q, k, v = make_qkv(1, 9, 17, 2, 1, dims, torch.bfloat16)
+    out, lse = sim.fwd(q, k, v, None)
+    message = (rf"the CUDA backward supports head dims <= 256, got head_dim = {dims[0]} and "
+               rf"head_dim_v = {dims[1]}; the forward runs up to 576 / 512")
+    with pytest.raises(RuntimeError, match=message):
+        sim.bwd(torch.randn_like(out), q, k, v, out, lse, None, None)

@@ -15,6 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATOR = os.path.join(REPO, "csrc", "cuda", "generate_kernels.py")
 KL = runpy.run_path(os.path.join(REPO, "csrc", "cuda", "kernel_list.py"))
 TILES_16BIT = KL["head_dims"]("fwd_16bit")
+TILES_16BIT_BWD = KL["head_dims"]("bwd_16bit")
 TILES_SIMT = KL["head_dims"]("fwd_simt")
 
 
@@ -67,7 +68,8 @@ def probe_source():
     shapes. Instantiating each traits class also runs its static_asserts."""
     lines = ['#include "cuda/dispatch.h"', '#include "cuda/traits.h"', "#include <cstdio>",
              "using namespace flashattn::cuda;", "int main() {",
-             '  std::printf("max %d\\n", kMaxHeadDim);',
+             '  std::printf("max %d %d %d %d\\n", kMaxHeadDim, kMaxHeadDimV, kMaxHeadDimBwd,',
+             "              kMaxHeadDimSimt);",
              "  for (int d = 1; d <= kMaxHeadDim + 1; ++d) {",
              "    int t16 = 0, t32 = 0;",
              "    dispatch_head_dim(HeadDimTilesFor<__half>{}, d, [&](auto t) { t16 = t.value; });",
@@ -77,12 +79,14 @@ def probe_source():
              '    std::printf("dispatch %d %d %d\\n", d, t16, t32);',
              "  }"]
     for d in TILES_16BIT:
-        fwd, fwd_dropout, dq, dkdv = (f"FwdTraits<{d}, false>", f"FwdTraits<{d}, true>",
-                                      f"BwdDqTraits<{d}>", f"BwdTraits<{d}>")
+        fwd, fwd_dropout = f"FwdTraits<{d}, false>", f"FwdTraits<{d}, true>"
         lines += [
-            f'  std::printf("fwd {d} %d %d %d %d\\n", {fwd}::kBlockM, {fwd}::kBlockN, '
-            f"{fwd}::kNThreads, {fwd}::kSmemBytes);",
-            f'  std::printf("fwd_dropout {d} %d\\n", {fwd_dropout}::kSmemBytes);',
+            f'  std::printf("fwd {d} %d %d %d %d %d\\n", {fwd}::kBlockM, {fwd}::kBlockN, '
+            f"{fwd}::kNThreads, {fwd}::kSmemBytes, {fwd}::kHeadDimV);",
+            f'  std::printf("fwd_dropout {d} %d\\n", {fwd_dropout}::kSmemBytes);']
+    for d in TILES_16BIT_BWD:
+        dq, dkdv = f"BwdDqTraits<{d}>", f"BwdTraits<{d}>"
+        lines += [
             f'  std::printf("dq {d} %d %d %d %d\\n", {dq}::kBlockM, {dq}::kBlockN, '
             f"{dq}::kNThreads, {dq}::kSmemBytes);",
             f'  std::printf("dkdv {d} %d %d %d %d\\n", {dkdv}::kBlockN, {dkdv}::kBlockM, '
@@ -116,23 +120,31 @@ def probe(tmp_path_factory):
 def test_dispatch_picks_the_lists_tiles(probe):
     (max_row,) = [k for k in probe if k[0] == "max"]
     max_head_dim = max_row[1]
+    max_head_dim_v, max_bwd, max_simt = probe[max_row]
     for d in range(1, max_head_dim + 2):
         t16, t32 = probe[("dispatch", d)]
         assert t16 == (KL["tile_for"](d, "fp16") or 0) == (KL["tile_for"](d, "bf16") or 0), d
         assert t32 == (KL["tile_for"](d, "fp32") or 0), d
-    # Every head dim the input checks accept (<= kMaxHeadDim, traits.h) has a tile.
-    assert TILES_16BIT[-1] == TILES_SIMT[-1] == max_head_dim
+    # Every head dim the input checks accept (<= kMaxHeadDim, traits.h) has a 16-bit forward
+    # tile, whose V is kMaxHeadDimV wide (MLA's 576 / 512); the backward's tiles are the
+    # forward's up to kMaxHeadDimBwd, the fp32 tiles stop at kMaxHeadDimSimt (executor.h refuses
+    # wider heads there, naming them).
+    assert TILES_16BIT[-1] == max_head_dim and probe[("fwd", max_head_dim)][4] == max_head_dim_v
+    assert TILES_16BIT_BWD == [d for d in TILES_16BIT if d <= max_bwd] and TILES_16BIT_BWD[-1] == max_bwd
+    assert TILES_SIMT[-1] == max_simt
 
 
 def test_traits_compile_for_every_listed_tile(probe):
     assert {d for what, d in probe if what == "fwd"} == set(TILES_16BIT)
+    assert {d for what, d in probe if what == "dkdv"} == set(TILES_16BIT_BWD)
     assert {d for what, d in probe if what == "simt"} == set(TILES_SIMT)
 
 
 def test_gpu_model_copies_the_traits(probe):
     model = load("gpu_model", os.path.join(REPO, "tools", "gpu_model.py"))
     for d in TILES_16BIT:
-        assert [*model.fwd_tiles(d), model.smem_fwd(d)] == probe[("fwd", d)], d
+        assert [*model.fwd_tiles(d), model.smem_fwd(d)] == probe[("fwd", d)][:4], d
+    for d in TILES_16BIT_BWD:
         assert [*model.dq_tiles(d), model.smem_dq(d)] == probe[("dq", d)], d
         assert [*model.dkdv_tiles(d), model.smem_dkdv(d)] == probe[("dkdv", d)], d
     # The model sizes shared memory from the head dim itself, right only for a tile's own width.

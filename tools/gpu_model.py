@@ -112,8 +112,13 @@ KERNEL_LIST = runpy.run_path(os.path.join(REPO, "csrc", "cuda", "kernel_list.py"
 
 def fwd_tiles(d):
     """FwdTraits<d, false> (no dropout: two m-tiles per warp up to d = 128): kBlockM, kBlockN,
-    threads."""
-    return (128 if d <= 128 else 64), (64 if d <= 128 else 32), 128
+    threads (two warps per m-tile above a v of 256: each owns half of O's columns)."""
+    return (128 if d <= 128 else 64), (64 if d <= 128 else 32), (256 if fwd_dim_v(d) > 256 else 128)
+
+
+def fwd_dim_v(d):
+    """FwdTraits<d, *>::kHeadDimV: V's and O's width on tile d (512 on MLA's 576 tile)."""
+    return 512 if d == 576 else d
 
 
 def dq_tiles(d):
@@ -129,7 +134,7 @@ def dkdv_tiles(d):
 def smem_fwd(d):
     """Qi, one K tile, one V tile."""
     bm, bn, _ = fwd_tiles(d)
-    return (bm + 2 * bn) * (d + 8) * ELEM
+    return ((bm + bn) * (d + 8) + bn * (fwd_dim_v(d) + 8)) * ELEM
 
 
 def smem_dq(d):

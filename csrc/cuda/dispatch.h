@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kernel_list.h"
+#include "traits.h"
 
 namespace flashattn::cuda {
 
@@ -37,13 +38,28 @@ using HeadDimTilesOf = decltype(detail::head_dim_tiles<kList>(
     std::make_index_sequence<sizeof(kList) / sizeof(kList[0])>{}));
 
 // The head-dim tiles the kernels are compiled for: kernel_list.h, generated from the one list of
-// instantiations, csrc/cuda/kernel_list.py (traits.h explains the choice). One choice serves a
-// call's forward and backward, so both directions must list the same tiles.
-static_assert(detail::same_tiles(kSm80Fwd16bitHeadDims, kSm80Bwd16bitHeadDims) &&
-                  detail::same_tiles(kSm80FwdSimtHeadDims, kSm80BwdSimtHeadDims),
-              "kernel_list.py: the forward and the backward need the same head-dim tiles");
-// The 16-bit tensor-core kernels'.
+// instantiations, csrc/cuda/kernel_list.py (traits.h explains the choice). A head dim the
+// backward takes (<= kMaxHeadDimBwd) must get the same tile in both directions, so the
+// backward's tiles are the forward's up to there (the 16-bit forward adds MLA's 576 tile).
+static_assert(detail::same_tiles(kSm80FwdSimtHeadDims, kSm80BwdSimtHeadDims),
+              "kernel_list.py: the fp32 forward and backward need the same head-dim tiles");
+// The 16-bit tensor-core kernels': forward, backward.
 using CompiledHeadDimTiles = HeadDimTilesOf<kSm80Fwd16bitHeadDims>;
+using CompiledBwdHeadDimTiles = HeadDimTilesOf<kSm80Bwd16bitHeadDims>;
+namespace detail {
+constexpr bool bwd_tiles_lead_fwd_tiles() {
+  constexpr std::size_t kBwd = sizeof(kSm80Bwd16bitHeadDims) / sizeof(int);
+  constexpr std::size_t kFwd = sizeof(kSm80Fwd16bitHeadDims) / sizeof(int);
+  if (kBwd > kFwd || kSm80Bwd16bitHeadDims[kBwd - 1] != kMaxHeadDimBwd) return false;
+  for (std::size_t i = 0; i < kBwd; ++i) {
+    if (kSm80Bwd16bitHeadDims[i] != kSm80Fwd16bitHeadDims[i]) return false;
+  }
+  return true;
+}
+}  // namespace detail
+static_assert(detail::bwd_tiles_lead_fwd_tiles(),
+              "kernel_list.py: the 16-bit backward's tiles must be the forward's up to "
+              "kMaxHeadDimBwd (traits.h)");
 // The fp32 SIMT kernels'.
 using SimtHeadDimTiles = HeadDimTilesOf<kSm80FwdSimtHeadDims>;
 
@@ -79,9 +95,10 @@ void dispatch_element(ElementType type, F&& f) {
 }
 
 // The head-dim tiles compiled for an element type: tensor-core kernels for 16-bit types, SIMT
-// kernels for fp32.
-template <typename Element>
-using HeadDimTilesFor =
-    std::conditional_t<std::is_same_v<Element, float>, SimtHeadDimTiles, CompiledHeadDimTiles>;
+// kernels for fp32; forward, or the backward's (kBackward).
+template <typename Element, bool kBackward = false>
+using HeadDimTilesFor = std::conditional_t<
+    std::is_same_v<Element, float>, SimtHeadDimTiles,
+    std::conditional_t<kBackward, CompiledBwdHeadDimTiles, CompiledHeadDimTiles>>;
 
 }  // namespace flashattn::cuda

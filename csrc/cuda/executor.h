@@ -11,6 +11,7 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "../attn_args.h"
@@ -35,10 +36,33 @@ inline ElementType element_type(at::ScalarType t) {
   }
 }
 
-// The shared input checks keep every head dim within a compiled tile (ExecutorLimits).
-inline void check_tile(const KernelChoice& kernels, int head_dim) {
+// The shared input checks keep both head dims <= kMaxHeadDim (ExecutorLimits); the kernels'
+// own limits below it are checked here, before planning, each error naming the head dims: the
+// fp32 SIMT kernels and the backward stop at 256, and MLA's 576 tile holds a v 512 wide
+// (traits.h).
+inline void check_head_dims(ElementType type, int64_t head_dim, int64_t head_dim_v,
+                            bool backward) {
+  const int64_t widest = std::max(head_dim, head_dim_v);
+  TORCH_CHECK(type != ElementType::kFloat || widest <= kMaxHeadDimSimt,
+              "flashattn: the CUDA float32 kernels support head dims <= ", kMaxHeadDimSimt,
+              ", got head_dim = ", head_dim, " and head_dim_v = ", head_dim_v,
+              "; float16 and bfloat16 run the forward up to 576 / 512");
+  TORCH_CHECK(!backward || widest <= kMaxHeadDimBwd, "flashattn: the CUDA backward supports ",
+              "head dims <= ", kMaxHeadDimBwd, ", got head_dim = ", head_dim,
+              " and head_dim_v = ", head_dim_v, "; the forward runs up to 576 / 512, and the "
+              "backward of wider heads on the CPU only (its tiles exceed the GPU's registers and "
+              "shared memory)");
+  TORCH_CHECK(head_dim_v <= kMaxHeadDimV, "flashattn: the CUDA kernels support head_dim_v <= ",
+              kMaxHeadDimV, ", got head_dim_v = ", head_dim_v, " (head_dim = ", head_dim, ")");
+}
+
+// check_head_dims leaves every call a tile whose V is wide enough.
+inline void check_tile(const KernelChoice& kernels, int head_dim, int head_dim_v) {
   TORCH_INTERNAL_ASSERT(kernels.head_dim_tile != 0, "flashattn: no CUDA tile for head_dim ",
                         head_dim);
+  TORCH_INTERNAL_ASSERT(kernels.family != KernelFamily::kTensorCore ||
+                            fwd_tile_head_dim_v(kernels.head_dim_tile) >= head_dim_v,
+                        "flashattn: no CUDA tile for head_dim_v ", head_dim_v);
 }
 
 // The opt-in limit differs by GPU (e.g. 99 KB on sm_86/89, 227 KB on sm_90).
@@ -59,9 +83,10 @@ struct CudaExecutor {
   static void run_fwd(const at::Tensor& q, const AttnParams& params) {
     const ElementType type = element_type(q.scalar_type());
     if (fwd_launches_nothing(params)) return;
+    check_head_dims(type, params.head_dim, params.head_dim_v, /*backward=*/false);
     const typename Device::Guard guard(q.device());
     const FwdPlan plan = plan_fwd(params, type, Device::props(q));
-    check_tile(plan.kernels, tile_head_dim(params));
+    check_tile(plan.kernels, params.head_dim, params.head_dim_v);
     check_smem_fits(plan.shape.smem_bytes, plan.smem_limit_bytes);
     at::Tensor split_scratch;
     if (plan.merges()) {
@@ -90,6 +115,7 @@ struct CudaExecutor {
   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& dk,
                       at::Tensor& dv) {
     const ElementType type = element_type(q.scalar_type());
+    check_head_dims(type, p.head_dim, p.head_dim_v, /*backward=*/true);
     if (bwd_launches_nothing(p)) {
       // No query head reads k and v.
       dk.zero_();
@@ -98,7 +124,7 @@ struct CudaExecutor {
     }
     const typename Device::Guard guard(q.device());
     const BwdPlan plan = plan_bwd(p, type, Device::props(q));
-    check_tile(plan.kernels, tile_head_dim(p));
+    check_tile(plan.kernels, p.head_dim, p.head_dim_v);
     check_smem_fits(plan.smem_bytes, plan.smem_limit_bytes);
     at::Tensor workspace = at::empty({plan.workspace_floats}, q.options().dtype(at::kFloat));
     // The kernels must not depend on the scratch's initial contents: tests poison it too.

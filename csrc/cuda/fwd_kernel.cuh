@@ -14,8 +14,11 @@
 // (plan_fwd.h, tile_head_dim): Qi and Kj hold head_dim columns, Vj head_dim_v, each zero-filled
 // to the tile, so the padding adds zeros to S and O, and O's store stops at head_dim_v. Only the
 // one-m-tile kernel takes such pairs (plan_fwd.h, fwd_one_m_tile; v_cols below).
+// MLA's 576 tile (traits.h) holds V and O 512 wide (kHeadDimV), and two warps share each m-tile,
+// each computing the same S and its half of O's columns (kVColGroups).
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "../dropout.h"
 #include "../kv_rows.h"
@@ -41,11 +44,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kHeadDimV = Traits::kHeadDimV;
   constexpr int kStride = Traits::kSmemStride;
+  constexpr int kVStride = Traits::kVSmemStride;
   constexpr int kNThreads = Traits::kNThreads;
   constexpr int kMTiles = Traits::kMTiles;      // 16-row m-tiles per warp
   constexpr int kNTilesN = kBlockN / kMmaN;     // 8-key n-tiles of S
-  constexpr int kNTilesD = kHeadDim / kMmaN;    // 8-column n-tiles of O
+  constexpr int kOCols = Traits::kOCols;        // O's columns of one warp
+  constexpr int kNTilesD = kOCols / kMmaN;      // 8-column n-tiles of a warp's O
   constexpr int kKStepsD = kHeadDim / kMmaK;    // k-steps of Qi Kj^T
 
   const int64_t batch_head = folded_batch_head();
@@ -91,33 +97,37 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
   uint16_t* q_smem = smem;                                  // [kBlockM, kStride]
   uint16_t* k_smem = smem + Traits::kQSmemElems;            // [kBlockN, kStride]
-  uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;     // [kBlockN, kStride]
+  uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;     // [kBlockN, kVStride]
   using RowTable = PagedRowTable<kBlockN, kNThreads>;
   static_assert(!kUnrolledCacheCopies || Traits::kPagedRowTableBytes == RowTable::kBytes,
                 "traits.h sizes the row table");
-  const RowTable row_table{reinterpret_cast<const uint16_t**>(v_smem + Traits::kKVTileSmemElems)};
+  const RowTable row_table{reinterpret_cast<const uint16_t**>(v_smem + Traits::kVTileSmemElems)};
 
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
   KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, rows.token(m_start), rows.token(m_last));
   split_part(tiles.begin, tiles.end, static_cast<int>(blockIdx.x % splits), splits);
 
-  // One K or V tile (view: p.k, or p.v when `values`) into its buffer, as one cp.async group.
+  // One K or V tile (view: p.k, or p.v when kValues) into its buffer, as one cp.async group.
+  // V's tile has V's width and pitch (kHeadDimV, kVStride: MLA's 576 tile holds 512 columns).
   // The [Sk, D] base of this (batch, kv head) is recomputed per load rather than kept across the
   // loop: with two m-tiles per warp, those four registers made the d = 128 kernel spill.
-  auto load_keys = [&](uint16_t* tile_smem, const TensorView& view, bool values, int tile) {
-    const int cols = values ? v_cols() : p.head_dim;
+  auto load_keys = [&](auto values, uint16_t* tile_smem, const TensorView& view, int tile) {
+    constexpr bool kValues = decltype(values)::value;
+    constexpr int kCols = kValues ? kHeadDimV : kHeadDim;
+    constexpr int kTileStride = kValues ? kVStride : kStride;
+    const int cols = kValues ? v_cols() : p.head_dim;
     const int n_start = tile * kBlockN;
     const int rows_valid = seq.seqlen_k - n_start;
     if constexpr (kUnrolledCacheCopies) {
       if (!p.kv_cache.paged()) {
         const uint16_t* gmem = view.row<const uint16_t>(seq.kv_batch, head_kv, seq.k_row0);
-        load_tile_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
+        load_tile_async<kBlockN, kCols, kTileStride, kNThreads, true>(
             tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
             aligned);
       } else {
         // This tile's rows from the table (written before the barrier preceding this copy).
-        const int table_view = tile_smem == v_smem ? RowTable::kValues : RowTable::kKeys;
-        load_rows_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
+        const int table_view = kValues ? RowTable::kValues : RowTable::kKeys;
+        load_rows_async<kBlockN, kCols, kTileStride, kNThreads, true>(
             tile_smem, [&](int r) { return row_table.row_of(tile, r, table_view); },
             view.row<const uint16_t>(0, head_kv, 0), rows_valid, cols, aligned);
       }
@@ -126,11 +136,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
                                                      keys_in_rows ? seq.k_row0 : 0);
       if (keys_in_rows) {
         // Unrolled: the main loop's copies (tile_io.cuh, TileChunks).
-        load_tile_async<kBlockN, kHeadDim, kStride, kNThreads, true>(
+        load_tile_async<kBlockN, kCols, kTileStride, kNThreads, true>(
             tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
             aligned);
       } else {
-        load_rows_async<kBlockN, kHeadDim, kStride, kNThreads>(
+        load_rows_async<kBlockN, kCols, kTileStride, kNThreads>(
             tile_smem,
             [&](int r) {
               return key_row<const uint16_t>(view, p.kv_cache, seq, head_kv, n_start + r);
@@ -155,12 +165,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       row_table.write(p, seq, head_kv, tiles.begin);
       __syncthreads();
     }
-    load_keys(k_smem, p.k, false, tiles.begin);
+    load_keys(std::false_type{}, k_smem, p.k, tiles.begin);
   }
 
   const int warp = threadIdx.x / kWarpSize;
   const WarpLanes lanes = WarpLanes::of(threadIdx.x % kWarpSize);
-  const int warp_row0 = warp * kMTiles * kMmaM;  // first of this warp's rows within Qi
+  // first of this warp's rows within Qi, and of its O columns (kVColGroups warps share the rows)
+  const int warp_row0 = (warp % Traits::kRowWarps) * kMTiles * kMmaM;
+  const int warp_col0 = (warp / Traits::kRowWarps) * kOCols;
   // This lane's rows: acc_row and acc_row + 8 of each of its m-tiles, as global row indices.
   // Recomputed where used rather than kept: registers are the two-m-tile kernel's limit.
   const int lane_row0 = m_start + warp_row0 + lanes.acc_row;
@@ -186,7 +198,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start, m_last + 1, n_start,
                                          min(n_start + kBlockN, seq.seqlen_k));
     const bool visible = mask_class != kMaskHidden;
-    if (visible) load_keys(v_smem, p.v, true, tile);
+    if (visible) load_keys(std::true_type{}, v_smem, p.v, tile);
     // In the one-m-tile kernel, which runs decoding steps (a few rows of a 64-row tile: plan_fwd.h
     // kFwdFewRows, gqa_decode.h), a warp whose rows all lie past the sequence takes part in the
     // copies and barriers only: its products would be thrown away. The two-m-tile kernel meets such
@@ -251,9 +263,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     ptx::cp_async_wait_all();
     // Vj is in smem for every thread, and every warp is done with Kj.
     __syncthreads();
-    if (tile + 1 < tiles.end) load_keys(k_smem, p.k, false, tile + 1);
-    // O_i += P_ij Vj.
-    if (computes) mma_AB_trans<Element, kStride>(o_rmem, s_rmem, v_smem, lanes);
+    if (tile + 1 < tiles.end) load_keys(std::false_type{}, k_smem, p.k, tile + 1);
+    // O_i += P_ij Vj, over this warp's columns of Vj.
+    if (computes) mma_AB_trans<Element, kVStride>(o_rmem, s_rmem, v_smem + warp_col0, lanes);
   }
   // Nothing is in flight here, unless the CTA saw no key tile at all and skipped the loop,
   // leaving Qi's copy pending.
@@ -281,17 +293,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         for (int d = 0; d < kNTilesD; ++d)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int col = d * kMmaN + lanes.acc_col + e;
+            const int col = warp_col0 + d * kMmaN + lanes.acc_col + e;
             if (col < v_cols()) out[col] = o_rmem[m][d][2 * r + e] * inv_l[r];
           }
-        if (lanes.acc_col == 0) *split_lse_of(p, split_scratch, split, batch, q_head, token) = lse[r];
+        if (lanes.acc_col == 0 && warp_col0 == 0)
+          *split_lse_of(p, split_scratch, split, batch, q_head, token) = lse[r];
       }
       continue;
     }
     accumulator_to_smem<Element, kNTilesD, kStride>(o_rmem[m], inv_l, lanes.acc_row,
                                                     lanes.acc_col,
-                                                    q_smem + (warp_row0 + m * kMmaM) * kStride);
-    if (lanes.acc_col == 0) {
+                                                    q_smem + (warp_row0 + m * kMmaM) * kStride +
+                                                        warp_col0);
+    if (lanes.acc_col == 0 && warp_col0 == 0) {
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r)
         if (row[r] < seq.seqlen_q)
@@ -304,11 +318,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const int rows_valid = seq.seqlen_q - m_start;
   if (rows.packed == 1) {
     uint16_t* o_gmem = p.o.row<uint16_t>(batch, head, seq.q_row0 + m_start);
-    store_rows<kBlockM, kHeadDim, kStride, kNThreads>(
+    store_rows<kBlockM, kHeadDimV, kStride, kNThreads>(
         q_smem, [&](int r) { return o_gmem + r * p.o.row_stride; }, rows_valid, v_cols(),
         out_aligned);
   } else {
-    store_rows<kBlockM, kHeadDim, kStride, kNThreads>(
+    store_rows<kBlockM, kHeadDimV, kStride, kNThreads>(
         q_smem,
         [&](int r) {
           const int row = m_start + r;

@@ -93,6 +93,10 @@ ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16", "fp32": "float"}
 # Head-dim tiles (traits.h explains the choice). A head dim d runs on the smallest tile >= d,
 # and the largest tile must be kMaxHeadDim (traits.h), so every accepted d has one.
 HEAD_DIMS_16BIT = (32, 64, 96, 128, 192, 256)  # tensor-core kernels, fp16 and bf16
+# The 16-bit forward's tiles above those, forward only (the backward stops at kMaxHeadDimBwd,
+# traits.h): MLA's 576 tile, q and k 576 wide and v 512 (FwdTraits::kHeadDimV), which also runs
+# every equal head dim from 257 to 512 (docs/lab/2026-12-02-cuda-head-dim-512.md).
+HEAD_DIMS_16BIT_FWD_ONLY = (576,)
 HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # The sm_90a forward and backward: exactly these head dims (FwdSm90Config, BwdSm90Config), fp16 and
 # bf16. Each forward file holds eight main loops (launch_fwd_sm90.cuh, launch_fwd_sm90_features):
@@ -107,6 +111,8 @@ HEAD_DIMS_SM90 = (64, 128)
 KERNELS = (
     [Kernel(family, d, dtype, "sm80") for family in ("fwd_16bit", "bwd_16bit")
      for d in HEAD_DIMS_16BIT for dtype in ("fp16", "bf16")]
+    + [Kernel("fwd_16bit", d, dtype, "sm80") for d in HEAD_DIMS_16BIT_FWD_ONLY
+       for dtype in ("fp16", "bf16")]
     + [Kernel(family, d, "fp32", "sm80") for family in ("fwd_simt", "bwd_simt")
        for d in HEAD_DIMS_SIMT]
     + [Kernel(family, d, dtype, "sm90a") for family in ("fwd_sm90", "bwd_sm90")

@@ -14,11 +14,12 @@
 
 namespace flashattn::cuda {
 
-// Calls f(Element{}, std::integral_constant<int, tile>{}) for a choice with a tile.
-template <typename F>
+// Calls f(Element{}, std::integral_constant<int, tile>{}) for a choice with a tile, among the
+// forward's tiles or the backward's (kBackward).
+template <bool kBackward = false, typename F>
 void dispatch_choice(const KernelChoice& choice, F&& f) {
   dispatch_element(choice.type, [&](auto element) {
-    dispatch_head_dim(HeadDimTilesFor<decltype(element)>{}, choice.head_dim_tile,
+    dispatch_head_dim(HeadDimTilesFor<decltype(element), kBackward>{}, choice.head_dim_tile,
                       [&](auto tile) { f(element, tile); });
   });
 }
@@ -88,7 +89,7 @@ inline void launch_bwd(const BwdPlan& plan, const AttnBwdParams& p, float* works
     launch_bwd_sm90(plan, p, workspace, stream, after_launch);
     return;
   }
-  dispatch_choice(plan.kernels, [&](auto element, auto tile) {
+  dispatch_choice</*kBackward=*/true>(plan.kernels, [&](auto element, auto tile) {
     using Element = decltype(element);
     constexpr int kTile = decltype(tile)::value;
     if constexpr (std::is_same_v<Element, float>) {

@@ -122,7 +122,7 @@ inline int bwd_smem_bytes(const KernelChoice& choice) {
   int bytes = 0;
   dispatch_element(choice.type, [&](auto element) {
     using Element = decltype(element);
-    dispatch_head_dim(HeadDimTilesFor<Element>{}, choice.head_dim_tile, [&](auto tile) {
+    dispatch_head_dim(HeadDimTilesFor<Element, true>{}, choice.head_dim_tile, [&](auto tile) {
       constexpr int kTile = decltype(tile)::value;
       if constexpr (std::is_same_v<Element, float>) {
         bytes = SimtTraits<kTile>::kDkdvSmemBytes > SimtTraits<kTile>::kSmemBytes
@@ -193,7 +193,8 @@ inline void use_sm90_bwd(BwdPlan& plan, const AttnBwdParams& p) {
 inline BwdPlan plan_bwd(const AttnBwdParams& p, ElementType type, const DeviceProps& device) {
   BwdPlan plan;
   plan.device_arch = device_arch(device);
-  plan.kernels = choose_kernels(type, tile_head_dim(p), kernel_arch(plan.device_arch));
+  plan.kernels = choose_kernels(type, tile_head_dim(p), kernel_arch(plan.device_arch),
+                                /*backward=*/true);
   plan.smem_limit_bytes = device.smem_optin_bytes;
   plan.arch_smem_bytes = max_smem_bytes(plan.kernels.arch);
   plan.empty = bwd_launches_nothing(p);
@@ -210,7 +211,7 @@ inline BwdPlan plan_bwd(const AttnBwdParams& p, ElementType type, const DevicePr
   plan.smem_bytes = bwd_smem_bytes(plan.kernels);
   dispatch_element(type, [&](auto element) {
     using Element = decltype(element);
-    dispatch_head_dim(HeadDimTilesFor<Element>{}, plan.kernels.head_dim_tile, [&](auto tile) {
+    dispatch_head_dim(HeadDimTilesFor<Element, true>{}, plan.kernels.head_dim_tile, [&](auto tile) {
       constexpr int kTile = decltype(tile)::value;
       if constexpr (std::is_same_v<Element, float>) {
         plan.steps = bwd_steps_simt<kTile>(p);

@@ -69,19 +69,35 @@ inline int tile_head_dim(const AttnParams& p) {
   return p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
 }
 
-// The smallest compiled tile >= head_dim (dispatch.h; tile_head_dim of a call), or 0 when there
-// is none. The shared input checks keep both head dims <= kMaxHeadDim (ExecutorLimits), and
-// every element type has a tile that large. No torch here: the launch headers include this
-// file, and the shim's self-tests compile them without torch.
-inline KernelChoice choose_kernels(ElementType type, int head_dim, Arch arch) {
+// The smallest compiled tile >= head_dim (dispatch.h; tile_head_dim of a call) of the forward's
+// or the backward's kernels, or 0 when there is none. The executor refuses a pair with no tile
+// before planning, naming its head dims (executor.h, check_head_dims). No torch here: the launch
+// headers include this file, and the shim's self-tests compile them without torch.
+inline KernelChoice choose_kernels(ElementType type, int head_dim, Arch arch,
+                                   bool backward = false) {
   KernelChoice choice{type == ElementType::kFloat ? KernelFamily::kSimt
                                                   : KernelFamily::kTensorCore,
                       arch, type, 0};
+  auto take = [&](auto tile) { choice.head_dim_tile = decltype(tile)::value; };
   dispatch_element(type, [&](auto element) {
-    dispatch_head_dim(HeadDimTilesFor<decltype(element)>{}, head_dim,
-                      [&](auto tile) { choice.head_dim_tile = decltype(tile)::value; });
+    using Element = decltype(element);
+    if (backward) {
+      dispatch_head_dim(HeadDimTilesFor<Element, true>{}, head_dim, take);
+    } else {
+      dispatch_head_dim(HeadDimTilesFor<Element>{}, head_dim, take);
+    }
   });
   return choice;
+}
+
+// V's width on the 16-bit forward's tile `tile` (FwdTraits::kHeadDimV: the tile's, 512 on
+// MLA's 576 tile), or 0 when no such tile is compiled.
+inline int fwd_tile_head_dim_v(int tile) {
+  int width = 0;
+  dispatch_head_dim(CompiledHeadDimTiles{}, tile, [&](auto t) {
+    if (decltype(t)::value == tile) width = FwdTraits<decltype(t)::value, true>::kHeadDimV;
+  });
+  return width;
 }
 
 // Query rows (a sequence's longest) up to which the forward runs its one-m-tile kernel even

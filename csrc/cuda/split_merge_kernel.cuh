@@ -27,18 +27,21 @@
 namespace flashattn::cuda {
 
 // A lane holds the weights of splits lane and lane + 32 (the plan caps splits at kMaxSplits),
-// and the sums of columns lane, lane + 32, ... (head_dim_v <= kMaxHeadDim): registers only. The
+// and the sums of columns lane, lane + 32, ... (kColumnsPerLane of them): registers only. The
 // two splits are two named registers, not an array, which ptxas put in local memory.
-constexpr int kMergeColumnsPerLane = kMaxHeadDim / kWarpSize;
+// Two variants: head_dim_v <= 256 (8 columns per lane), and up to kMaxHeadDimV (16, MLA's 512):
+// the wide one alone took 119 registers against 63, halving the merge's resident warps.
+constexpr int kMergeColumnsPerLane = 256 / kWarpSize;
+constexpr int kMergeColumnsPerLaneWide = kMaxHeadDimV / kWarpSize;
 constexpr int kMergeWarps = 4;  // warps (rows) per block
 static_assert(kMaxSplits == 2 * kWarpSize, "a merge lane holds two splits' weights");
-static_assert(kMaxHeadDim % kWarpSize == 0, "the merge's lanes take whole warps of columns");
+static_assert(kMaxHeadDimV % kWarpSize == 0, "the merge's lanes take whole warps of columns");
 
 // Warp w of block x merges rows x * kMergeWarps + w, grid-stride; row i is (query slot
 // i / heads_q, head i % heads_q), the slots being o's rows: batch x seqlen_q, or total_q for a
 // varlen batch. Every branch below depends only on the row, so the warp stays converged for
 // its shuffles.
-template <typename Element>
+template <typename Element, int kColumnsPerLane>
 __global__ void split_merge_kernel(const AttnParams p, const float* split_scratch) {
   using T = StoredElement<Element>;
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -73,21 +76,21 @@ __global__ void split_merge_kernel(const AttnParams p, const float* split_scratc
 
     // Split by split, in order: the weight from the lane that holds it, then its part of each
     // of this lane's columns. A split of weight 0 (empty, or far below the max) is not read.
-    float merged[kMergeColumnsPerLane] = {};
+    float merged[kColumnsPerLane] = {};
     for (int s = 0; s < p.num_splits; ++s) {
       const float w = __shfl_sync(kFullWarpMask, s < kWarpSize ? weight_low : weight_high,
                                   s % kWarpSize);
       if (w == 0.f) continue;
       const float* part = out_s + s * out_stride;
 #pragma unroll
-      for (int c = 0; c < kMergeColumnsPerLane; ++c) {
+      for (int c = 0; c < kColumnsPerLane; ++c) {
         const int d = lane + c * kWarpSize;
         if (d < p.head_dim_v) merged[c] += w * FLASHATTN_GMEM(part)[d];
       }
     }
     T* out = p.o.row<T>(b, head, row);
 #pragma unroll
-    for (int c = 0; c < kMergeColumnsPerLane; ++c) {
+    for (int c = 0; c < kColumnsPerLane; ++c) {
       const int d = lane + c * kWarpSize;
       if (d < p.head_dim_v) FLASHATTN_GMEM(out)[d] = static_cast<T>(merged[c] * inv_sum);
     }
@@ -109,7 +112,9 @@ template <typename Element>
 void run_split_merge(const AttnParams& p, const float* split_scratch, cudaStream_t stream,
                      LaunchCheck after_launch) {
   if (output_rows(p) * p.heads_q == 0) return;
-  auto* kernel = &split_merge_kernel<Element>;
+  auto* kernel = p.head_dim_v <= kMergeColumnsPerLane * kWarpSize
+                     ? &split_merge_kernel<Element, kMergeColumnsPerLane>
+                     : &split_merge_kernel<Element, kMergeColumnsPerLaneWide>;
   FLASHATTN_LAUNCH_KERNEL(kernel, split_merge_grid(p), dim3(kMergeWarps * kWarpSize), 0, stream,
                           p, split_scratch);
   after_launch();

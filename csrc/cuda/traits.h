@@ -17,13 +17,18 @@
 //   A head dim d runs on the smallest tile >= d; the columns d..tile are zero-filled by cp.async
 //   (no copy), so every d <= 256 works. Six tiles keep the padding waste <= 33% for d >= 48
 //   (d = 65 on the 96 tile is the worst case) while the build stays within budget.
+//   Above them, forward only, MLA's 576 tile (q, k 576; v 512: kHeadDimV), one m-tile, 8 warps
+//   (two per m-tile, each half of O's columns), 32 keys per tile, one stage: 142 KB of shared
+//   memory, 244 registers on sm_80 (253 on sm_90), no spills; it runs every head dim from 257
+//   to 512 too (Q and K padded to 576: 12% more of S's products at d = 512), one file per dtype,
+//   2 kernels, a few seconds of nvcc each (docs/lab/2026-12-02-cuda-head-dim-512.md).
 //   Masks (causal, window, softcap, ALiBi) are runtime branches that are uniform per CTA, not
 //   template flags: a mask-free tile takes the same path as non-causal attention, and only the
 //   boundary tiles pay for per-element masking, so a template flag would double the build for a
 //   few percent.
 // 16-bit backward: per (head-dim tile, dtype) the dK/dV kernel (which also adds dQ by atomics),
 //   the deterministic dQ kernel and two row kernels (D_i, dQ conversion): every tile of the
-//   forward, so every d <= 256 has a backward.
+//   forward up to 256, so every d <= 256 has a backward (above: kMaxHeadDimBwd).
 // fp32: SIMT kernels (no tensor cores; fp32 inputs are for accuracy, not speed), forward, dK/dV
 //   and dQ, on three head-dim tiles {64, 128, 256}: each lane owns d/32 columns, so a tile
 //   costs registers and loop trips, not correctness. Two .cu files (fwd, bwd) hold all six.
@@ -59,8 +64,15 @@ constexpr int max_smem_bytes(Arch arch) { return arch == Arch::kSm90 ? 227 * 102
 // Above this a launch must first raise cudaFuncAttributeMaxDynamicSharedMemorySize.
 constexpr int kDefaultSmemBytes = 48 * 1024;
 
-// The largest head dim any CUDA kernel accepts.
-constexpr int kMaxHeadDim = 256;
+// The largest head dims the CUDA kernels accept. The 16-bit forward's widest tile is MLA's
+// absorbed decode, q and k 576 wide, v 512 (FwdTraits, kHeadDimV), so it also serves every equal
+// head dim up to 512. The backward and the fp32 SIMT kernels stop at 256: a dK/dV tile at 512
+// would hold 256 fp32 accumulators per thread, past the 255 registers, and its K, V, Q, dO tiles
+// alone 266 KB of shared memory (docs/lab/2026-12-02-cuda-head-dim-512.md).
+constexpr int kMaxHeadDim = 576;
+constexpr int kMaxHeadDimV = 512;
+constexpr int kMaxHeadDimBwd = 256;
+constexpr int kMaxHeadDimSimt = 256;
 
 // Forward kernel for fp16/bf16 (FA2 class, see fwd_kernel.cuh). kDropout: the kernel can
 // apply dropout (a runtime choice, p.dropout); without it the dropout code is compiled out.
@@ -70,21 +82,33 @@ struct FwdTraits {
   static constexpr Arch kArch = Arch::kSm80;  // whose shared memory the tile must fit
   static constexpr int kMaxSmemBytes = max_smem_bytes(kArch);
   static constexpr bool kDropout = kDropout_;
-  static constexpr int kNWarps = 4;
+  // V's and O's width: the tile's, but 512 on MLA's 576 tile (q and k 576 wide, v 512), which
+  // also takes every equal head dim up to 512 (its last 64 columns of Q and K then zeros).
+  static constexpr int kHeadDimV = kHeadDim == 576 ? 512 : kHeadDim;
+  // Warps that share a 16-row m-tile, each owning kHeadDimV / kVColGroups of O's columns: above
+  // d = 256 one warp's O accumulator (kHeadDimV / 2 floats per thread) would pass the 255
+  // registers, so two warps split it, each computing the same S = Qi Kj^T (the same softmax
+  // statistics, bit for bit) and multiplying P by its half of Vj.
+  static constexpr int kVColGroups = kHeadDimV > 256 ? 2 : 1;
+  static constexpr int kRowWarps = 4;  // warps along the query rows
+  static constexpr int kNWarps = kRowWarps * kVColGroups;
   static constexpr int kNThreads = kNWarps * kWarpSize;
+  static constexpr int kOCols = kHeadDimV / kVColGroups;  // O's columns per warp
   // Query rows per warp, in m16 tiles. Up to d = 128 a warp owns two (FA2's geometry), so each
   // K or V fragment it loads from smem feeds two mma: the forward is bound by shared memory,
   // not tensor cores. Above d = 128 the O accumulator leaves no registers for a second m-tile,
   // nor does dropout's state (it spilled; FA2 also shrinks its tile with dropout).
   static constexpr int kMTiles = kHeadDim <= 128 && !kDropout ? 2 : 1;
-  static constexpr int kBlockM = kNWarps * kMmaM * kMTiles;
+  static constexpr int kBlockM = kRowWarps * kMmaM * kMTiles;
   // Keys per K/V tile. The S tile (kBlockN/2 floats per m-tile per thread) shrinks above
   // d = 128 to stay under 255 registers without spilling.
   static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
 
-  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;  // elements per smem row
+  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;  // elements per Q or K row
+  static constexpr int kVSmemStride = kHeadDimV + kSmemPadElems;  // elements per V row
   static constexpr int kQSmemElems = kBlockM * kSmemStride;
-  static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;
+  static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;  // a K tile
+  static constexpr int kVTileSmemElems = kBlockN * kVSmemStride;
   // Decoding reads its KV cache in the one-m-tile kernel (gqa_decode.h), whose cache copies
   // are unrolled (fwd_kernel.cuh) up to d = 128; a paged cache's rows then come from a table
   // of row addresses in shared memory (paged_row_table.cuh): 2 tiles x kBlockN rows x K, V.
@@ -96,7 +120,8 @@ struct FwdTraits {
   // Qi, one K tile and one V tile. FA2's pipeline overlaps without a second stage: V_j is
   // copied while S = Qi Kj^T is computed, K_j+1 while O += P Vj; a second stage would halve the
   // CTAs per SM at d = 128. Then the row table.
-  static constexpr int kTilesSmemBytes = (kQSmemElems + 2 * kKVTileSmemElems) * kElemBytes16;
+  static constexpr int kTilesSmemBytes =
+      (kQSmemElems + kKVTileSmemElems + kVTileSmemElems) * kElemBytes16;
   static constexpr int kSmemBytes = kTilesSmemBytes + kPagedRowTableBytes;
 
   // CTAs per SM that sm_80's shared memory holds (at most 3), given to __launch_bounds__, so
@@ -114,11 +139,14 @@ struct FwdTraits {
                 "the paged row table must not cost a CTA per SM");
   static_assert(kTilesSmemBytes % 8 == 0, "the row table after the tiles must be 8-byte aligned");
 
-  static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim,
-                "head-dim tile must be a multiple of the mma K (16) and at most 256");
+  static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim && kHeadDimV <= kMaxHeadDimV,
+                "head-dim tile must be a multiple of the mma K (16) and at most 576 / 512");
+  static_assert(kOCols % (2 * kMmaN) == 0, "O's columns are loaded 16 per ldmatrix.x4.trans");
+  static_assert(kHeadDimV <= kHeadDim, "the epilogue stages O in Qi's rows");
   static_assert(kBlockN % (2 * kMmaN) == 0, "K tiles are loaded 16 keys per ldmatrix.x4");
   static_assert(kSmemBytes <= kMaxSmemBytes, "forward tile exceeds sm_80 shared memory");
-  static_assert((kSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
+  static_assert((kSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1 &&
+                    (kVSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
                 "row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
 };
 
@@ -183,7 +211,7 @@ struct BwdTraits {
   // One CTA of 8 warps per SM: 255 registers per thread.
   static constexpr int kMinBlocksPerSm = 1;
 
-  static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim, "bad head-dim tile");
+  static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDimBwd, "bad head-dim tile");
   static_assert(kSdpKeys % kMmaM == 0 && kSdpQueries % (2 * kMmaN * kSdpPasses) == 0 &&
                     kDkvKeys % kMmaM == 0 && kDkvCols % (2 * kMmaN) == 0 &&
                     kDqRows % kMmaM == 0 && kDqCols % (2 * kMmaN * kDqPasses) == 0,
@@ -246,7 +274,7 @@ struct SimtTraits {
   static constexpr int kDkdvSmemBytes =
       (2 * kRowSmemFloats + 2 * kTileSmemFloats + 2 * kTileRows) * static_cast<int>(sizeof(float));
 
-  static_assert(kHeadDim % kWarpSize == 0 && kHeadDim <= kMaxHeadDim, "bad fp32 head-dim tile");
+  static_assert(kHeadDim % kWarpSize == 0 && kHeadDim <= kMaxHeadDimSimt, "bad fp32 head-dim tile");
   static_assert(kDkdvSmemBytes <= kMaxSmemBytes, "fp32 tile exceeds sm_80 shared memory");
 };
 

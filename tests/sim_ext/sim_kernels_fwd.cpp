@@ -28,6 +28,9 @@ template void run_fwd_16bit<__nv_bfloat16, 192>(const AttnParams&, float*,
 template void run_fwd_16bit<__half, 256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_16bit<__nv_bfloat16, 256>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__half, 576>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, 576>(const AttnParams&, float*,
+    cudaStream_t, LaunchCheck);
 template void run_fwd_simt<64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
