@@ -18,8 +18,9 @@ from test_bench import MAX_FLOAT32_ERROR, bench_main, run_python
 # a kernel that reads a wrong key is off by far more (see the planted bugs below).
 MAX_BFLOAT16_ERROR = 2e-2
 MAX_ERROR = {"float32": MAX_FLOAT32_ERROR, "bfloat16": MAX_BFLOAT16_ERROR}
-CPU_IMPLS = {"flashattn-paged", "flashattn-dense", "sdpa-flash", "sdpa-math"}
+CPU_IMPLS = {"flashattn-paged", "flashattn-dense", "sdpa-flash", "sdpa-math", "flashattn-mla"}
 FLASHATTN_IMPLS = {"flashattn-paged", "flashattn-dense"}
+SDPA_IMPLS = {"sdpa-flash", "sdpa-math"}
 # One case: B=2, Sq=1, Sk=40 (not a multiple of the page: its last page is partly poison).
 TINY_DECODE = ["decode", "--device", "cpu", "--quick", "--dtype", "float32",
                "--batch-sizes", "2", "--q-lens", "1", "--kv-lens", "40"]
@@ -34,9 +35,13 @@ def decode_run():
     return json.loads(proc.stdout), proc.stderr
 
 
-def expected_kv_bytes(batch, kv_len, heads_kv, head_dim, dtype):
-    """2·B·Sk·Hkv·d·itemsize, counted here independently of the bench."""
-    return 2 * batch * kv_len * heads_kv * head_dim * {"float32": 4, "bfloat16": 2}[dtype]
+def expected_kv_bytes(batch, kv_len, heads_kv, head_dim, dtype, impl=None):
+    """2·B·Sk·Hkv·d·itemsize, counted here independently of the bench; the MLA row's latent
+    rows, B·Sk·576·itemsize (V is a view of them)."""
+    itemsize = {"float32": 4, "bfloat16": 2}[dtype]
+    if impl == "flashattn-mla":
+        return batch * kv_len * 576 * itemsize
+    return 2 * batch * kv_len * heads_kv * head_dim * itemsize
 
 
 def test_decode_every_case_of_the_grid_has_every_implementation(decode_run):
@@ -69,7 +74,7 @@ def test_decode_results_are_right_and_measured(decode_run):
         assert r["max_err"] < MAX_ERROR[r["dtype"]], f"{where}: error {r['max_err']}"
         assert r["dq_err"] is None, where
         assert r["kv_bytes"] == expected_kv_bytes(r["batch"], r["kv_len"], meta["heads_kv"],
-                                                  meta["head_dim"], r["dtype"]), where
+                                                  meta["head_dim"], r["dtype"], r["impl"]), where
         assert len(r["times_ms"]) == meta["repeats"] >= 5, where
         assert r["time_ms"] > 0 and r["gb_per_s"] > 0 and r["copy_share"] > 0, where
         assert r["gb_per_s"] == pytest.approx(r["kv_bytes"] / (r["time_ms"] / 1e3) / 1e9)
@@ -95,7 +100,7 @@ def test_decode_results_are_right_and_measured(decode_run):
         assert r["speedup_vs_fa2"] is None, where  # FA2 is CUDA only
         if r["impl"] in FLASHATTN_IMPLS:
             assert r["speedup_vs_best_sdpa"] > 0, where
-            assert r["best_sdpa"] in CPU_IMPLS - FLASHATTN_IMPLS, where
+            assert r["best_sdpa"] in SDPA_IMPLS, where
         else:
             assert r["speedup_vs_best_sdpa"] is None and r["best_sdpa"] is None, where
 
@@ -113,7 +118,7 @@ def test_decode_speedup_is_against_the_best_sdpa_backend(decode_run):
         for impl in FLASHATTN_IMPLS:
             ours = rows[impl]
             against = {name: paired_speedup(rows[name]["times_ms"], ours["times_ms"])
-                       for name in CPU_IMPLS - FLASHATTN_IMPLS}
+                       for name in SDPA_IMPLS}
             assert ours["speedup_vs_best_sdpa"] == pytest.approx(min(against.values())), case
             assert against[ours["best_sdpa"]] == pytest.approx(min(against.values())), case
 
@@ -136,6 +141,16 @@ def test_decode_summary_and_table(decode_run):
     assert "decode, bfloat16, heads=4, heads_kv=2, head_dim=32, page 16" in table
     assert table.count("issue 12 target (2 threads, Sk >= 16384") == 4
     assert "no case of the target ran" in table
+    # The MLA row beside the dense GQA step (decode_mla.py), with its layout in the title.
+    assert meta_mla_line(report) in table
+    for dtype in ("float32", "bfloat16"):
+        assert f"   flashattn-mla, {dtype}: " in table and "the dense GQA step beside it" in table
+
+
+def meta_mla_line(report):
+    meta = report["meta"]
+    assert meta["mla_heads"] == 8 and meta["mla"] == "latent paged 64, 576/512, v=k[..., :512]"
+    return f"flashattn-mla: heads=8, {meta['mla']}"
 
 
 def test_decode_inputs_hold_the_same_values_in_every_layout():
@@ -171,6 +186,51 @@ def test_decode_reference_is_gqa_attention_over_the_whole_cache():
     for b, ref in refs.items():
         assert ref.shape == (4, 6, 8)
         torch.testing.assert_close(ref, full[b], rtol=1e-12, atol=1e-12)
+
+
+def test_decode_mla_reads_the_values_inside_the_latent_rows():
+    """The MLA row's cache: one 576-wide latent row per token, paged (64) at scattered places,
+    poisoned past Sk, V a view of its first 512 columns (no copy); its reference is MQA over
+    that cache with v = k[..., :512]."""
+    from flashattn.bench import decode_mla
+    from flashattn.bench.decode import POISON, Case
+    from flashattn._reference import attention_reference
+
+    x = decode_mla.Inputs(Case(torch.float32, 3, 2, 70), 4, torch.device("cpu"),
+                          torch.Generator().manual_seed(2), POISON)
+    assert x.v_pages.data_ptr() == x.k_pages.data_ptr()
+    assert x.v_pages.stride() == x.k_pages.stride() and x.v_pages.shape[-1] == 512
+    assert x.block_table.shape == (3, 2) and sorted(x.block_table.flatten().tolist()) == list(range(6))
+    gathered = x.k_pages[x.block_table.long()].flatten(1, 2)        # (B, 128, 1, 576)
+    assert torch.equal(gathered[:, :70], x.latent)
+    assert bool((gathered[:, 70:] == POISON).all())
+    refs = decode_mla.references(x, [0, 2])
+    full, _ = attention_reference(x.q.double(), x.latent.double(), x.latent[..., :512].double())
+    for b, ref in refs.items():
+        assert ref.shape == (2, 4, 512)
+        torch.testing.assert_close(ref, full[b], rtol=1e-12, atol=1e-12)
+    assert decode_mla.kv_bytes(3, 70, torch.bfloat16) == 3 * 70 * 576 * 2
+
+
+def test_decode_check_catches_an_mla_kernel_that_reads_the_wrong_value_columns(monkeypatch,
+                                                                              tmp_path):
+    from flashattn.bench import decode_mla
+
+    real = decode_mla.flash_attn_with_kvcache
+
+    def values_from_the_rotary_end(q, k_cache, v_cache, **kw):
+        return real(q, k_cache, k_cache[..., 64:], **kw)
+
+    monkeypatch.setattr(decode_mla, "flash_attn_with_kvcache", values_from_the_rotary_end)
+    by_impl = {r["impl"]: r for r in _tiny_report(tmp_path)["results"]}
+    assert by_impl["flashattn-mla"]["max_err"] > 10 * MAX_FLOAT32_ERROR
+    assert by_impl["flashattn-dense"]["max_err"] < MAX_FLOAT32_ERROR
+
+
+def test_decode_mla_heads_0_leaves_the_row_out(tmp_path):
+    report = _tiny_report(tmp_path, "--mla-heads", "0")
+    assert "flashattn-mla" not in {r["impl"] for r in report["results"]}
+    assert report["meta"]["mla"] is None
 
 
 def _tiny_report(tmp_path, *extra):

@@ -51,3 +51,26 @@ def test_splits_and_ctas_are_the_cuda_plan_s(sim, device, head_dim):
                 grid = plan["grid"]
                 want = (plan["num_splits"], grid[0] * grid[1] * grid[2])
                 assert got == want, (batch, q_len, heads, heads_kv, head_dim, kv_len, requested)
+
+
+@pytest.mark.parametrize("device", sorted(DEVICES))
+@pytest.mark.parametrize("dims", [(576, 512), (512, 512), (192, 128)], ids=str)
+def test_mla_splits_and_ctas_are_the_cuda_plan_s(sim, device, dims):
+    """A value head dim of its own (the decode bench's MLA row: 576 / 512, one latent kv head):
+    the tile of the wider dim, the split model's (head_dim + head_dim_v) bytes per key and its
+    merge's head_dim_v columns."""
+    head_dim, head_dim_v = dims
+    for batch, q_len, heads in ((1, 1, 128), (4, 1, 128), (32, 1, 16), (2, 2, 64), (1, 4, 128)):
+        for kv_len in (300, 4096, 65536):
+            for requested in (0, 3):
+                q = torch.zeros(batch, q_len, heads, head_dim, dtype=torch.bfloat16)
+                k = torch.zeros(head_dim, dtype=torch.bfloat16).expand(batch, kv_len, 1, head_dim)
+                v = k[..., :head_dim_v]
+                plan = json.loads(sim.ops.plan_fwd(q, k, v, num_splits=requested,
+                                                   **DEVICES[device]))
+                got = decode_plan.decode_launch(batch, q_len, heads, 1, head_dim, kv_len,
+                                                DEVICES[device]["sm_count"], requested,
+                                                head_dim_v=head_dim_v)
+                grid = plan["grid"]
+                assert got == (plan["num_splits"], grid[0] * grid[1] * grid[2]), (
+                    batch, q_len, heads, kv_len, requested)

@@ -20,6 +20,9 @@ are negligible beside them). Implementations, on the same values:
   sdpa-<backend>   F.scaled_dot_product_attention forced to each backend of the device
                    (sdpa.py) on the padded cache in its own layout, contiguous
                    (B, Hkv, Sk, d), q (B, Hq, Sq, d), enable_gqa=True, no mask
+  flashattn-mla    MLA's absorbed decode beside it (decode_mla.py): --mla-heads query heads on
+                   one latent kv head, 576 / 512, V a view of K's paged cache (page 64); its
+                   bytes are the latent rows, B·Sk·576·itemsize (--mla-heads 0: no such row)
   fa2-paged,       FlashAttention-2's flash_attn.flash_attn_with_kvcache on the same two caches,
   fa2-dense        when flash_attn is importable (CUDA only; FA2 takes pages that are multiples
                    of 256 only, so fa2-paged reports n/a at smaller pages)
@@ -51,7 +54,7 @@ import torch
 
 from .._kvcache import flash_attn_with_kvcache
 from .._reference import attention_reference
-from . import decode_plan, measure, options, sdpa, summary
+from . import decode_mla, decode_plan, measure, options, sdpa, summary
 from .common import NOT_AVAILABLE, dtype_name
 from .table import Table, fmt, times
 
@@ -79,6 +82,7 @@ class Settings:
     page_size: int
     more_page_sizes: tuple   # more paged caches, flashattn-paged-N
     num_splits: int
+    mla_heads: int   # query heads of the MLA row (decode_mla.py); 0: none
     repeats: int
     warmup: int
     budget_s: Optional[float]   # per dtype; None: no budget
@@ -100,20 +104,21 @@ DEFAULTS = {
     "cpu": Settings(dtypes=(torch.bfloat16,), batches=(1, 8, 32), q_lens=(1, 4),
                     kv_lens=CPU_KV_LENS,
                     heads=32, heads_kv=8, head_dim=128, page_size=16, more_page_sizes=(),
-                    num_splits=0, repeats=5,
+                    num_splits=0, mla_heads=128, repeats=5,
                     warmup=1, budget_s=60.0, copy_bytes=1 << 30, copy_repeats=5, seed=0),
     "cuda": Settings(dtypes=(torch.bfloat16,), batches=(1, 4, 8, 32, 128), q_lens=(1, 4),
                      kv_lens=KV_LENS, heads=32, heads_kv=8, head_dim=128, page_size=16,
-                     more_page_sizes=(1, 64), num_splits=0, repeats=20, warmup=3, budget_s=None, copy_bytes=1 << 30,
+                     more_page_sizes=(1, 64), num_splits=0, mla_heads=128, repeats=20, warmup=3, budget_s=None, copy_bytes=1 << 30,
                      copy_repeats=10, seed=0),
 }
 # --quick: seconds, for CI. Lengths that are not multiples of the page: the last page is partly
 # poison (see POISON).
 QUICK = {
     "cpu": dict(batches=(1, 3), q_lens=(1, 2), kv_lens=(40, 100), heads=4, heads_kv=2,
-                head_dim=32, budget_s=None, copy_bytes=32 << 20),
+                head_dim=32, mla_heads=8, budget_s=None, copy_bytes=32 << 20),
     "cuda": dict(batches=(1, 3), q_lens=(1, 2), kv_lens=(40, 1000), heads=8, heads_kv=2,
-                 head_dim=64, more_page_sizes=(1,), budget_s=None, copy_bytes=64 << 20),
+                 head_dim=64, more_page_sizes=(1,), mla_heads=16, budget_s=None,
+                 copy_bytes=64 << 20),
 }
 # Issue 12's targets. CPU: 2 threads, Sk >= 16k, >= 70% of the measured copy bandwidth and >= 2x
 # F.sdpa on the padded cache. CUDA (H200): >= 80% of HBM bandwidth at B = 32, Sk >= 8k, measured
@@ -131,6 +136,9 @@ TARGETS = {
 # the default grid) and its float temporaries; plus one per --more-page-sizes pool. A case is
 # not run (and said so) when this is above MEMORY_SHARE of the memory available at its start.
 MEMORY_FACTOR = 8
+# The MLA row's latent pool and its float64 reference: less than one KV size more at the default
+# grid (576 bytes per token against 2·8·128), counted as one.
+MEMORY_FACTOR_MLA = 1
 MEMORY_SHARE = 0.6
 # The float64 reference checks these sequences of each batch.
 CHECKED = ("first", "last")
@@ -145,7 +153,8 @@ DESCRIPTION = (
     "and of the read bandwidth, both measured in the same run.")
 EPILOG = ("Defaults: bfloat16, B 1,8,32, Sq 1,4, 32 query heads, 8 kv heads, head_dim 128, page "
           "16, Sk 1k-128k doubling (CPU: 1k, 4k, 16k, 64k, cut by --budget, 60 s per dtype; the "
-          "cut cases are listed).")
+          "cut cases are listed); an MLA row per case (128 query heads, one latent kv head, "
+          "576 / 512, page 64).")
 PLOTS = None
 
 
@@ -170,6 +179,11 @@ def add_arguments(parser):
     parser.add_argument("--num-splits", type=options.non_negative_int, dest="num_splits",
                         metavar="N",
                         help="flash_attn_with_kvcache's num_splits (default 0: its heuristic)")
+    parser.add_argument("--mla-heads", type=options.non_negative_int, dest="mla_heads",
+                        metavar="N",
+                        help="query heads of the MLA row (flashattn-mla: one latent kv head, "
+                             "576 / 512, V a view of K's cache, page 64; default 128, "
+                             "DeepSeek-V3's; 0: no MLA row)")
     parser.add_argument("--budget", type=options.non_negative_float, dest="budget_s",
                         metavar="SECONDS", help="per dtype: cases that would end past it are not "
                                                 "run (default: cpu 60, cuda none; 0: none)")
@@ -390,6 +404,11 @@ def launch_of(case, impl, settings, sms):
     flashattn, not a GPU, or fp32 (the SIMT kernels, which decode_plan.py does not restate)."""
     if sms is None or not impl.startswith("flashattn-") or case.dtype == torch.float32:
         return None, None
+    if impl == decode_mla.MLA:
+        return decode_plan.decode_launch(case.batch, case.q_len, settings.mla_heads, 1,
+                                         decode_mla.HEAD_DIM, -(-case.kv_len // decode_mla.PAGE)
+                                         * decode_mla.PAGE, sms, settings.num_splits,
+                                         head_dim_v=decode_mla.HEAD_DIM_V)
     return decode_plan.decode_launch(case.batch, case.q_len, settings.heads, settings.heads_kv,
                                      settings.head_dim, cache_capacity(case, impl, settings),
                                      sms, settings.num_splits)
@@ -407,6 +426,14 @@ def measure_case(case, settings, probe, device, fa2, copy, read):
                           impl.name, impl.layout, nbytes),
                    (lambda impl=impl: (impl.attend(inputs), None)), make_check(refs))
                   for impl in implementations(device.type, settings, fa2)]
+    if settings.mla_heads:
+        mla = decode_mla.Inputs(case, settings.mla_heads, device, generator, POISON)
+        mla_refs = decode_mla.references(mla, checked_sequences(case.batch))
+        candidates.append((decode_mla.MLA,
+                           Result(dtype_name(case.dtype), case.batch, case.q_len, case.kv_len,
+                                  decode_mla.MLA, decode_mla.LAYOUT,
+                                  decode_mla.kv_bytes(case.batch, case.kv_len, case.dtype)),
+                           lambda: (mla.attend(settings.num_splits), None), make_check(mla_refs)))
     results, samples = measure.check_then_time(candidates, probe, settings, NOT_AVAILABLE,
                                                companions={COPY: copy, READ: read})
     copy_ms, read_ms = samples.pop(COPY), samples.pop(READ)
@@ -414,14 +441,14 @@ def measure_case(case, settings, probe, device, fa2, copy, read):
     for r in results.values():
         r.splits, r.ctas = launch_of(case, r.impl, settings, sms)
     for name in samples:
-        r = results[name]
-        r.gb_per_s = nbytes / (r.time_ms / measure.MS_PER_S) / 1e9
+        r = results[name]  # its own bytes: the MLA row reads the latent rows
+        r.gb_per_s = r.kv_bytes / (r.time_ms / measure.MS_PER_S) / 1e9
         r.copy_times_ms = copy_ms
         r.copy_gb_per_s = statistics.median(copy.gb_per_s(ms) for ms in copy_ms)
-        r.copy_share = bandwidth_share(nbytes, samples[name], copy, copy_ms)
+        r.copy_share = bandwidth_share(r.kv_bytes, samples[name], copy, copy_ms)
         r.read_times_ms = read_ms
         r.read_gb_per_s = statistics.median(read.gb_per_s(ms) for ms in read_ms)
-        r.read_share = bandwidth_share(nbytes, samples[name], read, read_ms)
+        r.read_share = bandwidth_share(r.kv_bytes, samples[name], read, read_ms)
     sdpa_names = [name for name in samples if name.startswith("sdpa-")]
     for name, fa2_name in ((PAGED, FA2_PAGED), (DENSE, FA2_DENSE)):
         if name not in samples:
@@ -546,7 +573,9 @@ def table_title(dtype_name, settings):
     return (f"decode, {dtype_name}, heads={settings.heads}, heads_kv={settings.heads_kv}, "
             f"head_dim={settings.head_dim}, page {settings.page_size}"
             + "".join(f", {page}" for page in settings.more_page_sizes)
-            + f", num_splits={settings.num_splits}")
+            + f", num_splits={settings.num_splits}"
+            + (f"; {decode_mla.MLA}: heads={settings.mla_heads}, {decode_mla.LAYOUT}"
+               if settings.mla_heads else ""))
 
 
 def table_row(table, r, with_fa2):
@@ -576,7 +605,7 @@ def _times_span(span):
     return f"{span[0]:.2f}x" if span[0] == span[1] else f"{span[0]:.2f}-{span[1]:.2f}x"
 
 
-def summary_lines(entries, bandwidth, cuts, settings):
+def summary_lines(entries, bandwidth, cuts, settings, results=()):
     lines = ["",
              f"copy bandwidth: {bandwidth['start_gb_per_s']:.3g} GB/s at the start, "
              f"{bandwidth['end_gb_per_s']:.3g} GB/s at the end (copy_ of "
@@ -614,6 +643,7 @@ def summary_lines(entries, bandwidth, cuts, settings):
         threads = ("" if s["target_threads"] in (None, s["threads"])
                    else f" [this run: {s['threads']} threads]")
         lines.append(f"{'':>16}  issue 12 target ({s['target']}){threads}: {verdict}")
+    lines += mla_summary_lines(results)
     reasons = {}
     for c in cuts:
         reasons.setdefault(c.reason.split(":")[0], []).append(c)
@@ -625,11 +655,32 @@ def summary_lines(entries, bandwidth, cuts, settings):
     return lines
 
 
+def mla_summary_lines(results):
+    """Per dtype, the MLA row's shares of the copy and read bandwidths, next to the dense GQA
+    step's (flashattn-dense) over the same cases."""
+    lines = []
+    for dtype in dict.fromkeys(r.dtype for r in results):
+        mla = [r for r in results if (r.dtype, r.impl, r.status) == (dtype, decode_mla.MLA, "ok")]
+        if not mla:
+            continue
+        dense = [r for r in results if (r.dtype, r.impl, r.status) == (dtype, DENSE, "ok")]
+        lines.append(
+            f"{decode_mla.MLA:>16}, {dtype}: "
+            f"{_percent_span(summary.span([r.copy_share for r in mla]))} of the copy bandwidth, "
+            f"{_percent_span(summary.span([r.read_share for r in mla]))} of the read bandwidth "
+            f"over {len(mla)} cases (the dense GQA step beside it: "
+            f"{_percent_span(summary.span([r.copy_share for r in dense]))} of the copy, "
+            f"{_percent_span(summary.span([r.read_share for r in dense]))} of the read); "
+            f"GB/s = latent bytes read (B·Sk·{decode_mla.HEAD_DIM}·itemsize) / median time")
+    return lines
+
+
 def reason_to_cut(case, nbytes, budget, device, settings):
     """Why the case is not run (the budget, or memory), or None."""
     reason = budget.reason_to_cut(case, nbytes)
     available = available_memory_bytes(device)
-    factor = MEMORY_FACTOR + len(settings.more_page_sizes)
+    factor = (MEMORY_FACTOR + len(settings.more_page_sizes)
+              + (MEMORY_FACTOR_MLA if settings.mla_heads else 0))
     if (reason is None and available is not None
             and factor * nbytes > MEMORY_SHARE * available):
         reason = (f"memory: needs about {factor * nbytes / 2 ** 30:.1f} GiB, "
@@ -682,7 +733,7 @@ def main(run):
                  "copy_bytes": settings.copy_bytes, "read_bytes": read.nbytes,
                  "repeats": settings.copy_repeats}
     entries = summarize(results, cuts, device.type, torch.get_num_threads())
-    run.print(*summary_lines(entries, bandwidth, cuts, settings))
+    run.print(*summary_lines(entries, bandwidth, cuts, settings, results))
 
     run.write_report({
         "fa2": fa2_line, "dtypes": [dtype_name(d) for d in settings.dtypes],
@@ -691,6 +742,8 @@ def main(run):
         "heads_kv": settings.heads_kv, "head_dim": settings.head_dim,
         "page_size": settings.page_size, "more_page_sizes": list(settings.more_page_sizes),
         "num_splits": settings.num_splits, "sm_count": sm_count(device),
+        "mla_heads": settings.mla_heads,
+        "mla": decode_mla.LAYOUT if settings.mla_heads else None,
         "causal": False, "cache": "every sequence holds kv_len keys (full cache, no mask)",
         "repeats": settings.repeats, "warmup": settings.warmup,
         "budget_s_per_dtype": settings.budget_s, "seed": settings.seed,

@@ -16,19 +16,22 @@ SPLIT_MODEL = dict(MaxSplits=64, SplitMinTiles=4, SplitTileNs=1000, SplitCtaNs=2
 PACKED_TILE_ROWS = 64  # gqa_decode.h kPackedTileRows: FwdTraits<*, true>::kBlockM
 FEW_ROWS = 16          # plan_fwd.h kFwdFewRows: up to this many rows, the one-m-tile kernel
 WARP = 32
-HEAD_DIM_TILES = (32, 64, 96, 128, 192, 256)  # the compiled 16-bit tiles (dispatch.h)
+HEAD_DIM_TILES = (32, 64, 96, 128, 192, 256, 576)  # the compiled 16-bit tiles (dispatch.h)
 
 
-def geometry(batch, q_len, heads, heads_kv, head_dim):
-    """The forward's launch for a 16-bit decode: packing, rows and CTAs per query block."""
+def geometry(batch, q_len, heads, heads_kv, head_dim, head_dim_v=None):
+    """The forward's launch for a 16-bit decode: packing, rows and CTAs per query block. The
+    tile covers the wider of head_dim and head_dim_v (plan_fwd.h, tile_head_dim)."""
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
     group = heads // heads_kv
     packed = group > 1 and math.ceil(q_len * group / PACKED_TILE_ROWS) < group
-    tile = next(t for t in HEAD_DIM_TILES if t >= head_dim)
+    tile = next(t for t in HEAD_DIM_TILES if t >= max(head_dim, head_dim_v))
     rows = q_len * group if packed else q_len
     # One m-tile per warp (64 rows) for packed heads, few rows, or above d = 128, else two (128).
     one_m_tile = packed or rows <= FEW_ROWS or tile > 128
     return dict(batch=batch, rows=rows, cta_heads=heads_kv if packed else heads,
                 heads_kv=heads_kv, packed=group if packed else 1, head_dim=head_dim,
+                head_dim_v=head_dim_v,
                 block_rows=64 if one_m_tile else 128, key_tile=64 if tile <= 128 else 32)
 
 
@@ -41,12 +44,13 @@ def step_ns(g, kv_len, sm_count, splits, element_bytes=2):
     slots = sms * c["SplitCtasPerSm"]
     waves = -(-(ctas * splits) // slots)
     t = waves * (c["SplitCtaNs"] + -(-tiles // splits) * c["SplitTileNs"])
-    kv_bytes = 2 * g["batch"] * g["heads_kv"] * kv_len * g["head_dim"] * element_bytes
+    kv_bytes = (g["batch"] * g["heads_kv"] * kv_len * (g["head_dim"] + g["head_dim_v"])
+                * element_bytes)
     t = max(t, kv_bytes // (sms * c["SplitSmBytesPerNs"]))
     if splits > 1:
         warps = g["batch"] * (g["rows"] // g["packed"]) * g["cta_heads"] * g["packed"]
         merge_waves = -(-warps // (sms * c["SplitMergeWarpsPerSm"]))
-        lane_columns = -(-g["head_dim"] // WARP)
+        lane_columns = -(-g["head_dim_v"] // WARP)
         t += c["SplitMergeLaunchNs"] + merge_waves * lane_columns * splits * c["SplitMergeStepNs"]
     return t
 
@@ -69,9 +73,10 @@ def num_splits(g, kv_len, sm_count, requested=0):
     return best
 
 
-def decode_launch(batch, q_len, heads, heads_kv, head_dim, kv_len, sm_count, requested=0):
+def decode_launch(batch, q_len, heads, heads_kv, head_dim, kv_len, sm_count, requested=0,
+                  head_dim_v=None):
     """(splits, CTAs) of the forward kernel's grid for a 16-bit decode on sm_count SMs."""
-    g = geometry(batch, q_len, heads, heads_kv, head_dim)
+    g = geometry(batch, q_len, heads, heads_kv, head_dim, head_dim_v)
     splits = num_splits(g, kv_len, sm_count, requested)
     ctas = splits * -(-g["rows"] // g["block_rows"]) * g["batch"] * g["cta_heads"]
     return splits, ctas
