@@ -66,6 +66,9 @@ CASES = [
     (torch.bfloat16, 128, "causal", 1, 7, 257, 2, 2, True),
     (torch.bfloat16, 64, "causal_top_left", 1, 257, 65, 3, 1, False),
     (torch.float16, 128, "causal_top_left", 1, 1, 1, 1, 1, False),
+    # d = 256: 64-key tiles, so the diagonal and the ragged tails fall elsewhere in a tile.
+    (torch.float16, 256, "causal", 1, 129, 65, 2, 1, True),
+    (torch.bfloat16, 256, "none", 1, 63, 161, 1, 1, False),
 ]
 
 
@@ -90,7 +93,8 @@ def test_hopper_forward_through_the_library(schedule, hopper, dtype, d, mask, b,
 
 @pytest.mark.parametrize("dtype, d, mask", [(torch.bfloat16, 64, "causal"),
                                             (torch.float16, 128, "none"),
-                                            (torch.bfloat16, 128, "causal_top_left")],
+                                            (torch.bfloat16, 128, "causal_top_left"),
+                                            (torch.float16, 256, "none")],
                          ids=lambda x: str(x).replace("torch.", ""))
 def test_hopper_seqused_k(schedule, hopper, dtype, d, mask):
     # Batch b attends to its first seqused_k[b] keys only (causal aligned to that length): all
@@ -132,7 +136,7 @@ def check_sequence(name, out, lse, q, k, v, ref_kwargs):
 
 
 MASK_CASES = [(torch.bfloat16, 64, "causal"), (torch.float16, 128, "none"),
-              (torch.bfloat16, 128, "causal_top_left")]
+              (torch.bfloat16, 128, "causal_top_left"), (torch.bfloat16, 256, "causal")]
 
 
 @pytest.mark.parametrize("dtype, d, mask", MASK_CASES, ids=lambda x: str(x).replace("torch.", ""))
@@ -177,13 +181,15 @@ def test_hopper_seqused_q(schedule, hopper, dtype, d, mask):
         assert (out[b, nq:] == 0).all() and (lse[b, :, nq:] == float("-inf")).all()
 
 
-@pytest.mark.parametrize("mask", ["all", "window_alibi_top_left", "negative_scale"])
-def test_what_hopper_lacks_runs_on_sm80(hopper, mask):
+@pytest.mark.parametrize("mask, d", [("all", 64), ("window_alibi_top_left", 64),
+                                     ("negative_scale", 64), ("softcap_window", 256)])
+def test_what_hopper_lacks_runs_on_sm80(hopper, mask, d):
     # ALiBi with softcap or a window is not among the Hopper forward's built kernels
-    # (kernel_list.py), nor is a scale <= 0 taken (plan_fwd_sm90.h): the same call on the same
-    # opted-in device runs mma.sync, and is right.
-    inputs = qkv(1, 65, 129, 2, 1, 64, torch.bfloat16)
-    _, counters = hopper.counted(lambda: check_forward(hopper, *inputs, MASKS[mask]))
+    # (kernel_list.py), nor softcap with a window at d = 256, nor is a scale <= 0 taken
+    # (plan_fwd_sm90.h): the same call on the same opted-in device runs mma.sync, and is right.
+    inputs = qkv(1, 65, 129, 2, 1, d, torch.bfloat16)
+    spec = dict(MASKS, softcap_window=dict(softcap=2.5, window=(16, 5)))[mask]
+    _, counters = hopper.counted(lambda: check_forward(hopper, *inputs, spec))
     assert launched(counters)
     assert [k for k in launched(counters) if "fwd_kernel_16bit" in k] == launched(counters)
     assert wgmma_instructions(counters) == 0
@@ -233,6 +239,9 @@ FEATURE_CASES = [
     (torch.bfloat16, 64, "window_top_left", 1, 127, 300, 1, 1),
     (torch.bfloat16, 128, "alibi", 1, 65, 257, 4, 2),
     (torch.float16, 64, "alibi_batch_causal", 2, 129, 63, 2, 2),
+    (torch.bfloat16, 256, "window", 1, 129, 257, 1, 1),
+    (torch.float16, 256, "softcap_causal", 1, 65, 129, 2, 1),
+    (torch.bfloat16, 256, "alibi", 1, 65, 161, 2, 1),
 ]
 FEATURE_MASKS = dict(MASKS, window_top_left=dict(window=(9, 30), align_bottom_right=False))
 
@@ -259,7 +268,9 @@ def test_hopper_softcap_and_windows(schedule, hopper, dtype, d, mask, b, sq, sk,
 # - a decode of one sequence of 2000 keys with num_splits=0: the plan's own count (4 on the
 #   shim's 8 SMs), so the choice and the kernel meet;
 # - a local window with softcap over 600 keys (5 tiles) in 3 parts: tiles left of the window
-#   never visited, the window's two edges in different parts.
+#   never visited, the window's two edges in different parts;
+# - d = 256 (64-key tiles), a causal decode in 3 parts: 257 keys (5 tiles) and 100 (2 tiles,
+#   one part empty).
 SPLIT_CASES = [
     (torch.bfloat16, 128, True, 3, 1, 300, 2, 2, [300, 0, 129], 3, {}),
     (torch.float16, 64, False, 2, 65, 257, 2, 1, [257, 70], 2, {}),
@@ -267,6 +278,7 @@ SPLIT_CASES = [
     (torch.float16, 64, True, 1, 1, 2048, 1, 1, [2000], 0, {}),
     (torch.float16, 128, False, 2, 65, 600, 2, 2, [600, 333], 3,
      dict(window_left=200, window_right=20, softcap=3.0)),
+    (torch.bfloat16, 256, True, 2, 1, 300, 2, 2, [257, 100], 3, {}),
 ]
 
 

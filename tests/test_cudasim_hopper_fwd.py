@@ -1,6 +1,6 @@
 """The sm_90a attention forward (csrc/cuda/hopper/, issue 31 stage 4) on the shim: within the
 FlashAttention tolerance of a float64 reference (selftest/hopper_fwd_test.cpp) for bf16 and f16,
-d = 64 and 128, causal (bottom-right and top-left) and not, local windows, softcap, ALiBi, awkward
+d = 64, 128 and 256, causal (bottom-right and top-left) and not, local windows, softcap, ALiBi, awkward
 Sq / Sk both ways, GQA, batch > 1 and two K/V layouts, under every schedule and copy
 completion; the key-tile ranges against brute force. Its GPU side (tests/cudasim/hopper_fwd.py)
 must keep compiling for sm_90a with no spills."""
@@ -19,7 +19,8 @@ COMPLETIONS = ["lazy", "eager", "random"]
 CASES = ["bf16_d64", "bf16_d128", "f16_d64", "f16_d128", "bf16_d128_causal", "bf16_d64_causal",
          "f16_d64_causal", "f16_d128_causal", "bf16_d64_causal_top_left", "bf16_d128_softcap",
          "f16_d64_causal_softcap", "bf16_d64_local", "f16_d128_local", "bf16_d128_alibi",
-         "f16_d64_causal_alibi"]
+         "f16_d64_causal_alibi", "bf16_d256", "f16_d256_causal", "bf16_d256_local", "f16_d256_softcap",
+         "bf16_d256_causal_softcap", "bf16_d256_alibi", "f16_d256_causal_alibi"]
 
 
 @pytest.mark.parametrize("completion", COMPLETIONS)
@@ -34,10 +35,11 @@ def test_forward_matches_float64(case, schedule, completion):
 
 def test_key_tile_ranges_match_brute_force():
     """Which key tiles a query tile visits and which it takes unmasked (KeyTiles), against
-    brute force over lengths 1-385, windows and both alignments (host only)."""
+    brute force over lengths 1-385, windows and both alignments, for the 128 x 128 tiles and
+    d = 256's 128 x 64 (host only)."""
     out = run(program("hopper_fwd_test"), "key_tiles")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok: KeyTiles") == 3, out.stdout
+    assert out.stdout.count("ok: KeyTiles") == 6, out.stdout
 
 
 @pytest.mark.skipif(hopper_gemm.nvcc_path() is None, reason="nvcc not found")

@@ -1,12 +1,12 @@
 """The plans' choice of the sm_90a kernels (csrc/cuda/plan_fwd_sm90.h, plan_bwd_sm90.h), without a
 GPU. The forward:
 torch.ops.flashattn_sim.plan_fwd on a compute capability 9.0 device, opted in (hopper_fwd, what
-FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64 or 128,
+FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64, 128 or 256,
 causal (either alignment) or not, dense or varlen, with seqused or without, that the sm_80 plan
 would run as one unsplit, unpacked launch with TMA-readable layouts; every other call stays on the
 sm_80 kernels, each such feature listed in README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
-threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V + 8
-mbarriers + 1024 bytes of alignment slack.
+threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V (128 keys a
+tile, 64 at d = 256) + 8 mbarriers + 1024 bytes of alignment slack.
 
 The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
 64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, GQA,
@@ -29,8 +29,9 @@ from test_cudasim_plan import SM80, SM90, plan_bwd, plan_fwd, qkv
 
 HOPPER = dict(SM90, hopper_fwd=True)
 SPLIT_SEQLENS_K = (512, 8192, 32768, 131072)
-# (128 query rows + 2 x 2 x 128 keys) x d x 2 bytes + 8 mbarriers x 8 + 1024.
-HOPPER_SMEM = {64: 83008, 128: 164928}
+# (128 query rows + 2 x 2 x kBlockN keys) x d x 2 bytes + 8 mbarriers x 8 + 1024; kBlockN = 128,
+# and 64 at d = 256.
+HOPPER_SMEM = {64: 83008, 128: 164928, 256: 197696}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def sim():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_hopper_takes_its_calls(sim, dtype, d, causal):
     plan = plan_fwd(sim, *qkv(3, 200, 300, 4, 2, d, dtype), causal=causal, device=HOPPER)
@@ -86,7 +87,10 @@ def _stays_on_sm80():
         ("fp32", qkv(2, 130, 130, 2, 2, 128, torch.float32), {}),
         ("head dim 96", qkv(2, 130, 130, 2, 2, 96), {}),
         ("head dim 40 (padded to 64 on sm_80)", qkv(2, 130, 130, 2, 2, 40), {}),
-        ("head dim 256", qkv(2, 130, 130, 2, 2, 256), {}),
+        ("head dim 192", qkv(2, 130, 130, 2, 2, 192), {}),
+        ("head dim 200 (padded to 256 on sm_80)", qkv(2, 130, 130, 2, 2, 200), {}),
+        ("head dim 256, softcap and a local window", qkv(2, 130, 130, 2, 2, 256),
+         dict(window_left=40, window_right=3, softcap=1.5)),
         ("ALiBi, softcap", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32),
                                            softcap=2.0)),
         ("ALiBi, local window", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32),
@@ -277,7 +281,7 @@ def test_hopper_takes_split_kv(sim):
     # The caller's count: num_splits CTAs per query tile along x, the fp32 parts in mask.h's
     # scratch layout (num_splits x (out's B x Sq x Hq x d + lse's B x Hq x Sq) floats), merged
     # by split_merge_kernel.cuh. Every split writes every row of its sequences, so no fill.
-    for d, splits in [(64, 2), (128, 3)]:
+    for d, splits in [(64, 2), (128, 3), (256, 2)]:
         plan = plan_fwd(sim, *qkv(2, 130, 300, 4, 2, d), causal=True, num_splits=splits,
                         device=HOPPER)
         assert plan["arch"] == "sm90" and plan["num_splits"] == splits and plan["merges"]
@@ -368,8 +372,15 @@ def feature_id(kwargs):
                     for k, v in kwargs.items())
 
 
-@pytest.mark.parametrize("kwargs", FEATURES, ids=feature_id)
-def test_hopper_takes_softcap_and_windows(sim, kwargs):
-    plan = plan_fwd(sim, *qkv(2, 200, 300, 4, 2, 64), device=HOPPER, **kwargs)
+def softcap_and_window(kwargs):
+    return kwargs.get("softcap", 0) > 0 and kwargs.get("window_left", -1) >= 0
+
+
+# d = 256 builds no main loop with softcap and a local window (hopper/fwd_sm90_config.h).
+@pytest.mark.parametrize("d, kwargs", [(64, f) for f in FEATURES] +
+                         [(256, f) for f in FEATURES if not softcap_and_window(f)],
+                         ids=lambda x: feature_id(x) if isinstance(x, dict) else f"d{x}")
+def test_hopper_takes_softcap_and_windows(sim, d, kwargs):
+    plan = plan_fwd(sim, *qkv(2, 200, 300, 4, 2, d), device=HOPPER, **kwargs)
     assert plan["arch"] == "sm90" and plan["grid"] == [2, 4, 2]
-    assert plan["smem_bytes"] == HOPPER_SMEM[64] and plan["num_splits"] == 1
+    assert plan["smem_bytes"] == HOPPER_SMEM[d] and plan["num_splits"] == 1

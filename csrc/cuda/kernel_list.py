@@ -67,9 +67,10 @@ FAMILIES = {
         header="launch_fwd_sm90.cuh", prefix="fwd", one_per_file=True, direction="fwd",
         template="{element}, {head_dim}",
         params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
-        comment="The sm_90a forward (csrc/cuda/hopper/), its eight main loops (no mask, causal, "
-                "local, each with softcap or not; ALiBi, causal or not) for one (head dim, "
-                "dtype): compiled for sm_90a only (kernel_list.py ARCHS)."),
+        comment="The sm_90a forward (csrc/cuda/hopper/), its main loops (no mask, causal, "
+                "local, each with softcap or not, but not local with softcap at d = 256; ALiBi, "
+                "causal or not) for one (head dim, dtype): compiled for sm_90a only "
+                "(kernel_list.py ARCHS)."),
     "bwd_sm90": dict(
         header="launch_bwd_sm90.cuh", prefix="bwd", one_per_file=True, direction="bwd",
         template="{element}, {head_dim}",
@@ -99,14 +100,16 @@ HEAD_DIMS_16BIT = (32, 64, 96, 128, 192, 256)  # tensor-core kernels, fp16 and b
 HEAD_DIMS_16BIT_FWD_ONLY = (576,)
 HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # The sm_90a forward and backward: exactly these head dims (FwdSm90Config, BwdSm90Config), fp16 and
-# bf16. Each forward file holds eight main loops (launch_fwd_sm90.cuh, launch_fwd_sm90_features):
-# no mask, causal, a local window, each with softcap and without; ALiBi with no mask or causal,
-# without softcap. ALiBi with softcap or a local window is not built, so those calls stay on the
-# sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds its kernel with
-# and without the causal mask (and its rows and convert kernels). Four files per direction: the
-# build-time budget (docs/lab/2026-12-02-hopper-forward-features.md,
-# docs/lab/2026-12-02-hopper-backward-wiring.md).
+# bf16; the forward also at d = 256 (HEAD_DIMS_SM90_FWD). Each forward file holds eight main loops
+# (launch_fwd_sm90.cuh, launch_fwd_sm90_features): no mask, causal, a local window, each with
+# softcap and without; ALiBi with no mask or causal, without softcap; at d = 256 seven, without
+# softcap + local window (it spills: hopper/fwd_sm90_config.h). What is not built stays on the
+# sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds its kernel with and without the causal mask (and its rows and
+# convert kernels). Six forward files and four backward: the build-time budget
+# (docs/lab/2026-12-02-hopper-forward-features.md, docs/lab/2026-12-02-hopper-backward-wiring.md,
+# docs/lab/2026-12-02-hopper-forward-d256.md).
 HEAD_DIMS_SM90 = (64, 128)
+HEAD_DIMS_SM90_FWD = HEAD_DIMS_SM90 + (256,)
 
 KERNELS = (
     [Kernel(family, d, dtype, "sm80") for family in ("fwd_16bit", "bwd_16bit")
@@ -115,8 +118,8 @@ KERNELS = (
        for dtype in ("fp16", "bf16")]
     + [Kernel(family, d, "fp32", "sm80") for family in ("fwd_simt", "bwd_simt")
        for d in HEAD_DIMS_SIMT]
-    + [Kernel(family, d, dtype, "sm90a") for family in ("fwd_sm90", "bwd_sm90")
-       for d in HEAD_DIMS_SM90 for dtype in ("fp16", "bf16")]
+    + [Kernel("fwd_sm90", d, dtype, "sm90a") for d in HEAD_DIMS_SM90_FWD for dtype in ("fp16", "bf16")]
+    + [Kernel("bwd_sm90", d, dtype, "sm90a") for d in HEAD_DIMS_SM90 for dtype in ("fp16", "bf16")]
     # Not per head dim: one kernel per element type.
     + [Kernel(family, None, dtype, "sm80") for family in ("split_merge", "kv_append")
        for dtype in ("fp16", "bf16", "fp32")]

@@ -41,9 +41,10 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 }
 }  // namespace detail
 
-// The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90): causal,
-// a local window or no mask, each with softcap or without; ALiBi with causal or no mask, without
-// softcap (the plan keeps ALiBi's other combinations on sm_80: sm90_fwd_unsupported).
+// The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90_FWD): causal,
+// a local window or no mask, each with softcap or without (at d = 256 a local window without
+// softcap only: fwd_sm90_builds_softcap_local); ALiBi with causal or no mask, without softcap
+// (the plan keeps the other combinations on sm_80: sm90_fwd_unsupported).
 template <typename Element, int kHeadDim>
 std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopper::FwdSm90Params& hp,
                                      void* stream, bool softcap, bool alibi, Sm90FwdMask mask) {
@@ -58,7 +59,11 @@ std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopp
       case Sm90FwdMask::kCausal:
         return hopper::launch_fwd_sm90<Element, kHeadDim, true, kSoftcap, false>(maps, hp, stream);
       case Sm90FwdMask::kLocal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, true>(maps, hp, stream);
+        if constexpr (kSoftcap && !hopper::fwd_sm90_builds_softcap_local(kHeadDim)) {
+          return std::string("softcap with a local window is not built at this head dim (the plan's mistake)");
+        } else {
+          return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, true>(maps, hp, stream);
+        }
       case Sm90FwdMask::kNone:
         break;
     }

@@ -96,7 +96,7 @@ inline bool tma_view_ok(const TensorView& view, int batch, int64_t rows, int hea
 // README's support table until the kernel has it.
 inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (type == ElementType::kFloat) return "fp32 inputs";
-  if (!is_sm90_fwd_head_dim(p.head_dim)) return "a head dim other than 64 or 128";
+  if (!is_sm90_fwd_head_dim(p.head_dim)) return "a head dim other than 64, 128 or 256";
   if (p.head_dim_v != p.head_dim) return "a value head dim of its own (MLA)";
   if (p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr)
     return "a paged or indexed KV cache";
@@ -108,6 +108,9 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   // ALiBi's main loops: no mask or causal, without softcap (launch_fwd_sm90.cuh).
   if (p.alibi.ptr != nullptr && (p.softcap > 0.f || sm90_fwd_mask(p) == Sm90FwdMask::kLocal))
     return "ALiBi with softcap or a local window";
+  if (p.softcap > 0.f && sm90_fwd_mask(p) == Sm90FwdMask::kLocal &&
+      !hopper::fwd_sm90_builds_softcap_local(p.head_dim))
+    return "softcap with a local window at head dim 256";
   // The kernel's online softmax takes each row's largest score as the largest logit, true only
   // for a positive scale (the sm_80 kernels turn other scales into logits first).
   if (!(p.scale > 0.f)) return "a softmax scale that is not positive";

@@ -39,6 +39,9 @@ template void run_fwd_sm90<__nv_bfloat16, 64>(const AttnParams&, float*, cudaStr
 template void run_fwd_sm90<__half, 128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_sm90<__nv_bfloat16, 128>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__half, 256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__nv_bfloat16, 256>(const AttnParams&, float*,
+    cudaStream_t, LaunchCheck);
 template void run_split_merge<__half>(const AttnParams&, const float*, cudaStream_t, LaunchCheck);
 template void run_split_merge<__nv_bfloat16>(const AttnParams&, const float*,
     cudaStream_t, LaunchCheck);

@@ -2,9 +2,10 @@
 //
 // One CTA computes kBlockM = 128 query rows of one (batch, head): warpgroup 0 is the producer
 // (one thread issues TMA loads), warpgroups 1 and 2 are consumers owning 64 rows each (the
-// m64 of wgmma). Keys go by kBlockN = 128 through a ring of kStages = 2 stages of K and V.
-// FA3 (hopper/tile_size.h) uses 128 x 128 (d = 128) with two stages too; why these sizes here
-// is in docs/lab/2026-12-02-hopper-forward.md.
+// m64 of wgmma). Keys go by kBlockN (fwd_sm90_key_tile: 128 up to d = 128, 64 at d = 256)
+// through a ring of kStages = 2 stages of K and V. FA3 (hopper/tile_size.h) uses 128 x 128
+// (d = 128) with two stages too; why these sizes here is in docs/lab/2026-12-02-hopper-forward.md
+// and docs/lab/2026-12-02-hopper-forward-d256.md.
 //
 // Shared memory, from a 1024-byte aligned base (the 128-byte swizzle's atom is 8 rows of 128
 // bytes; every tile below starts on a multiple of 1024):
@@ -29,12 +30,28 @@ struct FwdSm90GridDims {
   unsigned x, y, z;
 };
 
+// Keys per tile. Up to d = 128, 128 (S 64 + P 32 + O d / 2 registers per consumer thread).
+// At d = 256 O alone is 128 fp32 registers per thread, and S_j, P_{j-1} and O are live together
+// in the overlapped step: 64 keys keep that at 32 + 16 + 128 = 176 of setmaxnreg's 240 (128 keys
+// would need 224 registers and 320 KB of shared memory). FA3's 80 (40 + 20 + 128 = 188) left
+// ptxas too little for the local window's main loop (a 4-byte spill), so 64 at d = 256
+// (docs/lab/2026-12-02-hopper-forward-d256.md).
+constexpr int fwd_sm90_key_tile(int head_dim) { return head_dim <= 128 ? 128 : 64; }
+
+// Whether the main loop with softcap and a local window is built at this head dim. At d = 256 it
+// spills even at 64 keys (32 bytes: softcap's accurate tanh on the scores while P V holds O and P
+// in registers), so it is not built and those calls stay on the sm_80 kernels (plan_fwd_sm90.h,
+// README's support table); launch_fwd_sm90.cuh instantiates the rest.
+constexpr bool fwd_sm90_builds_softcap_local(int head_dim) { return head_dim <= 128; }
+
 template <int kHeadDim_>
 struct FwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "the sm_90a forward takes d = 64 or 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "the sm_90a forward takes d = 64, 128 or 256");
   static constexpr int kBlockM = 128;
-  static constexpr int kBlockN = 128;
+  static constexpr int kBlockN = fwd_sm90_key_tile(kHeadDim);
+  static_assert(kBlockN % 16 == 0, "P V runs in k16 steps over the keys of a tile");
   static constexpr int kStages = 2;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);

@@ -234,10 +234,10 @@ int run(std::vector<Shape> shapes) {
 // and every visit the main loop takes unmasked is a whole tile every row sees. Split-KV: the
 // parts (keep_part) of 2, 3 and 5 visit exactly the unsplit tiles between them, each once, and
 // each part's unmasked visits are whole tiles too.
-template <bool kCausal, bool kLocal>
+template <bool kCausal, bool kLocal, int kHeadDim>
 int check_key_tiles_mode() {
   using flashattn::hopper::KeyTiles;
-  constexpr int M = FwdSm90Config<64>::kBlockM, N = FwdSm90Config<64>::kBlockN;
+  constexpr int M = FwdSm90Config<kHeadDim>::kBlockM, N = FwdSm90Config<kHeadDim>::kBlockN;
   const int lengths[] = {1, 7, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 300, 385};
   const int windows[] = {-1, 0, 1, 5, 37, 127, 128, 129, 200};
   const int part_counts[] = {1, 2, 3, 5};
@@ -287,22 +287,27 @@ int check_key_tiles_mode() {
               }
             }
           }
-  std::printf("%s: KeyTiles<causal %d, local %d>: %d (query tile, key tile, parts) checked, %d wrong\n",
-              bad ? "WRONG" : "ok", kCausal, kLocal, checked, bad);
+  std::printf("%s: KeyTiles<causal %d, local %d> %d x %d: %d (query tile, key tile, parts) checked, %d wrong\n",
+              bad ? "WRONG" : "ok", kCausal, kLocal, M, N, checked, bad);
   return bad ? 1 : 0;
 }
 
-int check_key_tiles() {
-  const int a = check_key_tiles_mode<false, false>();
-  const int b = check_key_tiles_mode<true, false>();
-  const int c = check_key_tiles_mode<false, true>();
+// Each distinct tile shape: 128 x 128 (d = 64, 128) and 128 x 64 (d = 256).
+template <int kHeadDim>
+int check_key_tiles_of() {
+  const int a = check_key_tiles_mode<false, false, kHeadDim>();
+  const int b = check_key_tiles_mode<true, false, kHeadDim>();
+  const int c = check_key_tiles_mode<false, true, kHeadDim>();
   return a | b | c;
 }
+
+int check_key_tiles() { return check_key_tiles_of<64>() | check_key_tiles_of<256>(); }
 
 using bf16 = __nv_bfloat16;
 using f16 = __half;
 
 // Sizes 1, 7, 63, 65, 127, 129, 257, Sq < Sk and Sq > Sk, GQA, batch > 1, both K/V layouts.
+// Each d = 256 main loop (launch_fwd_sm90_features) has a case.
 // The shim costs ~0.3 ms per m64n128k16, so each case stays at a few hundred wgmmas.
 const selftest::NamedCases kCases = {
     {"bf16_d64", [] { return run<bf16, 64, false>({{1, 1, 1, 1, 1, false}, {2, 2, 1, 7, 129, true},
@@ -331,6 +336,18 @@ const selftest::NamedCases kCases = {
     {"bf16_d128_alibi", [] { return run<bf16, 128, false, false, false, true>({{2, 2, 1, 129, 257, false}}); }},
     {"f16_d64_causal_alibi", [] { return run<f16, 64, true, false, false, true>({{1, 2, 2, 257, 127, true},
                                                                                  {1, 1, 1, 65, 65, false, true}}); }},
+    // d = 256: 128 x 64 tiles, two key tiles per query tile's width.
+    {"bf16_d256", [] { return run<bf16, 256, false>({{1, 1, 1, 65, 257, false}, {2, 2, 1, 7, 63, true},
+                                                     {1, 1, 1, 129, 1, false}}); }},
+    {"f16_d256_causal", [] { return run<f16, 256, true>({{1, 1, 1, 257, 127, false}, {1, 2, 1, 63, 129, true},
+                                                         {1, 1, 1, 129, 129, false, true}}); }},
+    {"bf16_d256_local", [] { return run<bf16, 256, false, false, true>({{1, 1, 1, 257, 257, false, false, 100, 0},
+                                                                        {1, 1, 1, 129, 300, true, false, 37, 90},
+                                                                        {1, 1, 1, 65, 7, false, true, 0, -1}}); }},
+    {"f16_d256_softcap", [] { return run<f16, 256, false, true>({{1, 2, 1, 127, 161, false}}); }},
+    {"bf16_d256_causal_softcap", [] { return run<bf16, 256, true, true>({{1, 1, 1, 161, 65, true}}); }},
+    {"bf16_d256_alibi", [] { return run<bf16, 256, false, false, false, true>({{2, 1, 1, 63, 129, false}}); }},
+    {"f16_d256_causal_alibi", [] { return run<f16, 256, true, false, false, true>({{1, 2, 2, 129, 65, true}}); }},
     {"bf16_d64_causal_top_left", [] { return run<bf16, 64, true>({{1, 1, 1, 65, 257, false, true},
                                                                   {1, 2, 1, 257, 63, true, true},
                                                                   {1, 1, 1, 129, 129, false, true}}); }},
