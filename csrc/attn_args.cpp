@@ -46,10 +46,45 @@ int64_t batch_size(const AttnInputs& in) {
   return in.varlen() ? in.cu_seqlens_q->size(0) - 1 : in.q.size(0);
 }
 
+// Bound on block_offsets' entries (|diagonal| too), so that a row's position plus the window
+// stays within the kernels' 32-bit index arithmetic.
+constexpr int64_t kMaxBlockOffset = int64_t(1) << 29;
+
 // A window bound larger than any possible distance is the same as unbounded; clipping keeps
-// the kernels' 32-bit index arithmetic from overflowing.
-int clip_window(int64_t w, int64_t seqlen_q, int64_t seqlen_k) {
-  return w > seqlen_q + seqlen_k ? -1 : static_cast<int>(w);
+// the kernels' 32-bit index arithmetic from overflowing. A block of a larger attention
+// (block_offsets) measures distances in the whole attention, which only bounds them by
+// 2 * kMaxBlockOffset.
+int clip_window(int64_t w, int64_t seqlen_q, int64_t seqlen_k, bool block) {
+  const int64_t longest = block ? 2 * kMaxBlockOffset : seqlen_q + seqlen_k;
+  return w > longest ? -1 : static_cast<int>(w);
+}
+
+// block_offsets: int32 [batch, 5] on q's device, contiguous; where the executor reads lengths on
+// the host (the CPU), also its values: offsets in [0, kMaxBlockOffset), |diagonal| below it.
+void check_block_offsets(const AttnInputs& in, const ExecutorLimits& limits) {
+  if (!in.block_offsets) return;
+  const at::Tensor& t = *in.block_offsets;
+  const int64_t batch = batch_size(in);
+  TORCH_CHECK(t.scalar_type() == at::kInt, "flashattn: block_offsets must be int32, got ",
+              t.scalar_type());
+  TORCH_CHECK(t.dim() == 2 && t.size(0) == batch && t.size(1) == 5, "flashattn: block_offsets "
+              "must have shape [batch, 5] = [", batch, ", 5] (row_offset, key_offset, "
+              "head_offset, diagonal, sequence per sequence), got ", t.sizes());
+  check_same_device(t, "block_offsets", in.q);
+  TORCH_CHECK(t.is_contiguous(), "flashattn: block_offsets must be contiguous, got strides ",
+              t.strides());
+  if (!limits.reads_lengths_on_host) return;
+  const int* values = t.data_ptr<int>();
+  constexpr const char* kNames[5] = {"row_offset", "key_offset", "head_offset", "diagonal",
+                                     "sequence"};
+  for (int64_t b = 0; b < batch; ++b)
+    for (int c = 0; c < 5; ++c) {
+      const int64_t value = values[5 * b + c];
+      const int64_t low = c == 3 ? -kMaxBlockOffset + 1 : 0;
+      TORCH_CHECK(value >= low && value < kMaxBlockOffset, "flashattn: block_offsets[", b, ", ",
+                  c, "] (", kNames[c], ") = ", value, " must be in [", low, ", ",
+                  kMaxBlockOffset, ")");
+    }
 }
 
 // The softmax scale the caller asked for, or FA2's and SDPA's default 1 / sqrt(head_dim).
@@ -425,6 +460,7 @@ void poison_if_debugging(at::Tensor& t) {
 void check_fwd(const AttnInputs& in, const ExecutorLimits& limits) {
   check_qkv(in, limits);
   check_sequence_lengths(in, limits);
+  check_block_offsets(in, limits);
   check_kv_cache(in, limits);
   check_mask_options(in);
 }
@@ -483,8 +519,10 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
   p.scale = static_cast<float>(p.scale_fp64);
   p.softcap = static_cast<float>(p.softcap_fp64);
   // FA2's convention: causal is a window whose right edge is the diagonal.
-  p.window_left = clip_window(in.window_left, p.seqlen_q, p.seqlen_k);
-  p.window_right = in.causal ? 0 : clip_window(in.window_right, p.seqlen_q, p.seqlen_k);
+  const bool block = in.block_offsets.has_value();
+  p.window_left = clip_window(in.window_left, p.seqlen_q, p.seqlen_k, block);
+  p.window_right = in.causal ? 0 : clip_window(in.window_right, p.seqlen_q, p.seqlen_k, block);
+  if (block) p.block_offsets = in.block_offsets->data_ptr<int>();
   p.align_bottom_right = in.align_bottom_right;
   if (in.alibi_slopes.has_value()) p.alibi = slopes_view(*in.alibi_slopes);
   if (in.attn_mask.has_value()) p.mask = mask_view(*in.attn_mask, mask_blocks, in.q, in.k);
@@ -505,6 +543,7 @@ void check_bwd(const AttnInputs& in, const BwdInputs& grads, const ExecutorLimit
               "none of them");
   check_qkv(in, limits);
   check_sequence_lengths(in, limits);
+  check_block_offsets(in, limits);
   check_mask_options(in);
   check_rank(out, "out", in.varlen());
   check_rank(dout, "dout", in.varlen());

@@ -42,6 +42,8 @@ struct AttnInputs {
   // row cache_leftpad[b] on (both int32 [batch]; dense q).
   std::optional<at::Tensor> block_table, cache_batch_idx, cache_leftpad;
   int64_t num_splits = 1;  // split-KV parts (params.h); 0 lets the executor choose
+  // int32 [batch, 5]: the call is a block of a larger attention (params.h, block_offsets).
+  std::optional<at::Tensor> block_offsets;
 
   bool varlen() const { return cu_seqlens_q.has_value(); }
   bool paged() const { return block_table.has_value(); }

@@ -25,6 +25,13 @@ struct Sequence {
   int diag_offset = 0;  // seqlen_k - seqlen_q aligned bottom-right (FA2), 0 top-left (SDPA)
   int window_left = -1;
   int window_right = -1;
+  // Where the sequence's rows, keys and query heads sit in the whole attention when the call
+  // is a block of it (params.h, block_offsets), and which of its sequences it is: dropout draws
+  // at those positions. 0 and `batch` otherwise.
+  int row_offset = 0;
+  int key_offset = 0;
+  int head_offset = 0;
+  int whole_batch = 0;
 };
 
 // [begin, end) of sequence b in a cumulative-lengths array, clamped to [0, total] and to at
@@ -52,7 +59,7 @@ FLASHATTN_HOST_DEVICE int clamp_index(int i, int count) {
 
 FLASHATTN_HOST_DEVICE Sequence sequence_of(const AttnParams& p, int b) {
   Sequence s;
-  s.batch = s.kv_batch = b;
+  s.batch = s.kv_batch = s.whole_batch = b;
   int length_q = p.seqlen_q, length_k = p.seqlen_k;
   if (p.cu_seqlens_q != nullptr) {
     clamped_range(p.cu_seqlens_q, b, p.total_q, p.seqlen_q, s.q_row0, length_q);
@@ -77,8 +84,19 @@ FLASHATTN_HOST_DEVICE Sequence sequence_of(const AttnParams& p, int b) {
     s.k_row0 += pad;
     s.seqlen_k -= pad;
   }
-  // Packed GQA heads (params.h): seqlen_q counts packed_heads rows per query.
-  s.diag_offset = p.align_bottom_right ? s.seqlen_k - s.seqlen_q / p.packed_heads : 0;
+  if (p.block_offsets != nullptr) {
+    // A block: local row i and key j are the whole attention's row_offset + i and
+    // key_offset + j, so its diagonal i + diagonal - j = 0 is local i + diag_offset - j = 0.
+    const int* at = p.block_offsets + 5 * static_cast<int64_t>(b);
+    s.row_offset = at[0];
+    s.key_offset = at[1];
+    s.head_offset = at[2];
+    s.diag_offset = at[3] + at[0] - at[1];
+    s.whole_batch = at[4];
+  } else {
+    // Packed GQA heads (params.h): seqlen_q counts packed_heads rows per query.
+    s.diag_offset = p.align_bottom_right ? s.seqlen_k - s.seqlen_q / p.packed_heads : 0;
+  }
   s.window_left = p.window_left;
   s.window_right = p.window_right;
   return s;

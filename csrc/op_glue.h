@@ -47,6 +47,7 @@ inline AttnInputs read_attn_inputs(const OpArguments& args) {
   in.seqused_q = args.optional_tensor("seqused_q");
   in.seqused_k = args.optional_tensor("seqused_k");
   in.block_table = args.optional_tensor("block_table");
+  in.block_offsets = args.optional_tensor("block_offsets");
   return in;
 }
 

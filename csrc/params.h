@@ -160,6 +160,15 @@ struct AttnParams {
 
   KvCache kv_cache;
 
+  // Context parallelism (flashattn.distributed): the call is one block of a larger attention.
+  // int32 [batch, 5] on the tensors' device, per sequence b: (row_offset, key_offset,
+  // head_offset, diagonal, sequence): its local query row i, key j and query head h are row
+  // row_offset + i, key key_offset + j and head head_offset + h of sequence `sequence` of the
+  // whole attention, whose own diagonal offset is `diagonal` (its Sk - Sq aligned bottom-right,
+  // 0 top-left). Masks, ALiBi and dropout then act on the whole attention's positions (mask.h,
+  // sequence_of); align_bottom_right is unused. null: the call is the whole attention.
+  const int* block_offsets = nullptr;
+
   // Split-KV: each (sequence, head, query block) splits its visible key blocks into num_splits
   // contiguous parts (split_part() in mask.h), computed independently and merged by their LSEs.
   // 1: no split. The device kernels write the parts to a scratch passed beside these params

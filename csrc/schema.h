@@ -25,13 +25,20 @@ namespace flashattn {
 // sequence get out 0 and lse -inf, and zero gradients. block_table (int32 [B, max_blocks],
 // forward only): k, v are a paged KV cache's blocks [num_blocks, page_size, Hkv, D], key j of
 // sequence b being row j % page_size of block block_table[b][j / page_size]; dense or varlen q.
+// block_offsets (int32 [B, 5], internal: flashattn.distributed's ring and Ulysses): the call
+// is one block of a larger attention; per sequence b, (row_offset, key_offset, head_offset,
+// diagonal, sequence) place its query rows, keys and query heads in sequence `sequence` of
+// the whole attention, whose diagonal offset is `diagonal` (Sk - Sq of the whole sequence
+// bottom-right, 0 top-left; it replaces align_bottom_right). Causal, window, ALiBi and dropout
+// then act on the whole attention's positions (params.h, block_offsets).
 #define FLASHATTN_ATTN_ARGUMENTS                                                              \
   "Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False, "             \
   "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, " \
   "bool align_bottom_right=True, bool deterministic=False, Tensor? cu_seqlens_q=None, "      \
   "Tensor? cu_seqlens_k=None, SymInt? max_seqlen_q=None, SymInt? max_seqlen_k=None, "        \
   "Tensor? seqused_q=None, Tensor? seqused_k=None, Tensor? attn_mask=None, "                \
-  "float dropout_p=0.0, Tensor? rng_state=None, Tensor? block_table=None"
+  "float dropout_p=0.0, Tensor? rng_state=None, Tensor? block_table=None, "                \
+  "Tensor? block_offsets=None"
 
 // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq] (fp32, natural log, -inf for a row that sees
 // no key); varlen: out [total_q, Hq, D] and lse [Hq, total_q].

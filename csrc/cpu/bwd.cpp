@@ -517,8 +517,10 @@ class BackwardKernel {
   const T* probs_for_dv(const Task& task, int h, int qb, int kb, const T* probs, Scratch& s) const {
     if (!p_.dropout.on()) return probs;
     const int rows = rows_of(task.b, qb), cols = cols_of(task.b, kb);
-    dropout_keeps_transposed(p_.dropout, dropout_seed(p_.dropout), task.b, h, qb * query_block_,
-                             rows, kb * kKeyBlock, cols, s.keep_t.data(), query_block_);
+    const Sequence& seq = seqs_[task.b];
+    dropout_keeps_transposed(p_.dropout, dropout_seed(p_.dropout), seq.whole_batch,
+                             seq.head_offset + h, seq.row_offset + qb * query_block_, rows,
+                             seq.key_offset + kb * kKeyBlock, cols, s.keep_t.data(), query_block_);
     std::copy_n(probs, size_t(cols) * query_block_, s.dropped_t.data());
     apply_keeps(s.keep_t.data(), s.dropped_t.data(), cols, rows, query_block_,
                 keep_scale<T>(p_.dropout));

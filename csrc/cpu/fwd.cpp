@@ -457,8 +457,10 @@ class ForwardKernel {
       // Dropout drops from the product with V only: l_i above summed the whole P_ij.
       if (p_.dropout.on())
         for (int g = 0; g < plan_.heads_per_tile; ++g)
-          dropout_rows(p_.dropout, dropout_seed(p_.dropout), b, head0 + g, row_begin, rows,
-                       key_begin, cols, s.scores.data() + size_t(g) * rows * kKeyBlock, kKeyBlock);
+          dropout_rows(p_.dropout, dropout_seed(p_.dropout), seq.whole_batch,
+                       seq.head_offset + head0 + g, seq.row_offset + row_begin, rows,
+                       seq.key_offset + key_begin, cols,
+                       s.scores.data() + size_t(g) * rows * kKeyBlock, kKeyBlock);
       if constexpr (kNative16)
         for (int r = 0; r < tile_rows && products_16bit && !fused_16bit; ++r) {
           In* probs_row = s.probs16.data() + size_t(r) * kKeyBlock;

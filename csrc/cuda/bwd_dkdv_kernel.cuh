@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
       for (int m = 0; m < kSdpMTiles; ++m)
         keep[m] = p.dropout.on() ? keep_bits_by_key_rows<kPassNTiles>(
-                                       p.dropout, batch, head, key[m], m_start + query0,
+                                       p.dropout, seq, head, key[m], m_start + query0,
                                        lane_col)
                                  : 0u;
       // P^T and dS^T, element by element, into shared memory. Queries outer: a column's

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
     // Dropout's decisions for this tile, drawn before the S and dP accumulators are live.
     const uint32_t keep = p.dropout.on() ? keep_bits_by_query_rows<kNTilesN>(
-                                               p.dropout, batch, head, row, n_start,
+                                               p.dropout, seq, head, row, n_start,
                                                lanes.acc_col)
                                          : 0u;
     // S_ij = Qi Kj^T and dP_ij = dOi Vj^T for this warp's 16 rows.

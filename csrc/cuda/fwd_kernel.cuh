@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         int rows[kRowsPerThread];
         rows_of(m, rows);
         keep[m] = Traits::kDropout && p.dropout.on() ? keep_bits_by_query_rows<kNTilesN>(
-                                       p.dropout, batch, head, rows, n_start, lanes.acc_col)
+                                       p.dropout, seq, head, rows, n_start, lanes.acc_col)
                                  : 0u;
       }
       // S_ij = Qi Kj^T for this warp's rows.

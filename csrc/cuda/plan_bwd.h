@@ -199,8 +199,9 @@ inline BwdPlan plan_bwd(const AttnBwdParams& p, ElementType type, const DevicePr
   plan.arch_smem_bytes = max_smem_bytes(plan.kernels.arch);
   plan.empty = bwd_launches_nothing(p);
   if (plan.empty) return plan;
+  // The sm_90a backward knows no block offsets (params.h, block_offsets).
   if (sm90_bwd_enabled(device.hopper_fwd, device.cc_major, device.cc_minor) &&
-      sm90_bwd_unsupported(p, type) == nullptr) {
+      p.block_offsets == nullptr && sm90_bwd_unsupported(p, type) == nullptr) {
     use_sm90_bwd(plan, p);
     return plan;
   }

@@ -351,9 +351,10 @@ inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const Device
   plan.block = plan.shape.block();
   plan.merge_params.num_splits = p.num_splits;
   // The Hopper forward takes the call as the sm_80 plan shaped it (never packed: it refuses
-  // packed GQA heads) and chooses its own split count.
+  // packed GQA heads) and chooses its own split count. It knows no block offsets (params.h,
+  // block_offsets): a block of a larger attention stays on the sm_80 kernels.
   if (sm90_fwd_enabled(device.hopper_fwd, device.cc_major, device.cc_minor) &&
-      sm90_fwd_unsupported(p, type) == nullptr) {
+      p.block_offsets == nullptr && sm90_fwd_unsupported(p, type) == nullptr) {
     use_sm90_fwd(plan, params.num_splits, device.sm_count);
   }
   if (plan.merges()) {

@@ -16,6 +16,7 @@
 #include "../kv_rows.h"
 #include "../mask.h"
 #include "../params.h"
+#include "dropout_bits.cuh"
 #include "gqa_decode.h"
 #include "grid.h"
 #include "logit.cuh"
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
 #pragma unroll
     for (int t = 0; t < kCols; ++t) o[t] *= correction;
     // Dropout drops from the product with V only: l_i above summed the whole P_ij.
-    const float kept = dropout_factor(p.dropout, dropout, batch, head, row, key);
+    const float kept = dropout_factor_of(p.dropout, dropout, seq, head, row, key);
     accumulate_rows<kCols, kStride>(o, prob * kept, v_smem, lane);
   }
   if (row >= seq.seqlen_q) return;
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     float x = rules.log2_logit(s, row, key, dlogit_ds);
     if (mask_class == kMaskRead && visible) x += mask_bias(p.mask, batch, head, row, key) * kLog2e;
     const float prob = visible ? exp2f(x - lse_log2) : 0.f;
-    const float kept = dropout_factor(p.dropout, dropout, batch, head, row, key);
+    const float kept = dropout_factor_of(p.dropout, dropout, seq, head, row, key);
     accumulate_rows<kCols, kStride>(dq, prob * (dp * kept - dsum) * dlogit_ds, k_smem, lane);
   }
   if (!row_valid) return;
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     if (mask_class == kMaskRead && visible)
       x += mask_bias(p.mask, batch, head, query, key) * kLog2e;
     const float prob = visible ? exp2f(x - FLASHATTN_SMEM(lse_smem)[lane]) : 0.f;
-    const float kept = dropout_factor(p.dropout, dropout, batch, head, query, key);
+    const float kept = dropout_factor_of(p.dropout, dropout, seq, head, query, key);
     const float ds = prob * (dp * kept - FLASHATTN_SMEM(dsum_smem)[lane]);  // dL / dlogit
     if (p.dmask != nullptr && query < seq.seqlen_q && key < seq.seqlen_k)
       p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
