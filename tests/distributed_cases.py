@@ -65,12 +65,19 @@ def _reference_dense(q, k, v, **kw):
     return attention_reference(q, k, v, **kw)
 
 
-def _reference_varlen(cu, q, k, v, **kw):
-    """The float64 reference per sequence of a packed batch: out (T, H, D), lse (H, T)."""
+def _reference_varlen(cu, q, k, v, keep=None, alibi_slopes=None, **kw):
+    """The float64 reference per sequence of a packed batch: out (T, H, D), lse (H, T). keep:
+    the dropout keep mask (B, H, max_seqlen, max_seqlen); alibi_slopes (H,) or (B, H)."""
     from flashattn._reference import attention_reference
     outs, lses = [], []
-    for a, b in zip(cu, cu[1:]):
-        out, lse = attention_reference(q[a:b][None], k[a:b][None], v[a:b][None], **kw)
+    for i, (a, b) in enumerate(zip(cu, cu[1:])):
+        if keep is not None:
+            kw["dropout_mask"] = keep[i:i + 1, :, :b - a, :b - a]
+        slopes = alibi_slopes
+        if slopes is not None and slopes.dim() == 2:
+            slopes = slopes[i]
+        out, lse = attention_reference(q[a:b][None], k[a:b][None], v[a:b][None],
+                                       alibi_slopes=slopes, **kw)
         outs.append(out[0])
         lses.append(lse[0])
     return torch.cat(outs), torch.cat(lses, dim=1)
@@ -96,7 +103,8 @@ def _compare(cp, single, ref, names=("out", "lse", "dq", "dk", "dv")):
 
 def _attention_case(group, seed, method, *, dtype, layout, causal, batch=2, seqlen=None,
                     heads=4, heads_kv=2, dim=32, lengths=None, softcap=0.0, window=(-1, -1),
-                    alibi=False, scale=None, deterministic=False, repeat=False, seqlen_k=None):
+                    alibi=False, scale=None, deterministic=False, repeat=False, seqlen_k=None,
+                    dropout=0.0):
     import flashattn
     from flashattn.distributed import (ring_flash_attn_func, ring_flash_attn_varlen_func, shard,
                                        ulysses_flash_attn_func, unshard)
@@ -107,17 +115,35 @@ def _attention_case(group, seed, method, *, dtype, layout, causal, batch=2, seql
     cu_t = torch.tensor(cu, dtype=torch.int32)
     q, k, v, dout, dlse = _inputs(seed, batch, seqlen, heads, heads_kv, dim, dtype,
                                   varlen_total=cu[-1] if varlen else None, seqlen_k=seqlen_k)
-    slopes = torch.rand(heads, generator=torch.Generator().manual_seed(seed + 1)) if alibi else None
+    # alibi: True for (heads,) slopes, "batch" for (batch, heads).
+    slope_shape = ((len(lengths) if varlen else batch, heads) if alibi == "batch" else (heads,))
+    slopes = (torch.rand(*slope_shape, generator=torch.Generator().manual_seed(seed + 1))
+              if alibi else None)
     kw = dict(softmax_scale=scale, causal=causal, window_size=window, softcap=softcap,
-              alibi_slopes=slopes)
+              alibi_slopes=slopes, dropout_p=dropout)
     ref_kw = dict(softmax_scale=scale, causal=causal, window_size=window, softcap=softcap,
                   alibi_slopes=None if slopes is None else slopes.double())
+    if dropout:
+        # Dropout: every call below runs under the same torch seed, so each draws the same
+        # [seed, offset], and the reference drops what the kernels' keep mask says.
+        torch.manual_seed(seed)
+        rng = torch.ops.flashattn.dropout_rng_state(q)
+        keep = torch.ops.flashattn.dropout_keep_mask(
+            rng, dropout, len(lengths) if varlen else batch, heads,
+            max(lengths) if varlen else seqlen, max(lengths) if varlen else (seqlen_k or seqlen))
+        ref_kw.update(dropout_p=dropout, **({"keep": keep} if varlen else {"dropout_mask": keep}))
+
+    def seeded(fn):
+        def call(*args):
+            torch.manual_seed(seed)
+            return fn(*args)
+        return call
 
     if varlen:
         longest = max(lengths)
-        single = _grads(lambda a, b, c: flashattn.flash_attn_varlen_func(
+        single = _grads(seeded(lambda a, b, c: flashattn.flash_attn_varlen_func(
             a, b, c, cu_t, cu_t, longest, longest, deterministic=deterministic,
-            return_attn_probs=True, **kw)[:2], q, k, v, dout, dlse)
+            return_attn_probs=True, **kw)[:2]), q, k, v, dout, dlse)
         ref = _grads(lambda a, b, c: _reference_varlen(cu, a, b, c, **ref_kw),
                      q.double(), k.double(), v.double(), dout, dlse)
         sh = dict(group=group, dim=0, layout=layout, cu_seqlens=cu_t)
@@ -131,8 +157,8 @@ def _attention_case(group, seed, method, *, dtype, layout, causal, batch=2, seql
             assert none is None
             return out, lse
     else:
-        single = _grads(lambda a, b, c: flashattn.flash_attn_func(
-            a, b, c, deterministic=deterministic, return_attn_probs=True, **kw)[:2],
+        single = _grads(seeded(lambda a, b, c: flashattn.flash_attn_func(
+            a, b, c, deterministic=deterministic, return_attn_probs=True, **kw)[:2]),
             q, k, v, dout, dlse)
         ref = _grads(lambda a, b, c: _reference_dense(a, b, c, **ref_kw),
                      q.double(), k.double(), v.double(), dout, dlse)
@@ -148,9 +174,9 @@ def _attention_case(group, seed, method, *, dtype, layout, causal, batch=2, seql
             return out, lse
 
     local = [shard(t, **sh) for t in (q, k, v, dout)]
-    got = _grads(cp_fn, *local[:3], local[3], lse_sh(dlse))
+    got = _grads(seeded(cp_fn), *local[:3], local[3], lse_sh(dlse))
     if repeat:
-        again = _grads(cp_fn, *local[:3], local[3], lse_sh(dlse))
+        again = _grads(seeded(cp_fn), *local[:3], local[3], lse_sh(dlse))
         for name in got:
             assert torch.equal(got[name], again[name]), f"{name}: not bitwise repeatable"
     full = {name: (unlse(t) if name == "lse" else unshard(t.contiguous(), **sh))
@@ -200,6 +226,23 @@ for P in ("P1", "P2", "P4"):
                layout="zigzag", causal=True, lengths=VARLEN_LENGTHS, repeat=True)
     _attention(f"ulysses-zigzag-causal-repeatable-bf16-{P}", P, "ulysses", dtype=BF16,
                layout="zigzag", causal=True, seqlen=S, heads=4, heads_kv=4, repeat=True)
+    # Stage 2 (block offsets): window, ALiBi and dropout through the ring, dropout through
+    # Ulysses; chunks of 7 tokens put blocks at keys that are not multiples of 4.
+    _attention(f"ring-zigzag-causal-window-alibi-fp32-{P}", P, "ring", dtype=F32,
+               layout="zigzag", causal=True, seqlen=S, window=(9, -1), alibi=True)
+    _attention(f"ring-zigzag-full-window-bf16-{P}", P, "ring", dtype=BF16, layout="zigzag",
+               causal=False, seqlen=S, window=(5, 3))
+    _attention(f"ring-contiguous-causal-dropout-fp32-{P}", P, "ring", dtype=F32,
+               layout="contiguous", causal=True, seqlen=n * 9, dropout=0.2)
+    _attention(f"ring-zigzag-causal-dropout-alibi-bf16-{P}", P, "ring", dtype=BF16,
+               layout="zigzag", causal=True, seqlen=S, dropout=0.3, alibi="batch")
+    _attention(f"ring-varlen-zigzag-causal-window-alibi-dropout-fp32-{P}", P, "ring_varlen",
+               dtype=F32, layout="zigzag", causal=True, lengths=VARLEN_LENGTHS, window=(6, -1),
+               alibi="batch", dropout=0.25)
+    _attention(f"ring-varlen-contiguous-full-window-bf16-{P}", P, "ring_varlen", dtype=BF16,
+               layout="contiguous", causal=False, lengths=[4, 12, 8], window=(4, 2))
+    _attention(f"ulysses-zigzag-causal-dropout-gqa-fp32-{P}", P, "ulysses", dtype=F32,
+               layout="zigzag", causal=True, seqlen=S, heads=8, heads_kv=4, dropout=0.3)
 # Group ranks that are not global ranks (the ring's peers are mapped through the group).
 _attention("ring-zigzag-causal-gqa-fp32-P2b", "P2b", "ring", dtype=F32, layout="zigzag",
            causal=True, seqlen=28)
@@ -213,6 +256,10 @@ for P in ("P2", "P4"):
     _attention(f"ulysses-contiguous-full-cross-bf16-{P}", P, "ulysses", dtype=BF16,
                layout="contiguous", causal=False, seqlen=n * 3, seqlen_k=n * 8, heads=8,
                heads_kv=4)
+    # The window's diagonal is the whole sequence's bottom-right one (Sk - Sq = 2P * 2).
+    _attention(f"ring-zigzag-window-cross-dropout-fp32-{P}", P, "ring", dtype=F32,
+               layout="zigzag", causal=False, seqlen=2 * n * 3, seqlen_k=2 * n * 5,
+               window=(3, 1), dropout=0.2)
 # Longer sequences at P = 4: several tiles per block.
 _attention("ring-zigzag-causal-long-bf16-P4", "P4", "ring", dtype=BF16, layout="zigzag",
            causal=True, batch=1, seqlen=8 * 40, heads=2, heads_kv=1, dim=64)
@@ -284,19 +331,14 @@ def _bad_lengths(group, seed):
         ring_flash_attn_func(q, q, q, group, layout="striped")
 
 
-def _unsupported(group, seed):
+def _bad_alibi(group, seed):
     import pytest
-    from flashattn.distributed import ring_flash_attn_func, ulysses_flash_attn_func
+    from flashattn.distributed import ring_flash_attn_func
     world = dist.get_world_size(group)
-    q = torch.randn(1, 4, 2 * world, 8)
-    for kw, argument in ((dict(dropout_p=0.1), "dropout_p=0.1"),
-                         (dict(window_size=(4, 0)), r"window_size=\(4, 0\)"),
-                         (dict(alibi_slopes=torch.ones(2 * world)), "alibi_slopes=<a tensor>")):
-        with pytest.raises(NotImplementedError, match=f"{argument} is not supported by the ring "
-                                                      f"yet.*diagonal offset"):
-            ring_flash_attn_func(q, q, q, group, causal=True, **kw)
-    with pytest.raises(NotImplementedError, match="dropout_p=0.2 .*head offset"):
-        ulysses_flash_attn_func(q, q, q, group, dropout_p=0.2)
+    q = torch.randn(2, 4, 3, 8)
+    with pytest.raises(ValueError, match=r"alibi_slopes must be float32 of shape \(3,\) or "
+                                         r"\(2, 3\)"):
+        ring_flash_attn_func(q, q, q, group, alibi_slopes=torch.ones(world + 3))
 
 
 def _bad_heads(group, seed):
@@ -390,9 +432,13 @@ def _ring_traffic(group, seed):
     tags = [tag for _, tag, _ in posts]
     assert tags.count(ring._TAG_KV) == world - 1 and tags.count(ring._TAG_DKV) == (
         world if world > 1 else 0), tags
-    # Forward: step s's transfer is posted before step s computes (P - 1 overlapped steps);
-    # backward: each step's K/V transfer before its blocks too.
-    assert forward == ["post", "fwd"] * (world - 1) + ["fwd"], forward
+    # Forward: step s's transfer is posted before step s computes its blocks (one call per
+    # pair of pieces that see each other; P - 1 overlapped steps); backward: each step's K/V
+    # transfer before its blocks too.
+    assert forward.count("post") == world - 1 and forward[-1] == "fwd", forward
+    if world > 1:  # each post, the first one first, is followed by its step's blocks
+        assert forward[0] == "post" and all(
+            forward[i + 1] == "fwd" for i, e in enumerate(forward) if e == "post"), forward
     backward = [e[0] if e[0] != "post" else e[1] for e in events[len(forward):]]
     for step in range(world - 1):
         i = [j for j, e in enumerate(backward) if e == ring._TAG_KV_BACKWARD][step]
@@ -429,7 +475,7 @@ for P in ("P1", "P2", "P4"):
     case(f"plain-calls-{P}", P)(_plain_calls)
     case(f"shard-unshard-{P}", P)(_shard_cases)
     case(f"bad-lengths-{P}", P)(_bad_lengths)
-    case(f"unsupported-features-{P}", P)(_unsupported)
+    case(f"bad-alibi-{P}", P)(_bad_alibi)
 case("bad-heads-P2", "P2")(_bad_heads)
 case("bad-heads-P4", "P4")(_bad_heads)
 case("default-group-P4", "P4")(_not_initialized_message)

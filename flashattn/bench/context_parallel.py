@@ -82,8 +82,11 @@ def _worker(rank, args, rendezvous, result_path):
     def ring():
         ring_flash_attn_func(q, k, v, causal=args.causal).backward(dout)
 
-    plan = _Plan(world, rank, "zigzag", args.causal, seqlen_q=q.shape[1], seqlen_k=k.shape[1])
-    local = _Config(dist.group.WORLD, world, rank, plan, {}, communicate=False)
+    window = (-1, 0) if args.causal else (-1, -1)  # what the ring's plan skips by
+    plan = _Plan(world, rank, "zigzag", window, seqlen_q=q.shape[1], seqlen_k=k.shape[1],
+                 batch=q.shape[0], device=q.device)
+    local = _Config(dist.group.WORLD, world, rank, plan, {"causal": args.causal},
+                    communicate=False)
 
     def compute():
         out, _ = _RingAttention.apply(q, k, v, local)

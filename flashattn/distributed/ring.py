@@ -1,20 +1,22 @@
 """Ring attention: K and V travel around the ranks; each rank attends its local queries to every
 rank's keys, one block per step, and merges the blocks by their LSE (merge.py).
 
-Which blocks a step computes. At step s rank r holds the K/V of rank src = (r - s) mod P. Under a
-causal mask a (query chunk i, key chunk j) pair of the global sequence is full (j < i), plain
-causal with equal lengths (j = i) or empty (j > i), so no block needs a diagonal offset:
-  step 0 (src = r):  the local queries against the local keys, causal. With zigzag the local
-                     sequence is chunks (r, 2P-1-r) of both, which plain causal gets right.
-  zigzag, src < r:   all local queries against the first half of the keys (chunk src), full.
-  zigzag, src > r:   the second half of the queries (chunk 2P-1-r) against all the keys, full.
-  contiguous:        full if src < r, nothing if src > r (ranks with late chunks do more work).
-Without causal every step is one full block. With zigzag each rank computes the same amount.
+Which blocks a step computes. At step s rank r holds the K/V of rank src = (r - s) mod P. A
+rank's shard of a sequence is one or two pieces of it (zigzag: chunks r and 2P-1-r; contiguous:
+chunk r; adjacent chunks are one piece, as zigzag's at P = 1). Each (query piece, key piece)
+pair is one call of the op, told where its rows and keys sit in the whole sequence
+(block_offsets, csrc/params.h), so that causal, window, ALiBi and dropout act on global
+positions exactly as one process's call does. A pair that no query of it sees (above the
+causal diagonal, outside the window) is skipped; with zigzag and causal every rank computes
+the same amount. A varlen batch makes one call per pair of piece kinds for all its sequences:
+each sequence is split into sub-sequences so that the pair's query rows meet its keys and the
+other rows meet none (their out 0 and LSE -inf merge as nothing, their gradients are zero).
 
 Backward: every block's backward gets the global (merged) out and lse, so its P_ij are the
 global probabilities and its dQ, dK, dV are exactly its share. dQ accumulates locally, dK and
 dV in a float32 accumulator that travels around the ring with K/V and reaches its owner after
-P steps; each is rounded to the input dtype once.
+P steps; each is rounded to the input dtype once. Dropout draws one [seed, offset] per call,
+which every block and the backward reuse.
 """
 import operator
 from typing import NamedTuple, Optional
@@ -25,7 +27,7 @@ from torch.autograd.function import once_differentiable
 from . import _group
 from .comm import RingStep
 from .merge import accumulator_dtype, merge_
-from .sharding import check_varlen_lengths, seqlens
+from .sharding import check_varlen_lengths, chunk_ids, seqlens
 
 _FWD = torch.ops.flashattn.fwd.default
 _BWD = torch.ops.flashattn.bwd.default
@@ -35,65 +37,141 @@ _TAG_KV, _TAG_KV_BACKWARD, _TAG_DKV = 11, 12, 13
 class _Block(NamedTuple):
     q_rows: Optional[tuple]   # (start, length) of the local query rows, None: all of them
     kv_rows: Optional[tuple]  # the same for the keys
-    causal: bool
-    extra: dict               # varlen arguments of the op
+    extra: dict               # the block's own op arguments: block_offsets, varlen, ALiBi
 
 
 def _rows(t, rows, dim):
     return t if rows is None or t is None else t.narrow(dim, *rows)
 
 
+class _Piece(NamedTuple):
+    """A run of a rank's shard that is contiguous in the whole sequence, in chunks."""
+    local: int   # its first chunk in the shard
+    chunks: int
+    whole: int   # its first chunk in the whole sequence
+
+
+def pieces(layout, world, rank):
+    """Rank `rank`'s shard of a sequence as pieces, adjacent chunks joined."""
+    out = []
+    for i, chunk in enumerate(chunk_ids(layout, world, rank)):
+        last = out[-1] if out else None
+        if last is not None and last.whole + last.chunks == chunk:
+            out[-1] = _Piece(last.local, last.chunks + 1, last.whole)
+        else:
+            out.append(_Piece(i, 1, chunk))
+    return out
+
+
+def sees(q_first, q_count, k_first, k_count, window, diagonal):
+    """Whether some query of rows [q_first, +q_count) of the whole sequence sees a key of
+    [k_first, +k_count) under window (left, right) (causal: right 0), whose diagonal is
+    row + diagonal. The rows' visible key ranges overlap from row to row, so the union is
+    one range."""
+    if q_count == 0 or k_count == 0:
+        return False
+    left, right = window
+    if right >= 0 and k_first > q_first + q_count - 1 + diagonal + right:
+        return False
+    if left >= 0 and k_first + k_count - 1 < q_first + diagonal - left:
+        return False
+    return True
+
+
 class _Plan:
     """The blocks each step computes (see the module's docstring), dense or varlen."""
 
-    def __init__(self, world, rank, layout, causal, seqlen_q=None, seqlen_k=None,
-                 local_sequences=None, device=None):
-        self.world, self.rank, self.layout, self.causal = world, rank, layout, causal
+    def __init__(self, world, rank, layout, window, seqlen_q=None, seqlen_k=None, batch=None,
+                 local_sequences=None, alibi_slopes=None, device=None):
+        self.world, self.rank, self.layout, self.window = world, rank, layout, window
         self.varlen = local_sequences is not None
         self.seq_dim = 0 if self.varlen else 1
+        self.chunks = world * _group.chunks_per_rank(layout)  # of each whole sequence
+        self.q_pieces = pieces(layout, world, rank)
+        self.alibi_slopes, self.device = alibi_slopes, device
+        self._blocks = {}
         if self.varlen:
-            self._varlen_setup(local_sequences, device)
+            self.sequences = local_sequences
         else:
-            self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
+            self.seqlen_q, self.seqlen_k, self.batch = seqlen_q, seqlen_k, batch
 
-    def _varlen_setup(self, sequences, device):
-        def int32(values):
-            return torch.tensor(values, dtype=torch.int32, device=device)
-        starts = [start for start, _ in sequences]
-        lengths = [length for _, length in sequences]
-        total = starts[-1] + lengths[-1] if sequences else 0
-        longest = max(lengths, default=0)
-        cu = int32(starts + [total])
-        self.full = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest,
-                         max_seqlen_k=longest)
-        # Every key sequence's first half (chunk src), through seqused_k.
-        self.first_half_keys = dict(self.full, seqused_k=int32([n // 2 for n in lengths]))
-        # Every query sequence's second half against all of its keys: each sequence b is split
-        # into two query sequences, its first half (given no keys: out 0, lse -inf, merged as
-        # nothing) and its second half (given all of sequence b's keys).
-        cu_q, cu_k = [0], [0]
-        for start, length in sequences:
-            cu_q += [start + length // 2, start + length]
-            cu_k += [start, start + length]
-        self.second_half_queries = dict(cu_seqlens_q=int32(cu_q), cu_seqlens_k=int32(cu_k),
-                                        max_seqlen_q=longest - longest // 2,
-                                        max_seqlen_k=longest)
+    def _offsets(self, rows):
+        return torch.tensor(rows, dtype=torch.int32).reshape(-1, 5).to(self.device)
 
     def blocks(self, src):
-        if not self.causal or src == self.rank:
-            return [self._block(None, None, self.causal and src == self.rank, "full")]
-        if self.layout == "contiguous":
-            return [self._block(None, None, False, "full")] if src < self.rank else []
-        if src < self.rank:
-            return [self._block(None, "first", False, "first_half_keys")]
-        return [self._block("second", None, False, "second_half_queries")]
+        # The forward and the backward ask for the same steps: their offsets (and cu_seqlens)
+        # are built, and on a GPU copied over, once.
+        if src not in self._blocks:
+            self._blocks[src] = self._make_blocks(src)
+        return self._blocks[src]
 
-    def _block(self, q_half, kv_half, causal, varlen_kind):
-        if self.varlen:
-            return _Block(None, None, causal, getattr(self, varlen_kind))
-        q_rows = (self.seqlen_q // 2, self.seqlen_q - self.seqlen_q // 2) if q_half else None
-        kv_rows = (0, self.seqlen_k // 2) if kv_half else None
-        return _Block(q_rows, kv_rows, causal, {})
+    def _make_blocks(self, src):
+        k_pieces = pieces(self.layout, self.world, src)
+        pairs = [(qp, kp) for qp in self.q_pieces for kp in k_pieces]
+        make = self._varlen_block if self.varlen else self._dense_block
+        return [blk for blk in (make(qp, kp, k_pieces) for qp, kp in pairs) if blk is not None]
+
+    def _dense_block(self, qp, kp, _):
+        cq = self.seqlen_q // _group.chunks_per_rank(self.layout)  # rows per chunk
+        ck = self.seqlen_k // _group.chunks_per_rank(self.layout)
+        # flash_attn_func's diagonal: bottom-right on the whole sequence.
+        diagonal = (self.seqlen_k - self.seqlen_q) * self.world
+        q_first, k_first = qp.whole * cq, kp.whole * ck
+        if not sees(q_first, qp.chunks * cq, k_first, kp.chunks * ck, self.window, diagonal):
+            return None
+        offsets = self._offsets([[q_first, k_first, 0, diagonal, b] for b in range(self.batch)])
+        extra = dict(block_offsets=offsets)
+        if self.alibi_slopes is not None:
+            extra["alibi_slopes"] = self.alibi_slopes
+        return _Block((qp.local * cq, qp.chunks * cq), (kp.local * ck, kp.chunks * ck), extra)
+
+    def _varlen_block(self, qp, kp, k_pieces):
+        """One call for pair (qp, kp) over every sequence: sub-sequences (query rows, keys)
+        that tile both the local queries and the local keys, in order, where only qp's rows
+        meet kp's keys."""
+        lengths_q, lengths_k, offsets, owner = [], [], [], []
+        any_sees = False
+
+        def sub(rows, keys, row0=0, key0=0, b=0):
+            lengths_q.append(rows)
+            lengths_k.append(keys)
+            offsets.append([row0, key0, 0, 0, b])  # q and k share cu_seqlens: diagonal 0
+            owner.append(b)
+        for b, (_, length) in enumerate(self.sequences):
+            size = length // (self.chunks // self.world) if length else 0  # rows per chunk
+            for p in self.q_pieces:
+                if p.local < qp.local:
+                    sub(p.chunks * size, 0, b=b)
+            for p in k_pieces:
+                if p.local < kp.local:
+                    sub(0, p.chunks * size, b=b)
+            q_first, k_first = qp.whole * size, kp.whole * size
+            any_sees = any_sees or sees(q_first, qp.chunks * size, k_first, kp.chunks * size,
+                                        self.window, 0)
+            sub(qp.chunks * size, kp.chunks * size, q_first, k_first, b)
+            for p in self.q_pieces:
+                if p.local > qp.local:
+                    sub(p.chunks * size, 0, b=b)
+            for p in k_pieces:
+                if p.local > kp.local:
+                    sub(0, p.chunks * size, b=b)
+        if not any_sees:
+            return None
+
+        def cumulative(lengths):
+            cu = [0]
+            for n in lengths:
+                cu.append(cu[-1] + n)
+            return torch.tensor(cu, dtype=torch.int32, device=self.device)
+        extra = dict(cu_seqlens_q=cumulative(lengths_q), cu_seqlens_k=cumulative(lengths_k),
+                     max_seqlen_q=max(lengths_q, default=0),
+                     max_seqlen_k=max(lengths_k, default=0), block_offsets=self._offsets(offsets))
+        slopes = self.alibi_slopes
+        if slopes is not None:
+            # Per-sequence slopes follow each sub-sequence's sequence.
+            extra["alibi_slopes"] = (slopes if slopes.dim() == 1 else slopes.index_select(
+                0, torch.tensor(owner, dtype=torch.long, device=slopes.device)))
+        return _Block(None, None, extra)
 
 
 class _Config(NamedTuple):
@@ -101,7 +179,7 @@ class _Config(NamedTuple):
     world: int
     rank: int
     plan: _Plan
-    op: dict  # the op arguments every block shares (scale, softcap, deterministic)
+    op: dict  # the op arguments every block shares (scale, masks, softcap, dropout's seed)
     # False: every step computes its blocks on the local K/V and nothing is sent, so that a
     # benchmark can time the computation alone (flashattn/bench/context_parallel.py).
     communicate: bool = True
@@ -131,8 +209,7 @@ def _forward(q, k, v, cfg):
         k_c, v_c = (t.to(compute) for t in kv)
         for blk in cfg.plan.blocks((cfg.rank - step) % cfg.world):
             out, lse = _FWD(_rows(q_c, blk.q_rows, seq), _rows(k_c, blk.kv_rows, seq),
-                            _rows(v_c, blk.kv_rows, seq), causal=blk.causal, **cfg.op,
-                            **blk.extra)
+                            _rows(v_c, blk.kv_rows, seq), **cfg.op, **blk.extra)
             merge_(_rows(out_acc, blk.q_rows, seq), _rows(lse_acc, blk.q_rows, -1), out, lse)
         if pending is not None:
             kv = tuple(pending.wait())
@@ -160,7 +237,7 @@ def _backward(dout, dlse, q, k, v, out, lse, cfg):
             qr, kr = blk.q_rows, blk.kv_rows
             dq, dk, dv, _ = _BWD(_rows(dout, qr, seq), _rows(out, qr, seq), _rows(lse, qr, -1),
                                  _rows(dlse, qr, -1), _rows(q_c, qr, seq), _rows(k_c, kr, seq),
-                                 _rows(v_c, kr, seq), causal=blk.causal, **cfg.op, **blk.extra)
+                                 _rows(v_c, kr, seq), **cfg.op, **blk.extra)
             _rows(dq_acc, qr, seq).add_(dq)
             parts.append((kr, dk, dv))
         # The dK/dV accumulator of the K/V held now arrives from the previous rank while this
@@ -201,28 +278,15 @@ class _RingAttention(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-def _stage2(fn, argument, value, why):
-    return NotImplementedError(
-        f"{fn}: {argument}={value} is not supported by the ring yet: {why} The kernels "
-        f"do not take a block's global row and key offsets yet (a diagonal offset; issue 32, "
-        f"stage 2), and the ring will not silently ignore it. ulysses_flash_attn_func, which "
-        f"attends to whole sequences, supports window_size and alibi_slopes.")
-
-
-def _op_arguments(fn, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
+def _op_arguments(fn, dropout_p, softmax_scale, causal, window_size, softcap,
                   deterministic, layout):
+    """The op arguments every block shares, and the window (left, right) the plan skips by."""
     _group.check_layout(fn, layout)
-    if _group.real(fn, "dropout_p", dropout_p) != 0.0:
-        raise _stage2(fn, "dropout_p", repr(dropout_p), "the dropout mask is a function of each "
-                      "entry's global (row, key) position, and a block only knows its local "
-                      "ones.")
-    if _group.window_pair(fn, window_size) != (-1, -1):
-        raise _stage2(fn, "window_size", repr(window_size), "a block off the diagonal needs the "
-                      "window measured from the global diagonal.")
-    if alibi_slopes is not None:
-        raise _stage2(fn, "alibi_slopes", "<a tensor>", "the bias -slope*|i - j| needs each "
-                      "block's global distance between query and key.")
-    op = {}
+    left, right = _group.window_pair(fn, window_size)
+    for name, value in (("window_size[0]", left), ("window_size[1]", right)):
+        if value < -1:
+            raise ValueError(f"{fn}: {name} must be -1 (unbounded) or >= 0, got {value}")
+    op = dict(causal=bool(causal), window_left=left, window_right=right)
     if softmax_scale is not None:
         op["softmax_scale"] = _group.real(fn, "softmax_scale", softmax_scale)
     softcap = _group.real(fn, "softcap", softcap)
@@ -230,7 +294,30 @@ def _op_arguments(fn, dropout_p, softmax_scale, window_size, softcap, alibi_slop
         op["softcap"] = softcap
     if deterministic:
         op["deterministic"] = True
-    return op
+    dropout_p = _group.real(fn, "dropout_p", dropout_p)
+    if dropout_p != 0.0:
+        op["dropout_p"] = dropout_p
+    return op, (left, 0 if causal else right)
+
+
+def _draw_dropout_seed(op, q):
+    """One [seed, offset] per call, as flash_attn_func draws it, once the arguments are checked:
+    under the same torch seed every rank (and one process) draws the same, and the blocks drop
+    at global positions. The backward reuses it."""
+    if "dropout_p" in op:
+        op["rng_state"] = torch.ops.flashattn.dropout_rng_state(q)
+
+
+def _check_alibi(fn, alibi_slopes, heads, batch):
+    if alibi_slopes is None:
+        return None
+    if (not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dim() not in (1, 2)
+            or alibi_slopes.shape[-1] != heads
+            or (alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != batch)):
+        raise ValueError(f"{fn}: alibi_slopes must be float32 of shape ({heads},) or "
+                         f"({batch}, {heads}) (heads, or batch x heads), got "
+                         f"{getattr(alibi_slopes, 'shape', alibi_slopes)!r}")
+    return alibi_slopes
 
 
 def _result(out, lse, return_attn_probs):
@@ -246,15 +333,16 @@ def ring_flash_attn_func(q, k, v, group=None, *, dropout_p=0.0, softmax_scale=No
     this rank's shards. The result is this rank's shard of flash_attn_func on the whole
     sequence: out (batch, seqlen_local, heads, head_dim), and with return_attn_probs
     (out, lse, None), lse (batch, heads, seqlen_local) float32, differentiable.
-    causal (aligned on the global diagonal; q and k the same length), softcap, GQA/MQA (only
-    the kv heads travel), softmax_scale and deterministic are supported; dropout_p, window_size
-    and alibi_slopes raise NotImplementedError (they need kernel offsets, issue 32 stage 2).
+    causal and window_size (aligned bottom-right on the whole sequence, as flash_attn_func),
+    alibi_slopes, dropout_p (the entries one process drops under the same torch seed), softcap,
+    GQA/MQA (only the kv heads travel), softmax_scale and deterministic are supported.
     """
     fn = "ring_flash_attn_func"
     group, world, rank = _group.resolve(fn, group)
-    op = _op_arguments(fn, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
-                       deterministic, layout)
     _group.check_qkv(fn, q, k, v, varlen=False)
+    op, window = _op_arguments(fn, dropout_p, softmax_scale, causal, window_size, softcap,
+                               deterministic, layout)
+    slopes = _check_alibi(fn, alibi_slopes, q.shape[2], q.shape[0])
     seqlen_q, seqlen_k = q.shape[1], k.shape[1]
     if causal and seqlen_q != seqlen_k:
         raise ValueError(f"{fn}: with causal=True q and k must have the same local sequence "
@@ -265,7 +353,9 @@ def ring_flash_attn_func(q, k, v, group=None, *, dropout_p=0.0, softmax_scale=No
             raise ValueError(f"{fn}: {name}'s local sequence length is {length}; with "
                              f"layout={layout!r} a shard is two equal chunks, so it must be "
                              f"even (shard the sequence with flashattn.distributed.shard)")
-    plan = _Plan(world, rank, layout, bool(causal), seqlen_q=seqlen_q, seqlen_k=seqlen_k)
+    _draw_dropout_seed(op, q)
+    plan = _Plan(world, rank, layout, window, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                 batch=q.shape[0], alibi_slopes=slopes, device=q.device)
     out, lse = _RingAttention.apply(q, k, v, _Config(group, world, rank, plan, op))
     return _result(out, lse, return_attn_probs)
 
@@ -285,10 +375,11 @@ def ring_flash_attn_varlen_func(q, k, v, cu_seqlens, max_seqlen, group=None, *, 
     """
     fn = "ring_flash_attn_varlen_func"
     group, world, rank = _group.resolve(fn, group)
-    op = _op_arguments(fn, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
-                       deterministic, layout)
     _group.check_qkv(fn, q, k, v, varlen=True)
+    op, window = _op_arguments(fn, dropout_p, softmax_scale, causal, window_size, softcap,
+                               deterministic, layout)
     sequences = seqlens(fn, cu_seqlens)
+    slopes = _check_alibi(fn, alibi_slopes, q.shape[1], len(sequences))
     check_varlen_lengths(fn, sequences, world, layout)
     total = sequences[-1][0] + sequences[-1][1] if sequences else 0
     for name, t in (("q", q), ("k", k)):
@@ -305,6 +396,8 @@ def ring_flash_attn_varlen_func(q, k, v, cu_seqlens, max_seqlen, group=None, *, 
         raise ValueError(f"{fn}: max_seqlen must be an int at least the longest global "
                          f"sequence ({longest}), got {max_seqlen!r}")
     local = [(start // world, length // world) for start, length in sequences]
-    plan = _Plan(world, rank, layout, bool(causal), local_sequences=local, device=q.device)
+    _draw_dropout_seed(op, q)
+    plan = _Plan(world, rank, layout, window, local_sequences=local, alibi_slopes=slopes,
+                 device=q.device)
     out, lse = _RingAttention.apply(q, k, v, _Config(group, world, rank, plan, op))
     return _result(out, lse, return_attn_probs)

@@ -2,12 +2,13 @@
 into head shards (every rank gets the whole sequence for heads/P of the heads), flashattn
 attends to whole sequences, and a second all-to-all turns the result back into sequence shards.
 Because every rank sees whole sequences, every flashattn feature that acts within a head works
-unchanged: causal, window, softcap, ALiBi (each rank takes its heads' slopes), GQA/MQA. The
-heads of q and of k/v must divide by P."""
+unchanged: causal, window, softcap, ALiBi (each rank takes its heads' slopes), GQA/MQA. Dropout,
+whose mask is a function of (batch, head, row, key), gets the rank's first head as the call's
+head offset (block_offsets, csrc/params.h), so it drops what one process drops. The heads of q
+and of k/v must divide by P."""
 import torch
 import torch.distributed as dist
 
-from .. import _interface
 from . import _group
 from .ring import _result
 from .sharding import chunk_ids
@@ -78,18 +79,13 @@ def ulysses_flash_attn_func(q, k, v, group=None, *, dropout_p=0.0, softmax_scale
     head_dim); heads and heads_k must be multiples of the group's size. alibi_slopes: the
     global (heads,) or (batch, heads) slopes. Returns this rank's shard of flash_attn_func's
     out, and with return_attn_probs (out, lse, None), lse (batch, heads, seqlen_local),
-    differentiable. dropout_p raises NotImplementedError (the kernels need a head offset to
-    drop what one process drops; issue 32 stage 2).
+    differentiable. dropout_p drops the entries one process drops under the same torch seed.
     """
     fn = "ulysses_flash_attn_func"
     group, world, rank = _group.resolve(fn, group)
     _group.check_layout(fn, layout)
-    if _group.real(fn, "dropout_p", dropout_p) != 0.0:
-        raise NotImplementedError(
-            f"{fn}: dropout_p={dropout_p!r} is not supported yet: the dropout mask is a "
-            f"function of (batch, head, row, key), and a rank holding a slice of the heads "
-            f"would need the kernels to take the slice's head offset (issue 32, stage 2) to "
-            f"drop the entries one process drops")
+    dropout_p = _group.real(fn, "dropout_p", dropout_p)
+    left, right = _group.window_pair(fn, window_size)
     _group.check_qkv(fn, q, k, v, varlen=False)
     heads, heads_kv = q.shape[2], k.shape[2]
     for name, count in (("q", heads), ("k and v", heads_kv)):
@@ -119,10 +115,19 @@ def ulysses_flash_attn_func(q, k, v, group=None, *, dropout_p=0.0, softmax_scale
     if order_q is not None:
         q_h = q_h.index_select(1, order_q)
         k_h, v_h = k_h.index_select(1, order_k), v_h.index_select(1, order_k)
-    out, lse, _ = _interface.flash_attn_func(
-        q_h, k_h, v_h, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-        softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
-        return_attn_probs=True)
+    op = dict(softmax_scale=None if softmax_scale is None
+              else _group.real(fn, "softmax_scale", softmax_scale),
+              causal=bool(causal), window_left=left, window_right=right,
+              softcap=_group.real(fn, "softcap", softcap), alibi_slopes=alibi_slopes,
+              deterministic=bool(deterministic))
+    if dropout_p != 0.0:  # one [seed, offset] per call, as flash_attn_func draws it
+        op.update(dropout_p=dropout_p, rng_state=torch.ops.flashattn.dropout_rng_state(q))
+    # This rank's heads start at global head rank * heads / P; rows and keys are the whole
+    # sequence's, its diagonal flash_attn_func's (bottom-right).
+    batch, seqlen_q, seqlen_k = q.shape[0], q_h.shape[1], k_h.shape[1]
+    offsets = torch.tensor([[0, 0, rank * (heads // world), seqlen_k - seqlen_q, b]
+                            for b in range(batch)], dtype=torch.int32).reshape(-1, 5)
+    out, lse = torch.ops.flashattn.fwd(q_h, k_h, v_h, block_offsets=offsets.to(q.device), **op)
     if order_q is not None:
         back = _inverse(order_q)
         out, lse = out.index_select(1, back), lse.index_select(2, back)
