@@ -198,7 +198,7 @@ def _forward(q, k, v, cfg):
     # merged, measured up to 2.6x single-process flashattn's error against float64 in bfloat16
     # (and through out, dK up to 2.2x), over the 2x target; so with more than one block they
     # are computed in float32 and rounded once, after the merge. K/V travel in their own dtype.
-    # Stage 2: the split-KV path's float32 partial outputs from the op itself.
+    # Still to do (issue 32): the split-KV path's float32 partial outputs from the op itself.
     compute = acc if cfg.world > 1 else q.dtype
     q_c = q.to(compute)
     kv = (k, v)
@@ -224,7 +224,7 @@ def _backward(dout, dlse, q, k, v, out, lse, cfg):
     # summed err up to ~sqrt(P) times one rounding (dV at P = 2 measured 2-3x single-process
     # flashattn's error against float64, over the 2x target), so with more than one block the
     # blocks run in float32: their gradients are exact partial sums, rounded once at the end.
-    # K/V still travel in their own dtype. Stage 2: fp32 partial gradients from the op itself.
+    # K/V still travel in their own dtype. Still to do: fp32 partial gradients from the op.
     compute = acc if cfg.world > 1 else q.dtype
     dout, out, q_c = (t.to(compute) for t in (dout, out, q))
     kv, pending_dkv = (k, v), None
