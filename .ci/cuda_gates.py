@@ -123,32 +123,11 @@ def demangle(names):
     return result.stdout.splitlines() if result.returncode == 0 else names
 
 
-def sass_by_kernel(cuobjdump, nvdisasm, obj):
-    """{(arch, mangled kernel): set of opcodes}"""
-    env = dict(os.environ, NVDISASM_PATH=os.path.dirname(nvdisasm),
-               PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
-    result = subprocess.run([cuobjdump, "--dump-sass", obj], capture_output=True, text=True,
-                            env=env)
-    if result.returncode != 0:
-        raise RuntimeError(f"cuobjdump --dump-sass {obj} failed:\n{result.stderr}")
-    sass = result.stdout
-    kernels, arch, name = {}, None, None
-    for line in sass.splitlines():
-        if m := re.search(r"(?:arch =|code for) (sm_\d+a?)\b", line):  # a library; a cubin
-            arch = m.group(1)
-        elif m := re.search(r"Function : (\S+)", line):
-            name = m.group(1)
-            kernels[(arch, name)] = set()
-        elif name and (m := re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)):
-            kernels[(arch, name)].add(m.group(1).split(".")[0])
-    return kernels
-
-
-def _copy_loops():
+def _load_ci(name):
+    """.ci/<name>.py as a module (.ci is not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "sass_copy_loops", os.path.join(REPO, ".ci", "sass_copy_loops.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, ".ci", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -169,7 +148,11 @@ def main():
         return 1
     failures = [f"{row['kernel']} ({row['arch']}): {row['local']} bytes of local memory"
                 for row in rows if row["local"]]
-    kernels = sass_by_kernel(cuobjdump, nvdisasm, args.binary)
+    # One SASS dump serves every gate below (a full library's takes ~30 s).
+    sass_loops = _load_ci("sass_loops")
+    sass = sass_loops.dump_sass(cuobjdump, nvdisasm, args.binary)
+    kernels = {key: {sass_loops.opcode(text) for _, text, _ in listing}
+               for key, listing in sass.items()}
     for (arch, kernel), opcodes in kernels.items():
         if bad := sorted(o for o in opcodes if o in FORBIDDEN_SASS):
             failures.append(f"{kernel} ({arch}): local memory in SASS: {bad}")
@@ -184,8 +167,8 @@ def main():
             failures.append(f"{kernel}: compiled for {arch}; the sm_90a kernels are built for "
                             "sm_90a only (kernel_list.py ARCHS)")
     # Issue 33: a paged cache's K/V copy no longer than a dense one (.ci/sass_copy_loops.py).
-    copy_loops = _copy_loops()
-    failures += copy_loops.check(copy_loops.dump_sass(cuobjdump, nvdisasm, args.binary), demangle)
+    copy_loops = _load_ci("sass_copy_loops")
+    failures += copy_loops.check(copy_loops.without_control_words(sass), demangle)
     archs = sorted({arch for arch, _ in kernels})
     tensor_core = sum(1 for _, k in kernels if TENSOR_CORE_KERNEL.search(k))
     if not tensor_core:

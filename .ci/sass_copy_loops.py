@@ -38,7 +38,6 @@ KERNEL = re.compile(r"fwd_kernel_16bitINS0_9FwdTraitsILi(\d+)ELb1EEE")
 UNROLLED_MAX_HEAD_DIM = 128
 BLOCK_N, THREADS, CHUNK_ELEMS = 64, 128, 8  # FwdTraits' kBlockN, kNThreads up to d = 128
 
-INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 BRANCH_TARGET = re.compile(r"\b(?:BRA|BSSY|CALL\.REL(?:\.NOINC)?|BREAK|BPT)\b.*?(0x[0-9a-f]+)")
 ENDS_BLOCK = ("BRA", "EXIT", "RET", "BSYNC", "CALL", "JMP", "BRX", "BREAK", "WARPSYNC", "BAR")
 
@@ -57,20 +56,14 @@ def opcode(instruction):
 
 def dump_sass(cuobjdump, nvdisasm, obj):
     """{(arch, mangled kernel): [(address, instruction)]} of a cubin or a library."""
-    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
-    result = subprocess.run([cuobjdump, "--dump-sass", obj], capture_output=True, text=True, env=env)
-    if result.returncode != 0:
-        raise RuntimeError(f"cuobjdump --dump-sass {obj} failed:\n{result.stderr}")
-    kernels, arch, name = {}, "cubin", None  # a cubin's dump names no architecture
-    for line in result.stdout.splitlines():
-        if m := re.search(r"arch = (sm_\d+a?)\b", line):
-            arch = m.group(1)
-        elif m := re.search(r"Function : (\S+)", line):
-            name = (arch, m.group(1))
-            kernels[name] = []
-        elif name and (m := INSTRUCTION.search(line)):
-            kernels[name].append((int(m.group(1), 16), m.group(2)))
-    return kernels
+    return without_control_words(_load("sass_loops").dump_sass(cuobjdump, nvdisasm, obj))
+
+
+def without_control_words(kernels):
+    """.ci/sass_loops.py's listings, {key: [(address, instruction, control word)]}, as this
+    script reads them."""
+    return {key: [(address, text) for address, text, _ in listing]
+            for key, listing in kernels.items()}
 
 
 def basic_blocks(instructions):

@@ -76,7 +76,8 @@ def parse_sass(text):
 
 def dump_sass(cuobjdump, nvdisasm, obj, functions=None):
     """parse_sass of a library or cubin; functions: only these mangled names (much faster)."""
-    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+    env = dict(os.environ, NVDISASM_PATH=os.path.dirname(nvdisasm),
+               PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
     command = [cuobjdump, "--dump-sass"]
     if functions:
         command += ["--function", ",".join(functions)]
