@@ -100,7 +100,7 @@ ForwardPlan plan_forward(const AttnParams& p, const std::vector<Sequence>& seqs,
     max_k = std::max(max_k, s.seqlen_k);
   }
   const int group = p.head_group;
-  plan.threads = threads_for_work(attention_work(p, seqs));
+  plan.threads = threads_for_work(attention_work(p, seqs), kMinForwardWorkPerThread);
   // Tasks before any split, with `heads` query heads and `query_block` rows of each per tile.
   auto tasks_with = [&](int heads, int query_block) {
     int64_t tasks = 0;
