@@ -15,6 +15,18 @@ TEST_VENV=.venv-test
 
 step() { printf '\n== %s\n' "$*"; }
 
+# A venv with torch takes ~5.5 GB, the build tree and the wheel ~2 GB: a fresh clone needs ~13 GB.
+# A full disk otherwise surfaces as pip's "[Errno 28] No space left on device" mid-install.
+venvs_to_make=0
+for venv in "$BUILD_VENV" "$TEST_VENV"; do [ -x "$venv/bin/python" ] || venvs_to_make=$((venvs_to_make + 1)); done
+NEED_GB=${FLASHATTN_TEST_NEED_GB:-$((2 + 6 * venvs_to_make))}
+FREE_GB=$(df -Pk . | awk 'NR == 2 {print int($4 / 1048576)}')
+if [ "$FREE_GB" -lt "$NEED_GB" ]; then
+  echo "scripts/test.sh needs about $NEED_GB GB free under $(pwd) ($venvs_to_make new venv(s) with" \
+       "torch, the build and the wheel); the disk has $FREE_GB GB free. Free some space first." >&2
+  exit 1
+fi
+
 step "build environment ($BUILD_VENV)"
 [ -x "$BUILD_VENV/bin/python" ] || "$PYTHON" -m venv "$BUILD_VENV"
 "$BUILD_VENV/bin/python" -m pip install -q --upgrade pip
