@@ -319,8 +319,9 @@ class BackwardKernel {
           alloc_workspace<T>(ops.dq_partial_storage, work_[b].chunks * work_[b].group_dq_elements);
     if (products_in_place_) return;
     const Sequence& seq = seqs_[b];
-    const std::vector<SequenceRows> queries{{seq.q_row0, seq.seqlen_q}};
-    const std::vector<SequenceRows> keys{{seq.k_row0, seq.seqlen_k}};
+    // One sequence each, on the stack: a vector of one here cost 112 heap allocations per
+    // (1, 16, 8, 64) backward (two per piece and head).
+    const SequenceRows queries{seq.q_row0, seq.seqlen_q}, keys{seq.k_row0, seq.seqlen_k};
     // Q, K (and dQ, dK) have q's head dim Dqk; V, dO (and dV) v's, Dv.
     const int group = p_.head_group, Dqk = qk_dim_, Dv = v_dim_;
     const TensorView q = heads_from<In>(p_.q, b, kv_head * group);
@@ -418,23 +419,34 @@ class BackwardKernel {
       for (int64_t bh = begin; bh < end; ++bh) {
         const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
         const Sequence& seq = seqs_[b];
-        for (int i = 0; i < seq.seqlen_q; ++i) {
-          const int64_t row = seq.q_row0 + i, idx = query_row_index(p_, seq, h, i);
-          const In* o_row = p_.o.row<const In>(b, h, row);
-          const In* do_row = p_.dout.row<const In>(b, h, row);
-          T dot = 0;
-          if constexpr (std::is_same_v<In, T>)
-            dot = product_dot(do_row, o_row, v_dim_);
-          else
-            for (int d = 0; d < v_dim_; ++d)
-              dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
-          const T dlse =
-              p_.dlse.ptr ? static_cast<T>(*p_.dlse.row<const float>(b, h, row)) : T(0);
-          d_terms_[idx] = dot - dlse;
-          const float lse = *p_.lse.row<const float>(b, h, row);
-          lse_shift_[idx] = lse == -std::numeric_limits<float>::infinity()
-                                ? std::numeric_limits<T>::infinity()
-                                : static_cast<T>(lse);
+        for (int i0 = 0; i0 < seq.seqlen_q; i0 += kDotRows) {
+          const int rows = std::min(kDotRows, seq.seqlen_q - i0);
+          T dots[kDotRows];
+          const In* o_rows = p_.o.row<const In>(b, h, seq.q_row0 + i0);
+          const In* do_rows = p_.dout.row<const In>(b, h, seq.q_row0 + i0);
+          if constexpr (std::is_same_v<In, T>) {
+            product_dots(rows, do_rows, p_.dout.row_stride, o_rows, p_.o.row_stride, v_dim_, dots);
+          } else {
+            for (int r = 0; r < rows; ++r) {
+              const In* o_row = o_rows + r * p_.o.row_stride;
+              const In* do_row = do_rows + r * p_.dout.row_stride;
+              T dot = 0;
+              for (int d = 0; d < v_dim_; ++d)
+                dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
+              dots[r] = dot;
+            }
+          }
+          for (int r = 0; r < rows; ++r) {
+            const int i = i0 + r;
+            const int64_t row = seq.q_row0 + i, idx = query_row_index(p_, seq, h, i);
+            const T dlse =
+                p_.dlse.ptr ? static_cast<T>(*p_.dlse.row<const float>(b, h, row)) : T(0);
+            d_terms_[idx] = dots[r] - dlse;
+            const float lse = *p_.lse.row<const float>(b, h, row);
+            lse_shift_[idx] = lse == -std::numeric_limits<float>::infinity()
+                                  ? std::numeric_limits<T>::infinity()
+                                  : static_cast<T>(lse);
+          }
         }
       }
     });

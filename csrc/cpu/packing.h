@@ -6,9 +6,16 @@
 #pragma once
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 
 #include "../mask.h"
 #include "../params.h"
@@ -41,8 +48,9 @@ inline int64_t attention_work(const AttnParams& p, const std::vector<Sequence>& 
 // head h of entry b holds blocks[b] blocks from block first(b, h); sequences may differ in
 // length.
 struct BlockLayout {
-  std::vector<int64_t> first_block;  // [B]: of head 0 of entry b
-  std::vector<int> blocks;           // [B]: blocks per head of entry b
+  // Inline room for a few entries: the backward packs one sequence at a time, 7 times per head.
+  c10::SmallVector<int64_t, 4> first_block;  // [B]: of head 0 of entry b
+  c10::SmallVector<int, 4> blocks;           // [B]: blocks per head of entry b
   int heads = 0;
   int64_t total_blocks = 0;
 
@@ -50,7 +58,7 @@ struct BlockLayout {
   int64_t num_heads() const { return int64_t(blocks.size()) * heads; }
 };
 
-inline BlockLayout block_layout(const std::vector<SequenceRows>& seqs, int heads,
+inline BlockLayout block_layout(c10::ArrayRef<SequenceRows> seqs, int heads,
                                 int block_rows) {
   BlockLayout layout;
   layout.heads = heads;
@@ -107,12 +115,52 @@ struct PackedHeads {
   const T* head(int b, int h) const { return data + layout.first(b, h) * block_elements; }
 };
 
+// The transposed panels of rows [0, 4 * (length / 4)) of head (b, h) (pack_heads' layout), four
+// rows by four columns at a time through SSE registers (baseline x86-64), the transposing
+// writes in 4-wide pieces instead of single elements: a (1, 16, 8, 64) fp32 backward spent 6% of
+// its time in the element-wise loop. Returns the rows done, which the caller's loop continues
+// from (all of them for other types, other CPUs or panels not a multiple of 4 wide).
+template <typename T, typename In, typename RowOf>
+int transpose_row_quads(T* dst, const RowOf& row_of, int b, int h, int length, int dim,
+                        int block_rows, T factor) {
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<In, float>) {
+    if (block_rows % 4 != 0) return 0;
+    const __m128 scale = _mm_set1_ps(factor);
+    int s = 0;
+    for (; s + 4 <= length; s += 4) {
+      const float* rows[4] = {row_of(b, h, s), row_of(b, h, s + 1), row_of(b, h, s + 2),
+                              row_of(b, h, s + 3)};
+      float* panel = dst + int64_t(s / block_rows) * dim * block_rows + s % block_rows;
+      int d = 0;
+      for (; d + 4 <= dim; d += 4) {
+        __m128 r0 = _mm_mul_ps(_mm_loadu_ps(rows[0] + d), scale);
+        __m128 r1 = _mm_mul_ps(_mm_loadu_ps(rows[1] + d), scale);
+        __m128 r2 = _mm_mul_ps(_mm_loadu_ps(rows[2] + d), scale);
+        __m128 r3 = _mm_mul_ps(_mm_loadu_ps(rows[3] + d), scale);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        _mm_storeu_ps(panel + int64_t(d) * block_rows, r0);
+        _mm_storeu_ps(panel + int64_t(d + 1) * block_rows, r1);
+        _mm_storeu_ps(panel + int64_t(d + 2) * block_rows, r2);
+        _mm_storeu_ps(panel + int64_t(d + 3) * block_rows, r3);
+      }
+      for (; d < dim; ++d)
+        for (int r = 0; r < 4; ++r) panel[int64_t(d) * block_rows + r] = rows[r][d] * factor;
+    }
+    return s;
+  }
+#endif
+  (void)dst, (void)row_of, (void)b, (void)h, (void)length, (void)dim, (void)block_rows,
+      (void)factor;
+  return 0;
+}
+
 // Packs each sequence (its `seqs[b].length` rows of every head, `dim` elements of In each, row
 // s of head h at row_of(b, h, s)), multiplied by `factor` (1 copies exactly), in parallel over
 // heads, in blocks of block_rows rows (the panel width W of kTransposedPanels), into `packed`
 // (reusing the memory it holds when large enough).
 template <typename T, typename In, typename RowOf>
-void pack_heads(PackedHeads<T>& packed, const RowOf& row_of, const std::vector<SequenceRows>& seqs,
+void pack_heads(PackedHeads<T>& packed, const RowOf& row_of, c10::ArrayRef<SequenceRows> seqs,
                 int heads, int dim, PackLayout layout, int block_rows, T factor) {
   packed.layout = block_layout(seqs, heads, block_rows);
   packed.block_elements = int64_t(block_rows) * dim;
@@ -120,7 +168,10 @@ void pack_heads(PackedHeads<T>& packed, const RowOf& row_of, const std::vector<S
       alloc_workspace<T>(packed.storage, packed.layout.total_blocks * packed.block_elements);
   for_each_head(packed.layout, [&](int b, int h) {
     T* dst = packed.data + packed.layout.first(b, h) * packed.block_elements;
-    for (int s = 0; s < seqs[b].length; ++s) {
+    int s = 0;
+    if (layout == PackLayout::kTransposedPanels)
+      s = transpose_row_quads<T, In>(dst, row_of, b, h, seqs[b].length, dim, block_rows, factor);
+    for (; s < seqs[b].length; ++s) {
       const In* in = row_of(b, h, s);
       if (layout == PackLayout::kRows) {
         for (int d = 0; d < dim; ++d) dst[int64_t(s) * dim + d] = static_cast<T>(in[d]) * factor;
@@ -135,7 +186,7 @@ void pack_heads(PackedHeads<T>& packed, const RowOf& row_of, const std::vector<S
 // The same for the rows [row0, row0 + length) of batch entry b of a view.
 template <typename T, typename In>
 void pack_heads(PackedHeads<T>& packed, const TensorView& src,
-                const std::vector<SequenceRows>& seqs, int heads, int dim, PackLayout layout,
+                c10::ArrayRef<SequenceRows> seqs, int heads, int dim, PackLayout layout,
                 int block_rows, T factor) {
   auto row_of = [&](int b, int h, int s) { return src.row<const In>(b, h, seqs[b].row0 + s); };
   pack_heads<T, In>(packed, row_of, seqs, heads, dim, layout, block_rows, factor);

@@ -355,7 +355,7 @@ void fill_key_panel(const KeyOf& key_of, int length, int dim, int key_block, int
 // key_of(b, h, j): key j of sequence b, head h.
 template <typename In16, typename KeyOf>
 void pack_key_panels(Panels16<In16>& into, const KeyOf& key_of,
-                     const std::vector<SequenceRows>& seqs, int heads, int dim, int key_block,
+                     c10::ArrayRef<SequenceRows> seqs, int heads, int dim, int key_block,
                      bool vnni) {
   build_panels<In16>(
       into, block_layout(seqs, heads, key_block), key_block / kPanelWidth, round_up(dim, 2),
@@ -368,7 +368,7 @@ void pack_key_panels(Panels16<In16>& into, const KeyOf& key_of,
 
 template <typename In16>
 void pack_key_panels(Panels16<In16>& into, const TensorView& keys,
-                     const std::vector<SequenceRows>& seqs, int heads, int dim, int key_block,
+                     c10::ArrayRef<SequenceRows> seqs, int heads, int dim, int key_block,
                      bool vnni) {
   auto key_of = [&](int b, int h, int j) { return keys.row<const In16>(b, h, seqs[b].row0 + j); };
   pack_key_panels<In16>(into, key_of, seqs, heads, dim, key_block, vnni);
@@ -390,7 +390,7 @@ void fill_value_panel(const ValueOf& value_of, int length, int dim, int key_bloc
 
 template <typename In16, typename ValueOf>
 void pack_value_panels(Panels16<In16>& into, const ValueOf& value_of,
-                       const std::vector<SequenceRows>& seqs, int heads, int dim, int key_block,
+                       c10::ArrayRef<SequenceRows> seqs, int heads, int dim, int key_block,
                        bool vnni) {
   build_panels<In16>(
       into, block_layout(seqs, heads, key_block), num_blocks(dim, kPanelWidth), key_block,
@@ -403,7 +403,7 @@ void pack_value_panels(Panels16<In16>& into, const ValueOf& value_of,
 
 template <typename In16>
 void pack_value_panels(Panels16<In16>& into, const TensorView& values,
-                       const std::vector<SequenceRows>& seqs, int heads, int dim, int key_block,
+                       c10::ArrayRef<SequenceRows> seqs, int heads, int dim, int key_block,
                        bool vnni) {
   auto value_of = [&](int b, int h, int j) {
     return values.row<const In16>(b, h, seqs[b].row0 + j);
@@ -415,7 +415,7 @@ void pack_value_panels(Panels16<In16>& into, const TensorView& values,
 // [block_rows][dim rounded up to even] tile, the K of a product with pack_key_panels' panels.
 template <typename In16>
 void pack_row_tiles(Panels16<In16>& into, const TensorView& src,
-                    const std::vector<SequenceRows>& seqs, int heads, int dim, int block_rows) {
+                    c10::ArrayRef<SequenceRows> seqs, int heads, int dim, int block_rows) {
   const int width = round_up(dim, 2);
   build_panels<In16>(
       into, block_layout(seqs, heads, block_rows), 1, block_rows, width, /*vnni=*/false,
@@ -431,7 +431,7 @@ void pack_row_tiles(Panels16<In16>& into, const TensorView& src,
 // `src`, a [dim][block_rows] tile with zero columns past the last row.
 template <typename In16>
 void pack_transposed_tiles(Panels16<In16>& into, const TensorView& src,
-                           const std::vector<SequenceRows>& seqs, int heads, int dim,
+                           c10::ArrayRef<SequenceRows> seqs, int heads, int dim,
                            int block_rows) {
   build_panels<In16>(
       into, block_layout(seqs, heads, block_rows), 1, dim, block_rows, /*vnni=*/false,
