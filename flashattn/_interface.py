@@ -124,7 +124,10 @@ def _attention(fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softc
             leading = 5
     if alibi_slopes is not None:
         leading = 6
-    if not align_bottom_right:
+    # The alignment moves only the diagonal of causal, window and ALiBi: without them the op's
+    # default serves, and the arguments before it stay unpassed (SDPA's plain call: 3, not 10).
+    if not align_bottom_right and (causal or left != -1 or right != -1
+                                   or alibi_slopes is not None):
         leading = 7
     if deterministic:
         deterministic = True
@@ -422,8 +425,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if attn_mask is not None and is_causal:
         raise ValueError(f"{fn}: attn_mask and is_causal=True cannot be combined (as in "
                          f"F.scaled_dot_product_attention); put the causal mask into attn_mask")
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        _check_sdpa_rank(name, t)
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            _check_sdpa_rank(name, t)
     if not enable_gqa and query.shape[1] != key.shape[1]:
         raise ValueError(
             f"{fn}: query has {query.shape[1]} heads but key has "
@@ -434,9 +438,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise ValueError(f"{fn}: scale must be finite, got {scale}")
     # (B, H, S, D) -> (B, S, H, D) is a stride permutation, not a copy.
     try:
+        mask = {} if attn_mask is None else {"attn_mask": attn_mask}
         out = _attention(fn, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                          dropout_p, scale, is_causal, (-1, -1), 0.0, None, False,
-                         align_bottom_right=False, attn_mask=attn_mask)
+                         align_bottom_right=False, **mask)
     except (RuntimeError, ValueError, TypeError, IndexError) as error:
         # The op names FA2's arguments (q, k, v, softmax_scale, causal) in (B, S, H, D); say it
         # in SDPA's terms. Only on the error path: a call that succeeds pays nothing.
