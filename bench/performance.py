@@ -6,7 +6,7 @@
 
 Every figure comes from a file `bench/results/<machine>/<subcommand>.json` written by
 `python -m flashattn.bench <subcommand> --json FILE` (dense: training-shaped attention; decode:
-one KV-cache decoding step), or, for reliability.json, by `python tools/reliability.py --json
+one KV-cache decoding step; small: per-call µs at small shapes), or, for reliability.json, by `python tools/reliability.py --json
 FILE` (the fuzzers' long campaigns). A machine is a folder; its heading, the footer of each table
 (date, commit, machine, torch, threads, command) and every ratio are read from the files, so a
 new machine is one folder of JSON and one run of this script. Plots need matplotlib.
@@ -236,6 +236,52 @@ def decode_span(report, dtype, share="copy_share"):
     return (min(shares), max(shares)) if shares else None
 
 
+# ---------------------------------------------------------------- the small-problem table
+
+def small_cases(report):
+    """{(mode, causal, seqlen, batch): {impl: result}} of the rows that ran."""
+    cases = {}
+    for r in report["results"]:
+        if r.get("status", "ok") == "ok":
+            key = (r["mode"], r["causal"], r["seqlen"], r["batch"])
+            cases.setdefault(key, {})[r["impl"]] = r
+    return cases
+
+
+def microseconds(row):
+    return "–" if not row or row.get("time_ms") is None else f"{1000 * row['time_ms']:.1f}"
+
+
+def small_table(report):
+    cases = small_cases(report)
+    meta = report["meta"]
+    dtypes = ", ".join(meta.get("dtypes") or [])
+    lines = [
+        f"Small problems (`bench small`), {meta.get('heads')} heads of {meta.get('head_dim')}, "
+        f"{dtypes}: where a call's fixed costs show. Per-call µs (median of single calls) of "
+        "flashattn and of the fastest SDPA backend of the case (named), and flashattn's speedup "
+        "over it.",
+        "",
+        "| causal | seqlen | batch | forward µs | forward | fwd+bwd µs | fwd+bwd |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    keys = sorted({key[1:] for key in cases})
+    for causal, seqlen, batch in keys:
+        cells = []
+        for mode, _ in MODES:
+            rows = cases.get((mode, causal, seqlen, batch)) or {}
+            best = best_sdpa(rows)
+            cells += [f"{microseconds(rows.get(FLASHATTN))} / {microseconds(best)}",
+                      speedup_cell(rows)]
+        lines.append(f"| {'yes' if causal else 'no'} | {seqlen} | {batch} | "
+                     + " | ".join(cells) + " |")
+    summary = {(g["mode"]): g.get("geomean_speedup_vs_best_sdpa")
+               for g in report.get("summary", [])}
+    lines += ["", "Geometric means over the cases: forward "
+              f"{speedup(summary.get('fwd'))}, forward+backward {speedup(summary.get('fwdbwd'))}."]
+    return lines
+
+
 # ---------------------------------------------------------------- plots
 
 def plot_paths(name):
@@ -358,11 +404,13 @@ def render_page(machines):
         meta = next(iter(reports.values()))["meta"]
         lines += [f"## {machine_label(meta)}", ""]
         paths = plot_paths(name)
-        for sub, table in (("dense", dense_table), ("decode", decode_table)):
+        for sub, table in (("dense", dense_table), ("decode", decode_table),
+                           ("small", small_table)):
             if sub not in reports:
                 continue
             json_path = os.path.join(RESULTS_DIR, name, f"{sub}.json")
-            lines += [f"![{sub}]({os.path.relpath(paths[sub], ROOT)})", ""]
+            if sub in paths:
+                lines += [f"![{sub}]({os.path.relpath(paths[sub], ROOT)})", ""]
             lines += table(reports[sub])
             lines += ["", f"<sub>{footer(reports[sub], json_path)}</sub>", ""]
         if "reliability" in reports:

@@ -170,3 +170,30 @@ def test_reliability_campaigns_are_on_the_page():
     # A failed campaign says so instead of a count of what it found.
     failed = performance.render_page([("zen4", {"reliability": reliability_report(False)})])
     assert "| 21,000 random examples | **failed**" in failed
+
+
+def small_report():
+    meta = dict(META, command="python -m flashattn.bench small --json s.json",
+                dtypes=["float32"])
+    rows = []
+    for mode, fa_ms, flash_ms, math_ms in (("fwd", 0.010, 0.015, 0.030),
+                                          ("fwdbwd", 0.080, 0.060, 0.200)):
+        for impl, ms in (("flashattn", fa_ms), ("sdpa-flash", flash_ms), ("sdpa-math", math_ms)):
+            rows.append({"mode": mode, "dtype": "float32", "causal": False, "seqlen": 16,
+                         "batch": 1, "heads": 8, "head_dim": 64, "impl": impl, "status": "ok",
+                         "time_ms": ms, "speedup": None if impl == "flashattn" else ms / fa_ms})
+    summary = [{"mode": "fwd", "dtype": "float32", "geomean_speedup_vs_best_sdpa": 1.5},
+               {"mode": "fwdbwd", "dtype": "float32", "geomean_speedup_vs_best_sdpa": 0.75}]
+    return {"subcommand": "small", "meta": meta, "summary": summary, "results": rows}
+
+
+def test_small_problems_are_per_call_against_the_fastest_backend():
+    """`bench small`'s report: flashattn's and the fastest backend's µs per call, and the ratio
+    against that backend (flash here, math being slower in both modes), with the footer."""
+    page = performance.render_page([("zen4", {"small": small_report()})])
+    assert ("| no | 16 | 1 | 10.0 / 15.0 | 1.50× (flash) | 80.0 / 60.0 | 0.75× (flash) |"
+            in page)
+    assert "Geometric means over the cases: forward 1.50×, forward+backward 0.75×." in page
+    assert "`python -m flashattn.bench small --json s.json`" in page
+    assert "(bench/results/zen4/small.json)" in page
+    assert "![small]" not in page  # no plot for it
