@@ -104,7 +104,7 @@ class BackwardKernel {
 
   void run() {
     if (int64_t(p_.batch) * p_.heads_q == 0) return;
-    compute_row_terms();
+    make_room_for_row_terms();
     if (threads_ == 1)
       run_heads_inline();
     else
@@ -309,11 +309,20 @@ class BackwardKernel {
   // (sequence b, kv head)'s operands are packed in kPackPieces parts, one operand each (the
   // first also makes room for the partial dQ), which the tasks that reach the head together
   // share (head_operands.h).
-  static constexpr int kPackPieces = 7;
+  static constexpr int kPackPieces = 8;
+  // The last piece is no packing: the row terms of the group's query heads (compute_row_terms),
+  // which only this head's tasks read. Computed here, by the head's first tasks, they need no
+  // parallel region of their own: a second region per call cost a second wake-up and barrier
+  // (part 4 of the small-problems lab put ~15% of a small backward in libgomp's barrier).
+  static constexpr int kRowTermsPiece = kPackPieces - 1;
 
   // Packs part `piece` of (sequence b, kv head)'s operands into `ops`, reusing the memory of a
   // finished head's.
   void pack_group(int b, int kv_head, int piece, GroupOperands& ops) const {
+    if (piece == kRowTermsPiece) {
+      compute_row_terms(b, kv_head);
+      return;
+    }
     if (piece == 0)
       ops.dq_partial =
           alloc_workspace<T>(ops.dq_partial_storage, work_[b].chunks * work_[b].group_dq_elements);
@@ -410,46 +419,45 @@ class BackwardKernel {
   // Per query row, at query_row_index (mask.h): D_i = rowsum(dO_i ∘ O_i) - dlse_i, and the
   // shift that recomputes P_ij from S_ij. A row that saw no key has lse = -inf; shifting by +inf
   // instead makes its P row 0. Rows of no sequence are never read.
-  void compute_row_terms() {
+  void make_room_for_row_terms() {
     const int64_t rows_total = int64_t(p_.heads_q) * p_.total_q;
     d_terms_ = alloc_workspace<T>(d_terms_storage_, rows_total);
     lse_shift_ = alloc_workspace<T>(lse_shift_storage_, rows_total);
-    parallel_for_threads(int64_t(p_.batch) * p_.heads_q, threads_,
-                         [&](int64_t begin, int64_t end) {
-      for (int64_t bh = begin; bh < end; ++bh) {
-        const int b = static_cast<int>(bh / p_.heads_q), h = static_cast<int>(bh % p_.heads_q);
-        const Sequence& seq = seqs_[b];
-        for (int i0 = 0; i0 < seq.seqlen_q; i0 += kDotRows) {
-          const int rows = std::min(kDotRows, seq.seqlen_q - i0);
-          T dots[kDotRows];
-          const In* o_rows = p_.o.row<const In>(b, h, seq.q_row0 + i0);
-          const In* do_rows = p_.dout.row<const In>(b, h, seq.q_row0 + i0);
-          if constexpr (std::is_same_v<In, T>) {
-            product_dots(rows, do_rows, p_.dout.row_stride, o_rows, p_.o.row_stride, v_dim_, dots);
-          } else {
-            for (int r = 0; r < rows; ++r) {
-              const In* o_row = o_rows + r * p_.o.row_stride;
-              const In* do_row = do_rows + r * p_.dout.row_stride;
-              T dot = 0;
-              for (int d = 0; d < v_dim_; ++d)
-                dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
-              dots[r] = dot;
-            }
-          }
+  }
+
+  // The row terms of sequence b's query heads that share kv head kv_head.
+  void compute_row_terms(int b, int kv_head) const {
+    const Sequence& seq = seqs_[b];
+    for (int h = kv_head * p_.head_group; h < (kv_head + 1) * p_.head_group; ++h)
+      for (int i0 = 0; i0 < seq.seqlen_q; i0 += kDotRows) {
+        const int rows = std::min(kDotRows, seq.seqlen_q - i0);
+        T dots[kDotRows];
+        const In* o_rows = p_.o.row<const In>(b, h, seq.q_row0 + i0);
+        const In* do_rows = p_.dout.row<const In>(b, h, seq.q_row0 + i0);
+        if constexpr (std::is_same_v<In, T>) {
+          product_dots(rows, do_rows, p_.dout.row_stride, o_rows, p_.o.row_stride, v_dim_, dots);
+        } else {
           for (int r = 0; r < rows; ++r) {
-            const int i = i0 + r;
-            const int64_t row = seq.q_row0 + i, idx = query_row_index(p_, seq, h, i);
-            const T dlse =
-                p_.dlse.ptr ? static_cast<T>(*p_.dlse.row<const float>(b, h, row)) : T(0);
-            d_terms_[idx] = dots[r] - dlse;
-            const float lse = *p_.lse.row<const float>(b, h, row);
-            lse_shift_[idx] = lse == -std::numeric_limits<float>::infinity()
-                                  ? std::numeric_limits<T>::infinity()
-                                  : static_cast<T>(lse);
+            const In* o_row = o_rows + r * p_.o.row_stride;
+            const In* do_row = do_rows + r * p_.dout.row_stride;
+            T dot = 0;
+            for (int d = 0; d < v_dim_; ++d)
+              dot += static_cast<T>(do_row[d]) * static_cast<T>(o_row[d]);
+            dots[r] = dot;
           }
         }
+        for (int r = 0; r < rows; ++r) {
+          const int i = i0 + r;
+          const int64_t row = seq.q_row0 + i, idx = query_row_index(p_, seq, h, i);
+          const T dlse =
+              p_.dlse.ptr ? static_cast<T>(*p_.dlse.row<const float>(b, h, row)) : T(0);
+          d_terms_[idx] = dots[r] - dlse;
+          const float lse = *p_.lse.row<const float>(b, h, row);
+          lse_shift_[idx] = lse == -std::numeric_limits<float>::infinity()
+                                ? std::numeric_limits<T>::infinity()
+                                : static_cast<T>(lse);
+        }
       }
-    });
   }
 
   // The partial dQᵀ of (chunk, query head g of the group, query block) of sequence b.

@@ -34,7 +34,9 @@ class HeadOperands {
     std::atomic<int> next_piece{0}, pieces_done{0};
     std::atomic<bool> failed{false};  // a part's pack threw
     std::atomic<int64_t> tasks_left{0};
-    Operands operands;
+    // On the heap, so that handing them on is a pointer's move: an Operands holds a dozen
+    // packings, and moving one under the pool's lock kept the other thread waiting.
+    std::unique_ptr<Operands> operands;
   };
 
  public:
@@ -68,12 +70,12 @@ class HeadOperands {
     void release(const Last& last) {
       Slot* slot = std::exchange(slot_, nullptr);
       if (slot->tasks_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-      last(slot->operands);
+      last(*slot->operands);
       owner_->recycle(std::move(slot->operands));
     }
     // Mutable: operands may be filled in part by part as the tasks need them.
-    Operands& operator*() const { return slot_->operands; }
-    Operands* operator->() const { return &slot_->operands; }
+    Operands& operator*() const { return *slot_->operands; }
+    Operands* operator->() const { return slot_->operands.get(); }
 
    private:
     friend class HeadOperands;
@@ -98,7 +100,7 @@ class HeadOperands {
     });
     for (int piece = s.next_piece.fetch_add(1); piece < pieces; piece = s.next_piece.fetch_add(1)) {
       try {
-        pack(s.operands, piece);
+        pack(*s.operands, piece);
       } catch (...) {
         s.failed.store(true, std::memory_order_relaxed);
         s.pieces_done.fetch_add(1, std::memory_order_release);
@@ -122,23 +124,27 @@ class HeadOperands {
  private:
   Slot& slot(int b, int h) { return slots_[size_t(b) * heads_ + h]; }
 
-  Operands reused() {
-    std::lock_guard<std::mutex> lock(finished_mutex_);
-    if (finished_.empty()) return Operands();
-    Operands operands = std::move(finished_.back());
-    finished_.pop_back();
-    return operands;
+  std::unique_ptr<Operands> reused() {
+    {
+      std::lock_guard<SpinLock> lock(finished_lock_);
+      if (!finished_.empty()) {
+        std::unique_ptr<Operands> operands = std::move(finished_.back());
+        finished_.pop_back();
+        return operands;
+      }
+    }
+    return std::make_unique<Operands>();
   }
-  void recycle(Operands&& operands) {
+  void recycle(std::unique_ptr<Operands>&& operands) {
     live_.fetch_sub(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(finished_mutex_);
+    std::lock_guard<SpinLock> lock(finished_lock_);
     finished_.push_back(std::move(operands));
   }
 
   int heads_;
   std::unique_ptr<Slot[]> slots_;
-  std::mutex finished_mutex_;
-  std::vector<Operands> finished_;  // the operands of heads whose tasks are done
+  SpinLock finished_lock_;  // held to move one pointer in or out
+  std::vector<std::unique_ptr<Operands>> finished_;  // the operands of heads whose tasks are done
   std::atomic<int64_t> live_{0}, peak_{0};
 };
 

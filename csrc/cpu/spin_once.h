@@ -1,5 +1,5 @@
 // A step run once by the first of the threads that need it, the others spinning until it is
-// done.
+// done; and a lock whose waiters spin the same way.
 //
 // std::call_once parks the threads that lose the race in a futex, and waking a parked thread
 // costs tens of µs on a VM: more than the step they wait for (packing one key block takes a
@@ -38,6 +38,23 @@ class SpinOnce {
  private:
   static constexpr int kIdle = 0, kRunning = 1, kDone = 2;
   std::atomic<int> state_{kIdle};
+};
+
+// A mutex for critical sections of a few instructions (moving a handful of pointers), which the
+// threads of one call enter in turn many times: std::mutex parks a thread that finds it taken in
+// a futex, and at (B 8, S 16, H 8, d 64) the backward's two threads met on its operand pool ~6
+// times a call, so that the call took longer on two threads (280 µs) than on one (252).
+// BasicLockable: std::lock_guard takes it.
+class SpinLock {
+ public:
+  void lock() {
+    while (locked_.exchange(true, std::memory_order_acquire))
+      while (locked_.load(std::memory_order_relaxed)) std::this_thread::yield();
+  }
+  void unlock() { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
 };
 
 }  // namespace flashattn::cpu
