@@ -766,8 +766,13 @@ class BackwardKernel {
           total = sum.data();
         }
         const int64_t row0 = seqs_[b].q_row0 + qb * query_block_;
-        for (int r = 0; r < rows; ++r) {
-          In* dq_row = p_.dq.row<In>(b, kv_head * p_.head_group + g, row0 + r);
+        const int head = kv_head * p_.head_group + g;
+        int r = 0;
+        if constexpr (std::is_same_v<In, T>)
+          r = untranspose_row_quads(total, query_block_, rows, qk_dim_, scale,
+                                    [&](int row) { return p_.dq.row<In>(b, head, row0 + row); });
+        for (; r < rows; ++r) {
+          In* dq_row = p_.dq.row<In>(b, head, row0 + r);
           for (int d = 0; d < qk_dim_; ++d)
             dq_row[d] = static_cast<In>(scale * total[size_t(d) * query_block_ + r]);
         }

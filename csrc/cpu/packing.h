@@ -155,6 +155,41 @@ int transpose_row_quads(T* dst, const RowOf& row_of, int b, int h, int length, i
   return 0;
 }
 
+// The way back, for a product left transposed: row r of `rows` rows (row_out(r), dim elements)
+// gets columns[d * ld + r] * factor for each d, four rows by four columns at a time through SSE
+// registers (the backward's dQᵀ into dQ). Returns the rows done (all but rows % 4, or none for
+// other types and CPUs); the caller's loop does the rest.
+template <typename T, typename RowOut>
+int untranspose_row_quads(const T* columns, int64_t ld, int rows, int dim, T factor,
+                          const RowOut& row_out) {
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m128 scale = _mm_set1_ps(factor);
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      float* out[4] = {row_out(r), row_out(r + 1), row_out(r + 2), row_out(r + 3)};
+      int d = 0;
+      for (; d + 4 <= dim; d += 4) {
+        __m128 c0 = _mm_loadu_ps(columns + int64_t(d) * ld + r);
+        __m128 c1 = _mm_loadu_ps(columns + int64_t(d + 1) * ld + r);
+        __m128 c2 = _mm_loadu_ps(columns + int64_t(d + 2) * ld + r);
+        __m128 c3 = _mm_loadu_ps(columns + int64_t(d + 3) * ld + r);
+        _MM_TRANSPOSE4_PS(c0, c1, c2, c3);
+        _mm_storeu_ps(out[0] + d, _mm_mul_ps(c0, scale));
+        _mm_storeu_ps(out[1] + d, _mm_mul_ps(c1, scale));
+        _mm_storeu_ps(out[2] + d, _mm_mul_ps(c2, scale));
+        _mm_storeu_ps(out[3] + d, _mm_mul_ps(c3, scale));
+      }
+      for (; d < dim; ++d)
+        for (int i = 0; i < 4; ++i) out[i][d] = columns[int64_t(d) * ld + r + i] * factor;
+    }
+    return r;
+  }
+#endif
+  (void)columns, (void)ld, (void)rows, (void)dim, (void)factor, (void)row_out;
+  return 0;
+}
+
 // Packs each sequence (its `seqs[b].length` rows of every head, `dim` elements of In each, row
 // s of head h at row_of(b, h, s)), multiplied by `factor` (1 copies exactly), in parallel over
 // heads, in blocks of block_rows rows (the panel width W of kTransposedPanels), into `packed`
