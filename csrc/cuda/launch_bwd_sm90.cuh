@@ -1,8 +1,8 @@
 // Host side of the sm_90a backward's launch for the library: the plan's AttnBwdParams (a call that
 // plan_bwd_sm90.h accepted) as the Hopper kernels' tensor maps, BwdSm90Params and BwdSm90Rows (its
 // own TensorViews),
-// the workspace bound, then hopper::launch_bwd_sm90 (rows, main, convert kernels) with the causal
-// mask or without. Compiles under nvcc (inst/*_sm90.cu, for sm_90a only) and under the CPU shim
+// the workspace bound, then hopper::launch_bwd_sm90 (rows, main, convert kernels) with the main
+// loop for its mask (none, causal, a local window). Compiles under nvcc (inst/*_sm90.cu, for sm_90a only) and under the CPU shim
 // (tests/sim_ext).
 #pragma once
 #include <cuda_bf16.h>
@@ -23,6 +23,22 @@
 #endif
 
 namespace flashattn::cuda {
+
+// The main loops built for each (head dim, dtype), kernel_list.py (bwd_sm90): no mask, causal
+// or a local window (the forward's classification, sm90_fwd_mask).
+template <typename Element, int kHeadDim>
+std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper::BwdSm90Params& hp,
+                                  const hopper::BwdSm90Rows& rows, void* stream, Sm90FwdMask mask) {
+  switch (mask) {
+    case Sm90FwdMask::kCausal:
+      return hopper::launch_bwd_sm90<Element, kHeadDim, true, false>(maps, hp, rows, stream);
+    case Sm90FwdMask::kLocal:
+      return hopper::launch_bwd_sm90<Element, kHeadDim, false, true>(maps, hp, rows, stream);
+    case Sm90FwdMask::kNone:
+      break;
+  }
+  return hopper::launch_bwd_sm90<Element, kHeadDim, false, false>(maps, hp, rows, stream);
+}
 
 // Runs the sm_90a backward for an Element (__half or __nv_bfloat16) and kHeadDim == p.head_dim
 // on p as planned (plan_bwd_sm90.h: sm90_bwd_unsupported(p) is nullptr). workspace: the plan's
@@ -49,11 +65,8 @@ void run_bwd_sm90(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
   hopper::BwdSm90Params hp = make_bwd_sm90_params(p);
   hopper::bwd_sm90_bind_workspace<kHeadDim>(hp, workspace);
   const hopper::BwdSm90Rows rows{p.o, p.dout, p.lse, p.dq};
-  // The plan sends no window here but causal's (-1, 0).
-  const bool causal = p.window_right == 0;
   const std::string launch_error =
-      causal ? hopper::launch_bwd_sm90<Element, kHeadDim, true>(maps, hp, rows, stream)
-             : hopper::launch_bwd_sm90<Element, kHeadDim, false>(maps, hp, rows, stream);
+      launch_bwd_sm90_masks<Element, kHeadDim>(maps, hp, rows, stream, sm90_fwd_mask(p));
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a backward's launch: " + launch_error);
   }

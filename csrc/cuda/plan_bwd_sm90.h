@@ -46,6 +46,9 @@ inline hopper::BwdSm90Params make_bwd_sm90_params(const AttnBwdParams& p) {
   // exp2 takes the scores scaled by scale * log2(e), computed in double as the forward's.
   hp.scale_log2 = static_cast<float>(p.scale_fp64 * 1.4426950408889634);
   hp.align_bottom_right = p.align_bottom_right;
+  // Causal is the window (-1, 0) (AttnParams); the causal kernel takes it as it is.
+  hp.window_left = p.window_left;
+  hp.window_right = p.window_right;
   hp.deterministic = p.deterministic;
   hp.dk = p.dk;
   hp.dv = p.dv;
@@ -78,7 +81,6 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
   if (p.dropout.on()) return "dropout";
   if (p.softcap > 0.f) return "softcap";
   if (p.alibi.ptr != nullptr) return "ALiBi";
-  if (p.window_left >= 0 || p.window_right > 0) return "a local window";
   // The rows kernel computes D = rowsum(dO * O) without a dLSE term.
   if (p.dlse.ptr != nullptr) return "a gradient of the LSE output";
   // Grids put heads on y and batches on z (bwd_sm90_grids), each at most 65535.

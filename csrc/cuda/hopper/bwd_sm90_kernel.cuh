@@ -38,7 +38,7 @@
 #include "cuda/element.cuh"
 #include "cuda/hopper/bwd_sm90_config.h"
 #include "cuda/hopper/bwd_sm90_params.h"
-#include "cuda/hopper/fwd_sm90_mask.cuh"  // causal_diag_offset
+#include "cuda/hopper/fwd_sm90_mask.cuh"  // causal_diag_offset, KeyWindow
 #include "cuda/ptx.cuh"
 #include "cuda/tensor_map.h"
 
@@ -78,7 +78,10 @@ __device__ __forceinline__ void pack_pairs(const float (&x)[kN], uint32_t (&out)
   for (int i = 0; i < kN / 2; ++i) out[i] = cuda::pack_rn<Elem>(x[2 * i], x[2 * i + 1]);
 }
 
-template <typename Elem, int kHeadDim, bool kCausal>
+// The main loops, each its own instantiation (kernel_list.py, launch_bwd_sm90.cuh): kCausal /
+// kLocal, the mask (causal is the window (-1, 0); at most one of them): which query blocks a key
+// block visits, which of those need the mask (QueryBlocks), and the mask itself.
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false>
 __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_do,
@@ -102,9 +105,10 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
   // The grid covers the longest sequence: a key block past this one's keys has nothing to do.
   const BwdSm90Seq seq = bwd_sm90_seq<kBlockM>(p, batch);
   if (n_block * kBlockN >= seq.seqlen_k) return;
-  const int diag_offset = causal_diag_offset(p.align_bottom_right, seq.seqlen_q, seq.seqlen_k);
-  using Blocks = QueryBlocks<kCausal, kBlockM, kBlockN>;
-  const Blocks blocks(n_block, seq.seqlen_q, diag_offset);
+  const KeyWindow window = key_window<kCausal, kLocal>(
+      causal_diag_offset(p.align_bottom_right, seq.seqlen_q, seq.seqlen_k), p.window_left, p.window_right);
+  const QueryBlocks<kCausal, kLocal, kBlockM, kBlockN> blocks(n_block, seq.seqlen_q, seq.seqlen_k, window.offset,
+                                                              window.left, window.right);
   const int n_m = blocks.end - blocks.begin;
   const int n_iters = n_m * p.head_group;  // (query head of the group, query block) pairs
   auto head_of = [&](int it) { return kv_head * p.head_group + it / n_m; };
@@ -286,26 +290,32 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     }
     wgmma_commit_group();
 
-    // P^T while dP^T is on the tensor cores. Element i of a row: query column
-    // 8 (i / 4) + 2 tq + i % 2, key row key_row + 8 ((i % 4) / 2).
+    // Element i of a row: query column 8 (i / 4) + 2 tq + i % 2, key row key_row + 8 ((i % 4) / 2).
     const float* lse_log2 = reinterpret_cast<const float*>(smem + Cfg::kLseOffset + s * Cfg::kRowStatBytes);
     const float* dpsum = reinterpret_cast<const float*>(smem + Cfg::kDpsumOffset + s * Cfg::kRowStatBytes);
     // Masked blocks: key (row r of the thread's two) is visible from query column col iff
-    // key < Sk and (causal) key <= m0 + col + diag_offset, i.e. col >= first_col[r].
-    int first_col[2] = {0, 0};
-    if (Blocks::needs_mask(m_block, n_block, seq.seqlen_k, diag_offset)) {
+    // key < Sk, key <= m0 + col + offset + right (right >= 0) and key >= m0 + col + offset - left
+    // (left >= 0), i.e. first_col[r] <= col <= last_col[r].
+    int first_col[2] = {0, 0}, last_col[2] = {kBlockM, kBlockM};
+    if (blocks.needs_mask(m_block)) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int key = key_row + 8 * r;
-        first_col[r] = key >= seq.seqlen_k ? kBlockM : (kCausal ? key - diag_offset - m_block * kBlockM : 0);
+        const int key = key_row + 8 * r, key_rel = key - window.offset - m_block * kBlockM;
+        first_col[r] = key >= seq.seqlen_k ? kBlockM : (window.right >= 0 ? key_rel - window.right : 0);
+        if constexpr (kLocal) last_col[r] = window.left >= 0 ? key_rel + window.left : kBlockM;
       }
     }
+    auto visible = [&](int i, int col) {
+      const int r = (i % 4) / 2;
+      return col >= first_col[r] && (!kLocal || col <= last_col[r]);
+    };
+    // P^T while dP^T is on the tensor cores.
     wgmma_wait_group<1>();  // SITE:wait_s
     wgmma_fence_operand(sacc);
 #pragma unroll
     for (int i = 0; i < kBlockM / 2; ++i) {
       const int col = 8 * (i / 4) + 2 * tq + i % 2;
-      sacc[i] = col >= first_col[(i % 4) / 2] ? exp2_approx(sacc[i] * p.scale_log2 - FLASHATTN_SMEM(lse_log2)[col]) : 0.f;
+      sacc[i] = visible(i, col) ? exp2_approx(sacc[i] * p.scale_log2 - FLASHATTN_SMEM(lse_log2)[col]) : 0.f;
     }
     // P^T rounded into dV's A fragments right away: S^T's registers are free before dP^T's
     // wait, which keeps the d = 64 consumers (kBlockM = 128) within 240 registers. dS^T takes

@@ -63,12 +63,28 @@ inline std::string check_bwd_sm90_args(const BwdSm90Params& p, const BwdSm90Rows
   return "";
 }
 
+// "" if the window fits the main loop chosen (bwd_sm90_kernel's kCausal, kLocal): a kernel
+// without a window would ignore it and compute another attention's gradients.
+template <bool kCausal, bool kLocal>
+std::string check_bwd_sm90_window(const BwdSm90Params& p) {
+  static_assert(!(kCausal && kLocal), "causal is the local window (-1, 0): use one of them");
+  if (!kLocal && (p.window_left >= 0 || (!kCausal && p.window_right >= 0)))
+    return "window_left, window_right: expected " + std::string(kCausal ? "-1 and -1 or 0" : "-1, -1") +
+           " without the local-window kernel, got " + std::to_string(p.window_left) + ", " +
+           std::to_string(p.window_right);
+  if (kLocal && (p.window_left < -1 || p.window_right < -1))
+    return "window_left, window_right: expected -1 (no edge) or >= 0, got " + std::to_string(p.window_left) +
+           ", " + std::to_string(p.window_right);
+  return "";
+}
+
 // "" on success, else why a launch failed (or which argument check_bwd_sm90_args rejected).
-template <typename Elem, int kHeadDim, bool kCausal>
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false>
 std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, const BwdSm90Rows& rows,
                             void* stream) {
   using Cfg = BwdSm90Config<kHeadDim>;
-  const std::string bad = check_bwd_sm90_args(p, rows);
+  std::string bad = check_bwd_sm90_args(p, rows);
+  if (bad.empty()) bad = check_bwd_sm90_window<kCausal, kLocal>(p);
   if (!bad.empty()) return bad;
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) return "";
   const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
@@ -76,7 +92,7 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   const dim3 rows_grid(g.rows.x, g.rows.y, g.rows.z), grid(g.main.x, g.main.y, g.main.z);
   const dim3 convert_grid(g.convert.x, g.convert.y, g.convert.z);
   auto rows_kernel = bwd_sm90_rows_kernel<Elem, kHeadDim>;
-  auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal>;
+  auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal, kLocal>;
   auto convert_kernel = bwd_sm90_convert_dq_kernel<Elem, kHeadDim>;
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
   (void)stream;

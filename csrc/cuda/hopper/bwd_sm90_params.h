@@ -47,6 +47,10 @@ struct BwdSm90Params {
   float scale_log2 = 0.f;           // scale * log2(e)
   // Causal kernels: row i sees key j iff j <= i + (align_bottom_right ? Sk - Sq : 0).
   bool align_bottom_right = true;
+  // The kLocal kernels: row i sees key j iff (window_left < 0 || j >= i + diag_offset -
+  // window_left) && (window_right < 0 || j <= i + diag_offset + window_right), diag_offset as
+  // for causal (AttnParams' window). Every other kernel takes -1, -1 (launch_bwd_sm90 checks).
+  int window_left = -1, window_right = -1;
   // Row stats [B, Hq, seqlen_q padded] (rows contiguous), written by the rows kernel.
   float* lse_log2 = nullptr;
   float* dpsum = nullptr;
@@ -168,28 +172,47 @@ BwdSm90Grids bwd_sm90_grids(const BwdSm90Params& p) {
           {blocks(p.seqlen_q, kRowThreads), heads, batch}};
 }
 
-// The query blocks key block n_block visits: [begin, end). Causal: row i sees key j iff
-// j <= i + diag_offset, so the first row that sees the block's first key is n0 - diag_offset.
-// Empty when no row sees any key of the block (top-left alignment with Sk > Sq): its dK and dV
-// are zero.
-template <bool kCausal, int kBlockM, int kBlockN>
+// The query blocks key block n_block visits, [begin, end), and which of them need the mask. Row
+// i sees key j iff j <= i + offset + right (right >= 0: causal is right = 0) and j >= i + offset -
+// left (left >= 0, local windows only), j < Sk, offset = causal_diag_offset (fwd_sm90_mask.cuh's
+// KeyWindow, whose key_window<kCausal, kLocal> gives the three). So the rows that see some key of
+// [n0, n_last] are [n0 - offset - right, n_last - offset + left]: the query blocks outside them
+// are skipped (their dK, dV terms and dQ parts are zero); empty when no row sees the block
+// (top-left causal with Sk > Sq, a window past the queries). Host and device (the plan's tests
+// count the visits: hopper_bwd_test query_blocks).
+template <bool kCausal, bool kLocal, int kBlockM, int kBlockN>
 struct QueryBlocks {
   int begin, end;
-  __host__ __device__ QueryBlocks(int n_block, int seqlen_q, int diag_offset) {
+  int n0, n_last_real, seqlen_q, seqlen_k, offset, left, right;
+
+  __host__ __device__ QueryBlocks(int n_block, int seqlen_q_, int seqlen_k_, int offset_, int left_, int right_)
+      : seqlen_q(seqlen_q_), seqlen_k(seqlen_k_), offset(offset_), left(kLocal ? left_ : -1),
+        right(kCausal || kLocal ? right_ : -1) {
+    n0 = n_block * kBlockN;
+    n_last_real = (n0 + kBlockN < seqlen_k ? n0 + kBlockN : seqlen_k) - 1;  // the block's last key
     end = (seqlen_q + kBlockM - 1) / kBlockM;
     begin = 0;
-    if (kCausal) {
-      const int first_row = n_block * kBlockN - diag_offset;
-      begin = first_row <= 0 ? 0 : first_row / kBlockM;
-      if (begin > end) begin = end;
+    if (right >= 0) {
+      // A first row past the queries (a right edge ending before this block) leaves none.
+      const int first_row = n0 - offset - right;
+      begin = first_row <= 0 ? 0 : (first_row < seqlen_q ? first_row / kBlockM : end);
     }
+    if (left >= 0) {
+      // Windows are clipped to Sq + Sk (attn_args.cpp clip_window): no int overflow here.
+      const int last_row = n_last_real - offset + left;
+      const int last_end = last_row < 0 ? 0 : last_row / kBlockM + 1;
+      if (last_end < end) end = last_end;
+    }
+    if (begin > end) begin = end;
   }
   // Whether some (row, key) pair of (m_block, this key block) is masked: the ragged last key
-  // block, or a query block crossing the causal diagonal.
-  __host__ __device__ static bool needs_mask(int m_block, int n_block, int seqlen_k, int diag_offset) {
-    const int n_last = n_block * kBlockN + kBlockN - 1;
-    if (n_last >= seqlen_k) return true;
-    return kCausal && m_block * kBlockM + diag_offset < n_last;
+  // block, a query block crossing the right edge (the causal diagonal) or the window's left edge.
+  __host__ __device__ bool needs_mask(int m_block) const {
+    if (n0 + kBlockN > seqlen_k) return true;
+    const int m0 = m_block * kBlockM;
+    const int row_last = (m0 + kBlockM < seqlen_q ? m0 + kBlockM : seqlen_q) - 1;
+    if (right >= 0 && n0 + kBlockN - 1 > m0 + offset + right) return true;  // key > row + offset + right
+    return left >= 0 && n0 < row_last + offset - left;                    // key < row + offset - left
   }
 };
 
