@@ -1,7 +1,8 @@
 """The sm_90a attention backward (csrc/cuda/hopper/bwd_sm90_*, issue 31 stage 5) on the shim:
 dQ, dK and dV within the FlashAttention tolerance of a float64 reference
 (selftest/hopper_bwd_test.cpp) for bf16 and f16, d = 64 and 128, causal (bottom-right and
-top-left) and not, awkward Sq / Sk both ways, GQA, batch > 1 and two K/V layouts, under every
+top-left) and not, local windows ((w, 0), both edges, one edge, (0, 0), wider than both
+sequences, both alignments), awkward Sq / Sk both ways, GQA, batch > 1 and two K/V layouts, under every
 schedule and copy completion; deterministic dQ bit-identical under all of them (while the shared
 accumulator's is not). Its GPU side (tests/cudasim/hopper_bwd.py) must keep compiling for sm_90a
 with no spills and no local memory."""
@@ -19,7 +20,7 @@ import hopper_gemm  # noqa: E402
 SCHEDULES = ["forward", "reverse", "random:1", "random:2"]
 COMPLETIONS = ["lazy", "eager", "random"]
 CASES = ["bf16_d64", "bf16_d128", "f16_d64", "f16_d128", "bf16_d128_causal", "bf16_d64_causal",
-         "f16_d64_causal", "f16_d128_causal"]
+         "f16_d64_causal", "f16_d128_causal", "bf16_d64_local", "f16_d128_local"]
 DETERMINISTIC = ["bf16_d64_deterministic", "bf16_d128_causal_deterministic"]
 
 
@@ -73,11 +74,24 @@ def test_shared_dq_accumulator_depends_on_block_order():
     assert forward and reverse and forward != reverse
 
 
+def test_query_block_ranges_match_brute_force():
+    """Which query blocks a key block visits and which it masks (QueryBlocks), against brute force
+    over lengths 1-385, windows (incl. (w, 0), (-1, w), (0, 0) and wider than both sequences) and
+    both alignments, for d = 64's 128 x 128 blocks and d = 128's 64 x 128 (host only): exactly the
+    blocks some row needs are visited and exactly those with an invisible pair are masked."""
+    out = run(program("hopper_bwd_test"), "query_blocks")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("ok: QueryBlocks") == 6, out.stdout
+    skipped = [int(n) for n in re.findall(r"pairs, (\d+) skipped", out.stdout)]
+    # No mask skips nothing; causal and local windows skip blocks.
+    assert skipped[0] == skipped[3] == 0 and all(n > 0 for n in skipped[1:3] + skipped[4:]), out.stdout
+
+
 def test_bad_arguments_get_errors_naming_them():
     out = run(program("hopper_bwd_test"), "bad_arguments")
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert len(lines) == 10 and all(line.startswith("ok: ") for line in lines), out.stdout
+    assert len(lines) == 12 and all(line.startswith("ok: ") for line in lines), out.stdout
 
 
 @pytest.mark.skipif(hopper_gemm.nvcc_path() is None, reason="nvcc not found")

@@ -78,14 +78,15 @@ def run_and_check(sim, q, k, v, causal, align_bottom_right=True, deterministic=F
     return [launch["kernel"] for launch in counters["launches"]], grads
 
 
-def assert_hopper_backward_ran(kernels, dtype, d, causal):
-    """The Hopper forward, then the Hopper backward's three kernels, and nothing else."""
+def assert_hopper_backward_ran(kernels, dtype, d, causal, local=False):
+    """The Hopper forward, then the Hopper backward's three kernels (its main loop: causal, a
+    local window or neither), and nothing else."""
     element = ELEMENTS[dtype]
     flag = "true" if causal else "false"
     assert len(kernels) == 4, kernels
     assert f"fwd_sm90_kernel<{element}, {d}, {flag}," in kernels[0], kernels
     assert f"bwd_sm90_rows_kernel<{element}, {d}>" in kernels[1], kernels
-    assert f"bwd_sm90_kernel<{element}, {d}, {flag}>" in kernels[2], kernels
+    assert f"bwd_sm90_kernel<{element}, {d}, {flag}, {str(local).lower()}>" in kernels[2], kernels
     assert f"bwd_sm90_convert_dq_kernel<{element}, {d}>" in kernels[3], kernels
 
 
@@ -136,7 +137,13 @@ def test_hopper_backward_deterministic_bits(hopper):
 
 VARLEN_CASES = [(torch.bfloat16, 64, "causal", False), (torch.float16, 128, "none", False),
                 (torch.bfloat16, 128, "causal_top_left", False),
-                (torch.float16, 64, "causal", True)]
+                (torch.float16, 64, "causal", True),
+                (torch.float16, 128, "window", False), (torch.bfloat16, 64, "window_causal", True)]
+
+
+def is_local(mask):
+    """Whether a MASKS entry runs the local-window main loop (any window but causal's (-1, 0))."""
+    return "window" in MASKS[mask]
 
 
 @pytest.mark.parametrize("dtype, d, mask, deterministic", VARLEN_CASES,
@@ -167,7 +174,7 @@ def test_hopper_backward_varlen(schedule, hopper, dtype, d, mask, deterministic)
 
     (dq, dk, dv), counters = hopper.counted(step)
     kernels = [launch["kernel"] for launch in counters["launches"]]
-    assert_hopper_backward_ran(kernels, dtype, d, "causal" in mask)
+    assert_hopper_backward_ran(kernels, dtype, d, mask.startswith("causal"), is_local(mask))
     for b in range(len(lens_q)):
         qa, qb, ka, kb = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
         check_sequence_backward(f"sequence {b}", (dq[qa:qb], dk[ka:kb], dv[ka:kb]), q[qa:qb],
@@ -176,7 +183,7 @@ def test_hopper_backward_varlen(schedule, hopper, dtype, d, mask, deterministic)
 
 
 SEQUSED_CASES = [(torch.bfloat16, 64, "causal"), (torch.float16, 128, "none"),
-                 (torch.float16, 64, "causal_top_left")]
+                 (torch.float16, 64, "causal_top_left"), (torch.bfloat16, 128, "window_right_only")]
 
 
 @pytest.mark.parametrize("dtype, d, mask", SEQUSED_CASES, ids=lambda x: str(x).replace("torch.", ""))
@@ -202,11 +209,84 @@ def test_hopper_backward_seqused(schedule, hopper, dtype, d, mask):
 
     (dq, dk, dv), counters = hopper.counted(step)
     kernels = [launch["kernel"] for launch in counters["launches"]]
-    assert_hopper_backward_ran(kernels, dtype, d, "causal" in mask)
+    assert_hopper_backward_ran(kernels, dtype, d, mask.startswith("causal"), is_local(mask))
     for i, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
         check_sequence_backward(f"batch {i}", (dq[i, :nq], dk[i, :nk], dv[i, :nk]), q[i, :nq],
                              k[i, :nk], v[i, :nk], dout[i, :nq], ref_kwargs)
         assert (dq[i, nq:] == 0).all() and (dk[i, nk:] == 0).all() and (dv[i, nk:] == 0).all()
+
+
+# (dtype, head dim, window, top-left, B, Sq, Sk, Hq, Hkv): local windows (left, right) on the
+# Hopper backward: a sliding causal one (w, 0), a right edge only (-1, w), a left edge only, both
+# edges, (0, 0) (each row sees one key, or none), a window wider than both sequences; both
+# alignments, Sq != Sk both ways, ragged lengths, GQA.
+WINDOW_CASES = [
+    (torch.bfloat16, 64, (100, 0), False, 1, 257, 257, 2, 1),
+    (torch.float16, 128, (-1, 8), False, 1, 129, 63, 1, 1),
+    (torch.float16, 64, (40, -1), True, 1, 65, 129, 2, 2),
+    (torch.bfloat16, 128, (5, 37), False, 2, 127, 257, 2, 1),
+    (torch.bfloat16, 64, (0, 0), True, 1, 129, 65, 1, 1),
+    (torch.float16, 128, (1000, 1000), False, 1, 7, 65, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype, d, window, top_left, b, sq, sk, hq, hkv", WINDOW_CASES,
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_backward_local_windows(schedule, hopper, dtype, d, window, top_left, b, sq, sk, hq,
+                                       hkv):
+    q, k, v = (t.detach() for t in leaves(b, sq, sk, hq, hkv, d, dtype))
+    dout = torch.randn(q.shape, dtype=dtype)
+    mask = dict(window=window, align_bottom_right=not top_left)
+    scale, op_kwargs, ref_kwargs = mask_arguments(mask, q)
+
+    def step():
+        out, lse = hopper.fwd(q, k, v, scale, **op_kwargs)
+        return hopper.bwd(dout, q, k, v, out, lse, None, scale, **op_kwargs)
+
+    (dq, dk, dv), counters = hopper.counted(step)
+    # A window wider than Sq + Sk is no window (attn_args.cpp clip_window): the no-mask loop.
+    local = any(0 <= w <= sq + sk for w in window)
+    assert_hopper_backward_ran([launch["kernel"] for launch in counters["launches"]], dtype, d,
+                               causal=False, local=local)
+    for i in range(b):
+        check_sequence_backward(f"batch {i}", (dq[i], dk[i], dv[i]), q[i], k[i], v[i], dout[i],
+                                ref_kwargs)
+
+
+def visited_block_pairs(sq, sk, block_m, window, offset):
+    """(query block, key block) pairs in which some row sees some key (128-key blocks): what the
+    Hopper backward's key blocks visit (hopper/bwd_sm90_params.h, QueryBlocks)."""
+    left, right = window
+    rows, keys = torch.arange(sq)[:, None], torch.arange(sk)[None, :]
+    seen = torch.ones(sq, sk, dtype=torch.bool)
+    if left >= 0:
+        seen &= keys >= rows + offset - left
+    if right >= 0:
+        seen &= keys <= rows + offset + right
+    pad_q, pad_k = -sq % block_m, -sk % 128
+    blocks = torch.nn.functional.pad(seen, (0, pad_k, 0, pad_q))
+    blocks = blocks.reshape(-(-sq // block_m), block_m, -(-sk // 128), 128).any(3).any(1)
+    return int(blocks.sum()), blocks.numel()
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_hopper_backward_window_skips_blocks(hopper, d):
+    # The main kernel's wgmma count is a fixed number per visited (query block, key block) pair
+    # of each query head: with a (100, 0) window over 600 x 600 it visits only the pairs near
+    # the diagonal (9 of 25 at d = 64, 18 of 50 at d = 128), against all of them without one.
+    q, k, v = (t.detach() for t in leaves(1, 600, 600, 2, 1, d, torch.bfloat16))
+    dout = torch.randn(q.shape, dtype=q.dtype)
+    block_m = 128 if d == 64 else 64
+    counts = {}
+    for window in ((-1, -1), (100, 0)):
+        _, counters = hopper.counted(lambda: hopper.bwd(dout, q, k, v, *hopper.fwd(q, k, v, 0.1, window=window),
+                                                        None, 0.1, window=window))
+        main = [launch for launch in counters["launches"] if "bwd_sm90_kernel<" in launch["kernel"]]
+        assert len(main) == 1, [launch["kernel"] for launch in counters["launches"]]
+        counts[window] = main[0]["counters"]["wgmma"]["instructions"]
+    visited, pairs = visited_block_pairs(600, 600, block_m, (100, 0), 0)
+    assert (visited, pairs) == {64: (9, 25), 128: (18, 50)}[d]
+    assert counts[(100, 0)] * pairs == counts[(-1, -1)] * visited, counts
 
 
 def test_what_hopper_backward_lacks_runs_on_sm80(hopper):

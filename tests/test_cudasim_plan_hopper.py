@@ -245,6 +245,32 @@ def test_hopper_backward_takes_seqused_and_varlen(sim, d, deterministic):
                                                             total_q=260)
 
 
+# Local windows: (w, 0) (a sliding causal window, also as causal=True with a left edge), one edge
+# either way, both, (0, 0), and wider than both sequences (clipped to no window: the no-mask
+# loop), in both alignments; the same three launches and workspace as without a window (a key
+# block's skipped query blocks are skipped inside the main kernel: hopper_bwd_test query_blocks).
+BACKWARD_WINDOWS = [
+    dict(window_left=16, window_right=0),
+    dict(window_left=16, causal=True),
+    dict(window_left=-1, window_right=8),
+    dict(window_left=16, window_right=-1),
+    dict(window_left=5, window_right=37, align_bottom_right=False),
+    dict(window_left=0, window_right=0),
+    dict(window_left=1000, window_right=1000),
+]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("kwargs", BACKWARD_WINDOWS,
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_hopper_backward_takes_local_windows(sim, d, kwargs):
+    args = qkv(3, 200, 300, 4, 2, d)
+    plan = plan_bwd(sim, *args, device=HOPPER, **kwargs)
+    assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_BWD_SMEM[d]
+    assert plan["workspace_floats"] == hopper_bwd_workspace(3, 200, 300, 4, d)
+    assert [s["grid"] for s in plan["steps"]] == [s["grid"] for s in plan_bwd(sim, *args, device=HOPPER)["steps"]]
+
+
 # Calls the Hopper backward does not take: (name, qkv, the op's keyword arguments).
 def _backward_stays_on_sm80():
     q, k, v = qkv(2, 130, 130, 2, 2, 128)
@@ -256,8 +282,7 @@ def _backward_stays_on_sm80():
         ("no keys", qkv(2, 130, 0, 2, 2, 64), {}),
         ("no queries", qkv(2, 0, 130, 2, 2, 64), {}),
         ("softcap", (q, k, v), dict(softcap=2.0)),
-        ("local window", (q, k, v), dict(window_left=16, window_right=0)),
-        ("right window", (q, k, v), dict(window_left=-1, window_right=8)),
+        ("softcap with a local window", (q, k, v), dict(softcap=2.0, window_left=16, window_right=0)),
         ("ALiBi", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32))),
         ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),

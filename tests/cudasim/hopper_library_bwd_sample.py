@@ -26,7 +26,8 @@ import torch  # noqa: E402
 from hopper_library_sample import kernels_run  # noqa: E402  (tests/cudasim/, beside this file)
 
 # (dtype, d, mask, B, Sq, Sk, Hq, Hkv, deterministic): both dtypes and head dims, causal in both
-# alignments, ragged lengths, Sq != Sk both ways, GQA, one query, a long sequence.
+# alignments, local windows ((16, 5); (20, 0) as causal with a left edge), ragged lengths, Sq != Sk
+# both ways, GQA, one query, a long sequence.
 CASES = [
     (torch.bfloat16, 128, "none", 2, 1000, 1000, 8, 8, False),
     (torch.float16, 64, "none", 1, 65, 129, 4, 1, False),
@@ -35,6 +36,8 @@ CASES = [
     (torch.bfloat16, 128, "causal_top_left", 1, 513, 257, 3, 1, False),
     (torch.float16, 64, "causal_top_left", 1, 1, 1, 1, 1, False),
     (torch.bfloat16, 128, "causal", 1, 2048, 2048, 4, 4, True),
+    (torch.float16, 128, "window", 1, 1000, 700, 4, 2, False),
+    (torch.bfloat16, 64, "window_causal", 2, 513, 257, 2, 1, True),
 ]
 
 

@@ -51,8 +51,10 @@ double round_to(double x) {
 struct Shape {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
   bool kv_heads_outer;    // K, V as [B, Hkv, Sk, D] (else [B, Sk, Hkv, D], like Q)
-  bool top_left = false;  // causal: SDPA's top-left alignment (else FA2's bottom-right)
+  bool top_left = false;  // causal / window: SDPA's top-left alignment (else FA2's bottom-right)
+  int window_left = -1, window_right = -1;  // the kLocal cases' window (AttnParams' meaning)
 };
+
 
 // A [B, S, H, D] tensor of 16-bit bits stored with the given layout.
 struct Tensor {
@@ -106,7 +108,7 @@ struct ErrorPair {
   bool ok() const { return nonfinite == 0 && err <= 3 * emulated + 1e-5; }
 };
 
-template <typename Elem, int kHeadDim, bool kCausal>
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal>
 int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   constexpr int D = kHeadDim;
   const int B = sh.batch, Hq = sh.heads_q, Hkv = sh.heads_kv, Sq = sh.seqlen_q, Sk = sh.seqlen_k;
@@ -119,7 +121,10 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   const int diag_offset = sh.top_left ? 0 : Sk - Sq;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   auto val = [](const Tensor& t, int b, int s, int h, int d) { return static_cast<double>(value_of<Elem>(t.bits[t.index(b, s, h, d)])); };
-  auto visible = [&](int i, int j) { return !kCausal || j <= i + diag_offset; };
+  const int wl = kLocal ? sh.window_left : -1, wr = kCausal ? 0 : (kLocal ? sh.window_right : -1);
+  auto visible = [&](int i, int j) {
+    return (wl < 0 || j >= i + diag_offset - wl) && (wr < 0 || j <= i + diag_offset + wr);
+  };
 
   // The exact forward and backward in float64, and PyTorch's 16-bit computation.
   Tensor o{B, Sq, Hq, D, false, std::vector<uint16_t>(static_cast<size_t>(B) * Sq * Hq * D)};
@@ -221,6 +226,8 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   prm.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   prm.align_bottom_right = !sh.top_left;
   prm.deterministic = deterministic;
+  prm.window_left = kLocal ? sh.window_left : -1;
+  prm.window_right = kLocal ? sh.window_right : -1;
   const int64_t kv_row = static_cast<int64_t>(Hkv) * D, q_row = static_cast<int64_t>(Hq) * D;
   prm.dk = {dk.data(), Sk * kv_row, kv_row, D};
   prm.dv = {dv.data(), Sk * kv_row, kv_row, D};
@@ -240,7 +247,7 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
     std::printf("tensor maps: %s\n", error.c_str());
     return 2;
   }
-  const std::string launch = launch_bwd_sm90<Elem, D, kCausal>(maps, prm, rows, nullptr);
+  const std::string launch = launch_bwd_sm90<Elem, D, kCausal, kLocal>(maps, prm, rows, nullptr);
   if (!launch.empty()) {
     std::printf("launch: %s\n", launch.c_str());
     return 2;
@@ -258,6 +265,8 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   const bool ok = e_dq.ok() && e_dk.ok() && e_dv.ok() && guard == 0;
   std::string tags = sh.kv_heads_outer ? " kv[B,H,S,D]" : "";
   if (kCausal) tags += sh.top_left ? " causal top-left" : " causal";
+  if (kLocal)
+    tags += " window (" + std::to_string(wl) + ", " + std::to_string(wr) + ")" + (sh.top_left ? " top-left" : "");
   if (deterministic) tags += " deterministic";
   auto ratio = [](const ErrorPair& e) { return e.emulated > 0 ? e.err / e.emulated : 0.0; };
   std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s: dQ err %.3g (emulated %.3g, ratio %.2f), dK %.3g (%.3g, %.2f), "
@@ -272,12 +281,12 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   return ok ? 0 : 1;
 }
 
-template <typename Elem, int kHeadDim, bool kCausal>
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false>
 int run(std::vector<Shape> shapes, bool deterministic = false) {
   int status = 0;
   unsigned seed = 1;
   for (const Shape& sh : shapes) {
-    const int rc = run_shape<Elem, kHeadDim, kCausal>(sh, seed++, deterministic);
+    const int rc = run_shape<Elem, kHeadDim, kCausal, kLocal>(sh, seed++, deterministic);
     if (rc != 0) status = rc;
   }
   return status;
@@ -331,6 +340,12 @@ int check_bad_arguments() {
       {"misaligned dV", "dV: expected a 4-byte aligned pointer",
        [](BwdSm90Params& p, BwdSm90Rows&) { p.dv.ptr = static_cast<char*>(p.dv.ptr) + 2; }},
       {"no dQ", "dQ: expected a 4-byte aligned pointer, got 0", [](BwdSm90Params&, BwdSm90Rows& r) { r.dq.ptr = nullptr; }},
+      // The kernel without a window would compute another attention's gradients.
+      {"a window for the kernel without one",
+       "window_left, window_right: expected -1, -1 without the local-window kernel, got 16, 0",
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.window_left = 16, p.window_right = 0; }},
+      {"a right edge for the kernel without one", "window_left, window_right: expected -1, -1 without the "
+       "local-window kernel, got -1, 3", [](BwdSm90Params& p, BwdSm90Rows&) { p.window_right = 3; }},
   };
   int wrong = 0;
   for (const auto& b : bad) {
@@ -348,6 +363,69 @@ int check_bad_arguments() {
   for (size_t i = 0; i < dq.size(); ++i) touched += (dq[i] != kPoison) + (dk[i] != kPoison) + (dv[i] != kPoison);
   std::printf("%s outputs untouched by the rejected launches: %d writes\n", touched ? "WRONG:" : "ok:", touched);
   return wrong || touched ? 1 : 0;
+}
+
+// Which query blocks a key block visits and which of those it masks (QueryBlocks), against
+// brute force over lengths, windows and both alignments: a block is visited iff some row of it
+// sees some key of the key block, and masked iff some (row, key) pair of the two is not visible
+// (or the key block is ragged), so no block is skipped that a row needs and none is masked or
+// visited for nothing. Prints how many of the (query block, key block) pairs were skipped.
+template <bool kCausal, bool kLocal, int kHeadDim>
+int check_query_blocks_mode() {
+  constexpr int M = BwdSm90Config<kHeadDim>::kBlockM, N = BwdSm90Config<kHeadDim>::kBlockN;
+  const int lengths[] = {1, 7, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 300, 385};
+  const int windows[] = {-1, 0, 1, 5, 37, 127, 128, 129, 200, 1000};
+  long pairs = 0, skipped = 0, masked = 0;
+  int bad = 0;
+  for (int sq : lengths)
+    for (int sk : lengths)
+      for (int wl : windows)
+        for (int wr : windows)
+          for (int align = 0; align < 2; ++align) {
+            if (!kLocal && (wl != -1 || wr != -1)) continue;
+            const int offset = causal_diag_offset(align == 1, sq, sk);
+            const KeyWindow w = key_window<kCausal, kLocal>(offset, wl, wr);
+            auto visible = [&](int i, int j) {
+              return j < sk && (w.left < 0 || j >= i + offset - w.left) && (w.right < 0 || j <= i + offset + w.right);
+            };
+            for (int nb = 0; nb * N < sk; ++nb) {
+              const QueryBlocks<kCausal, kLocal, M, N> blocks(nb, sq, sk, w.offset, w.left, w.right);
+              for (int mb = 0; mb * M < sq; ++mb) {
+                bool any = false, all = true;
+                for (int i = mb * M; i < std::min(mb * M + M, sq); ++i)
+                  for (int j = nb * N; j < nb * N + N; ++j) {
+                    const bool v = visible(i, j);
+                    any = any || v;
+                    all = all && v;
+                  }
+                const bool visited = mb >= blocks.begin && mb < blocks.end;
+                const bool mask = visited && blocks.needs_mask(mb);
+                ++pairs;
+                skipped += !visited;
+                masked += mask;
+                if (visited != any || (visited && mask == all)) {
+                  if (bad++ < 5)
+                    std::printf("QueryBlocks<%d,%d> %d x %d Sq=%d Sk=%d window (%d, %d) %s key block %d query "
+                                "block %d: visited %d (a row sees a key %d), masked %d (every pair visible %d)\n",
+                                kCausal, kLocal, M, N, sq, sk, wl, wr, align ? "bottom-right" : "top-left", nb, mb,
+                                visited, any, mask, all);
+                }
+              }
+            }
+          }
+  std::printf("%s: QueryBlocks<causal %d, local %d> %d x %d: %ld (query block, key block) pairs, %ld skipped, %ld "
+              "masked, %d wrong\n",
+              bad ? "WRONG" : "ok", kCausal, kLocal, M, N, pairs, skipped, masked, bad);
+  return bad ? 1 : 0;
+}
+
+// Both tile shapes: 128 x 128 (d = 64) and 64 x 128 (d = 128).
+template <int kHeadDim>
+int check_query_blocks_of() {
+  const int a = check_query_blocks_mode<false, false, kHeadDim>();
+  const int b = check_query_blocks_mode<true, false, kHeadDim>();
+  const int c = check_query_blocks_mode<false, true, kHeadDim>();
+  return a | b | c;
 }
 
 using bf16 = __nv_bfloat16;
@@ -373,6 +451,17 @@ const selftest::NamedCases kCases = {
     // The shared accumulator's dQ (not deterministic) for the same shape: its bits follow the
     // block order, which is what the deterministic slices remove.
     {"bf16_d64_shared_dq", [] { return run<bf16, 64, false>({{1, 2, 1, 129, 385, false}}); }},
+    // Local windows (left, right): a sliding causal one (w, 0), both edges, one side each way,
+    // (0, 0), a window wider than both sequences, rows without keys (Sq > Sk), top-left.
+    {"bf16_d64_local", [] { return run<bf16, 64, false, true>({{1, 1, 1, 257, 257, false, false, 100, 0},
+                                                               {1, 2, 1, 129, 300, true, false, 37, 50},
+                                                               {1, 1, 1, 65, 257, false, false, -1, 10},
+                                                               {1, 1, 1, 257, 63, false, false, 0, 0},
+                                                               {1, 1, 1, 7, 129, false, true, 1000, 1000}}); }},
+    {"f16_d128_local", [] { return run<f16, 128, false, true>({{1, 1, 1, 127, 257, false, false, 140, 3},
+                                                               {1, 2, 2, 129, 65, true, true, 5, -1},
+                                                               {1, 1, 1, 1, 1, false, false, 0, 0}}); }},
+    {"query_blocks", [] { return check_query_blocks_of<64>() | check_query_blocks_of<128>(); }},
     {"bad_arguments", [] { return check_bad_arguments(); }},
     // Not in the test matrix: the shim's counters of one 256 x 512 d = 128 head.
     {"counters_bf16_d128", [] {
