@@ -6,6 +6,7 @@ tokens, group sizes, head dims and cache lengths, explicit split counts included
 import json
 import os
 import re
+import runpy
 
 import pytest
 import torch
@@ -33,6 +34,12 @@ def test_constants_are_plan_fwd_h_s():
         assert "constexpr int kFwdFewRows = kMmaM;" in f.read()  # 16 (traits.h)
 
 
+def test_tiles_are_the_kernel_list_s():
+    """The 16-bit forward's (qk, v) tiles, in the dispatch's order (csrc/cuda/kernel_list.py)."""
+    kl = runpy.run_path(os.path.join(REPO, "csrc", "cuda", "kernel_list.py"))
+    assert list(decode_plan.HEAD_DIM_TILES) == kl["head_dim_pairs"]("fwd_16bit")
+
+
 @pytest.mark.parametrize("device", sorted(DEVICES))
 @pytest.mark.parametrize("head_dim", [64, 100, 128, 256])
 def test_splits_and_ctas_are_the_cuda_plan_s(sim, device, head_dim):
@@ -54,11 +61,11 @@ def test_splits_and_ctas_are_the_cuda_plan_s(sim, device, head_dim):
 
 
 @pytest.mark.parametrize("device", sorted(DEVICES))
-@pytest.mark.parametrize("dims", [(576, 512), (512, 512), (192, 128)], ids=str)
+@pytest.mark.parametrize("dims", [(576, 512), (512, 512), (192, 128), (128, 64)], ids=str)
 def test_mla_splits_and_ctas_are_the_cuda_plan_s(sim, device, dims):
     """A value head dim of its own (the decode bench's MLA row: 576 / 512, one latent kv head):
-    the tile of the wider dim, the split model's (head_dim + head_dim_v) bytes per key and its
-    merge's head_dim_v columns."""
+    the first tile that covers both dims ((192, 128) its own, 64 keys per tile), the split
+    model's (head_dim + head_dim_v) bytes per key and its merge's head_dim_v columns."""
     head_dim, head_dim_v = dims
     for batch, q_len, heads in ((1, 1, 128), (4, 1, 128), (32, 1, 16), (2, 2, 64), (1, 4, 128)):
         for kv_len in (300, 4096, 65536):

@@ -1,6 +1,8 @@
-"""A value head dim of its own (MLA) on the CUDA kernels, run on the CPU shim: a pair runs on the
-head-dim tile of the wider dim (csrc/cuda/plan_fwd.h, tile_head_dim), with V, O, dO and dV read
-and written over their own head_dim_v columns. Every result is checked against the float64
+"""A value head dim of its own (MLA) on the CUDA kernels, run on the CPU shim: the 16-bit forward
+runs (192, 128) on its own tile (V and O 128 wide: kernel_list.py HEAD_DIM_PAIRS_16BIT_FWD), every
+other pair, and the backward and fp32 kernels every pair, on the head-dim tile of the wider dim
+(csrc/cuda/plan_fwd.h, tile_head_dim), with V, O, dO and dV read and written over their own
+head_dim_v columns. Every result is checked against the float64
 reference with PyTorch's own error in the dtype as the yardstick; outputs are poisoned before
 the kernels write them (conftest.py, FLASHATTN_POISON_OUTPUTS).
 
@@ -104,16 +106,22 @@ def test_kvcache_values_inside_the_keys(sim, layout, dtype, num_splits):
     case.check(sim.ops)
 
 
-def test_the_tile_is_the_wider_dims(sim):
-    """The plan picks the tile of max(head_dim, head_dim_v), both directions; the split scratch
-    holds out's head_dim_v columns per row."""
-    for dims, tile16, tile32 in (((192, 128), 192, 256), ((64, 128), 128, 128),
-                                 ((128, 64), 128, 128), ((72, 40), 96, 128)):
-        for dtype, tile in ((torch.bfloat16, tile16), (torch.float32, tile32)):
+def test_the_tile_is_the_pairs_or_the_wider_dims(sim):
+    """The 16-bit forward's plan picks the (192, 128) tile for the pairs it covers, else the tile
+    of max(head_dim, head_dim_v), as the backward and fp32 always do; the split scratch holds
+    out's head_dim_v columns per row."""
+    for dims, fwd16, tile16, tile32 in (((192, 128), (192, 128), 192, 256),
+                                        ((180, 120), (192, 128), 192, 256),
+                                        ((64, 128), (128, 128), 128, 128),
+                                        ((128, 64), (128, 128), 128, 128),
+                                        ((72, 40), (96, 96), 96, 128)):
+        for dtype, fwd_tile, tile in ((torch.bfloat16, fwd16, tile16),
+                                      (torch.float32, (tile32, tile32), tile32)):
             q, k, v = make_qkv(2, 1, 700, 8, 1, dims, dtype)
             fwd = json.loads(sim.ops.plan_fwd(q, k, v, num_splits=4))
             bwd = json.loads(sim.ops.plan_bwd(q, k, v))
-            assert (fwd["head_dim_tile"], bwd["head_dim_tile"]) == (tile, tile), (dims, dtype)
+            assert (fwd["head_dim_tile"], fwd["head_dim_v_tile"]) == fwd_tile, (dims, dtype)
+            assert (bwd["head_dim_tile"], bwd["head_dim_v_tile"]) == (tile, tile), (dims, dtype)
             # num_splits x (out's elements + lse's): B x Sq x Hq x Dv + B x Sq x Hq.
             assert fwd["split_scratch_floats"] == 4 * (2 * 8 * dims[1] + 2 * 8)
 
@@ -127,8 +135,6 @@ def test_unequal_pairs_run_on_the_one_m_tile_kernel(sim):
         assert json.loads(sim.ops.plan_fwd(q, k, v))["one_m_tile"] == one_m_tile, dims
 
 
-# ---- head dims above 256: MLA's 576 tile (q, k 576 wide, v 512), forward only ----
-
 def check_forward(q, k, v, mask, ex, **op_kwargs):
     """The op's forward on ex against the float64 reference, PyTorch's error in the dtype the
     yardstick."""
@@ -141,6 +147,44 @@ def check_forward(q, k, v, mask, ex, **op_kwargs):
     assert_within_torch_error("out", out, ref_out, low_out)
     assert_within_torch_error("lse", lse, ref_lse, low_lse.float())
 
+
+# ---- MLA's (192, 128) tile: Q and K 192 wide, V and O 128, 64 keys per tile ----
+
+@pytest.mark.parametrize("seqlens", [(1, 257), (7, 63), (63, 7), (65, 129), (129, 65), (127, 1),
+                                     (257, 127)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_pair_tile_awkward_sizes(sim, seqlens, dtype):
+    """The (192, 128) tile's forward (the backward on the 192 tile) at partial query and key
+    tiles, Sq != Sk both ways, GQA 2 on 1, causal."""
+    q, k, v = make_qkv(1, *seqlens, 2, 1, (192, 128), dtype)
+    assert json.loads(sim.ops.plan_fwd(q, k, v))["head_dim_v_tile"] == 128
+    check_forward_and_backward(q, k, v, MASKS["causal"], ex=sim)
+
+
+def test_pair_tile_under_every_schedule(sim, schedule):
+    """The warps' order between barriers (conftest.py, schedule): the 64-key V tile is copied
+    while S is computed, and O is staged in Qi's rows at the end."""
+    q, k, v = make_qkv(2, 65, 129, 2, 2, (192, 128), torch.bfloat16)
+    check_forward(q, k, v, MASKS["causal"], sim)
+
+
+@pytest.mark.parametrize("dims,dtype", [((190, 120), torch.float16), ((129, 7), torch.bfloat16),
+                                        ((192, 1), torch.float16)], ids=str)
+def test_pair_tile_ragged_dims(sim, dims, dtype):
+    """Pairs the (192, 128) tile covers that are not whole 16-byte chunks (the element-wise
+    copies), down to a v of one column."""
+    q, k, v = make_qkv(1, 33, 47, 2, 1, dims, dtype)
+    assert json.loads(sim.ops.plan_fwd(q, k, v))["head_dim_v_tile"] == 128
+    check_forward(q, k, v, MASKS["causal"], sim)
+
+
+def test_pair_tile_dropout(sim):
+    """Dropout on the (192, 128) tile's kernel (it is the one-m-tile kernel, which applies it):
+    against the reference with the keep mask of the same random state."""
+    check_forward_with_dropout(sim, (192, 128))
+
+
+# ---- head dims above 256: MLA's 576 tile (q, k 576 wide, v 512), forward only ----
 
 WIDE_PAIRS = [(512, 512), (576, 512)]
 
@@ -187,7 +231,11 @@ def test_wide_heads_ragged_dims(sim, dims, dtype):
 def test_wide_heads_dropout(sim):
     """Dropout on the 576 tile, whose two warps per m-tile must drop the same entries: against
     the reference with the keep mask of the same random state."""
-    q, k, v = make_qkv(1, 33, 65, 2, 1, (576, 512), torch.bfloat16)
+    check_forward_with_dropout(sim, (576, 512))
+
+
+def check_forward_with_dropout(sim, dims):
+    q, k, v = make_qkv(1, 33, 65, 2, 1, dims, torch.bfloat16)
     p = 0.17
     rng_state = torch.ops.flashattn.dropout_rng_state(q)
     keep = torch.ops.flashattn.dropout_keep_mask(rng_state, p, 1, 2, 33, 65)

@@ -8,6 +8,7 @@ capability, SM count, opt-in shared memory) and return the plan the executor wou
 change of kernel selection and must be deliberate. Shared memory, by traits.h:
   FwdTraits<d>   (rows + 2 x keys) x (d + 8) x 2 bytes: rows 128 (two m-tiles) or 64 (one), keys
                  64 up to d = 128, else 32;
+  FwdPairTraits<192, 128> (64 + 64) x 200 x 2 + 64 x 136 x 2 = 68608 (64 rows, 64 keys);
   SimtTraits<d>  80 x (d + 1) x 4 bytes (8 query rows and 32 keys, each of q/k or k/v);
   BwdTraits<128> 141824, BwdDqTraits<128> 104448, SimtTraits<64> dK/dV 21056.
 """
@@ -72,6 +73,38 @@ def test_fwd_tile_per_head_dim(sim, d):
 
 # fp32 head dim -> SIMT tile (64, 128, 256).
 HEAD_DIMS_SIMT = {32: 64, 64: 64, 96: 128, 128: 128, 200: 256, 256: 256}
+
+
+# The one-m-tile kernel's table of paged rows up to d = 128 (traits.h kPagedRowTableBytes: 2 tiles
+# x 64 keys x K, V x 8 bytes).
+ROW_TABLE = 2 * 64 * 2 * 8
+# (head_dim, head_dim_v) -> the 16-bit forward's (tile, v tile), one m-tile, shared memory and the
+# backward's tile: a pair the (192, 128) tile covers takes it (kernel_list.py
+# HEAD_DIM_PAIRS_16BIT_FWD), any other the equal tile of its wider dim; the backward always the
+# latter.
+PAIRS_16BIT = {(192, 128): ((192, 128), True, 68608, 192),
+               (160, 100): ((192, 128), True, 68608, 192),
+               (192, 129): ((192, 192), True, fwd_smem(192, True), 192),
+               (100, 192): ((192, 192), True, fwd_smem(192, True), 192),
+               (128, 64): ((128, 128), True, fwd_smem(128, True) + ROW_TABLE, 128),
+               (64, 128): ((128, 128), True, fwd_smem(128, True) + ROW_TABLE, 128),
+               (256, 128): ((256, 256), True, fwd_smem(256, True), 256)}
+
+
+@pytest.mark.parametrize("dims", sorted(PAIRS_16BIT), ids=str)
+def test_fwd_tile_per_head_dim_pair(sim, dims):
+    tile, one_m_tile, smem, bwd_tile = PAIRS_16BIT[dims]
+    head_dim, head_dim_v = dims
+    q, k, _ = qkv(1, 200, 200, 2, 2, head_dim)
+    v = torch.randn(1, 200, 2, head_dim_v, dtype=q.dtype)
+    plan = plan_fwd(sim, q, k, v)
+    assert plan["family"] == "tensor_core" and plan["arch"] == "sm80"
+    assert (plan["head_dim_tile"], plan["head_dim_v_tile"]) == tile
+    assert plan["one_m_tile"] == one_m_tile and plan["block_rows"] == 64
+    assert plan["grid"] == [4, 2, 1] and plan["block"] == [128, 1, 1]
+    assert plan["smem_bytes"] == smem
+    bwd = plan_bwd(sim, q, k, v)
+    assert (bwd["head_dim_tile"], bwd["head_dim_v_tile"]) == (bwd_tile, bwd_tile)
 
 
 @pytest.mark.parametrize("d", sorted(HEAD_DIMS_SIMT))
@@ -242,11 +275,14 @@ def fwd_cases():
         "dropout": (qkv(1, 32, 32, 2, 2, 64), dict(dropout_p=0.2, rng_state=rng)),
         "decode_gqa": (qkv(1, 1, 64, 4, 2, 64), {}),
         "d192": (qkv(1, 20, 20, 1, 1, 192), {}),
+        "d192_v128": (qkv(1, 20, 20, 1, 1, 192)[:2]
+                      + (torch.randn(1, 20, 1, 128, dtype=torch.bfloat16),), {}),
         "fp32": (qkv(1, 9, 20, 2, 2, 64, torch.float32), {}),
     }
 
 
-@pytest.mark.parametrize("case", ["two_m_tiles", "dropout", "decode_gqa", "d192", "fp32"])
+@pytest.mark.parametrize("case", ["two_m_tiles", "dropout", "decode_gqa", "d192", "d192_v128",
+                                  "fp32"])
 def test_fwd_launch_is_the_plan(sim, case):
     (q, k, v), kwargs = fwd_cases()[case]
     plan = plan_fwd(sim, q, k, v, SHIM, **kwargs)
@@ -256,7 +292,11 @@ def test_fwd_launch_is_the_plan(sim, case):
     if plan["family"] == "simt":
         assert "simt_fwd_kernel" in launch["kernel"]
     else:
-        traits = f"FwdTraits<{plan['head_dim_tile']}, {str(plan['one_m_tile']).lower()}>"
+        one_m_tile = str(plan['one_m_tile']).lower()
+        # The tiles named by q's width alone keep their traits' name (traits.h, FwdTraits).
+        tile, tile_v = plan["head_dim_tile"], plan["head_dim_v_tile"]
+        traits = (f"FwdTraits<{tile}, {one_m_tile}>" if tile_v == tile
+                  else f"FwdPairTraits<{tile}, {tile_v}, {one_m_tile}>")
         assert "fwd_kernel_16bit" in launch["kernel"] and traits in launch["kernel"]
 
 

@@ -15,6 +15,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATOR = os.path.join(REPO, "csrc", "cuda", "generate_kernels.py")
 KL = runpy.run_path(os.path.join(REPO, "csrc", "cuda", "kernel_list.py"))
 TILES_16BIT = KL["head_dims"]("fwd_16bit")
+PAIRS_16BIT = KL["head_dim_pairs"]("fwd_16bit")  # (qk, v) tiles, in (qk, v) order
+# (head_dim, head_dim_v) pairs for the dispatch probe: each tile's own, one inside each, one past
+# its v, one past its qk, and the pairs MLA names.
+PROBE_PAIRS = sorted({p for qk, v in PAIRS_16BIT
+                      for p in ((qk, v), (qk - 1, v - 1), (qk, v + 1), (qk + 1, v), (1, v))}
+                     | {(192, 128), (128, 64), (64, 128), (576, 512), (1, 1)})
 TILES_16BIT_BWD = KL["head_dims"]("bwd_16bit")
 TILES_SIMT = KL["head_dims"]("fwd_simt")
 
@@ -72,18 +78,30 @@ def probe_source():
              "              kMaxHeadDimSimt);",
              "  for (int d = 1; d <= kMaxHeadDim + 1; ++d) {",
              "    int t16 = 0, t32 = 0;",
-             "    dispatch_head_dim(HeadDimTilesFor<__half>{}, d, [&](auto t) { t16 = t.value; });",
-             "    dispatch_head_dim(HeadDimTilesFor<__nv_bfloat16>{}, d,",
-             "                      [&](auto t) { if (t.value != t16) t16 = -1; });",
-             "    dispatch_head_dim(HeadDimTilesFor<float>{}, d, [&](auto t) { t32 = t.value; });",
+             "    dispatch_head_dims(HeadDimTilesFor<__half>{}, d, d, [&](auto t, auto) {",
+             "      t16 = t.value;",
+             "    });",
+             "    dispatch_head_dims(HeadDimTilesFor<__nv_bfloat16>{}, d, d, [&](auto t, auto) {",
+             "      if (t.value != t16) t16 = -1;",
+             "    });",
+             "    dispatch_head_dims(HeadDimTilesFor<float>{}, d, d, [&](auto t, auto) {",
+             "      t32 = t.value;",
+             "    });",
              '    std::printf("dispatch %d %d %d\\n", d, t16, t32);',
              "  }"]
-    for d in TILES_16BIT:
-        fwd, fwd_dropout = f"FwdTraits<{d}, false>", f"FwdTraits<{d}, true>"
+    for i, (d, dv) in enumerate(PROBE_PAIRS):
         lines += [
-            f'  std::printf("fwd {d} %d %d %d %d %d\\n", {fwd}::kBlockM, {fwd}::kBlockN, '
-            f"{fwd}::kNThreads, {fwd}::kSmemBytes, {fwd}::kHeadDimV);",
-            f'  std::printf("fwd_dropout {d} %d\\n", {fwd_dropout}::kSmemBytes);']
+            f"  dispatch_head_dims(HeadDimTilesFor<__half>{{}}, {d}, {dv}, [&](auto t, auto v) {{",
+            f'    std::printf("pair {i} %d %d\\n", t.value, v.value);',
+            "  });"]
+    for i, (d, dv) in enumerate(PAIRS_16BIT):
+        fwd, fwd_dropout = f"FwdTile<{d}, {dv}, false>", f"FwdTile<{d}, {dv}, true>"
+        lines += [
+            f'  std::printf("fwd {i} %d %d %d %d %d %d\\n", {fwd}::kBlockM, {fwd}::kBlockN, '
+            f"{fwd}::kNThreads, {fwd}::kSmemBytes, {fwd}::kHeadDim, {fwd}::kHeadDimV);",
+            f'  std::printf("fwd_dropout {i} %d\\n", {fwd_dropout}::kSmemBytes);',
+            # The tiles q's width names keep their traits' type (and their kernels' symbols).
+            f'  std::printf("named {i} %d\\n", std::is_same_v<{fwd}, FwdTraits<{d}, false>>);']
     for d in TILES_16BIT_BWD:
         dq, dkdv = f"BwdDqTraits<{d}>", f"BwdTraits<{d}>"
         lines += [
@@ -125,25 +143,36 @@ def test_dispatch_picks_the_lists_tiles(probe):
         t16, t32 = probe[("dispatch", d)]
         assert t16 == (KL["tile_for"](d, "fp16") or 0) == (KL["tile_for"](d, "bf16") or 0), d
         assert t32 == (KL["tile_for"](d, "fp32") or 0), d
+    # A pair takes the first tile in (qk, v) order that covers both dims.
+    for i, (d, dv) in enumerate(PROBE_PAIRS):
+        assert tuple(probe.get(("pair", i), (0, 0))) == (KL["pair_for"](d, dv, "fp16") or (0, 0)), \
+            (d, dv)
+    assert KL["pair_for"](192, 128, "bf16") == (192, 128)
+    assert KL["pair_for"](128, 64, "bf16") == (128, 128)
     # Every head dim the input checks accept (<= kMaxHeadDim, traits.h) has a 16-bit forward
     # tile, whose V is kMaxHeadDimV wide (MLA's 576 / 512); the backward's tiles are the
     # forward's up to kMaxHeadDimBwd, the fp32 tiles stop at kMaxHeadDimSimt (executor.h refuses
     # wider heads there, naming them).
-    assert TILES_16BIT[-1] == max_head_dim and probe[("fwd", max_head_dim)][4] == max_head_dim_v
-    assert TILES_16BIT_BWD == [d for d in TILES_16BIT if d <= max_bwd] and TILES_16BIT_BWD[-1] == max_bwd
+    assert TILES_16BIT[-1] == max_head_dim and probe[("fwd", len(PAIRS_16BIT) - 1)][4:] == \
+        [max_head_dim, max_head_dim_v]
+    assert TILES_16BIT_BWD == [d for d, dv in PAIRS_16BIT if d == dv and d <= max_bwd]
+    assert TILES_16BIT_BWD[-1] == max_bwd
     assert TILES_SIMT[-1] == max_simt
 
 
 def test_traits_compile_for_every_listed_tile(probe):
-    assert {d for what, d in probe if what == "fwd"} == set(TILES_16BIT)
+    assert {tuple(probe[("fwd", i)][4:]) for i in range(len(PAIRS_16BIT))} == set(PAIRS_16BIT)
+    assert len([k for k in probe if k[0] == "fwd"]) == len(PAIRS_16BIT)
+    for i, (d, dv) in enumerate(PAIRS_16BIT):
+        assert probe[("named", i)] == [int(dv == KL["named_head_dim_v"](d))], (d, dv)
     assert {d for what, d in probe if what == "dkdv"} == set(TILES_16BIT_BWD)
     assert {d for what, d in probe if what == "simt"} == set(TILES_SIMT)
 
 
 def test_gpu_model_copies_the_traits(probe):
     model = load("gpu_model", os.path.join(REPO, "tools", "gpu_model.py"))
-    for d in TILES_16BIT:
-        assert [*model.fwd_tiles(d), model.smem_fwd(d)] == probe[("fwd", d)][:4], d
+    for i, (d, dv) in enumerate(PAIRS_16BIT):
+        assert [*model.fwd_tiles(d, dv), model.smem_fwd(d, dv)] == probe[("fwd", i)][:4], (d, dv)
     for d in TILES_16BIT_BWD:
         assert [*model.dq_tiles(d), model.smem_dq(d)] == probe[("dq", d)], d
         assert [*model.dkdv_tiles(d), model.smem_dkdv(d)] == probe[("dkdv", d)], d
@@ -154,23 +183,35 @@ def test_gpu_model_copies_the_traits(probe):
 def test_sanitizer_cases_reach_every_kernel():
     cases = load("sanitizer_cases", os.path.join(REPO, "tests", "sanitizer_cases.py"))
     names = {v: k for k, v in cases.TORCH_DTYPES.items()}
-    covered = {(KL["tile_for"](d, names[t]), names[t]) for t in cases.DTYPES
-               for d in cases.HEAD_DIMS}
-    listed = {(k.head_dim, k.dtype) for k in KL["KERNELS"] if k.head_dim is not None}
+    # A case reaches the forward's tile of its pair and, where it runs a backward, the tile of its
+    # wider dim.
+    covered = {(KL["pair_for"](*dims, names[t]), names[t]) for t in cases.DTYPES
+               for dims in cases.HEAD_DIM_PAIRS if cases.runs(dims, t)}
+    covered |= {((KL["tile_for"](max(dims), names[t]),) * 2, names[t]) for t in cases.DTYPES
+                for dims in cases.HEAD_DIM_PAIRS if cases.runs(dims, t, backward=True)}
+    listed = {((k.head_dim, k.head_dim if k.head_dim_v is None else k.head_dim_v), k.dtype)
+              for k in KL["KERNELS"] if k.head_dim is not None}
     assert listed <= covered, listed - covered
     assert {names[t] for t in cases.DTYPES} == {k.dtype for k in KL["KERNELS"]}
 
 
-@pytest.mark.parametrize("change", ["duplicate", "one dtype short", "no head dim"])
+@pytest.mark.parametrize("change", ["duplicate", "one dtype short", "no head dim", "no v head dim",
+                                    "v wider than q"])
 def test_generator_refuses_a_list_the_dispatch_cannot_serve(change):
     generator = runpy.run_path(GENERATOR)
     kl = generator["load_list"]()
     kernel = kl["Kernel"]
     if change == "duplicate":
-        kl["KERNELS"] = kl["KERNELS"] + [kernel("fwd_16bit", 64, "fp16", "sm80")]
+        kl["KERNELS"] = kl["KERNELS"] + [kernel("fwd_16bit", 64, "fp16", "sm80", 64)]
     elif change == "one dtype short":  # dispatch.h picks tiles by 16-bit vs fp32 only
         kl["KERNELS"] = [k for k in kl["KERNELS"] if (k.head_dim, k.dtype) != (96, "bf16")]
-    else:
-        kl["KERNELS"] = kl["KERNELS"] + [kernel("fwd_16bit", None, "fp16", "sm80")]
+    elif change == "no head dim":
+        kl["KERNELS"] = kl["KERNELS"] + [kernel("fwd_16bit", None, "fp16", "sm80", 64)]
+    elif change == "no v head dim":  # the 16-bit forward is keyed by (qk, v) pairs
+        kl["KERNELS"] = kl["KERNELS"] + [kernel("fwd_16bit", 160, dtype, "sm80")
+                                         for dtype in ("fp16", "bf16")]
+    else:  # the kernels stage O in Qi's rows
+        kl["KERNELS"] = kl["KERNELS"] + [kernel("fwd_16bit", 64, dtype, "sm80", 128)
+                                         for dtype in ("fp16", "bf16")]
     with pytest.raises(ValueError):
         generator["expected"](kl)

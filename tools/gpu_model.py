@@ -110,15 +110,20 @@ KERNEL_LIST = runpy.run_path(os.path.join(REPO, "csrc", "cuda", "kernel_list.py"
 # ---- Our kernels' tile geometry (mirrors csrc/cuda/traits.h; checked against every launch, and
 # against traits.h for every head-dim tile of the list by tests/test_kernel_list.py) ----
 
-def fwd_tiles(d):
-    """FwdTraits<d, false> (no dropout: two m-tiles per warp up to d = 128): kBlockM, kBlockN,
-    threads (two warps per m-tile above a v of 256: each owns half of O's columns)."""
-    return (128 if d <= 128 else 64), (64 if d <= 128 else 32), (256 if fwd_dim_v(d) > 256 else 128)
+def fwd_tiles(d, dv=None):
+    """FwdTile<d, dv, false> (no dropout: two m-tiles per warp up to d = 128; dv None: the v width
+    tile d names, fwd_dim_v): kBlockM, kBlockN (64 keys up to d = 128 or a v of 128, the
+    (192, 128) tile's), threads (two warps per m-tile above a v of 256: each owns half of O's
+    columns)."""
+    dv = fwd_dim_v(d) if dv is None else dv
+    return ((128 if d <= 128 else 64), (64 if d <= 128 or dv <= 128 else 32),
+            (256 if dv > 256 else 128))
 
 
 def fwd_dim_v(d):
-    """FwdTraits<d, *>::kHeadDimV: V's and O's width on tile d (512 on MLA's 576 tile)."""
-    return 512 if d == 576 else d
+    """FwdTraits<d, *>::kHeadDimV: V's and O's width on the tile d names (512 on MLA's 576 tile;
+    kernel_list.py named_head_dim_v)."""
+    return KERNEL_LIST["named_head_dim_v"](d)
 
 
 def dq_tiles(d):
@@ -131,10 +136,11 @@ def dkdv_tiles(d):
     return (128 if d <= 128 else 64), (128 if d <= 64 else 64), 256
 
 
-def smem_fwd(d):
-    """Qi, one K tile, one V tile."""
-    bm, bn, _ = fwd_tiles(d)
-    return ((bm + bn) * (d + 8) + bn * (fwd_dim_v(d) + 8)) * ELEM
+def smem_fwd(d, dv=None):
+    """Qi, one K tile, one V tile (of the tile (d, dv); dv None: the v width d names)."""
+    dv = fwd_dim_v(d) if dv is None else dv
+    bm, bn, _ = fwd_tiles(d, dv)
+    return ((bm + bn) * (d + 8) + bn * (dv + 8)) * ELEM
 
 
 def smem_dq(d):

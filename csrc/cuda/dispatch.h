@@ -37,29 +37,43 @@ template <const auto& kList>
 using HeadDimTilesOf = decltype(detail::head_dim_tiles<kList>(
     std::make_index_sequence<sizeof(kList) / sizeof(kList[0])>{}));
 
+// A family's tiles keyed by (q's and k's width, v's width): kQk[i] and kV[i] are tile i, in
+// (qk, v) order (kernel_list.h).
+template <const auto& kQk, const auto& kV>
+struct HeadDimPairs {
+  static_assert(sizeof(kQk) == sizeof(kV), "kernel_list.h: one v width per tile");
+  static constexpr std::size_t kCount = sizeof(kQk) / sizeof(kQk[0]);
+};
+
 // The head-dim tiles the kernels are compiled for: kernel_list.h, generated from the one list of
-// instantiations, csrc/cuda/kernel_list.py (traits.h explains the choice). A head dim the
-// backward takes (<= kMaxHeadDimBwd) must get the same tile in both directions, so the
-// backward's tiles are the forward's up to there (the 16-bit forward adds MLA's 576 tile).
+// instantiations, csrc/cuda/kernel_list.py (traits.h explains the choice). An equal head dim the
+// backward takes (<= kMaxHeadDimBwd) gets the same tile in both directions, so the backward's
+// tiles are the forward's equal pairs up to there (the 16-bit forward adds MLA's 576 / 512 and
+// (192, 128) tiles; the backward runs an unequal pair on the tile of its wider dim).
 static_assert(detail::same_tiles(kSm80FwdSimtHeadDims, kSm80BwdSimtHeadDims),
               "kernel_list.py: the fp32 forward and backward need the same head-dim tiles");
-// The 16-bit tensor-core kernels': forward, backward.
-using CompiledHeadDimTiles = HeadDimTilesOf<kSm80Fwd16bitHeadDims>;
+// The 16-bit tensor-core kernels': forward, keyed by (qk, v) pairs; backward.
+using CompiledFwdHeadDimPairs = HeadDimPairs<kSm80Fwd16bitHeadDims, kSm80Fwd16bitHeadDimsV>;
 using CompiledBwdHeadDimTiles = HeadDimTilesOf<kSm80Bwd16bitHeadDims>;
 namespace detail {
+// The backward's tiles are the forward's equal pairs (qk == v) up to kMaxHeadDimBwd, one for one.
 constexpr bool bwd_tiles_lead_fwd_tiles() {
   constexpr std::size_t kBwd = sizeof(kSm80Bwd16bitHeadDims) / sizeof(int);
   constexpr std::size_t kFwd = sizeof(kSm80Fwd16bitHeadDims) / sizeof(int);
-  if (kBwd > kFwd || kSm80Bwd16bitHeadDims[kBwd - 1] != kMaxHeadDimBwd) return false;
-  for (std::size_t i = 0; i < kBwd; ++i) {
-    if (kSm80Bwd16bitHeadDims[i] != kSm80Fwd16bitHeadDims[i]) return false;
+  if (kSm80Bwd16bitHeadDims[kBwd - 1] != kMaxHeadDimBwd) return false;
+  std::size_t bwd = 0;
+  for (std::size_t i = 0; i < kFwd; ++i) {
+    const int tile = kSm80Fwd16bitHeadDims[i];
+    if (tile != kSm80Fwd16bitHeadDimsV[i] || tile > kMaxHeadDimBwd) continue;
+    if (bwd == kBwd || kSm80Bwd16bitHeadDims[bwd] != tile) return false;
+    ++bwd;
   }
-  return true;
+  return bwd == kBwd;
 }
 }  // namespace detail
 static_assert(detail::bwd_tiles_lead_fwd_tiles(),
-              "kernel_list.py: the 16-bit backward's tiles must be the forward's up to "
-              "kMaxHeadDimBwd (traits.h)");
+              "kernel_list.py: the 16-bit backward's tiles must be the forward's equal pairs up "
+              "to kMaxHeadDimBwd (traits.h)");
 // The fp32 SIMT kernels'.
 using SimtHeadDimTiles = HeadDimTilesOf<kSm80FwdSimtHeadDims>;
 
@@ -76,6 +90,32 @@ bool dispatch_head_dim(HeadDimTiles<kFirst, kRest...>, int head_dim, F&& f) {
   } else {
     return dispatch_head_dim(HeadDimTiles<kRest...>{}, head_dim, std::forward<F>(f));
   }
+}
+
+// Calls f(std::integral_constant<int, qk>, std::integral_constant<int, v>) for the first tile
+// (qk, v) of the list, in (qk, v) order, with qk >= head_dim and v >= head_dim_v: the narrowest
+// q and k, then the narrowest v (a (192, 128) pair takes the (192, 128) tile, (128, 64) the
+// (128, 128) one). Returns false when none covers the pair.
+template <const auto& kQk, const auto& kV, std::size_t kIndex = 0, typename F>
+bool dispatch_head_dims(HeadDimPairs<kQk, kV> list, int head_dim, int head_dim_v, F&& f) {
+  if constexpr (kIndex == decltype(list)::kCount) {
+    return false;
+  } else {
+    if (head_dim <= kQk[kIndex] && head_dim_v <= kV[kIndex]) {
+      f(std::integral_constant<int, kQk[kIndex]>{}, std::integral_constant<int, kV[kIndex]>{});
+      return true;
+    }
+    return dispatch_head_dims<kQk, kV, kIndex + 1>(list, head_dim, head_dim_v,
+                                                   std::forward<F>(f));
+  }
+}
+
+// The same over tiles as wide for v as for q (HeadDimTiles): the smallest tile >= both dims,
+// passed twice.
+template <int... kTiles, typename F>
+bool dispatch_head_dims(HeadDimTiles<kTiles...> list, int head_dim, int head_dim_v, F&& f) {
+  return dispatch_head_dim(list, head_dim > head_dim_v ? head_dim : head_dim_v,
+                           [&](auto tile) { f(tile, tile); });
 }
 
 // Calls f(Element{}) with __half, __nv_bfloat16 or float.
@@ -95,10 +135,11 @@ void dispatch_element(ElementType type, F&& f) {
 }
 
 // The head-dim tiles compiled for an element type: tensor-core kernels for 16-bit types, SIMT
-// kernels for fp32; forward, or the backward's (kBackward).
+// kernels for fp32; forward (the 16-bit forward's keyed by (qk, v) pairs: dispatch_head_dims),
+// or the backward's (kBackward).
 template <typename Element, bool kBackward = false>
 using HeadDimTilesFor = std::conditional_t<
     std::is_same_v<Element, float>, SimtHeadDimTiles,
-    std::conditional_t<kBackward, CompiledBwdHeadDimTiles, CompiledHeadDimTiles>>;
+    std::conditional_t<kBackward, CompiledBwdHeadDimTiles, CompiledFwdHeadDimPairs>>;
 
 }  // namespace flashattn::cuda

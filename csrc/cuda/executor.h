@@ -60,8 +60,7 @@ inline void check_head_dims(ElementType type, int64_t head_dim, int64_t head_dim
 inline void check_tile(const KernelChoice& kernels, int head_dim, int head_dim_v) {
   TORCH_INTERNAL_ASSERT(kernels.head_dim_tile != 0, "flashattn: no CUDA tile for head_dim ",
                         head_dim);
-  TORCH_INTERNAL_ASSERT(kernels.family != KernelFamily::kTensorCore ||
-                            fwd_tile_head_dim_v(kernels.head_dim_tile) >= head_dim_v,
+  TORCH_INTERNAL_ASSERT(kernels.head_dim_v_tile >= head_dim_v,
                         "flashattn: no CUDA tile for head_dim_v ", head_dim_v);
 }
 

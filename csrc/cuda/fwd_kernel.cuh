@@ -10,10 +10,12 @@
 //   O_i += P_ij Vj        mma_AB_trans: P_ij re-packed from the S accumulator straight into A
 //                         fragments, V through ldmatrix.trans as the B operand
 // and O_i is divided by l_i once, at the end.
-// A value head dim of its own (MLA, p.head_dim_v != p.head_dim) runs on the tile of the wider
-// (plan_fwd.h, tile_head_dim): Qi and Kj hold head_dim columns, Vj head_dim_v, each zero-filled
-// to the tile, so the padding adds zeros to S and O, and O's store stops at head_dim_v. Only the
-// one-m-tile kernel takes such pairs (plan_fwd.h, fwd_one_m_tile; v_cols below).
+// A value head dim of its own (MLA, p.head_dim_v != p.head_dim) runs on a (kHeadDim, kHeadDimV)
+// tile that covers both (plan_fwd.h, choose_kernels): its own where kernel_list.py lists one
+// ((192, 128): V and O 128 wide), else the tile of the wider. Qi and Kj hold head_dim columns,
+// Vj head_dim_v, each zero-filled to the tile, so the padding adds zeros to S and O, and O's
+// store stops at head_dim_v. Only the one-m-tile kernel takes such pairs (plan_fwd.h,
+// fwd_one_m_tile; v_cols below).
 // MLA's 576 tile (traits.h) holds V and O 512 wide (kHeadDimV), and two warps share each m-tile,
 // each computing the same S and its half of O's columns (kVColGroups).
 #pragma once

@@ -53,7 +53,7 @@ def instantiation(kl, kernel):
     line when the line is too long."""
     family = kl["FAMILIES"][kernel.family]
     args = family["template"].format(element=kl["ELEMENTS"][kernel.dtype],
-                                     head_dim=kernel.head_dim)
+                                     head_dim=kernel.head_dim, head_dim_v=kernel.head_dim_v)
     line = f"template void run_{kernel.family}<{args}>({family['params']});"
     if len(line) > WIDTH:
         head, tail = line.split(" cudaStream_t", 1)
@@ -65,7 +65,11 @@ def inst_name(kl, kernel):
     family = kl["FAMILIES"][kernel.family]
     suffix = kl["ARCHS"][kernel.arch]["file_suffix"]
     if family["one_per_file"]:
-        return f"{family['prefix']}_hdim{kernel.head_dim}_{kernel.dtype}{suffix}.cu"
+        # A pair whose v is not the one its q width names (kernel_list.named_head_dim_v) carries
+        # it: fwd_hdim192v128_bf16.cu.
+        v = kernel.head_dim_v
+        pair = f"v{v}" if v is not None and v != kl["named_head_dim_v"](kernel.head_dim) else ""
+        return f"{family['prefix']}_hdim{kernel.head_dim}{pair}_{kernel.dtype}{suffix}.cu"
     return f"{family['prefix']}{suffix}.cu"
 
 
@@ -85,6 +89,13 @@ def validate(kl):
         if takes_head_dim != (k.head_dim is not None):
             raise ValueError(f"{k}: family {k.family} {'needs' if takes_head_dim else 'has no'} "
                              f"head dim")
+        takes_pair = "{head_dim_v}" in kl["FAMILIES"][k.family]["template"]
+        if takes_pair != (k.head_dim_v is not None):
+            raise ValueError(f"{k}: family {k.family} {'needs' if takes_pair else 'has no'} "
+                             f"v head dim")
+        # The kernels stage O in Qi's rows (fwd_kernel.cuh), so v is never the wider.
+        if takes_pair and not 0 < k.head_dim_v <= k.head_dim:
+            raise ValueError(f"{k}: v's tile must be at most q's")
     # dispatch.h chooses a tile per family from the element type's kind only (16-bit or fp32),
     # so every dtype of a family has the same tiles.
     for family in kl["FAMILIES"]:
@@ -92,9 +103,9 @@ def validate(kl):
             tiles = {}
             for k in kl["KERNELS"]:
                 if k.family == family and k.arch == arch:
-                    tiles.setdefault(k.dtype, set()).add(k.head_dim)
+                    tiles.setdefault(k.dtype, set()).add((k.head_dim, k.head_dim_v))
             if len({frozenset(t) for t in tiles.values()}) > 1:
-                by_dtype = {dtype: sorted(t) for dtype, t in tiles.items()}
+                by_dtype = {dtype: sorted(t, key=str) for dtype, t in tiles.items()}
                 raise ValueError(f"{family} ({arch}) has different head dims per dtype: {by_dtype}")
 
 
@@ -122,15 +133,20 @@ def array_name(family, arch):
 def kernel_list_header(kl):
     lines = [HEADER, comment(
         "The head-dim tiles each kernel family is compiled for (inst/*.cu), per architecture: "
-        "dispatch.h chooses among them. Ascending.").rstrip("\n"),
+        "dispatch.h chooses among them. Ascending; a family keyed by (qk, v) pairs has a second "
+        "array, v's width of each tile, and its pairs in (qk, v) order.").rstrip("\n"),
         "#pragma once", "", "namespace flashattn::cuda {", ""]
     for arch in kl["ARCHS"]:
         for family in kl["FAMILIES"]:
-            tiles = sorted({k.head_dim for k in kl["KERNELS"] if k.family == family
-                            and k.arch == arch and k.head_dim is not None})
-            if tiles:
+            pairs = sorted({(k.head_dim, k.head_dim_v) for k in kl["KERNELS"]
+                            if k.family == family and k.arch == arch and k.head_dim is not None},
+                           key=lambda t: (t[0], t[1] or 0))
+            if pairs:
                 lines.append(f"inline constexpr int {array_name(family, arch)}[] = "
-                             f"{{{', '.join(map(str, tiles))}}};")
+                             f"{{{', '.join(str(qk) for qk, _ in pairs)}}};")
+            if pairs and pairs[0][1] is not None:
+                lines.append(f"inline constexpr int {array_name(family, arch)}V[] = "
+                             f"{{{', '.join(str(v) for _, v in pairs)}}};")
     lines += ["", "}  // namespace flashattn::cuda", ""]
     return "\n".join(lines)
 

@@ -1,4 +1,5 @@
-"""The one list of the CUDA kernels' instantiations: (family, head-dim tile, dtype, architecture).
+"""The one list of the CUDA kernels' instantiations: (family, head-dim tile, dtype, architecture),
+the 16-bit forward's tiles keyed by the pair (q's and k's head dim, v's head dim).
 
 Everything that names a compiled kernel follows from KERNELS:
   - csrc/cuda/inst/*.cu (what nvcc compiles) and csrc/cuda/kernel_list.h (the head-dim tiles
@@ -6,8 +7,9 @@ Everything that names a compiled kernel follows from KERNELS:
     written by csrc/cuda/generate_kernels.py;
   - tools/gpu_model.py and tests/sanitizer_cases.py read this file when they run.
 
-A new head-dim tile is one number in HEAD_DIMS_16BIT (or HEAD_DIMS_SIMT) plus, if its tiles need
-tuning, a case in csrc/cuda/traits.h; then `python csrc/cuda/generate_kernels.py`.
+A new head-dim tile is one number in HEAD_DIMS_16BIT (or HEAD_DIMS_SIMT), or a (qk, v) pair in
+HEAD_DIM_PAIRS_16BIT_FWD, plus, if its tiles need tuning, a case in csrc/cuda/traits.h; then
+`python csrc/cuda/generate_kernels.py`.
 tests/test_kernel_list.py checks that the generated files are current and that traits.h,
 dispatch.h, gpu_model.py and the sanitizer cases agree with the list.
 
@@ -16,7 +18,9 @@ inside csrc/, whose hash (tools/gpu_model.py csrc_digest, .ci/sass_compare.py) n
 """
 import collections
 
-Kernel = collections.namedtuple("Kernel", "family head_dim dtype arch")
+# head_dim: q's and k's tile width. head_dim_v: v's, for the families keyed by the pair (their
+# template takes {head_dim_v}); None for the others, whose tiles are as wide for v as for q.
+Kernel = collections.namedtuple("Kernel", "family head_dim dtype arch head_dim_v", defaults=(None,))
 
 # How each architecture's kernels are built.
 #   file_suffix: appended to an inst/ file's stem, so two architectures' files never collide.
@@ -39,13 +43,14 @@ ARCHS = {
 # how a family's instantiations are grouped into inst/ files:
 #   one_per_file: a file per (head dim, dtype), named <prefix>_hdim<d>_<dtype>.cu, so the big
 #                 kernels compile in parallel; otherwise one file, <prefix>.cu, holds them all.
-#   template:     the template's arguments, from {element} (the C++ type) and {head_dim}.
+#   template:     the template's arguments, from {element} (the C++ type), {head_dim} and, for a
+#                 family keyed by (qk, v) pairs, {head_dim_v}.
 #   params:       the function's parameter list.
 #   direction:    which of the shim's two translation units holds it (sim_kernels_<direction>.cpp).
 FAMILIES = {
     "fwd_16bit": dict(
         header="launch_fwd.cuh", prefix="fwd", one_per_file=True, direction="fwd",
-        template="{element}, {head_dim}",
+        template="{element}, {head_dim}, {head_dim_v}",
         params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
         comment="One instantiation per file so nvcc compiles them in parallel (budget: traits.h)."),
     "bwd_16bit": dict(
@@ -98,6 +103,10 @@ HEAD_DIMS_16BIT = (32, 64, 96, 128, 192, 256)  # tensor-core kernels, fp16 and b
 # traits.h): MLA's 576 tile, q and k 576 wide and v 512 (FwdTraits::kHeadDimV), which also runs
 # every equal head dim from 257 to 512 (docs/lab/2026-12-02-cuda-head-dim-512.md).
 HEAD_DIMS_16BIT_FWD_ONLY = (576,)
+# The 16-bit forward's tiles whose v is narrower than q and k (MLA), beside the equal pairs: the
+# (192, 128) of DeepSeek's prefill and training, which on the (192, 192) tile spent a third of
+# P V's mma and of V's ldmatrix on padding (docs/lab/2026-12-03-mla-pair-tiles.md).
+HEAD_DIM_PAIRS_16BIT_FWD = ((192, 128),)
 HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # The sm_90a forward and backward: exactly these head dims (FwdSm90Config, BwdSm90Config), fp16 and
 # bf16; the forward also at d = 256 (HEAD_DIMS_SM90_FWD). Each forward file holds eight main loops
@@ -111,11 +120,21 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 HEAD_DIMS_SM90 = (64, 128)
 HEAD_DIMS_SM90_FWD = HEAD_DIMS_SM90 + (256,)
 
+
+
+def named_head_dim_v(head_dim):
+    """V's width of a 16-bit forward tile named by its q width alone (traits.h FwdTraits<d, *>,
+    inst/fwd_hdim<d>_<dtype>.cu): d, and 512 on MLA's 576 tile. Other pairs carry their v in their
+    names (fwd_hdim192v128_bf16.cu, FwdPairTraits<192, 128, *>)."""
+    return 512 if head_dim == 576 else head_dim
+
+
 KERNELS = (
-    [Kernel(family, d, dtype, "sm80") for family in ("fwd_16bit", "bwd_16bit")
-     for d in HEAD_DIMS_16BIT for dtype in ("fp16", "bf16")]
-    + [Kernel("fwd_16bit", d, dtype, "sm80") for d in HEAD_DIMS_16BIT_FWD_ONLY
+    [Kernel("fwd_16bit", d, dtype, "sm80", named_head_dim_v(d))
+     for d in HEAD_DIMS_16BIT + HEAD_DIMS_16BIT_FWD_ONLY for dtype in ("fp16", "bf16")]
+    + [Kernel("fwd_16bit", d, dtype, "sm80", dv) for d, dv in HEAD_DIM_PAIRS_16BIT_FWD
        for dtype in ("fp16", "bf16")]
+    + [Kernel("bwd_16bit", d, dtype, "sm80") for d in HEAD_DIMS_16BIT for dtype in ("fp16", "bf16")]
     + [Kernel(family, d, "fp32", "sm80") for family in ("fwd_simt", "bwd_simt")
        for d in HEAD_DIMS_SIMT]
     + [Kernel("fwd_sm90", d, dtype, "sm90a") for d in HEAD_DIMS_SM90_FWD for dtype in ("fp16", "bf16")]
@@ -138,8 +157,23 @@ def dtypes(family, arch="sm80"):
     return [d for d in ELEMENTS if d in present]
 
 
-def tile_for(head_dim, dtype, arch="sm80"):
-    """The head-dim tile the dispatch (dispatch.h) picks for a head dim: the smallest >= it, or
-    None."""
+def head_dim_pairs(family, dtype=None, arch="sm80"):
+    """Sorted (qk, v) tiles of a family: its listed pairs, or (d, d) for a family keyed by one
+    head dim."""
+    return sorted({(k.head_dim, k.head_dim if k.head_dim_v is None else k.head_dim_v)
+                   for k in KERNELS if k.family == family and k.arch == arch
+                   and (dtype is None or k.dtype == dtype) and k.head_dim is not None})
+
+
+def pair_for(head_dim, head_dim_v, dtype, arch="sm80"):
+    """The forward's (qk, v) tile the dispatch (dispatch.h, dispatch_head_dims) picks for a pair:
+    the first in (qk, v) order that covers both, or None."""
     family = "fwd_simt" if dtype == "fp32" else "fwd_16bit"
-    return next((t for t in head_dims(family, dtype, arch) if t >= head_dim), None)
+    return next((t for t in head_dim_pairs(family, dtype, arch)
+                 if t[0] >= head_dim and t[1] >= head_dim_v), None)
+
+
+def tile_for(head_dim, dtype, arch="sm80"):
+    """The forward's head-dim tile (q's width) for equal head dims: the smallest >= it, or None."""
+    pair = pair_for(head_dim, head_dim, dtype, arch)
+    return pair and pair[0]

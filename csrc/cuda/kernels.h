@@ -9,7 +9,8 @@
 
 namespace flashattn::cuda {
 
-template <typename Element, int kHeadDim>
+// The 16-bit forward on the head-dim tile (kHeadDim, kHeadDimV): q's and k's width, v's.
+template <typename Element, int kHeadDim, int kHeadDimV>
 void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t stream,
                    LaunchCheck after_launch);
 

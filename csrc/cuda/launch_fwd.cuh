@@ -12,12 +12,13 @@
 namespace flashattn::cuda {
 
 // Runs fwd_kernel_16bit for an Element (__half or __nv_bfloat16) and a head-dim tile
-// >= tile_head_dim(p), on p as planned (FwdPlan::params: packed, split). p.seqlen_q, p.batch and
-// p.heads_q must be > 0. Calls after_launch() right after the launch so the caller can check it.
-template <typename Element, int kHeadDim>
+// (kHeadDim, kHeadDimV) that covers (p.head_dim, p.head_dim_v), on p as planned (FwdPlan::params:
+// packed, split). p.seqlen_q, p.batch and p.heads_q must be > 0. Calls after_launch() right
+// after the launch so the caller can check it.
+template <typename Element, int kHeadDim, int kHeadDimV>
 void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t stream,
                    LaunchCheck after_launch) {
-  with_fwd_traits<kHeadDim>(fwd_one_m_tile<kHeadDim>(p), [&](auto traits) {
+  with_fwd_traits<kHeadDim, kHeadDimV>(fwd_one_m_tile<kHeadDim, kHeadDimV>(p), [&](auto traits) {
     using Traits = decltype(traits);
     constexpr FwdLaunchShape shape = FwdLaunchShape::of<Traits>();
     auto* kernel = &fwd_kernel_16bit<Traits, Element>;

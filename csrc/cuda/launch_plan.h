@@ -14,13 +14,14 @@
 
 namespace flashattn::cuda {
 
-// Calls f(Element{}, std::integral_constant<int, tile>{}) for a choice with a tile, among the
-// forward's tiles or the backward's (kBackward).
+// Calls f(Element{}, std::integral_constant<int, tile>{}, std::integral_constant<int, tile_v>{})
+// for a choice with a tile, among the forward's tiles or the backward's (kBackward).
 template <bool kBackward = false, typename F>
 void dispatch_choice(const KernelChoice& choice, F&& f) {
   dispatch_element(choice.type, [&](auto element) {
-    dispatch_head_dim(HeadDimTilesFor<decltype(element), kBackward>{}, choice.head_dim_tile,
-                      [&](auto tile) { f(element, tile); });
+    dispatch_head_dims(HeadDimTilesFor<decltype(element), kBackward>{}, choice.head_dim_tile,
+                       choice.head_dim_v_tile,
+                       [&](auto tile, auto tile_v) { f(element, tile, tile_v); });
   });
 }
 
@@ -49,13 +50,14 @@ inline void launch_fwd(const FwdPlan& plan, float* split_scratch, cudaStream_t s
   if (plan.kernels.arch == Arch::kSm90) {
     launch_fwd_sm90(plan, split_scratch, stream, after_launch);
   } else {
-    dispatch_choice(plan.kernels, [&](auto element, auto tile) {
+    dispatch_choice(plan.kernels, [&](auto element, auto tile, auto tile_v) {
       using Element = decltype(element);
       constexpr int kTile = decltype(tile)::value;
       if constexpr (std::is_same_v<Element, float>) {
         run_fwd_simt<kTile>(plan.params, split_scratch, stream, after_launch);
       } else {
-        run_fwd_16bit<Element, kTile>(plan.params, split_scratch, stream, after_launch);
+        run_fwd_16bit<Element, kTile, decltype(tile_v)::value>(plan.params, split_scratch, stream,
+                                                               after_launch);
       }
     });
   }
@@ -89,7 +91,7 @@ inline void launch_bwd(const BwdPlan& plan, const AttnBwdParams& p, float* works
     launch_bwd_sm90(plan, p, workspace, stream, after_launch);
     return;
   }
-  dispatch_choice</*kBackward=*/true>(plan.kernels, [&](auto element, auto tile) {
+  dispatch_choice</*kBackward=*/true>(plan.kernels, [&](auto element, auto tile, auto) {
     using Element = decltype(element);
     constexpr int kTile = decltype(tile)::value;
     if constexpr (std::is_same_v<Element, float>) {

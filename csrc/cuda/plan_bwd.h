@@ -168,6 +168,7 @@ struct BwdPlan {
 inline void use_sm90_bwd(BwdPlan& plan, const AttnBwdParams& p) {
   plan.kernels.arch = Arch::kSm90;
   plan.kernels.head_dim_tile = p.head_dim;
+  plan.kernels.head_dim_v_tile = p.head_dim;
   plan.arch_smem_bytes = max_smem_bytes(Arch::kSm90);
   plan.dq_accum = true;
   const hopper::BwdSm90Params hp = make_bwd_sm90_params(p);
@@ -193,7 +194,7 @@ inline void use_sm90_bwd(BwdPlan& plan, const AttnBwdParams& p) {
 inline BwdPlan plan_bwd(const AttnBwdParams& p, ElementType type, const DeviceProps& device) {
   BwdPlan plan;
   plan.device_arch = device_arch(device);
-  plan.kernels = choose_kernels(type, tile_head_dim(p), kernel_arch(plan.device_arch),
+  plan.kernels = choose_kernels(type, p.head_dim, p.head_dim_v, kernel_arch(plan.device_arch),
                                 /*backward=*/true);
   plan.smem_limit_bytes = device.smem_optin_bytes;
   plan.arch_smem_bytes = max_smem_bytes(plan.kernels.arch);

@@ -53,51 +53,49 @@ inline Arch kernel_arch(Arch device) {
 enum class KernelFamily { kTensorCore, kSimt, kRows };
 
 // The kernels of one call: the family and the head-dim tile follow the element type and the
-// head dim, for the architecture.
+// head dims, for the architecture. The tile is (head_dim_tile, head_dim_v_tile): Q's and K's
+// width, V's and O's (kernel_list.py keys the 16-bit forward's tiles by the pair).
 struct KernelChoice {
   KernelFamily family;
   Arch arch;
   ElementType type;
   int head_dim_tile;
+  int head_dim_v_tile;
 };
 
-// The head dim a call's tile must cover: q's and k's, or v's where that is wider. A pair of
-// unequal head dims (MLA: 192 / 128, 128 / 64, 64 / 128) runs on the tile of the wider one, the
-// kernels reading and writing Q, K, dQ, dK over head_dim columns and V, O, dO, dV over
-// head_dim_v, zero-filled up to the tile on load (tile_io.cuh) and never stored past it.
+// The head dim a tile as wide for v as for q must cover: q's and k's, or v's where that is
+// wider. A pair of unequal head dims (MLA: 192 / 128, 128 / 64, 64 / 128) without a tile of its
+// own (the backward's and fp32 kernels'; the 16-bit forward's but (192, 128)) runs on the tile
+// of the wider one, the kernels reading and writing Q, K, dQ, dK over head_dim columns and V, O,
+// dO, dV over head_dim_v, zero-filled up to the tile on load (tile_io.cuh) and never stored
+// past it.
 inline int tile_head_dim(const AttnParams& p) {
   return p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
 }
 
-// The smallest compiled tile >= head_dim (dispatch.h; tile_head_dim of a call) of the forward's
-// or the backward's kernels, or 0 when there is none. The executor refuses a pair with no tile
-// before planning, naming its head dims (executor.h, check_head_dims). No torch here: the launch
-// headers include this file, and the shim's self-tests compile them without torch.
-inline KernelChoice choose_kernels(ElementType type, int head_dim, Arch arch,
+// The compiled tile of the forward's or the backward's kernels for a (head_dim, head_dim_v)
+// pair (dispatch.h, dispatch_head_dims: the narrowest that covers both), or 0 when there is
+// none. The executor refuses a pair with no tile before planning, naming its head dims
+// (executor.h, check_head_dims). No torch here: the launch headers include this file, and the
+// shim's self-tests compile them without torch.
+inline KernelChoice choose_kernels(ElementType type, int head_dim, int head_dim_v, Arch arch,
                                    bool backward = false) {
   KernelChoice choice{type == ElementType::kFloat ? KernelFamily::kSimt
                                                   : KernelFamily::kTensorCore,
-                      arch, type, 0};
-  auto take = [&](auto tile) { choice.head_dim_tile = decltype(tile)::value; };
+                      arch, type, 0, 0};
+  auto take = [&](auto tile, auto tile_v) {
+    choice.head_dim_tile = decltype(tile)::value;
+    choice.head_dim_v_tile = decltype(tile_v)::value;
+  };
   dispatch_element(type, [&](auto element) {
     using Element = decltype(element);
     if (backward) {
-      dispatch_head_dim(HeadDimTilesFor<Element, true>{}, head_dim, take);
+      dispatch_head_dims(HeadDimTilesFor<Element, true>{}, head_dim, head_dim_v, take);
     } else {
-      dispatch_head_dim(HeadDimTilesFor<Element>{}, head_dim, take);
+      dispatch_head_dims(HeadDimTilesFor<Element>{}, head_dim, head_dim_v, take);
     }
   });
   return choice;
-}
-
-// V's width on the 16-bit forward's tile `tile` (FwdTraits::kHeadDimV: the tile's, 512 on
-// MLA's 576 tile), or 0 when no such tile is compiled.
-inline int fwd_tile_head_dim_v(int tile) {
-  int width = 0;
-  dispatch_head_dim(CompiledHeadDimTiles{}, tile, [&](auto t) {
-    if (decltype(t)::value == tile) width = FwdTraits<decltype(t)::value, true>::kHeadDimV;
-  });
-  return width;
 }
 
 // Query rows (a sequence's longest) up to which the forward runs its one-m-tile kernel even
@@ -106,14 +104,16 @@ inline int fwd_tile_head_dim_v(int tile) {
 // products (fwd_kernel.cuh), and that warp computes one m-tile instead of two, one of them empty.
 constexpr int kFwdFewRows = kMmaM;
 
-// Whether the 16-bit forward of head-dim tile kHeadDim runs p (as planned: packed, split) on
-// its one-m-tile kernel FwdTraits<kHeadDim, true>: where it has no other (tiles above 128), or
-// p has dropout or packed GQA heads (which only that kernel applies, gqa_decode.h), or at most
-// kFwdFewRows query rows, or a value head dim of its own (MLA): the two-m-tile kernel assumes
-// them equal (fwd_kernel.cuh, v_cols), since at 255 registers it spilled with V's own.
-template <int kHeadDim>
+// Whether the 16-bit forward of head-dim tile (kHeadDim, kHeadDimV) runs p (as planned: packed,
+// split) on its one-m-tile kernel FwdTile<kHeadDim, kHeadDimV, true>: where it has no other
+// (tiles above 128), or p has dropout or packed GQA heads (which only that kernel applies,
+// gqa_decode.h), or at most kFwdFewRows query rows, or a value head dim of its own (MLA): the
+// two-m-tile kernel assumes them equal (fwd_kernel.cuh, v_cols), since at 255 registers it
+// spilled with V's own.
+template <int kHeadDim, int kHeadDimV>
 bool fwd_one_m_tile(const AttnParams& p) {
-  if constexpr (FwdTraits<kHeadDim, false>::kMTiles == FwdTraits<kHeadDim, true>::kMTiles) {
+  if constexpr (FwdTile<kHeadDim, kHeadDimV, false>::kMTiles ==
+                FwdTile<kHeadDim, kHeadDimV, true>::kMTiles) {
     return true;
   } else {
     return p.dropout.on() || p.seqlen_q <= kFwdFewRows || p.packed_heads > 1 ||
@@ -124,10 +124,10 @@ bool fwd_one_m_tile(const AttnParams& p) {
 // Calls f(Traits{}) with the 16-bit forward's traits: the one-m-tile kernel's or the two-m-tile
 // kernel's (fwd_one_m_tile). Above d = 128 the two are one geometry and only the first is
 // compiled.
-template <int kHeadDim, typename F>
+template <int kHeadDim, int kHeadDimV, typename F>
 void with_fwd_traits(bool one_m_tile, F&& f) {
-  using OneMTile = FwdTraits<kHeadDim, true>;
-  using TwoMTiles = FwdTraits<kHeadDim, false>;
+  using OneMTile = FwdTile<kHeadDim, kHeadDimV, true>;
+  using TwoMTiles = FwdTile<kHeadDim, kHeadDimV, false>;
   if constexpr (TwoMTiles::kMTiles == OneMTile::kMTiles) {
     f(OneMTile{});
   } else if (one_m_tile) {
@@ -149,12 +149,13 @@ inline FwdLaunchShape fwd_launch_shape(const KernelChoice& choice, bool one_m_ti
   FwdLaunchShape shape{};
   dispatch_element(choice.type, [&](auto element) {
     using Element = decltype(element);
-    dispatch_head_dim(HeadDimTilesFor<Element>{}, choice.head_dim_tile, [&](auto tile) {
+    dispatch_head_dims(HeadDimTilesFor<Element>{}, choice.head_dim_tile, choice.head_dim_v_tile,
+                       [&](auto tile, auto tile_v) {
       constexpr int kTile = decltype(tile)::value;
       if constexpr (std::is_same_v<Element, float>) {
         shape = simt_fwd_shape<kTile>();
       } else {
-        with_fwd_traits<kTile>(one_m_tile, [&](auto traits) {
+        with_fwd_traits<kTile, decltype(tile_v)::value>(one_m_tile, [&](auto traits) {
           shape = FwdLaunchShape::of<decltype(traits)>();
         });
       }
@@ -227,19 +228,20 @@ inline int64_t split_step_ns(const AttnParams& p, const SplitShape& shape, int s
   return t;
 }
 
-// The split model's shape of a plan's kernel: 16-bit tiles of FwdTraits<tile, *>::kBlockN keys
+// The split model's shape of a plan's kernel: 16-bit tiles of FwdTile<tile, v, *>::kBlockN keys
 // (the same for one and two m-tiles), the SIMT kernel's SimtTraits<tile>::kTileRows.
 inline SplitShape fwd_split_shape(const KernelChoice& choice, const FwdLaunchShape& shape) {
   SplitShape split{shape.block_rows, 0, 0};
   dispatch_element(choice.type, [&](auto element) {
     using Element = decltype(element);
     split.element_bytes = static_cast<int>(sizeof(Element));
-    dispatch_head_dim(HeadDimTilesFor<Element>{}, choice.head_dim_tile, [&](auto tile) {
+    dispatch_head_dims(HeadDimTilesFor<Element>{}, choice.head_dim_tile, choice.head_dim_v_tile,
+                       [&](auto tile, auto tile_v) {
       constexpr int kTile = decltype(tile)::value;
       if constexpr (std::is_same_v<Element, float>) {
         split.key_tile = SimtTraits<kTile>::kTileRows;
       } else {
-        split.key_tile = FwdTraits<kTile, true>::kBlockN;
+        split.key_tile = FwdTile<kTile, decltype(tile_v)::value, true>::kBlockN;
       }
     });
   });
@@ -271,7 +273,7 @@ struct FwdPlan {
   KernelChoice kernels;
   Arch device_arch;
   bool empty = false;  // fwd_launches_nothing
-  // The 16-bit kernel with one m-tile per warp (FwdTraits<tile, true>), not two.
+  // The 16-bit kernel with one m-tile per warp (FwdTile<tile, v, true>), not two.
   bool one_m_tile = false;
   // What the kernel gets: GQA-packed (params.h packed_heads) and with the planned num_splits.
   AttnParams params;
@@ -313,6 +315,7 @@ inline void use_sm90_fwd(FwdPlan& plan, int requested_splits, int sm_count) {
   plan.merge_params.num_splits = p.num_splits;
   plan.kernels.arch = Arch::kSm90;
   plan.kernels.head_dim_tile = p.head_dim;
+  plan.kernels.head_dim_v_tile = p.head_dim;
   plan.one_m_tile = false;
   plan.arch_smem_bytes = max_smem_bytes(Arch::kSm90);
   dispatch_head_dim(Sm90FwdHeadDims{}, p.head_dim, [&](auto tile) {
@@ -329,7 +332,8 @@ inline void use_sm90_fwd(FwdPlan& plan, int requested_splits, int sm_count) {
 inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const DeviceProps& device) {
   FwdPlan plan;
   plan.device_arch = device_arch(device);
-  plan.kernels = choose_kernels(type, tile_head_dim(params), kernel_arch(plan.device_arch));
+  plan.kernels = choose_kernels(type, params.head_dim, params.head_dim_v,
+                                kernel_arch(plan.device_arch));
   plan.smem_limit_bytes = device.smem_optin_bytes;
   plan.arch_smem_bytes = max_smem_bytes(plan.kernels.arch);
   plan.params = params;
@@ -340,8 +344,9 @@ inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const Device
   // A decoding step with GQA reads each kv head's cache once for its whole group.
   p = pack_gqa_decode(params);
   if (plan.kernels.family == KernelFamily::kTensorCore) {
-    dispatch_head_dim(CompiledHeadDimTiles{}, plan.kernels.head_dim_tile, [&](auto tile) {
-      plan.one_m_tile = fwd_one_m_tile<decltype(tile)::value>(p);
+    dispatch_head_dims(CompiledFwdHeadDimPairs{}, plan.kernels.head_dim_tile,
+                       plan.kernels.head_dim_v_tile, [&](auto tile, auto tile_v) {
+      plan.one_m_tile = fwd_one_m_tile<decltype(tile)::value, decltype(tile_v)::value>(p);
     });
   }
   plan.shape = fwd_launch_shape(plan.kernels, plan.one_m_tile);

@@ -22,6 +22,10 @@
 //   memory, 244 registers on sm_80 (253 on sm_90), no spills; it runs every head dim from 257
 //   to 512 too (Q and K padded to 576: 12% more of S's products at d = 512), one file per dtype,
 //   2 kernels, a few seconds of nvcc each (docs/lab/2026-12-02-cuda-head-dim-512.md).
+//   Tiles are keyed by (q's and k's width, v's width) pairs (kernel_list.py): besides the equal
+//   pairs and 576 / 512, MLA's (192, 128) of DeepSeek's prefill and training, one m-tile, 64 keys
+//   per tile: on the (192, 192) tile a third of P V's products and of V's ldmatrix were padding.
+//   One file per dtype, 2 kernels (docs/lab/2026-12-03-mla-pair-tiles.md).
 //   Masks (causal, window, softcap, ALiBi) are runtime branches that are uniform per CTA, not
 //   template flags: a mask-free tile takes the same path as non-causal attention, and only the
 //   boundary tiles pay for per-element masking, so a template flag would double the build for a
@@ -38,6 +42,7 @@
 //   docs/lab/2026-12-02-hopper-forward-wiring.md). Its softcap, local and ALiBi template
 //   variants are not built: those calls run on the kernels above (plan_fwd_sm90.h).
 #pragma once
+#include <type_traits>
 
 namespace flashattn::cuda {
 
@@ -74,17 +79,24 @@ constexpr int kMaxHeadDimV = 512;
 constexpr int kMaxHeadDimBwd = 256;
 constexpr int kMaxHeadDimSimt = 256;
 
-// Forward kernel for fp16/bf16 (FA2 class, see fwd_kernel.cuh). kDropout: the kernel can
-// apply dropout (a runtime choice, p.dropout); without it the dropout code is compiled out.
-template <int kHeadDim_, bool kDropout_>
-struct FwdTraits {
+// V's width of a forward tile named by its q width alone, FwdTraits<kHeadDim, *> below: the
+// tile's own, and 512 on MLA's 576 tile (q and k 576 wide, v 512), which also takes every equal
+// head dim up to 512 (its last 64 columns of Q and K then zeros). kernel_list.py's
+// named_head_dim_v says the same.
+constexpr int named_head_dim_v(int head_dim) { return head_dim == 576 ? 512 : head_dim; }
+
+// Forward kernel for fp16/bf16 (FA2 class, see fwd_kernel.cuh) on the head-dim tile (kHeadDim,
+// kHeadDimV): Q and K kHeadDim wide, V and O kHeadDimV (MLA's pairs, kernel_list.py). kDropout:
+// the kernel can apply dropout (a runtime choice, p.dropout); without it the dropout code is
+// compiled out. Kernels take it as FwdTile below.
+template <int kHeadDim_, int kHeadDimV_, bool kDropout_>
+struct FwdPairTraits {
   static constexpr int kHeadDim = kHeadDim_;  // tile width in elements (>= the real head dim)
   static constexpr Arch kArch = Arch::kSm80;  // whose shared memory the tile must fit
   static constexpr int kMaxSmemBytes = max_smem_bytes(kArch);
   static constexpr bool kDropout = kDropout_;
-  // V's and O's width: the tile's, but 512 on MLA's 576 tile (q and k 576 wide, v 512), which
-  // also takes every equal head dim up to 512 (its last 64 columns of Q and K then zeros).
-  static constexpr int kHeadDimV = kHeadDim == 576 ? 512 : kHeadDim;
+  // V's and O's width (>= the real head_dim_v).
+  static constexpr int kHeadDimV = kHeadDimV_;
   // Warps that share a 16-row m-tile, each owning kHeadDimV / kVColGroups of O's columns: above
   // d = 256 one warp's O accumulator (kHeadDimV / 2 floats per thread) would pass the 255
   // registers, so two warps split it, each computing the same S = Qi Kj^T (the same softmax
@@ -101,8 +113,11 @@ struct FwdTraits {
   static constexpr int kMTiles = kHeadDim <= 128 && !kDropout ? 2 : 1;
   static constexpr int kBlockM = kRowWarps * kMmaM * kMTiles;
   // Keys per K/V tile. The S tile (kBlockN/2 floats per m-tile per thread) shrinks above
-  // d = 128 to stay under 255 registers without spilling.
-  static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
+  // d = 128 to stay under 255 registers without spilling, unless V is at most 128 wide: the
+  // (192, 128) tile's O holds 64 floats per thread, not 96, and 64 keys per tile read Qi from
+  // shared memory half as often as 32 (204 registers on sm_80 against 182 at 32 keys, no spills;
+  // docs/lab/2026-12-03-mla-pair-tiles.md).
+  static constexpr int kBlockN = kHeadDim <= 128 || kHeadDimV <= 128 ? 64 : 32;
 
   static constexpr int kSmemStride = kHeadDim + kSmemPadElems;  // elements per Q or K row
   static constexpr int kVSmemStride = kHeadDimV + kSmemPadElems;  // elements per V row
@@ -149,6 +164,19 @@ struct FwdTraits {
                     (kVSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
                 "row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
 };
+
+// The tiles named by their q width alone: an equal pair, and MLA's 576 / 512. A type of its own,
+// so that their kernels (fwd_kernel_16bit<FwdTraits<d, *>, Element>) kept the symbol names they
+// had before tiles were pairs, by which .ci/sass_compare.py pairs the kernels of two trees.
+template <int kHeadDim_, bool kDropout_>
+struct FwdTraits : FwdPairTraits<kHeadDim_, named_head_dim_v(kHeadDim_), kDropout_> {};
+
+// The forward's traits of the tile (kHeadDim, kHeadDimV): FwdTraits where v's width is the one
+// kHeadDim names, else FwdPairTraits (the (192, 128) tile).
+template <int kHeadDim, int kHeadDimV, bool kDropout>
+using FwdTile = std::conditional_t<kHeadDimV == named_head_dim_v(kHeadDim),
+                                   FwdTraits<kHeadDim, kDropout>,
+                                   FwdPairTraits<kHeadDim, kHeadDimV, kDropout>>;
 
 // Backward dK/dV kernel for fp16/bf16 (bwd_dkdv_kernel.cuh), FA2's sm80 geometry: 8 warps, a
 // CTA of kBlockN keys walks query tiles of kBlockM, and each of its three products gives the

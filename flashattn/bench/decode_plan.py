@@ -16,23 +16,28 @@ SPLIT_MODEL = dict(MaxSplits=64, SplitMinTiles=4, SplitTileNs=1000, SplitCtaNs=2
 PACKED_TILE_ROWS = 64  # gqa_decode.h kPackedTileRows: FwdTraits<*, true>::kBlockM
 FEW_ROWS = 16          # plan_fwd.h kFwdFewRows: up to this many rows, the one-m-tile kernel
 WARP = 32
-HEAD_DIM_TILES = (32, 64, 96, 128, 192, 256, 576)  # the compiled 16-bit tiles (dispatch.h)
+# The compiled 16-bit forward tiles (csrc/cuda/kernel_list.py), (q's and k's width, v's), in the
+# order the dispatch (dispatch.h, dispatch_head_dims) tries them.
+HEAD_DIM_TILES = ((32, 32), (64, 64), (96, 96), (128, 128), (192, 128), (192, 192), (256, 256),
+                  (576, 512))
 
 
 def geometry(batch, q_len, heads, heads_kv, head_dim, head_dim_v=None):
     """The forward's launch for a 16-bit decode: packing, rows and CTAs per query block. The
-    tile covers the wider of head_dim and head_dim_v (plan_fwd.h, tile_head_dim)."""
+    tile is the first that covers both head dims (plan_fwd.h, choose_kernels)."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     group = heads // heads_kv
     packed = group > 1 and math.ceil(q_len * group / PACKED_TILE_ROWS) < group
-    tile = next(t for t in HEAD_DIM_TILES if t >= max(head_dim, head_dim_v))
+    tile, tile_v = next(t for t in HEAD_DIM_TILES if t[0] >= head_dim and t[1] >= head_dim_v)
     rows = q_len * group if packed else q_len
-    # One m-tile per warp (64 rows) for packed heads, few rows, or above d = 128, else two (128).
-    one_m_tile = packed or rows <= FEW_ROWS or tile > 128
+    # One m-tile per warp (64 rows) for packed heads, few rows, unequal head dims or above
+    # d = 128, else two (128).
+    one_m_tile = packed or rows <= FEW_ROWS or head_dim != head_dim_v or tile > 128
     return dict(batch=batch, rows=rows, cta_heads=heads_kv if packed else heads,
                 heads_kv=heads_kv, packed=group if packed else 1, head_dim=head_dim,
                 head_dim_v=head_dim_v,
-                block_rows=64 if one_m_tile else 128, key_tile=64 if tile <= 128 else 32)
+                block_rows=64 if one_m_tile else 128,
+                key_tile=64 if tile <= 128 or tile_v <= 128 else 32)
 
 
 def step_ns(g, kv_len, sm_count, splits, element_bytes=2):

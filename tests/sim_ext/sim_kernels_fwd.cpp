@@ -10,26 +10,29 @@
 
 namespace flashattn::cuda {
 
-template void run_fwd_16bit<__half, 32>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__nv_bfloat16, 32>(const AttnParams&, float*,
+template void run_fwd_16bit<__half, 32, 32>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, 32, 32>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__half, 64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__nv_bfloat16, 64>(const AttnParams&, float*,
+template void run_fwd_16bit<__half, 64, 64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, 64, 64>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__half, 96>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__nv_bfloat16, 96>(const AttnParams&, float*,
+template void run_fwd_16bit<__half, 96, 96>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, 96, 96>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__half, 128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__nv_bfloat16, 128>(const AttnParams&, float*,
+template void run_fwd_16bit<__half, 128, 128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, 128, 128>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__half, 192>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__nv_bfloat16, 192>(const AttnParams&, float*,
+template void run_fwd_16bit<__half, 192, 192>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, 192, 192>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__half, 256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__nv_bfloat16, 256>(const AttnParams&, float*,
+template void run_fwd_16bit<__half, 256, 256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, 256, 256>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__half, 576>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__nv_bfloat16, 576>(const AttnParams&, float*,
+template void run_fwd_16bit<__half, 576, 512>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, 576, 512>(const AttnParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__half, 192, 128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, 192, 128>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
 template void run_fwd_simt<64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);

@@ -134,6 +134,7 @@ std::string kernels_json(const KernelChoice& k, Arch device_arch, int smem_limit
   return std::string("\"family\": \"") + family_name(k.family) + "\", \"arch\": \"" +
          arch_name(k.arch) + "\", \"device_arch\": \"" + arch_name(device_arch) +
          "\", \"head_dim_tile\": " + std::to_string(k.head_dim_tile) +
+         ", \"head_dim_v_tile\": " + std::to_string(k.head_dim_v_tile) +
          ", \"smem_limit_bytes\": " + std::to_string(smem_limit_bytes) +
          ", \"arch_smem_bytes\": " + std::to_string(arch_smem_bytes) +
          ", \"empty\": " + json_bool(empty);

@@ -3,5 +3,5 @@
 #include "../launch_fwd.cuh"
 
 namespace flashattn::cuda {
-template void run_fwd_16bit<__half, 32>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__half, 32, 32>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda

@@ -3,6 +3,6 @@
 #include "../launch_fwd.cuh"
 
 namespace flashattn::cuda {
-template void run_fwd_16bit<__nv_bfloat16, 576>(const AttnParams&, float*,
+template void run_fwd_16bit<__nv_bfloat16, 576, 512>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda

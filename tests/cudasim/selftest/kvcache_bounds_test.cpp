@@ -157,7 +157,7 @@ void run_case(const Case& c, bool fp32, int splits, bool packed) {
     if (splits > 1) run_split_merge<float>(p, split_scratch_ptr, nullptr, &no_check);
   } else {
     run_kv_append<__nv_bfloat16>(a, nullptr, &no_check);
-    run_fwd_16bit<__nv_bfloat16, kHeadDim>(fwd, split_scratch_ptr, nullptr, &no_check);
+    run_fwd_16bit<__nv_bfloat16, kHeadDim, kHeadDim>(fwd, split_scratch_ptr, nullptr, &no_check);
     if (splits > 1) run_split_merge<__nv_bfloat16>(p, split_scratch_ptr, nullptr, &no_check);
   }
   std::printf("%s (%s, %d split%s%s): ran\n", c.name, fp32 ? "fp32" : "bf16", splits,
@@ -169,8 +169,8 @@ void run_case(const Case& c, bool fp32, int splits, bool packed) {
 namespace flashattn::cuda {
 template void run_kv_append<__nv_bfloat16>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 template void run_kv_append<float>(const KvAppendParams&, cudaStream_t, LaunchCheck);
-template void run_fwd_16bit<__nv_bfloat16, kHeadDim>(const AttnParams&, float*, cudaStream_t,
-                                                     LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, kHeadDim, kHeadDim>(const AttnParams&, float*,
+                                                               cudaStream_t, LaunchCheck);
 template void run_fwd_simt<kHeadDim>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_split_merge<__nv_bfloat16>(const AttnParams&, const float*, cudaStream_t, LaunchCheck);
 template void run_split_merge<float>(const AttnParams&, const float*, cudaStream_t, LaunchCheck);
