@@ -459,6 +459,9 @@ void poison_if_debugging(at::Tensor& t) {
 
 void check_fwd(const AttnInputs& in, const ExecutorLimits& limits) {
   check_qkv(in, limits);
+  TORCH_CHECK(!in.out_fp32 || in.q.scalar_type() != at::kDouble, "flashattn: out_fp32 asks "
+              "for a float32 out of float16, bfloat16 or float32 inputs; q is float64, whose out "
+              "is float64");
   check_sequence_lengths(in, limits);
   check_block_offsets(in, limits);
   check_kv_cache(in, limits);
@@ -481,7 +484,8 @@ at::Tensor alloc_lse(const AttnInputs& in) {
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits) {
   check_fwd(in, limits);
-  at::Tensor out = alloc_output(out_shape(in), in.q.options(), in, 0.0);
+  const at::ScalarType out_dtype = in.out_fp32 ? at::kFloat : in.q.scalar_type();
+  at::Tensor out = alloc_output(out_shape(in), in.q.options().dtype(out_dtype), in, 0.0);
   return {out, alloc_lse(in)};
 }
 
@@ -524,6 +528,7 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
   p.window_right = in.causal ? 0 : clip_window(in.window_right, p.seqlen_q, p.seqlen_k, block);
   if (block) p.block_offsets = in.block_offsets->data_ptr<int>();
   p.align_bottom_right = in.align_bottom_right;
+  p.out_fp32 = in.out_fp32 && (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16);
   if (in.alibi_slopes.has_value()) p.alibi = slopes_view(*in.alibi_slopes);
   if (in.attn_mask.has_value()) p.mask = mask_view(*in.attn_mask, mask_blocks, in.q, in.k);
   if (in.dropout_p > 0.0) {
@@ -541,6 +546,8 @@ void check_bwd(const AttnInputs& in, const BwdInputs& grads, const ExecutorLimit
   TORCH_CHECK(!in.kv_cache() && in.num_splits <= 1, "flashattn: block_table, cache_batch_idx, "
               "cache_leftpad and num_splits are forward only (inference); the backward takes "
               "none of them");
+  TORCH_CHECK(!in.out_fp32, "flashattn: out_fp32 is forward only; the backward takes out and "
+              "dout in q's dtype");
   check_qkv(in, limits);
   check_sequence_lengths(in, limits);
   check_block_offsets(in, limits);

@@ -44,6 +44,7 @@ struct AttnInputs {
   int64_t num_splits = 1;  // split-KV parts (params.h); 0 lets the executor choose
   // int32 [batch, 5]: the call is a block of a larger attention (params.h, block_offsets).
   std::optional<at::Tensor> block_offsets;
+  bool out_fp32 = false;  // forward only: out in float32 for 16-bit inputs (params.h)
 
   bool varlen() const { return cu_seqlens_q.has_value(); }
   bool paged() const { return block_table.has_value(); }
@@ -77,7 +78,7 @@ int64_t kv_capacity(const AttnInputs& in);
 void check_fwd(const AttnInputs& in, const ExecutorLimits& limits);
 
 // Validates the inputs and returns freshly allocated (out, lse): out [B, Sq, Hq, Dv] (v's head
-// dim) contiguous in q's dtype, lse [B, Hq, Sq] fp32 (varlen: out [total_q, Hq, Dv], lse
+// dim) contiguous in q's dtype (float32 with out_fp32), lse [B, Hq, Sq] fp32 (varlen: out [total_q, Hq, Dv], lse
 // [Hq, total_q]).
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits);

@@ -48,6 +48,7 @@ inline AttnInputs read_attn_inputs(const OpArguments& args) {
   in.seqused_k = args.optional_tensor("seqused_k");
   in.block_table = args.optional_tensor("block_table");
   in.block_offsets = args.optional_tensor("block_offsets");
+  in.out_fp32 = args["out_fp32"].toBool();
   return in;
 }
 

@@ -143,6 +143,11 @@ struct AttnParams {
   int window_left = -1;
   int window_right = -1;
   bool align_bottom_right = true;
+  // out is float32 though q, k, v are 16-bit (fwd's internal out_fp32, schema.h): the
+  // normalized O_i is stored without rounding to 16 bits, so that flashattn.distributed's ring
+  // merges its blocks' partial outputs in float32 and rounds once. False for 32/64-bit inputs,
+  // whose out has their dtype. Forward only. In the padding after align_bottom_right (below).
+  bool out_fp32 = false;
   // The head dim of v, out (and dout, dv): head_dim, or another (MLA: q and k 192, v 128; an
   // absorbed decode 576 and 512). Placed in the padding after align_bottom_right, as
   // packed_heads is, so the struct the CUDA kernels receive keeps its size.

@@ -31,6 +31,9 @@ namespace flashattn {
 // the whole attention, whose diagonal offset is `diagonal` (Sk - Sq of the whole sequence
 // bottom-right, 0 top-left; it replaces align_bottom_right). Causal, window, ALiBi and dropout
 // then act on the whole attention's positions (params.h, block_offsets).
+// out_fp32 (internal: flashattn.distributed's ring): fwd returns out in float32 for float16,
+// bfloat16 and float32 inputs, not rounded to 16 bits, so that partial outputs merge in float32
+// (float64 inputs are refused). Forward only: bwd refuses it (its out and dout have q's dtype).
 #define FLASHATTN_ATTN_ARGUMENTS                                                              \
   "Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False, "             \
   "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, " \
@@ -38,7 +41,7 @@ namespace flashattn {
   "Tensor? cu_seqlens_k=None, SymInt? max_seqlen_q=None, SymInt? max_seqlen_k=None, "        \
   "Tensor? seqused_q=None, Tensor? seqused_k=None, Tensor? attn_mask=None, "                \
   "float dropout_p=0.0, Tensor? rng_state=None, Tensor? block_table=None, "                \
-  "Tensor? block_offsets=None"
+  "Tensor? block_offsets=None, bool out_fp32=False"
 
 // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq] (fp32, natural log, -inf for a row that sees
 // no key); varlen: out [total_q, Hq, D] and lse [Hq, total_q].

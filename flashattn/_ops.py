@@ -50,7 +50,10 @@ def _fwd_fake(*args, **kwargs):
     else:
         batch, seqlen_q, heads, _ = q.shape
         lse_shape = (batch, heads, seqlen_q)
-    return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
+    # out_fp32 (internal, flashattn.distributed): out in float32 whatever q's 16 or 32 bits.
+    out_dtype = torch.float32 if a["out_fp32"] else q.dtype
+    return (q.new_empty(out_shape, dtype=out_dtype),
+            q.new_empty(lse_shape, dtype=torch.float32))
 
 
 @torch.library.register_fake("flashattn::bwd")

@@ -98,6 +98,8 @@ def _stays_on_sm80():
         ("negative scale", (q, k, v), dict(softmax_scale=-0.2)),
         ("zero scale", (q, k, v), dict(softmax_scale=0.0)),
         ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
+        # flashattn.distributed's partial outputs: sm_80's split path with one split.
+        ("out_fp32", (q, k, v), dict(out_fp32=True)),
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
         ("GQA decode, packed", qkv(2, 1, 512, 8, 2, 128), {}),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),

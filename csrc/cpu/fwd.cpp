@@ -631,9 +631,20 @@ class ForwardKernel {
         for (int d = 0; d < v_dim_; ++d) split_out_[at * v_dim_ + d] = acc[d] * inv_sum;
         continue;
       }
-      In* out_row = p_.o.row<In>(task.b, h, seq.q_row0 + row);
-      for (int d = 0; d < v_dim_; ++d) out_row[d] = static_cast<In>(acc[d] * inv_sum);
+      store_out_row(task.b, h, seq.q_row0 + row, acc, inv_sum);
       *p_.lse.row<float>(task.b, h, seq.q_row0 + row) = static_cast<float>(lse);
+    }
+  }
+
+  // Output row `row` (of o's rows) of head h in batch b = values * inv_sum, rounded once to
+  // out's type: In, or float32 when p_.out_fp32 (16-bit inputs; params.h).
+  void store_out_row(int b, int h, int64_t row, const T* values, T inv_sum) const {
+    if (p_.out_fp32) {
+      float* out_row = p_.o.row<float>(b, h, row);
+      for (int d = 0; d < v_dim_; ++d) out_row[d] = static_cast<float>(values[d] * inv_sum);
+    } else {
+      In* out_row = p_.o.row<In>(b, h, row);
+      for (int d = 0; d < v_dim_; ++d) out_row[d] = static_cast<In>(values[d] * inv_sum);
     }
   }
 
@@ -673,8 +684,7 @@ class ForwardKernel {
           const bool saw_keys = weight_sum > T(0);
           const T inv_sum = nan ? std::numeric_limits<T>::quiet_NaN()
                                 : (saw_keys ? T(1) / weight_sum : T(0));
-          In* out_row = p_.o.row<In>(b, h, seq.q_row0 + row);
-          for (int d = 0; d < v_dim_; ++d) out_row[d] = static_cast<In>(merged[d] * inv_sum);
+          store_out_row(b, h, seq.q_row0 + row, merged.data(), inv_sum);
           const T lse = nan ? std::numeric_limits<T>::quiet_NaN()
                             : (saw_keys ? max_lse + std::log(weight_sum)
                                         : -std::numeric_limits<T>::infinity());

@@ -42,7 +42,8 @@ namespace flashattn::cuda {
 
 template <typename Traits, typename Element>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
-    fwd_kernel_16bit(const AttnParams p, float* split_scratch /* num_splits > 1: mask.h */) {
+    fwd_kernel_16bit(const AttnParams p,
+                     float* split_scratch /* num_splits > 1 or out_fp32: mask.h */) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -65,6 +66,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // key tiles.
   const int splits = p.num_splits > 1 ? p.num_splits : 1;
   const int m_start = static_cast<int>(blockIdx.x / splits) * kBlockM;
+  // The CTA writes its fp32 part for split_merge_kernel: with splits, or (one split) when out
+  // is float32 (params.h out_fp32), which the merge then writes unrounded.
+  const bool writes_part = split_scratch != nullptr;
   // The grid covers the longest sequence; CTAs past this one's end have nothing to do.
   const Sequence seq = sequence_of(p, batch);
   if (m_start >= seq.seqlen_q) return;
@@ -273,17 +277,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // leaving Qi's copy pending.
   ptx::cp_async_wait_all();
 
-  // Epilogue: O_i / l_i, and LSE_i. With one split, O_i goes out through shared memory (Qi's
+  // Epilogue: O_i / l_i, and LSE_i. Without a part to write, O_i goes out through shared memory (Qi's
   // tile, free once every warp is past the loop) so that each thread stores 16 bytes at a time:
   // stored from the accumulator, a warp's 4-byte stores fill half of each 32-byte sector.
-  if (splits == 1) __syncthreads();
+  if (!writes_part) __syncthreads();
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
     int row[kRowsPerThread];
     rows_of(m, row);
     float inv_l[kRowsPerThread], lse[kRowsPerThread];
     stats[m].finalize(rules.to_log2, inv_l, lse);
-    if (splits > 1) {  // this split's part, in fp32, for split_merge_kernel
+    if (writes_part) {  // this split's part, in fp32, for split_merge_kernel
       const int split = static_cast<int>(blockIdx.x % splits);
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r) {
@@ -314,7 +318,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
           *p.lse.row<float>(batch, rows.q_head(row[r]), seq.q_row0 + rows.token(row[r])) = lse[r];
     }
   }
-  if (splits > 1) return;
+  if (writes_part) return;
   __syncthreads();
   const bool out_aligned = v_cols() % kChunkElems == 0 && rows_are_16b_aligned(p.o);
   const int rows_valid = seq.seqlen_q - m_start;

@@ -63,7 +63,9 @@ inline void launch_fwd(const FwdPlan& plan, float* split_scratch, cudaStream_t s
   }
   // The merge walks out's rows as they are: unpacked (gqa_decode.h). The same for both kernels.
   if (plan.merges()) {
-    dispatch_element(plan.kernels.type, [&](auto element) {
+    // out is float32 when the inputs are (the SIMT kernels) or when out_fp32 asks for it.
+    const ElementType out_type = plan.params.out_fp32 ? ElementType::kFloat : plan.kernels.type;
+    dispatch_element(out_type, [&](auto element) {
       run_split_merge<decltype(element)>(plan.merge_params, split_scratch, stream, after_launch);
     });
   }

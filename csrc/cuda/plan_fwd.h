@@ -291,7 +291,10 @@ struct FwdPlan {
   bool fill_split_scratch = false;
   AttnParams merge_params;
 
-  bool merges() const { return params.num_splits > 1; }
+  // A float32 out of 16-bit inputs (params.h out_fp32) takes the split path with one split:
+  // the kernel's fp32 part, then the merge's float32 instantiation writes out unrounded, so no
+  // kernel is compiled for it.
+  bool merges() const { return params.num_splits > 1 || params.out_fp32; }
 };
 
 // The split model's shape of the sm_90a forward: FwdSm90Config's query rows per CTA and key tile.

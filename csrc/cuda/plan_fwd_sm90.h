@@ -96,6 +96,7 @@ inline bool tma_view_ok(const TensorView& view, int batch, int64_t rows, int hea
 // README's support table until the kernel has it.
 inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (type == ElementType::kFloat) return "fp32 inputs";
+  if (p.out_fp32) return "a float32 out of 16-bit inputs (out_fp32)";
   if (!is_sm90_fwd_head_dim(p.head_dim)) return "a head dim other than 64, 128 or 256";
   if (p.head_dim_v != p.head_dim) return "a value head dim of its own (MLA)";
   if (p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr)
