@@ -188,7 +188,7 @@ def _attention(name, group_key, method, **kw):
     case(name, group_key)(lambda group, seed: _attention_case(group, seed, method, **kw))
 
 
-F32, BF16 = torch.float32, torch.bfloat16
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 VARLEN_LENGTHS = [16, 0, 8, 40]   # an empty sequence; chunks of 1 token at P = 4 (zigzag)
 for P in ("P1", "P2", "P4"):
     n = int(P[1:])
@@ -226,6 +226,11 @@ for P in ("P1", "P2", "P4"):
                layout="zigzag", causal=True, lengths=VARLEN_LENGTHS, repeat=True)
     _attention(f"ulysses-zigzag-causal-repeatable-bf16-{P}", P, "ulysses", dtype=BF16,
                layout="zigzag", causal=True, seqlen=S, heads=4, heads_kv=4, repeat=True)
+    # float16 rings: partial outputs in float32 (out_fp32), as bfloat16's.
+    _attention(f"ring-zigzag-causal-gqa-fp16-{P}", P, "ring", dtype=F16, layout="zigzag",
+               causal=True, seqlen=S)
+    _attention(f"ring-varlen-zigzag-full-fp16-{P}", P, "ring_varlen", dtype=F16,
+               layout="zigzag", causal=False, lengths=VARLEN_LENGTHS)
     # Stage 2 (block offsets): window, ALiBi and dropout through the ring, dropout through
     # Ulysses; chunks of 7 tokens put blocks at keys that are not multiples of 4.
     _attention(f"ring-zigzag-causal-window-alibi-fp32-{P}", P, "ring", dtype=F32,
@@ -410,10 +415,16 @@ def _ring_traffic(group, seed):
             events.append(("post", tag, [(tuple(t.shape), t.dtype) for t in tensors]))
             super().__init__(group, world, rank, tensors, tag)
 
+    calls = []  # the forward op's calls: (input dtypes, out_fp32, out's dtype)
+
     def recorded(name, op):
         def call(*args, **kwargs):
             events.append((name,))
-            return op(*args, **kwargs)
+            result = op(*args, **kwargs)
+            if name == "fwd":
+                calls.append(([t.dtype for t in args[:3]], kwargs.get("out_fp32", False),
+                              result[0].dtype))
+            return result
         return call
     ring.RingStep = RecordedStep
     ring._FWD, ring._BWD = recorded("fwd", real_fwd), recorded("bwd", real_bwd)
@@ -439,6 +450,10 @@ def _ring_traffic(group, seed):
     if world > 1:  # each post, the first one first, is followed by its step's blocks
         assert forward[0] == "post" and all(
             forward[i + 1] == "fwd" for i, e in enumerate(forward) if e == "post"), forward
+    # The forward's blocks compute from the 16-bit inputs; with more than one block their
+    # partial outputs come back in float32 (out_fp32), merged in float32 and rounded once.
+    partial = torch.float32 if world > 1 else torch.bfloat16
+    assert calls and all(c == ([torch.bfloat16] * 3, world > 1, partial) for c in calls), calls
     backward = [e[0] if e[0] != "post" else e[1] for e in events[len(forward):]]
     for step in range(world - 1):
         i = [j for j, e in enumerate(backward) if e == ring._TAG_KV_BACKWARD][step]

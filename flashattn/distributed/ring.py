@@ -11,6 +11,8 @@ causal diagonal, outside the window) is skipped; with zigzag and causal every ra
 the same amount. A varlen batch makes one call per pair of piece kinds for all its sequences:
 each sequence is split into sub-sequences so that the pair's query rows meet its keys and the
 other rows meet none (their out 0 and LSE -inf merge as nothing, their gradients are zero).
+The blocks compute from the inputs' dtype; with P > 1 a 16-bit ring takes their partial outputs
+in float32 (the op's internal out_fp32), merges them in float32 and rounds once.
 
 Backward: every block's backward gets the global (merged) out and lse, so its P_ij are the
 global probabilities and its dQ, dK, dV are exactly its share. dQ accumulates locally, dK and
@@ -32,6 +34,7 @@ from .sharding import check_varlen_lengths, chunk_ids, seqlens
 _FWD = torch.ops.flashattn.fwd.default
 _BWD = torch.ops.flashattn.bwd.default
 _TAG_KV, _TAG_KV_BACKWARD, _TAG_DKV = 11, 12, 13
+_16_BIT = (torch.float16, torch.bfloat16)
 
 
 class _Block(NamedTuple):
@@ -194,22 +197,21 @@ def _forward(q, k, v, cfg):
     else:
         lse_shape = (q.shape[0], q.shape[2], q.shape[1])
     lse_acc = torch.full(lse_shape, float("-inf"), dtype=acc, device=q.device)
-    # The fwd op returns out in the input dtype. Partial outputs rounded to 16 bits each, then
-    # merged, measured up to 2.6x single-process flashattn's error against float64 in bfloat16
-    # (and through out, dK up to 2.2x), over the 2x target; so with more than one block they
-    # are computed in float32 and rounded once, after the merge. K/V travel in their own dtype.
-    # Still to do (issue 32): the split-KV path's float32 partial outputs from the op itself.
-    compute = acc if cfg.world > 1 else q.dtype
-    q_c = q.to(compute)
+    # Partial outputs rounded to 16 bits each, then merged, measured up to 2.6x single-process
+    # flashattn's error against float64 in bfloat16 (and through out, dK up to 2.2x), over the
+    # 2x target. So with more than one block a 16-bit ring asks the op for its out in float32
+    # (out_fp32: the blocks still compute from the 16-bit inputs), merges in float32 and
+    # rounds once, at the end.
+    partial = dict(out_fp32=True) if cfg.world > 1 and q.dtype in _16_BIT else {}
     kv = (k, v)
     for step in range(cfg.world):
         # Post the next step's transfer before computing this one, so that they overlap.
         pending = (RingStep(cfg.group, cfg.world, cfg.rank, kv, _TAG_KV)
                    if step + 1 < cfg.world and cfg.communicate else None)
-        k_c, v_c = (t.to(compute) for t in kv)
+        k_s, v_s = kv
         for blk in cfg.plan.blocks((cfg.rank - step) % cfg.world):
-            out, lse = _FWD(_rows(q_c, blk.q_rows, seq), _rows(k_c, blk.kv_rows, seq),
-                            _rows(v_c, blk.kv_rows, seq), **cfg.op, **blk.extra)
+            out, lse = _FWD(_rows(q, blk.q_rows, seq), _rows(k_s, blk.kv_rows, seq),
+                            _rows(v_s, blk.kv_rows, seq), **cfg.op, **blk.extra, **partial)
             merge_(_rows(out_acc, blk.q_rows, seq), _rows(lse_acc, blk.q_rows, -1), out, lse)
         if pending is not None:
             kv = tuple(pending.wait())
