@@ -335,7 +335,8 @@ def ring_flash_attn_func(q, k, v, group=None, *, dropout_p=0.0, softmax_scale=No
     this rank's shards. The result is this rank's shard of flash_attn_func on the whole
     sequence: out (batch, seqlen_local, heads, head_dim), and with return_attn_probs
     (out, lse, None), lse (batch, heads, seqlen_local) float32, differentiable.
-    causal and window_size (aligned bottom-right on the whole sequence, as flash_attn_func),
+    causal and window_size (aligned bottom-right on the whole sequence, as flash_attn_func,
+    also where q and k differ in length: each block is told the whole sequence's diagonal),
     alibi_slopes, dropout_p (the entries one process drops under the same torch seed), softcap,
     GQA/MQA (only the kv heads travel), softmax_scale and deterministic are supported.
     """
@@ -346,9 +347,6 @@ def ring_flash_attn_func(q, k, v, group=None, *, dropout_p=0.0, softmax_scale=No
                                deterministic, layout)
     slopes = _check_alibi(fn, alibi_slopes, q.shape[2], q.shape[0])
     seqlen_q, seqlen_k = q.shape[1], k.shape[1]
-    if causal and seqlen_q != seqlen_k:
-        raise ValueError(f"{fn}: with causal=True q and k must have the same local sequence "
-                         f"length (self-attention), got {seqlen_q} and {seqlen_k}")
     pieces = _group.chunks_per_rank(layout)
     for name, length in (("q", seqlen_q), ("k", seqlen_k)):
         if length % pieces != 0:

@@ -98,9 +98,6 @@ def ulysses_flash_attn_func(q, k, v, group=None, *, dropout_p=0.0, softmax_scale
             raise ValueError(f"{fn}: {name}'s local sequence length is {t.shape[1]}; with "
                              f"layout={layout!r} a shard is two equal chunks, so it must be "
                              f"even (shard the sequence with flashattn.distributed.shard)")
-    if causal and q.shape[1] != k.shape[1]:
-        raise ValueError(f"{fn}: with causal=True q and k must have the same local sequence "
-                         f"length (self-attention), got {q.shape[1]} and {k.shape[1]}")
     if alibi_slopes is not None:
         if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.shape[-1] != heads:
             raise ValueError(f"{fn}: alibi_slopes must be the global slopes, (heads,) or "
