@@ -1,8 +1,9 @@
 """Merging the partial results of attention over disjoint sets of keys, by their LSE.
 
 If block i gives out_i and lse_i for the same query rows, attention over the union of the keys
-is sum_i out_i * exp(lse_i - lse) with lse = log(sum_i exp(lse_i)). The running result stays in
-float32 (float64 for float64 inputs) and is rounded to the input dtype once, at the end. A row
+is sum_i out_i * exp(lse_i - lse) with lse = log(sum_i exp(lse_i)). The running out stays in
+float32 (float64 for float64 inputs), the ring's running LSE in float64, and each is rounded
+once, at the end. A row
 that has seen no key yet has lse -inf and out 0, and stays so (never NaN: the weights of two
 -inf terms are taken against 0, not against -inf)."""
 import torch
