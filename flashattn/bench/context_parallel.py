@@ -1,6 +1,6 @@
 """Context parallelism on the CPU: the ring (flashattn.distributed.ring_flash_attn_func, zigzag)
 on P gloo ranks of T threads each, against one process of P*T threads running flash_attn_func
-on the whole sequence, forward+backward.
+on the whole sequence, forward+backward (or the forward alone, --forward-only).
 
     python -m flashattn.bench.context_parallel [--seqlen 8192] [--ranks 2] [--threads-per-rank 1]
 
@@ -25,13 +25,25 @@ import time
 import torch
 import torch.distributed as dist
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _inputs(args, dtype):
     g = torch.Generator().manual_seed(0)
     shape = (args.batch, args.seqlen, args.heads, args.head_dim)
     return [torch.randn(shape, generator=g).to(dtype) for _ in range(4)]
+
+
+def _pass(args, forward, backward):
+    """The timed step: forward(), then backward(result); or forward() alone without autograd."""
+    if args.forward_only:
+        def step():
+            with torch.no_grad():
+                forward()
+    else:
+        def step():
+            backward(forward())
+    return step
 
 
 def _times(fn, repeats, warmup, sync=lambda: None):
@@ -53,8 +65,8 @@ def single_process(args):
     q, k, v, dout = _inputs(args, DTYPES[args.dtype])
     q, k, v = (t.requires_grad_() for t in (q, k, v))
 
-    def step():
-        flash_attn_func(q, k, v, causal=args.causal).backward(dout)
+    step = _pass(args, lambda: flash_attn_func(q, k, v, causal=args.causal),
+                 lambda out: out.backward(dout))
     times = _times(step, args.repeats, args.warmup)
     return {"wall": statistics.median(w for w, _ in times),
             "cpu": statistics.median(c for _, c in times)}
@@ -79,8 +91,8 @@ def _worker(rank, args, rendezvous, result_path):
         dist.all_reduce(cpu, op=dist.ReduceOp.SUM)
         return {"wall": statistics.median(wall.tolist()), "cpu": statistics.median(cpu.tolist())}
 
-    def ring():
-        ring_flash_attn_func(q, k, v, causal=args.causal).backward(dout)
+    ring = _pass(args, lambda: ring_flash_attn_func(q, k, v, causal=args.causal),
+                 lambda out: out.backward(dout))
 
     window = (-1, 0) if args.causal else (-1, -1)  # what the ring's plan skips by
     plan = _Plan(world, rank, "zigzag", window, seqlen_q=q.shape[1], seqlen_k=k.shape[1],
@@ -88,15 +100,17 @@ def _worker(rank, args, rendezvous, result_path):
     local = _Config(dist.group.WORLD, world, rank, plan, {"causal": args.causal},
                     communicate=False)
 
-    def compute():
-        out, _ = _RingAttention.apply(q, k, v, local)
-        out.backward(dout)
+    compute = _pass(args, lambda: _RingAttention.apply(q, k, v, local)[0],
+                    lambda out: out.backward(dout))
 
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     dkv = [torch.zeros(k.shape, dtype=acc) for _ in range(2)]
 
-    def communicate():  # the ring's transfers: K/V P-1 times each way, dK/dV P times
-        for tensors, steps in (((k, v), world - 1), ((k, v), world - 1), (dkv, world)):
+    def communicate():  # the ring's transfers: K/V P-1 times each pass, dK/dV P times
+        transfers = [((k, v), world - 1)]
+        if not args.forward_only:
+            transfers += [((k, v), world - 1), (dkv, world)]
+        for tensors, steps in transfers:
             for _ in range(steps):
                 RingStep(dist.group.WORLD, world, rank, [t.detach() for t in tensors], 1).wait()
 
@@ -131,6 +145,8 @@ def parse(argv):
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--threads-per-rank", type=int, default=1)
     parser.add_argument("--no-causal", dest="causal", action="store_false")
+    parser.add_argument("--forward-only", action="store_true",
+                        help="time the forward alone (no autograd), not forward+backward")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     return parser.parse_args(argv)
@@ -143,7 +159,8 @@ def main(argv=None):
     wall = {name: t["wall"] for name, t in cp.items()}
     hidden = (wall["communicate"] + wall["compute"] - wall["ring"]) / wall["communicate"]
     print(f"B {args.batch} S {args.seqlen} H {args.heads} D {args.head_dim} {args.dtype} "
-          f"{'causal' if args.causal else 'full'} forward+backward, medians of {args.repeats}; "
+          f"{'causal' if args.causal else 'full'} "
+          f"{'forward' if args.forward_only else 'forward+backward'}, medians of {args.repeats}; "
           f"wall ms (CPU ms, all threads / ranks summed)")
     print(f"single process, {args.ranks * args.threads_per_rank} threads: "
           f"{single['wall'] * 1e3:9.1f} ({single['cpu'] * 1e3:.1f})")
