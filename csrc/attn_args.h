@@ -78,8 +78,8 @@ int64_t kv_capacity(const AttnInputs& in);
 void check_fwd(const AttnInputs& in, const ExecutorLimits& limits);
 
 // Validates the inputs and returns freshly allocated (out, lse): out [B, Sq, Hq, Dv] (v's head
-// dim) contiguous in q's dtype (float32 with out_fp32), lse [B, Hq, Sq] fp32 (varlen: out [total_q, Hq, Dv], lse
-// [Hq, total_q]).
+// dim) contiguous in q's dtype (float32 with out_fp32), lse [B, Hq, Sq] fp32 (varlen: out
+// [total_q, Hq, Dv], lse [Hq, total_q]).
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits);
 

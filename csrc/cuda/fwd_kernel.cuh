@@ -277,9 +277,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // leaving Qi's copy pending.
   ptx::cp_async_wait_all();
 
-  // Epilogue: O_i / l_i, and LSE_i. Without a part to write, O_i goes out through shared memory (Qi's
-  // tile, free once every warp is past the loop) so that each thread stores 16 bytes at a time:
-  // stored from the accumulator, a warp's 4-byte stores fill half of each 32-byte sector.
+  // Epilogue: O_i / l_i, and LSE_i. Without a part to write, O_i goes out through shared
+  // memory (Qi's tile, free once every warp is past the loop) so that each thread stores 16
+  // bytes at a time: stored from the accumulator, a warp's 4-byte stores fill half of each
+  // 32-byte sector.
   if (!writes_part) __syncthreads();
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {

@@ -107,8 +107,8 @@ inline dim3 split_merge_grid(const AttnParams& p) {
   return dim3(static_cast<unsigned>(blocks < 65535 ? blocks : 65535));
 }
 
-// Launches split_merge_kernel for Element (__half, __nv_bfloat16 or float: out's type); p.num_splits
-// >= 1 (one: a float32 out of 16-bit inputs, plan_fwd.h merges).
+// Launches split_merge_kernel for Element (__half, __nv_bfloat16 or float: out's type);
+// p.num_splits >= 1 (one: a float32 out of 16-bit inputs, plan_fwd.h merges).
 template <typename Element>
 void run_split_merge(const AttnParams& p, const float* split_scratch, cudaStream_t stream,
                      LaunchCheck after_launch) {
