@@ -11,6 +11,7 @@
 #include "../params.h"
 #include "element.cuh"
 #include "grid.h"
+#include "mask_range.cuh"
 #include "ptx.cuh"
 #include "score_rules.cuh"
 #include "softmax.cuh"

@@ -28,6 +28,7 @@
 #include "element.cuh"
 #include "gqa_decode.h"
 #include "grid.h"
+#include "mask_range.cuh"
 #include "paged_row_table.cuh"
 #include "ptx.cuh"
 #include "score_rules.cuh"
