@@ -115,11 +115,28 @@ struct PackedHeads {
   const T* head(int b, int h) const { return data + layout.first(b, h) * block_elements; }
 };
 
-// The transposed panels of rows [0, 4 * (length / 4)) of head (b, h) (pack_heads' layout), four
-// rows by four columns at a time through SSE registers (baseline x86-64), the transposing
-// writes in 4-wide pieces instead of single elements: a (1, 16, 8, 64) fp32 backward spent 6% of
-// its time in the element-wise loop. Returns the rows done, which the caller's loop continues
-// from (all of them for other types, other CPUs or panels not a multiple of 4 wide).
+#if defined(__SSE2__)
+// out[j][i] = in[i][j] * scale for a 4 x 4 block: in[i] and out[j] point at 4 contiguous floats.
+// The two transposing copies below, each 4 rows by 4 columns at a time through SSE registers
+// (baseline x86-64) instead of element by element.
+inline void scaled_transpose_4x4(const float* const (&in)[4], float* const (&out)[4],
+                                 __m128 scale) {
+  __m128 r0 = _mm_mul_ps(_mm_loadu_ps(in[0]), scale);
+  __m128 r1 = _mm_mul_ps(_mm_loadu_ps(in[1]), scale);
+  __m128 r2 = _mm_mul_ps(_mm_loadu_ps(in[2]), scale);
+  __m128 r3 = _mm_mul_ps(_mm_loadu_ps(in[3]), scale);
+  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+  _mm_storeu_ps(out[0], r0);
+  _mm_storeu_ps(out[1], r1);
+  _mm_storeu_ps(out[2], r2);
+  _mm_storeu_ps(out[3], r3);
+}
+#endif
+
+// The transposed panels of rows [0, 4 * (length / 4)) of head (b, h) (pack_heads' layout), in
+// 4 x 4 blocks: a (1, 16, 8, 64) fp32 backward spent 6% of its time in the element-wise loop.
+// Returns the rows done, which the caller's loop continues from (none for other types, other
+// CPUs or panels not a multiple of 4 wide).
 template <typename T, typename In, typename RowOf>
 int transpose_row_quads(T* dst, const RowOf& row_of, int b, int h, int length, int dim,
                         int block_rows, T factor) {
@@ -133,17 +150,12 @@ int transpose_row_quads(T* dst, const RowOf& row_of, int b, int h, int length, i
                               row_of(b, h, s + 3)};
       float* panel = dst + int64_t(s / block_rows) * dim * block_rows + s % block_rows;
       int d = 0;
-      for (; d + 4 <= dim; d += 4) {
-        __m128 r0 = _mm_mul_ps(_mm_loadu_ps(rows[0] + d), scale);
-        __m128 r1 = _mm_mul_ps(_mm_loadu_ps(rows[1] + d), scale);
-        __m128 r2 = _mm_mul_ps(_mm_loadu_ps(rows[2] + d), scale);
-        __m128 r3 = _mm_mul_ps(_mm_loadu_ps(rows[3] + d), scale);
-        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-        _mm_storeu_ps(panel + int64_t(d) * block_rows, r0);
-        _mm_storeu_ps(panel + int64_t(d + 1) * block_rows, r1);
-        _mm_storeu_ps(panel + int64_t(d + 2) * block_rows, r2);
-        _mm_storeu_ps(panel + int64_t(d + 3) * block_rows, r3);
-      }
+      for (; d + 4 <= dim; d += 4)
+        scaled_transpose_4x4({rows[0] + d, rows[1] + d, rows[2] + d, rows[3] + d},
+                             {panel + int64_t(d) * block_rows, panel + int64_t(d + 1) * block_rows,
+                              panel + int64_t(d + 2) * block_rows,
+                              panel + int64_t(d + 3) * block_rows},
+                             scale);
       for (; d < dim; ++d)
         for (int r = 0; r < 4; ++r) panel[int64_t(d) * block_rows + r] = rows[r][d] * factor;
     }
@@ -156,9 +168,9 @@ int transpose_row_quads(T* dst, const RowOf& row_of, int b, int h, int length, i
 }
 
 // The way back, for a product left transposed: row r of `rows` rows (row_out(r), dim elements)
-// gets columns[d * ld + r] * factor for each d, four rows by four columns at a time through SSE
-// registers (the backward's dQᵀ into dQ). Returns the rows done (all but rows % 4, or none for
-// other types and CPUs); the caller's loop does the rest.
+// gets columns[d * ld + r] * factor for each d, in 4 x 4 blocks (the backward's dQᵀ into dQ).
+// Returns the rows done (all but rows % 4, or none for other types and CPUs); the caller's loop
+// does the rest.
 template <typename T, typename RowOut>
 int untranspose_row_quads(const T* columns, int64_t ld, int rows, int dim, T factor,
                           const RowOut& row_out) {
@@ -170,15 +182,9 @@ int untranspose_row_quads(const T* columns, int64_t ld, int rows, int dim, T fac
       float* out[4] = {row_out(r), row_out(r + 1), row_out(r + 2), row_out(r + 3)};
       int d = 0;
       for (; d + 4 <= dim; d += 4) {
-        __m128 c0 = _mm_loadu_ps(columns + int64_t(d) * ld + r);
-        __m128 c1 = _mm_loadu_ps(columns + int64_t(d + 1) * ld + r);
-        __m128 c2 = _mm_loadu_ps(columns + int64_t(d + 2) * ld + r);
-        __m128 c3 = _mm_loadu_ps(columns + int64_t(d + 3) * ld + r);
-        _MM_TRANSPOSE4_PS(c0, c1, c2, c3);
-        _mm_storeu_ps(out[0] + d, _mm_mul_ps(c0, scale));
-        _mm_storeu_ps(out[1] + d, _mm_mul_ps(c1, scale));
-        _mm_storeu_ps(out[2] + d, _mm_mul_ps(c2, scale));
-        _mm_storeu_ps(out[3] + d, _mm_mul_ps(c3, scale));
+        const float* column = columns + int64_t(d) * ld + r;
+        scaled_transpose_4x4({column, column + ld, column + 2 * ld, column + 3 * ld},
+                             {out[0] + d, out[1] + d, out[2] + d, out[3] + d}, scale);
       }
       for (; d < dim; ++d)
         for (int i = 0; i < 4; ++i) out[i][d] = columns[int64_t(d) * ld + r + i] * factor;
