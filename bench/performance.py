@@ -99,14 +99,18 @@ def footer(report, json_path):
 
 # ---------------------------------------------------------------- the dense tables
 
-def dense_cases(report):
-    """{(dtype, mode, causal, seqlen): {impl: result}} of the rows that ran."""
+def cases_by(report, fields):
+    """{(r[field] for field in fields): {impl: result}} of the rows that ran."""
     cases = {}
     for r in report["results"]:
         if r.get("status", "ok") == "ok":
-            key = (r["dtype"], r["mode"], r["causal"], r["seqlen"])
-            cases.setdefault(key, {})[r["impl"]] = r
+            cases.setdefault(tuple(r[field] for field in fields), {})[r["impl"]] = r
     return cases
+
+
+def dense_cases(report):
+    """{(dtype, mode, causal, seqlen): {impl: result}} of the rows that ran."""
+    return cases_by(report, ("dtype", "mode", "causal", "seqlen"))
 
 
 def best_sdpa(rows):
@@ -176,11 +180,7 @@ def dense_table(report):
 
 def decode_rows(report):
     """{(dtype, batch, q_len, kv_len): {impl: result}} of the rows that ran."""
-    rows = {}
-    for r in report["results"]:
-        if r.get("status", "ok") == "ok":
-            rows.setdefault((r["dtype"], r["batch"], r["q_len"], r["kv_len"]), {})[r["impl"]] = r
-    return rows
+    return cases_by(report, ("dtype", "batch", "q_len", "kv_len"))
 
 
 def percent(value):
@@ -240,12 +240,7 @@ def decode_span(report, dtype, share="copy_share"):
 
 def small_cases(report):
     """{(mode, causal, seqlen, batch): {impl: result}} of the rows that ran."""
-    cases = {}
-    for r in report["results"]:
-        if r.get("status", "ok") == "ok":
-            key = (r["mode"], r["causal"], r["seqlen"], r["batch"])
-            cases.setdefault(key, {})[r["impl"]] = r
-    return cases
+    return cases_by(report, ("mode", "causal", "seqlen", "batch"))
 
 
 def microseconds(row):
