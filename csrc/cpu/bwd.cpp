@@ -26,10 +26,8 @@
 // Memory: the operands and the partial dQ of a (sequence, kv head) are packed and allocated
 // when its first task starts, and passed on to the next (sequence, kv head) after its last
 // (head_operands.h), the tasks queued head by head: about as many heads are held as there are
-// threads. Packing every head up front, with one partial dQ buffer of the whole batch per chunk,
-// held twice SDPA-CPU's transient memory (forward+backward, 2 threads, H = 8, N = 4096, d = 64,
-// peak RSS above the inputs: fp32 89.5 MB against 43.3, bf16 77.7 against 24.6; the packed
-// operands were 24 MB fp32 and 28 MB bf16, the partial dQ 32 MB, each the whole batch's).
+// threads. Packing every head up front, with a whole-batch partial dQ per chunk, held twice
+// SDPA-CPU's transient memory (docs/lab/2026-12-03-cpu-comment-ledgers.md).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -57,17 +55,16 @@ namespace {
 std::atomic<int64_t> last_bwd_heads_peak{0};
 
 // Keys (rows) of a transposed tile; its queries (columns) are query_block_, below. Every
-// product has its sizes in {32, 64, 128, head_dim}, where fp32 brgemm runs at 60-90 GFLOP/s
-// per thread on AVX2.
+// product has its sizes in {32, 64, 128, head_dim}, sizes at which fp32 brgemm runs well.
 constexpr int kKeyBlock = 128;
 // Key blocks of one (sequence, kv head) are split into chunks until the sequence alone has about
 // this many tasks, enough to balance 16 threads; a fixed number, never the thread count, so the
 // dQ summation order does not depend on the machine. Each chunk holds an fp32 copy of the
-// group's dQ while its head is worked on: 32 (4 chunks at 8 kv heads) put bf16 fwd+bwd at
-// 1.34x SDPA-CPU's peak memory, 16 at 1.10x (H = 8, N = 4096, d = 64, 2 threads).
+// group's dQ while its head is worked on, so more chunks cost peak memory (32 held a fifth more
+// than 16; docs/lab/2026-12-03-cpu-comment-ledgers.md).
 constexpr int64_t kTargetTasks = 16;
 // ... and a (sequence, kv head)'s chunks' partial dQ may use at most this much (at least one
-// chunk): fwd+bwd at N = 32768, 2 heads, d = 64 holds 2 chunks of 8 MB per head.
+// chunk), which bounds that memory for long sequences.
 constexpr int64_t kMaxGroupPartialDqBytes = int64_t(16) << 20;
 
 template <typename In, OperandPath kPath>
@@ -175,9 +172,8 @@ class BackwardKernel {
 
   // Queries per tile: one 64-wide panel for the 16-bit products; 32 on the kCompute path from
   // head_dim 128 up (the larger of q's and v's), where a 128-key tile's resident operands (Kj,
-  // Vj, Kjᵀ, dKj, dVj: 320 KB at d = 128) and 64 queries' streamed ones (224 KB) overflow a
-  // 512 KB L2. In one-process A/B runs (2 threads, N = 2048, d = 128) 32 made fwd+bwd 7-9%
-  // faster; at d = 64 it was 1% slower, so 64 stays there.
+  // Vj, Kjᵀ, dKj, dVj) and 64 queries' streamed ones overflow a 512 KB L2; below d = 128, 32
+  // queries measured no faster (docs/lab/2026-12-03-cpu-comment-ledgers.md).
   static int choose_query_block(int head_dim) {
     return !kNative16 && head_dim >= 128 ? 32 : kPanelWidth;
   }
@@ -312,8 +308,7 @@ class BackwardKernel {
   static constexpr int kPackPieces = 8;
   // The last piece is no packing: the row terms of the group's query heads (compute_row_terms),
   // which only this head's tasks read. Computed here, by the head's first tasks, they need no
-  // parallel region of their own: a second region per call cost a second wake-up and barrier
-  // (part 4 of the small-problems lab put ~15% of a small backward in libgomp's barrier).
+  // parallel region of their own: a second region per call cost a second wake-up and barrier.
   static constexpr int kRowTermsPiece = kPackPieces - 1;
 
   // Packs part `piece` of (sequence b, kv head)'s operands into `ops`, reusing the memory of a

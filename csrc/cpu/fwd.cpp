@@ -52,11 +52,9 @@
 namespace flashattn::cpu {
 namespace {
 
-// Query rows per task and keys per tile. 128 x 128 beat 64 x 128, 256 x 128 and 128 x 256 on
-// AVX2 in one-process A/B runs at N = 1024, 4096 (d = 64) and 2048 (d = 128), causal and not
-// (2 threads: up to 10% faster than 64 x 128, causal most, never more than 3% slower): each Kj,
-// Vj tile loaded into cache serves twice the rows. The tiles (scores 64 KB, Qi and O_i 32 KB
-// each at d = 64, 64 KB at d = 128) stay in L2.
+// Query rows per task and keys per tile: each Kj, Vj tile loaded into cache serves 128 rows,
+// and the tiles (scores, Qi, O_i) still fit L2; 128 x 128 beat 64 x 128, 256 x 128 and
+// 128 x 256 (docs/lab/2026-12-03-cpu-comment-ledgers.md).
 constexpr int kQueryBlock = 128;
 constexpr int kKeyBlock = 128;
 
@@ -189,9 +187,8 @@ class ForwardKernel {
     };
     // The tasks of as many (sequence, kv head)s as there are threads queue together: the K and
     // V packed for a head live while its tasks run, so a few heads are packed at any moment,
-    // not all. One head at a time put every thread on the same head, and a causal forward
-    // (bf16, H 8, N 2048, d 128, 2 threads) took 7% longer than heavy-first over all tasks,
-    // which as many heads as threads did not.
+    // not all. One head at a time put every thread on the same head and made a causal forward
+    // slower than heavy-first over all tasks, which as many heads as threads did not.
     const int64_t heads_together = plan_.threads;
     auto heads_of = [&](int64_t task) {
       return (int64_t(tasks[task].b) * p_.heads_kv + kv_head_of(tasks[task])) / heads_together;

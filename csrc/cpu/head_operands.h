@@ -2,16 +2,13 @@
 // that head, and passed on to the next head packed when the last of them ends.
 //
 // Why: packing every head's K and V before the first task held a second copy of the whole
-// cache for the whole call (forward, H = 8, N = 4096, d = 64, 2 threads: 8 MB of fp32 Kᵀ, 8 MB
-// of bf16 K and V panels, where SDPA-CPU's whole forward takes 9.3 and 5.8 MB above its inputs;
-// flashattn's took 16.4 and 12.4). With the tasks of a few heads queued together
-// (run_task_queue's groups), the heads packed at any moment are those of the group being worked
-// on and the end of the one before (10.4 and 6.5 MB). A finished head's memory goes to the next
-// head packed: freed and allocated anew, glibc kept a changing share of it (2-6 MB more at the
-// peak). Each head is still packed once, so the packing costs what it did; the threads that
-// reach a head together pack its parts between them (the backward's tasks run head by head, so
-// its threads meet at every head: bf16 fwd+bwd, N = 512, 2 threads, took about a fifth longer
-// with one thread packing a head while the other waited).
+// cache for the whole call, nearly twice SDPA-CPU's memory above the inputs. With the tasks of
+// a few heads queued together (run_task_queue's groups), the heads packed at any moment are
+// those of the group being worked on and the end of the one before. A finished head's memory
+// goes to the next head packed (freed and allocated anew, glibc kept a changing share of it).
+// Each head is still packed once; the threads that reach a head together pack its parts between
+// them (the backward's threads meet at every head, and one packing while the other waited was
+// slow). Measurements: docs/lab/2026-12-03-cpu-comment-ledgers.md.
 #pragma once
 #include <c10/util/Exception.h>
 

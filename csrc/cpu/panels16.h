@@ -175,11 +175,8 @@ inline Gemm16Kernel default_gemm16_kernel(const Cpu16BitFeatures& f) {
 // Whether bf16/fp16 attention takes the 16-bit path when nothing is forced: only where its
 // products are clearly faster than the fp32 ones, as the rest of the path costs a little more
 // (P and dS rounded to 16 bits, the scale applied to S): with AMX, and for bf16 where vdpbf16ps
-// is 1.5x the fp32 products on the hot tile. On an Intel Xeon without AMX (vdpbf16ps at half
-// the FMA rate; the fma kernel at 0.9x oneDNN's fp32 brgemm), in paired runs at N = 1024 and
-// 4096 (d = 64) and N = 2048 (d = 128), the 16-bit path with the fma kernel was 4-15% slower
-// than the fp32 one for bf16 (forward; 0-15% forward+backward) and 20-44% for fp16, whose P is
-// rounded to 16 bits in scalar code (docs/lab/2026-11-30-avx512-bf16-16bit-kernels.md).
+// is 1.5x the fp32 products on the hot tile. Without either, the 16-bit path measured slower than
+// the fp32 one (docs/lab/2026-11-30-avx512-bf16-16bit-kernels.md).
 inline bool default_16bit_products(const Cpu16BitFeatures& f, c10::ScalarType dtype) {
   if (f.amx) return true;
   return dtype == c10::kBFloat16 && f.avx512_bf16 && f.dot_outruns_fp32;

@@ -35,14 +35,9 @@ namespace row_stream {
 //
 // Ahead of their work (NextRows, below): each step of a product, a few keys through one head,
 // requests the rows of the same head kKeysAhead keys later into L2, one line per 64 bytes of
-// its own rows, spread over its products. bf16 decode (vdpbf16ps, B = 8, Sk = 16k, 32/8 heads,
-// d = 128, Sq = 1, 2 threads of a Zen 4): a burst for all heads of a key at once stalled on the
-// full miss queue (perf: a fifth of a Sq = 4 step's time in prefetch instructions); 16 keys
-// ahead gave 21.6 and 23.5 GB/s, 32 25.4 and 25.5, 64 and 128 no better than 16. The fp32
-// products took the same scheme from a burst of 6 keys ahead into L1 and 16 into L2 for all
-// heads (same case, share of a copy_ timed beside it): fp32 cache 66-68% -> 87%; bf16 cache
-// on 16 fp32 lanes 57-63% -> 70-80%, on 8 lanes (as an AVX2 CPU runs it) 36-40% -> 47-57%;
-// Sq = 4 (compute-bound) within noise in bf16, fp32 40% -> 46%.
+// its own rows, spread over its products: a burst for all heads of a key at once stalled on the
+// full miss queue, and 32 keys ahead read a decode's cache fastest (16, 64 and 128 slower;
+// docs/lab/2026-12-03-cpu-comment-ledgers.md).
 constexpr int kKeysAhead = 32;
 
 // At a product's start (prefetch_first_rows): its first kRowsAheadToL2 keys, the first

@@ -21,13 +21,11 @@
 namespace flashattn::cpu {
 
 // The least work, in multiply-adds, that pays for waking one more thread: about 20-40 µs of
-// products on one core, the cost of a wake-up on a 2-core VM (1 thread against 2 at
-// B 1, S 1-128, H 2-8, d 32-64).
+// products on one core, the cost of a wake-up on a 2-core VM.
 constexpr int64_t kMinWorkPerThread = int64_t(1) << 20;
 
-// The forward's: its tasks share nothing but a head's packed key blocks, and a second thread
-// pays from an eighth of that (B 1, S 16, H 8, d 64 on a 2-vCPU Xeon: 17.5 -> 14.5 µs with two
-// threads, where the backward, which sums dQ over its threads, got slower: 85 -> 100 µs).
+// The forward's: its tasks share nothing but a head's packed key blocks, so a second thread
+// pays from an eighth of that (the backward, which sums dQ over its threads, does not).
 constexpr int64_t kMinForwardWorkPerThread = int64_t(1) << 17;
 
 // Threads for a call of `work` multiply-adds (attention_work): at least 1, at most the pool's.
