@@ -1,6 +1,7 @@
 """A value head dim of its own (MLA) on the CUDA kernels, run on the CPU shim: the 16-bit forward
-runs (192, 128) on its own tile (V and O 128 wide: kernel_list.py HEAD_DIM_PAIRS_16BIT_FWD), every
-other pair, and the backward and fp32 kernels every pair, on the head-dim tile of the wider dim
+and backward run (192, 128) on its own tile (V, O, dO and dV 128 wide: kernel_list.py
+HEAD_DIM_PAIRS_16BIT_FWD and _BWD), every other pair, and the fp32 kernels every pair, on the
+head-dim tile of the wider dim
 (csrc/cuda/plan_fwd.h, tile_head_dim), with V, O, dO and dV read and written over their own
 head_dim_v columns. Every result is checked against the float64
 reference with PyTorch's own error in the dtype as the yardstick; outputs are poisoned before
@@ -107,21 +108,20 @@ def test_kvcache_values_inside_the_keys(sim, layout, dtype, num_splits):
 
 
 def test_the_tile_is_the_pairs_or_the_wider_dims(sim):
-    """The 16-bit forward's plan picks the (192, 128) tile for the pairs it covers, else the tile
-    of max(head_dim, head_dim_v), as the backward and fp32 always do; the split scratch holds
+    """The 16-bit forward's and backward's plans pick the (192, 128) tile for the pairs it covers,
+    else the tile of max(head_dim, head_dim_v), as fp32 always does; the split scratch holds
     out's head_dim_v columns per row."""
-    for dims, fwd16, tile16, tile32 in (((192, 128), (192, 128), 192, 256),
-                                        ((180, 120), (192, 128), 192, 256),
-                                        ((64, 128), (128, 128), 128, 128),
-                                        ((128, 64), (128, 128), 128, 128),
-                                        ((72, 40), (96, 96), 96, 128)):
-        for dtype, fwd_tile, tile in ((torch.bfloat16, fwd16, tile16),
-                                      (torch.float32, (tile32, tile32), tile32)):
+    for dims, fwd16, tile32 in (((192, 128), (192, 128), 256),
+                                ((180, 120), (192, 128), 256),
+                                ((64, 128), (128, 128), 128),
+                                ((128, 64), (128, 128), 128),
+                                ((72, 40), (96, 96), 128)):
+        for dtype, fwd_tile in ((torch.bfloat16, fwd16), (torch.float32, (tile32, tile32))):
             q, k, v = make_qkv(2, 1, 700, 8, 1, dims, dtype)
             fwd = json.loads(sim.ops.plan_fwd(q, k, v, num_splits=4))
             bwd = json.loads(sim.ops.plan_bwd(q, k, v))
             assert (fwd["head_dim_tile"], fwd["head_dim_v_tile"]) == fwd_tile, (dims, dtype)
-            assert (bwd["head_dim_tile"], bwd["head_dim_v_tile"]) == (tile, tile), (dims, dtype)
+            assert (bwd["head_dim_tile"], bwd["head_dim_v_tile"]) == fwd_tile, (dims, dtype)
             # num_splits x (out's elements + lse's): B x Sq x Hq x Dv + B x Sq x Hq.
             assert fwd["split_scratch_floats"] == 4 * (2 * 8 * dims[1] + 2 * 8)
 
@@ -148,17 +148,43 @@ def check_forward(q, k, v, mask, ex, **op_kwargs):
     assert_within_torch_error("lse", lse, ref_lse, low_lse.float())
 
 
-# ---- MLA's (192, 128) tile: Q and K 192 wide, V and O 128, 64 keys per tile ----
+# ---- MLA's (192, 128) tile: Q and K 192 wide, V and O 128, 64 keys per tile; its backward's
+# dK/dV kernel (dK 192 wide, dV and dO 128) and deterministic dQ kernel ----
+
+
+def assert_pair_tiles(sim, q, k, v):
+    assert json.loads(sim.ops.plan_fwd(q, k, v))["head_dim_v_tile"] == 128
+    bwd = json.loads(sim.ops.plan_bwd(q, k, v))
+    assert (bwd["head_dim_tile"], bwd["head_dim_v_tile"]) == (192, 128)
 
 @pytest.mark.parametrize("seqlens", [(1, 257), (7, 63), (63, 7), (65, 129), (129, 65), (127, 1),
                                      (257, 127)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_pair_tile_awkward_sizes(sim, seqlens, dtype):
-    """The (192, 128) tile's forward (the backward on the 192 tile) at partial query and key
-    tiles, Sq != Sk both ways, GQA 2 on 1, causal."""
+    """The (192, 128) tile's forward and backward at partial query and key tiles, Sq != Sk both
+    ways, GQA 2 on 1, causal."""
     q, k, v = make_qkv(1, *seqlens, 2, 1, (192, 128), dtype)
-    assert json.loads(sim.ops.plan_fwd(q, k, v))["head_dim_v_tile"] == 128
+    assert_pair_tiles(sim, q, k, v)
     check_forward_and_backward(q, k, v, MASKS["causal"], ex=sim)
+
+
+@pytest.mark.parametrize("seqlens", [(1, 257), (63, 7), (129, 65), (257, 127)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_pair_tile_deterministic_awkward_sizes(sim, seqlens, dtype):
+    """The (192, 128) tile's deterministic dQ kernel (32 keys per tile, a two-stage K/V ring of
+    192- and 128-wide tiles), Sq != Sk both ways, GQA 2 on 1, causal."""
+    q, k, v = make_qkv(1, *seqlens, 2, 1, (192, 128), dtype)
+    check_forward_and_backward(q, k, v, MASKS["causal"], ex=sim,
+                               bwd_arguments=dict(deterministic=True))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_pair_tile_backward_under_every_schedule(sim, schedule, deterministic):
+    """The warps' order between barriers (conftest.py, schedule): P^T and dS^T through shared
+    memory, dO 128 wide beside Qi, the next tile's copy overlapping dQ; the dQ kernel's ring."""
+    q, k, v = make_qkv(1, 65, 129, 2, 1, (192, 128), torch.bfloat16)
+    check_forward_and_backward(q, k, v, MASKS["causal"], ex=sim,
+                               bwd_arguments=dict(deterministic=deterministic))
 
 
 def test_pair_tile_under_every_schedule(sim, schedule):
@@ -172,10 +198,10 @@ def test_pair_tile_under_every_schedule(sim, schedule):
                                         ((192, 1), torch.float16)], ids=str)
 def test_pair_tile_ragged_dims(sim, dims, dtype):
     """Pairs the (192, 128) tile covers that are not whole 16-byte chunks (the element-wise
-    copies), down to a v of one column."""
+    copies), down to a v of one column; forward and backward."""
     q, k, v = make_qkv(1, 33, 47, 2, 1, dims, dtype)
-    assert json.loads(sim.ops.plan_fwd(q, k, v))["head_dim_v_tile"] == 128
-    check_forward(q, k, v, MASKS["causal"], sim)
+    assert_pair_tiles(sim, q, k, v)
+    check_forward_and_backward(q, k, v, MASKS["causal"], ex=sim)
 
 
 def test_pair_tile_dropout(sim):

@@ -10,7 +10,9 @@ change of kernel selection and must be deliberate. Shared memory, by traits.h:
                  64 up to d = 128, else 32;
   FwdPairTraits<192, 128> (64 + 64) x 200 x 2 + 64 x 136 x 2 = 68608 (64 rows, 64 keys);
   SimtTraits<d>  80 x (d + 1) x 4 bytes (8 query rows and 32 keys, each of q/k or k/v);
-  BwdTraits<128> 141824, BwdDqTraits<128> 104448, SimtTraits<64> dK/dV 21056.
+  BwdTraits<128> 141824, BwdDqTraits<128> 104448, SimtTraits<64> dK/dV 21056;
+  BwdPairTraits<192, 128> (64 + 64) x (200 + 136) x 2 + 2 x 64 x 72 x 2 + 2 x 64 x 4 = 104960,
+  BwdDqPairTraits<192, 128> (64 + 2 x 32) x (200 + 136) x 2 = 86016.
 """
 import json
 
@@ -79,16 +81,15 @@ HEAD_DIMS_SIMT = {32: 64, 64: 64, 96: 128, 128: 128, 200: 256, 256: 256}
 # x 64 keys x K, V x 8 bytes).
 ROW_TABLE = 2 * 64 * 2 * 8
 # (head_dim, head_dim_v) -> the 16-bit forward's (tile, v tile), one m-tile, shared memory and the
-# backward's tile: a pair the (192, 128) tile covers takes it (kernel_list.py
-# HEAD_DIM_PAIRS_16BIT_FWD), any other the equal tile of its wider dim; the backward always the
-# latter.
-PAIRS_16BIT = {(192, 128): ((192, 128), True, 68608, 192),
-               (160, 100): ((192, 128), True, 68608, 192),
-               (192, 129): ((192, 192), True, fwd_smem(192, True), 192),
-               (100, 192): ((192, 192), True, fwd_smem(192, True), 192),
-               (128, 64): ((128, 128), True, fwd_smem(128, True) + ROW_TABLE, 128),
-               (64, 128): ((128, 128), True, fwd_smem(128, True) + ROW_TABLE, 128),
-               (256, 128): ((256, 256), True, fwd_smem(256, True), 256)}
+# backward's (tile, v tile): a pair the (192, 128) tile covers takes it in both directions
+# (kernel_list.py HEAD_DIM_PAIRS_16BIT_FWD and _BWD), any other the equal tile of its wider dim.
+PAIRS_16BIT = {(192, 128): ((192, 128), True, 68608, (192, 128)),
+               (160, 100): ((192, 128), True, 68608, (192, 128)),
+               (192, 129): ((192, 192), True, fwd_smem(192, True), (192, 192)),
+               (100, 192): ((192, 192), True, fwd_smem(192, True), (192, 192)),
+               (128, 64): ((128, 128), True, fwd_smem(128, True) + ROW_TABLE, (128, 128)),
+               (64, 128): ((128, 128), True, fwd_smem(128, True) + ROW_TABLE, (128, 128)),
+               (256, 128): ((256, 256), True, fwd_smem(256, True), (256, 256))}
 
 
 @pytest.mark.parametrize("dims", sorted(PAIRS_16BIT), ids=str)
@@ -104,7 +105,7 @@ def test_fwd_tile_per_head_dim_pair(sim, dims):
     assert plan["grid"] == [4, 2, 1] and plan["block"] == [128, 1, 1]
     assert plan["smem_bytes"] == smem
     bwd = plan_bwd(sim, q, k, v)
-    assert (bwd["head_dim_tile"], bwd["head_dim_v_tile"]) == (bwd_tile, bwd_tile)
+    assert (bwd["head_dim_tile"], bwd["head_dim_v_tile"]) == bwd_tile
 
 
 @pytest.mark.parametrize("d", sorted(HEAD_DIMS_SIMT))
@@ -201,6 +202,23 @@ def test_bwd_16bit(sim):
     det = plan_bwd(sim, q, k, v, deterministic=True)
     assert not det["dq_accum"] and det["workspace_floats"] == 4 * 256
     assert det["steps"][2] == step("dq", "tensor_core", [2, 8, 1], 128, 104448)
+
+
+def test_bwd_16bit_pair_tile(sim):
+    # MLA's (192, 128): BwdPairTraits<192, 128>, 64 keys per CTA and 64 queries per step as the
+    # 192 tile, V and dO 128 wide in shared memory (header).
+    q, k, _ = qkv(2, 128, 128, 4, 4, 192)
+    v = torch.randn(2, 128, 4, 128, dtype=q.dtype)
+    rows = step("dot_do_o", "rows", [32, 8, 1], 128, 0)
+    plan = plan_bwd(sim, q, k, v)
+    assert (plan["head_dim_tile"], plan["head_dim_v_tile"]) == (192, 128)
+    assert plan["steps"] == [rows, step("dkdv", "tensor_core", [2, 8, 1], 256, 104960),
+                             dict(rows, kernel="convert_dq")]
+    # The dQ accumulator is dQ's (q's) width.
+    assert plan["workspace_floats"] == 4 * 256 + 4 * 256 * 192
+    assert plan["smem_bytes"] == 104960
+    det = plan_bwd(sim, q, k, v, deterministic=True)
+    assert det["steps"][2] == step("dq", "tensor_core", [2, 8, 1], 128, 86016)
 
 
 def test_bwd_gqa_runs_dkdv_per_kv_head(sim):
@@ -318,10 +336,13 @@ BWD_KERNELS = {("dot_do_o", "rows"): "bwd_dot_do_o_kernel",
                ("dkdv", "simt"): "simt_dkdv_kernel", ("dq", "simt"): "simt_dq_kernel"}
 
 
-@pytest.mark.parametrize("dtype,deterministic", [(torch.float16, False), (torch.float16, True),
-                                                 (torch.float32, False)])
-def test_bwd_launches_are_the_plan(sim, dtype, deterministic):
-    q, k, v = qkv(1, 24, 40, 4, 2, 64, dtype)
+@pytest.mark.parametrize("dtype,deterministic,dims", [
+    (torch.float16, False, (64, 64)), (torch.float16, True, (64, 64)),
+    (torch.float32, False, (64, 64)), (torch.bfloat16, False, (192, 128)),
+    (torch.bfloat16, True, (192, 128))], ids=str)
+def test_bwd_launches_are_the_plan(sim, dtype, deterministic, dims):
+    q, k, _ = qkv(1, 24, 40, 4, 2, dims[0], dtype)
+    v = torch.randn(1, 40, 2, dims[1], dtype=dtype)
     out, lse = sim.ops.fwd(q, k, v, causal=True)
     plan = plan_bwd(sim, q, k, v, SHIM, causal=True, deterministic=deterministic)
     _, launches = sim.launches(lambda: sim.ops.bwd(torch.randn_like(out), out, lse, None, q, k, v,
@@ -329,5 +350,7 @@ def test_bwd_launches_are_the_plan(sim, dtype, deterministic):
     assert len(launches) == len(plan["steps"]) == 3
     for launch, s in zip(launches, plan["steps"]):
         assert BWD_KERNELS[(s["kernel"], s["family"])] in launch["kernel"]
+        if dims == (192, 128) and s["family"] == "tensor_core":  # the pair's own traits
+            assert "PairTraits<192, 128>" in launch["kernel"], launch["kernel"]
         assert (launch["grid"], launch["block"], launch["smem_bytes"]) == \
             (s["grid"], s["block"], s["smem_bytes"])

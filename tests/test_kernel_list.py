@@ -22,6 +22,7 @@ PROBE_PAIRS = sorted({p for qk, v in PAIRS_16BIT
                       for p in ((qk, v), (qk - 1, v - 1), (qk, v + 1), (qk + 1, v), (1, v))}
                      | {(192, 128), (128, 64), (64, 128), (576, 512), (1, 1)})
 TILES_16BIT_BWD = KL["head_dims"]("bwd_16bit")
+PAIRS_16BIT_BWD = KL["head_dim_pairs"]("bwd_16bit")
 TILES_SIMT = KL["head_dims"]("fwd_simt")
 
 
@@ -102,13 +103,22 @@ def probe_source():
             f'  std::printf("fwd_dropout {i} %d\\n", {fwd_dropout}::kSmemBytes);',
             # The tiles q's width names keep their traits' type (and their kernels' symbols).
             f'  std::printf("named {i} %d\\n", std::is_same_v<{fwd}, FwdTraits<{d}, false>>);']
-    for d in TILES_16BIT_BWD:
-        dq, dkdv = f"BwdDqTraits<{d}>", f"BwdTraits<{d}>"
+    for i, (d, dv) in enumerate(PROBE_PAIRS):
         lines += [
-            f'  std::printf("dq {d} %d %d %d %d\\n", {dq}::kBlockM, {dq}::kBlockN, '
-            f"{dq}::kNThreads, {dq}::kSmemBytes);",
-            f'  std::printf("dkdv {d} %d %d %d %d\\n", {dkdv}::kBlockN, {dkdv}::kBlockM, '
-            f"{dkdv}::kNThreads, {dkdv}::kSmemBytes);"]
+            f"  dispatch_head_dims(HeadDimTilesFor<__half, true>{{}}, {d}, {dv}, "
+            "[&](auto t, auto v) {",
+            f'    std::printf("bwd_pair {i} %d %d\\n", t.value, v.value);',
+            "  });"]
+    for i, (d, dv) in enumerate(PAIRS_16BIT_BWD):
+        dq, dkdv = f"BwdDqTile<{d}, {dv}>", f"BwdTile<{d}, {dv}>"
+        lines += [
+            f'  std::printf("dq {i} %d %d %d %d %d %d\\n", {dq}::kBlockM, {dq}::kBlockN, '
+            f"{dq}::kNThreads, {dq}::kSmemBytes, {dq}::kHeadDim, {dq}::kHeadDimV);",
+            f'  std::printf("dkdv {i} %d %d %d %d %d %d\\n", {dkdv}::kBlockN, {dkdv}::kBlockM, '
+            f"{dkdv}::kNThreads, {dkdv}::kSmemBytes, {dkdv}::kHeadDim, {dkdv}::kHeadDimV);",
+            # The equal tiles keep their traits' type (and their kernels' symbols).
+            f'  std::printf("bwd_named {i} %d\\n", std::is_same_v<{dkdv}, BwdTraits<{d}>> && '
+            f"std::is_same_v<{dq}, BwdDqTraits<{d}>>);"]
     for d in TILES_SIMT:
         lines.append(f'  std::printf("simt {d} %d\\n", SimtTraits<{d}>::kDkdvSmemBytes);')
     return "\n".join(lines + ["}", ""])
@@ -147,15 +157,22 @@ def test_dispatch_picks_the_lists_tiles(probe):
     for i, (d, dv) in enumerate(PROBE_PAIRS):
         assert tuple(probe.get(("pair", i), (0, 0))) == (KL["pair_for"](d, dv, "fp16") or (0, 0)), \
             (d, dv)
+        assert tuple(probe.get(("bwd_pair", i), (0, 0))) == \
+            (KL["pair_for"](d, dv, "fp16", backward=True) or (0, 0)), (d, dv)
     assert KL["pair_for"](192, 128, "bf16") == (192, 128)
     assert KL["pair_for"](128, 64, "bf16") == (128, 128)
+    assert KL["pair_for"](192, 128, "bf16", backward=True) == (192, 128)
+    assert KL["pair_for"](192, 129, "bf16", backward=True) == (192, 192)
+    assert KL["pair_for"](128, 64, "bf16", backward=True) == (128, 128)
     # Every head dim the input checks accept (<= kMaxHeadDim, traits.h) has a 16-bit forward
     # tile, whose V is kMaxHeadDimV wide (MLA's 576 / 512); the backward's tiles are the
     # forward's up to kMaxHeadDimBwd, the fp32 tiles stop at kMaxHeadDimSimt (executor.h refuses
     # wider heads there, naming them).
     assert TILES_16BIT[-1] == max_head_dim and probe[("fwd", len(PAIRS_16BIT) - 1)][4:] == \
         [max_head_dim, max_head_dim_v]
-    assert TILES_16BIT_BWD == [d for d, dv in PAIRS_16BIT if d == dv and d <= max_bwd]
+    assert [d for d, dv in PAIRS_16BIT_BWD if d == dv] == \
+        [d for d, dv in PAIRS_16BIT if d == dv and d <= max_bwd]
+    assert set(PAIRS_16BIT_BWD) <= set(PAIRS_16BIT)
     assert TILES_16BIT_BWD[-1] == max_bwd
     assert TILES_SIMT[-1] == max_simt
 
@@ -165,7 +182,12 @@ def test_traits_compile_for_every_listed_tile(probe):
     assert len([k for k in probe if k[0] == "fwd"]) == len(PAIRS_16BIT)
     for i, (d, dv) in enumerate(PAIRS_16BIT):
         assert probe[("named", i)] == [int(dv == KL["named_head_dim_v"](d))], (d, dv)
-    assert {d for what, d in probe if what == "dkdv"} == set(TILES_16BIT_BWD)
+    assert {tuple(probe[("dkdv", i)][4:]) for i in range(len(PAIRS_16BIT_BWD))} == \
+        set(PAIRS_16BIT_BWD)
+    assert len([k for k in probe if k[0] == "dkdv"]) == len(PAIRS_16BIT_BWD)
+    for i, (d, dv) in enumerate(PAIRS_16BIT_BWD):
+        assert probe[("dq", i)][4:] == [d, dv]
+        assert probe[("bwd_named", i)] == [int(d == dv)], (d, dv)
     assert {d for what, d in probe if what == "simt"} == set(TILES_SIMT)
 
 
@@ -173,9 +195,9 @@ def test_gpu_model_copies_the_traits(probe):
     model = load("gpu_model", os.path.join(REPO, "tools", "gpu_model.py"))
     for i, (d, dv) in enumerate(PAIRS_16BIT):
         assert [*model.fwd_tiles(d, dv), model.smem_fwd(d, dv)] == probe[("fwd", i)][:4], (d, dv)
-    for d in TILES_16BIT_BWD:
-        assert [*model.dq_tiles(d), model.smem_dq(d)] == probe[("dq", d)], d
-        assert [*model.dkdv_tiles(d), model.smem_dkdv(d)] == probe[("dkdv", d)], d
+    for i, (d, dv) in enumerate(PAIRS_16BIT_BWD):
+        assert [*model.dq_tiles(d), model.smem_dq(d, dv)] == probe[("dq", i)][:4], (d, dv)
+        assert [*model.dkdv_tiles(d), model.smem_dkdv(d, dv)] == probe[("dkdv", i)][:4], (d, dv)
     # The model sizes shared memory from the head dim itself, right only for a tile's own width.
     assert set(model.HEAD_DIMS) <= set(TILES_16BIT)
 
@@ -183,13 +205,14 @@ def test_gpu_model_copies_the_traits(probe):
 def test_sanitizer_cases_reach_every_kernel():
     cases = load("sanitizer_cases", os.path.join(REPO, "tests", "sanitizer_cases.py"))
     names = {v: k for k, v in cases.TORCH_DTYPES.items()}
-    # A case reaches the forward's tile of its pair and, where it runs a backward, the tile of its
-    # wider dim.
-    covered = {(KL["pair_for"](*dims, names[t]), names[t]) for t in cases.DTYPES
+    # A case reaches the forward's tile of its pair and, where it runs a backward, the backward's.
+    covered = {("fwd", KL["pair_for"](*dims, names[t]), names[t]) for t in cases.DTYPES
                for dims in cases.HEAD_DIM_PAIRS if cases.runs(dims, t)}
-    covered |= {((KL["tile_for"](max(dims), names[t]),) * 2, names[t]) for t in cases.DTYPES
-                for dims in cases.HEAD_DIM_PAIRS if cases.runs(dims, t, backward=True)}
-    listed = {((k.head_dim, k.head_dim if k.head_dim_v is None else k.head_dim_v), k.dtype)
+    covered |= {("bwd", KL["pair_for"](*dims, names[t], backward=True), names[t])
+                for t in cases.DTYPES for dims in cases.HEAD_DIM_PAIRS
+                if cases.runs(dims, t, backward=True)}
+    listed = {(KL["FAMILIES"][k.family]["direction"],
+               (k.head_dim, k.head_dim if k.head_dim_v is None else k.head_dim_v), k.dtype)
               for k in KL["KERNELS"] if k.head_dim is not None}
     assert listed <= covered, listed - covered
     assert {names[t] for t in cases.DTYPES} == {k.dtype for k in KL["KERNELS"]}

@@ -143,17 +143,21 @@ def smem_fwd(d, dv=None):
     return ((bm + bn) * (d + 8) + bn * (dv + 8)) * ELEM
 
 
-def smem_dq(d):
-    """Qi, dOi, two stages of (K, V) tiles."""
+def smem_dq(d, dv=None):
+    """Qi, dOi, two stages of (K, V) tiles (of the tile (d, dv): Q and K d wide, dO and V dv;
+    dv None: d)."""
+    dv = d if dv is None else dv
     bm, bn, _ = dq_tiles(d)
-    return (2 * bm + 2 * 2 * bn) * (d + 8) * ELEM
+    return (bm + 2 * bn) * ((d + 8) + (dv + 8)) * ELEM
 
 
-def smem_dkdv(d):
-    """K, V, one stage of (Qi, dOi), P^T and dS^T; LSE_i and D_i in fp32."""
+def smem_dkdv(d, dv=None):
+    """K, V, one stage of (Qi, dOi), P^T and dS^T; LSE_i and D_i in fp32 (tile (d, dv) as
+    smem_dq)."""
+    dv = d if dv is None else dv
     bn, bm, _ = dkdv_tiles(d)
-    stride, p_stride = d + 8, bm + 8
-    elems16 = 2 * bn * stride + 2 * bm * stride + 2 * bn * p_stride
+    p_stride = bm + 8
+    elems16 = (bn + bm) * ((d + 8) + (dv + 8)) + 2 * bn * p_stride
     return elems16 * ELEM + 2 * bm * 4
 
 

@@ -13,9 +13,10 @@
 //                                      dQ kernel runs instead)
 // S^T has keys as rows, so each lane's entries share its key rows, and LSE_i, D_i are read per
 // column. dQ reads dS out of dS^T's rows with ldmatrix.trans.
-// A value head dim of its own (MLA) runs on the tile of the wider (plan_fwd.h, tile_head_dim):
-// Kj, Qi over head_dim columns, Vj, dOi over head_dim_v, zero-filled to the tile; dV's store
-// stops at head_dim_v, dK's and dQ's at head_dim.
+// A value head dim of its own (MLA): Kj, Qi, dK, dQ are the tile's kHeadDim wide, Vj, dOi, dV
+// its kHeadDimV (BwdPairTraits; an equal tile where the pair has none of its own, plan_fwd.h),
+// read over head_dim and head_dim_v columns, zero-filled to the tile; dV's store stops at
+// head_dim_v, dK's and dQ's at head_dim.
 #pragma once
 #include <cstdint>
 
@@ -44,7 +45,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kHeadDimV = Traits::kHeadDimV;
   constexpr int kStride = Traits::kSmemStride;
+  constexpr int kVStride = Traits::kVSmemStride;
   constexpr int kPStride = Traits::kPSmemStride;
   constexpr int kNThreads = Traits::kNThreads;
   constexpr int kSdpMTiles = Traits::kSdpKeys / kMmaM;       // 16-key m-tiles of S^T
@@ -54,7 +57,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kOwnKSteps = Traits::kSdpQueries / kMmaK;
   constexpr int kQueryGroups = kBlockM / Traits::kSdpQueries;  // warps along S^T's queries
   constexpr int kDkvMTiles = Traits::kDkvKeys / kMmaM;
-  constexpr int kDkvNTiles = Traits::kDkvCols / kMmaN;
+  constexpr int kDkNTiles = Traits::kDkCols / kMmaN;
+  constexpr int kDvNTiles = Traits::kDvCols / kMmaN;
   constexpr int kDqMTiles = Traits::kDqRows / kMmaM;
   constexpr int kPassCols = Traits::kDqCols / Traits::kDqPasses;
   constexpr int kPassColTiles = kPassCols / kMmaN;
@@ -71,10 +75,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
   uint16_t* k_smem = smem;                                 // [kBlockN, kStride]
-  uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;    // [kBlockN, kStride]
-  uint16_t* q_smem = v_smem + Traits::kKVTileSmemElems;    // [kBlockM, kStride]
-  uint16_t* do_smem = q_smem + Traits::kQTileSmemElems;    // [kBlockM, kStride]
-  uint16_t* pt_smem = do_smem + Traits::kQTileSmemElems;   // P^T  [kBlockN, kPStride]
+  uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;    // [kBlockN, kVStride]
+  uint16_t* q_smem = v_smem + Traits::kVTileSmemElems;     // [kBlockM, kStride]
+  uint16_t* do_smem = q_smem + Traits::kQTileSmemElems;    // [kBlockM, kVStride]
+  uint16_t* pt_smem = do_smem + Traits::kDoTileSmemElems;  // P^T  [kBlockN, kPStride]
   uint16_t* dst_smem = pt_smem + Traits::kPSmemElems;      // dS^T [kBlockN, kPStride]
   // [kBlockM] each: LSE_i in log2 units, D_i.
   float* lse_smem = reinterpret_cast<float*>(smem + Traits::kSmem16BitElems);
@@ -105,7 +109,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     load_tile_async<kBlockM, kHeadDim, kStride, kNThreads, true>(
         q_smem, p.q.row<const uint16_t>(batch, head, q_row), p.q.row_stride, rows_valid,
         p.head_dim, aligned);
-    load_tile_async<kBlockM, kHeadDim, kStride, kNThreads, true>(
+    load_tile_async<kBlockM, kHeadDimV, kVStride, kNThreads, true>(
         do_smem, p.dout.row<const uint16_t>(batch, head, q_row), p.dout.row_stride, rows_valid,
         p.head_dim_v, aligned);
     ptx::cp_async_commit();
@@ -125,7 +129,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
       k_smem, p.k.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.k.row_stride,
       keys_valid, p.head_dim, aligned);
-  load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
+  load_tile_async<kBlockN, kHeadDimV, kVStride, kNThreads>(
       v_smem, p.v.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.v.row_stride,
       keys_valid, p.head_dim_v, aligned);
   ptx::cp_async_commit();
@@ -140,7 +144,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const int query_group = warp / Traits::kSdpWarpsN;
   const int sdp_query0 = query_group * Traits::kSdpQueries;
   const int dkv_key0 = (warp % Traits::kDkvWarpsN) * Traits::kDkvKeys;
-  const int dkv_col0 = (warp / Traits::kDkvWarpsN) * Traits::kDkvCols;
+  const int dk_col0 = (warp / Traits::kDkvWarpsN) * Traits::kDkCols;
+  const int dv_col0 = (warp / Traits::kDkvWarpsN) * Traits::kDvCols;
   const int dq_row0 = (warp % Traits::kDqWarpsM) * Traits::kDqRows;
   const int dq_col0 = (warp / Traits::kDqWarpsM) * Traits::kDqCols;
   // The keys of this lane's accumulator rows in S^T: m-tile m, low (r = 0) or high row.
@@ -152,7 +157,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       key[m][r] = n_start + sdp_key0 + m * kMmaM + lanes.acc_row + r * kRowOffsetHi;
   const bool tail_keys = n_start + kBlockN > seq.seqlen_k;
 
-  float dk_rmem[kDkvMTiles][kDkvNTiles][4], dv_rmem[kDkvMTiles][kDkvNTiles][4];
+  float dk_rmem[kDkvMTiles][kDkNTiles][4], dv_rmem[kDkvMTiles][kDvNTiles][4];
   zero_acc(dk_rmem);
   zero_acc(dv_rmem);
 
@@ -193,8 +198,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       mma_ABt<Element, kHeadDim / kMmaK, kStride>(s_rmem, k_smem + sdp_key0 * kStride,
                                                  q_smem + query0 * kStride, lanes);
       zero_acc(dp_rmem);
-      mma_ABt<Element, kHeadDim / kMmaK, kStride>(dp_rmem, v_smem + sdp_key0 * kStride,
-                                                 do_smem + query0 * kStride, lanes);
+      mma_ABt<Element, kHeadDimV / kMmaK, kVStride>(dp_rmem, v_smem + sdp_key0 * kVStride,
+                                                   do_smem + query0 * kVStride, lanes);
 
       // Dropout's decisions, per m-tile: dV takes the dropped P, dS the dropped dP
       // (P * (dP * Z / (1 - p) - D)).
@@ -258,18 +263,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       }
       // dV_j += P^T dOi and dK_j += dS^T Qi over these queries, from registers: the warp's
       // dK/dV rows are its S tile's keys (traits.h).
-      mma_regs_AB<Element, kStride>(dv_rmem, own_p, query0 / kMmaK, do_smem + dkv_col0, lanes);
-      mma_regs_AB<Element, kStride>(dk_rmem, own_ds, query0 / kMmaK, q_smem + dkv_col0, lanes);
+      mma_regs_AB<Element, kVStride>(dv_rmem, own_p, query0 / kMmaK, do_smem + dv_col0, lanes);
+      mma_regs_AB<Element, kStride>(dk_rmem, own_ds, query0 / kMmaK, q_smem + dk_col0, lanes);
     }
     // P^T and dS^T are whole.
     __syncthreads();
 
     // The rest of dV_j += P^T dOi and dK_j += dS^T Qi: the other warps' queries, A (rows are
     // keys) from smem, B (the query tile) read with ldmatrix.trans.
+    mma_smem_AB_except<Element, kQueryGroups, kOwnKSteps, kPStride, kVStride>(
+        dv_rmem, query_group, pt_smem + dkv_key0 * kPStride, do_smem + dv_col0, lanes);
     mma_smem_AB_except<Element, kQueryGroups, kOwnKSteps, kPStride, kStride>(
-        dv_rmem, query_group, pt_smem + dkv_key0 * kPStride, do_smem + dkv_col0, lanes);
-    mma_smem_AB_except<Element, kQueryGroups, kOwnKSteps, kPStride, kStride>(
-        dk_rmem, query_group, dst_smem + dkv_key0 * kPStride, q_smem + dkv_col0, lanes);
+        dk_rmem, query_group, dst_smem + dkv_key0 * kPStride, q_smem + dk_col0, lanes);
 
     if (it + 1 < iterations) {
       // Every warp is done with Qi and dOi: the next tile's copy overlaps dQ.
@@ -320,12 +325,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r)
       rows[r] = n_start + dkv_key0 + m * kMmaM + lanes.acc_row + r * kRowOffsetHi;
-    store_accumulator_rows<Element, kDkvNTiles>(dk_rmem[m], rows, unit, seq.seqlen_k,
-                                                p.head_dim, dkv_col0 + lane_col, p.dk, batch,
-                                                head_kv, seq.k_row0);
-    store_accumulator_rows<Element, kDkvNTiles>(dv_rmem[m], rows, unit, seq.seqlen_k,
-                                                p.head_dim_v, dkv_col0 + lane_col, p.dv, batch,
-                                                head_kv, seq.k_row0);
+    store_accumulator_rows<Element, kDkNTiles>(dk_rmem[m], rows, unit, seq.seqlen_k,
+                                               p.head_dim, dk_col0 + lane_col, p.dk, batch,
+                                               head_kv, seq.k_row0);
+    store_accumulator_rows<Element, kDvNTiles>(dv_rmem[m], rows, unit, seq.seqlen_k,
+                                               p.head_dim_v, dv_col0 + lane_col, p.dv, batch,
+                                               head_kv, seq.k_row0);
   }
 }
 

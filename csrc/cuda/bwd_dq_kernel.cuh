@@ -29,11 +29,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
+  constexpr int kHeadDimV = Traits::kHeadDimV;
+  constexpr int kVStride = Traits::kVSmemStride;
   constexpr int kStages = Traits::kStages;
   constexpr int kNThreads = Traits::kNThreads;
   constexpr int kNTilesN = kBlockN / kMmaN;
   constexpr int kNTilesD = kHeadDim / kMmaN;
   constexpr int kKStepsD = kHeadDim / kMmaK;
+  constexpr int kKStepsDv = kHeadDimV / kMmaK;
 
   const int64_t batch_head = folded_batch_head();
   if (batch_head >= static_cast<int64_t>(p.batch) * p.heads_q) return;
@@ -44,7 +47,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const Sequence seq = sequence_of(p, batch);
   if (m_start >= seq.seqlen_q) return;  // the grid covers the longest sequence
 
-  // Q, K over head_dim columns, V, dO over head_dim_v (MLA: plan_fwd.h, tile_head_dim).
+  // Q, K over head_dim columns of the tile's kHeadDim, V, dO over head_dim_v of its kHeadDimV
+  // (MLA: BwdDqPairTraits; plan_fwd.h, tile_head_dim).
   const bool aligned =
       p.head_dim % kChunkElems == 0 && p.head_dim_v % kChunkElems == 0 &&
       rows_are_16b_aligned(p.q) && rows_are_16b_aligned(p.k) && rows_are_16b_aligned(p.v) &&
@@ -55,10 +59,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
   uint16_t* q_smem = smem;                                   // [kBlockM, kStride]
-  uint16_t* do_smem = q_smem + Traits::kQSmemElems;          // [kBlockM, kStride]
-  uint16_t* kv_smem = do_smem + Traits::kQSmemElems;         // kStages x (K, V tiles)
-  auto k_smem = [&](int stage) { return kv_smem + (2 * stage) * Traits::kKVTileSmemElems; };
-  auto v_smem = [&](int stage) { return kv_smem + (2 * stage + 1) * Traits::kKVTileSmemElems; };
+  uint16_t* do_smem = q_smem + Traits::kQSmemElems;          // [kBlockM, kVStride]
+  uint16_t* kv_smem = do_smem + Traits::kDoSmemElems;        // kStages x (K, V tiles)
+  constexpr int kStageElems = Traits::kKVTileSmemElems + Traits::kVTileSmemElems;
+  auto k_smem = [&](int stage) { return kv_smem + stage * kStageElems; };
+  auto v_smem = [&](int stage) {
+    return kv_smem + stage * kStageElems + Traits::kKVTileSmemElems;
+  };
 
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
   const KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, m_start, m_last);
@@ -70,7 +77,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
         k_smem(stage), k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
         p.head_dim, aligned);
-    load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
+    load_tile_async<kBlockN, kHeadDimV, kVStride, kNThreads>(
         v_smem(stage), v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
         p.head_dim_v, aligned);
   };
@@ -79,7 +86,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
       q_smem, p.q.row<const uint16_t>(batch, head, seq.q_row0 + m_start), p.q.row_stride, rows_valid,
       p.head_dim, aligned);
-  load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
+  load_tile_async<kBlockM, kHeadDimV, kVStride, kNThreads>(
       do_smem, p.dout.row<const uint16_t>(batch, head, seq.q_row0 + m_start), p.dout.row_stride,
       rows_valid, p.head_dim_v, aligned);
 #pragma unroll
@@ -130,7 +137,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     zero_acc(s_rmem);
     zero_acc(dp_rmem);
     mma_ABt<Element, kKStepsD, kStride>(s_rmem, q_smem + warp_row0 * kStride, kj_smem, lanes);
-    mma_ABt<Element, kKStepsD, kStride>(dp_rmem, do_smem + warp_row0 * kStride, vj_smem, lanes);
+    mma_ABt<Element, kKStepsDv, kVStride>(dp_rmem, do_smem + warp_row0 * kVStride, vj_smem,
+                                          lanes);
 
     const bool needs_mask = tiles.needs_mask(tile);
 #pragma unroll

@@ -48,32 +48,43 @@ struct HeadDimPairs {
 // The head-dim tiles the kernels are compiled for: kernel_list.h, generated from the one list of
 // instantiations, csrc/cuda/kernel_list.py (traits.h explains the choice). An equal head dim the
 // backward takes (<= kMaxHeadDimBwd) gets the same tile in both directions, so the backward's
-// tiles are the forward's equal pairs up to there (the 16-bit forward adds MLA's 576 / 512 and
-// (192, 128) tiles; the backward runs an unequal pair on the tile of its wider dim).
+// equal tiles are the forward's up to there (the 16-bit forward adds MLA's 576 / 512), and its
+// unequal pairs ((192, 128)) are some of the forward's: a pair without one runs on the equal tile
+// of its wider dim.
 static_assert(detail::same_tiles(kSm80FwdSimtHeadDims, kSm80BwdSimtHeadDims),
               "kernel_list.py: the fp32 forward and backward need the same head-dim tiles");
-// The 16-bit tensor-core kernels': forward, keyed by (qk, v) pairs; backward.
+// The 16-bit tensor-core kernels', forward and backward, keyed by (qk, v) pairs.
 using CompiledFwdHeadDimPairs = HeadDimPairs<kSm80Fwd16bitHeadDims, kSm80Fwd16bitHeadDimsV>;
-using CompiledBwdHeadDimTiles = HeadDimTilesOf<kSm80Bwd16bitHeadDims>;
+using CompiledBwdHeadDimPairs = HeadDimPairs<kSm80Bwd16bitHeadDims, kSm80Bwd16bitHeadDimsV>;
 namespace detail {
-// The backward's tiles are the forward's equal pairs (qk == v) up to kMaxHeadDimBwd, one for one.
+// The backward's equal pairs (qk == v) are the forward's up to kMaxHeadDimBwd, one for one, and
+// each of its unequal pairs is one of the forward's.
 constexpr bool bwd_tiles_lead_fwd_tiles() {
   constexpr std::size_t kBwd = sizeof(kSm80Bwd16bitHeadDims) / sizeof(int);
   constexpr std::size_t kFwd = sizeof(kSm80Fwd16bitHeadDims) / sizeof(int);
-  if (kSm80Bwd16bitHeadDims[kBwd - 1] != kMaxHeadDimBwd) return false;
-  std::size_t bwd = 0;
+  int last_equal = 0;
+  std::size_t bwd = 0;  // the backward's equal pairs matched so far, in order
   for (std::size_t i = 0; i < kFwd; ++i) {
     const int tile = kSm80Fwd16bitHeadDims[i];
     if (tile != kSm80Fwd16bitHeadDimsV[i] || tile > kMaxHeadDimBwd) continue;
+    while (bwd < kBwd && kSm80Bwd16bitHeadDims[bwd] != kSm80Bwd16bitHeadDimsV[bwd]) ++bwd;
     if (bwd == kBwd || kSm80Bwd16bitHeadDims[bwd] != tile) return false;
+    last_equal = tile;
     ++bwd;
   }
-  return bwd == kBwd;
+  for (std::size_t j = 0; j < kBwd; ++j) {
+    bool in_fwd = false;
+    for (std::size_t i = 0; i < kFwd; ++i)
+      in_fwd = in_fwd || (kSm80Fwd16bitHeadDims[i] == kSm80Bwd16bitHeadDims[j] &&
+                          kSm80Fwd16bitHeadDimsV[i] == kSm80Bwd16bitHeadDimsV[j]);
+    if (!in_fwd) return false;
+  }
+  return last_equal == kMaxHeadDimBwd;
 }
 }  // namespace detail
 static_assert(detail::bwd_tiles_lead_fwd_tiles(),
-              "kernel_list.py: the 16-bit backward's tiles must be the forward's equal pairs up "
-              "to kMaxHeadDimBwd (traits.h)");
+              "kernel_list.py: the 16-bit backward's equal tiles must be the forward's up to "
+              "kMaxHeadDimBwd (traits.h), and its unequal pairs some of the forward's");
 // The fp32 SIMT kernels'.
 using SimtHeadDimTiles = HeadDimTilesOf<kSm80FwdSimtHeadDims>;
 
@@ -135,11 +146,11 @@ void dispatch_element(ElementType type, F&& f) {
 }
 
 // The head-dim tiles compiled for an element type: tensor-core kernels for 16-bit types, SIMT
-// kernels for fp32; forward (the 16-bit forward's keyed by (qk, v) pairs: dispatch_head_dims),
-// or the backward's (kBackward).
+// kernels for fp32; forward or backward (kBackward), the 16-bit ones keyed by (qk, v) pairs
+// (dispatch_head_dims).
 template <typename Element, bool kBackward = false>
 using HeadDimTilesFor = std::conditional_t<
     std::is_same_v<Element, float>, SimtHeadDimTiles,
-    std::conditional_t<kBackward, CompiledBwdHeadDimTiles, CompiledFwdHeadDimPairs>>;
+    std::conditional_t<kBackward, CompiledBwdHeadDimPairs, CompiledFwdHeadDimPairs>>;
 
 }  // namespace flashattn::cuda

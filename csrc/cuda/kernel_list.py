@@ -1,5 +1,5 @@
 """The one list of the CUDA kernels' instantiations: (family, head-dim tile, dtype, architecture),
-the 16-bit forward's tiles keyed by the pair (q's and k's head dim, v's head dim).
+the 16-bit forward's and backward's tiles keyed by the pair (q's and k's head dim, v's head dim).
 
 Everything that names a compiled kernel follows from KERNELS:
   - csrc/cuda/inst/*.cu (what nvcc compiles) and csrc/cuda/kernel_list.h (the head-dim tiles
@@ -8,7 +8,7 @@ Everything that names a compiled kernel follows from KERNELS:
   - tools/gpu_model.py and tests/sanitizer_cases.py read this file when they run.
 
 A new head-dim tile is one number in HEAD_DIMS_16BIT (or HEAD_DIMS_SIMT), or a (qk, v) pair in
-HEAD_DIM_PAIRS_16BIT_FWD, plus, if its tiles need tuning, a case in csrc/cuda/traits.h; then
+HEAD_DIM_PAIRS_16BIT_FWD (and _BWD), plus, if its tiles need tuning, a case in csrc/cuda/traits.h; then
 `python csrc/cuda/generate_kernels.py`.
 tests/test_kernel_list.py checks that the generated files are current and that traits.h,
 dispatch.h, gpu_model.py and the sanitizer cases agree with the list.
@@ -55,7 +55,7 @@ FAMILIES = {
         comment="One instantiation per file so nvcc compiles them in parallel (budget: traits.h)."),
     "bwd_16bit": dict(
         header="launch_bwd.cuh", prefix="bwd", one_per_file=True, direction="bwd",
-        template="{element}, {head_dim}",
+        template="{element}, {head_dim}, {head_dim_v}",
         params="const AttnBwdParams&, float*, cudaStream_t, LaunchCheck",
         comment="One instantiation per file so nvcc compiles them in parallel (budget: traits.h)."),
     "fwd_simt": dict(
@@ -107,6 +107,9 @@ HEAD_DIMS_16BIT_FWD_ONLY = (576,)
 # (192, 128) of DeepSeek's prefill and training, which on the (192, 192) tile spent a third of
 # P V's mma and of V's ldmatrix on padding (docs/lab/2026-12-03-mla-pair-tiles.md).
 HEAD_DIM_PAIRS_16BIT_FWD = ((192, 128),)
+# The 16-bit backward's unequal pairs (each one of the forward's, dispatch.h): (192, 128), whose
+# dV, V and dO on the (192, 192) tile were a third padding (docs/lab/2026-12-03-mla-pair-tiles.md).
+HEAD_DIM_PAIRS_16BIT_BWD = ((192, 128),)
 HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # The sm_90a forward and backward: exactly these head dims (FwdSm90Config, BwdSm90Config), fp16 and
 # bf16; the forward also at d = 256 (HEAD_DIMS_SM90_FWD). Each forward file holds eight main loops
@@ -134,7 +137,10 @@ KERNELS = (
      for d in HEAD_DIMS_16BIT + HEAD_DIMS_16BIT_FWD_ONLY for dtype in ("fp16", "bf16")]
     + [Kernel("fwd_16bit", d, dtype, "sm80", dv) for d, dv in HEAD_DIM_PAIRS_16BIT_FWD
        for dtype in ("fp16", "bf16")]
-    + [Kernel("bwd_16bit", d, dtype, "sm80") for d in HEAD_DIMS_16BIT for dtype in ("fp16", "bf16")]
+    + [Kernel("bwd_16bit", d, dtype, "sm80", d) for d in HEAD_DIMS_16BIT
+       for dtype in ("fp16", "bf16")]
+    + [Kernel("bwd_16bit", d, dtype, "sm80", dv) for d, dv in HEAD_DIM_PAIRS_16BIT_BWD
+       for dtype in ("fp16", "bf16")]
     + [Kernel(family, d, "fp32", "sm80") for family in ("fwd_simt", "bwd_simt")
        for d in HEAD_DIMS_SIMT]
     + [Kernel("fwd_sm90", d, dtype, "sm90a") for d in HEAD_DIMS_SM90_FWD for dtype in ("fp16", "bf16")]
@@ -165,10 +171,10 @@ def head_dim_pairs(family, dtype=None, arch="sm80"):
                    and (dtype is None or k.dtype == dtype) and k.head_dim is not None})
 
 
-def pair_for(head_dim, head_dim_v, dtype, arch="sm80"):
-    """The forward's (qk, v) tile the dispatch (dispatch.h, dispatch_head_dims) picks for a pair:
-    the first in (qk, v) order that covers both, or None."""
-    family = "fwd_simt" if dtype == "fp32" else "fwd_16bit"
+def pair_for(head_dim, head_dim_v, dtype, arch="sm80", backward=False):
+    """The forward's (or backward's) (qk, v) tile the dispatch (dispatch.h, dispatch_head_dims)
+    picks for a pair: the first in (qk, v) order that covers both, or None."""
+    family = ("bwd_" if backward else "fwd_") + ("simt" if dtype == "fp32" else "16bit")
     return next((t for t in head_dim_pairs(family, dtype, arch)
                  if t[0] >= head_dim and t[1] >= head_dim_v), None)
 

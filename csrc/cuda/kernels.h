@@ -25,7 +25,8 @@ template <typename Element, int kHeadDim>
 void run_bwd_sm90(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                   LaunchCheck after_launch);
 
-template <typename Element, int kHeadDim>
+// The 16-bit backward on the head-dim tile (kHeadDim, kHeadDimV), as run_fwd_16bit.
+template <typename Element, int kHeadDim, int kHeadDimV>
 void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                    LaunchCheck after_launch);
 

@@ -13,21 +13,21 @@
 
 namespace flashattn::cuda {
 
-// Runs the backward for an Element (__half or __nv_bfloat16) and a head-dim tile
-// >= tile_head_dim(p):
+// Runs the backward for an Element (__half or __nv_bfloat16) on the head-dim tile (kHeadDim,
+// kHeadDimV), Q's and K's width, V's and dO's, at least p's (plan_bwd.h):
 //   1. D_i = rowsum(dO_i * O_i) - dLSE_i (and zero the dQ accumulator),
 //   2. dK, dV (and dQ by fp32 atomics unless p.deterministic), per key tile,
 //   3. dQ: the accumulator converted, or the deterministic dQ kernel.
 // workspace: BwdPlan::workspace_floats. Calls after_launch() after each launch.
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, int kHeadDimV>
 void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                    LaunchCheck after_launch) {
-  using Traits = BwdTraits<kHeadDim>;
-  using DqTraits = BwdDqTraits<kHeadDim>;
+  using Traits = BwdTile<kHeadDim, kHeadDimV>;
+  using DqTraits = BwdDqTile<kHeadDim, kHeadDimV>;
   float* d_gmem = workspace;
   float* dq_accum =
       bwd_dq_accum(p, KernelFamily::kTensorCore) ? workspace + dq_accum_offset(p) : nullptr;
-  for (const BwdStep& step : bwd_steps_16bit<kHeadDim>(p)) {
+  for (const BwdStep& step : bwd_steps_16bit<kHeadDim, kHeadDimV>(p)) {
     switch (step.kernel) {
       case BwdKernel::kDotDoO:
         FLASHATTN_LAUNCH_KERNEL(bwd_dot_do_o_kernel<Element>, step.grid, step.block,

@@ -93,13 +93,13 @@ inline void launch_bwd(const BwdPlan& plan, const AttnBwdParams& p, float* works
     launch_bwd_sm90(plan, p, workspace, stream, after_launch);
     return;
   }
-  dispatch_choice</*kBackward=*/true>(plan.kernels, [&](auto element, auto tile, auto) {
+  dispatch_choice</*kBackward=*/true>(plan.kernels, [&](auto element, auto tile, auto tile_v) {
     using Element = decltype(element);
     constexpr int kTile = decltype(tile)::value;
     if constexpr (std::is_same_v<Element, float>) {
       run_bwd_simt<kTile>(p, workspace, stream, after_launch);
     } else {
-      run_bwd_16bit<Element, kTile>(p, workspace, stream, after_launch);
+      run_bwd_16bit<Element, kTile, decltype(tile_v)::value>(p, workspace, stream, after_launch);
     }
   });
 }

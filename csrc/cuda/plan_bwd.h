@@ -67,11 +67,11 @@ inline BwdStep bwd_row_step(BwdKernel kernel, const AttnBwdParams& p) {
           dim3(kRowKernelThreads), 0};
 }
 
-// The tensor-core backward's launches for p (head-dim tile kHeadDim).
-template <int kHeadDim>
+// The tensor-core backward's launches for p (head-dim tile (kHeadDim, kHeadDimV)).
+template <int kHeadDim, int kHeadDimV>
 BwdSteps bwd_steps_16bit(const AttnBwdParams& p) {
-  using Traits = BwdTraits<kHeadDim>;
-  using DqTraits = BwdDqTraits<kHeadDim>;
+  using Traits = BwdTile<kHeadDim, kHeadDimV>;
+  using DqTraits = BwdDqTile<kHeadDim, kHeadDimV>;
   BwdSteps steps;
   const int64_t batch_heads = static_cast<int64_t>(p.batch) * p.heads_q;
   if (batch_heads == 0) return steps;
@@ -122,16 +122,19 @@ inline int bwd_smem_bytes(const KernelChoice& choice) {
   int bytes = 0;
   dispatch_element(choice.type, [&](auto element) {
     using Element = decltype(element);
-    dispatch_head_dim(HeadDimTilesFor<Element, true>{}, choice.head_dim_tile, [&](auto tile) {
+    dispatch_head_dims(HeadDimTilesFor<Element, true>{}, choice.head_dim_tile,
+                       choice.head_dim_v_tile, [&](auto tile, auto tile_v) {
       constexpr int kTile = decltype(tile)::value;
+      constexpr int kTileV = decltype(tile_v)::value;
       if constexpr (std::is_same_v<Element, float>) {
         bytes = SimtTraits<kTile>::kDkdvSmemBytes > SimtTraits<kTile>::kSmemBytes
                     ? SimtTraits<kTile>::kDkdvSmemBytes
                     : SimtTraits<kTile>::kSmemBytes;
       } else {
-        bytes = BwdTraits<kTile>::kSmemBytes > BwdDqTraits<kTile>::kSmemBytes
-                    ? BwdTraits<kTile>::kSmemBytes
-                    : BwdDqTraits<kTile>::kSmemBytes;
+        using Traits = BwdTile<kTile, kTileV>;
+        using DqTraits = BwdDqTile<kTile, kTileV>;
+        bytes = Traits::kSmemBytes > DqTraits::kSmemBytes ? Traits::kSmemBytes
+                                                          : DqTraits::kSmemBytes;
       }
     });
   });
@@ -213,12 +216,13 @@ inline BwdPlan plan_bwd(const AttnBwdParams& p, ElementType type, const DevicePr
   plan.smem_bytes = bwd_smem_bytes(plan.kernels);
   dispatch_element(type, [&](auto element) {
     using Element = decltype(element);
-    dispatch_head_dim(HeadDimTilesFor<Element, true>{}, plan.kernels.head_dim_tile, [&](auto tile) {
+    dispatch_head_dims(HeadDimTilesFor<Element, true>{}, plan.kernels.head_dim_tile,
+                       plan.kernels.head_dim_v_tile, [&](auto tile, auto tile_v) {
       constexpr int kTile = decltype(tile)::value;
       if constexpr (std::is_same_v<Element, float>) {
         plan.steps = bwd_steps_simt<kTile>(p);
       } else {
-        plan.steps = bwd_steps_16bit<kTile>(p);
+        plan.steps = bwd_steps_16bit<kTile, decltype(tile_v)::value>(p);
       }
     });
   });

@@ -195,9 +195,13 @@ using FwdTile = std::conditional_t<kHeadDimV == named_head_dim_v(kHeadDim),
 // Q_i and dO_i are one stage: the copy of tile i + 1 starts once every warp is done with
 // dK/dV of tile i, and overlaps the dQ product (two stages at d = 128 exceed sm_80's shared
 // memory).
-template <int kHeadDim_>
-struct BwdTraits {
+// A value head dim of its own (MLA's (192, 128), kernel_list.py): K, Q, dK and dQ are kHeadDim
+// wide, V, dO and dV kHeadDimV, so dP^T = Vj dOi^T takes kHeadDimV / 16 k-steps and dV's warp
+// tile kDvCols columns (at (192, 128): 32 floats of dV per thread instead of 48).
+template <int kHeadDim_, int kHeadDimV_>
+struct BwdPairTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr Arch kArch = Arch::kSm80;
   static constexpr int kMaxSmemBytes = max_smem_bytes(kArch);
   static constexpr int kNWarps = 8;
@@ -212,10 +216,11 @@ struct BwdTraits {
   // At d = 64 S^T and dP^T next to dK and dV spilled: the warp computes its S tile in two
   // slices of its queries, reloading its K and V fragments once more.
   static constexpr int kSdpPasses = kHeadDim == 64 ? 2 : 1;
-  // dK / dV warp tile: 32 keys x kDkvCols.
+  // dK / dV warp tiles: 32 keys x kDkCols of dK, x kDvCols of dV.
   static constexpr int kDkvWarpsN = kBlockN / 32;
   static constexpr int kDkvKeys = kBlockN / kDkvWarpsN;
-  static constexpr int kDkvCols = kHeadDim / (kNWarps / kDkvWarpsN);
+  static constexpr int kDkCols = kHeadDim / (kNWarps / kDkvWarpsN);
+  static constexpr int kDvCols = kHeadDimV / (kNWarps / kDkvWarpsN);
   // dQ warp tile: kDqRows queries x kDqCols. Two warps along the queries where that leaves
   // whole 16-column loads per warp (d = 96 would split its columns in 24s: four there).
   static constexpr int kDqWarpsM = kBlockM == 128 || kHeadDim % 64 != 0 ? 4 : 2;
@@ -225,24 +230,29 @@ struct BwdTraits {
   // of 16 columns, each reloading the dS fragments.
   static constexpr int kDqPasses = kDqCols > 48 ? 4 : 1;
 
-  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;
-  static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;
+  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;    // K, Q rows
+  static constexpr int kVSmemStride = kHeadDimV + kSmemPadElems;  // V, dO rows
+  static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;  // the K tile
+  static constexpr int kVTileSmemElems = kBlockN * kVSmemStride;
   static constexpr int kQTileSmemElems = kBlockM * kSmemStride;
+  static constexpr int kDoTileSmemElems = kBlockM * kVSmemStride;
   // P^T and dS^T, [kBlockN keys][kBlockM queries], padded like the other tiles.
   static constexpr int kPSmemStride = kBlockM + kSmemPadElems;
   static constexpr int kPSmemElems = kBlockN * kPSmemStride;
   // K, V, Q_i, dO_i, P^T, dS^T; then LSE_i, D_i in fp32.
-  static constexpr int kSmem16BitElems =
-      2 * kKVTileSmemElems + 2 * kQTileSmemElems + 2 * kPSmemElems;
+  static constexpr int kSmem16BitElems = kKVTileSmemElems + kVTileSmemElems + kQTileSmemElems +
+                                         kDoTileSmemElems + 2 * kPSmemElems;
   static constexpr int kSmemBytes =
       kSmem16BitElems * kElemBytes16 + 2 * kBlockM * static_cast<int>(sizeof(float));
   // One CTA of 8 warps per SM: 255 registers per thread.
   static constexpr int kMinBlocksPerSm = 1;
 
   static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDimBwd, "bad head-dim tile");
+  static_assert(kHeadDimV % kMmaK == 0 && kHeadDimV <= kHeadDim, "bad v head-dim tile");
   static_assert(kSdpKeys % kMmaM == 0 && kSdpQueries % (2 * kMmaN * kSdpPasses) == 0 &&
-                    kDkvKeys % kMmaM == 0 && kDkvCols % (2 * kMmaN) == 0 &&
-                    kDqRows % kMmaM == 0 && kDqCols % (2 * kMmaN * kDqPasses) == 0,
+                    kDkvKeys % kMmaM == 0 && kDkCols % (2 * kMmaN) == 0 &&
+                    kDvCols % (2 * kMmaN) == 0 && kDqRows % kMmaM == 0 &&
+                    kDqCols % (2 * kMmaN * kDqPasses) == 0,
                 "warp tiles must be whole m16 tiles by whole 16-column ldmatrix.x4 loads");
   // A warp's dK/dV rows are its S tile's keys, so it multiplies the P^T and dS^T of its own
   // queries straight from its registers, right after computing them and before the barrier
@@ -250,17 +260,27 @@ struct BwdTraits {
   static_assert(kDkvWarpsN == kSdpWarpsN && kDkvKeys == kSdpKeys,
                 "dK/dV and S^T warp tiles must share their keys");
   static_assert(kSmem16BitElems * kElemBytes16 % kChunkBytes == 0, "fp32 tail must stay aligned");
+  static_assert((kKVTileSmemElems + kVTileSmemElems + kQTileSmemElems) * kElemBytes16 %
+                        kChunkBytes == 0,
+                "every tile must start 16-byte aligned (cp.async, ldmatrix)");
   static_assert(kSmemBytes <= kMaxSmemBytes, "backward tile exceeds sm_80 shared memory");
-  static_assert((kPSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
-                "P^T row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
+  static_assert((kPSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1 &&
+                    (kVSmemStride * kElemBytes16 / kChunkBytes) % 2 == 1,
+                "row pitch must be an odd number of 16-byte chunks (bank-conflict-free)");
 };
+
+// The equal pairs' tiles: a type of their own, as FwdTraits, so their kernels keep the symbol
+// names by which .ci/sass_compare.py pairs the kernels of two trees.
+template <int kHeadDim_>
+struct BwdTraits : BwdPairTraits<kHeadDim_, kHeadDim_> {};
 
 // Deterministic dQ kernel (bwd_dq_kernel.cuh): the forward's loop, with dQ_i in registers where
 // the forward keeps O_i and dOi in smem next to Qi. It keeps S and dP live at once, so a warp
 // owns 16 query rows (one m-tile) at every d, and a two-stage K/V ring hides the copies.
-template <int kHeadDim_>
-struct BwdDqTraits {
+template <int kHeadDim_, int kHeadDimV_>
+struct BwdDqPairTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;  // V's and dO's width (BwdPairTraits)
   static constexpr Arch kArch = Arch::kSm80;
   static constexpr int kMaxSmemBytes = max_smem_bytes(kArch);
   static constexpr int kNWarps = 4;
@@ -268,17 +288,38 @@ struct BwdDqTraits {
   static constexpr int kBlockM = kNWarps * kMmaM;
   static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
   static constexpr int kStages = 2;  // K/V tiles in flight
-  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;
+  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;    // Q, K rows
+  static constexpr int kVSmemStride = kHeadDimV + kSmemPadElems;  // dO, V rows
   static constexpr int kQSmemElems = kBlockM * kSmemStride;
-  static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;
+  static constexpr int kDoSmemElems = kBlockM * kVSmemStride;
+  static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;  // a K tile
+  static constexpr int kVTileSmemElems = kBlockN * kVSmemStride;
   // Qi, dOi, then kStages x (K tile, V tile).
   static constexpr int kSmemBytes =
-      (2 * kQSmemElems + 2 * kStages * kKVTileSmemElems) * kElemBytes16;
+      (kQSmemElems + kDoSmemElems + kStages * (kKVTileSmemElems + kVTileSmemElems)) *
+      kElemBytes16;
   // For __launch_bounds__, as FwdTraits: ptxas' own budget spilled.
   static constexpr int kMinBlocksPerSm = kMaxSmemBytes / kSmemBytes >= 2 ? 2 : 1;
   static_assert(kSmemBytes <= kMaxSmemBytes, "dQ tile exceeds sm_80 shared memory");
   static_assert(kStages >= 2, "need at least double buffering");
+  static_assert(kHeadDimV % kMmaK == 0 && kHeadDimV <= kHeadDim, "bad v head-dim tile");
+  static_assert((kQSmemElems + kDoSmemElems + kKVTileSmemElems) * kElemBytes16 % kChunkBytes ==
+                    0,
+                "every tile must start 16-byte aligned (cp.async, ldmatrix)");
 };
+
+// The equal pairs' tiles, a type of their own (as BwdTraits).
+template <int kHeadDim_>
+struct BwdDqTraits : BwdDqPairTraits<kHeadDim_, kHeadDim_> {};
+
+// The backward's traits of the tile (kHeadDim, kHeadDimV): BwdTraits, BwdDqTraits for an equal
+// pair, else the pair's own.
+template <int kHeadDim, int kHeadDimV>
+using BwdTile = std::conditional_t<kHeadDimV == kHeadDim, BwdTraits<kHeadDim>,
+                                   BwdPairTraits<kHeadDim, kHeadDimV>>;
+template <int kHeadDim, int kHeadDimV>
+using BwdDqTile = std::conditional_t<kHeadDimV == kHeadDim, BwdDqTraits<kHeadDim>,
+                                     BwdDqPairTraits<kHeadDim, kHeadDimV>>;
 
 // fp32 SIMT kernels (simt_kernels.cuh): one warp per query row (forward, dQ) or per key row
 // (dK/dV); a tile of 32 keys / 32 queries, one per lane, is staged in smem with rows padded by

@@ -8,23 +8,33 @@
 
 namespace flashattn::cuda {
 
-template void run_bwd_16bit<__half, 32>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__nv_bfloat16, 32>(const AttnBwdParams&, float*,
+template void run_bwd_16bit<__half, 32, 32>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__half, 64>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__nv_bfloat16, 64>(const AttnBwdParams&, float*,
+template void run_bwd_16bit<__nv_bfloat16, 32, 32>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__half, 96>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__nv_bfloat16, 96>(const AttnBwdParams&, float*,
+template void run_bwd_16bit<__half, 64, 64>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__half, 128>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__nv_bfloat16, 128>(const AttnBwdParams&, float*,
+template void run_bwd_16bit<__nv_bfloat16, 64, 64>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__half, 192>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__nv_bfloat16, 192>(const AttnBwdParams&, float*,
+template void run_bwd_16bit<__half, 96, 96>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__half, 256>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__nv_bfloat16, 256>(const AttnBwdParams&, float*,
+template void run_bwd_16bit<__nv_bfloat16, 96, 96>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__half, 128, 128>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__nv_bfloat16, 128, 128>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__half, 192, 192>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__nv_bfloat16, 192, 192>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__half, 256, 256>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__nv_bfloat16, 256, 256>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__half, 192, 128>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__nv_bfloat16, 192, 128>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
 template void run_bwd_simt<64>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
 template void run_bwd_simt<128>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);

@@ -3,5 +3,6 @@
 #include "../launch_bwd.cuh"
 
 namespace flashattn::cuda {
-template void run_bwd_16bit<__half, 256>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__half, 256, 256>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda

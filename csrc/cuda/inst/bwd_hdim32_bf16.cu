@@ -3,6 +3,6 @@
 #include "../launch_bwd.cuh"
 
 namespace flashattn::cuda {
-template void run_bwd_16bit<__nv_bfloat16, 32>(const AttnBwdParams&, float*,
+template void run_bwd_16bit<__nv_bfloat16, 32, 32>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda

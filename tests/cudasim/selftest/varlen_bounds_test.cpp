@@ -89,7 +89,7 @@ void run_case(const Case& c, bool fp32, bool deterministic) {
     run_bwd_simt<kHeadDim>(p, workspace.data(), nullptr, &no_check);
   } else {
     run_fwd_16bit<__nv_bfloat16, kHeadDim, kHeadDim>(p, split_scratch_ptr, nullptr, &no_check);
-    run_bwd_16bit<__nv_bfloat16, kHeadDim>(p, workspace.data(), nullptr, &no_check);
+    run_bwd_16bit<__nv_bfloat16, kHeadDim, kHeadDim>(p, workspace.data(), nullptr, &no_check);
   }
   std::printf("%s (%s%s): ran\n", c.name, fp32 ? "fp32" : "bf16",
               deterministic ? ", deterministic" : "");
@@ -100,8 +100,8 @@ void run_case(const Case& c, bool fp32, bool deterministic) {
 namespace flashattn::cuda {
 template void run_fwd_16bit<__nv_bfloat16, kHeadDim, kHeadDim>(const AttnParams&, float*,
                                                                cudaStream_t, LaunchCheck);
-template void run_bwd_16bit<__nv_bfloat16, kHeadDim>(const AttnBwdParams&, float*, cudaStream_t,
-                                                     LaunchCheck);
+template void run_bwd_16bit<__nv_bfloat16, kHeadDim, kHeadDim>(const AttnBwdParams&, float*,
+                                                               cudaStream_t, LaunchCheck);
 template void run_fwd_simt<kHeadDim>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_bwd_simt<kHeadDim>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda
