@@ -1,7 +1,7 @@
 """A value head dim of its own (MLA) on the CUDA kernels, run on the CPU shim: the 16-bit forward
-and backward run (192, 128) on its own tile (V, O, dO and dV 128 wide: kernel_list.py
-HEAD_DIM_PAIRS_16BIT_FWD and _BWD), every other pair, and the fp32 kernels every pair, on the
-head-dim tile of the wider dim
+and backward run (192, 128) and (128, 64) on tiles of their own (V, O, dO and dV 128 or 64 wide:
+kernel_list.py HEAD_DIM_PAIRS_16BIT_FWD and _BWD), every other pair, and the fp32 kernels every
+pair, on the head-dim tile of the wider dim
 (csrc/cuda/plan_fwd.h, tile_head_dim), with V, O, dO and dV read and written over their own
 head_dim_v columns. Every result is checked against the float64
 reference with PyTorch's own error in the dtype as the yardstick; outputs are poisoned before
@@ -108,13 +108,15 @@ def test_kvcache_values_inside_the_keys(sim, layout, dtype, num_splits):
 
 
 def test_the_tile_is_the_pairs_or_the_wider_dims(sim):
-    """The 16-bit forward's and backward's plans pick the (192, 128) tile for the pairs it covers,
-    else the tile of max(head_dim, head_dim_v), as fp32 always does; the split scratch holds
-    out's head_dim_v columns per row."""
+    """The 16-bit forward's and backward's plans pick the (192, 128) or (128, 64) tile for the
+    pairs they cover, else the tile of max(head_dim, head_dim_v), as fp32 always does; the split
+    scratch holds out's head_dim_v columns per row."""
     for dims, fwd16, tile32 in (((192, 128), (192, 128), 256),
                                 ((180, 120), (192, 128), 256),
                                 ((64, 128), (128, 128), 128),
-                                ((128, 64), (128, 128), 128),
+                                ((128, 64), (128, 64), 128),
+                                ((100, 33), (128, 64), 128),
+                                ((128, 65), (128, 128), 128),
                                 ((72, 40), (96, 96), 128)):
         for dtype, fwd_tile in ((torch.bfloat16, fwd16), (torch.float32, (tile32, tile32))):
             q, k, v = make_qkv(2, 1, 700, 8, 1, dims, dtype)
@@ -152,10 +154,11 @@ def check_forward(q, k, v, mask, ex, **op_kwargs):
 # dK/dV kernel (dK 192 wide, dV and dO 128) and deterministic dQ kernel ----
 
 
-def assert_pair_tiles(sim, q, k, v):
-    assert json.loads(sim.ops.plan_fwd(q, k, v))["head_dim_v_tile"] == 128
+def assert_pair_tiles(sim, q, k, v, tile=(192, 128)):
+    fwd = json.loads(sim.ops.plan_fwd(q, k, v))
+    assert (fwd["head_dim_tile"], fwd["head_dim_v_tile"]) == tile
     bwd = json.loads(sim.ops.plan_bwd(q, k, v))
-    assert (bwd["head_dim_tile"], bwd["head_dim_v_tile"]) == (192, 128)
+    assert (bwd["head_dim_tile"], bwd["head_dim_v_tile"]) == tile
 
 @pytest.mark.parametrize("seqlens", [(1, 257), (7, 63), (63, 7), (65, 129), (129, 65), (127, 1),
                                      (257, 127)], ids=str)
@@ -208,6 +211,48 @@ def test_pair_tile_dropout(sim):
     """Dropout on the (192, 128) tile's kernel (it is the one-m-tile kernel, which applies it):
     against the reference with the keep mask of the same random state."""
     check_forward_with_dropout(sim, (192, 128))
+
+
+# ---- (128, 64): Q and K 128 wide, V and O 64; one m-tile (its only forward kernel), 64 keys per
+# tile; the backward's dK/dV 128 keys per CTA (dV 64 wide), dQ 64 x 64 ----
+
+@pytest.mark.parametrize("seqlens", [(1, 257), (7, 63), (63, 7), (65, 129), (129, 65), (127, 1),
+                                     (257, 127)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_pair_128_64_awkward_sizes(sim, seqlens, dtype):
+    """Forward and backward at partial query and key tiles, Sq != Sk both ways, GQA 2 on 1,
+    causal."""
+    q, k, v = make_qkv(1, *seqlens, 2, 1, (128, 64), dtype)
+    assert_pair_tiles(sim, q, k, v, (128, 64))
+    check_forward_and_backward(q, k, v, MASKS["causal"], ex=sim)
+
+
+@pytest.mark.parametrize("seqlens", [(1, 257), (129, 65)], ids=str)
+def test_pair_128_64_deterministic(sim, seqlens):
+    q, k, v = make_qkv(1, *seqlens, 2, 1, (128, 64), torch.bfloat16)
+    check_forward_and_backward(q, k, v, MASKS["causal"], ex=sim,
+                               bwd_arguments=dict(deterministic=True))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_pair_128_64_under_every_schedule(sim, schedule, deterministic):
+    q, k, v = make_qkv(1, 65, 129, 2, 1, (128, 64), torch.float16)
+    check_forward_and_backward(q, k, v, MASKS["causal"], ex=sim,
+                               bwd_arguments=dict(deterministic=deterministic))
+
+
+@pytest.mark.parametrize("dims,dtype", [((100, 36), torch.float16), ((121, 7), torch.bfloat16),
+                                        ((128, 1), torch.float16)], ids=str)
+def test_pair_128_64_ragged_dims(sim, dims, dtype):
+    """Pairs the (128, 64) tile covers that are not whole 16-byte chunks, down to a v of one
+    column."""
+    q, k, v = make_qkv(1, 33, 47, 2, 1, dims, dtype)
+    assert_pair_tiles(sim, q, k, v, (128, 64))
+    check_forward_and_backward(q, k, v, MASKS["causal"], ex=sim)
+
+
+def test_pair_128_64_dropout(sim):
+    check_forward_with_dropout(sim, (128, 64))
 
 
 # ---- head dims above 256: MLA's 576 tile (q, k 576 wide, v 512), forward only ----

@@ -12,7 +12,10 @@ change of kernel selection and must be deliberate. Shared memory, by traits.h:
   SimtTraits<d>  80 x (d + 1) x 4 bytes (8 query rows and 32 keys, each of q/k or k/v);
   BwdTraits<128> 141824, BwdDqTraits<128> 104448, SimtTraits<64> dK/dV 21056;
   BwdPairTraits<192, 128> (64 + 64) x (200 + 136) x 2 + 2 x 64 x 72 x 2 + 2 x 64 x 4 = 104960,
-  BwdDqPairTraits<192, 128> (64 + 2 x 32) x (200 + 136) x 2 = 86016.
+  BwdDqPairTraits<192, 128> (64 + 2 x 32) x (200 + 136) x 2 = 86016;
+  FwdPairTraits<128, 64> (64 + 64) x 136 x 2 + 64 x 72 x 2 + the row table 2048 = 46080 (one
+  m-tile, its only kernel), BwdPairTraits<128, 64> (128 + 64) x (136 + 72) x 2 + 2 x 128 x 72 x 2
+  + 2 x 64 x 4 = 117248, BwdDqPairTraits<128, 64> (64 + 2 x 64) x (136 + 72) x 2 = 79872.
 """
 import json
 
@@ -81,13 +84,16 @@ HEAD_DIMS_SIMT = {32: 64, 64: 64, 96: 128, 128: 128, 200: 256, 256: 256}
 # x 64 keys x K, V x 8 bytes).
 ROW_TABLE = 2 * 64 * 2 * 8
 # (head_dim, head_dim_v) -> the 16-bit forward's (tile, v tile), one m-tile, shared memory and the
-# backward's (tile, v tile): a pair the (192, 128) tile covers takes it in both directions
-# (kernel_list.py HEAD_DIM_PAIRS_16BIT_FWD and _BWD), any other the equal tile of its wider dim.
+# backward's (tile, v tile): a pair the (192, 128) or (128, 64) tile covers takes it in both
+# directions (kernel_list.py HEAD_DIM_PAIRS_16BIT_FWD and _BWD), any other the equal tile of its
+# wider dim.
 PAIRS_16BIT = {(192, 128): ((192, 128), True, 68608, (192, 128)),
                (160, 100): ((192, 128), True, 68608, (192, 128)),
                (192, 129): ((192, 192), True, fwd_smem(192, True), (192, 192)),
                (100, 192): ((192, 192), True, fwd_smem(192, True), (192, 192)),
-               (128, 64): ((128, 128), True, fwd_smem(128, True) + ROW_TABLE, (128, 128)),
+               (128, 64): ((128, 64), True, 46080, (128, 64)),
+               (100, 33): ((128, 64), True, 46080, (128, 64)),
+               (128, 65): ((128, 128), True, fwd_smem(128, True) + ROW_TABLE, (128, 128)),
                (64, 128): ((128, 128), True, fwd_smem(128, True) + ROW_TABLE, (128, 128)),
                (256, 128): ((256, 256), True, fwd_smem(256, True), (256, 256))}
 
@@ -221,6 +227,19 @@ def test_bwd_16bit_pair_tile(sim):
     assert det["steps"][2] == step("dq", "tensor_core", [2, 8, 1], 128, 86016)
 
 
+def test_bwd_16bit_pair_tile_128_64(sim):
+    # (128, 64): BwdPairTraits<128, 64>, 128 keys per CTA and 64 queries per step as the 128
+    # tile, V and dO 64 wide in shared memory (header).
+    q, k, _ = qkv(2, 128, 128, 4, 4, 128)
+    v = torch.randn(2, 128, 4, 64, dtype=q.dtype)
+    plan = plan_bwd(sim, q, k, v)
+    assert (plan["head_dim_tile"], plan["head_dim_v_tile"]) == (128, 64)
+    assert plan["steps"][1] == step("dkdv", "tensor_core", [1, 8, 1], 256, 117248)
+    assert plan["smem_bytes"] == 117248
+    det = plan_bwd(sim, q, k, v, deterministic=True)
+    assert det["steps"][2] == step("dq", "tensor_core", [2, 8, 1], 128, 79872)
+
+
 def test_bwd_gqa_runs_dkdv_per_kv_head(sim):
     plan = plan_bwd(sim, *qkv(2, 128, 128, 8, 2, 64))
     dkdv = plan["steps"][1]
@@ -339,7 +358,7 @@ BWD_KERNELS = {("dot_do_o", "rows"): "bwd_dot_do_o_kernel",
 @pytest.mark.parametrize("dtype,deterministic,dims", [
     (torch.float16, False, (64, 64)), (torch.float16, True, (64, 64)),
     (torch.float32, False, (64, 64)), (torch.bfloat16, False, (192, 128)),
-    (torch.bfloat16, True, (192, 128))], ids=str)
+    (torch.bfloat16, True, (192, 128)), (torch.float16, True, (128, 64))], ids=str)
 def test_bwd_launches_are_the_plan(sim, dtype, deterministic, dims):
     q, k, _ = qkv(1, 24, 40, 4, 2, dims[0], dtype)
     v = torch.randn(1, 40, 2, dims[1], dtype=dtype)
@@ -350,7 +369,7 @@ def test_bwd_launches_are_the_plan(sim, dtype, deterministic, dims):
     assert len(launches) == len(plan["steps"]) == 3
     for launch, s in zip(launches, plan["steps"]):
         assert BWD_KERNELS[(s["kernel"], s["family"])] in launch["kernel"]
-        if dims == (192, 128) and s["family"] == "tensor_core":  # the pair's own traits
-            assert "PairTraits<192, 128>" in launch["kernel"], launch["kernel"]
+        if dims[0] != dims[1] and s["family"] == "tensor_core":  # the pair's own traits
+            assert f"PairTraits<{dims[0]}, {dims[1]}>" in launch["kernel"], launch["kernel"]
         assert (launch["grid"], launch["block"], launch["smem_bytes"]) == \
             (s["grid"], s["block"], s["smem_bytes"])

@@ -160,10 +160,11 @@ def test_dispatch_picks_the_lists_tiles(probe):
         assert tuple(probe.get(("bwd_pair", i), (0, 0))) == \
             (KL["pair_for"](d, dv, "fp16", backward=True) or (0, 0)), (d, dv)
     assert KL["pair_for"](192, 128, "bf16") == (192, 128)
-    assert KL["pair_for"](128, 64, "bf16") == (128, 128)
+    assert KL["pair_for"](128, 64, "bf16") == (128, 64)
+    assert KL["pair_for"](128, 65, "bf16") == (128, 128)
     assert KL["pair_for"](192, 128, "bf16", backward=True) == (192, 128)
     assert KL["pair_for"](192, 129, "bf16", backward=True) == (192, 192)
-    assert KL["pair_for"](128, 64, "bf16", backward=True) == (128, 128)
+    assert KL["pair_for"](128, 64, "bf16", backward=True) == (128, 64)
     # Every head dim the input checks accept (<= kMaxHeadDim, traits.h) has a 16-bit forward
     # tile, whose V is kMaxHeadDimV wide (MLA's 576 / 512); the backward's tiles are the
     # forward's up to kMaxHeadDimBwd, the fp32 tiles stop at kMaxHeadDimSimt (executor.h refuses

@@ -111,12 +111,12 @@ KERNEL_LIST = runpy.run_path(os.path.join(REPO, "csrc", "cuda", "kernel_list.py"
 # against traits.h for every head-dim tile of the list by tests/test_kernel_list.py) ----
 
 def fwd_tiles(d, dv=None):
-    """FwdTile<d, dv, false> (no dropout: two m-tiles per warp up to d = 128; dv None: the v width
-    tile d names, fwd_dim_v): kBlockM, kBlockN (64 keys up to d = 128 or a v of 128, the
-    (192, 128) tile's), threads (two warps per m-tile above a v of 256: each owns half of O's
-    columns)."""
+    """FwdTile<d, dv, false> (no dropout: two m-tiles per warp up to d = 128 where dv = d; dv
+    None: the v width tile d names, fwd_dim_v): kBlockM, kBlockN (64 keys up to d = 128 or a v of
+    128, the (192, 128) tile's), threads (two warps per m-tile above a v of 256: each owns half of
+    O's columns)."""
     dv = fwd_dim_v(d) if dv is None else dv
-    return ((128 if d <= 128 else 64), (64 if d <= 128 or dv <= 128 else 32),
+    return ((128 if d <= 128 and dv == d else 64), (64 if d <= 128 or dv <= 128 else 32),
             (256 if dv > 256 else 128))
 
 
@@ -137,10 +137,13 @@ def dkdv_tiles(d):
 
 
 def smem_fwd(d, dv=None):
-    """Qi, one K tile, one V tile (of the tile (d, dv); dv None: the v width d names)."""
+    """Qi, one K tile, one V tile (of the tile (d, dv); dv None: the v width d names), and the
+    one-m-tile kernel's table of paged rows up to d = 128 (traits.h kPagedRowTableBytes: 2 tiles
+    x bn keys x K, V x 8 bytes), which (128, 64), one m-tile without dropout too, takes."""
     dv = fwd_dim_v(d) if dv is None else dv
     bm, bn, _ = fwd_tiles(d, dv)
-    return ((bm + bn) * (d + 8) + bn * (dv + 8)) * ELEM
+    row_table = 2 * bn * 2 * 8 if bm == 64 and d <= 128 else 0
+    return ((bm + bn) * (d + 8) + bn * (dv + 8)) * ELEM + row_table
 
 
 def smem_dq(d, dv=None):

@@ -105,7 +105,7 @@ bool dispatch_head_dim(HeadDimTiles<kFirst, kRest...>, int head_dim, F&& f) {
 
 // Calls f(std::integral_constant<int, qk>, std::integral_constant<int, v>) for the first tile
 // (qk, v) of the list, in (qk, v) order, with qk >= head_dim and v >= head_dim_v: the narrowest
-// q and k, then the narrowest v (a (192, 128) pair takes the (192, 128) tile, (128, 64) the
+// q and k, then the narrowest v (a (192, 128) pair takes the (192, 128) tile, (128, 65) the
 // (128, 128) one). Returns false when none covers the pair.
 template <const auto& kQk, const auto& kV, std::size_t kIndex = 0, typename F>
 bool dispatch_head_dims(HeadDimPairs<kQk, kV> list, int head_dim, int head_dim_v, F&& f) {

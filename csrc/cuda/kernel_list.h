@@ -6,10 +6,10 @@
 
 namespace flashattn::cuda {
 
-inline constexpr int kSm80Fwd16bitHeadDims[] = {32, 64, 96, 128, 192, 192, 256, 576};
-inline constexpr int kSm80Fwd16bitHeadDimsV[] = {32, 64, 96, 128, 128, 192, 256, 512};
-inline constexpr int kSm80Bwd16bitHeadDims[] = {32, 64, 96, 128, 192, 192, 256};
-inline constexpr int kSm80Bwd16bitHeadDimsV[] = {32, 64, 96, 128, 128, 192, 256};
+inline constexpr int kSm80Fwd16bitHeadDims[] = {32, 64, 96, 128, 128, 192, 192, 256, 576};
+inline constexpr int kSm80Fwd16bitHeadDimsV[] = {32, 64, 96, 64, 128, 128, 192, 256, 512};
+inline constexpr int kSm80Bwd16bitHeadDims[] = {32, 64, 96, 128, 128, 192, 192, 256};
+inline constexpr int kSm80Bwd16bitHeadDimsV[] = {32, 64, 96, 64, 128, 128, 192, 256};
 inline constexpr int kSm80FwdSimtHeadDims[] = {64, 128, 256};
 inline constexpr int kSm80BwdSimtHeadDims[] = {64, 128, 256};
 inline constexpr int kSm90aFwdSm90HeadDims[] = {64, 128, 256};

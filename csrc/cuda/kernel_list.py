@@ -106,10 +106,12 @@ HEAD_DIMS_16BIT_FWD_ONLY = (576,)
 # The 16-bit forward's tiles whose v is narrower than q and k (MLA), beside the equal pairs: the
 # (192, 128) of DeepSeek's prefill and training, which on the (192, 192) tile spent a third of
 # P V's mma and of V's ldmatrix on padding (docs/lab/2026-12-03-mla-pair-tiles.md).
-HEAD_DIM_PAIRS_16BIT_FWD = ((192, 128),)
+# (128, 64), v half of q, one m-tile per warp (traits.h): a quarter of the mma of the (128, 128)
+# tile's one-m-tile kernel were V's padding (docs/lab/2026-12-03-mla-pair-tiles.md).
+HEAD_DIM_PAIRS_16BIT_FWD = ((192, 128), (128, 64))
 # The 16-bit backward's unequal pairs (each one of the forward's, dispatch.h): (192, 128), whose
 # dV, V and dO on the (192, 192) tile were a third padding (docs/lab/2026-12-03-mla-pair-tiles.md).
-HEAD_DIM_PAIRS_16BIT_BWD = ((192, 128),)
+HEAD_DIM_PAIRS_16BIT_BWD = ((192, 128), (128, 64))
 HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # The sm_90a forward and backward: exactly these head dims (FwdSm90Config, BwdSm90Config), fp16 and
 # bf16; the forward also at d = 256 (HEAD_DIMS_SM90_FWD). Each forward file holds eight main loops

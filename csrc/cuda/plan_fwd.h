@@ -65,7 +65,7 @@ struct KernelChoice {
 
 // The head dim a tile as wide for v as for q must cover: q's and k's, or v's where that is
 // wider. A pair of unequal head dims (MLA: 192 / 128, 128 / 64, 64 / 128) without a tile of its
-// own (the fp32 kernels'; the 16-bit forward's and backward's but (192, 128)) runs on the tile
+// own (the fp32 kernels'; the 16-bit ones' but (192, 128) and (128, 64)) runs on the tile
 // of the wider one, the kernels reading and writing Q, K, dQ, dK over head_dim columns and V, O,
 // dO, dV over head_dim_v, zero-filled up to the tile on load (tile_io.cuh) and never stored
 // past it.

@@ -25,7 +25,9 @@
 //   Tiles are keyed by (q's and k's width, v's width) pairs (kernel_list.py): besides the equal
 //   pairs and 576 / 512, MLA's (192, 128) of DeepSeek's prefill and training, one m-tile, 64 keys
 //   per tile: on the (192, 192) tile a third of P V's products and of V's ldmatrix were padding.
-//   One file per dtype, 2 kernels (docs/lab/2026-12-03-mla-pair-tiles.md).
+//   One file per dtype, 2 kernels (docs/lab/2026-12-03-mla-pair-tiles.md). And (128, 64), one
+//   m-tile (its only kernel), 64 keys per tile: on the (128, 128) tile's one-m-tile kernel a
+//   quarter of the mma and a fifth of the ldmatrix were V's padding.
 //   Masks (causal, window, softcap, ALiBi) are runtime branches that are uniform per CTA, not
 //   template flags: a mask-free tile takes the same path as non-causal attention, and only the
 //   boundary tiles pay for per-element masking, so a template flag would double the build for a
@@ -109,8 +111,10 @@ struct FwdPairTraits {
   // Query rows per warp, in m16 tiles. Up to d = 128 a warp owns two (FA2's geometry), so each
   // K or V fragment it loads from smem feeds two mma: the forward is bound by shared memory,
   // not tensor cores. Above d = 128 the O accumulator leaves no registers for a second m-tile,
-  // nor does dropout's state (it spilled; FA2 also shrinks its tile with dropout).
-  static constexpr int kMTiles = kHeadDim <= 128 && !kDropout ? 2 : 1;
+  // nor does dropout's state (it spilled; FA2 also shrinks its tile with dropout). The two-m-tile
+  // kernel assumes equal head dims (fwd_kernel.cuh, v_cols), so an unequal pair's tile ((128, 64))
+  // has one geometry, one m-tile, as above d = 128 (plan_fwd.h, with_fwd_traits).
+  static constexpr int kMTiles = kHeadDim <= 128 && kHeadDimV == kHeadDim && !kDropout ? 2 : 1;
   static constexpr int kBlockM = kRowWarps * kMmaM * kMTiles;
   // Keys per K/V tile. The S tile (kBlockN/2 floats per m-tile per thread) shrinks above
   // d = 128 to stay under 255 registers without spilling, unless V is at most 128 wide: the

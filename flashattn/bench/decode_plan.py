@@ -18,8 +18,8 @@ FEW_ROWS = 16          # plan_fwd.h kFwdFewRows: up to this many rows, the one-m
 WARP = 32
 # The compiled 16-bit forward tiles (csrc/cuda/kernel_list.py), (q's and k's width, v's), in the
 # order the dispatch (dispatch.h, dispatch_head_dims) tries them.
-HEAD_DIM_TILES = ((32, 32), (64, 64), (96, 96), (128, 128), (192, 128), (192, 192), (256, 256),
-                  (576, 512))
+HEAD_DIM_TILES = ((32, 32), (64, 64), (96, 96), (128, 64), (128, 128), (192, 128), (192, 192),
+                  (256, 256), (576, 512))
 
 
 def geometry(batch, q_len, heads, heads_kv, head_dim, head_dim_v=None):

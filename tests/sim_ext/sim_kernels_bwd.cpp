@@ -36,6 +36,10 @@ template void run_bwd_16bit<__half, 192, 128>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
 template void run_bwd_16bit<__nv_bfloat16, 192, 128>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__half, 128, 64>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_16bit<__nv_bfloat16, 128, 64>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
 template void run_bwd_simt<64>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
 template void run_bwd_simt<128>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
 template void run_bwd_simt<256>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);

@@ -34,6 +34,9 @@ template void run_fwd_16bit<__nv_bfloat16, 576, 512>(const AttnParams&, float*,
 template void run_fwd_16bit<__half, 192, 128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_16bit<__nv_bfloat16, 192, 128>(const AttnParams&, float*,
     cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__half, 128, 64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_16bit<__nv_bfloat16, 128, 64>(const AttnParams&, float*,
+    cudaStream_t, LaunchCheck);
 template void run_fwd_simt<64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
