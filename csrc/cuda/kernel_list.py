@@ -8,8 +8,8 @@ Everything that names a compiled kernel follows from KERNELS:
   - tools/gpu_model.py and tests/sanitizer_cases.py read this file when they run.
 
 A new head-dim tile is one number in HEAD_DIMS_16BIT (or HEAD_DIMS_SIMT), or a (qk, v) pair in
-HEAD_DIM_PAIRS_16BIT_FWD (and _BWD), plus, if its tiles need tuning, a case in csrc/cuda/traits.h; then
-`python csrc/cuda/generate_kernels.py`.
+HEAD_DIM_PAIRS_16BIT_FWD (and _BWD), plus, if its tiles need tuning, a case in
+csrc/cuda/traits.h; then `python csrc/cuda/generate_kernels.py`.
 tests/test_kernel_list.py checks that the generated files are current and that traits.h,
 dispatch.h, gpu_model.py and the sanitizer cases agree with the list.
 
