@@ -38,6 +38,10 @@ void check_rank(const at::Tensor& t, const char* name, bool varlen) {
   }
 }
 
+// float16 or bfloat16: the dtypes whose out (out_fp32) and gradients (grads_fp32) can be asked
+// for in float32 instead.
+bool is_16_bit(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+
 // A varlen batch's [total, heads, dim] tensor seen as one sequence of `total` rows, so one set
 // of shape checks serves both layouts.
 at::Tensor as_4d(const at::Tensor& t, bool varlen) { return varlen ? t.unsqueeze(0) : t; }
@@ -528,7 +532,7 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
   p.window_right = in.causal ? 0 : clip_window(in.window_right, p.seqlen_q, p.seqlen_k, block);
   if (block) p.block_offsets = in.block_offsets->data_ptr<int>();
   p.align_bottom_right = in.align_bottom_right;
-  p.out_fp32 = in.out_fp32 && (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16);
+  p.out_fp32 = in.out_fp32 && is_16_bit(q.scalar_type());
   if (in.alibi_slopes.has_value()) p.alibi = slopes_view(*in.alibi_slopes);
   if (in.attn_mask.has_value()) p.mask = mask_view(*in.attn_mask, mask_blocks, in.q, in.k);
   if (in.dropout_p > 0.0) {
@@ -548,6 +552,9 @@ void check_bwd(const AttnInputs& in, const BwdInputs& grads, const ExecutorLimit
               "none of them");
   TORCH_CHECK(!in.out_fp32, "flashattn: out_fp32 is forward only; the backward takes out and "
               "dout in q's dtype");
+  TORCH_CHECK(!grads.grads_fp32 || q.scalar_type() != at::kDouble, "flashattn: grads_fp32 asks "
+              "for float32 dq, dk, dv of float16, bfloat16 or float32 inputs; q is float64, whose "
+              "gradients are float64");
   check_qkv(in, limits);
   check_sequence_lengths(in, limits);
   check_block_offsets(in, limits);
@@ -572,9 +579,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInp
                                                                    const ExecutorLimits& limits) {
   check_bwd(in, grads, limits);
   const at::Tensor& q = in.q;
-  at::Tensor dq = alloc_output(q.sizes(), q.options(), in, 0.0);
-  at::Tensor dk = alloc_output(in.k.sizes(), in.k.options(), in, 0.0);
-  at::Tensor dv = alloc_output(in.v.sizes(), in.v.options(), in, 0.0);
+  const auto grad_options = [&](const at::Tensor& t) {
+    return grads.grads_fp32 ? t.options().dtype(at::kFloat) : t.options();
+  };
+  at::Tensor dq = alloc_output(q.sizes(), grad_options(q), in, 0.0);
+  at::Tensor dk = alloc_output(in.k.sizes(), grad_options(in.k), in, 0.0);
+  at::Tensor dv = alloc_output(in.v.sizes(), grad_options(in.v), in, 0.0);
   return {dq, dk, dv};
 }
 
@@ -598,6 +608,7 @@ AttnBwdParams make_bwd_params(const AttnInputs& in, const BwdInputs& grads, cons
   p.dk = rows_view(dk, varlen);
   p.dv = rows_view(dv, varlen);
   p.deterministic = in.deterministic;
+  p.grads_fp32 = grads.grads_fp32 && is_16_bit(in.q.scalar_type());
   return p;
 }
 

@@ -55,6 +55,7 @@ struct AttnInputs {
 struct BwdInputs {
   at::Tensor dout, out, lse;
   std::optional<at::Tensor> dlse;
+  bool grads_fp32 = false;  // dq, dk, dv in float32 for 16-bit inputs (params.h)
 };
 
 // What one executor accepts; checked up front so an unsupported input is an error, never a
@@ -99,7 +100,8 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
 // Validates the backward inputs against the forward ones.
 void check_bwd(const AttnInputs& in, const BwdInputs& grads, const ExecutorLimits& limits);
 
-// check_bwd, then freshly allocated (dq, dk, dv), each contiguous with the shape of its input.
+// check_bwd, then freshly allocated (dq, dk, dv), each contiguous with the shape of its input,
+// in its dtype (float32 with grads_fp32).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> check_and_alloc_bwd(const AttnInputs& in,
                                                                    const BwdInputs& grads,
                                                                    const ExecutorLimits& limits);

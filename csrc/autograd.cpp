@@ -112,6 +112,7 @@ class FwdBackward : public Node {
     for (const c10::IValue& argument : arguments_) stack.push_back(argument);
     for (const auto& [index, saved] : saved_) stack[first_argument + index] = saved.unpack(self);
     stack.emplace_back(should_compute_output(kDifferentiable.size() - 1));  // attn_mask_grad
+    stack.emplace_back(false);  // grads_fp32: autograd's gradients have the inputs' dtypes
     bwd_op().callBoxed(stack);
     variable_list result(num_outputs());
     for (size_t i = 0; i < result.size(); ++i)

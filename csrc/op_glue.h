@@ -54,7 +54,7 @@ inline AttnInputs read_attn_inputs(const OpArguments& args) {
 
 inline BwdInputs read_bwd_inputs(const OpArguments& args) {
   return {args.tensor("dout"), args.tensor("out"), args.tensor("lse"),
-          args.optional_tensor("dlse")};
+          args.optional_tensor("dlse"), args["grads_fp32"].toBool()};
 }
 
 template <typename Executor>

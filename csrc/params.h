@@ -221,6 +221,11 @@ struct AttnBwdParams : AttnParams {
   float* dmask = nullptr;
 
   bool deterministic = false;
+  // dq, dk, dv are float32 though q, k, v are 16-bit (bwd's internal grads_fp32, schema.h): the
+  // float32 sums are stored without rounding to 16 bits, so that flashattn.distributed's ring
+  // adds its blocks' gradients in float32 and rounds once. False for 32/64-bit inputs, whose
+  // gradients have their dtype. In the padding after deterministic.
+  bool grads_fp32 = false;
 };
 
 }  // namespace flashattn

@@ -51,9 +51,13 @@ inline constexpr const char* kFwdSchema =
 // Gradients of fwd. dlse is the gradient of the lse output (None if it has none); it folds
 // into D = rowsum(dout * out) - dlse so the LSE is differentiable. attn_mask_grad: also the
 // gradient of a float attn_mask (dattn_mask, in its shape and dtype); None otherwise.
+// grads_fp32 (internal: flashattn.distributed's ring): dq, dk, dv in float32 for float16,
+// bfloat16 and float32 inputs, not rounded to 16 bits, so that a block's gradients add up in
+// float32 across blocks (float64 inputs are refused). out and dout keep q's dtype.
 inline constexpr const char* kBwdSchema =
     "bwd(Tensor dout, Tensor out, Tensor lse, Tensor? dlse, " FLASHATTN_ATTN_ARGUMENTS
-    ", bool attn_mask_grad=False) -> (Tensor dq, Tensor dk, Tensor dv, Tensor? dattn_mask)";
+    ", bool attn_mask_grad=False, bool grads_fp32=False) -> (Tensor dq, Tensor dk, Tensor dv, "
+    "Tensor? dattn_mask)";
 
 // FA2's flash_attn_with_kvcache (forward only): appends k, v [B, S_new, Hkv, D] into the
 // caches in place at rows cache_seqlens[b] + t (k rotated when rotary_cos / rotary_sin

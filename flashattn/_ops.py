@@ -60,7 +60,10 @@ def _fwd_fake(*args, **kwargs):
 def _bwd_fake(*args, **kwargs):
     a = bind_arguments(_BWD, args, kwargs)
     _check_same_device(a["q"], a)
-    dq, dk, dv = (a[name].new_empty(a[name].shape) for name in ("q", "k", "v"))
+    # grads_fp32 (internal, flashattn.distributed): dq, dk, dv in float32 whatever q's 16 or 32
+    # bits.
+    dtype = torch.float32 if a["grads_fp32"] else a["q"].dtype
+    dq, dk, dv = (a[name].new_empty(a[name].shape, dtype=dtype) for name in ("q", "k", "v"))
     mask = a["attn_mask"]
     return dq, dk, dv, mask.new_empty(mask.shape) if a["attn_mask_grad"] else None
 

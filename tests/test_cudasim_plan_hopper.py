@@ -290,6 +290,8 @@ def _backward_stays_on_sm80():
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
         ("unaligned pointer", (q, _unaligned_pointer(2, 130, 2, 128), v), {}),
+        # flashattn.distributed's partial gradients: sm_80 stores them in float32.
+        ("grads_fp32", (q, k, v), dict(grads_fp32=True)),
     ]
 
 

@@ -64,13 +64,14 @@ def test_schema_defaults_are_flash_attn_funcs():
 
 
 def test_bwd_takes_the_forward_arguments_by_the_same_names():
-    """bwd(dout, out, lse, dlse, <every forward argument>, attn_mask_grad)."""
+    """bwd(dout, out, lse, dlse, <every forward argument>, attn_mask_grad, grads_fp32)."""
     def described(op):
         return [(a.name, str(a.type), a.default_value) for a in op.default._schema.arguments]
 
     fwd_args, bwd_args = described(torch.ops.flashattn.fwd), described(torch.ops.flashattn.bwd)
     assert bwd_args[4:4 + len(fwd_args)] == fwd_args
-    assert [name for name, _, _ in bwd_args[4 + len(fwd_args):]] == ["attn_mask_grad"]
+    assert [name for name, _, _ in bwd_args[4 + len(fwd_args):]] == ["attn_mask_grad",
+                                                                     "grads_fp32"]
 
 
 def test_unknown_argument_name_is_an_error():

@@ -717,12 +717,27 @@ class BackwardKernel {
     const T dk_scale = softmax_scale<T>(p_);
     const int64_t row0 = seqs_[task.b].k_row0 + kb * kKeyBlock;
     for (int c = 0; c < cols_of(task.b, kb); ++c) {
-      In* dk_row = p_.dk.row<In>(task.b, task.kv_head, row0 + c);
-      In* dv_row = p_.dv.row<In>(task.b, task.kv_head, row0 + c);
-      for (int d = 0; d < qk_dim_; ++d)
-        dk_row[d] = static_cast<In>(dk_scale * s.dk_acc[size_t(c) * dk_stride_ + d]);
-      for (int d = 0; d < v_dim_; ++d)
-        dv_row[d] = static_cast<In>(s.dv_acc[size_t(c) * dv_stride_ + d]);
+      const T* dk_acc = s.dk_acc.data() + size_t(c) * dk_stride_;
+      const T* dv_acc = s.dv_acc.data() + size_t(c) * dv_stride_;
+      store_grad_row(p_.dk, task.b, task.kv_head, row0 + c, qk_dim_,
+                     [&](int d) { return dk_scale * dk_acc[d]; });
+      store_grad_row(p_.dv, task.b, task.kv_head, row0 + c, v_dim_,
+                     [&](int d) { return dv_acc[d]; });
+    }
+  }
+
+  // Row `row` of head h in batch b of the gradient `grad` (dq, dk or dv): value(d) for its `dim`
+  // columns, rounded once to the gradient's type: In, or float32 when p_.grads_fp32 (16-bit
+  // inputs; params.h), which for float32 inputs is In.
+  template <typename Value>
+  void store_grad_row(const TensorView& grad, int b, int h, int64_t row, int dim,
+                      Value value) const {
+    if (p_.grads_fp32) {
+      float* out = grad.row<float>(b, h, row);
+      for (int d = 0; d < dim; ++d) out[d] = static_cast<float>(value(d));
+    } else {
+      In* out = grad.row<In>(b, h, row);
+      for (int d = 0; d < dim; ++d) out[d] = static_cast<In>(value(d));
     }
   }
 
@@ -766,11 +781,9 @@ class BackwardKernel {
         if constexpr (std::is_same_v<In, T>)
           r = untranspose_row_quads(total, query_block_, rows, qk_dim_, scale,
                                     [&](int row) { return p_.dq.row<In>(b, head, row0 + row); });
-        for (; r < rows; ++r) {
-          In* dq_row = p_.dq.row<In>(b, head, row0 + r);
-          for (int d = 0; d < qk_dim_; ++d)
-            dq_row[d] = static_cast<In>(scale * total[size_t(d) * query_block_ + r]);
-        }
+        for (; r < rows; ++r)
+          store_grad_row(p_.dq, b, head, row0 + r, qk_dim_,
+                         [&](int d) { return scale * total[size_t(d) * query_block_ + r]; });
       }
   }
 

@@ -327,10 +327,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       rows[r] = n_start + dkv_key0 + m * kMmaM + lanes.acc_row + r * kRowOffsetHi;
     store_accumulator_rows<Element, kDkNTiles>(dk_rmem[m], rows, unit, seq.seqlen_k,
                                                p.head_dim, dk_col0 + lane_col, p.dk, batch,
-                                               head_kv, seq.k_row0);
+                                               head_kv, seq.k_row0, p.grads_fp32);
     store_accumulator_rows<Element, kDvNTiles>(dv_rmem[m], rows, unit, seq.seqlen_k,
                                                p.head_dim_v, dv_col0 + lane_col, p.dv, batch,
-                                               head_kv, seq.k_row0);
+                                               head_kv, seq.k_row0, p.grads_fp32);
   }
 }
 

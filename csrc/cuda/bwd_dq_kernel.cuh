@@ -165,7 +165,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   const float unit[kRowsPerThread] = {1.f, 1.f};
   store_accumulator_rows<Element, kNTilesD>(dq_rmem[0], row, unit, seq.seqlen_q, p.head_dim,
-                                            lanes.acc_col, p.dq, batch, head, seq.q_row0);
+                                            lanes.acc_col, p.dq, batch, head, seq.q_row0,
+                                            p.grads_fp32);
 }
 
 }  // namespace flashattn::cuda

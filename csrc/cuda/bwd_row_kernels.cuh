@@ -1,7 +1,8 @@
 // The backward's two row-wise SIMT kernels, one warp per row of one (batch, head):
 //   bwd_dot_do_o_kernel   D_i = rowsum(dO_i * O_i) - dLSE_i (FA2's preprocessing), and zeroes
 //                         the fp32 dQ accumulator the dK/dV kernel adds into;
-//   bwd_convert_dq_kernel dQ fp32 accumulator -> dQ in the input dtype and strides.
+//   bwd_convert_dq_kernel dQ fp32 accumulator -> dQ in the input dtype (float32 with
+//                         grads_fp32) and strides.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -88,7 +89,13 @@ __global__ void __launch_bounds__(kRowKernelThreads)
   const int lane = threadIdx.x % kWarpSize;
   const float* accum_row =
       dq_accum_gmem + query_row_index(p, at.seq, at.head, at.row) * dq_accum_cols;
-  uint16_t* dq_row = p.dq.row<uint16_t>(at.batch, at.head, at.seq.q_row0 + at.row);  // [D]
+  const int64_t q_row = at.seq.q_row0 + at.row;
+  if (p.grads_fp32) {  // float32 dq of 16-bit inputs (params.h): the sum unrounded
+    float* dq_row = p.dq.row<float>(at.batch, at.head, q_row);  // [D]
+    for (int c = lane; c < p.head_dim; c += kWarpSize) dq_row[c] = accum_row[c];
+    return;
+  }
+  uint16_t* dq_row = p.dq.row<uint16_t>(at.batch, at.head, q_row);  // [D]
   for (int c = lane; c < p.head_dim; c += kWarpSize)
     dq_row[c] = static_cast<uint16_t>(pack_rn<Element>(accum_row[c], 0.f));
 }

@@ -68,6 +68,7 @@ inline bool pair_store_ok(const TensorView& view) {
 // kernels have it.
 inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type) {
   if (type == ElementType::kFloat) return "fp32 inputs";
+  if (p.grads_fp32) return "float32 gradients of 16-bit inputs (grads_fp32)";
   if (!is_sm90_bwd_head_dim(p.head_dim) || p.head_dim_v != p.head_dim)
     return "a head dim other than 64 or 128";
   // An empty side launches nothing there, and dQ (no keys) or dK, dV (no queries) must still be

@@ -177,7 +177,8 @@ void plan_bwd_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpArguments args(op, stack);
   const AttnInputs in = read_attn_inputs(args);
   auto [out, lse] = check_and_alloc_fwd(in, SimExecutor::limits());
-  const BwdInputs grads{at::empty_like(out), out, lse, std::nullopt};
+  const BwdInputs grads{at::empty_like(out), out, lse, std::nullopt,
+                        args["grads_fp32"].toBool()};
   auto [dq, dk, dv] = check_and_alloc_bwd(in, grads, SimExecutor::limits());
   const at::Tensor mask_blocks = mask_blocks_of(in.attn_mask);
   const BwdPlan plan =
@@ -230,7 +231,7 @@ TORCH_LIBRARY(flashattn_sim, m) {
   m.def("counters_reset() -> ()", &flashattn::cuda::counters_reset);
   m.def("counters_json() -> str", &flashattn::cuda::counters_json);
   m.def(flashattn::cuda::plan_schema("plan_fwd", ", int num_splits=1").c_str());
-  m.def(flashattn::cuda::plan_schema("plan_bwd", "").c_str());
+  m.def(flashattn::cuda::plan_schema("plan_bwd", ", bool grads_fp32=False").c_str());
 }
 
 TORCH_LIBRARY_IMPL(flashattn_sim, CPU, m) {
