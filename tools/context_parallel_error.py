@@ -2,10 +2,12 @@
 ranks: issue 32's accuracy target (at most 2x, for P up to 4, forward and backward).
 
     python tools/context_parallel_error.py [--seeds 8] [--seqlen 224] [--dtypes float32 ...]
+        [--fn ring-zigzag|ring-contiguous|ulysses] [--heads-kv 2]
 
-One spawn of 4 ranks (1 thread each) runs ring_flash_attn_func (zigzag) in groups of P = 1, 2
-and 4 on the same global inputs (B 2, H 4, kv heads 2, d 64; causal and not; out, LSE and the
-gradients of <out, dout> + <lse, dlse>). For each dtype, mask and P it prints, per result, the
+One spawn of 4 ranks (1 thread each) runs ring_flash_attn_func (zigzag or contiguous layout) or
+ulysses_flash_attn_func (zigzag; its kv heads must divide by 4: --heads-kv 4) in groups of
+P = 1, 2 and 4 on the same global inputs (B 2, H 4, kv heads 2, d 64; causal and not; out, LSE
+and the gradients of <out, dout> + <lse, dlse>). For each dtype, mask and P it prints, per result, the
 largest ratio over the seeds of the ring's max abs error against the float64 reference
 (flashattn/_reference.py) to flash_attn_func's on the whole sequence.
 """
@@ -40,11 +42,18 @@ def _max_error(a, b):
 def _worker(rank, args, rendezvous, path):
     import flashattn
     from flashattn._reference import attention_reference
-    from flashattn.distributed import ring_flash_attn_func, shard, unshard
+    from flashattn.distributed import (ring_flash_attn_func, shard, ulysses_flash_attn_func,
+                                       unshard)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank,
                             world_size=WORLD, timeout=datetime.timedelta(seconds=600))
     groups = {p: dist.new_group(ranks) for p, ranks in GROUPS.items()}
+    layout = "contiguous" if args.fn == "ring-contiguous" else "zigzag"
+    if args.fn == "ulysses":
+        attention = ulysses_flash_attn_func
+    else:
+        def attention(*a, **kw):
+            return ring_flash_attn_func(*a, layout=layout, **kw)
     rows = []
     for dtype_name in args.dtypes:
         dtype = DTYPES[dtype_name]
@@ -53,7 +62,8 @@ def _worker(rank, args, rendezvous, path):
                 g = torch.Generator().manual_seed(seed)
                 shape = (2, args.seqlen)
                 q, dout = (torch.randn(*shape, 4, 64, generator=g).to(dtype) for _ in range(2))
-                k, v = (torch.randn(*shape, 2, 64, generator=g).to(dtype) for _ in range(2))
+                k, v = (torch.randn(*shape, args.heads_kv, 64, generator=g).to(dtype)
+                        for _ in range(2))
                 dlse = torch.randn(2, 4, args.seqlen, generator=g)
                 if rank == 0:
                     single = _grads(lambda a, b, c: flashattn.flash_attn_func(
@@ -63,11 +73,12 @@ def _worker(rank, args, rendezvous, path):
                 for p, ranks in GROUPS.items():
                     if rank in ranks:
                         group = groups[p]
-                        local = [shard(t, group) for t in (q, k, v, dout)]
-                        got = _grads(lambda a, b, c: ring_flash_attn_func(
+                        local = [shard(t, group, layout=layout) for t in (q, k, v, dout)]
+                        got = _grads(lambda a, b, c: attention(
                             a, b, c, group, causal=causal, return_attn_probs=True)[:2],
-                            *local[:3], local[3], shard(dlse, group, dim=2))
-                        full = {n: unshard(t.contiguous(), group, dim=2 if n == "lse" else 1)
+                            *local[:3], local[3], shard(dlse, group, dim=2, layout=layout))
+                        full = {n: unshard(t.contiguous(), group, dim=2 if n == "lse" else 1,
+                                           layout=layout)
                                 for n, t in got.items()}
                         if rank == 0:
                             rows.append(dict(dtype=dtype_name, causal=causal, P=p, seed=seed, **{
@@ -85,6 +96,9 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--seqlen", type=int, default=224, help="global; divides by 2 x 4")
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=list(DTYPES))
+    parser.add_argument("--fn", choices=("ring-zigzag", "ring-contiguous", "ulysses"),
+                        default="ring-zigzag")
+    parser.add_argument("--heads-kv", type=int, default=2, help="of 4 query heads")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,8 +106,8 @@ def main(argv=None):
         mp.spawn(_worker, args=(args, os.path.join(tmp, "rendezvous"), path), nprocs=WORLD)
         with open(path) as f:
             rows = json.load(f)
-    print(f"ring error / flash_attn_func error against float64, the largest over {args.seeds} "
-          f"seeds (B 2, S {args.seqlen}, H 4/2, d 64, zigzag)")
+    print(f"{args.fn} error / flash_attn_func error against float64, the largest over "
+          f"{args.seeds} seeds (B 2, S {args.seqlen}, H 4/{args.heads_kv}, d 64)")
     print(f"{'dtype':9} {'mask':7} {'P':>2} " + " ".join(f"{n:>6}" for n in NAMES)
           + "   the worst ratio's errors (ring / single)")
     worst = {}
