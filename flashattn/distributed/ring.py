@@ -224,11 +224,14 @@ def _backward(dout, dlse, q, k, v, out, lse, cfg):
     acc = accumulator_dtype(q.dtype)
     seq = cfg.plan.seq_dim
     dq_acc = torch.zeros(q.shape, dtype=acc, device=q.device)
-    # The bwd op returns gradients in the input dtype. In 16 bits, P blocks rounded each and
-    # summed err up to ~sqrt(P) times one rounding (dV at P = 2 measured 2-3x single-process
-    # flashattn's error against float64, over the 2x target), so with more than one block the
-    # blocks run in float32: their gradients are exact partial sums, rounded once at the end.
-    # K/V still travel in their own dtype. Still to do: fp32 partial gradients from the op.
+    # By default the bwd op returns gradients in the input dtype. In 16 bits, P blocks rounded
+    # each and summed err up to ~sqrt(P) times one rounding (dV at P = 2 measured 2-3x
+    # single-process flashattn's error against float64, over the 2x target), so with more
+    # than one block the blocks run in float32: their gradients are exact partial sums, rounded
+    # once at the end.
+    # K/V still travel in their own dtype. 16-bit blocks with float32 gradients from the op
+    # (grads_fp32) cost 1.2x one process's CPU time against this upcast's 1.9x, but their dq/dk
+    # measured up to 2.5x flashattn's error (tests/test_distributed.py, some seeds): not yet.
     compute = acc if cfg.world > 1 else q.dtype
     dout, out, q_c = (t.to(compute) for t in (dout, out, q))
     kv, pending_dkv = (k, v), None
