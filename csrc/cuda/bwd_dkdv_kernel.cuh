@@ -20,15 +20,13 @@
 #pragma once
 #include <cstdint>
 
-#include "../dropout.h"
-#include "dropout_bits.cuh"
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
 #include "grid.h"
-#include "logit.cuh"
 #include "mask_range.cuh"
 #include "ptx.cuh"
+#include "score_rules.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
 #include "traits.h"
@@ -148,13 +146,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const int dv_col0 = (warp / Traits::kDkvWarpsN) * Traits::kDvCols;
   const int dq_row0 = (warp % Traits::kDqWarpsM) * Traits::kDqRows;
   const int dq_col0 = (warp / Traits::kDqWarpsM) * Traits::kDqCols;
-  // The keys of this lane's accumulator rows in S^T: m-tile m, low (r = 0) or high row.
+  // This lane's entries of S^T (rows are keys, columns queries within Qi; acc_fragment.cuh),
+  // and the keys of its rows: m-tile m, low (r = 0) or high row.
+  const AccFragment st_frag = AccFragment::of(lanes, sdp_key0, 0);
   int key[kSdpMTiles][kRowsPerThread];
 #pragma unroll
-  for (int m = 0; m < kSdpMTiles; ++m)
+  for (int m = 0; m < kSdpMTiles; ++m) {
+    st_frag.rows_of(m, key[m]);
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r)
-      key[m][r] = n_start + sdp_key0 + m * kMmaM + lanes.acc_row + r * kRowOffsetHi;
+    for (int r = 0; r < kRowsPerThread; ++r) key[m][r] += n_start;
+  }
   const bool tail_keys = n_start + kBlockN > seq.seqlen_k;
 
   float dk_rmem[kDkvMTiles][kDkNTiles][4], dv_rmem[kDkvMTiles][kDvNTiles][4];
@@ -177,14 +178,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       if (it + 1 < iterations) load_q_do(it + 1);
       continue;
     }
-    const LogitRules rules = LogitRules::make(p, seq, batch, head);
+    const ScoreRules rules = ScoreRules::make(p, seq, batch, head);
 
     // Only tiles some query of which misses some key (or that hang over Sq or Sk) pay for the
     // mask.
     const int m_last = m_start + kBlockM - 1;
-    const bool needs_mask = tail_keys || m_last >= seq.seqlen_q ||
-                            first_visible_key(seq, m_last) > n_start ||
-                            visible_key_end(seq, m_start) < n_start + kBlockN;
+    const ScoreTile score_tile{mask_class, tail_keys || m_last >= seq.seqlen_q ||
+                                               first_visible_key(seq, m_last) > n_start ||
+                                               visible_key_end(seq, m_start) < n_start + kBlockN};
     // This warp's S tile, in kSdpPasses slices of its queries.
 #pragma unroll
     for (int pass = 0; pass < Traits::kSdpPasses; ++pass) {
@@ -206,10 +207,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       uint32_t keep[kSdpMTiles];
 #pragma unroll
       for (int m = 0; m < kSdpMTiles; ++m)
-        keep[m] = p.dropout.on() ? keep_bits_by_key_rows<kPassNTiles>(
-                                       p.dropout, seq, head, key[m], m_start + query0,
-                                       lane_col)
-                                 : 0u;
+        keep[m] = rules.dropout_on() ? rules.keep_bits_by_key_rows<kPassNTiles>(
+                                           key[m], m_start + query0, lane_col)
+                                     : 0u;
       // P^T and dS^T, element by element, into shared memory. Queries outer: a column's
       // LSE_i and D_i are read once for both m-tiles, then dead.
 #pragma unroll
@@ -227,31 +227,23 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
             const int col = col0 + c % 2;  // query within Qi
             const int query = m_start + col;
             const int kv = key[m][c / 2];
-            const bool visible = !needs_mask || (query < seq.seqlen_q &&
-                                                 kv >= first_visible_key(seq, query) &&
-                                                 kv < visible_key_end(seq, query));
-            const bool in_range = query < seq.seqlen_q && kv < seq.seqlen_k;
-            float dlogit_ds;
-            float x = rules.log2_logit(s_rmem[m][j][c], query, kv, dlogit_ds);
-            if (mask_class == kMaskRead && in_range)
-              x += mask_bias(p.mask, batch, head, query, kv) * kLog2e;
-            const float prob = visible ? ptx::exp2_approx(x - lse_log2[c % 2]) : 0.f;
-            const float kept =
-                p.dropout.on() ? kept_factor(p.dropout, keep[m], 4 * j + c) : 1.f;
-            // dL / dlogit
-            const float ds = prob * (dp_rmem[m][j][c] * kept - dsum[c % 2]);
-            if (p.dmask != nullptr && in_range)
+            // Steps 1-6 and the chain rule (score_rules.cuh).
+            const float kept = rules.kept(keep[m], AccFragment::bit(j, c));
+            const ScoreGrad g = rules.backward<true, true>(s_rmem[m][j][c], dp_rmem[m][j][c], query,
+                                                     kv, score_tile, lse_log2[c % 2],
+                                                     dsum[c % 2], kept);
+            if (p.dmask != nullptr && rules.in_sequence(query, kv))
               p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
-                          p.seqlen_k + kv] = ds;
-            prob_pair[c % 2] = prob * kept;
-            ds_pair[c % 2] = ds * dlogit_ds;
+                          p.seqlen_k + kv] = g.dlogit;
+            prob_pair[c % 2] = g.prob * kept;
+            ds_pair[c % 2] = g.dlogit * g.dlogit_ds;
             if (c % 2 == 1) {
               // The lane's two neighbouring queries of one key row: one 32-bit store each,
               // and word (j % 2) * 2 + c / 2 of k-step j / 2's A fragment (warp_tile.cuh,
               // acc_to_a_frag).
               const uint32_t p_word = pack_rn<Element>(prob_pair[0], prob_pair[1]);
               const uint32_t ds_word = pack_rn<Element>(ds_pair[0], ds_pair[1]);
-              const int row = sdp_key0 + m * kMmaM + lanes.acc_row + (c / 2) * kRowOffsetHi;
+              const int row = st_frag.row(m, c);
               const int at = row * kPStride + col0;
               *FLASHATTN_SMEM(reinterpret_cast<uint32_t*>(pt_smem + at)) = p_word;
               *FLASHATTN_SMEM(reinterpret_cast<uint32_t*>(dst_smem + at)) = ds_word;

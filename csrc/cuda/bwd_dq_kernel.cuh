@@ -7,14 +7,13 @@
 #pragma once
 #include <cstdint>
 
-#include "../dropout.h"
-#include "dropout_bits.cuh"
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
 #include "grid.h"
-#include "logit.cuh"
+#include "mask_range.cuh"
 #include "ptx.cuh"
+#include "score_rules.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
 #include "traits.h"
@@ -98,17 +97,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const int warp = threadIdx.x / kWarpSize;
   const WarpLanes lanes = WarpLanes::of(threadIdx.x % kWarpSize);
   const int warp_row0 = warp * kMmaM;
+  // This lane's rows of the warp's S, dP and dQ accumulators (acc_fragment.cuh).
   int row[kRowsPerThread];
+  AccFragment::of(lanes, m_start + warp_row0, 0).rows_of(0, row);
   float lse_log2[kRowsPerThread], dsum[kRowsPerThread];
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
-    row[r] = m_start + warp_row0 + lanes.acc_row + r * kRowOffsetHi;
     const bool valid = row[r] < seq.seqlen_q;
     lse_log2[r] =
         valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, seq.q_row0 + row[r])) : 0.f;
     dsum[r] = valid ? d_gmem[query_row_index(p, seq, head, row[r])] : 0.f;
   }
-  const LogitRules rules = LogitRules::make(p, seq, batch, head);
+  const ScoreRules rules = ScoreRules::make(p, seq, batch, head);
 
   float dq_rmem[1][kNTilesD][4];  // one m-tile per warp (traits.h)
   zero_acc(dq_rmem);
@@ -128,10 +128,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     const uint16_t* vj_smem = v_smem(stage);
 
     // Dropout's decisions for this tile, drawn before the S and dP accumulators are live.
-    const uint32_t keep = p.dropout.on() ? keep_bits_by_query_rows<kNTilesN>(
-                                               p.dropout, seq, head, row, n_start,
-                                               lanes.acc_col)
-                                         : 0u;
+    const uint32_t keep =
+        rules.dropout_on() ? rules.keep_bits_by_query_rows<kNTilesN>(row, n_start, lanes.acc_col)
+                           : 0u;
     // S_ij = Qi Kj^T and dP_ij = dOi Vj^T for this warp's 16 rows.
     float s_rmem[1][kNTilesN][4], dp_rmem[1][kNTilesN][4];
     zero_acc(s_rmem);
@@ -140,23 +139,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     mma_ABt<Element, kKStepsDv, kVStride>(dp_rmem, do_smem + warp_row0 * kVStride, vj_smem,
                                           lanes);
 
-    const bool needs_mask = tiles.needs_mask(tile);
-#pragma unroll
-    for (int j = 0; j < kNTilesN; ++j) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int r = c / 2;
-        const int kv = n_start + j * kMmaN + lanes.acc_col + c % 2;
-        const bool visible = !needs_mask || key_visible(seq, row[r], kv);
-        float dlogit_ds;
-        float x = rules.log2_logit(s_rmem[0][j][c], row[r], kv, dlogit_ds);
-        if (mask_class == kMaskRead && row[r] < seq.seqlen_q && kv < seq.seqlen_k)
-          x += mask_bias(p.mask, batch, head, row[r], kv) * kLog2e;
-        const float prob = visible ? ptx::exp2_approx(x - lse_log2[r]) : 0.f;
-        const float kept = p.dropout.on() ? kept_factor(p.dropout, keep, 4 * j + c) : 1.f;
-        dp_rmem[0][j][c] = prob * (dp_rmem[0][j][c] * kept - dsum[r]) * dlogit_ds;
-      }
-    }
+    // dP_ij becomes dS_ij (score_rules.cuh, steps 1-6 and the chain rule), entry by entry.
+    const ScoreTile score_tile{mask_class, tiles.needs_mask(tile)};
+    const AccFragment s_frag = AccFragment::of(lanes, m_start + warp_row0, n_start);
+    s_frag.for_each(0, s_rmem[0], dp_rmem[0], [&](int q_row, int key, float s, float& dp, int bit) {
+      const int r = AccFragment::half(bit);
+      const ScoreGrad g = rules.backward<true, false>(s, dp, q_row, key, score_tile, lse_log2[r],
+                                               dsum[r], rules.kept(keep, bit));
+      dp = g.dlogit * g.dlogit_ds;
+    });
 
     // dQ_i += dS_ij Kj: dS from the accumulator as A fragments, Kj through ldmatrix.trans.
     mma_AB_trans<Element, kStride>(dq_rmem, dp_rmem, kj_smem, lanes);

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "../dropout.h"
-#include "../mask.h"
+#include "../sequence.h"
 #include "traits.h"
 
 namespace flashattn::cuda {

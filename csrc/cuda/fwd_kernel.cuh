@@ -22,17 +22,16 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../dropout.h"
 #include "../kv_rows.h"
-#include "dropout_bits.cuh"
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
 #include "gqa_decode.h"
 #include "grid.h"
-#include "logit.cuh"
+#include "mask_range.cuh"
 #include "paged_row_table.cuh"
 #include "ptx.cuh"
+#include "score_rules.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
 #include "traits.h"
@@ -179,15 +178,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // first of this warp's rows within Qi, and of its O columns (kVColGroups warps share the rows)
   const int warp_row0 = (warp % Traits::kRowWarps) * kMTiles * kMmaM;
   const int warp_col0 = (warp / Traits::kRowWarps) * kOCols;
-  // This lane's rows: acc_row and acc_row + 8 of each of its m-tiles, as global row indices.
-  // Recomputed where used rather than kept: registers are the two-m-tile kernel's limit.
-  const int lane_row0 = m_start + warp_row0 + lanes.acc_row;
-  auto rows_of = [&](int m, int (&rows)[kRowsPerThread]) {
-    rows[0] = lane_row0 + m * kMmaM;
-    rows[1] = rows[0] + kRowOffsetHi;
-  };
-
-  const LogitRules rules = LogitRules::make(p, seq, batch, head);
+  const ScoreRules rules = ScoreRules::make(p, seq, batch, head);
   RowStats stats[kMTiles];
   float o_rmem[kMTiles][kNTilesD][4];
 #pragma unroll
@@ -213,53 +204,51 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
     float s_rmem[kMTiles][kNTilesN][4];
     if (computes) {
+      // S_ij's entries: this warp's rows, this tile's keys (acc_fragment.cuh).
+      const AccFragment s_frag = AccFragment::of(lanes, m_start + warp_row0, n_start);
       // Dropout's decisions for this tile, drawn before the S accumulator is live.
+      // Read where used, not held across the loop: registers are the two-m-tile kernel's limit.
+      auto drops = [&] { return Traits::kDropout && rules.dropout_on(); };
       uint32_t keep[kMTiles];
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
         int rows[kRowsPerThread];
-        rows_of(m, rows);
-        keep[m] = Traits::kDropout && p.dropout.on() ? keep_bits_by_query_rows<kNTilesN>(
-                                       p.dropout, seq, head, rows, n_start, lanes.acc_col)
-                                 : 0u;
+        s_frag.rows_of(m, rows);
+        keep[m] = drops() ? rules.keep_bits_by_query_rows<kNTilesN>(rows, n_start, lanes.acc_col)
+                        : 0u;
       }
       // S_ij = Qi Kj^T for this warp's rows.
       zero_acc(s_rmem);
       mma_ABt<Element, kKStepsD, kStride>(s_rmem, q_smem + warp_row0 * kStride, k_smem, lanes);
 
-      const bool needs_mask = tiles.needs_mask(tile);
+      const ScoreTile score_tile{mask_class, tiles.needs_mask(tile)};
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
+        // Steps 1-5 (score_rules.cuh), written out here rather than through rules.apply: that
+        // form, the same arithmetic, made the d = 128 two-m-tile kernel (at 255 registers) spill.
+        // Visibility goes by the row's query token: the row unless heads are packed. The mapping
+        // is rebuilt from p (constant memory) per entry: `rows`, kept in registers across the
+        // loop, spilled the d = 256 kernel.
 #pragma unroll
         for (int j = 0; j < kNTilesN; ++j)
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
             const int key = n_start + j * kMmaN + lanes.acc_col + c % 2;
-            const int q_row = lane_row0 + m * kMmaM + (c / 2) * kRowOffsetHi;
+            const int q_row = s_frag.row(m, c);
             float x = s_rmem[m][j][c];
             if (!rules.keep_raw) {
-              // The row is a position for ALiBi alone, and ALiBi never comes with packed heads.
               x = rules.logit(x, q_row, key);
-              if (mask_class == kMaskRead && q_row < seq.seqlen_q && key < seq.seqlen_k)
-                x += mask_bias(p.mask, batch, head, q_row, key);
+              if (rules.reads_mask(score_tile, q_row, key)) x += rules.mask_bias_at(q_row, key);
             }
-            // Visibility goes by the row's query token: q_row unless heads are packed. The
-            // mapping is rebuilt from p (constant memory) here: `rows`, kept in registers
-            // across the loop, spilled the d = 256 kernel.
-            if (needs_mask && !key_visible(seq, rows_from_params().token(q_row), key))
+            if (score_tile.needs_mask &&
+                !key_visible(rules.seq, rows_from_params().token(q_row), key))
               x = -INFINITY;
             s_rmem[m][j][c] = x;
           }
         stats[m].update(s_rmem[m], o_rmem[m], rules.to_log2);
-        if (Traits::kDropout && p.dropout.on()) {
-          // P_ij becomes P_ij * Z_ij / (1 - p) for the product with V only: l_i above is over
-          // all of P_ij.
-#pragma unroll
-          for (int j = 0; j < kNTilesN; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-              s_rmem[m][j][c] *= kept_factor(p.dropout, keep[m], 4 * j + c);
-        }
+        // P_ij becomes P_ij * Z_ij / (1 - p) for the product with V only: l_i above is over all
+        // of P_ij.
+        if (drops()) rules.drop(s_frag, m, s_rmem[m], keep[m]);
       }
     }
 
@@ -282,10 +271,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // bytes at a time: stored from the accumulator, a warp's 4-byte stores fill half of each
   // 32-byte sector.
   if (!writes_part) __syncthreads();
+  // O's entries: this warp's rows and columns.
+  const AccFragment o_frag = AccFragment::of(lanes, m_start + warp_row0, warp_col0);
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
     int row[kRowsPerThread];
-    rows_of(m, row);
+    o_frag.rows_of(m, row);
     float inv_l[kRowsPerThread], lse[kRowsPerThread];
     stats[m].finalize(rules.to_log2, inv_l, lse);
     if (writes_part) {  // this split's part, in fp32, for split_merge_kernel
@@ -300,7 +291,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         for (int d = 0; d < kNTilesD; ++d)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int col = warp_col0 + d * kMmaN + lanes.acc_col + e;
+            const int col = o_frag.col(d, e);
             if (col < v_cols()) out[col] = o_rmem[m][d][2 * r + e] * inv_l[r];
           }
         if (lanes.acc_col == 0 && warp_col0 == 0)

@@ -12,16 +12,14 @@
 #pragma once
 #include <cstdint>
 
-#include "../dropout.h"
 #include "../kv_rows.h"
 #include "../mask.h"
 #include "../params.h"
-#include "dropout_bits.cuh"
 #include "gqa_decode.h"
 #include "grid.h"
-#include "logit.cuh"
 #include "mask_range.cuh"
 #include "ptx.cuh"
+#include "score_rules.cuh"
 #include "softmax.cuh"
 #include "traits.h"
 
@@ -153,8 +151,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
       },
       seq.seqlen_q - m_start, p.head_dim);
 
-  const LogitRules rules = LogitRules::make(p, seq, batch, head);
-  const int row_first = first_visible_key(seq, token), row_end = visible_key_end(seq, token);
+  const ScoreRules rules = ScoreRules::make(p, seq, batch, head);
   const SimtRowBlock block(seq, rows, m_start, Traits::kNWarps);
   int tile_begin = block.tile_begin, tile_end = block.tile_end;
   split_part(tile_begin, tile_end, split, splits);
@@ -175,10 +172,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     __syncthreads();
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
-    const bool visible = row < seq.seqlen_q && key >= row_first && key < row_end;
-    float x_raw = rules.log2_logit(s, token, key);
-    if (mask_class == kMaskRead && visible) x_raw += mask_bias(p.mask, batch, head, row, key) * kLog2e;
-    const float x = visible ? x_raw : -INFINITY;
+    // Steps 1-5 (score_rules.cuh); every SIMT tile takes the per-entry mask. Rows past the
+    // sequence are never stored.
+    const float x = rules.forward_log2(s, row, token, key, ScoreTile{mask_class, true});
     const float m_new = fmaxf(m_i, warp_max(x));
     const float base = m_new == -INFINITY ? 0.f : m_new;  // no -inf - -inf for empty rows
     const float correction = exp2f(m_i - base);
@@ -188,8 +184,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
 #pragma unroll
     for (int t = 0; t < kCols; ++t) o[t] *= correction;
     // Dropout drops from the product with V only: l_i above summed the whole P_ij.
-    const float kept = dropout_factor_of(p.dropout, dropout, seq, head, row, key);
-    accumulate_rows<kCols, kStride>(o, prob * kept, v_smem, lane);
+    accumulate_rows<kCols, kStride>(o, prob * rules.kept(dropout, row, key), v_smem, lane);
   }
   if (row >= seq.seqlen_q) return;
   // l_i is 0 only for a row that saw no key; a NaN l_i (NaN inputs) goes on into out and lse.
@@ -239,8 +234,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
       do_smem, p.dout.row<const float>(batch, head, q_row0), p.dout.row_stride,
       seq.seqlen_q - m_start, p.head_dim_v);
 
-  const LogitRules rules = LogitRules::make(p, seq, batch, head);
-  const int row_first = first_visible_key(seq, row), row_end = visible_key_end(seq, row);
+  const ScoreRules rules = ScoreRules::make(p, seq, batch, head);
   const bool row_valid = row < seq.seqlen_q;
   const float lse_log2 =
       row_valid ? lse_shift_log2(*p.lse.row<const float>(batch, head, seq.q_row0 + row)) : 0.f;
@@ -263,13 +257,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
     const float dp = dot_row<kHeadDim>(do_smem + warp * kStride, v_smem + lane * kStride);
-    const bool visible = row_valid && key >= row_first && key < row_end;
-    float dlogit_ds;
-    float x = rules.log2_logit(s, row, key, dlogit_ds);
-    if (mask_class == kMaskRead && visible) x += mask_bias(p.mask, batch, head, row, key) * kLog2e;
-    const float prob = visible ? exp2f(x - lse_log2) : 0.f;
-    const float kept = dropout_factor_of(p.dropout, dropout, seq, head, row, key);
-    accumulate_rows<kCols, kStride>(dq, prob * (dp * kept - dsum) * dlogit_ds, k_smem, lane);
+    // Steps 1-6 and the chain rule (score_rules.cuh); rows past the sequence are never stored.
+    const ScoreGrad g = rules.backward<false, false>(s, dp, row, key, ScoreTile{mask_class, true},
+                                                     lse_log2, dsum, rules.kept(dropout, row, key));
+    accumulate_rows<kCols, kStride>(dq, g.dlogit * g.dlogit_ds, k_smem, lane);
   }
   if (!row_valid) return;
   float* dq_row = p.dq.row<float>(batch, head, seq.q_row0 + row);  // [D]
@@ -339,24 +330,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
       FLASHATTN_SMEM(dsum_smem)[i] = valid ? d_gmem[d_row0 + i] : 0.f;
     }
     __syncthreads();
-    const LogitRules rules = LogitRules::make(p, seq, batch, head);
+    const ScoreRules rules = ScoreRules::make(p, seq, batch, head);
     const int query = m_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + lane * kStride, k_smem + warp * kStride);
     const float dp = dot_row<kHeadDim>(do_smem + lane * kStride, v_smem + warp * kStride);
-    const bool visible =
-        query < seq.seqlen_q && key < seq.seqlen_k && key_visible(seq, query, key);
-    float dlogit_ds;
-    float x = rules.log2_logit(s, query, key, dlogit_ds);
-    if (mask_class == kMaskRead && visible)
-      x += mask_bias(p.mask, batch, head, query, key) * kLog2e;
-    const float prob = visible ? exp2f(x - FLASHATTN_SMEM(lse_smem)[lane]) : 0.f;
-    const float kept = dropout_factor_of(p.dropout, dropout, seq, head, query, key);
-    const float ds = prob * (dp * kept - FLASHATTN_SMEM(dsum_smem)[lane]);  // dL / dlogit
-    if (p.dmask != nullptr && query < seq.seqlen_q && key < seq.seqlen_k)
+    // Steps 1-6 and the chain rule (score_rules.cuh); dK and dV sum over the query rows.
+    const float kept = rules.kept(dropout, query, key);
+    const ScoreGrad g = rules.backward<false, true>(
+        s, dp, query, key, ScoreTile{mask_class, true}, FLASHATTN_SMEM(lse_smem)[lane],
+        FLASHATTN_SMEM(dsum_smem)[lane], kept);
+    if (p.dmask != nullptr && rules.in_sequence(query, key))
       p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
-                  p.seqlen_k + key] = ds;
-    accumulate_rows<kCols, kStride>(dv, prob * kept, do_smem, lane);
-    accumulate_rows<kCols, kStride>(dk, ds * dlogit_ds, q_smem, lane);
+                  p.seqlen_k + key] = g.dlogit;
+    accumulate_rows<kCols, kStride>(dv, g.prob * kept, do_smem, lane);
+    accumulate_rows<kCols, kStride>(dk, g.dlogit * g.dlogit_ds, q_smem, lane);
   }
   if (key >= seq.seqlen_k) return;
   float* dk_row = p.dk.row<float>(batch, head_kv, seq.k_row0 + key);  // [D]

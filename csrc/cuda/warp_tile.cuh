@@ -13,7 +13,6 @@
 #pragma once
 #include <cstdint>
 
-#include "../mask.h"
 #include "element.cuh"
 #include "ptx.cuh"
 #include "traits.h"
@@ -215,28 +214,5 @@ __device__ __forceinline__ void mma_AB_trans(float (&out)[kMTiles][kNTilesOut][4
     mma_k_step<Element, BRows::kRowsAreK, kStride>(out, a, b_smem, k, lanes);
   }
 }
-
-// The key tiles [tile_begin, tile_end) of kBlockN keys that rows [m_first, m_last] may see, and
-// the key range every one of them sees (tiles inside it need no per-element mask).
-// first_visible_key and visible_key_end never decrease with the row (mask.h), so the union
-// over the rows is [first(m_first), end(m_last)) and the intersection [first(m_last),
-// end(m_first)).
-template <int kBlockN>
-struct KeyTiles {
-  int begin, end;                    // tile indices
-  int unmasked_from, unmasked_to;    // keys
-
-  __device__ __forceinline__ static KeyTiles of(const Sequence& seq, int m_first, int m_last) {
-    const int key_begin = first_visible_key(seq, m_first);
-    const int key_end = visible_key_end(seq, m_last);
-    const int begin = key_begin / kBlockN;
-    return {begin, key_end > key_begin ? (key_end + kBlockN - 1) / kBlockN : begin,
-            first_visible_key(seq, m_last), visible_key_end(seq, m_first)};
-  }
-  // Whether tile `tile` holds a key some row of the block must not see.
-  __device__ __forceinline__ bool needs_mask(int tile) const {
-    return tile * kBlockN < unmasked_from || (tile + 1) * kBlockN > unmasked_to;
-  }
-};
 
 }  // namespace flashattn::cuda
