@@ -178,6 +178,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // first of this warp's rows within Qi, and of its O columns (kVColGroups warps share the rows)
   const int warp_row0 = (warp % Traits::kRowWarps) * kMTiles * kMmaM;
   const int warp_col0 = (warp / Traits::kRowWarps) * kOCols;
+  // S_ij's rows: this warp's (acc_fragment.cuh). Built once, here: built per tile in the loop,
+  // it left the tile-mask test's key bounds (KeyTiles) recomputed per tile from inputs that then
+  // stayed live across the loop, and the d = 96 kernel spilled on sm_90.
+  const AccFragment s_frag = AccFragment::of(lanes, m_start + warp_row0, 0);
   const ScoreRules rules = ScoreRules::make(p, seq, batch, head);
   RowStats stats[kMTiles];
   float o_rmem[kMTiles][kNTilesD][4];
@@ -204,8 +208,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
     float s_rmem[kMTiles][kNTilesN][4];
     if (computes) {
-      // S_ij's entries: this warp's rows, this tile's keys (acc_fragment.cuh).
-      const AccFragment s_frag = AccFragment::of(lanes, m_start + warp_row0, n_start);
       // Dropout's decisions for this tile, drawn before the S accumulator is live.
       // Read where used, not held across the loop: registers are the two-m-tile kernel's limit.
       auto drops = [&] { return Traits::kDropout && rules.dropout_on(); };
@@ -233,6 +235,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         for (int j = 0; j < kNTilesN; ++j)
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
+            // Written out, not n_start + s_frag.col(j, c): that sum spilled the d = 128 kernel.
             const int key = n_start + j * kMmaN + lanes.acc_col + c % 2;
             const int q_row = s_frag.row(m, c);
             float x = s_rmem[m][j][c];
