@@ -78,15 +78,16 @@ def run_and_check(sim, q, k, v, causal, align_bottom_right=True, deterministic=F
     return [launch["kernel"] for launch in counters["launches"]], grads
 
 
-def assert_hopper_backward_ran(kernels, dtype, d, causal, local=False):
+def assert_hopper_backward_ran(kernels, dtype, d, causal, local=False, alibi=False):
     """The Hopper forward, then the Hopper backward's three kernels (its main loop: causal, a
-    local window or neither), and nothing else."""
+    local window or neither; with ALiBi or not), and nothing else."""
     element = ELEMENTS[dtype]
     flag = "true" if causal else "false"
     assert len(kernels) == 4, kernels
     assert f"fwd_sm90_kernel<{element}, {d}, {flag}," in kernels[0], kernels
     assert f"bwd_sm90_rows_kernel<{element}, {d}>" in kernels[1], kernels
-    assert f"bwd_sm90_kernel<{element}, {d}, {flag}, {str(local).lower()}>" in kernels[2], kernels
+    main = f"bwd_sm90_kernel<{element}, {d}, {flag}, {str(local).lower()}, {str(alibi).lower()}>"
+    assert main in kernels[2], kernels
     assert f"bwd_sm90_convert_dq_kernel<{element}, {d}>" in kernels[3], kernels
 
 
@@ -138,12 +139,31 @@ def test_hopper_backward_deterministic_bits(hopper):
 VARLEN_CASES = [(torch.bfloat16, 64, "causal", False), (torch.float16, 128, "none", False),
                 (torch.bfloat16, 128, "causal_top_left", False),
                 (torch.float16, 64, "causal", True),
-                (torch.float16, 128, "window", False), (torch.bfloat16, 64, "window_causal", True)]
+                (torch.float16, 128, "window", False), (torch.bfloat16, 64, "window_causal", True),
+                (torch.float16, 64, "alibi", False), (torch.bfloat16, 128, "alibi_batch_causal", True)]
 
 
 def is_local(mask):
     """Whether a MASKS entry runs the local-window main loop (any window but causal's (-1, 0))."""
     return "window" in MASKS[mask]
+
+
+def is_causal(mask):
+    """Whether a MASKS entry runs the causal main loop (causal with a left edge is a window)."""
+    return MASKS[mask].get("causal", False) and not is_local(mask)
+
+
+def has_alibi(mask):
+    return "alibi" in MASKS[mask]
+
+
+def sequence_kwargs(ref_kwargs, b):
+    """The reference's arguments for sequence (or batch) b alone: [B, Hq] ALiBi slopes become
+    b's row, as the kernels read slope (b, h)."""
+    slopes = ref_kwargs.get("alibi_slopes")
+    if slopes is None or slopes.dim() == 1:
+        return ref_kwargs
+    return dict(ref_kwargs, alibi_slopes=slopes[b:b + 1])
 
 
 @pytest.mark.parametrize("dtype, d, mask, deterministic", VARLEN_CASES,
@@ -163,7 +183,8 @@ def test_hopper_backward_varlen(schedule, hopper, dtype, d, mask, deterministic)
     dout = torch.randn(q.shape, dtype=dtype)
     q[total_q:], dout[total_q:] = float("nan"), float("inf")
     k[total_k:], v[total_k:] = float("nan"), float("inf")
-    scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q[None])
+    # One batch of len(lens_q) sequences ([B, Hq] ALiBi slopes: a row per sequence).
+    scale, op_kwargs, ref_kwargs = mask_arguments(MASKS[mask], q[None].expand(len(lens_q), *q.shape))
     varlen = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q),
                   max_seqlen_k=max(lens_k), **op_kwargs)
 
@@ -174,16 +195,18 @@ def test_hopper_backward_varlen(schedule, hopper, dtype, d, mask, deterministic)
 
     (dq, dk, dv), counters = hopper.counted(step)
     kernels = [launch["kernel"] for launch in counters["launches"]]
-    assert_hopper_backward_ran(kernels, dtype, d, mask.startswith("causal"), is_local(mask))
+    assert_hopper_backward_ran(kernels, dtype, d, is_causal(mask), is_local(mask),
+                               has_alibi(mask))
     for b in range(len(lens_q)):
         qa, qb, ka, kb = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
         check_sequence_backward(f"sequence {b}", (dq[qa:qb], dk[ka:kb], dv[ka:kb]), q[qa:qb],
-                             k[ka:kb], v[ka:kb], dout[qa:qb], ref_kwargs)
+                             k[ka:kb], v[ka:kb], dout[qa:qb], sequence_kwargs(ref_kwargs, b))
     assert (dq[total_q:] == 0).all() and (dk[total_k:] == 0).all() and (dv[total_k:] == 0).all()
 
 
 SEQUSED_CASES = [(torch.bfloat16, 64, "causal"), (torch.float16, 128, "none"),
-                 (torch.float16, 64, "causal_top_left"), (torch.bfloat16, 128, "window_right_only")]
+                 (torch.float16, 64, "causal_top_left"), (torch.bfloat16, 128, "window_right_only"),
+                 (torch.float16, 128, "alibi_batch_causal")]
 
 
 @pytest.mark.parametrize("dtype, d, mask", SEQUSED_CASES, ids=lambda x: str(x).replace("torch.", ""))
@@ -209,10 +232,11 @@ def test_hopper_backward_seqused(schedule, hopper, dtype, d, mask):
 
     (dq, dk, dv), counters = hopper.counted(step)
     kernels = [launch["kernel"] for launch in counters["launches"]]
-    assert_hopper_backward_ran(kernels, dtype, d, mask.startswith("causal"), is_local(mask))
+    assert_hopper_backward_ran(kernels, dtype, d, is_causal(mask), is_local(mask),
+                               has_alibi(mask))
     for i, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
         check_sequence_backward(f"batch {i}", (dq[i, :nq], dk[i, :nk], dv[i, :nk]), q[i, :nq],
-                             k[i, :nk], v[i, :nk], dout[i, :nq], ref_kwargs)
+                             k[i, :nk], v[i, :nk], dout[i, :nq], sequence_kwargs(ref_kwargs, i))
         assert (dq[i, nq:] == 0).all() and (dk[i, nk:] == 0).all() and (dv[i, nk:] == 0).all()
 
 
@@ -251,6 +275,39 @@ def test_hopper_backward_local_windows(schedule, hopper, dtype, d, window, top_l
     for i in range(b):
         check_sequence_backward(f"batch {i}", (dq[i], dk[i], dv[i]), q[i], k[i], v[i], dout[i],
                                 ref_kwargs)
+
+
+# (dtype, head dim, ALiBi slopes [Hq] ("heads") or [B, Hq], causal, top-left, B, Sq, Sk, Hq, Hkv):
+# ALiBi on the Hopper backward, causal or not, both alignments (the bias's diagonal moves with it
+# even without causal), Sq != Sk both ways, ragged lengths, GQA, one row.
+ALIBI_CASES = [
+    (torch.bfloat16, 64, "heads", False, False, 1, 65, 257, 2, 1),
+    (torch.float16, 128, "batch_heads", False, True, 2, 129, 63, 2, 2),
+    (torch.float16, 64, "batch_heads", True, False, 2, 257, 127, 2, 1),
+    (torch.bfloat16, 128, "heads", True, True, 1, 63, 129, 3, 1),
+    (torch.bfloat16, 64, "heads", True, False, 1, 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype, d, slopes, causal, top_left, b, sq, sk, hq, hkv", ALIBI_CASES,
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_backward_alibi(schedule, hopper, dtype, d, slopes, causal, top_left, b, sq, sk, hq,
+                               hkv):
+    q, k, v = (t.detach() for t in leaves(b, sq, sk, hq, hkv, d, dtype))
+    dout = torch.randn(q.shape, dtype=dtype)
+    mask = dict(alibi=slopes, causal=causal, align_bottom_right=not top_left)
+    scale, op_kwargs, ref_kwargs = mask_arguments(mask, q)
+
+    def step():
+        out, lse = hopper.fwd(q, k, v, scale, **op_kwargs)
+        return hopper.bwd(dout, q, k, v, out, lse, None, scale, **op_kwargs)
+
+    (dq, dk, dv), counters = hopper.counted(step)
+    assert_hopper_backward_ran([launch["kernel"] for launch in counters["launches"]], dtype, d,
+                               causal=causal, alibi=True)
+    for i in range(b):
+        check_sequence_backward(f"batch {i}", (dq[i], dk[i], dv[i]), q[i], k[i], v[i], dout[i],
+                                sequence_kwargs(ref_kwargs, i))
 
 
 def visited_block_pairs(sq, sk, block_m, window, offset):

@@ -9,7 +9,8 @@ threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K a
 tile, 64 at d = 256) + 8 mbarriers + 1024 bytes of alignment slack.
 
 The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
-64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, GQA,
+64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, local
+windows, ALiBi (without a local window or softcap), GQA,
 deterministic or not, whose q, k, v and dout TMA can read; everything else keeps the sm_80
 backward. Its three launches, by
 hopper/bwd_sm90_params.h (bwd_sm90_grids): the rows kernel over Sq padded to kBlockM (128 at d = 64,
@@ -273,6 +274,30 @@ def test_hopper_backward_takes_local_windows(sim, d, kwargs):
     assert [s["grid"] for s in plan["steps"]] == [s["grid"] for s in plan_bwd(sim, *args, device=HOPPER)["steps"]]
 
 
+# ALiBi, slopes [Hq] or [B, Hq], causal (either alignment) or not, deterministic or not: the same
+# three launches and workspace as without it (the bias is recomputed in the main loop).
+BACKWARD_ALIBI = [
+    dict(alibi_slopes=torch.rand(4)),
+    dict(alibi_slopes=torch.rand(3, 4), causal=True),
+    dict(alibi_slopes=torch.rand(4), causal=True, align_bottom_right=False),
+    dict(alibi_slopes=torch.rand(3, 4), align_bottom_right=False, deterministic=True),
+]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("kwargs", BACKWARD_ALIBI, ids=["heads", "batch_heads_causal",
+                                                        "heads_causal_top_left",
+                                                        "batch_heads_top_left_deterministic"])
+def test_hopper_backward_takes_alibi(sim, d, kwargs):
+    args = qkv(3, 200, 300, 4, 2, d)
+    plan = plan_bwd(sim, *args, device=HOPPER, **kwargs)
+    assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_BWD_SMEM[d]
+    deterministic = kwargs.get("deterministic", False)
+    assert plan["workspace_floats"] == hopper_bwd_workspace(3, 200, 300, 4, d, deterministic)
+    plain = plan_bwd(sim, *args, device=HOPPER, deterministic=deterministic)
+    assert plan["steps"] == plain["steps"]
+
+
 # Calls the Hopper backward does not take: (name, qkv, the op's keyword arguments).
 def _backward_stays_on_sm80():
     q, k, v = qkv(2, 130, 130, 2, 2, 128)
@@ -285,7 +310,10 @@ def _backward_stays_on_sm80():
         ("no queries", qkv(2, 0, 130, 2, 2, 64), {}),
         ("softcap", (q, k, v), dict(softcap=2.0)),
         ("softcap with a local window", (q, k, v), dict(softcap=2.0, window_left=16, window_right=0)),
-        ("ALiBi", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32))),
+        ("ALiBi with a local window", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32),
+                                                      window_left=16, window_right=0)),
+        ("ALiBi with softcap", (q, k, v), dict(alibi_slopes=torch.rand(2, 2, dtype=torch.float32),
+                                               softcap=2.0, causal=True)),
         ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),

@@ -2,7 +2,7 @@
 // plan_bwd_sm90.h accepted) as the Hopper kernels' tensor maps, BwdSm90Params and BwdSm90Rows (its
 // own TensorViews),
 // the workspace bound, then hopper::launch_bwd_sm90 (rows, main, convert kernels) with the main
-// loop for its mask (none, causal, a local window). Compiles under nvcc (inst/*_sm90.cu, for sm_90a only) and under the CPU shim
+// loop for its mask (none, causal, a local window) and ALiBi. Compiles under nvcc (inst/*_sm90.cu, for sm_90a only) and under the CPU shim
 // (tests/sim_ext).
 #pragma once
 #include <cuda_bf16.h>
@@ -25,10 +25,16 @@
 namespace flashattn::cuda {
 
 // The main loops built for each (head dim, dtype), kernel_list.py (bwd_sm90): no mask, causal
-// or a local window (the forward's classification, sm90_fwd_mask).
+// or a local window (the forward's classification, sm90_fwd_mask); ALiBi with no mask or causal,
+// as the forward builds it (plan_bwd_sm90.h keeps ALiBi with a local window on sm_80).
 template <typename Element, int kHeadDim>
 std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper::BwdSm90Params& hp,
-                                  const hopper::BwdSm90Rows& rows, void* stream, Sm90FwdMask mask) {
+                                  const hopper::BwdSm90Rows& rows, void* stream, Sm90FwdMask mask, bool alibi) {
+  if (alibi) {
+    return mask == Sm90FwdMask::kCausal
+               ? hopper::launch_bwd_sm90<Element, kHeadDim, true, false, true>(maps, hp, rows, stream)
+               : hopper::launch_bwd_sm90<Element, kHeadDim, false, false, true>(maps, hp, rows, stream);
+  }
   switch (mask) {
     case Sm90FwdMask::kCausal:
       return hopper::launch_bwd_sm90<Element, kHeadDim, true, false>(maps, hp, rows, stream);
@@ -66,7 +72,7 @@ void run_bwd_sm90(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
   hopper::bwd_sm90_bind_workspace<kHeadDim>(hp, workspace);
   const hopper::BwdSm90Rows rows{p.o, p.dout, p.lse, p.dq};
   const std::string launch_error =
-      launch_bwd_sm90_masks<Element, kHeadDim>(maps, hp, rows, stream, sm90_fwd_mask(p));
+      launch_bwd_sm90_masks<Element, kHeadDim>(maps, hp, rows, stream, sm90_fwd_mask(p), hp.alibi_slopes != nullptr);
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a backward's launch: " + launch_error);
   }

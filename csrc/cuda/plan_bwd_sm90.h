@@ -50,6 +50,10 @@ inline hopper::BwdSm90Params make_bwd_sm90_params(const AttnBwdParams& p) {
   hp.window_left = p.window_left;
   hp.window_right = p.window_right;
   hp.deterministic = p.deterministic;
+  // ALiBi's slope of (b, h) (mask.h alibi_slope): [Hq] or [B, Hq] fp32, strided.
+  hp.alibi_slopes = static_cast<const float*>(p.alibi.ptr);
+  hp.alibi_batch_stride = p.alibi.batch_stride;
+  hp.alibi_head_stride = p.alibi.head_stride;
   hp.dk = p.dk;
   hp.dv = p.dv;
   return hp;
@@ -81,7 +85,8 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
   if (p.mask.ptr != nullptr || p.dmask != nullptr) return "attn_mask";
   if (p.dropout.on()) return "dropout";
   if (p.softcap > 0.f) return "softcap";
-  if (p.alibi.ptr != nullptr) return "ALiBi";
+  // ALiBi's main loops: no mask or causal (launch_bwd_sm90.cuh), as the forward's.
+  if (p.alibi.ptr != nullptr && sm90_fwd_mask(p) == Sm90FwdMask::kLocal) return "ALiBi with a local window";
   // The rows kernel computes D = rowsum(dO * O) without a dLSE term.
   if (p.dlse.ptr != nullptr) return "a gradient of the LSE output";
   // Grids put heads on y and batches on z (bwd_sm90_grids), each at most 65535.

@@ -39,6 +39,7 @@
 #include "cuda/hopper/bwd_sm90_config.h"
 #include "cuda/hopper/bwd_sm90_params.h"
 #include "cuda/hopper/fwd_sm90_mask.cuh"  // causal_diag_offset, KeyWindow
+#include "cuda/logit.cuh"                   // kLog2e
 #include "cuda/ptx.cuh"
 #include "cuda/tensor_map.h"
 
@@ -80,8 +81,9 @@ __device__ __forceinline__ void pack_pairs(const float (&x)[kN], uint32_t (&out)
 
 // The main loops, each its own instantiation (kernel_list.py, launch_bwd_sm90.cuh): kCausal /
 // kLocal, the mask (causal is the window (-1, 0); at most one of them): which query blocks a key
-// block visits, which of those need the mask (QueryBlocks), and the mask itself.
-template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false>
+// block visits, which of those need the mask (QueryBlocks), and the mask itself. kAlibi: ALiBi's
+// bias (BwdSm90Params::alibi_slopes) in the recomputed P^T of every block.
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false>
 __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_do,
@@ -266,6 +268,12 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
   if (n_iters > 0) mbarrier_wait_parity(kv_full, 0);
   for (int it = 0; it < n_iters; ++it) {
     const int s = it % kStages, m_block = m_block_of(it);
+    // ALiBi's slope of this query head in log2 units, read before the wait (off its path).
+    float alibi_slope_log2 = 0.f;
+    if constexpr (kAlibi) {
+      const int64_t slope = batch * p.alibi_batch_stride + head_of(it) * p.alibi_head_stride;
+      alibi_slope_log2 = FLASHATTN_GMEM(p.alibi_slopes)[slope] * cuda::kLog2e;
+    }
     mbarrier_wait_parity(&q_full[s], static_cast<uint32_t>(it / kStages) & 1);
 
     // S^T and dP^T, two commit groups.
@@ -312,10 +320,18 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // P^T while dP^T is on the tensor cores.
     wgmma_wait_group<1>();  // SITE:wait_s
     wgmma_fence_operand(sacc);
+    // ALiBi: element i's distance |query + offset - key| is |alibi_dist + 8 (i / 4) + i % 2 -
+    // 8 r| (r = (i % 4) / 2, exact in fp32 below 2^24), one add and one FMA per element. Made
+    // here from live values rather than kept across the loop (the d = 64 loop has no register
+    // to spare for it).
+    const float alibi_dist = static_cast<float>(m_block * kBlockM + window.offset - key_row + 2 * tq);
 #pragma unroll
     for (int i = 0; i < kBlockM / 2; ++i) {
       const int col = 8 * (i / 4) + 2 * tq + i % 2;
-      sacc[i] = visible(i, col) ? exp2_approx(sacc[i] * p.scale_log2 - FLASHATTN_SMEM(lse_log2)[col]) : 0.f;
+      float x = sacc[i] * p.scale_log2 - FLASHATTN_SMEM(lse_log2)[col];
+      if constexpr (kAlibi)
+        x -= alibi_slope_log2 * fabsf(alibi_dist + static_cast<float>(8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2)));
+      sacc[i] = visible(i, col) ? exp2_approx(x) : 0.f;
     }
     // P^T rounded into dV's A fragments right away: S^T's registers are free before dP^T's
     // wait, which keeps the d = 64 consumers (kBlockM = 128) within 240 registers. dS^T takes
@@ -334,14 +350,19 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
 
     // dS^T -> dS buffer it % 2 (rows = this consumer's keys, 64 queries per chunk, 128-byte
     // swizzle): stmatrix.x4 stores rows 0-7 / 8-15 of the warp's 16 at columns 8j and 8j + 8;
-    // lane 8m + r addresses row r of matrix m. Written before the dK MMA reads dsfrag.
+    // lane 8m + r addresses row r of matrix m. Written before the dK MMA reads dsfrag. Lane
+    // 8m + r's 16-byte chunk of column group j + m / 2 (j even) is ((j + m / 2) % 8) ^ (row % 8)
+    // = (j % 8) ^ x, x = (m / 2) ^ r: four addresses for the eight stores (chunk j / 8 is an
+    // immediate), not eight, which the loop keeps in registers.
     unsigned char* ds_tile = smem + Cfg::kDsOffset + (it % 2) * Cfg::kDsBytes;
+    {
+      const int m = lane / 8, row = 64 * consumer + 16 * warp + lane % 8 + 8 * (m % 2);
+      const int x = (m / 2) ^ (lane % 8);
 #pragma unroll
-    for (int j = 0; j < kBlockM / 8; j += 2) {
-      const int m = lane / 8, row = 64 * consumer + 16 * warp + lane % 8 + 8 * (m % 2), col = 8 * (j + m / 2);
-      unsigned char* dst = ds_tile + (col / 64) * Cfg::kDsChunkBytes + row * kSwizzleRowBytes +
-                           16 * (((col % 64) / 8) ^ (row % 8));
-      stmatrix_x4(dst, dsfrag[2 * j], dsfrag[2 * j + 1], dsfrag[2 * j + 2], dsfrag[2 * j + 3]);  // SITE:store_ds
+      for (int j = 0; j < kBlockM / 8; j += 2) {
+        unsigned char* dst = ds_tile + (j / 8) * Cfg::kDsChunkBytes + row * kSwizzleRowBytes + 16 * ((j % 8) ^ x);
+        stmatrix_x4(dst, dsfrag[2 * j], dsfrag[2 * j + 1], dsfrag[2 * j + 2], dsfrag[2 * j + 3]);  // SITE:store_ds
+      }
     }
     fence_proxy_async_shared_cta();  // dQ's wgmma reads dS through the async proxy
 

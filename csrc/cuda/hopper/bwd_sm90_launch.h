@@ -78,13 +78,28 @@ std::string check_bwd_sm90_window(const BwdSm90Params& p) {
   return "";
 }
 
+// "" if the ALiBi slopes fit the main loop chosen (kAlibi): slopes for a loop without ALiBi would
+// be ignored (another attention's gradients), and the kAlibi loop reads them for every block.
+template <bool kAlibi>
+std::string check_bwd_sm90_alibi(const BwdSm90Params& p) {
+  if (kAlibi != (p.alibi_slopes != nullptr))
+    return std::string("alibi_slopes: expected ") +
+           (kAlibi ? "a pointer for the ALiBi kernel" : "nullptr without the ALiBi kernel") + ", got " +
+           (p.alibi_slopes ? "a pointer" : "nullptr");
+  if (kAlibi && (p.alibi_batch_stride < 0 || p.alibi_head_stride < 0))
+    return "alibi_batch_stride, alibi_head_stride: expected non-negative strides, got " +
+           std::to_string(p.alibi_batch_stride) + ", " + std::to_string(p.alibi_head_stride);
+  return "";
+}
+
 // "" on success, else why a launch failed (or which argument check_bwd_sm90_args rejected).
-template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false>
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false>
 std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, const BwdSm90Rows& rows,
                             void* stream) {
   using Cfg = BwdSm90Config<kHeadDim>;
   std::string bad = check_bwd_sm90_args(p, rows);
   if (bad.empty()) bad = check_bwd_sm90_window<kCausal, kLocal>(p);
+  if (bad.empty()) bad = check_bwd_sm90_alibi<kAlibi>(p);
   if (!bad.empty()) return bad;
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) return "";
   const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
@@ -92,7 +107,7 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   const dim3 rows_grid(g.rows.x, g.rows.y, g.rows.z), grid(g.main.x, g.main.y, g.main.z);
   const dim3 convert_grid(g.convert.x, g.convert.y, g.convert.z);
   auto rows_kernel = bwd_sm90_rows_kernel<Elem, kHeadDim>;
-  auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal, kLocal>;
+  auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal, kLocal, kAlibi>;
   auto convert_kernel = bwd_sm90_convert_dq_kernel<Elem, kHeadDim>;
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
   (void)stream;

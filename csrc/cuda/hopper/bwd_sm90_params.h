@@ -51,6 +51,13 @@ struct BwdSm90Params {
   // window_left) && (window_right < 0 || j <= i + diag_offset + window_right), diag_offset as
   // for causal (AttnParams' window). Every other kernel takes -1, -1 (launch_bwd_sm90 checks).
   int window_left = -1, window_right = -1;
+  // The kAlibi kernels: the logit is scale * s - slope * |i + diag_offset - j| (mask.h
+  // alibi_bias, diag_offset as for causal), slope alibi_slopes[b * alibi_batch_stride + h *
+  // alibi_head_stride] (fp32; batch stride 0 for [Hq] slopes; b the sequence, h the query head).
+  // The bias is additive, so it changes the recomputed P only: dS's chain factor stays scale.
+  // Every other kernel takes nullptr (launch_bwd_sm90 checks).
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_batch_stride = 0, alibi_head_stride = 1;
   // Row stats [B, Hq, seqlen_q padded] (rows contiguous), written by the rows kernel.
   float* lse_log2 = nullptr;
   float* dpsum = nullptr;

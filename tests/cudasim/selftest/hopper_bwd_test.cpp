@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -53,6 +54,7 @@ struct Shape {
   bool kv_heads_outer;    // K, V as [B, Hkv, Sk, D] (else [B, Sk, Hkv, D], like Q)
   bool top_left = false;  // causal / window: SDPA's top-left alignment (else FA2's bottom-right)
   int window_left = -1, window_right = -1;  // the kLocal cases' window (AttnParams' meaning)
+  bool alibi_per_batch = false;  // the kAlibi cases' slopes: [B, Hq] (else [Hq], batch stride 0)
 };
 
 
@@ -108,7 +110,7 @@ struct ErrorPair {
   bool ok() const { return nonfinite == 0 && err <= 3 * emulated + 1e-5; }
 };
 
-template <typename Elem, int kHeadDim, bool kCausal, bool kLocal>
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal, bool kAlibi>
 int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   constexpr int D = kHeadDim;
   const int B = sh.batch, Hq = sh.heads_q, Hkv = sh.heads_kv, Sq = sh.seqlen_q, Sk = sh.seqlen_k;
@@ -124,6 +126,17 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   const int wl = kLocal ? sh.window_left : -1, wr = kCausal ? 0 : (kLocal ? sh.window_right : -1);
   auto visible = [&](int i, int j) {
     return (wl < 0 || j >= i + diag_offset - wl) && (wr < 0 || j <= i + diag_offset + wr);
+  };
+  // ALiBi: slopes in [0.01, 0.51) (as tests/checks.py draws them), [B, Hq] or [Hq]; the logit
+  // gets -slope |i + diag_offset - j| (mask.h alibi_bias).
+  const int64_t alibi_batch_stride = sh.alibi_per_batch ? Hq : 0;
+  std::vector<float> slopes(static_cast<size_t>(sh.alibi_per_batch ? B : 1) * Hq);
+  std::uniform_real_distribution<float> slope_of(0.01f, 0.51f);
+  for (auto& x : slopes) x = slope_of(rng);
+  auto bias = [&](int b, int h, int i, int j) {
+    if (!kAlibi) return 0.0;
+    const int dist = i + diag_offset - j;
+    return -static_cast<double>(slopes[b * alibi_batch_stride + h]) * std::abs(dist);
   };
 
   // The exact forward and backward in float64, and PyTorch's 16-bit computation.
@@ -149,8 +162,11 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
             dot += x;
             dot_f += static_cast<float>(x);
           }
-          p[j] = visible(i, j) ? dot * scale : -INFINITY;
-          p16[j] = visible(i, j) ? round_to<Elem>(round_to<Elem>(dot_f) * scale) : -INFINITY;
+          // The bias is added to the rounded scores exactly: a 16-bit bias (or sum) would be off
+          // by up to 0.25 at distance 200 (bf16 spacing at 64-128) and loosen the yardstick
+          // enough to hide a distance off by one.
+          p[j] = visible(i, j) ? dot * scale + bias(b, h, i, j) : -INFINITY;
+          p16[j] = visible(i, j) ? round_to<Elem>(round_to<Elem>(dot_f) * scale) + bias(b, h, i, j) : -INFINITY;
           mx = std::max(mx, p[j]);
           mx16 = std::max(mx16, p16[j]);
         }
@@ -228,6 +244,11 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   prm.deterministic = deterministic;
   prm.window_left = kLocal ? sh.window_left : -1;
   prm.window_right = kLocal ? sh.window_right : -1;
+  if (kAlibi) {
+    prm.alibi_slopes = slopes.data();
+    prm.alibi_batch_stride = alibi_batch_stride;
+    prm.alibi_head_stride = 1;
+  }
   const int64_t kv_row = static_cast<int64_t>(Hkv) * D, q_row = static_cast<int64_t>(Hq) * D;
   prm.dk = {dk.data(), Sk * kv_row, kv_row, D};
   prm.dv = {dv.data(), Sk * kv_row, kv_row, D};
@@ -247,7 +268,7 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
     std::printf("tensor maps: %s\n", error.c_str());
     return 2;
   }
-  const std::string launch = launch_bwd_sm90<Elem, D, kCausal, kLocal>(maps, prm, rows, nullptr);
+  const std::string launch = launch_bwd_sm90<Elem, D, kCausal, kLocal, kAlibi>(maps, prm, rows, nullptr);
   if (!launch.empty()) {
     std::printf("launch: %s\n", launch.c_str());
     return 2;
@@ -267,6 +288,7 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   if (kCausal) tags += sh.top_left ? " causal top-left" : " causal";
   if (kLocal)
     tags += " window (" + std::to_string(wl) + ", " + std::to_string(wr) + ")" + (sh.top_left ? " top-left" : "");
+  if (kAlibi) tags += sh.alibi_per_batch ? " ALiBi [B, Hq]" : " ALiBi [Hq]";
   if (deterministic) tags += " deterministic";
   auto ratio = [](const ErrorPair& e) { return e.emulated > 0 ? e.err / e.emulated : 0.0; };
   std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s: dQ err %.3g (emulated %.3g, ratio %.2f), dK %.3g (%.3g, %.2f), "
@@ -281,12 +303,12 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   return ok ? 0 : 1;
 }
 
-template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false>
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false>
 int run(std::vector<Shape> shapes, bool deterministic = false) {
   int status = 0;
   unsigned seed = 1;
   for (const Shape& sh : shapes) {
-    const int rc = run_shape<Elem, kHeadDim, kCausal, kLocal>(sh, seed++, deterministic);
+    const int rc = run_shape<Elem, kHeadDim, kCausal, kLocal, kAlibi>(sh, seed++, deterministic);
     if (rc != 0) status = rc;
   }
   return status;
@@ -346,6 +368,10 @@ int check_bad_arguments() {
        [](BwdSm90Params& p, BwdSm90Rows&) { p.window_left = 16, p.window_right = 0; }},
       {"a right edge for the kernel without one", "window_left, window_right: expected -1, -1 without the "
        "local-window kernel, got -1, 3", [](BwdSm90Params& p, BwdSm90Rows&) { p.window_right = 3; }},
+      // Slopes the kernel without ALiBi would ignore (the ALiBi kernel without them: below).
+      {"ALiBi slopes for the kernel without ALiBi",
+       "alibi_slopes: expected nullptr without the ALiBi kernel, got a pointer",
+       [](BwdSm90Params& p, BwdSm90Rows&) { p.alibi_slopes = p.lse_log2; }},
   };
   int wrong = 0;
   for (const auto& b : bad) {
@@ -358,6 +384,16 @@ int check_bad_arguments() {
     const bool ok = error.rfind(b.expect, 0) == 0;
     wrong += !ok;
     std::printf("%s %s: \"%s\"\n", ok ? "ok:" : "WRONG:", b.what, error.c_str());
+  }
+  {
+    BwdSm90Params p;
+    BwdSm90Rows rows;
+    std::vector<float> workspace;
+    valid(p, rows, workspace);
+    const std::string error = launch_bwd_sm90<__nv_bfloat16, D, false, false, true>(maps, p, rows, nullptr);
+    const bool ok = error == "alibi_slopes: expected a pointer for the ALiBi kernel, got nullptr";
+    wrong += !ok;
+    std::printf("%s the ALiBi kernel without slopes: \"%s\"\n", ok ? "ok:" : "WRONG:", error.c_str());
   }
   int touched = 0;
   for (size_t i = 0; i < dq.size(); ++i) touched += (dq[i] != kPoison) + (dk[i] != kPoison) + (dv[i] != kPoison);
@@ -461,6 +497,18 @@ const selftest::NamedCases kCases = {
     {"f16_d128_local", [] { return run<f16, 128, false, true>({{1, 1, 1, 127, 257, false, false, 140, 3},
                                                                {1, 2, 2, 129, 65, true, true, 5, -1},
                                                                {1, 1, 1, 1, 1, false, false, 0, 0}}); }},
+    // ALiBi (slopes [Hq] or [B, Hq]), causal or not, both alignments, GQA, awkward sizes.
+    {"bf16_d64_alibi", [] { return run<bf16, 64, false, false, true>({{1, 2, 1, 65, 257, false},
+                                                                      {2, 2, 2, 257, 63, true, true, -1, -1, true},
+                                                                      {1, 1, 1, 1, 1, false}}); }},
+    {"f16_d128_alibi", [] { return run<f16, 128, false, false, true>({{2, 3, 1, 129, 127, false, false, -1, -1, true},
+                                                                      {1, 1, 1, 7, 129, true, true}}); }},
+    {"bf16_d128_alibi_causal", [] { return run<bf16, 128, true, false, true>({{1, 2, 1, 257, 129, false},
+                                                                              {2, 2, 2, 63, 257, true, true, -1, -1, true}}); }},
+    {"f16_d64_alibi_causal", [] { return run<f16, 64, true, false, true>({{1, 1, 1, 129, 257, false, false, -1, -1, true},
+                                                                          {1, 2, 1, 127, 65, true, true}}); }},
+    {"bf16_d64_alibi_causal_deterministic", [] {
+       return run<bf16, 64, true, false, true>({{1, 2, 1, 200, 385, false}}, true); }},
     {"query_blocks", [] { return check_query_blocks_of<64>() | check_query_blocks_of<128>(); }},
     {"bad_arguments", [] { return check_bad_arguments(); }},
     // Not in the test matrix: the shim's counters of one 256 x 512 d = 128 head.
