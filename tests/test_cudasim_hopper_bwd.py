@@ -2,7 +2,8 @@
 dQ, dK and dV within the FlashAttention tolerance of a float64 reference
 (selftest/hopper_bwd_test.cpp) for bf16 and f16, d = 64 and 128, causal (bottom-right and
 top-left) and not, local windows ((w, 0), both edges, one edge, (0, 0), wider than both
-sequences, both alignments), ALiBi (slopes [Hq] or [B, Hq], causal or not), awkward Sq / Sk both
+sequences, both alignments), ALiBi (slopes [Hq] or [B, Hq], causal or not), softcap (with each
+mask), awkward Sq / Sk both
 ways, GQA, batch > 1 and two K/V layouts, under every
 schedule and copy completion; deterministic dQ bit-identical under all of them (while the shared
 accumulator's is not). Its GPU side (tests/cudasim/hopper_bwd.py) must keep compiling for sm_90a
@@ -22,7 +23,9 @@ SCHEDULES = ["forward", "reverse", "random:1", "random:2"]
 COMPLETIONS = ["lazy", "eager", "random"]
 CASES = ["bf16_d64", "bf16_d128", "f16_d64", "f16_d128", "bf16_d128_causal", "bf16_d64_causal",
          "f16_d64_causal", "f16_d128_causal", "bf16_d64_local", "f16_d128_local", "bf16_d64_alibi",
-         "f16_d128_alibi", "bf16_d128_alibi_causal", "f16_d64_alibi_causal"]
+         "f16_d128_alibi", "bf16_d128_alibi_causal", "f16_d64_alibi_causal", "bf16_d128_softcap",
+         "f16_d64_softcap", "f16_d64_causal_softcap", "bf16_d128_causal_softcap", "bf16_d64_local_softcap",
+         "f16_d128_local_softcap"]
 DETERMINISTIC = ["bf16_d64_deterministic", "bf16_d128_causal_deterministic",
                  "bf16_d64_alibi_causal_deterministic"]
 
@@ -94,7 +97,7 @@ def test_bad_arguments_get_errors_naming_them():
     out = run(program("hopper_bwd_test"), "bad_arguments")
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert len(lines) == 14 and all(line.startswith("ok: ") for line in lines), out.stdout
+    assert len(lines) == 15 and all(line.startswith("ok: ") for line in lines), out.stdout
 
 
 @pytest.mark.skipif(hopper_gemm.nvcc_path() is None, reason="nvcc not found")

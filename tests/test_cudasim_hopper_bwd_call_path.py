@@ -78,15 +78,16 @@ def run_and_check(sim, q, k, v, causal, align_bottom_right=True, deterministic=F
     return [launch["kernel"] for launch in counters["launches"]], grads
 
 
-def assert_hopper_backward_ran(kernels, dtype, d, causal, local=False, alibi=False):
+def assert_hopper_backward_ran(kernels, dtype, d, causal, local=False, alibi=False, softcap=False):
     """The Hopper forward, then the Hopper backward's three kernels (its main loop: causal, a
-    local window or neither; with ALiBi or not), and nothing else."""
+    local window or neither; with ALiBi, softcap or neither), and nothing else."""
     element = ELEMENTS[dtype]
     flag = "true" if causal else "false"
     assert len(kernels) == 4, kernels
     assert f"fwd_sm90_kernel<{element}, {d}, {flag}," in kernels[0], kernels
     assert f"bwd_sm90_rows_kernel<{element}, {d}>" in kernels[1], kernels
-    main = f"bwd_sm90_kernel<{element}, {d}, {flag}, {str(local).lower()}, {str(alibi).lower()}>"
+    flags = ", ".join(str(f).lower() for f in (local, alibi, softcap))
+    main = f"bwd_sm90_kernel<{element}, {d}, {flag}, {flags}>"
     assert main in kernels[2], kernels
     assert f"bwd_sm90_convert_dq_kernel<{element}, {d}>" in kernels[3], kernels
 
@@ -140,7 +141,8 @@ VARLEN_CASES = [(torch.bfloat16, 64, "causal", False), (torch.float16, 128, "non
                 (torch.bfloat16, 128, "causal_top_left", False),
                 (torch.float16, 64, "causal", True),
                 (torch.float16, 128, "window", False), (torch.bfloat16, 64, "window_causal", True),
-                (torch.float16, 64, "alibi", False), (torch.bfloat16, 128, "alibi_batch_causal", True)]
+                (torch.float16, 64, "alibi", False), (torch.bfloat16, 128, "alibi_batch_causal", True),
+                (torch.bfloat16, 64, "softcap_causal", False)]
 
 
 def is_local(mask):
@@ -155,6 +157,10 @@ def is_causal(mask):
 
 def has_alibi(mask):
     return "alibi" in MASKS[mask]
+
+
+def has_softcap(mask):
+    return "softcap" in MASKS[mask]
 
 
 def sequence_kwargs(ref_kwargs, b):
@@ -196,7 +202,7 @@ def test_hopper_backward_varlen(schedule, hopper, dtype, d, mask, deterministic)
     (dq, dk, dv), counters = hopper.counted(step)
     kernels = [launch["kernel"] for launch in counters["launches"]]
     assert_hopper_backward_ran(kernels, dtype, d, is_causal(mask), is_local(mask),
-                               has_alibi(mask))
+                               has_alibi(mask), has_softcap(mask))
     for b in range(len(lens_q)):
         qa, qb, ka, kb = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
         check_sequence_backward(f"sequence {b}", (dq[qa:qb], dk[ka:kb], dv[ka:kb]), q[qa:qb],
@@ -206,7 +212,7 @@ def test_hopper_backward_varlen(schedule, hopper, dtype, d, mask, deterministic)
 
 SEQUSED_CASES = [(torch.bfloat16, 64, "causal"), (torch.float16, 128, "none"),
                  (torch.float16, 64, "causal_top_left"), (torch.bfloat16, 128, "window_right_only"),
-                 (torch.float16, 128, "alibi_batch_causal")]
+                 (torch.float16, 128, "alibi_batch_causal"), (torch.float16, 64, "softcap")]
 
 
 @pytest.mark.parametrize("dtype, d, mask", SEQUSED_CASES, ids=lambda x: str(x).replace("torch.", ""))
@@ -233,7 +239,7 @@ def test_hopper_backward_seqused(schedule, hopper, dtype, d, mask):
     (dq, dk, dv), counters = hopper.counted(step)
     kernels = [launch["kernel"] for launch in counters["launches"]]
     assert_hopper_backward_ran(kernels, dtype, d, is_causal(mask), is_local(mask),
-                               has_alibi(mask))
+                               has_alibi(mask), has_softcap(mask))
     for i, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
         check_sequence_backward(f"batch {i}", (dq[i, :nq], dk[i, :nk], dv[i, :nk]), q[i, :nq],
                              k[i, :nk], v[i, :nk], dout[i, :nq], sequence_kwargs(ref_kwargs, i))
@@ -272,6 +278,37 @@ def test_hopper_backward_local_windows(schedule, hopper, dtype, d, window, top_l
     local = any(0 <= w <= sq + sk for w in window)
     assert_hopper_backward_ran([launch["kernel"] for launch in counters["launches"]], dtype, d,
                                causal=False, local=local)
+    for i in range(b):
+        check_sequence_backward(f"batch {i}", (dq[i], dk[i], dv[i]), q[i], k[i], v[i], dout[i],
+                                ref_kwargs)
+
+
+# (dtype, head dim, softcap, the op's mask arguments, B, Sq, Sk, Hq, Hkv): softcap with each main
+# loop (no mask, causal in both alignments, a local window), Sq != Sk both ways, GQA, one row.
+SOFTCAP_CASES = [
+    (torch.bfloat16, 64, 2.5, dict(), 1, 65, 257, 2, 1),
+    (torch.float16, 128, 1.5, dict(causal=True), 2, 129, 63, 2, 2),
+    (torch.float16, 64, 2.0, dict(causal=True, align_bottom_right=False), 1, 127, 129, 3, 1),
+    (torch.bfloat16, 128, 1.5, dict(window=(40, 3)), 1, 257, 127, 2, 1),
+    (torch.bfloat16, 64, 5.0, dict(), 1, 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype, d, softcap, mask, b, sq, sk, hq, hkv", SOFTCAP_CASES,
+                         ids=lambda x: str(x).replace("torch.", "").replace(" ", ""))
+def test_hopper_backward_softcap(schedule, hopper, dtype, d, softcap, mask, b, sq, sk, hq, hkv):
+    q, k, v = (t.detach() for t in leaves(b, sq, sk, hq, hkv, d, dtype))
+    dout = torch.randn(q.shape, dtype=dtype)
+    scale, op_kwargs, ref_kwargs = mask_arguments(dict(mask, softcap=softcap), q)
+
+    def step():
+        out, lse = hopper.fwd(q, k, v, scale, **op_kwargs)
+        return hopper.bwd(dout, q, k, v, out, lse, None, scale, **op_kwargs)
+
+    (dq, dk, dv), counters = hopper.counted(step)
+    assert_hopper_backward_ran([launch["kernel"] for launch in counters["launches"]], dtype, d,
+                               causal=mask.get("causal", False), local="window" in mask,
+                               softcap=True)
     for i in range(b):
         check_sequence_backward(f"batch {i}", (dq[i], dk[i], dv[i]), q[i], k[i], v[i], dout[i],
                                 ref_kwargs)

@@ -10,7 +10,7 @@ tile, 64 at d = 256) + 8 mbarriers + 1024 bytes of alignment slack.
 
 The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
 64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, local
-windows, ALiBi (without a local window or softcap), GQA,
+windows, softcap, ALiBi (without a local window or softcap), GQA,
 deterministic or not, whose q, k, v and dout TMA can read; everything else keeps the sm_80
 backward. Its three launches, by
 hopper/bwd_sm90_params.h (bwd_sm90_grids): the rows kernel over Sq padded to kBlockM (128 at d = 64,
@@ -274,21 +274,25 @@ def test_hopper_backward_takes_local_windows(sim, d, kwargs):
     assert [s["grid"] for s in plan["steps"]] == [s["grid"] for s in plan_bwd(sim, *args, device=HOPPER)["steps"]]
 
 
-# ALiBi, slopes [Hq] or [B, Hq], causal (either alignment) or not, deterministic or not: the same
-# three launches and workspace as without it (the bias is recomputed in the main loop).
-BACKWARD_ALIBI = [
-    dict(alibi_slopes=torch.rand(4)),
-    dict(alibi_slopes=torch.rand(3, 4), causal=True),
-    dict(alibi_slopes=torch.rand(4), causal=True, align_bottom_right=False),
-    dict(alibi_slopes=torch.rand(3, 4), align_bottom_right=False, deterministic=True),
-]
+# ALiBi, slopes [Hq] or [B, Hq], causal (either alignment) or not, deterministic or not; softcap
+# with each mask: the same three launches and workspace as without them (the bias and the
+# softcap are recomputed in the main loop).
+BACKWARD_LOGITS = {
+    "alibi_heads": dict(alibi_slopes=torch.rand(4)),
+    "alibi_batch_heads_causal": dict(alibi_slopes=torch.rand(3, 4), causal=True),
+    "alibi_heads_causal_top_left": dict(alibi_slopes=torch.rand(4), causal=True, align_bottom_right=False),
+    "alibi_batch_heads_top_left_deterministic": dict(alibi_slopes=torch.rand(3, 4), align_bottom_right=False,
+                                                     deterministic=True),
+    "softcap": dict(softcap=2.0),
+    "softcap_causal_deterministic": dict(softcap=2.0, causal=True, deterministic=True),
+    "softcap_window": dict(softcap=2.0, window_left=16, window_right=0),
+}
 
 
 @pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("kwargs", BACKWARD_ALIBI, ids=["heads", "batch_heads_causal",
-                                                        "heads_causal_top_left",
-                                                        "batch_heads_top_left_deterministic"])
-def test_hopper_backward_takes_alibi(sim, d, kwargs):
+@pytest.mark.parametrize("name", BACKWARD_LOGITS)
+def test_hopper_backward_takes_alibi_and_softcap(sim, d, name):
+    kwargs = BACKWARD_LOGITS[name]
     args = qkv(3, 200, 300, 4, 2, d)
     plan = plan_bwd(sim, *args, device=HOPPER, **kwargs)
     assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_BWD_SMEM[d]
@@ -308,8 +312,6 @@ def _backward_stays_on_sm80():
         ("head dim 256", qkv(2, 130, 130, 2, 2, 256), {}),
         ("no keys", qkv(2, 130, 0, 2, 2, 64), {}),
         ("no queries", qkv(2, 0, 130, 2, 2, 64), {}),
-        ("softcap", (q, k, v), dict(softcap=2.0)),
-        ("softcap with a local window", (q, k, v), dict(softcap=2.0, window_left=16, window_right=0)),
         ("ALiBi with a local window", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32),
                                                       window_left=16, window_right=0)),
         ("ALiBi with softcap", (q, k, v), dict(alibi_slopes=torch.rand(2, 2, dtype=torch.float32),

@@ -81,9 +81,9 @@ FAMILIES = {
         template="{element}, {head_dim}",
         params="const AttnBwdParams&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a backward (csrc/cuda/hopper/bwd_sm90_*), its main loops (no mask, "
-                "causal, a local window; ALiBi, causal or not), with its rows and dQ convert "
-                "kernels, for one (head dim, dtype): compiled for sm_90a only (kernel_list.py "
-                "ARCHS)."),
+                "causal, a local window, each with softcap or not; ALiBi, causal or not), with "
+                "its rows and dQ convert kernels, for one (head dim, dtype): compiled for sm_90a "
+                "only (kernel_list.py ARCHS)."),
     "split_merge": dict(
         header="split_merge_kernel.cuh", prefix="split_merge", one_per_file=False, direction="fwd",
         template="{element}", params="const AttnParams&, const float*, cudaStream_t, LaunchCheck",
@@ -119,9 +119,9 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # (launch_fwd_sm90.cuh, launch_fwd_sm90_features): no mask, causal, a local window, each with
 # softcap and without; ALiBi with no mask or causal, without softcap; at d = 256 seven, without
 # softcap + local window (it spills: hopper/fwd_sm90_config.h). What is not built stays on the
-# sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds five main loops (launch_bwd_sm90.cuh,
-# launch_bwd_sm90_masks): no mask, causal, a local window; ALiBi with no mask or causal (and its
-# rows and convert kernels). Six forward files and four backward: the build-time budget
+# sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds eight main loops (launch_bwd_sm90.cuh,
+# launch_bwd_sm90_masks): no mask, causal, a local window, each with softcap and without; ALiBi
+# with no mask or causal, without softcap (and its rows and convert kernels). Six forward files and four backward: the build-time budget
 # (docs/lab/2026-12-02-hopper-forward-features.md, docs/lab/2026-12-02-hopper-backward-wiring.md,
 # docs/lab/2026-12-02-hopper-forward-d256.md, docs/lab/2026-12-03-hopper-backward-alibi.md).
 HEAD_DIMS_SM90 = (64, 128)

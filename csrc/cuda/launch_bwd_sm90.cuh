@@ -2,7 +2,7 @@
 // plan_bwd_sm90.h accepted) as the Hopper kernels' tensor maps, BwdSm90Params and BwdSm90Rows (its
 // own TensorViews),
 // the workspace bound, then hopper::launch_bwd_sm90 (rows, main, convert kernels) with the main
-// loop for its mask (none, causal, a local window) and ALiBi. Compiles under nvcc (inst/*_sm90.cu, for sm_90a only) and under the CPU shim
+// loop for its mask (none, causal, a local window), ALiBi and softcap. Compiles under nvcc (inst/*_sm90.cu, for sm_90a only) and under the CPU shim
 // (tests/sim_ext).
 #pragma once
 #include <cuda_bf16.h>
@@ -25,25 +25,31 @@
 namespace flashattn::cuda {
 
 // The main loops built for each (head dim, dtype), kernel_list.py (bwd_sm90): no mask, causal
-// or a local window (the forward's classification, sm90_fwd_mask); ALiBi with no mask or causal,
-// as the forward builds it (plan_bwd_sm90.h keeps ALiBi with a local window on sm_80).
+// or a local window (the forward's classification, sm90_fwd_mask), each with softcap or without;
+// ALiBi with no mask or causal, without softcap, as the forward builds it (plan_bwd_sm90.h keeps
+// ALiBi with a local window or softcap on sm_80).
 template <typename Element, int kHeadDim>
 std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper::BwdSm90Params& hp,
-                                  const hopper::BwdSm90Rows& rows, void* stream, Sm90FwdMask mask, bool alibi) {
+                                  const hopper::BwdSm90Rows& rows, void* stream, Sm90FwdMask mask, bool alibi,
+                                  bool softcap) {
   if (alibi) {
     return mask == Sm90FwdMask::kCausal
                ? hopper::launch_bwd_sm90<Element, kHeadDim, true, false, true>(maps, hp, rows, stream)
                : hopper::launch_bwd_sm90<Element, kHeadDim, false, false, true>(maps, hp, rows, stream);
   }
-  switch (mask) {
-    case Sm90FwdMask::kCausal:
-      return hopper::launch_bwd_sm90<Element, kHeadDim, true, false>(maps, hp, rows, stream);
-    case Sm90FwdMask::kLocal:
-      return hopper::launch_bwd_sm90<Element, kHeadDim, false, true>(maps, hp, rows, stream);
-    case Sm90FwdMask::kNone:
-      break;
-  }
-  return hopper::launch_bwd_sm90<Element, kHeadDim, false, false>(maps, hp, rows, stream);
+  const auto with_softcap = [&](auto cap) {
+    constexpr bool kSoftcap = decltype(cap)::value;
+    switch (mask) {
+      case Sm90FwdMask::kCausal:
+        return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, false, kSoftcap>(maps, hp, rows, stream);
+      case Sm90FwdMask::kLocal:
+        return hopper::launch_bwd_sm90<Element, kHeadDim, false, true, false, kSoftcap>(maps, hp, rows, stream);
+      case Sm90FwdMask::kNone:
+        break;
+    }
+    return hopper::launch_bwd_sm90<Element, kHeadDim, false, false, false, kSoftcap>(maps, hp, rows, stream);
+  };
+  return softcap ? with_softcap(std::true_type{}) : with_softcap(std::false_type{});
 }
 
 // Runs the sm_90a backward for an Element (__half or __nv_bfloat16) and kHeadDim == p.head_dim
@@ -72,7 +78,8 @@ void run_bwd_sm90(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
   hopper::bwd_sm90_bind_workspace<kHeadDim>(hp, workspace);
   const hopper::BwdSm90Rows rows{p.o, p.dout, p.lse, p.dq};
   const std::string launch_error =
-      launch_bwd_sm90_masks<Element, kHeadDim>(maps, hp, rows, stream, sm90_fwd_mask(p), hp.alibi_slopes != nullptr);
+      launch_bwd_sm90_masks<Element, kHeadDim>(maps, hp, rows, stream, sm90_fwd_mask(p), hp.alibi_slopes != nullptr,
+                                                hp.softcap > 0.f);
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a backward's launch: " + launch_error);
   }

@@ -54,6 +54,7 @@ inline hopper::BwdSm90Params make_bwd_sm90_params(const AttnBwdParams& p) {
   hp.alibi_slopes = static_cast<const float*>(p.alibi.ptr);
   hp.alibi_batch_stride = p.alibi.batch_stride;
   hp.alibi_head_stride = p.alibi.head_stride;
+  hopper::set_bwd_sm90_softcap(hp, p.softcap);
   hp.dk = p.dk;
   hp.dv = p.dv;
   return hp;
@@ -84,9 +85,9 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
     return "a paged or indexed KV cache";
   if (p.mask.ptr != nullptr || p.dmask != nullptr) return "attn_mask";
   if (p.dropout.on()) return "dropout";
-  if (p.softcap > 0.f) return "softcap";
   // ALiBi's main loops: no mask or causal (launch_bwd_sm90.cuh), as the forward's.
   if (p.alibi.ptr != nullptr && sm90_fwd_mask(p) == Sm90FwdMask::kLocal) return "ALiBi with a local window";
+  if (p.alibi.ptr != nullptr && p.softcap > 0.f) return "ALiBi with softcap";
   // The rows kernel computes D = rowsum(dO * O) without a dLSE term.
   if (p.dlse.ptr != nullptr) return "a gradient of the LSE output";
   // Grids put heads on y and batches on z (bwd_sm90_grids), each at most 65535.

@@ -8,7 +8,8 @@ For each case: dq, dk and dv against float64 autograd through the reference with
 own error in the dtype (tests/checks.check_backward, outputs poisoned first), and the profiler's
 kernel names show that the Hopper backward ran (bwd_sm90_kernel); deterministic=True twice gives
 the same bits; a variable-length batch and a seqused one, per sequence, with NaN in the rows no
-sequence uses; a call it does not take (a gradient of the LSE) runs the sm_80 backward. Then the
+sequence uses; calls it does not take (a gradient of the LSE, ALiBi with a local window) run the
+sm_80 backward. Then the
 library's forward + backward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096, causal and
 not (FLOPs: 3.5x the forward's 4·B·H·N²·d, halved when causal). Exits 1 on any failure; on a GPU
 other than compute capability 9.0, prints SKIP and exits 0.
@@ -26,8 +27,9 @@ import torch  # noqa: E402
 from hopper_library_sample import kernels_run  # noqa: E402  (tests/cudasim/, beside this file)
 
 # (dtype, d, mask, B, Sq, Sk, Hq, Hkv, deterministic): both dtypes and head dims, causal in both
-# alignments, local windows ((16, 5); (20, 0) as causal with a left edge), ragged lengths, Sq != Sk
-# both ways, GQA, one query, a long sequence.
+# alignments, local windows ((16, 5); (20, 0) as causal with a left edge), ALiBi (slopes [Hq];
+# [B, Hq] with causal), softcap (2.5; with causal), ragged lengths, Sq != Sk both ways, GQA, one
+# query, a long sequence.
 CASES = [
     (torch.bfloat16, 128, "none", 2, 1000, 1000, 8, 8, False),
     (torch.float16, 64, "none", 1, 65, 129, 4, 1, False),
@@ -38,6 +40,11 @@ CASES = [
     (torch.bfloat16, 128, "causal", 1, 2048, 2048, 4, 4, True),
     (torch.float16, 128, "window", 1, 1000, 700, 4, 2, False),
     (torch.bfloat16, 64, "window_causal", 2, 513, 257, 2, 1, True),
+    (torch.bfloat16, 64, "alibi", 2, 1000, 700, 4, 2, False),
+    (torch.float16, 128, "alibi_batch_causal", 2, 257, 1000, 4, 1, True),
+    (torch.bfloat16, 128, "alibi", 1, 1, 129, 2, 2, False),
+    (torch.bfloat16, 128, "softcap", 2, 1000, 700, 4, 2, False),
+    (torch.float16, 64, "softcap_causal", 1, 513, 2049, 4, 1, True),
 ]
 
 
@@ -68,15 +75,19 @@ def check_cases():
             failures += 1
             print(f"FAIL {name}: {e}")
     failures += check_varlen_and_seqused(cuda)
-    # A call the Hopper backward does not take stays on sm_80 (README's support table).
+    # Calls the Hopper backward does not take stay on sm_80 (README's support table).
     q, k, v = (torch.randn(1, 200, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-    names = kernels_run(lambda: check_backward(cuda, q, k, v, MASKS["causal"], with_dlse=True))
-    if any("bwd_sm90" in n for n in names) or not any("bwd_dkdv_kernel_16bit" in n
-                                                      for n in names):
-        failures += 1
-        print(f"FAIL dLSE: expected the sm_80 backward, ran {names}")
-    else:
-        print("PASS dLSE stays on sm_80")
+    for name, mask, with_dlse in (("dLSE", "causal", True),
+                                  ("ALiBi with a local window", "window_alibi_top_left", False)):
+        try:
+            names = kernels_run(lambda: check_backward(cuda, q, k, v, MASKS[mask],
+                                                       with_dlse=with_dlse))
+            assert not any("bwd_sm90" in n for n in names) and any(
+                "bwd_dkdv_kernel_16bit" in n for n in names), f"expected the sm_80 backward, ran {names}"
+            print(f"PASS {name} stays on sm_80")
+        except AssertionError as e:
+            failures += 1
+            print(f"FAIL {name}: {e}")
     return failures
 
 

@@ -16,7 +16,8 @@
 // - Warpgroups 1 and 2, the consumers (setmaxnreg.inc), own 64 keys each. Per query block, keys
 //   as rows (the m64 of wgmma):
 //     S^T = K Q^T, dP^T = V dO^T          wgmma ss, K-major, m64 n{kBlockM}
-//     P^T = exp2(S^T * scale * log2e - LSE_i * log2e), masked entries 0
+//     P^T = exp2(S^T * scale * log2e - LSE_i * log2e), masked entries 0 (the kAlibi and
+//       kSoftcap loops: the logit's bias or tanh first, below)
 //     dS^T = P^T * (dP^T - D_i)
 //     dV += P^T dO, dK += dS^T Q          wgmma rs: A = the accumulators rounded to 16 bits (the
 //                                          m64nN D layout is the m64k16 A layout), B MN-major
@@ -82,8 +83,9 @@ __device__ __forceinline__ void pack_pairs(const float (&x)[kN], uint32_t (&out)
 // The main loops, each its own instantiation (kernel_list.py, launch_bwd_sm90.cuh): kCausal /
 // kLocal, the mask (causal is the window (-1, 0); at most one of them): which query blocks a key
 // block visits, which of those need the mask (QueryBlocks), and the mask itself. kAlibi: ALiBi's
-// bias (BwdSm90Params::alibi_slopes) in the recomputed P^T of every block.
-template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false>
+// bias (BwdSm90Params::alibi_slopes) in the recomputed P^T of every block. kSoftcap: logits
+// softcap * tanh(scale * s / softcap) in P^T, and dS^T times 1 - tanh^2 (not with kAlibi).
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false, bool kSoftcap = false>
 __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_do,
@@ -328,7 +330,9 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kBlockM / 2; ++i) {
       const int col = 8 * (i / 4) + 2 * tq + i % 2;
-      float x = sacc[i] * p.scale_log2 - FLASHATTN_SMEM(lse_log2)[col];
+      // Softcap: logit.cuh's tanh_accurate (--use_fast_math's tanhf is tanh.approx, 2^-11).
+      const float logit = kSoftcap ? cuda::tanh_accurate(sacc[i] * p.scale_over_softcap) : sacc[i];
+      float x = logit * (kSoftcap ? p.softcap_log2 : p.scale_log2) - FLASHATTN_SMEM(lse_log2)[col];
       if constexpr (kAlibi)
         x -= alibi_slope_log2 * fabsf(alibi_dist + static_cast<float>(8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2)));
       sacc[i] = visible(i, col) ? exp2_approx(x) : 0.f;
@@ -345,6 +349,18 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
       const int col = 8 * (i / 4) + 2 * tq + i % 2;
       const float prob = cuda::to_float<Elem>(static_cast<uint16_t>(pfrag[i / 2] >> (16 * (i % 2))));
       dpacc[i] = prob * (dpacc[i] - FLASHATTN_SMEM(dpsum)[col]);
+      if constexpr (kSoftcap) {
+        // 1 - tanh^2 with tanh recovered from P: log2 P = softcap tanh log2(e) - LSE log2(e).
+        // Kept from the P^T pass instead, the factors (or tanh) held 32-64 more registers
+        // across dP^T's wait and spilled in every arrangement tried (the 2026-12-03 windows lab
+        // entry); recovered, they cost one LG2 per element and no register. The rounded P
+        // gives tanh within 2^-9 / (ln 2 softcap log2 e) (bf16), below PyTorch's own rounding of
+        // tanh; P = 0 (masked, or underflowed) gives -inf (NaN for a padded row's LSE +inf),
+        // which the clamp turns into -1 (fmaxf returns the non-NaN operand): a factor 0 on dS 0.
+        float t = (log2f(prob) + FLASHATTN_SMEM(lse_log2)[col]) * p.inv_softcap_log2;
+        t = fminf(fmaxf(t, -1.f), 1.f);
+        dpacc[i] *= 1.f - t * t;
+      }
     }
     pack_pairs<Elem>(dpacc, dsfrag);
 

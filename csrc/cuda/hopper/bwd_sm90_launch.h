@@ -92,14 +92,27 @@ std::string check_bwd_sm90_alibi(const BwdSm90Params& p) {
   return "";
 }
 
+// "" if the softcap fits the main loop chosen (kSoftcap), as the slopes above; none with ALiBi.
+template <bool kAlibi, bool kSoftcap>
+std::string check_bwd_sm90_softcap(const BwdSm90Params& p) {
+  static_assert(!(kAlibi && kSoftcap), "no main loop has both ALiBi and softcap");
+  if (kSoftcap != (p.softcap > 0.f))
+    return std::string("softcap: expected ") +
+           (kSoftcap ? "> 0 for the softcap kernel" : "0 without the softcap kernel") + ", got " +
+           std::to_string(p.softcap);
+  return "";
+}
+
 // "" on success, else why a launch failed (or which argument check_bwd_sm90_args rejected).
-template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false>
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false,
+          bool kSoftcap = false>
 std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, const BwdSm90Rows& rows,
                             void* stream) {
   using Cfg = BwdSm90Config<kHeadDim>;
   std::string bad = check_bwd_sm90_args(p, rows);
   if (bad.empty()) bad = check_bwd_sm90_window<kCausal, kLocal>(p);
   if (bad.empty()) bad = check_bwd_sm90_alibi<kAlibi>(p);
+  if (bad.empty()) bad = check_bwd_sm90_softcap<kAlibi, kSoftcap>(p);
   if (!bad.empty()) return bad;
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) return "";
   const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
@@ -107,7 +120,7 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   const dim3 rows_grid(g.rows.x, g.rows.y, g.rows.z), grid(g.main.x, g.main.y, g.main.z);
   const dim3 convert_grid(g.convert.x, g.convert.y, g.convert.z);
   auto rows_kernel = bwd_sm90_rows_kernel<Elem, kHeadDim>;
-  auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal, kLocal, kAlibi>;
+  auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal, kLocal, kAlibi, kSoftcap>;
   auto convert_kernel = bwd_sm90_convert_dq_kernel<Elem, kHeadDim>;
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
   (void)stream;

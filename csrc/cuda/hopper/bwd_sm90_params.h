@@ -58,6 +58,13 @@ struct BwdSm90Params {
   // Every other kernel takes nullptr (launch_bwd_sm90 checks).
   const float* alibi_slopes = nullptr;
   int64_t alibi_batch_stride = 0, alibi_head_stride = 1;
+  // The kSoftcap kernels: the logit is softcap * tanh(scale * s / softcap) (logit.cuh's
+  // LogitRules), so dS picks up 1 - tanh^2; scale stays dK's and dQ's. set_bwd_sm90_softcap
+  // writes the four; every other kernel takes softcap 0 (launch_bwd_sm90 checks).
+  float softcap = 0.f;
+  float scale_over_softcap = 0.f;  // scale / softcap
+  float softcap_log2 = 0.f;        // softcap * log2(e): exp2's factor on tanh
+  float inv_softcap_log2 = 0.f;    // its inverse: tanh recovered from log2 of P
   // Row stats [B, Hq, seqlen_q padded] (rows contiguous), written by the rows kernel.
   float* lse_log2 = nullptr;
   float* dpsum = nullptr;
@@ -69,6 +76,14 @@ struct BwdSm90Params {
 
   __host__ __device__ bool varlen() const { return cu_seqlens_q != nullptr; }
 };
+
+// Softcap's fields of p from softcap (> 0: the kSoftcap kernels; 0: none) and p.scale.
+inline void set_bwd_sm90_softcap(BwdSm90Params& p, float softcap) {
+  p.softcap = softcap;
+  p.scale_over_softcap = softcap > 0.f ? p.scale / softcap : 0.f;
+  p.softcap_log2 = softcap > 0.f ? softcap * 1.4426950408889634f : 0.f;
+  p.inv_softcap_log2 = softcap > 0.f ? 1.f / p.softcap_log2 : 0.f;
+}
 
 // Where sequence b's rows are: in the tensors (packed rows of a varlen batch), in the maps, and in
 // the row-stat buffers and the dQ accumulator, which hold each sequence's queries padded to whole

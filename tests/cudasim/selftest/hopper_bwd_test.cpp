@@ -110,7 +110,11 @@ struct ErrorPair {
   bool ok() const { return nonfinite == 0 && err <= 3 * emulated + 1e-5; }
 };
 
-template <typename Elem, int kHeadDim, bool kCausal, bool kLocal, bool kAlibi>
+// The softcap of the kSoftcap cases: small enough that tanh bends the scores of these inputs
+// (|scale * s| reaches ~4), so 1 - tanh^2 matters in dS.
+constexpr double kSoftcapValue = 1.5;
+
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal, bool kAlibi, bool kSoftcap>
 int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   constexpr int D = kHeadDim;
   const int B = sh.batch, Hq = sh.heads_q, Hkv = sh.heads_kv, Sq = sh.seqlen_q, Sk = sh.seqlen_k;
@@ -133,6 +137,27 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   std::vector<float> slopes(static_cast<size_t>(sh.alibi_per_batch ? B : 1) * Hq);
   std::uniform_real_distribution<float> slope_of(0.01f, 0.51f);
   for (auto& x : slopes) x = slope_of(rng);
+  // The logit of x = scale * s and d logit / dx: softcap * tanh(x / softcap) and 1 - tanh^2.
+  auto logit = [](double x, double& dlogit) {
+    dlogit = 1;
+    if (!kSoftcap) return x;
+    const double t = std::tanh(x / kSoftcapValue);
+    dlogit = 1 - t * t;
+    return kSoftcapValue * t;
+  };
+  // PyTorch's 16-bit autograd of the same: every op's output rounded (tanh's backward uses its
+  // rounded output t16).
+  auto logit16 = [](double x16, double& t16) {
+    if (!kSoftcap) return x16;
+    t16 = round_to<Elem>(std::tanh(round_to<Elem>(x16 / kSoftcapValue)));
+    return round_to<Elem>(kSoftcapValue * t16);
+  };
+  auto dlogit16 = [](double g16, double t16) {
+    if (!kSoftcap) return g16;
+    g16 = round_to<Elem>(g16 * kSoftcapValue);
+    g16 = round_to<Elem>(g16 * round_to<Elem>(1 - round_to<Elem>(t16 * t16)));
+    return round_to<Elem>(g16 / kSoftcapValue);
+  };
   auto bias = [&](int b, int h, int i, int j) {
     if (!kAlibi) return 0.0;
     const int dist = i + diag_offset - j;
@@ -148,7 +173,7 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   std::vector<double> dk_emu_acc(kv_elems, 0), dv_emu_acc(kv_elems, 0);  // fp32-like sums before rounding
   auto qi = [&](int b, int i, int h, int d) { return ((static_cast<size_t>(b) * Sq + i) * Hq + h) * D + d; };
   auto ki = [&](int b, int j, int h, int d) { return ((static_cast<size_t>(b) * Sk + j) * Hkv + h) * D + d; };
-  std::vector<double> p(Sk), p16(Sk), ds(Sk), ds16(Sk);
+  std::vector<double> p(Sk), p16(Sk), ds(Sk), ds16(Sk), dlogit(Sk), t16(Sk);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < Hq; ++h) {
       const int hk = h / group;
@@ -165,8 +190,9 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
           // The bias is added to the rounded scores exactly: a 16-bit bias (or sum) would be off
           // by up to 0.25 at distance 200 (bf16 spacing at 64-128) and loosen the yardstick
           // enough to hide a distance off by one.
-          p[j] = visible(i, j) ? dot * scale + bias(b, h, i, j) : -INFINITY;
-          p16[j] = visible(i, j) ? round_to<Elem>(round_to<Elem>(dot_f) * scale) + bias(b, h, i, j) : -INFINITY;
+          p[j] = visible(i, j) ? logit(dot * scale, dlogit[j]) + bias(b, h, i, j) : -INFINITY;
+          p16[j] = visible(i, j) ? logit16(round_to<Elem>(round_to<Elem>(dot_f) * scale), t16[j]) + bias(b, h, i, j)
+                                 : -INFINITY;
           mx = std::max(mx, p[j]);
           mx16 = std::max(mx16, p16[j]);
         }
@@ -205,8 +231,9 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
           dsum16 += static_cast<float>(p16[j] * dp16[j]);
         }
         for (int j = 0; j < Sk; ++j) {
-          ds[j] = p[j] * (ds[j] - dsum) * scale;
-          ds16[j] = round_to<Elem>(round_to<Elem>(static_cast<float>(p16[j] * (dp16[j] - dsum16))) * scale);
+          ds[j] = p[j] * (ds[j] - dsum) * dlogit[j] * scale;
+          ds16[j] = round_to<Elem>(
+              dlogit16(round_to<Elem>(static_cast<float>(p16[j] * (dp16[j] - dsum16))), t16[j]) * scale);
         }
         for (int d = 0; d < D; ++d) {
           double acc = 0;
@@ -244,6 +271,7 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   prm.deterministic = deterministic;
   prm.window_left = kLocal ? sh.window_left : -1;
   prm.window_right = kLocal ? sh.window_right : -1;
+  set_bwd_sm90_softcap(prm, kSoftcap ? static_cast<float>(kSoftcapValue) : 0.f);
   if (kAlibi) {
     prm.alibi_slopes = slopes.data();
     prm.alibi_batch_stride = alibi_batch_stride;
@@ -268,7 +296,7 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
     std::printf("tensor maps: %s\n", error.c_str());
     return 2;
   }
-  const std::string launch = launch_bwd_sm90<Elem, D, kCausal, kLocal, kAlibi>(maps, prm, rows, nullptr);
+  const std::string launch = launch_bwd_sm90<Elem, D, kCausal, kLocal, kAlibi, kSoftcap>(maps, prm, rows, nullptr);
   if (!launch.empty()) {
     std::printf("launch: %s\n", launch.c_str());
     return 2;
@@ -289,6 +317,7 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   if (kLocal)
     tags += " window (" + std::to_string(wl) + ", " + std::to_string(wr) + ")" + (sh.top_left ? " top-left" : "");
   if (kAlibi) tags += sh.alibi_per_batch ? " ALiBi [B, Hq]" : " ALiBi [Hq]";
+  if (kSoftcap) tags += " softcap";
   if (deterministic) tags += " deterministic";
   auto ratio = [](const ErrorPair& e) { return e.emulated > 0 ? e.err / e.emulated : 0.0; };
   std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s: dQ err %.3g (emulated %.3g, ratio %.2f), dK %.3g (%.3g, %.2f), "
@@ -303,12 +332,12 @@ int run_shape(const Shape& sh, unsigned seed, bool deterministic) {
   return ok ? 0 : 1;
 }
 
-template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false>
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false, bool kSoftcap = false>
 int run(std::vector<Shape> shapes, bool deterministic = false) {
   int status = 0;
   unsigned seed = 1;
   for (const Shape& sh : shapes) {
-    const int rc = run_shape<Elem, kHeadDim, kCausal, kLocal, kAlibi>(sh, seed++, deterministic);
+    const int rc = run_shape<Elem, kHeadDim, kCausal, kLocal, kAlibi, kSoftcap>(sh, seed++, deterministic);
     if (rc != 0) status = rc;
   }
   return status;
@@ -372,6 +401,8 @@ int check_bad_arguments() {
       {"ALiBi slopes for the kernel without ALiBi",
        "alibi_slopes: expected nullptr without the ALiBi kernel, got a pointer",
        [](BwdSm90Params& p, BwdSm90Rows&) { p.alibi_slopes = p.lse_log2; }},
+      {"a softcap for the kernel without one", "softcap: expected 0 without the softcap kernel, got 2.5",
+       [](BwdSm90Params& p, BwdSm90Rows&) { set_bwd_sm90_softcap(p, 2.5f); }},
   };
   int wrong = 0;
   for (const auto& b : bad) {
@@ -509,6 +540,15 @@ const selftest::NamedCases kCases = {
                                                                           {1, 2, 1, 127, 65, true, true}}); }},
     {"bf16_d64_alibi_causal_deterministic", [] {
        return run<bf16, 64, true, false, true>({{1, 2, 1, 200, 385, false}}, true); }},
+    // Softcap, with each mask (d = 64's P^T of 128 columns, d = 128's of 64).
+    {"bf16_d128_softcap", [] { return run<bf16, 128, false, false, false, true>({{1, 2, 1, 129, 257, false},
+                                                                                 {1, 1, 1, 1, 7, true}}); }},
+    {"f16_d64_softcap", [] { return run<f16, 64, false, false, false, true>({{2, 2, 2, 257, 63, true, true}}); }},
+    {"f16_d64_causal_softcap", [] { return run<f16, 64, true, false, false, true>({{1, 1, 1, 257, 127, true},
+                                                                                   {1, 1, 1, 65, 65, false, true}}); }},
+    {"bf16_d128_causal_softcap", [] { return run<bf16, 128, true, false, false, true>({{1, 3, 1, 127, 257, false}}); }},
+    {"bf16_d64_local_softcap", [] { return run<bf16, 64, false, true, false, true>({{1, 1, 1, 200, 129, false, false, 20, 7}}); }},
+    {"f16_d128_local_softcap", [] { return run<f16, 128, false, true, false, true>({{1, 1, 1, 65, 257, false, true, 3, 30}}); }},
     {"query_blocks", [] { return check_query_blocks_of<64>() | check_query_blocks_of<128>(); }},
     {"bad_arguments", [] { return check_bad_arguments(); }},
     // Not in the test matrix: the shim's counters of one 256 x 512 d = 128 head.
