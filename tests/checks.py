@@ -176,10 +176,12 @@ def check_backward(ex, q, k, v, mask, with_dlse=False, deterministic=False):
     return dq, dk, dv
 
 
-def check_sequence_backward(name, grads, q, k, v, dout, ref_kwargs):
+def check_sequence_backward(name, grads, q, k, v, dout, ref_kwargs, output_ulp=False):
     """dq, dk, dv (grads) of one sequence of a varlen or seqused call (q, dout [Sq, Hq, D], k, v
     [Sk, Hkv, D]) against float64 autograd through the reference, within 3x PyTorch's own error;
-    with no key dq is 0, with no query dk and dv are."""
+    with no key dq is 0, with no query dk and dv are. output_ulp: plus one ulp of each gradient's
+    largest reference element, for gradients carried by a few elements (one query under ALiBi),
+    where PyTorch's own final rounding may land within a fraction of an ulp by luck."""
     grads = [g.cpu() for g in grads]
     q, k, v, dout = (t.cpu() for t in (q, k, v, dout))
     for grad_name, grad in zip(("dq", "dk", "dv"), grads):
@@ -191,7 +193,9 @@ def check_sequence_backward(name, grads, q, k, v, dout, ref_kwargs):
                           ref_kwargs)
     low = reference_grads(q[None], k[None], v[None], dout[None], None, ref_kwargs)
     for grad_name, grad, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
-        assert_within_torch_error(f"{grad_name} {name}", grad[None], want, yardstick, factor=3.0)
+        slack = torch.finfo(grad.dtype).eps * want.abs().max().item() if output_ulp else 0.0
+        assert_within_torch_error(f"{grad_name} {name}", grad[None], want, yardstick, factor=3.0,
+                                  slack=slack)
 
 
 def assert_bitwise_deterministic(ex, dtype, mask):

@@ -42,7 +42,7 @@ CASES = [
     (torch.bfloat16, 64, "window_causal", 2, 513, 257, 2, 1, True),
     (torch.bfloat16, 64, "alibi", 2, 1000, 700, 4, 2, False),
     (torch.float16, 128, "alibi_batch_causal", 2, 257, 1000, 4, 1, True),
-    (torch.bfloat16, 128, "alibi", 1, 1, 129, 2, 2, False),
+    (torch.bfloat16, 128, "alibi", 1, 129, 1000, 2, 2, False),
     (torch.bfloat16, 128, "softcap", 2, 1000, 700, 4, 2, False),
     (torch.float16, 64, "softcap_causal", 1, 513, 2049, 4, 1, True),
 ]
