@@ -180,7 +180,7 @@ def check_sequence_backward(name, grads, q, k, v, dout, ref_kwargs, output_ulp=F
     """dq, dk, dv (grads) of one sequence of a varlen or seqused call (q, dout [Sq, Hq, D], k, v
     [Sk, Hkv, D]) against float64 autograd through the reference, within 3x PyTorch's own error;
     with no key dq is 0, with no query dk and dv are. output_ulp: plus one ulp of each gradient's
-    largest reference element, for gradients carried by a few elements (one query under ALiBi),
+    largest reference element, for gradients carried by a few elements (a one-query sequence),
     where PyTorch's own final rounding may land within a fraction of an ulp by luck."""
     grads = [g.cpu() for g in grads]
     q, k, v, dout = (t.cpu() for t in (q, k, v, dout))

@@ -156,10 +156,16 @@ def is_causal(mask):
 
 
 def has_alibi(mask):
-    """ALiBi: its bias can leave a one-query sequence's dK on a few keys, whose rounding to the
-    dtype PyTorch's yardstick may dodge by luck (check_sequence_backward's output_ulp: a seqused
-    ALiBi run failed once in twelve at 1.45x the bound, 1.1e-3 against 3 x 2.2e-4)."""
     return "alibi" in MASKS[mask]
+
+
+def few_gradient_elements(queries):
+    """Whether a sequence's checks take check_sequence_backward's output_ulp: a one-query
+    sequence's dK sits on a few elements (all of them under causal with 7 keys, a few near the
+    diagonal under ALiBi), whose rounding to the dtype PyTorch's yardstick may dodge by luck (two
+    of 696 runs failed at 1.16x and 1.45x the bound: varlen causal fp16 d = 64, 1 query x 7 keys;
+    seqused ALiBi fp16 d = 128, 1 x 129)."""
+    return queries == 1
 
 
 def has_softcap(mask):
@@ -210,7 +216,7 @@ def test_hopper_backward_varlen(schedule, hopper, dtype, d, mask, deterministic)
         qa, qb, ka, kb = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
         check_sequence_backward(f"sequence {b}", (dq[qa:qb], dk[ka:kb], dv[ka:kb]), q[qa:qb],
                              k[ka:kb], v[ka:kb], dout[qa:qb], sequence_kwargs(ref_kwargs, b),
-                             output_ulp=has_alibi(mask))
+                             output_ulp=few_gradient_elements(qb - qa))
     assert (dq[total_q:] == 0).all() and (dk[total_k:] == 0).all() and (dv[total_k:] == 0).all()
 
 
@@ -247,7 +253,7 @@ def test_hopper_backward_seqused(schedule, hopper, dtype, d, mask):
     for i, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
         check_sequence_backward(f"batch {i}", (dq[i, :nq], dk[i, :nk], dv[i, :nk]), q[i, :nq],
                              k[i, :nk], v[i, :nk], dout[i, :nq], sequence_kwargs(ref_kwargs, i),
-                             output_ulp=has_alibi(mask))
+                             output_ulp=few_gradient_elements(nq))
         assert (dq[i, nq:] == 0).all() and (dk[i, nk:] == 0).all() and (dv[i, nk:] == 0).all()
 
 
