@@ -178,28 +178,6 @@ __device__ __forceinline__ void accumulator_to_smem(const float (&acc)[kNTilesD]
   }
 }
 
-// store_accumulator_rows into a float32 dst: the values unrounded. One 32-bit store per value
-// (the shim has no float2); a warp's stores still cover whole 32-byte sectors.
-template <int kNTilesD>
-__device__ __forceinline__ void store_accumulator_rows_fp32(
-    const float (&acc)[kNTilesD][4], const int (&row)[2], const float (&row_scale)[2],
-    int rows_valid, int cols_valid, int lane_col, const TensorView& dst, int batch, int head,
-    int64_t row0) {
-  float* out = dst.row<float>(batch, head, row0);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= rows_valid) continue;
-    float* out_row = out + row[r] * dst.row_stride;
-#pragma unroll
-    for (int d = 0; d < kNTilesD; ++d) {
-      const int col = d * kMmaN + lane_col;
-      if (col >= cols_valid) continue;
-      FLASHATTN_GMEM(out_row)[col] = acc[d][2 * r] * row_scale[r];
-      if (col + 1 < cols_valid) FLASHATTN_GMEM(out_row)[col + 1] = acc[d][2 * r + 1] * row_scale[r];
-    }
-  }
-}
-
 // Stores a warp's mma accumulator (16 rows x kNTilesD 8-column n-tiles; this lane holds rows
 // row[0], row[1] and columns lane_col, lane_col + 1 of each n-tile) times row_scale[r] as
 // Element into rows [0, rows_valid) x columns [0, cols_valid) of head (batch, head) of `dst`,
@@ -211,12 +189,11 @@ __device__ __forceinline__ void store_accumulator_rows(
     int rows_valid, int cols_valid, int lane_col,
     const TensorView& dst,  // [B, S, H, D], last dim contiguous
     int batch, int head, int64_t row0, bool as_float) {
-  if (as_float) {
-    store_accumulator_rows_fp32<kNTilesD>(acc, row, row_scale, rows_valid, cols_valid, lane_col,
-                                          dst, batch, head, row0);
-    return;
-  }
-  uint16_t* out = dst.row<uint16_t>(batch, head, row0);
+  // One element offset serves both element sizes, so the float32 path adds no index math of
+  // its own (a separate float32 loop made the d = 64 dK/dV kernel spill on sm_90).
+  const int64_t head_offset =
+      dst.row<uint16_t>(batch, head, row0) - static_cast<uint16_t*>(dst.ptr);
+  uint16_t* out = static_cast<uint16_t*>(dst.ptr) + head_offset;
   const int64_t row_stride = dst.row_stride;
   // Two neighbouring elements go out as one 32-bit store when every row start is 4-byte aligned.
   const bool pair_aligned = reinterpret_cast<uintptr_t>(dst.ptr) % sizeof(uint32_t) == 0 &&
@@ -230,6 +207,12 @@ __device__ __forceinline__ void store_accumulator_rows(
     for (int d = 0; d < kNTilesD; ++d) {
       const int col = d * kMmaN + lane_col;
       if (col >= cols_valid) continue;
+      if (as_float) {
+        float* out_f = static_cast<float*>(dst.ptr) + head_offset + row[r] * row_stride + col;
+        FLASHATTN_GMEM(out_f)[0] = acc[d][2 * r] * row_scale[r];
+        if (col + 1 < cols_valid) FLASHATTN_GMEM(out_f)[1] = acc[d][2 * r + 1] * row_scale[r];
+        continue;
+      }
       const uint32_t pair =
           pack_rn<Element>(acc[d][2 * r] * row_scale[r], acc[d][2 * r + 1] * row_scale[r]);
       if (pair_aligned && col + 1 < cols_valid) {
