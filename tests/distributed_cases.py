@@ -429,6 +429,7 @@ def _ring_traffic(group, seed):
             super().__init__(group, world, rank, tensors, tag)
 
     calls = []  # the forward op's calls: (input dtypes, out_fp32, out's dtype)
+    bwd_calls = []  # the backward's: (dout, q, k, v dtypes, grads_fp32, dq/dk/dv dtypes)
 
     def recorded(name, op):
         def call(*args, **kwargs):
@@ -437,6 +438,9 @@ def _ring_traffic(group, seed):
             if name == "fwd":
                 calls.append(([t.dtype for t in args[:3]], kwargs.get("out_fp32", False),
                               result[0].dtype))
+            else:
+                bwd_calls.append(([t.dtype for t in (args[0], *args[4:7])],
+                                  kwargs.get("grads_fp32", False), [t.dtype for t in result[:3]]))
             return result
         return call
     ring.RingStep = RecordedStep
@@ -467,6 +471,10 @@ def _ring_traffic(group, seed):
     # partial outputs come back in float32 (out_fp32), merged in float32 and rounded once.
     partial = torch.float32 if world > 1 else torch.bfloat16
     assert calls and all(c == ([torch.bfloat16] * 3, world > 1, partial) for c in calls), calls
+    # The backward's blocks compute from the 16-bit inputs too, and with more than one block
+    # return float32 gradients (grads_fp32), summed in float32 and rounded once.
+    assert bwd_calls and all(c == ([torch.bfloat16] * 4, world > 1, [partial] * 3)
+                             for c in bwd_calls), bwd_calls
     backward = [e[0] if e[0] != "post" else e[1] for e in events[len(forward):]]
     for step in range(world - 1):
         i = [j for j, e in enumerate(backward) if e == ring._TAG_KV_BACKWARD][step]

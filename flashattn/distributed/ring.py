@@ -14,11 +14,13 @@ other rows meet none (their out 0 and LSE -inf merge as nothing, their gradients
 The blocks compute from the inputs' dtype; with P > 1 a 16-bit ring takes their partial outputs
 in float32 (the op's internal out_fp32), merges them in float32 and rounds once.
 
-Backward: every block's backward gets the global (merged) out and lse, so its P_ij are the
-global probabilities and its dQ, dK, dV are exactly its share. dQ accumulates locally, dK and
-dV in a float32 accumulator that travels around the ring with K/V and reaches its owner after
-P steps; each is rounded to the input dtype once. Dropout draws one [seed, offset] per call,
-which every block and the backward reuse.
+Backward: every block's backward gets the global lse and D_i = rowsum(dO_i * O_i) of the
+global (merged) out, so its P_ij are the global probabilities and its dQ, dK, dV are exactly its
+share. dQ accumulates locally, dK and dV in a float32 accumulator that travels around the ring
+with K/V and reaches its owner after P steps; each is rounded to the input dtype once. A 16-bit
+ring's blocks compute from the 16-bit inputs and return float32 gradients (the op's internal
+grads_fp32). Dropout draws one [seed, offset] per call, which every block and the backward
+reuse.
 """
 import operator
 from typing import NamedTuple, Optional
@@ -217,34 +219,42 @@ def _forward(q, k, v, cfg):
             merge_(_rows(out_acc, blk.q_rows, seq), _rows(lse_acc, blk.q_rows, -1), out, lse)
         if pending is not None:
             kv = tuple(pending.wait())
-    return out_acc.to(q.dtype), lse_acc.to(torch.float32)
+    # out_acc too: a 16-bit ring's backward takes D_i from the float32 out (_backward).
+    return out_acc.to(q.dtype), lse_acc.to(torch.float32), out_acc
 
 
 def _backward(dout, dlse, q, k, v, out, lse, cfg):
+    """out: the merged out, float32 for a 16-bit ring with P > 1 (_forward's out_acc)."""
     acc = accumulator_dtype(q.dtype)
     seq = cfg.plan.seq_dim
     dq_acc = torch.zeros(q.shape, dtype=acc, device=q.device)
-    # By default the bwd op returns gradients in the input dtype. In 16 bits, P blocks rounded
-    # each and summed err up to ~sqrt(P) times one rounding (dV at P = 2 measured 2-3x
-    # single-process flashattn's error against float64, over the 2x target), so with more
-    # than one block the blocks run in float32: their gradients are exact partial sums, rounded
-    # once at the end.
-    # K/V still travel in their own dtype. 16-bit blocks with float32 gradients from the op
-    # (grads_fp32) cost 1.2x one process's CPU time against this upcast's 1.9x, but their dq/dk
-    # measured up to 2.5x flashattn's error (tests/test_distributed.py, some seeds): not yet.
-    compute = acc if cfg.world > 1 else q.dtype
-    dout, out, q_c = (t.to(compute) for t in (dout, out, q))
+    block = {}
+    if cfg.world > 1 and q.dtype in _16_BIT:
+        # The blocks compute from the 16-bit dout, q and K/V and return float32 gradients
+        # (grads_fp32), which add up in float32 and are rounded once: P blocks rounded each
+        # and summed measured up to 2-3x single-process flashattn's error (dV, P = 2).
+        # D_i = rowsum(dO_i * O_i) comes from the float32 merged out, not from the 16-bit
+        # out: each bwd call would compute it from the out it is given, and the ring's 16-bit
+        # out, rounded from its own float32 merge, differs in the last bit from one process's
+        # in some entries, which moved dS = P * (dP - D) and with it dQ and dK as far from
+        # float64 as single-process flashattn's own error (up to 2.6x it at the max entry on
+        # small inputs). D_i folds into dlse (the op's D = rowsum(dout * out) - dlse) and the
+        # blocks get out = 0, so that their D is exactly it.
+        d = (dout.to(acc) * out).sum(-1).transpose(-1, -2)  # (..., S, H) -> lse's (..., H, S)
+        dlse = (-d if dlse is None else dlse - d).contiguous()
+        out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+        block = dict(grads_fp32=True)
     kv, pending_dkv = (k, v), None
     for step in range(cfg.world):
         pending_kv = (RingStep(cfg.group, cfg.world, cfg.rank, kv, _TAG_KV_BACKWARD)
                       if step + 1 < cfg.world and cfg.communicate else None)
-        k_c, v_c = (t.to(compute) for t in kv)
+        k_s, v_s = kv
         parts = []
         for blk in cfg.plan.blocks((cfg.rank - step) % cfg.world):
             qr, kr = blk.q_rows, blk.kv_rows
             dq, dk, dv, _ = _BWD(_rows(dout, qr, seq), _rows(out, qr, seq), _rows(lse, qr, -1),
-                                 _rows(dlse, qr, -1), _rows(q_c, qr, seq), _rows(k_c, kr, seq),
-                                 _rows(v_c, kr, seq), **cfg.op, **blk.extra)
+                                 _rows(dlse, qr, -1), _rows(q, qr, seq), _rows(k_s, kr, seq),
+                                 _rows(v_s, kr, seq), **cfg.op, **blk.extra, **block)
             _rows(dq_acc, qr, seq).add_(dq)
             parts.append((kr, dk, dv))
         # The dK/dV accumulator of the K/V held now arrives from the previous rank while this
@@ -268,8 +278,10 @@ def _backward(dout, dlse, q, k, v, out, lse, cfg):
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cfg):
-        out, lse = _forward(q, k, v, cfg)
-        ctx.save_for_backward(q, k, v, out, lse)
+        out, lse, out_acc = _forward(q, k, v, cfg)
+        # A 16-bit ring with P > 1 keeps its float32 out for the backward's D_i (_backward).
+        saved = out_acc if cfg.world > 1 and q.dtype in _16_BIT else out
+        ctx.save_for_backward(q, k, v, saved, lse)
         ctx.cfg = cfg
         ctx.set_materialize_grads(False)
         return out, lse
@@ -279,7 +291,8 @@ class _RingAttention(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
         # out.sum().backward() hands in an expanded (stride 0) dout; the op reads it in place.
-        dout = torch.zeros_like(out) if dout is None else dout.contiguous()
+        dout = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if dout is None else (
+            dout.contiguous())
         dlse = None if dlse is None else dlse.contiguous()
         dq, dk, dv = _backward(dout, dlse, q, k, v, out, lse, ctx.cfg)
         return dq, dk, dv, None
