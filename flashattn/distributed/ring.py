@@ -242,7 +242,7 @@ def _backward(dout, dlse, q, k, v, out, lse, cfg):
         # blocks get out = 0, so that their D is exactly it.
         d = (dout.to(acc) * out).sum(-1).transpose(-1, -2)  # (..., S, H) -> lse's (..., H, S)
         dlse = (-d if dlse is None else dlse - d).contiguous()
-        out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.zeros_like(dout)  # out's shape: v's head dim (MLA), not q's
         block = dict(grads_fp32=True)
     kv, pending_dkv = (k, v), None
     for step in range(cfg.world):
@@ -291,7 +291,7 @@ class _RingAttention(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
         # out.sum().backward() hands in an expanded (stride 0) dout; the op reads it in place.
-        dout = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if dout is None else (
+        dout = torch.zeros(out.shape, dtype=q.dtype, device=q.device) if dout is None else (
             dout.contiguous())
         dlse = None if dlse is None else dlse.contiguous()
         dq, dk, dv = _backward(dout, dlse, q, k, v, out, lse, ctx.cfg)
