@@ -14,7 +14,7 @@ import flashattn
 from test_bench import TINY_RUN, TINY_VARLEN, bench_main, run_python
 from test_bench_decode import TINY_DECODE
 
-SUBCOMMANDS = ("dense", "varlen", "decode", "sdpa-impl", "small")
+SUBCOMMANDS = ("dense", "varlen", "decode", "sdpa-impl", "small", "context-parallel")
 SHARED_META = ("command", "date_utc", "flashattn", "commit", "torch", "device", "device_name",
                "threads", "machine")
 MACHINE_KEYS = {"cpu_model", "cpu_family", "cpu_model_number", "vendor", "cores", "isa"}
@@ -22,7 +22,9 @@ ISA_FLAGS = {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_b
 # The tiniest run of each subcommand.
 TINY = {"dense": ["dense", *TINY_RUN], "varlen": TINY_VARLEN, "decode": TINY_DECODE,
         "sdpa-impl": ["sdpa-impl", "train", "--device", "cpu", "--quick", "--causal", "yes"],
-        "small": ["small", "--device", "cpu", "--quick", "--seqlens", "16", "--mode", "fwd"]}
+        "small": ["small", "--device", "cpu", "--quick", "--seqlens", "16", "--mode", "fwd"],
+        "context-parallel": ["context-parallel", "--device", "cpu", "--quick", "--seqlen", "32",
+                             "--forward-only"]}
 
 
 def test_help_lists_every_subcommand_with_its_line():

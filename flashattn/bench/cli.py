@@ -5,12 +5,12 @@ import argparse
 import shlex
 import sys
 
-from . import decode, dense, options, sdpa_impl, small, varlen
+from . import context_parallel, decode, dense, options, sdpa_impl, small, varlen
 from .report import PROG
 from .run import Run
 
 SUBCOMMANDS = {"dense": dense, "varlen": varlen, "decode": decode, "sdpa-impl": sdpa_impl,
-               "small": small}
+               "small": small, "context-parallel": context_parallel}
 DEFAULT = "dense"
 # The flags that chose a benchmark before the subcommands did.
 REPLACED_FLAGS = {"--varlen": "varlen", "--decode": "decode", "--sdpa-impl": "sdpa-impl"}

@@ -1,42 +1,101 @@
-"""Context parallelism on the CPU: the ring (flashattn.distributed.ring_flash_attn_func, zigzag)
-on P gloo ranks of T threads each, against one process of P*T threads running flash_attn_func
-on the whole sequence, forward+backward (or the forward alone, --forward-only).
+"""`python -m flashattn.bench context-parallel`: the ring (flashattn.distributed.
+ring_flash_attn_func, zigzag) on P ranks against one process on the whole sequence.
 
-    python -m flashattn.bench.context_parallel [--seqlen 8192] [--ranks 2] [--threads-per-rank 1]
+On the CPU it spawns P gloo ranks of T threads each (--ranks, --threads) and compares them with
+one process of P*T threads running flash_attn_func. Under torchrun (WORLD_SIZE in the
+environment) every launched process is a rank: NCCL with one GPU per rank on CUDA, gloo on the
+CPU, and rank 0 runs the single-process baseline while the others wait.
 
-Per repeat, every rank starts at a barrier and the slowest rank's time counts. Besides the
-ring itself it times, on the same ranks, the communication alone (the ring's sends and
-receives, waited for one by one) and the computation alone (the ring's blocks on the local
-K/V, nothing sent); the share of the communication that the ring hides is
-(t_comm + t_compute - t_ring) / t_comm, clamped to [0, 1]. Medians of the repeats. It also
-reports CPU seconds (time.process_time, all threads; the ranks' summed), which measure the
-ring's overhead even where other jobs share the cores and make wall times noisy.
-On GPUs the same functions run under torchrun with NCCL (README, "Context parallelism").
+Per repeat, every rank starts at a barrier and the slowest rank's time counts. Besides the ring
+it times, on the same ranks, the communication alone (the ring's sends and receives, waited for
+one by one) and the computation alone (the ring's blocks on the local K/V, nothing sent). The
+share of the communication that the ring hides is (t_comm + t_compute - t_ring) / t_comm,
+clamped to [0, 1]. Medians of the repeats. It also reports CPU seconds (time.process_time, all
+threads, the ranks' summed): they measure the ring's overhead even where other jobs share the
+cores and make wall times noisy.
 """
-import argparse
 import datetime
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from .common import dtype_name
+from .options import positive_int
+
+HELP = "the context-parallel ring on P ranks against one process on the whole sequence"
+DESCRIPTION = ("The zigzag ring of flashattn.distributed on P ranks (gloo processes on the CPU; "
+               "under torchrun, one process per GPU with NCCL) against flash_attn_func in one "
+               "process on the whole sequence: wall and CPU time, the communication alone, the "
+               "computation alone, and the share of the communication the ring hides.")
+EPILOG = ("Defaults: CPU float32, B 1, S 8192, 8 heads of 64, causal, forward+backward, 2 ranks "
+          "of 1 thread (--threads is per rank); CUDA (under torchrun) bfloat16, S 32768, 16 "
+          "heads of 128. --quick: S 256, 2 heads of 32. On GPUs: torchrun --nproc-per-node P -m "
+          "flashattn.bench context-parallel.")
+PLOTS = None
+MS_PER_S = 1e3
 
 
-def _inputs(args, dtype):
+@dataclass(frozen=True)
+class Settings:
+    dtypes: tuple
+    batch: int
+    seqlen: int
+    heads: int
+    head_dim: int
+    ranks: int
+    threads: int
+    causal: bool
+    forward_only: bool
+    repeats: int
+    warmup: int
+
+
+DEFAULTS = {
+    "cpu": Settings(dtypes=(torch.float32,), batch=1, seqlen=8192, heads=8, head_dim=64,
+                    ranks=2, threads=1, causal=True, forward_only=False, repeats=5, warmup=1),
+    "cuda": Settings(dtypes=(torch.bfloat16,), batch=1, seqlen=32768, heads=16, head_dim=128,
+                     ranks=2, threads=1, causal=True, forward_only=False, repeats=10, warmup=2),
+}
+QUICK = {"cpu": {"seqlen": 256, "heads": 2, "head_dim": 32},
+         "cuda": {"seqlen": 4096, "heads": 4, "head_dim": 64}}
+
+
+def add_arguments(parser):
+    parser.add_argument("--seqlen", type=positive_int, metavar="N", help="global sequence length")
+    parser.add_argument("--batch", type=positive_int, metavar="N")
+    parser.add_argument("--heads", type=positive_int, metavar="N")
+    parser.add_argument("--head-dim", type=positive_int, dest="head_dim", metavar="N")
+    parser.add_argument("--ranks", type=positive_int, metavar="P",
+                        help="gloo ranks to spawn on the CPU; under torchrun, its world size")
+    parser.add_argument("--no-causal", dest="causal", action="store_const", const=False,
+                        help="no causal mask (default: causal)")
+    parser.add_argument("--forward-only", dest="forward_only", action="store_const", const=True,
+                        help="time the forward alone (no autograd), not forward+backward")
+    parser.add_argument("--warmup", type=int, metavar="N", help="untimed calls first")
+
+
+def under_torchrun():
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+# ---------------------------------------------------------------------------------------------
+# What every rank (and the single process) runs.
+
+def _inputs(settings, dtype, device):
     g = torch.Generator().manual_seed(0)
-    shape = (args.batch, args.seqlen, args.heads, args.head_dim)
-    return [torch.randn(shape, generator=g).to(dtype) for _ in range(4)]
+    shape = (settings.batch, settings.seqlen, settings.heads, settings.head_dim)
+    return [torch.randn(shape, generator=g).to(dtype=dtype, device=device) for _ in range(4)]
 
 
-def _pass(args, forward, backward):
+def _step(settings, forward, backward):
     """The timed step: forward(), then backward(result); or forward() alone without autograd."""
-    if args.forward_only:
+    if settings.forward_only:
         def step():
             with torch.no_grad():
                 forward()
@@ -46,135 +105,216 @@ def _pass(args, forward, backward):
     return step
 
 
-def _times(fn, repeats, warmup, sync=lambda: None):
-    """[(wall seconds, CPU seconds of this process, all its threads)] of the timed calls."""
+def _times(fn, settings, device, before=lambda: None):
+    """[(wall seconds, CPU seconds of this process, all its threads)] of the timed calls; on CUDA
+    each call is waited for, so its wall time is the GPU's."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
-    for i in range(warmup + repeats):
+    for i in range(settings.warmup + settings.repeats):
+        before()
         sync()
         wall, cpu = time.perf_counter(), time.process_time()
         fn()
-        if i >= warmup:
+        sync()
+        if i >= settings.warmup:
             times.append((time.perf_counter() - wall, time.process_time() - cpu))
     return times
 
 
-def single_process(args):
-    """flash_attn_func forward+backward on the whole sequence, ranks*threads threads."""
-    from .. import flash_attn_func
-    torch.set_num_threads(args.ranks * args.threads_per_rank)
-    q, k, v, dout = _inputs(args, DTYPES[args.dtype])
-    q, k, v = (t.requires_grad_() for t in (q, k, v))
-
-    step = _pass(args, lambda: flash_attn_func(q, k, v, causal=args.causal),
-                 lambda out: out.backward(dout))
-    times = _times(step, args.repeats, args.warmup)
+def _medians(times):
     return {"wall": statistics.median(w for w, _ in times),
             "cpu": statistics.median(c for _, c in times)}
 
 
-def _worker(rank, args, rendezvous, result_path):
+def single_process(settings, dtype, device):
+    """flash_attn_func forward+backward on the whole sequence; on the CPU with ranks*threads
+    threads."""
+    from .. import flash_attn_func
+    if device.type == "cpu":
+        torch.set_num_threads(settings.ranks * settings.threads)
+    q, k, v, dout = _inputs(settings, dtype, device)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    step = _step(settings, lambda: flash_attn_func(q, k, v, causal=settings.causal),
+                 lambda out: out.backward(dout))
+    return _medians(_times(step, settings, device))
+
+
+def ring_measurements(settings, dtype, device):
+    """On every rank of the default group: the ring, its computation alone and its
+    communication alone, as medians of the slowest rank's wall time and of the ranks' CPU time
+    summed."""
     from ..distributed import ring_flash_attn_func, shard
     from ..distributed.comm import RingStep
     from ..distributed.ring import _Config, _Plan, _RingAttention
-    torch.set_num_threads(args.threads_per_rank)
-    dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank,
-                            world_size=args.ranks, timeout=datetime.timedelta(seconds=600))
-    world = args.ranks
-    q, k, v, dout = (shard(t, layout="zigzag") for t in _inputs(args, DTYPES[args.dtype]))
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if device.type == "cpu":
+        torch.set_num_threads(settings.threads)
+    q, k, v, dout = (shard(t, layout="zigzag") for t in _inputs(settings, dtype, device))
     q, k, v = (t.requires_grad_() for t in (q, k, v))
 
     def summary(times):
-        """Medians of the slowest rank's wall time and of the ranks' CPU time summed."""
-        wall = torch.tensor([w for w, _ in times], dtype=torch.float64)
-        cpu = torch.tensor([c for _, c in times], dtype=torch.float64)
+        wall = torch.tensor([w for w, _ in times], dtype=torch.float64, device=device)
+        cpu = torch.tensor([c for _, c in times], dtype=torch.float64, device=device)
         dist.all_reduce(wall, op=dist.ReduceOp.MAX)
         dist.all_reduce(cpu, op=dist.ReduceOp.SUM)
         return {"wall": statistics.median(wall.tolist()), "cpu": statistics.median(cpu.tolist())}
 
-    ring = _pass(args, lambda: ring_flash_attn_func(q, k, v, causal=args.causal),
+    ring = _step(settings, lambda: ring_flash_attn_func(q, k, v, causal=settings.causal),
                  lambda out: out.backward(dout))
 
-    window = (-1, 0) if args.causal else (-1, -1)  # what the ring's plan skips by
+    window = (-1, 0) if settings.causal else (-1, -1)  # what the ring's plan skips by
     plan = _Plan(world, rank, "zigzag", window, seqlen_q=q.shape[1], seqlen_k=k.shape[1],
                  batch=q.shape[0], device=q.device)
-    local = _Config(dist.group.WORLD, world, rank, plan, {"causal": args.causal},
+    local = _Config(dist.group.WORLD, world, rank, plan, {"causal": settings.causal},
                     communicate=False)
-
-    compute = _pass(args, lambda: _RingAttention.apply(q, k, v, local)[0],
+    compute = _step(settings, lambda: _RingAttention.apply(q, k, v, local)[0],
                     lambda out: out.backward(dout))
 
-    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    dkv = [torch.zeros(k.shape, dtype=acc) for _ in range(2)]
+    dkv = [torch.zeros(k.shape, dtype=torch.float32, device=device) for _ in range(2)]
 
     def communicate():  # the ring's transfers: K/V P-1 times each pass, dK/dV P times
         transfers = [((k, v), world - 1)]
-        if not args.forward_only:
+        if not settings.forward_only:
             transfers += [((k, v), world - 1), (dkv, world)]
         for tensors, steps in transfers:
             for _ in range(steps):
                 RingStep(dist.group.WORLD, world, rank, [t.detach() for t in tensors], 1).wait()
 
-    barrier = dist.barrier
-    result = {name: summary(_times(fn, args.repeats, args.warmup, barrier))
-              for name, fn in (("ring", ring), ("compute", compute),
-                               ("communicate", communicate))}
-    if rank == 0:
-        with open(result_path, "w") as f:
-            json.dump(result, f)
-    dist.destroy_process_group()
+    return {name: summary(_times(fn, settings, device, dist.barrier))
+            for name, fn in (("ring", ring), ("compute", compute), ("communicate", communicate))}
 
 
-def context_parallel(args):
+def _spawned_rank(rank, settings, dtype, rendezvous, result_path):
+    dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank,
+                            world_size=settings.ranks, timeout=datetime.timedelta(seconds=600))
+    try:
+        result = ring_measurements(settings, dtype, torch.device("cpu"))
+        if rank == 0:
+            with open(result_path, "w") as f:
+                json.dump(result, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn_ranks(settings, dtype):
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory() as tmp:
         result_path = os.path.join(tmp, "result.json")
-        mp.spawn(_worker, args=(args, os.path.join(tmp, "rendezvous"), result_path),
-                 nprocs=args.ranks)
+        mp.spawn(_spawned_rank, args=(settings, dtype, os.path.join(tmp, "rendezvous"),
+                                      result_path), nprocs=settings.ranks)
         with open(result_path) as f:
             return json.load(f)
 
 
-def parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m flashattn.bench.context_parallel",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seqlen", type=int, default=8192, help="global sequence length")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--threads-per-rank", type=int, default=1)
-    parser.add_argument("--no-causal", dest="causal", action="store_false")
-    parser.add_argument("--forward-only", action="store_true",
-                        help="time the forward alone (no autograd), not forward+backward")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
-    return parser.parse_args(argv)
+def _measure(settings, dtype, device):
+    """{"single", "ring", "compute", "communicate"}: medians of wall and CPU seconds. Spawned
+    gloo ranks, or (under torchrun) this process's rank of the default group."""
+    if not under_torchrun():
+        single = single_process(settings, dtype, device)
+        return {"single": single, **_spawn_ranks(settings, dtype)}
+    single = single_process(settings, dtype, device) if dist.get_rank() == 0 else None
+    dist.barrier()
+    return {"single": single, **ring_measurements(settings, dtype, device)}
 
 
-def main(argv=None):
-    args = parse(sys.argv[1:] if argv is None else argv)
-    single = single_process(args)
-    cp = context_parallel(args)
-    wall = {name: t["wall"] for name, t in cp.items()}
-    hidden = (wall["communicate"] + wall["compute"] - wall["ring"]) / wall["communicate"]
-    print(f"B {args.batch} S {args.seqlen} H {args.heads} D {args.head_dim} {args.dtype} "
-          f"{'causal' if args.causal else 'full'} "
-          f"{'forward' if args.forward_only else 'forward+backward'}, medians of {args.repeats}; "
-          f"wall ms (CPU ms, all threads / ranks summed)")
-    print(f"single process, {args.ranks * args.threads_per_rank} threads: "
-          f"{single['wall'] * 1e3:9.1f} ({single['cpu'] * 1e3:.1f})")
-    ring = cp["ring"]
-    print(f"ring, {args.ranks} ranks x {args.threads_per_rank} thread(s): "
-          f"{ring['wall'] * 1e3:9.1f} ({ring['cpu'] * 1e3:.1f}); "
-          f"{ring['wall'] / single['wall']:.3f}x the single process's wall time, "
-          f"{ring['cpu'] / single['cpu']:.3f}x its CPU time")
-    print(f"  its computation alone:   {wall['compute'] * 1e3:9.1f} "
-          f"({cp['compute']['cpu'] * 1e3:.1f})")
-    print(f"  its communication alone: {wall['communicate'] * 1e3:9.1f}; hidden by the ring: "
-          f"{min(1.0, max(0.0, hidden)):.0%}")
-    return {"single": single, **cp}
+# ---------------------------------------------------------------------------------------------
+# The subcommand.
+
+def _start_torchrun_rank(run):
+    """Joins the group torchrun launched: NCCL on this rank's GPU, or gloo on the CPU."""
+    if run.device.type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=600))
+    else:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+
+
+def _check(run):
+    """The launcher's errors, before any process group starts."""
+    if run.device.type == "cuda" and not under_torchrun():
+        run.parser.error("--device cuda: the ring needs one process per GPU; run it under "
+                         "torchrun: torchrun --nproc-per-node P -m flashattn.bench "
+                         "context-parallel")
+    if under_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if run.args.ranks is not None and run.args.ranks != world:
+            run.parser.error(f"--ranks {run.args.ranks}: under torchrun the ranks are its "
+                             f"{world} processes (--nproc-per-node)")
+
+
+def _check_settings(run, settings):
+    if settings.ranks < 2:
+        run.parser.error(f"--ranks: a ring needs at least 2 ranks, got {settings.ranks}")
+    chunks = 2 * settings.ranks
+    if settings.seqlen % chunks:
+        run.parser.error(f"--seqlen {settings.seqlen}: the zigzag layout cuts it into 2P = "
+                         f"{chunks} equal chunks; choose a multiple of {chunks}")
+    if settings.warmup < 0:
+        run.parser.error(f"--warmup: must be >= 0, got {settings.warmup}")
+
+
+def _lines(settings, dtype, result):
+    single, ring = result["single"], result["ring"]
+    wall = {name: result[name]["wall"] for name in ("ring", "compute", "communicate")}
+    return [
+        f"B {settings.batch} S {settings.seqlen} H {settings.heads} D {settings.head_dim} "
+        f"{dtype_name(dtype)} {'causal' if settings.causal else 'full'} "
+        f"{'forward' if settings.forward_only else 'forward+backward'}, medians of "
+        f"{settings.repeats}; wall ms (CPU ms, all threads / ranks summed)",
+        f"single process, {settings.ranks * settings.threads} threads: "
+        f"{single['wall'] * MS_PER_S:9.1f} ({single['cpu'] * MS_PER_S:.1f})",
+        f"ring, {settings.ranks} ranks x {settings.threads} thread(s): "
+        f"{ring['wall'] * MS_PER_S:9.1f} ({ring['cpu'] * MS_PER_S:.1f}); "
+        f"{result['ring_over_single_wall']:.3f}x the single process's wall time, "
+        f"{result['ring_over_single_cpu']:.3f}x its CPU time",
+        f"  its computation alone:   {wall['compute'] * MS_PER_S:9.1f} "
+        f"({result['compute']['cpu'] * MS_PER_S:.1f})",
+        f"  its communication alone: {wall['communicate'] * MS_PER_S:9.1f}; hidden by the "
+        f"ring: {result['hidden']:.0%}",
+    ]
+
+
+def main(run):
+    torchrun = under_torchrun()
+    _check(run)
+    if torchrun:
+        _start_torchrun_rank(run)
+        run.args.ranks = dist.get_world_size()
+    settings = run.settings(DEFAULTS, QUICK)
+    _check_settings(run, settings)
+    leader = not torchrun or dist.get_rank() == 0
+    if leader:
+        run.print_headline("context-parallel ring vs one process on the whole sequence")
+    results = []
+    try:
+        for dtype in settings.dtypes:
+            if leader:
+                run.progress.step(dtype_name(dtype))
+            result = _measure(settings, dtype, run.device)
+            if not leader:
+                continue
+            wall = {name: result[name]["wall"] for name in ("ring", "compute", "communicate")}
+            hidden = (wall["communicate"] + wall["compute"] - wall["ring"]) / wall["communicate"]
+            result.update(dtype=dtype_name(dtype),
+                          ring_over_single_wall=wall["ring"] / result["single"]["wall"],
+                          ring_over_single_cpu=result["ring"]["cpu"] / result["single"]["cpu"],
+                          hidden=min(1.0, max(0.0, hidden)))
+            run.print(*_lines(settings, dtype, result))
+            results.append(result)
+    finally:
+        if torchrun:
+            dist.destroy_process_group()
+    if leader:
+        fields = {name: getattr(settings, name) for name in Settings.__dataclass_fields__
+                  if name != "dtypes"}
+        run.write_report({**fields, "dtypes": [dtype_name(d) for d in settings.dtypes],
+                          "launcher": "torchrun" if torchrun else "spawn"},
+                         {"ring_over_single_wall": {r["dtype"]: r["ring_over_single_wall"]
+                                                    for r in results}}, results)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    from .cli import main as cli_main
+    sys.exit(cli_main(["context-parallel", *sys.argv[1:]]))
