@@ -6,7 +6,8 @@
 
 Every figure comes from a file `bench/results/<machine>/<subcommand>.json` written by
 `python -m flashattn.bench <subcommand> --json FILE` (dense: training-shaped attention; decode:
-one KV-cache decoding step; small: per-call µs at small shapes), or, for reliability.json, by `python tools/reliability.py --json
+one KV-cache decoding step; small: per-call µs at small shapes; context-parallel: the ring on P
+ranks against one process), or, for reliability.json, by `python tools/reliability.py --json
 FILE` (the fuzzers' long campaigns). A machine is a folder; its heading, the footer of each table
 (date, commit, machine, torch, threads, command) and every ratio are read from the files, so a
 new machine is one folder of JSON and one run of this script. Plots need matplotlib.
@@ -277,6 +278,33 @@ def small_table(report):
     return lines
 
 
+# ---------------------------------------------------------------- the context-parallel table
+
+def context_parallel_table(report):
+    """The ring on P ranks against one process on the whole sequence: not against SDPA, so its
+    ratio is the ring's time over the single process's (below 1: the ring is faster)."""
+    meta = report["meta"]
+    threads = meta.get("threads")
+    lines = [
+        f"Context parallelism (`bench context-parallel`): the zigzag ring on {meta.get('ranks')} "
+        f"ranks of {threads} thread(s) against one process of {meta.get('ranks') * threads} "
+        f"threads on the whole sequence; B {meta.get('batch')}, S {meta.get('seqlen')}, "
+        f"{meta.get('heads')} heads of {meta.get('head_dim')}, "
+        f"{'causal' if meta.get('causal') else 'no mask'}, "
+        f"{'forward' if meta.get('forward_only') else 'forward+backward'}. Medians of wall ms; "
+        "the ring's time over the single process's (the issue's target: at most 1.25×).",
+        "",
+        "| dtype | one process ms | ring ms | ring / one process | communication alone ms | "
+        "hidden by the ring |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in report["results"]:
+        lines.append(f"| {r['dtype']} | {1000 * r['single']['wall']:.1f} | "
+                     f"{1000 * r['ring']['wall']:.1f} | {r['ring_over_single_wall']:.2f}× | "
+                     f"{1000 * r['communicate']['wall']:.1f} | {r['hidden']:.0%} |")
+    return lines
+
+
 # ---------------------------------------------------------------- plots
 
 def plot_paths(name):
@@ -400,7 +428,8 @@ def render_page(machines):
         lines += [f"## {machine_label(meta)}", ""]
         paths = plot_paths(name)
         for sub, table in (("dense", dense_table), ("decode", decode_table),
-                           ("small", small_table)):
+                           ("small", small_table),
+                           ("context-parallel", context_parallel_table)):
             if sub not in reports:
                 continue
             json_path = os.path.join(RESULTS_DIR, name, f"{sub}.json")

@@ -197,3 +197,24 @@ def test_small_problems_are_per_call_against_the_fastest_backend():
     assert "`python -m flashattn.bench small --json s.json`" in page
     assert "(bench/results/zen4/small.json)" in page
     assert "![small]" not in page  # no plot for it
+
+
+def context_parallel_report():
+    meta = dict(META, command="python -m flashattn.bench context-parallel --json c.json",
+                threads=1, ranks=2, seqlen=8192, causal=True, forward_only=False,
+                dtypes=["float32"], launcher="spawn")
+    row = {"dtype": "float32", "single": {"wall": 1.0, "cpu": 2.0},
+           "ring": {"wall": 1.09, "cpu": 2.1}, "compute": {"wall": 0.98, "cpu": 1.9},
+           "communicate": {"wall": 0.04, "cpu": 0.04}, "ring_over_single_wall": 1.09,
+           "ring_over_single_cpu": 1.05, "hidden": 0.25}
+    return {"subcommand": "context-parallel", "meta": meta,
+            "summary": {"ring_over_single_wall": {"float32": 1.09}}, "results": [row]}
+
+
+def test_context_parallel_is_the_ring_against_one_process():
+    page = performance.render_page([("zen4", {"context-parallel": context_parallel_report()})])
+    assert "the zigzag ring on 2 ranks of 1 thread(s) against one process of 2 threads" in page
+    assert "B 1, S 8192, 8 heads of 64, causal, forward+backward" in page
+    assert "| float32 | 1000.0 | 1090.0 | 1.09× | 40.0 | 25% |" in page
+    assert "`python -m flashattn.bench context-parallel --json c.json`" in page
+    assert "(bench/results/zen4/context-parallel.json)" in page
