@@ -284,11 +284,11 @@ def context_parallel_table(report):
     """The ring on P ranks against one process on the whole sequence: not against SDPA, so its
     ratio is the ring's time over the single process's (below 1: the ring is faster)."""
     meta = report["meta"]
-    threads = meta.get("threads")
     lines = [
         f"Context parallelism (`bench context-parallel`): the zigzag ring on {meta.get('ranks')} "
-        f"ranks of {threads} thread(s) against one process of {meta.get('ranks') * threads} "
-        f"threads on the whole sequence; B {meta.get('batch')}, S {meta.get('seqlen')}, "
+        f"ranks of {meta.get('threads_per_rank')} thread(s) against one process of "
+        f"{meta.get('threads')} threads on the whole sequence; B {meta.get('batch')}, "
+        f"S {meta.get('seqlen')}, "
         f"{meta.get('heads')} heads of {meta.get('head_dim')}, "
         f"{'causal' if meta.get('causal') else 'no mask'}, "
         f"{'forward' if meta.get('forward_only') else 'forward+backward'}. Medians of wall ms; "

@@ -16,7 +16,10 @@ MEASURED = ("single", "ring", "compute", "communicate")
 
 def _check_report(report, dtypes, launcher):
     assert report["subcommand"] == "context-parallel"
-    assert report["meta"]["launcher"] == launcher and report["meta"]["ranks"] == 2
+    meta = report["meta"]
+    assert meta["launcher"] == launcher and meta["ranks"] == 2
+    # meta's threads is the single process's, as in every report; the ranks' is per rank.
+    assert meta["threads_per_rank"] == 1 and meta["threads"] == 2
     assert [r["dtype"] for r in report["results"]] == dtypes
     for result in report["results"]:
         for name in MEASURED:

@@ -201,7 +201,7 @@ def test_small_problems_are_per_call_against_the_fastest_backend():
 
 def context_parallel_report():
     meta = dict(META, command="python -m flashattn.bench context-parallel --json c.json",
-                threads=1, ranks=2, seqlen=8192, causal=True, forward_only=False,
+                threads=2, threads_per_rank=1, ranks=2, seqlen=8192, causal=True, forward_only=False,
                 dtypes=["float32"], launcher="spawn")
     row = {"dtype": "float32", "single": {"wall": 1.0, "cpu": 2.0},
            "ring": {"wall": 1.09, "cpu": 2.1}, "compute": {"wall": 0.98, "cpu": 1.9},

@@ -305,9 +305,12 @@ def main(run):
         if torchrun:
             dist.destroy_process_group()
     if leader:
+        # meta's own "threads" stays the single process's count; the ranks' is threads_per_rank.
         fields = {name: getattr(settings, name) for name in Settings.__dataclass_fields__
-                  if name != "dtypes"}
-        run.write_report({**fields, "dtypes": [dtype_name(d) for d in settings.dtypes],
+                  if name not in ("dtypes", "threads")}
+        torch.set_num_threads(settings.ranks * settings.threads)
+        run.write_report({**fields, "threads_per_rank": settings.threads,
+                          "dtypes": [dtype_name(d) for d in settings.dtypes],
                           "launcher": "torchrun" if torchrun else "spawn"},
                          {"ring_over_single_wall": {r["dtype"]: r["ring_over_single_wall"]
                                                     for r in results}}, results)
