@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
 from fixtures import program, run  # noqa: E402
+from repo_tools import load_tool  # noqa: E402
 
 # kernel -> {dotted counter path: hand count}. Every counter not listed must be 0, so a kernel
 # that counts something it does not do fails too. The comments in counters_test.cpp derive each.
@@ -53,14 +54,8 @@ EXPECTED = {
 DERIVED = ("smem_wavefronts", "smem_wavefronts_ideal", "global_sectors")
 
 
-def flatten(tree, prefix=""):
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
+# The model flattens the shim's nested counters the same way.
+flatten = load_tool("gpu_model").flatten
 
 
 @pytest.fixture(scope="module")
