@@ -12,19 +12,21 @@ import torch
 
 from checks import (MASKS, assert_bitwise_deterministic, check_backward, check_forward,
                     make_qkv, make_qkv_far_below_zero)
+from cpu_test_ext.build import ops as cpu_test_ops
 from executors import make_executor
 
 FORCE = "FLASHATTN_CPU_16BIT_PRODUCTS"
 KERNEL = "FLASHATTN_CPU_16BIT_KERNEL"
 DTYPES_16 = [torch.bfloat16, torch.float16]
-INTERNAL = torch.ops.flashattn_internal
+TEST_OPS = cpu_test_ops()
+BENCH_OPS = torch.ops.flashattn_internal  # the shipped ops the bench reads
 ALL_KERNELS = ["rowmajor", "amx", "avx512-dot", "avx512-fma"]
 
 
 def runs_kernel(kernel, dtype):
     """Whether this CPU runs the 16-bit kernel for dtype: AMX per dtype (AMX-BF16 CPUs without
     AMX-FP16 run it for bf16 only); fp16 forced to avx512-dot takes avx512-fma."""
-    amx, avx512, avx512_bf16, *_ = INTERNAL.cpu_16bit_features(dtype)
+    amx, avx512, avx512_bf16, *_ = TEST_OPS.cpu_16bit_features(dtype)
     dot = avx512_bf16 if dtype == torch.bfloat16 else avx512
     return {"rowmajor": True, "amx": amx, "avx512-dot": dot, "avx512-fma": avx512}[kernel]
 
@@ -47,7 +49,7 @@ def cannot_run_here(item):
 
 
 def products_run():
-    return {kernel: INTERNAL.cpu_16bit_products_run(kernel) for kernel in ALL_KERNELS}
+    return {kernel: TEST_OPS.cpu_16bit_products_run(kernel) for kernel in ALL_KERNELS}
 
 
 # The most query rows of a tile that takes the row products (row_products.h) on either operand
@@ -62,7 +64,7 @@ def cpu16(monkeypatch, request):
     whose query tiles are all small enough for the row products runs none."""
     monkeypatch.setenv(FORCE, "1")
     monkeypatch.setenv(KERNEL, request.param)
-    expected = {INTERNAL.cpu_16bit_path(dtype)[0] for dtype in DTYPES_16
+    expected = {BENCH_OPS.cpu_16bit_path(dtype)[0] for dtype in DTYPES_16
                 if runs_kernel(request.param, dtype)}
     assert request.param in expected
     before = products_run()
@@ -179,10 +181,10 @@ def test_forcing_the_path_runs_this_cpus_kernel(monkeypatch, dtype):
     AVX-512 machine an AVX-512 kernel, never the row-major fallback) for forward and backward."""
     monkeypatch.setenv(FORCE, "1")
     monkeypatch.delenv(KERNEL, raising=False)
-    features = INTERNAL.cpu_16bit_features(dtype)
+    features = TEST_OPS.cpu_16bit_features(dtype)
     amx, avx512 = features[:2]
-    kernel, _ = INTERNAL.cpu_16bit_choice(*features, dtype)
-    assert INTERNAL.cpu_16bit_path(dtype) == (kernel, True)
+    kernel, _ = TEST_OPS.cpu_16bit_choice(*features, dtype)
+    assert BENCH_OPS.cpu_16bit_path(dtype) == (kernel, True)
     assert kernel != "rowmajor" if (amx or avx512) else kernel == "rowmajor"
     q, k, v = make_qkv(1, 65, 130, 2, 1, 64, dtype, torch.device("cpu"))
     before = products_run()
@@ -242,10 +244,10 @@ def test_decode_tiles_take_the_row_products_on_either_path(monkeypatch, kernel, 
         want = call(seqlen_q)
         monkeypatch.setenv(FORCE, "1")
         monkeypatch.setenv(KERNEL, kernel)
-        before, rows_before = products_run(), INTERNAL.cpu_bf16_row_products_run()
+        before, rows_before = products_run(), TEST_OPS.cpu_bf16_row_products_run()
         got = call(seqlen_q)
         assert products_run() == before, "a decode tile ran the 16-bit tile products"
-        assert (INTERNAL.cpu_bf16_row_products_run() > rows_before) == on_vdpbf16ps
+        assert (TEST_OPS.cpu_bf16_row_products_run() > rows_before) == on_vdpbf16ps
         for g, w in zip(got, want):
             if on_vdpbf16ps:  # P rounded to bf16, then bf16 output
                 torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=2e-2)

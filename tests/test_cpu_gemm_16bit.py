@@ -1,7 +1,8 @@
 """The CPU's 16-bit tile products one by one (csrc/cpu/gemm_avx512_16bit.h, tile_gemm.h): each
 kernel this CPU can run against plain loops at awkward sizes, the VNNI-2 packing order, the
 kernel choice for CPUs with other features, and that a kernel this CPU lacks is refused, never
-run. Through torch.ops.flashattn_internal, which calls each kernel by name.
+run. Through the test-only torch.ops.flashattn_test (tests/cpu_test_ext), which calls each
+kernel by name.
 
 No test here depends on the machine having a feature: where a kernel cannot run, the test checks
 that /proc/cpuinfo indeed lacks what it needs and that asking for it is an error.
@@ -9,9 +10,12 @@ that /proc/cpuinfo indeed lacks what it needs and that asking for it is an error
 import pytest
 import torch
 
-import flashattn  # noqa: F401  registers torch.ops.flashattn_internal
+import flashattn
+from cpu_test_ext.build import ops as cpu_test_ops
 
-INTERNAL = torch.ops.flashattn_internal
+TEST_OPS = cpu_test_ops()
+# The shipped ops `python -m flashattn.bench` reads: the path a call takes, the ceiling.
+BENCH_OPS = torch.ops.flashattn_internal
 DTYPES_16 = [torch.bfloat16, torch.float16]
 KERNELS = ["rowmajor", "amx", "avx512-dot", "avx512-fma"]
 # Awkward sizes: 1, below and above a 16-lane vector, a 6-row block, a 64-column panel.
@@ -32,7 +36,7 @@ FEATURES = ["amx", "avx512", "avx512_bf16", "avx512_fp16", "dot_outruns_fma", "d
 
 
 def features(dtype):
-    return dict(zip(FEATURES, INTERNAL.cpu_16bit_features(dtype)))
+    return dict(zip(FEATURES, TEST_OPS.cpu_16bit_features(dtype)))
 
 
 def runs_here(kernel, dtype):
@@ -47,7 +51,7 @@ def pack_for(kernel, b, ldb):
         out = torch.zeros(b.shape[0], ldb, dtype=b.dtype)
         out[:, :b.shape[1]] = b
         return out
-    return INTERNAL.cpu_pack_vnni2(b, ldb)
+    return TEST_OPS.cpu_pack_vnni2(b, ldb)
 
 
 def plain_loops_fp32(a, b, c0):
@@ -72,7 +76,7 @@ def test_vnni2_packing_order(dtype, ldb_extra):
     for K in [1, 2, 7, 31, 64, 65, 128]:
         for N in [1, 7, 33, 64, 65]:
             b = torch.randn(K, N).to(dtype)
-            packed = INTERNAL.cpu_pack_vnni2(b, N + ldb_extra)
+            packed = TEST_OPS.cpu_pack_vnni2(b, N + ldb_extra)
             assert packed.shape == ((K + 1) // 2, 2 * (N + ldb_extra))
             padded = torch.cat([b, torch.zeros(K % 2, N, dtype=dtype)])
             expected = padded.view(-1, 2, N).transpose(1, 2)  # [K/2, N, 2]
@@ -89,7 +93,7 @@ def test_kernel_against_plain_loops(kernel, dtype, accumulate):
     kernel (or it has no form for dtype), asking for it must be an error."""
     if not runs_here(kernel, dtype):
         with pytest.raises(RuntimeError, match=f"the {kernel} kernel needs"):
-            INTERNAL.cpu_gemm16(torch.zeros(2, 2, dtype=dtype), pack_for("rowmajor",
+            TEST_OPS.cpu_gemm16(torch.zeros(2, 2, dtype=dtype), pack_for("rowmajor",
                                 torch.zeros(2, 2, dtype=dtype), 2), torch.zeros(2, 2),
                                 kernel, accumulate)
         return
@@ -101,7 +105,7 @@ def test_kernel_against_plain_loops(kernel, dtype, accumulate):
                     # The library pads K to whole row pairs for AMX (panels16.h); oneDNN's AMX
                     # brgemm hit an illegal instruction on an odd K, so the op refuses it.
                     with pytest.raises(RuntimeError, match=f"amx kernel takes an even K.*K = {K}"):
-                        INTERNAL.cpu_gemm16(torch.zeros(M, K, dtype=dtype),
+                        TEST_OPS.cpu_gemm16(torch.zeros(M, K, dtype=dtype),
                                             pack_for(kernel, torch.zeros(K, N, dtype=dtype), N),
                                             torch.zeros(M, N), kernel, accumulate)
                     continue
@@ -111,7 +115,7 @@ def test_kernel_against_plain_loops(kernel, dtype, accumulate):
                 c_big = torch.randn(M, N + 3) if accumulate else torch.full((M, N + 3), float("nan"))
                 c0 = c_big[:, :N].clone() if accumulate else torch.zeros(M, N)
                 beyond = c_big[:, N:].clone()
-                INTERNAL.cpu_gemm16(a, pack_for(kernel, b, N + 2), c_big[:, :N], kernel,
+                TEST_OPS.cpu_gemm16(a, pack_for(kernel, b, N + 2), c_big[:, :N], kernel,
                                     accumulate)
                 got = c_big[:, :N]
                 where = f"{kernel} {dtype} M={M} N={N} K={K} accumulate={accumulate}"
@@ -146,7 +150,7 @@ def test_kernels_exact_on_integers():
             b = torch.randint(-3, 4, (70, 100)).to(dtype)
             c = torch.randint(-5, 6, (37, 100)).float()
             want = c + a.float() @ b.float()
-            INTERNAL.cpu_gemm16(a, pack_for(kernel, b, 100), c, kernel, True)
+            TEST_OPS.cpu_gemm16(a, pack_for(kernel, b, 100), c, kernel, True)
             assert torch.equal(c, want), (kernel, dtype)
             ran += 1
     assert ran >= 2  # rowmajor runs everywhere, for both dtypes
@@ -178,7 +182,7 @@ def test_choice_for_other_cpus(dtype):
     bf16 = dtype == torch.bfloat16
 
     def choice(**features):
-        return INTERNAL.cpu_16bit_choice(*(features.get(name, False) for name in FEATURES), dtype)
+        return TEST_OPS.cpu_16bit_choice(*(features.get(name, False) for name in FEATURES), dtype)
 
     # Without AVX-512 (AVX2 CPUs such as Zen 3): fp32 products; forced, oneDNN's row-major brgemm.
     assert choice() == ("rowmajor", False)
@@ -205,8 +209,8 @@ def test_this_cpu_takes_its_choice(monkeypatch):
     monkeypatch.delenv("FLASHATTN_CPU_16BIT_KERNEL", raising=False)
     monkeypatch.delenv("FLASHATTN_CPU_16BIT_PRODUCTS", raising=False)
     for dtype in DTYPES_16:
-        expected = INTERNAL.cpu_16bit_choice(*INTERNAL.cpu_16bit_features(dtype), dtype)
-        assert INTERNAL.cpu_16bit_path(dtype) == expected
+        expected = TEST_OPS.cpu_16bit_choice(*TEST_OPS.cpu_16bit_features(dtype), dtype)
+        assert BENCH_OPS.cpu_16bit_path(dtype) == expected
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -223,10 +227,10 @@ def test_forced_kernel_runs_or_is_refused(monkeypatch, kernel, dtype):
         with pytest.raises(RuntimeError, match=f"FLASHATTN_CPU_16BIT_KERNEL={kernel} needs"):
             flashattn.flash_attn_func(q, k, v, causal=True)
         return
-    assert INTERNAL.cpu_16bit_path(dtype) == (takes, True)
-    before = INTERNAL.cpu_16bit_products_run(takes)
+    assert BENCH_OPS.cpu_16bit_path(dtype) == (takes, True)
+    before = TEST_OPS.cpu_16bit_products_run(takes)
     out = flashattn.flash_attn_func(q, k, v, causal=True)
-    assert INTERNAL.cpu_16bit_products_run(takes) > before
+    assert TEST_OPS.cpu_16bit_products_run(takes) > before
     monkeypatch.setenv("FLASHATTN_CPU_16BIT_PRODUCTS", "0")
     torch.testing.assert_close(out.float(), flashattn.flash_attn_func(q, k, v, causal=True)
                                .float(), rtol=0, atol=3e-2)
@@ -244,10 +248,10 @@ def test_bad_kernel_name_is_named(monkeypatch):
 def test_tile_products_rate(dtype):
     """The bench's ceiling: the forward's tile products on a hot tile, and what ran."""
     for path in (["fp32"] if dtype == torch.float32 else ["fp32", "16bit", "auto"]):
-        gflops, what = INTERNAL.cpu_tile_products_gflops(dtype, 64, path, 0.01)
+        gflops, what = BENCH_OPS.cpu_tile_products_gflops(dtype, 64, path, 0.01)
         assert gflops > 0.1, (path, gflops)
         if path == "fp32":
             assert what == "fp32 brgemm"
         elif path == "16bit":
             assert what == f"{'bf16' if dtype == torch.bfloat16 else 'fp16'} " \
-                           f"{INTERNAL.cpu_16bit_path(dtype)[0]}"
+                           f"{BENCH_OPS.cpu_16bit_path(dtype)[0]}"

@@ -9,6 +9,7 @@ import torch
 
 import flashattn
 from flashattn._reference import attention_reference
+from cpu_test_ext.build import ops as cpu_test_ops
 from executors import make_executor
 from tolerance import assert_within_torch_error
 
@@ -283,7 +284,7 @@ def test_cpu_decode_bits_do_not_depend_on_the_thread_count(num_splits, dtype):
 def cpu_has_avx512_bf16():
     """Whether the extension found AVX512-BF16 here, and its vdpbf16ps kernel multiplies
     correctly (test_cpu_gemm_16bit.py checks that against /proc/cpuinfo)."""
-    return torch.ops.flashattn_internal.cpu_16bit_features(torch.bfloat16)[2]
+    return cpu_test_ops().cpu_16bit_features(torch.bfloat16)[2]
 
 
 # (page_size, mask): leftpad applies to a dense cache only.
@@ -313,14 +314,14 @@ def test_cpu_decode_tiles_on_vdpbf16ps(monkeypatch, seqlen_q, heads, heads_kv, h
                     "against /proc/cpuinfo)")
     monkeypatch.setenv("FLASHATTN_CPU_16BIT_PRODUCTS", "1")
     monkeypatch.setenv("FLASHATTN_CPU_16BIT_KERNEL", "avx512-dot")
-    internal = torch.ops.flashattn_internal
-    before, lanes_before = internal.cpu_bf16_row_products_run(), internal.cpu_bf16_query_lanes_run()
+    ops = cpu_test_ops()
+    before, lanes_before = ops.cpu_bf16_row_products_run(), ops.cpu_bf16_query_lanes_run()
     Case(batch=2, seqlen_q=seqlen_q, seqlen_new=seqlen_q, heads=heads, heads_kv=heads_kv,
          head_dim=head_dim, seqlen_cache=203, rotary_dim=6, page_size=page_size,
          dtype=torch.bfloat16, **mask).check()
-    assert internal.cpu_bf16_row_products_run() > before
+    assert ops.cpu_bf16_row_products_run() > before
     rows_per_kv_head = seqlen_q * heads // heads_kv
-    assert ((internal.cpu_bf16_query_lanes_run() > lanes_before)
+    assert ((ops.cpu_bf16_query_lanes_run() > lanes_before)
             == (rows_per_kv_head >= ROWS_IN_LANES_FROM))
 
 

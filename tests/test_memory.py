@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import flashattn
+from cpu_test_ext.build import ops as cpu_test_ops
 
 MEASURE = r"""
 import json, sys, torch, flashattn
@@ -55,9 +56,11 @@ def test_forward_packs_a_few_heads_at_a_time(threads, causal, dtype):
     """The forward packs each kv head's K and V when its first task needs them and frees them
     after its last (head_operands.h), the tasks queued in groups of as many heads as threads:
     at most the group being worked on and the unfinished tasks of the one before hold packed
-    heads, not all 12 (or 6 kv heads with GQA), and the output does not depend on it."""
+    heads, not all 12 (or 6 kv heads with GQA), and the output does not depend on it. The peak
+    is kept by the test-only build of the kernels only (tests/cpu_test_ext), so the calls go
+    through its ops."""
     torch.manual_seed(0)
-    internal = torch.ops.flashattn_internal
+    ops = cpu_test_ops()
     q = torch.randn(2, 300, 12, 40, dtype=dtype)
     outs = {}
     before = torch.get_num_threads()
@@ -66,9 +69,9 @@ def test_forward_packs_a_few_heads_at_a_time(threads, causal, dtype):
             k, v = (torch.randn(2, 300, heads_kv, 40, dtype=dtype) for _ in range(2))
             for n in (threads, 1):
                 torch.set_num_threads(n)
-                outs[n] = flashattn.flash_attn_func(q, k, v, causal=causal)
+                outs[n], _ = ops.fwd(q, k, v, causal=causal)
                 if n == threads:
-                    peak = internal.cpu_fwd_packed_heads_peak()
+                    peak = ops.cpu_fwd_packed_heads_peak()
             assert 1 <= peak <= 2 * threads - 1, (heads_kv, peak)
             assert torch.equal(outs[threads], outs[1])
     finally:
@@ -83,23 +86,22 @@ def test_backward_packs_one_head_per_thread(threads, causal, dtype):
     partial dQ when its first task starts, and passes the memory on after its last task
     (head_operands.h); the tasks are queued head by head and a task lets go of its head before it
     claims the next, so at most one head per thread is held (of 2 x 12, 2 x 6 or 2 x 1), and the
-    gradients do not depend on it."""
+    gradients do not depend on it. Through the test-only build's ops, as above."""
     torch.manual_seed(0)
-    internal = torch.ops.flashattn_internal
+    ops = cpu_test_ops()
     q = torch.randn(2, 300, 12, 40, dtype=dtype)
     dout = torch.randn(2, 300, 12, 40, dtype=dtype)
     before = torch.get_num_threads()
     try:
         for heads_kv in (12, 6, 1):
             k, v = (torch.randn(2, 300, heads_kv, 40, dtype=dtype) for _ in range(2))
+            out, lse = ops.fwd(q, k, v, causal=causal)
             grads = {}
             for n in (threads, 1):
                 torch.set_num_threads(n)
-                leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-                flashattn.flash_attn_func(*leaves, causal=causal).backward(dout)
-                grads[n] = [t.grad for t in leaves]
+                grads[n] = ops.bwd(dout, out, lse, None, q, k, v, causal=causal)[:3]
                 if n == threads:
-                    peak = internal.cpu_bwd_packed_heads_peak()
+                    peak = ops.cpu_bwd_packed_heads_peak()
             assert 1 <= peak <= threads, (heads_kv, peak)
             for mine, alone in zip(grads[threads], grads[1]):
                 assert torch.equal(mine, alone)

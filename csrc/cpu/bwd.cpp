@@ -50,9 +50,11 @@
 namespace flashattn::cpu {
 namespace {
 
+#ifdef FLASHATTN_TEST_COUNTERS
 // The most (sequence, kv head)s whose operands the last backward held at once:
 // bwd_packed_heads_peak() (kernels.h).
 std::atomic<int64_t> last_bwd_heads_peak{0};
+#endif
 
 // Keys (rows) of a transposed tile; its queries (columns) are query_block_, below. Every
 // product has its sizes in {32, 64, 128, head_dim}, sizes at which fp32 brgemm runs well.
@@ -262,7 +264,9 @@ class BackwardKernel {
         reduce_dq(b, kv_head, ops);
       }
     release_tile_gemm(vnni_);
+#ifdef FLASHATTN_TEST_COUNTERS
     last_bwd_heads_peak.store(1);
+#endif
   }
 
   // Threads claim (sequence, kv head, chunk) tasks; a head's operands are packed by the first
@@ -299,7 +303,9 @@ class BackwardKernel {
                      }
                      release_tile_gemm(vnni_);
                    });
+#ifdef FLASHATTN_TEST_COUNTERS
     last_bwd_heads_peak.store(groups.peak());
+#endif
   }
 
   // (sequence b, kv head)'s operands are packed in kPackPieces parts, one operand each (the
@@ -813,6 +819,8 @@ void run_bwd(const AttnBwdParams& p, c10::ScalarType dtype) {
   run_on_operand_path<BackwardKernel>(p, dtype);
 }
 
+#ifdef FLASHATTN_TEST_COUNTERS
 int64_t bwd_packed_heads_peak() { return last_bwd_heads_peak.load(); }
+#endif
 
 }  // namespace flashattn::cpu

@@ -58,8 +58,10 @@ namespace {
 constexpr int kQueryBlock = 128;
 constexpr int kKeyBlock = 128;
 
+#ifdef FLASHATTN_TEST_COUNTERS
 // fwd_packed_heads_peak() (kernels.h).
 std::atomic<int64_t> last_packed_heads_peak{0};
+#endif
 
 // Beyond this many splits the merge costs more than the parallelism gains.
 constexpr int kMaxSplits = 64;
@@ -202,7 +204,9 @@ class ForwardKernel {
                      release_tile_gemm(vnni_);
                    });
     if (plan_.splits > 1) merge_splits();
+#ifdef FLASHATTN_TEST_COUNTERS
     if (head_operands_.peak() > 0) last_packed_heads_peak.store(head_operands_.peak());
+#endif
   }
 
  private:
@@ -716,7 +720,9 @@ class ForwardKernel {
 
 }  // namespace
 
+#ifdef FLASHATTN_TEST_COUNTERS
 int64_t fwd_packed_heads_peak() { return last_packed_heads_peak.load(); }
+#endif
 
 void run_fwd(const AttnParams& p, c10::ScalarType dtype) {
   run_on_operand_path<ForwardKernel>(p, dtype,
