@@ -52,6 +52,44 @@ def make_qkv(batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, dtype, device
     return q, k, v
 
 
+def seeded_qkv(batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, dtype, seed=0):
+    """q [B, Sq, H, D], k and v [B, Sk, Hkv, D] drawn in float32 from a generator of their own
+    seeded with `seed`, then cast to dtype: a case's inputs are the same for both of its calls
+    (the fp32-result tests, test_out_fp32.py and test_grads_fp32.py, compare a call with and
+    without out_fp32 / grads_fp32)."""
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(batch, s, h, head_dim, generator=g).to(dtype)
+                 for s, h in ((seqlen_q, heads), (seqlen_k, heads_kv), (seqlen_k, heads_kv)))
+
+
+def fp32_result_params(cases, sim_cases):
+    """(executor, case, dtype) for @pytest.mark.parametrize("executor,case,dtype", ...) of the
+    fp32-result tests, and their ids: every case on the CPU, sim_cases on the shim (each GPU
+    thread is a fiber there), each in bfloat16 and float16."""
+    params = [(ex, name, dtype) for ex in ("cpu", "sim")
+              for name in (cases if ex == "cpu" else sim_cases)
+              for dtype in (torch.bfloat16, torch.float16)]
+    return params, [f"{e}-{c}-{str(d).removeprefix('torch.')}" for e, c, d in params]
+
+
+def varlen_with_rows_past_the_sequences():
+    """A bfloat16 varlen call of the fp32-result tests: 40 rows, sequences [0, 13), [13, 13)
+    (empty) and [13, 31), so rows 31-39 belong to no sequence. Returns q, k, v and the op
+    arguments."""
+    q, k, v = (t[0] for t in seeded_qkv(1, 40, 40, 2, 2, 16, torch.bfloat16, seed=6))
+    cu = torch.tensor([0, 13, 13, 31], dtype=torch.int32)
+    kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=18, max_seqlen_k=18, causal=True)
+    return q, k, v, kw
+
+
+def with_dropout_rng_state(kw, seed):
+    """A copy of the op arguments kw, with an rng_state of its own for `seed` when it drops."""
+    kw = dict(kw)
+    if kw.get("dropout_p"):
+        kw["rng_state"] = torch.tensor([99 + seed, 4 * seed], dtype=torch.int64)
+    return kw
+
+
 # Where make_qkv_far_below_zero puts the logits (natural-log units, spread +-7 around it): far
 # enough below zero that exp (or exp2) of every one underflows to 0 in the type the kernels
 # accumulate in (float32, also for 16-bit inputs: below e^-103.3 = 2^-149, the smallest

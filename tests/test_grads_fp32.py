@@ -14,7 +14,8 @@ deterministic dQ kernel's epilogues and the dQ accumulator's conversion store fl
 import pytest
 import torch
 
-from checks import reference_grads, to64
+from checks import (fp32_result_params, reference_grads, seeded_qkv, to64,
+                    varlen_with_rows_past_the_sequences, with_dropout_rng_state)
 from executors import make_executor
 from tolerance import assert_within_torch_error
 
@@ -30,15 +31,7 @@ CASES = {
 # Each CUDA thread is a fiber on the shim: two cases, the dQ accumulator's conversion and the
 # deterministic dQ kernel.
 SIM_CASES = ["Sq65-Sk47-causal-gqa", "Sq129-Sk7-softcap-deterministic"]
-PARAMS = [(ex, name, dtype) for ex in ("cpu", "sim")
-          for name in (CASES if ex == "cpu" else SIM_CASES)
-          for dtype in (torch.bfloat16, torch.float16)]
-
-
-def _inputs(batch, seqlen_q, seqlen_k, heads, heads_kv, dim, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(batch, s, h, dim, generator=g).to(dtype)
-                 for s, h in ((seqlen_q, heads), (seqlen_k, heads_kv), (seqlen_k, heads_kv)))
+PARAMS, PARAM_IDS = fp32_result_params(CASES, SIM_CASES)
 
 
 def _mean_abs_error(actual, expected):
@@ -47,21 +40,17 @@ def _mean_abs_error(actual, expected):
 
 def _op_arguments(kw, seed):
     """The op's arguments (window stays the executors' shorthand) and the reference's."""
-    kw = dict(kw)
     ref = dict(causal=kw.get("causal", False), window_size=kw.get("window", (-1, -1)),
                softcap=kw.get("softcap", 0.0))
-    if kw.get("dropout_p"):
-        kw["rng_state"] = torch.tensor([99 + seed, 4 * seed], dtype=torch.int64)
-    return kw, ref
+    return with_dropout_rng_state(kw, seed), ref
 
 
-@pytest.mark.parametrize("executor,case,dtype", PARAMS,
-                         ids=[f"{e}-{c}-{str(d)[6:]}" for e, c, d in PARAMS])
+@pytest.mark.parametrize("executor,case,dtype", PARAMS, ids=PARAM_IDS)
 def test_grads_fp32_are_the_gradients_before_rounding(executor, case, dtype):
     ex = make_executor(executor)
     batch, seqlen_q, seqlen_k, heads, heads_kv, dim, kw, with_dlse = CASES[case]
     seed = len(case)
-    q, k, v = _inputs(batch, seqlen_q, seqlen_k, heads, heads_kv, dim, dtype, seed=seed)
+    q, k, v = seeded_qkv(batch, seqlen_q, seqlen_k, heads, heads_kv, dim, dtype, seed=seed)
     kw, ref_kw = _op_arguments(kw, seed)
     out, lse = ex.fwd(q, k, v, None, **kw)
     g = torch.Generator().manual_seed(seed + 1)
@@ -91,7 +80,7 @@ def test_grads_fp32_are_the_gradients_before_rounding(executor, case, dtype):
 @pytest.mark.parametrize("executor", ["cpu", "sim"])
 def test_grads_fp32_of_float32_inputs_are_their_gradients(executor):
     ex = make_executor(executor)
-    q, k, v = _inputs(2, 33, 65, 2, 1, 32, torch.float32, seed=5)
+    q, k, v = seeded_qkv(2, 33, 65, 2, 1, 32, torch.float32, seed=5)
     out, lse = ex.fwd(q, k, v, None, causal=True)
     dout = torch.randn_like(out)
     grads = ex.bwd(dout, q, k, v, out, lse, None, None, causal=True)
@@ -103,9 +92,7 @@ def test_grads_fp32_of_float32_inputs_are_their_gradients(executor):
 def test_grads_fp32_varlen_keeps_rows_outside_the_sequences_zero():
     """Rows past cu_seqlens[-1] belong to no sequence: zero gradients, in float32."""
     ex = make_executor("cpu")
-    q, k, v = (t[0] for t in _inputs(1, 40, 40, 2, 2, 16, torch.bfloat16, seed=6))
-    cu = torch.tensor([0, 13, 13, 31], dtype=torch.int32)
-    kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=18, max_seqlen_k=18, causal=True)
+    q, k, v, kw = varlen_with_rows_past_the_sequences()
     out, lse = ex.fwd(q, k, v, None, **kw)
     dout = torch.randn_like(out)
     grads = ex.bwd(dout, q, k, v, out, lse, None, None, **kw)
@@ -117,7 +104,7 @@ def test_grads_fp32_varlen_keeps_rows_outside_the_sequences_zero():
 
 def test_grads_fp32_refuses_float64():
     ex = make_executor("cpu")
-    q, k, v = _inputs(1, 8, 8, 2, 2, 16, torch.float64, seed=7)
+    q, k, v = seeded_qkv(1, 8, 8, 2, 2, 16, torch.float64, seed=7)
     out, lse = ex.fwd(q, k, v, None)
     with pytest.raises(RuntimeError, match="grads_fp32 asks for float32 dq, dk, dv of float16, "
                                            "bfloat16 or float32 inputs; q is float64"):
@@ -125,7 +112,7 @@ def test_grads_fp32_refuses_float64():
 
 
 def test_grads_fp32_fake_kernel_gives_float32():
-    q, k, v = (t.to("meta") for t in _inputs(1, 8, 8, 2, 2, 16, torch.bfloat16))
+    q, k, v = (t.to("meta") for t in seeded_qkv(1, 8, 8, 2, 2, 16, torch.bfloat16))
     out, lse = torch.ops.flashattn.fwd(q, k, v)
     grads = torch.ops.flashattn.bwd(out, out, lse, None, q, k, v, grads_fp32=True)[:3]
     assert all(g.dtype == torch.float32 for g in grads)

@@ -13,6 +13,8 @@ split-KV path with one split: the kernel's float32 part, then the merge's float3
 import pytest
 import torch
 
+from checks import (fp32_result_params, seeded_qkv, varlen_with_rows_past_the_sequences,
+                    with_dropout_rng_state)
 from executors import make_executor
 from flashattn._reference import attention_reference
 from tolerance import assert_within_torch_error, max_abs_error
@@ -25,23 +27,8 @@ CASES = {
     "Sq1-Sk257-gqa-decode": (1, 1, 257, 8, 2, 64, {}),
     "Sq7-Sk127-dropout": (2, 7, 127, 2, 1, 32, dict(dropout_p=0.25)),
 }
-SIM_CASES = ["Sq65-Sk47-causal", "Sq1-Sk257-gqa-decode"]  # each CUDA thread is a fiber there
-PARAMS = [(ex, name, dtype) for ex in ("cpu", "sim")
-          for name in (CASES if ex == "cpu" else SIM_CASES)
-          for dtype in (torch.bfloat16, torch.float16)]
-
-
-def _inputs(batch, seqlen_q, seqlen_k, heads, heads_kv, dim, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(batch, s, h, dim, generator=g).to(dtype)
-                 for s, h in ((seqlen_q, heads), (seqlen_k, heads_kv), (seqlen_k, heads_kv)))
-
-
-def _op_arguments(kw, seed):
-    kw = dict(kw)
-    if kw.get("dropout_p"):
-        kw["rng_state"] = torch.tensor([99 + seed, 4 * seed], dtype=torch.int64)
-    return kw
+SIM_CASES = ["Sq65-Sk47-causal", "Sq1-Sk257-gqa-decode"]
+PARAMS, PARAM_IDS = fp32_result_params(CASES, SIM_CASES)
 
 
 def _reference(q, k, v, kw, keep):
@@ -50,13 +37,12 @@ def _reference(q, k, v, kw, keep):
                                dropout_mask=keep, dropout_p=kw.get("dropout_p", 0.0))
 
 
-@pytest.mark.parametrize("executor,case,dtype", PARAMS,
-                         ids=[f"{e}-{c}-{str(d)[6:]}" for e, c, d in PARAMS])
+@pytest.mark.parametrize("executor,case,dtype", PARAMS, ids=PARAM_IDS)
 def test_out_fp32_is_the_out_before_rounding(executor, case, dtype):
     ex = make_executor(executor)
     batch, seqlen_q, seqlen_k, heads, heads_kv, dim, kw = CASES[case]
-    q, k, v = _inputs(batch, seqlen_q, seqlen_k, heads, heads_kv, dim, dtype, seed=len(case))
-    kw = _op_arguments(kw, len(case))
+    q, k, v = seeded_qkv(batch, seqlen_q, seqlen_k, heads, heads_kv, dim, dtype, seed=len(case))
+    kw = with_dropout_rng_state(kw, len(case))
     out, lse = ex.fwd(q, k, v, None, **kw)
     out32, lse32 = ex.fwd(q, k, v, None, out_fp32=True, **kw)
     assert out32.dtype == torch.float32 and out32.shape == out.shape
@@ -77,7 +63,7 @@ def test_out_fp32_is_the_out_before_rounding(executor, case, dtype):
 @pytest.mark.parametrize("executor", ["cpu", "sim"])
 def test_out_fp32_of_float32_inputs_is_their_out(executor):
     ex = make_executor(executor)
-    q, k, v = _inputs(2, 33, 65, 2, 1, 32, torch.float32, seed=5)
+    q, k, v = seeded_qkv(2, 33, 65, 2, 1, 32, torch.float32, seed=5)
     out, lse = ex.fwd(q, k, v, None, causal=True)
     out32, lse32 = ex.fwd(q, k, v, None, causal=True, out_fp32=True)
     assert torch.equal(out32, out) and torch.equal(lse32, lse)
@@ -86,9 +72,7 @@ def test_out_fp32_of_float32_inputs_is_their_out(executor):
 def test_out_fp32_varlen_keeps_rows_outside_the_sequences_zero():
     """Rows past cu_seqlens_q[-1] belong to no sequence: out 0 (in float32), LSE -inf."""
     ex = make_executor("cpu")
-    q, k, v = (t[0] for t in _inputs(1, 40, 40, 2, 2, 16, torch.bfloat16, seed=6))
-    cu = torch.tensor([0, 13, 13, 31], dtype=torch.int32)
-    kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=18, max_seqlen_k=18, causal=True)
+    q, k, v, kw = varlen_with_rows_past_the_sequences()
     out, lse = ex.fwd(q, k, v, None, **kw)
     out32, lse32 = ex.fwd(q, k, v, None, out_fp32=True, **kw)
     assert out32.dtype == torch.float32
@@ -98,7 +82,7 @@ def test_out_fp32_varlen_keeps_rows_outside_the_sequences_zero():
 
 def test_out_fp32_refuses_float64_and_the_backward():
     ex = make_executor("cpu")
-    q, k, v = _inputs(1, 8, 8, 2, 2, 16, torch.float64, seed=7)
+    q, k, v = seeded_qkv(1, 8, 8, 2, 2, 16, torch.float64, seed=7)
     with pytest.raises(RuntimeError, match="out_fp32 asks for a float32 out of float16, "
                                            "bfloat16 or float32 inputs; q is float64"):
         ex.fwd(q, k, v, None, out_fp32=True)
@@ -109,7 +93,7 @@ def test_out_fp32_refuses_float64_and_the_backward():
 
 
 def test_out_fp32_fake_kernel_gives_float32():
-    q, k, v = (t.to("meta") for t in _inputs(1, 8, 8, 2, 2, 16, torch.bfloat16))
+    q, k, v = (t.to("meta") for t in seeded_qkv(1, 8, 8, 2, 2, 16, torch.bfloat16))
     out, lse = torch.ops.flashattn.fwd(q, k, v, out_fp32=True)
     assert out.dtype == torch.float32 and lse.dtype == torch.float32
     assert torch.ops.flashattn.fwd(q, k, v)[0].dtype == torch.bfloat16
