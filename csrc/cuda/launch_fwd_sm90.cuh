@@ -43,11 +43,25 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 
 // The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90_FWD): causal,
 // a local window or no mask, each with softcap or without (at d = 256 a local window without
-// softcap only: fwd_sm90_builds_softcap_local); ALiBi with causal or no mask, without softcap
-// (the plan keeps the other combinations on sm_80: sm90_fwd_unsupported).
+// softcap only: fwd_sm90_builds_softcap_local); ALiBi with causal or no mask, without softcap;
+// attn_mask with no mask, causal or a local window, without softcap or ALiBi (the plan keeps the
+// other combinations on sm_80: sm90_fwd_unsupported).
 template <typename Element, int kHeadDim>
 std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopper::FwdSm90Params& hp,
-                                     void* stream, bool softcap, bool alibi, Sm90FwdMask mask) {
+                                     void* stream, bool softcap, bool alibi, bool attn_mask,
+                                     Sm90FwdMask mask) {
+  if (attn_mask) {
+    if (softcap || alibi) return "attn_mask with softcap or ALiBi is not built (the plan's mistake)";
+    switch (mask) {
+      case Sm90FwdMask::kCausal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, true>(maps, hp, stream);
+      case Sm90FwdMask::kLocal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, true>(maps, hp, stream);
+      case Sm90FwdMask::kNone:
+        break;
+    }
+    return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, stream);
+  }
   if (alibi) {
     return mask == Sm90FwdMask::kCausal
                ? hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, true>(maps, hp, stream)
@@ -132,8 +146,11 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
   hp.alibi_slopes = static_cast<const float*>(p.alibi.ptr);
   hp.alibi_batch_stride = p.alibi.batch_stride;
   hp.alibi_head_stride = p.alibi.head_stride;
+  // attn_mask and its block classes as the sm_80 kernels read them (AttnParams' view).
+  hp.attn_mask = p.mask;
   const std::string launch_error = launch_fwd_sm90_features<Element, kHeadDim>(
-      maps, hp, stream, p.softcap > 0.f, p.alibi.ptr != nullptr, sm90_fwd_mask(p));
+      maps, hp, stream, p.softcap > 0.f, p.alibi.ptr != nullptr, p.mask.ptr != nullptr,
+      sm90_fwd_mask(p));
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a forward's launch: " + launch_error);
   }

@@ -90,8 +90,10 @@ __device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN
 // kLocal: a sliding window (FwdSm90Params::window_left / window_right, AttnParams' meaning);
 // tiles outside it are never loaded and only the tiles on its edges are masked.
 // kAlibi: ALiBi's position bias (FwdSm90Params::alibi_slopes) on every tile.
+// kAttnMask: attn_mask's bias (FwdSm90Params::attn_mask) on every tile, read from global memory
+// per score tile (apply_attn_mask), after the logit and before the visibility mask.
 template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool kLocal = false,
-          bool kAlibi = false>
+          bool kAlibi = false, bool kAttnMask = false>
 __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_o,
@@ -210,7 +212,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
   // Accumulator (or softcapped logit) units -> log2 units.
-  const float exp2_scale = kSoftcap || kAlibi ? cuda::kLog2e : p.scale_log2;
+  const float exp2_scale = kSoftcap || kAlibi || kAttnMask ? cuda::kLog2e : p.scale_log2;
   const float alibi_slope = kAlibi ? p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] : 0.f;
   OnlineSoftmax softmax;
   softmax.init();
@@ -279,11 +281,17 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   auto scores_to_p = [&](int it, auto masked) {
     if constexpr (kSoftcap) {
       apply_softcap(sacc, p.softcap, p.scale_over_softcap);
-    } else if constexpr (kAlibi) {
+    } else if constexpr (kAlibi || kAttnMask) {
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; ++i) sacc[i] *= p.scale;
     }
     if constexpr (kAlibi) apply_alibi(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, alibi_slope, diag_offset);
+    if constexpr (kAttnMask) {
+      const int rows_begin = m_block * kBlockM + 64 * consumer;
+      const int rows_end = rows_begin + 64 < seqlen_q ? rows_begin + 64 : seqlen_q;
+      apply_attn_mask(sacc, p.attn_mask, batch, head, row0, (tiles.n_end - 1 - it) * kBlockN, lane,
+                      rows_begin, rows_end, seqlen_k);
+    }
     if constexpr (decltype(masked)::value)
       apply_mask<kCausal, kLocal>(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, seqlen_k, window);
     softmax.max_and_exp(sacc, exp2_scale);

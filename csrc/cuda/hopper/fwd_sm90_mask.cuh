@@ -135,4 +135,26 @@ __device__ __forceinline__ void apply_alibi(float (&s)[kN], int row0, int n0, in
   }
 }
 
+// Adds attn_mask's bias (score_bias.h mask_bias: the value of a float mask, 0 / -inf of a boolean
+// one, in fp32 as the sm_80 kernels add it) to one warpgroup's tile of logits (natural-log units);
+// rows, keys and lane as in apply_mask. Entries past the sequence (row >= seqlen_q, key >= seqlen_k)
+// are not read: the mask's extent ends there (they are hidden by apply_mask or never stored).
+// rows_begin / rows_end are this warpgroup's 64 rows, clipped to the sequence: when every
+// kMaskBlock block of the mask the tile touches is open (adds 0), nothing is read, as sm_80's
+// kMaskOpen tiles (mask_tile; uniform over the warpgroup, so the branch does not diverge).
+template <int kN>
+__device__ __forceinline__ void apply_attn_mask(float (&s)[kN], const AttnMask& mask, int batch, int head,
+                                                int row0, int n0, int lane, int rows_begin, int rows_end,
+                                                int seqlen_k) {
+  const int keys_end = n0 + 2 * kN < seqlen_k ? n0 + 2 * kN : seqlen_k;  // kN = kBlockN / 2
+  if (rows_begin >= rows_end || n0 >= keys_end) return;
+  if (mask_tile(mask, batch, head, rows_begin, rows_end, n0, keys_end) == kMaskOpen) return;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int row = row0 + 8 * ((i % 4) / 2);
+    const int key = n0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    if (row < rows_end && key < keys_end) s[i] += mask_bias(mask, batch, head, row, key);
+  }
+}
+
 }  // namespace flashattn::hopper

@@ -1,0 +1,214 @@
+"""attn_mask on the sm_90a forward and backward as the library runs them (torch.ops.flashattn_sim on
+a device the shim presents as compute capability 9.0 with FLASHATTN_CUDA_HOPPER=1): the kAttnMask
+main loops, bool and additive masks (fp32 and the inputs' 16-bit type) in the broadcast shapes
+the op accepts, alone, causal (both alignments) and with a local window, GQA, seqused, awkward
+lengths and Sq != Sk both ways. Outputs are poisoned before the kernels write them (conftest.py);
+results are compared with the float64 reference within 2x PyTorch's own error (3x for
+gradients), and with the sm_80 kernels on the same call. The shim's counters show which kernel
+ran.
+
+Every case runs under the forward, reverse and a random warp schedule, each with lazy, eager or
+random completion of the TMA copies (as test_cudasim_hopper_call_path.py).
+"""
+
+import pytest
+import torch
+
+from checks import to64
+from flashattn._reference import attention_reference
+from tolerance import assert_within_torch_error
+
+SCHEDULES = [("forward", "lazy"), ("forward", "eager"), ("reverse", "eager"),
+             ("reverse", "lazy"), ("random:31", "random"), ("random:7", "eager")]
+
+ELEMENTS = {torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
+
+
+@pytest.fixture(params=SCHEDULES, ids=lambda s: f"{s[0]}-{s[1]}")
+def schedule(request, hopper):
+    warps, copies = request.param
+    hopper.set_schedule(warps)
+    hopper.ops.set_copy_completion(copies)
+    yield request.param
+    hopper.set_schedule("forward")
+    hopper.ops.set_copy_completion("")
+
+
+def launched(counters):
+    return [launch["kernel"] for launch in counters["launches"]]
+
+
+# Broadcast shapes of the mask ("B", "H", "S" = Sq, "K" = Sk): the op's view gives the kernels
+# stride 0 along the broadcast dimensions.
+SHAPES = {
+    "full": ("B", "H", "S", "K"),
+    "2d": ("S", "K"),
+    "key_padding": ("B", 1, 1, "K"),
+    "per_query": ("B", 1, "S", 1),
+    "per_head": (1, "H", "S", "K"),
+}
+
+
+def make_mask(kind, shape_name, b, hq, sq, sk, dtype):
+    """A bool mask (True = take part), or an additive one of `kind` ("float32" or "16bit", the
+    inputs' dtype): random values, -inf where hidden. About a third hidden, plus one row hidden
+    entirely where the shape has rows (out 0, lse -inf there unless a window also hides it)."""
+    sizes = {"B": b, "H": hq, "S": sq, "K": sk}
+    shape = tuple(sizes.get(x, x) for x in SHAPES[shape_name])
+    keep = torch.rand(shape) >= 0.3
+    if "S" in SHAPES[shape_name] and sq > 2:
+        keep[..., sq // 2, :] = False
+    if kind == "bool":
+        return keep
+    values = torch.randn(shape, dtype=torch.float32 if kind == "float32" else dtype)
+    return values.masked_fill(~keep, float("-inf"))
+
+
+def mask_kwargs(spec):
+    """A case's visibility rules -> (op keyword arguments, reference keyword arguments)."""
+    window = spec.get("window", (-1, -1))
+    causal = spec.get("causal", False)
+    align = spec.get("align_bottom_right", True)
+    op = dict(window=window, causal=causal, align_bottom_right=align)
+    ref = dict(window_size=window, causal=causal, align_bottom_right=align)
+    return op, ref
+
+
+def sm90_kernel(dtype, d, spec):
+    """The kAttnMask kernel a call runs: fwd_sm90_kernel<Elem, d, kCausal, kSoftcap, kLocal,
+    kAlibi, kAttnMask> (plan_fwd_sm90.h sm90_fwd_mask: causal is the window's right edge at 0)."""
+    left, right = spec.get("window", (-1, -1))
+    if spec.get("causal"):
+        right = 0
+    causal = left < 0 and right == 0
+    local = not causal and (left >= 0 or right >= 0)
+    return (f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {str(causal).lower()}, false, "
+            f"{str(local).lower()}, false, true>")
+
+
+def reference(q, k, v, mask, scale, ref_kwargs):
+    """(float64 out, lse) and PyTorch's own in q's dtype (the mask rounded to it, as PyTorch's
+    16-bit attention would hold an additive mask)."""
+    mask64 = mask if mask.dtype == torch.bool else to64(mask)
+    ref = attention_reference(to64(q), to64(k), to64(v), attn_mask=mask64, softmax_scale=scale,
+                              **ref_kwargs)
+    low_mask = mask if mask.dtype == torch.bool else mask.to(q.dtype)
+    low = attention_reference(q, k, v, attn_mask=low_mask, softmax_scale=scale, **ref_kwargs)
+    return ref, low
+
+
+VIS = {
+    "none": {},
+    "causal": dict(causal=True),
+    "causal_top_left": dict(causal=True, align_bottom_right=False),
+    "window": dict(window=(16, 5)),
+    "window_left_only": dict(window=(9, -1)),
+}
+
+# (dtype, head dim, mask kind, mask shape, visibility, B, Sq, Sk, Hq, Hkv): every kind and shape,
+# both dtypes, each head dim (d = 256: 64-key tiles), causal in both alignments and local windows
+# combined with the mask, GQA, Sq != Sk both ways, lengths 1, 7, 63, 65, 127, 129, 257.
+FWD_CASES = [
+    (torch.bfloat16, 64, "bool", "full", "none", 2, 65, 129, 2, 1),
+    (torch.float16, 128, "float32", "2d", "causal", 1, 129, 63, 2, 2),
+    (torch.bfloat16, 64, "16bit", "key_padding", "causal_top_left", 2, 257, 65, 3, 1),
+    (torch.float16, 64, "16bit", "per_query", "none", 2, 7, 257, 1, 1),
+    (torch.bfloat16, 128, "bool", "per_head", "window", 1, 127, 129, 2, 1),
+    (torch.float16, 64, "float32", "full", "window_left_only", 1, 63, 127, 1, 1),
+    (torch.bfloat16, 256, "float32", "key_padding", "causal", 1, 65, 129, 2, 1),
+    (torch.float16, 128, "bool", "2d", "none", 1, 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype, d, kind, shape, vis, b, sq, sk, hq, hkv", FWD_CASES,
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_forward_with_attn_mask(schedule, hopper, dtype, d, kind, shape, vis, b, sq, sk,
+                                       hq, hkv):
+    q = torch.randn(b, sq, hq, d, dtype=dtype)
+    k, v = (torch.randn(b, sk, hkv, d, dtype=dtype) for _ in range(2))
+    mask = make_mask(kind, shape, b, hq, sq, sk, dtype)
+    scale = d ** -0.5
+    op_kwargs, ref_kwargs = mask_kwargs(VIS[vis])
+    (out, lse), counters = hopper.counted(
+        lambda: hopper.fwd(q, k, v, scale, attn_mask=mask, **op_kwargs))
+    kernels = launched(counters)
+    assert len(kernels) == 1 and sm90_kernel(dtype, d, VIS[vis]) in kernels[0], kernels
+    (ref_out, ref_lse), (low_out, low_lse) = reference(q, k, v, mask, scale, ref_kwargs)
+    assert_within_torch_error("out", out, ref_out, low_out)
+    assert_within_torch_error("lse", lse, ref_lse, low_lse.float())
+    # Rows the mask hides entirely: out 0, lse -inf (a row of the kernel's own that saw no key).
+    hidden = ~torch.isfinite(ref_lse)
+    assert (lse[hidden] == float("-inf")).all()
+    assert (out.transpose(1, 2)[hidden] == 0).all()
+
+
+def run_sm80(hopper, fn):
+    """fn() with the device as an H100 without the opt-in: the sm_80 kernels take the call."""
+    hopper.ops.set_device(9, 0, False)
+    try:
+        result, counters = hopper.counted(fn)
+    finally:
+        hopper.ops.set_device(9, 0, True)
+    assert launched(counters) and all("sm90" not in k for k in launched(counters))
+    return result
+
+
+@pytest.mark.parametrize("kind", ["bool", "float32", "16bit"])
+def test_hopper_forward_mask_matches_sm80(hopper, kind):
+    # The same masked call on both kernels: one key tile on each (Sk = 64 <= both tiles) and
+    # query rows in one tile, so the products that differ are the MMAs' shapes only. Both must
+    # meet the float64 reference, and they must agree with each other within PyTorch's error
+    # too (their scores, mask bias and softmax are the same fp32 steps, score_rules.cuh).
+    q = torch.randn(1, 50, 2, 64, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 64, 2, 64, dtype=torch.bfloat16) for _ in range(2))
+    mask = make_mask(kind, "full", 1, 2, 50, 64, torch.bfloat16)
+    call = lambda: hopper.fwd(q, k, v, 0.125, attn_mask=mask, causal=True)
+    (out, lse), counters = hopper.counted(call)
+    assert "fwd_sm90_kernel<" in launched(counters)[0]
+    out80, lse80 = run_sm80(hopper, call)
+    (ref_out, ref_lse), (low_out, low_lse) = reference(q, k, v, mask, 0.125, dict(causal=True))
+    for name, got in (("sm90", out), ("sm80", out80)):
+        assert_within_torch_error(f"out {name}", got, ref_out, low_out)
+    assert torch.equal(lse.isfinite(), lse80.isfinite())
+    finite = lse.isfinite()
+    # The LSE is the softmax's fp32 sum of the same exp2 of the same logits, in another order.
+    assert torch.allclose(lse[finite], lse80[finite], rtol=0, atol=2e-6)
+
+
+def test_hopper_forward_mask_seqused(hopper):
+    # seqused_q / seqused_k with a mask shaped by the full lengths: rows and keys past a batch's
+    # used ones are not read (their mask entries are NaN here: any read would show).
+    used_q = torch.tensor([65, 30], dtype=torch.int32)
+    used_k = torch.tensor([100, 129], dtype=torch.int32)
+    q = torch.randn(2, 65, 2, 64, dtype=torch.float16)
+    k, v = (torch.randn(2, 129, 2, 64, dtype=torch.float16) for _ in range(2))
+    mask = make_mask("float32", "full", 2, 2, 65, 129, torch.float16)
+    for b, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
+        mask[b, :, nq:] = float("nan")
+        mask[b, :, :, nk:] = float("nan")
+    (out, lse), counters = hopper.counted(lambda: hopper.fwd(
+        q, k, v, 0.125, attn_mask=mask, seqused_q=used_q, seqused_k=used_k, causal=True))
+    assert "fwd_sm90_kernel<" in launched(counters)[0]
+    for b, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
+        qb, kb, vb, mb = q[b:b + 1, :nq], k[b:b + 1, :nk], v[b:b + 1, :nk], mask[b:b + 1, :, :nq, :nk]
+        (ref_out, ref_lse), (low_out, low_lse) = reference(qb, kb, vb, mb, 0.125, dict(causal=True))
+        assert_within_torch_error(f"out[{b}]", out[b:b + 1, :nq], ref_out, low_out)
+        assert_within_torch_error(f"lse[{b}]", lse[b:b + 1, :, :nq], ref_lse, low_lse.float())
+
+
+@pytest.mark.parametrize("what", ["softcap", "alibi"])
+def test_hopper_forward_mask_with_softcap_or_alibi_runs_sm80(hopper, what):
+    # Not among the kAttnMask main loops (launch_fwd_sm90.cuh): the plan keeps the call on the
+    # sm_80 kernels (README's support table), and it is right there.
+    q = torch.randn(1, 65, 2, 64, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 129, 2, 64, dtype=torch.bfloat16) for _ in range(2))
+    mask = make_mask("bool", "full", 1, 2, 65, 129, torch.bfloat16)
+    slopes = torch.rand(2) * 0.5 + 0.01
+    extra = dict(softcap=2.5) if what == "softcap" else dict(alibi_slopes=slopes)
+    ref_extra = dict(softcap=2.5) if what == "softcap" else dict(alibi_slopes=slopes)
+    (out, lse), counters = hopper.counted(
+        lambda: hopper.fwd(q, k, v, 0.125, attn_mask=mask, **extra))
+    assert launched(counters) and all("sm90" not in k for k in launched(counters))
+    (ref_out, _), (low_out, _) = reference(q, k, v, mask, 0.125, ref_extra)
+    assert_within_torch_error("out", out, ref_out, low_out)
+
