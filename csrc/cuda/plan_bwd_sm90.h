@@ -54,6 +54,8 @@ inline hopper::BwdSm90Params make_bwd_sm90_params(const AttnBwdParams& p) {
   hp.alibi_slopes = static_cast<const float*>(p.alibi.ptr);
   hp.alibi_batch_stride = p.alibi.batch_stride;
   hp.alibi_head_stride = p.alibi.head_stride;
+  // attn_mask and its block classes as the sm_80 kernels read them (AttnParams' view).
+  hp.attn_mask = p.mask;
   hopper::set_bwd_sm90_softcap(hp, p.softcap);
   hp.dk = p.dk;
   hp.dv = p.dv;
@@ -83,7 +85,12 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
     return "cu_seqlens for only one of q and k";
   if (p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr)
     return "a paged or indexed KV cache";
-  if (p.mask.ptr != nullptr || p.dmask != nullptr) return "attn_mask";
+  // attn_mask's main loops: no mask, causal or a local window, without ALiBi or softcap
+  // (launch_bwd_sm90.cuh), read per entry through the mask's strides (any layout the op accepts).
+  // Its gradient (a float mask that requires grad) is sm_80's alone.
+  if (p.dmask != nullptr) return "a gradient of attn_mask";
+  if (p.mask.ptr != nullptr && (p.alibi.ptr != nullptr || p.softcap > 0.f))
+    return "attn_mask with ALiBi or softcap";
   if (p.dropout.on()) return "dropout";
   // ALiBi's main loops: no mask or causal (launch_bwd_sm90.cuh), as the forward's.
   if (p.alibi.ptr != nullptr && sm90_fwd_mask(p) == Sm90FwdMask::kLocal) return "ALiBi with a local window";

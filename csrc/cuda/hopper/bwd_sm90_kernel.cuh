@@ -80,12 +80,37 @@ __device__ __forceinline__ void pack_pairs(const float (&x)[kN], uint32_t (&out)
   for (int i = 0; i < kN / 2; ++i) out[i] = cuda::pack_rn<Elem>(x[2 * i], x[2 * i + 1]);
 }
 
+// S^T (m64 keys x kN queries) := scale * S^T + attn_mask's bias, the natural-log logit (score_bias.h
+// mask_bias, fp32; the forward's order: scale, then the bias). Element i is key key_row + 8 ((i % 4)
+// / 2), query m0 + 8 (i / 4) + 2 tq + i % 2; entries past the sequence are not read (the mask ends
+// there; visibility hides them). keys_begin: this consumer's first key; when every kMaskBlock block
+// of the mask its 64 keys x kN queries touch is open, only the scale is applied.
+template <int kN>
+__device__ __forceinline__ void bwd_attn_mask_logits(float (&s)[kN], const BwdSm90Params& p, int batch, int head,
+                                                     int m0, int key_row, int tq, int seqlen_q, int seqlen_k,
+                                                     int keys_begin) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) s[i] *= p.scale;
+  const int rows_end = m0 + 2 * kN < seqlen_q ? m0 + 2 * kN : seqlen_q;
+  const int keys_end = keys_begin + 64 < seqlen_k ? keys_begin + 64 : seqlen_k;
+  if (m0 >= rows_end || keys_begin >= keys_end) return;
+  if (mask_tile(p.attn_mask, batch, head, m0, rows_end, keys_begin, keys_end) == kMaskOpen) return;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int key = key_row + 8 * ((i % 4) / 2), query = m0 + 8 * (i / 4) + 2 * tq + i % 2;
+    if (query < rows_end && key < keys_end) s[i] += mask_bias(p.attn_mask, batch, head, query, key);
+  }
+}
+
 // The main loops, each its own instantiation (kernel_list.py, launch_bwd_sm90.cuh): kCausal /
 // kLocal, the mask (causal is the window (-1, 0); at most one of them): which query blocks a key
 // block visits, which of those need the mask (QueryBlocks), and the mask itself. kAlibi: ALiBi's
 // bias (BwdSm90Params::alibi_slopes) in the recomputed P^T of every block. kSoftcap: logits
 // softcap * tanh(scale * s / softcap) in P^T, and dS^T times 1 - tanh^2 (not with kAlibi).
-template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false, bool kSoftcap = false>
+// kAttnMask: attn_mask's bias (BwdSm90Params::attn_mask) added to the logit scale * s of P^T,
+// read from global memory per block (neither with ALiBi nor softcap).
+template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false, bool kSoftcap = false,
+          bool kAttnMask = false>
 __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_do,
@@ -327,12 +352,20 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // here from live values rather than kept across the loop (the d = 64 loop has no register
     // to spare for it).
     const float alibi_dist = static_cast<float>(m_block * kBlockM + window.offset - key_row + 2 * tq);
+    if constexpr (kAttnMask) {
+      // The logit scale * s + bias in fp32, the forward's (fwd_sm90_kernel's scores_to_p), so P
+      // is recomputed from the logit the LSE was taken over.
+      bwd_attn_mask_logits(sacc, p, batch, head_of(it), m_block * kBlockM, key_row, tq, seq.seqlen_q,
+                           seq.seqlen_k, n_block * kBlockN + 64 * consumer);
+    }
 #pragma unroll
     for (int i = 0; i < kBlockM / 2; ++i) {
       const int col = 8 * (i / 4) + 2 * tq + i % 2;
       // Softcap: logit.cuh's tanh_accurate (--use_fast_math's tanhf is tanh.approx, 2^-11).
       const float logit = kSoftcap ? cuda::tanh_accurate(sacc[i] * p.scale_over_softcap) : sacc[i];
-      float x = logit * (kSoftcap ? p.softcap_log2 : p.scale_log2) - FLASHATTN_SMEM(lse_log2)[col];
+      // kAttnMask: sacc already holds the natural-log logit.
+      const float to_log2 = kSoftcap ? p.softcap_log2 : (kAttnMask ? cuda::kLog2e : p.scale_log2);
+      float x = logit * to_log2 - FLASHATTN_SMEM(lse_log2)[col];
       if constexpr (kAlibi)
         x -= alibi_slope_log2 * fabsf(alibi_dist + static_cast<float>(8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2)));
       sacc[i] = visible(i, col) ? exp2_approx(x) : 0.f;

@@ -104,8 +104,19 @@ std::string check_bwd_sm90_softcap(const BwdSm90Params& p) {
 }
 
 // "" on success, else why a launch failed (or which argument check_bwd_sm90_args rejected).
+// "" if attn_mask fits the main loop chosen (kAttnMask), as the slopes above; none with ALiBi or
+// softcap.
+template <bool kAlibi, bool kSoftcap, bool kAttnMask>
+std::string check_bwd_sm90_attn_mask(const BwdSm90Params& p) {
+  static_assert(!(kAttnMask && (kAlibi || kSoftcap)), "no main loop has attn_mask with ALiBi or softcap");
+  if (kAttnMask != (p.attn_mask.ptr != nullptr))
+    return std::string("attn_mask: expected ") + (kAttnMask ? "a mask for the attn_mask kernel" : "none") +
+           ", got " + (p.attn_mask.ptr ? "a mask" : "none");
+  return "";
+}
+
 template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false,
-          bool kSoftcap = false>
+          bool kSoftcap = false, bool kAttnMask = false>
 std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, const BwdSm90Rows& rows,
                             void* stream) {
   using Cfg = BwdSm90Config<kHeadDim>;
@@ -113,6 +124,7 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   if (bad.empty()) bad = check_bwd_sm90_window<kCausal, kLocal>(p);
   if (bad.empty()) bad = check_bwd_sm90_alibi<kAlibi>(p);
   if (bad.empty()) bad = check_bwd_sm90_softcap<kAlibi, kSoftcap>(p);
+  if (bad.empty()) bad = check_bwd_sm90_attn_mask<kAlibi, kSoftcap, kAttnMask>(p);
   if (!bad.empty()) return bad;
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) return "";
   const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
@@ -120,7 +132,7 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   const dim3 rows_grid(g.rows.x, g.rows.y, g.rows.z), grid(g.main.x, g.main.y, g.main.z);
   const dim3 convert_grid(g.convert.x, g.convert.y, g.convert.z);
   auto rows_kernel = bwd_sm90_rows_kernel<Elem, kHeadDim>;
-  auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal, kLocal, kAlibi, kSoftcap>;
+  auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal, kLocal, kAlibi, kSoftcap, kAttnMask>;
   auto convert_kernel = bwd_sm90_convert_dq_kernel<Elem, kHeadDim>;
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
   (void)stream;
