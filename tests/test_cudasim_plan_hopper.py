@@ -2,7 +2,8 @@
 GPU. The forward:
 torch.ops.flashattn_sim.plan_fwd on a compute capability 9.0 device, opted in (hopper_fwd, what
 FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64, 128 or 256,
-causal (either alignment) or not, dense or varlen, with seqused or without, that the sm_80 plan
+causal (either alignment) or not, dense or varlen, with seqused or without, attn_mask (any
+layout, without softcap or ALiBi), that the sm_80 plan
 would run as one unsplit, unpacked launch with TMA-readable layouts; every other call stays on the
 sm_80 kernels, each such feature listed in README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
 threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V (128 keys a
@@ -10,7 +11,8 @@ tile, 64 at d = 256) + 8 mbarriers + 1024 bytes of alignment slack.
 
 The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
 64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, local
-windows, softcap, ALiBi (without a local window or softcap), GQA,
+windows, softcap, ALiBi (without a local window or softcap), attn_mask (without ALiBi, softcap or
+its gradient), GQA,
 deterministic or not, whose q, k, v and dout TMA can read; everything else keeps the sm_80
 backward. Its three launches, by
 hopper/bwd_sm90_params.h (bwd_sm90_grids): the rows kernel over Sq padded to kBlockM (128 at d = 64,
@@ -101,7 +103,10 @@ def _stays_on_sm80():
         ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
         # flashattn.distributed's partial outputs: sm_80's split path with one split.
         ("out_fp32", (q, k, v), dict(out_fp32=True)),
-        ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
+        ("attn_mask with softcap", (q, k, v),
+         dict(attn_mask=torch.ones(130, 130, dtype=torch.bool), softcap=2.0)),
+        ("attn_mask with ALiBi", (q, k, v),
+         dict(attn_mask=torch.zeros(130, 130), alibi_slopes=torch.rand(2, dtype=torch.float32))),
         ("GQA decode, packed", qkv(2, 1, 512, 8, 2, 128), {}),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
         ("unaligned pointer", (q, _unaligned_pointer(2, 130, 2, 128), v), {}),
@@ -117,6 +122,36 @@ def test_what_hopper_lacks_stays_on_sm80(sim, name, args, kwargs):
     assert plan["device_arch"] == "sm90" and plan["arch"] == "sm80", name
     # Exactly the sm_80 plan of the same call without the opt-in.
     assert plan == plan_fwd(sim, *args, device=SM90, **kwargs), name
+
+
+# attn_mask (hopper/fwd_sm90_mask.cuh apply_attn_mask, read per entry through its strides): bool,
+# fp32 and the inputs' 16-bit type, broadcast shapes down to one element and a non-contiguous
+# view, alone, causal and with a local window: the Hopper plan, with the same geometry as without
+# the mask (the bias is read in the consumers' score step).
+def _attn_masks():
+    full = torch.zeros(3, 4, 300, 200, dtype=torch.float16).transpose(-1, -2)  # strided keys
+    return {
+        "bool_2d": (dict(attn_mask=torch.ones(200, 300, dtype=torch.bool)), {}),
+        "float32_key_padding_causal": (dict(attn_mask=torch.zeros(3, 1, 1, 300)), dict(causal=True)),
+        "fp16_full_transposed_window": (dict(attn_mask=full), dict(window_left=30, window_right=4)),
+        "bool_one_element": (dict(attn_mask=torch.ones(1, dtype=torch.bool)), dict(causal=True)),
+    }
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("name", list(_attn_masks()))
+def test_hopper_takes_attn_mask(sim, d, name):
+    mask, kwargs = _attn_masks()[name]
+    args = qkv(3, 200, 300, 4, 2, d, torch.float16)
+    plan = plan_fwd(sim, *args, device=HOPPER, **mask, **kwargs)
+    assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_SMEM[d]
+    plain = plan_fwd(sim, *args, device=HOPPER, **kwargs)
+    assert plan["grid"] == plain["grid"] and plan["block"] == plain["block"]
+    if d == 256:
+        return
+    plan = plan_bwd(sim, *args, device=HOPPER, **mask, **kwargs)
+    assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_BWD_SMEM[d]
+    assert plan["steps"] == plan_bwd(sim, *args, device=HOPPER, **kwargs)["steps"]
 
 
 def test_hopper_takes_seqused_and_varlen(sim):
@@ -317,7 +352,12 @@ def _backward_stays_on_sm80():
         ("ALiBi with softcap", (q, k, v), dict(alibi_slopes=torch.rand(2, 2, dtype=torch.float32),
                                                softcap=2.0, causal=True)),
         ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
-        ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
+        ("attn_mask with softcap", (q, k, v),
+         dict(attn_mask=torch.ones(130, 130, dtype=torch.bool), softcap=2.0)),
+        ("attn_mask with ALiBi", (q, k, v),
+         dict(attn_mask=torch.zeros(130, 130), alibi_slopes=torch.rand(2, dtype=torch.float32))),
+        # (The float mask's gradient, which plan_bwd does not take, stays on sm_80 too:
+        # test_cudasim_hopper_attn_mask.py runs it.)
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
         ("unaligned pointer", (q, _unaligned_pointer(2, 130, 2, 128), v), {}),
         # flashattn.distributed's partial gradients: sm_80 stores them in float32.
