@@ -75,6 +75,7 @@ def check_cases():
             failures += 1
             print(f"FAIL {name}: {e}")
     failures += check_varlen_and_seqused(cuda)
+    failures += check_attn_mask(cuda)
     # Calls the Hopper backward does not take stay on sm_80 (README's support table).
     q, k, v = (torch.randn(1, 200, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     for name, mask, with_dlse in (("dLSE", "causal", True),
@@ -85,6 +86,30 @@ def check_cases():
             assert not any("bwd_sm90" in n for n in names) and any(
                 "bwd_dkdv_kernel_16bit" in n for n in names), f"expected the sm_80 backward, ran {names}"
             print(f"PASS {name} stays on sm_80")
+        except AssertionError as e:
+            failures += 1
+            print(f"FAIL {name}: {e}")
+    return failures
+
+
+def check_attn_mask(cuda):
+    """attn_mask through the Hopper forward and backward (the kAttnMask main loops): a bool
+    key-padding mask at d = 64 and a float32 [Sq, Sk] one at d = 128 (test_attn_mask.check_masked:
+    out, lse, dq, dk, dv against float64; no mask gradient, which stays on sm_80)."""
+    from test_attn_mask import check_masked, make_mask
+
+    failures = 0
+    for dtype, d, kind, shape, b, sq, sk in ((torch.bfloat16, 64, "bool", (2, 1, 1, 700), 2, 1000, 700),
+                                             (torch.float16, 128, "float", (513, 1029), 1, 513, 1029)):
+        name = f"attn_mask {kind} {shape} {str(dtype)[6:]} d={d} Sq={sq} Sk={sk}"
+        q = torch.randn(b, sq, 4, d, dtype=dtype, device="cuda")
+        k, v = (torch.randn(b, sk, 2, d, dtype=dtype, device="cuda") for _ in range(2))
+        mask = make_mask(kind, shape, torch.float32, "cuda")
+        try:
+            names = kernels_run(lambda: check_masked(cuda, q, k, v, mask, scale=d ** -0.5,
+                                                     mask_grad=False))
+            assert any("bwd_sm90_kernel" in n for n in names), f"no Hopper backward ran: {names}"
+            print(f"PASS {name}")
         except AssertionError as e:
             failures += 1
             print(f"FAIL {name}: {e}")

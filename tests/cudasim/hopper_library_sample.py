@@ -81,7 +81,43 @@ def check_cases():
         print(f"FAIL ALiBi + softcap + window: expected the sm_80 kernel, ran {names}")
     else:
         print("PASS ALiBi + softcap + window stays on sm_80")
-    return failures + check_split_cases()
+    return failures + check_attn_mask_cases() + check_split_cases()
+
+
+# attn_mask (the kAttnMask main loops): (dtype, d, kind, mask shape, causal, B, Sq, Sk, Hq, Hkv);
+# a bool key-padding mask, a float32 [Sq, Sk] one with causal, a 16-bit per-head one at d = 256.
+# test_attn_mask.check_masked compares out and lse with the float64 reference (top-left causal).
+MASK_CASES = [
+    (torch.bfloat16, 128, "bool", (2, 1, 1, 1500), False, 2, 1000, 1500, 4, 2),
+    (torch.float16, 64, "float32", (777, 777), True, 1, 777, 777, 4, 4),
+    (torch.bfloat16, 256, "16bit", (1, 2, 300, 513), False, 1, 300, 513, 2, 1),
+]
+
+
+def check_attn_mask_cases():
+    from executors import make_executor
+    from test_attn_mask import check_masked, make_mask
+
+    cuda = make_executor("cuda")
+    failures = 0
+    for dtype, d, kind, shape, causal, b, sq, sk, hq, hkv in MASK_CASES:
+        name = f"attn_mask {kind} {shape} {str(dtype)[6:]} d={d} causal={causal} Sq={sq} Sk={sk}"
+        q = torch.randn(b, sq, hq, d, dtype=dtype, device="cuda")
+        k, v = (torch.randn(b, sk, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
+        mask = make_mask("bool" if kind == "bool" else "float", shape,
+                         torch.float32 if kind == "float32" else dtype, "cuda")
+        if causal:  # top-left causal folded into the mask, as check_masked takes none
+            mask = mask.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device="cuda").triu(1),
+                                    False if kind == "bool" else float("-inf"))
+        try:
+            names = kernels_run(lambda: check_masked(cuda, q, k, v, mask, scale=d ** -0.5,
+                                                     backward=False))
+            assert any("fwd_sm90_kernel" in n for n in names), f"no Hopper kernel ran: {names}"
+            print(f"PASS {name}")
+        except AssertionError as e:
+            failures += 1
+            print(f"FAIL {name}: {e}")
+    return failures
 
 
 # Split-KV decodes through flash_attn_with_kvcache's op (cache_seqlens): (dtype, d, causal, B,
