@@ -58,11 +58,6 @@ struct BwdSm90Params {
   // Every other kernel takes nullptr (launch_bwd_sm90 checks).
   const float* alibi_slopes = nullptr;
   int64_t alibi_batch_stride = 0, alibi_head_stride = 1;
-  // The kAttnMask kernels: attn_mask (AttnParams' view, score_bias.h mask_bias) added to the
-  // logit scale * s before the recomputed P, as the forward added it. Additive, so dS's chain
-  // factor stays scale; its gradient (AttnBwdParams::dmask) is not computed here (the plan keeps
-  // such calls on sm_80). Every other kernel takes a null mask (launch_bwd_sm90 checks).
-  AttnMask attn_mask;
   // The kSoftcap kernels: the logit is softcap * tanh(scale * s / softcap) (logit.cuh's
   // LogitRules), so dS picks up 1 - tanh^2; scale stays dK's and dQ's. set_bwd_sm90_softcap
   // writes the four; every other kernel takes softcap 0 (launch_bwd_sm90 checks).
@@ -78,6 +73,12 @@ struct BwdSm90Params {
   bool deterministic = false;
   // dK, dV [B, Sk, Hkv, D] (written from registers; rows past a sequence's keys are not written).
   TensorView dk, dv;
+  // (Last, so that the fields above keep their offsets: the other kernels' code is unchanged.)
+  // The kAttnMask kernels: attn_mask (AttnParams' view, score_bias.h mask_bias) added to the
+  // logit scale * s before the recomputed P, as the forward added it. Additive, so dS's chain
+  // factor stays scale; its gradient (AttnBwdParams::dmask) is not computed here (the plan keeps
+  // such calls on sm_80). Every other kernel takes a null mask (launch_bwd_sm90 checks).
+  AttnMask attn_mask;
 
   __host__ __device__ bool varlen() const { return cu_seqlens_q != nullptr; }
 };

@@ -59,11 +59,6 @@ struct FwdSm90Params {
   const float* alibi_slopes = nullptr;
   int64_t alibi_batch_stride = 0, alibi_head_stride = 1;
   float scale = 0.f;
-  // The kAttnMask kernels: attn_mask (AttnParams' view, broadcast to [B, Hq, Sq, Sk] by its
-  // strides; score_bias.h mask_bias reads it) added to the logit after softcap and ALiBi, before
-  // the visibility mask, as on sm_80 (score_rules.cuh step 4); its block classes let a tile whose
-  // blocks are all open skip the reads.
-  AttnMask attn_mask;
   // Causal kernels: row i sees key j iff j <= i + (align_bottom_right ? Sk - Sq : 0), FA2's
   // alignment by default, SDPA's (top-left) otherwise (AttnParams' field of the same name).
   bool align_bottom_right = true;
@@ -71,6 +66,12 @@ struct FwdSm90Params {
   // window_left) && (window_right < 0 || j <= i + diag_offset + window_right), diag_offset as
   // for causal (AttnParams' fields of the same names).
   int window_left = -1, window_right = -1;
+  // (Last, so that the fields above keep their offsets: the other kernels' code is unchanged.)
+  // The kAttnMask kernels: attn_mask (AttnParams' view, broadcast to [B, Hq, Sq, Sk] by its
+  // strides; score_bias.h mask_bias reads it) added to the logit after softcap and ALiBi, before
+  // the visibility mask, as on sm_80 (score_rules.cuh step 4); its block classes let a tile whose
+  // blocks are all open skip the reads.
+  AttnMask attn_mask;
 };
 
 struct FwdSm90Maps {
