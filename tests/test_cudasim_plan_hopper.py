@@ -3,7 +3,7 @@ GPU. The forward:
 torch.ops.flashattn_sim.plan_fwd on a compute capability 9.0 device, opted in (hopper_fwd, what
 FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64, 128 or 256,
 causal (either alignment) or not, dense or varlen, with seqused or without, attn_mask (any
-layout, without softcap or ALiBi), that the sm_80 plan
+layout, without softcap or ALiBi, d = 64 and 128), that the sm_80 plan
 would run as one unsplit, unpacked launch with TMA-readable layouts; every other call stays on the
 sm_80 kernels, each such feature listed in README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
 threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V (128 keys a
@@ -107,6 +107,9 @@ def _stays_on_sm80():
          dict(attn_mask=torch.ones(130, 130, dtype=torch.bool), softcap=2.0)),
         ("attn_mask with ALiBi", (q, k, v),
          dict(attn_mask=torch.zeros(130, 130), alibi_slopes=torch.rand(2, dtype=torch.float32))),
+        # Its main loops spill at d = 256 (hopper/fwd_sm90_config.h fwd_sm90_builds_attn_mask).
+        ("attn_mask at head dim 256", qkv(2, 130, 130, 2, 2, 256),
+         dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
         ("GQA decode, packed", qkv(2, 1, 512, 8, 2, 128), {}),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
         ("unaligned pointer", (q, _unaligned_pointer(2, 130, 2, 128), v), {}),
@@ -138,7 +141,7 @@ def _attn_masks():
     }
 
 
-@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("name", list(_attn_masks()))
 def test_hopper_takes_attn_mask(sim, d, name):
     mask, kwargs = _attn_masks()[name]
@@ -147,8 +150,6 @@ def test_hopper_takes_attn_mask(sim, d, name):
     assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_SMEM[d]
     plain = plan_fwd(sim, *args, device=HOPPER, **kwargs)
     assert plan["grid"] == plain["grid"] and plan["block"] == plain["block"]
-    if d == 256:
-        return
     plan = plan_bwd(sim, *args, device=HOPPER, **mask, **kwargs)
     assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_BWD_SMEM[d]
     assert plan["steps"] == plan_bwd(sim, *args, device=HOPPER, **kwargs)["steps"]

@@ -44,23 +44,27 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 // The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90_FWD): causal,
 // a local window or no mask, each with softcap or without (at d = 256 a local window without
 // softcap only: fwd_sm90_builds_softcap_local); ALiBi with causal or no mask, without softcap;
-// attn_mask with no mask, causal or a local window, without softcap or ALiBi (the plan keeps the
-// other combinations on sm_80: sm90_fwd_unsupported).
+// attn_mask with no mask, causal or a local window, without softcap or ALiBi, up to d = 128
+// (fwd_sm90_builds_attn_mask) (the plan keeps the other combinations on sm_80: sm90_fwd_unsupported).
 template <typename Element, int kHeadDim>
 std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopper::FwdSm90Params& hp,
                                      void* stream, bool softcap, bool alibi, bool attn_mask,
                                      Sm90FwdMask mask) {
   if (attn_mask) {
-    if (softcap || alibi) return "attn_mask with softcap or ALiBi is not built (the plan's mistake)";
-    switch (mask) {
-      case Sm90FwdMask::kCausal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, true>(maps, hp, stream);
-      case Sm90FwdMask::kLocal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, true>(maps, hp, stream);
-      case Sm90FwdMask::kNone:
-        break;
+    if constexpr (!hopper::fwd_sm90_builds_attn_mask(kHeadDim)) {
+      return std::string("attn_mask is not built at this head dim (the plan's mistake)");
+    } else {
+      if (softcap || alibi) return "attn_mask with softcap or ALiBi is not built (the plan's mistake)";
+      switch (mask) {
+        case Sm90FwdMask::kCausal:
+          return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, true>(maps, hp, stream);
+        case Sm90FwdMask::kLocal:
+          return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, true>(maps, hp, stream);
+        case Sm90FwdMask::kNone:
+          break;
+      }
+      return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, stream);
     }
-    return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, stream);
   }
   if (alibi) {
     return mask == Sm90FwdMask::kCausal

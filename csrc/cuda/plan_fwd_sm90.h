@@ -104,11 +104,12 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
     return "cu_seqlens for only one of q and k";
   if (p.packed_heads > 1) return "a GQA decode with packed heads";
-  // attn_mask's main loops: no mask, causal or a local window, without softcap or ALiBi
-  // (launch_fwd_sm90.cuh). The kernel reads the mask per entry from global memory through its
+  // attn_mask's main loops: no mask, causal or a local window, without softcap or ALiBi, up to
+  // d = 128 (launch_fwd_sm90.cuh). The kernel reads the mask per entry from global memory through its
   // strides, so any layout the op accepts (broadcast strides included) runs here.
   if (p.mask.ptr != nullptr && (p.softcap > 0.f || p.alibi.ptr != nullptr))
     return "attn_mask with softcap or ALiBi";
+  if (p.mask.ptr != nullptr && !hopper::fwd_sm90_builds_attn_mask(p.head_dim)) return "attn_mask at head dim 256";
   if (p.dropout.on()) return "dropout";
   // ALiBi's main loops: no mask or causal, without softcap (launch_fwd_sm90.cuh).
   if (p.alibi.ptr != nullptr && (p.softcap > 0.f || sm90_fwd_mask(p) == Sm90FwdMask::kLocal))

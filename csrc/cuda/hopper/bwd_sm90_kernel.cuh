@@ -80,25 +80,33 @@ __device__ __forceinline__ void pack_pairs(const float (&x)[kN], uint32_t (&out)
   for (int i = 0; i < kN / 2; ++i) out[i] = cuda::pack_rn<Elem>(x[2 * i], x[2 * i + 1]);
 }
 
-// S^T (m64 keys x kN queries) := scale * S^T + attn_mask's bias, the natural-log logit (score_bias.h
-// mask_bias, fp32; the forward's order: scale, then the bias). Element i is key key_row + 8 ((i % 4)
-// / 2), query m0 + 8 (i / 4) + 2 tq + i % 2; entries past the sequence are not read (the mask ends
-// there; visibility hides them). keys_begin: this consumer's first key; when every kMaskBlock block
-// of the mask its 64 keys x kN queries touch is open, only the scale is applied.
+// Whether this consumer's tile of query block m0 (its 64 keys from keys_begin x kN queries, clipped
+// to the sequence) reads attn_mask: not when every kMaskBlock block it touches is open (adds 0), as
+// sm_80's kMaskOpen tiles (mask.h mask_tile). Looked up before the stage's wait, off the score
+// step's path: after it, the d = 64 local window's loop spilled 8 bytes (bf16).
 template <int kN>
-__device__ __forceinline__ void bwd_attn_mask_logits(float (&s)[kN], const BwdSm90Params& p, int batch, int head,
-                                                     int m0, int key_row, int tq, int seqlen_q, int seqlen_k,
-                                                     int keys_begin) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) s[i] *= p.scale;
+__device__ __forceinline__ bool bwd_attn_mask_reads(const BwdSm90Params& p, int batch, int head, int m0,
+                                                    int seqlen_q, int seqlen_k, int keys_begin) {
   const int rows_end = m0 + 2 * kN < seqlen_q ? m0 + 2 * kN : seqlen_q;
   const int keys_end = keys_begin + 64 < seqlen_k ? keys_begin + 64 : seqlen_k;
-  if (m0 >= rows_end || keys_begin >= keys_end) return;
-  if (mask_tile(p.attn_mask, batch, head, m0, rows_end, keys_begin, keys_end) == kMaskOpen) return;
+  return m0 < rows_end && keys_begin < keys_end &&
+         mask_tile(p.attn_mask, batch, head, m0, rows_end, keys_begin, keys_end) != kMaskOpen;
+}
+
+// S^T (m64 keys x kN queries) := scale * S^T + attn_mask's bias (reads: bwd_attn_mask_reads), the
+// natural-log logit (score_bias.h mask_bias, fp32; the forward's order: scale, then the bias).
+// Element i is key key_row + 8 ((i % 4) / 2), query m0 + 8 (i / 4) + 2 tq + i % 2; entries past the
+// sequence are not read (the mask ends there; visibility hides them).
+template <int kN>
+__device__ __forceinline__ void bwd_attn_mask_logits(float (&s)[kN], const BwdSm90Params& p, bool reads, int batch, int head,
+                                                     int m0, int key_row, int tq, int seqlen_q, int seqlen_k) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) s[i] *= p.scale;
+  if (!reads) return;
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     const int key = key_row + 8 * ((i % 4) / 2), query = m0 + 8 * (i / 4) + 2 * tq + i % 2;
-    if (query < rows_end && key < keys_end) s[i] += mask_bias(p.attn_mask, batch, head, query, key);
+    if (query < seqlen_q && key < seqlen_k) s[i] += mask_bias(p.attn_mask, batch, head, query, key);
   }
 }
 
@@ -301,6 +309,10 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
       const int64_t slope = batch * p.alibi_batch_stride + head_of(it) * p.alibi_head_stride;
       alibi_slope_log2 = FLASHATTN_GMEM(p.alibi_slopes)[slope] * cuda::kLog2e;
     }
+    bool mask_reads = false;
+    if constexpr (kAttnMask)
+      mask_reads = bwd_attn_mask_reads<kBlockM / 2>(p, batch, head_of(it), m_block * kBlockM, seq.seqlen_q,
+                                                    seq.seqlen_k, n_block * kBlockN + 64 * consumer);
     mbarrier_wait_parity(&q_full[s], static_cast<uint32_t>(it / kStages) & 1);
 
     // S^T and dP^T, two commit groups.
@@ -355,8 +367,8 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     if constexpr (kAttnMask) {
       // The logit scale * s + bias in fp32, the forward's (fwd_sm90_kernel's scores_to_p), so P
       // is recomputed from the logit the LSE was taken over.
-      bwd_attn_mask_logits(sacc, p, batch, head_of(it), m_block * kBlockM, key_row, tq, seq.seqlen_q,
-                           seq.seqlen_k, n_block * kBlockN + 64 * consumer);
+      bwd_attn_mask_logits(sacc, p, mask_reads, batch, head_of(it), m_block * kBlockM, key_row, tq,
+                           seq.seqlen_q, seq.seqlen_k);
     }
 #pragma unroll
     for (int i = 0; i < kBlockM / 2; ++i) {
