@@ -82,8 +82,8 @@ __device__ __forceinline__ void pack_pairs(const float (&x)[kN], uint32_t (&out)
 
 // Whether this consumer's tile of query block m0 (its 64 keys from keys_begin x kN queries, clipped
 // to the sequence) reads attn_mask: not when every kMaskBlock block it touches is open (adds 0), as
-// sm_80's kMaskOpen tiles (mask.h mask_tile). Looked up before the stage's wait, off the score
-// step's path: after it, the d = 64 local window's loop spilled 8 bytes (bf16).
+// sm_80's kMaskOpen tiles (mask.h mask_tile). Where it is looked up is per head dim (the kernel's
+// kMaskClassEarly), by what ptxas allocates without spilling.
 template <int kN>
 __device__ __forceinline__ bool bwd_attn_mask_reads(const BwdSm90Params& p, int batch, int head, int m0,
                                                     int seqlen_q, int seqlen_k, int keys_begin) {
@@ -309,10 +309,16 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
       const int64_t slope = batch * p.alibi_batch_stride + head_of(it) * p.alibi_head_stride;
       alibi_slope_log2 = FLASHATTN_GMEM(p.alibi_slopes)[slope] * cuda::kLog2e;
     }
-    bool mask_reads = false;
-    if constexpr (kAttnMask)
-      mask_reads = bwd_attn_mask_reads<kBlockM / 2>(p, batch, head_of(it), m_block * kBlockM, seq.seqlen_q,
-                                                    seq.seqlen_k, n_block * kBlockN + 64 * consumer);
+    // attn_mask's block classes of this tile: at d = 64 looked up here, before the stage's wait
+    // (in the score step the local window's loop spilled 8 bytes, bf16); at d = 128 in the score
+    // step (here all three mask loops spilled 8-24 bytes: dK and dV hold 128 registers).
+    constexpr bool kMaskClassEarly = kHeadDim == 64;
+    auto mask_reads = [&]() {
+      return bwd_attn_mask_reads<kBlockM / 2>(p, batch, head_of(it), m_block * kBlockM, seq.seqlen_q, seq.seqlen_k,
+                                              n_block * kBlockN + 64 * consumer);
+    };
+    bool mask_reads_early = false;
+    if constexpr (kAttnMask && kMaskClassEarly) mask_reads_early = mask_reads();
     mbarrier_wait_parity(&q_full[s], static_cast<uint32_t>(it / kStages) & 1);
 
     // S^T and dP^T, two commit groups.
@@ -367,8 +373,8 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     if constexpr (kAttnMask) {
       // The logit scale * s + bias in fp32, the forward's (fwd_sm90_kernel's scores_to_p), so P
       // is recomputed from the logit the LSE was taken over.
-      bwd_attn_mask_logits(sacc, p, mask_reads, batch, head_of(it), m_block * kBlockM, key_row, tq,
-                           seq.seqlen_q, seq.seqlen_k);
+      bwd_attn_mask_logits(sacc, p, kMaskClassEarly ? mask_reads_early : mask_reads(), batch, head_of(it),
+                           m_block * kBlockM, key_row, tq, seq.seqlen_q, seq.seqlen_k);
     }
 #pragma unroll
     for (int i = 0; i < kBlockM / 2; ++i) {
