@@ -29,6 +29,7 @@
 #include "score_rules.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
+#include "tile_scheduler.cuh"
 #include "traits.h"
 #include "warp_tile.cuh"
 
@@ -61,14 +62,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kPassCols = Traits::kDqCols / Traits::kDqPasses;
   constexpr int kPassColTiles = kPassCols / kMmaN;
 
-  const int64_t batch_head_kv = folded_batch_head();
-  if (batch_head_kv >= static_cast<int64_t>(p.batch) * p.heads_kv) return;
-  const int batch = static_cast<int>(batch_head_kv / p.heads_kv);
-  const int head_kv = static_cast<int>(batch_head_kv % p.heads_kv);
-  const int n_start = blockIdx.x * kBlockN;
-  // The grid covers the longest sequence; CTAs past this one's keys have nothing to do.
+  using Scheduler = TileScheduler<TileAxis::kKeys, kBlockN>;
+  if (!Scheduler::in_grid(p)) return;
+  const auto work = Scheduler::work(p);
+  const int batch = work.batch, head_kv = work.head_kv;
+  const int n_start = work.start;
   const Sequence seq = sequence_of(p, batch);
-  if (n_start >= seq.seqlen_k) return;
+  if (work.past_end(seq)) return;
   const bool want_dq = dq_accum_gmem != nullptr;
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);

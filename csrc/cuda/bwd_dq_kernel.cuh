@@ -16,6 +16,7 @@
 #include "score_rules.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
+#include "tile_scheduler.cuh"
 #include "traits.h"
 #include "warp_tile.cuh"
 
@@ -37,14 +38,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kKStepsD = kHeadDim / kMmaK;
   constexpr int kKStepsDv = kHeadDimV / kMmaK;
 
-  const int64_t batch_head = folded_batch_head();
-  if (batch_head >= static_cast<int64_t>(p.batch) * p.heads_q) return;
-  const int batch = static_cast<int>(batch_head / p.heads_q);
-  const int head = static_cast<int>(batch_head % p.heads_q);
-  const int head_kv = head / p.head_group;
-  const int m_start = blockIdx.x * kBlockM;
+  using Scheduler = TileScheduler<TileAxis::kQueries, kBlockM>;
+  if (!Scheduler::in_grid(p)) return;
+  const auto work = Scheduler::work(p);
+  const int batch = work.batch, head = work.head, head_kv = work.head_kv;
+  const int m_start = work.start;
   const Sequence seq = sequence_of(p, batch);
-  if (m_start >= seq.seqlen_q) return;  // the grid covers the longest sequence
+  if (work.past_end(seq)) return;
 
   // Q, K over head_dim columns of the tile's kHeadDim, V, dO over head_dim_v of its kHeadDimV
   // (MLA: BwdDqPairTraits; plan_fwd.h, tile_head_dim).

@@ -12,27 +12,10 @@
 #include "element.cuh"
 #include "grid.h"
 #include "softmax.cuh"
+#include "tile_scheduler.cuh"
 #include "traits.h"
 
 namespace flashattn::cuda {
-
-// The query row this warp handles: row `row` of sequence `seq`, query head `head`.
-struct RowKernelRow {
-  bool valid;  // false: past the end of the grid's (batch, head)s or of the sequence
-  int batch, head, row;
-  Sequence seq;
-
-  __device__ __forceinline__ explicit RowKernelRow(const AttnParams& p) {
-    const int64_t batch_head = folded_batch_head();
-    row = blockIdx.x * kRowKernelWarps + threadIdx.x / kWarpSize;
-    valid = batch_head < static_cast<int64_t>(p.batch) * p.heads_q;
-    if (!valid) return;
-    batch = static_cast<int>(batch_head / p.heads_q);
-    head = static_cast<int>(batch_head % p.heads_q);
-    seq = sequence_of(p, batch);
-    valid = row < seq.seqlen_q;
-  }
-};
 
 // Element as stored: raw 16-bit bits, or float.
 template <typename Element>
@@ -54,9 +37,14 @@ __global__ void __launch_bounds__(kRowKernelThreads)
                         float* d_gmem,         // D_i (mask.h, query_row_index)
                         float* dq_accum_gmem,  // rows of dq_accum_cols, or nullptr
                         int dq_accum_cols) {
-  const RowKernelRow at(p);
-  if (!at.valid) return;
-  const int64_t q_row = at.seq.q_row0 + at.row;
+  // One row a warp: the scheduler's block of kRowKernelWarps rows, offset by the warp.
+  using Scheduler = TileScheduler<TileAxis::kQueries, kRowKernelWarps>;
+  if (!Scheduler::in_grid(p)) return;
+  const auto at = Scheduler::work(p, threadIdx.x / kWarpSize);
+  const Sequence seq = sequence_of(p, at.batch);
+  if (at.past_end(seq)) return;
+  const int row = at.start;
+  const int64_t q_row = seq.q_row0 + row;
   const int lane = threadIdx.x % kWarpSize;
   // [Dv] rows of O and dO.
   const Storage<Element>* o_row = p.o.row<const Storage<Element>>(at.batch, at.head, q_row);
@@ -67,7 +55,7 @@ __global__ void __launch_bounds__(kRowKernelThreads)
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
-  const int64_t row_index = query_row_index(p, at.seq, at.head, at.row);
+  const int64_t row_index = query_row_index(p, seq, at.head, row);
   if (lane == 0) {
     const float dlse =
         p.dlse.ptr != nullptr ? *p.dlse.row<const float>(at.batch, at.head, q_row) : 0.f;
@@ -84,12 +72,17 @@ __global__ void __launch_bounds__(kRowKernelThreads)
     bwd_convert_dq_kernel(const AttnBwdParams p,
                           const float* dq_accum_gmem,  // rows of dq_accum_cols, same index
                           int dq_accum_cols) {
-  const RowKernelRow at(p);
-  if (!at.valid) return;
+  // One row a warp: the scheduler's block of kRowKernelWarps rows, offset by the warp.
+  using Scheduler = TileScheduler<TileAxis::kQueries, kRowKernelWarps>;
+  if (!Scheduler::in_grid(p)) return;
+  const auto at = Scheduler::work(p, threadIdx.x / kWarpSize);
+  const Sequence seq = sequence_of(p, at.batch);
+  if (at.past_end(seq)) return;
+  const int row = at.start;
   const int lane = threadIdx.x % kWarpSize;
   const float* accum_row =
-      dq_accum_gmem + query_row_index(p, at.seq, at.head, at.row) * dq_accum_cols;
-  const int64_t q_row = at.seq.q_row0 + at.row;
+      dq_accum_gmem + query_row_index(p, seq, at.head, row) * dq_accum_cols;
+  const int64_t q_row = seq.q_row0 + row;
   if (p.grads_fp32) {  // float32 dq of 16-bit inputs (params.h): the sum unrounded
     float* dq_row = p.dq.row<float>(at.batch, at.head, q_row);  // [D]
     for (int c = lane; c < p.head_dim; c += kWarpSize) dq_row[c] = accum_row[c];

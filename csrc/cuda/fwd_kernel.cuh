@@ -34,6 +34,7 @@
 #include "score_rules.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
+#include "tile_scheduler.cuh"
 #include "traits.h"
 #include "warp_tile.cuh"
 
@@ -56,21 +57,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kNTilesD = kOCols / kMmaN;      // 8-column n-tiles of a warp's O
   constexpr int kKStepsD = kHeadDim / kMmaK;    // k-steps of Qi Kj^T
 
-  const int64_t batch_head = folded_batch_head();
-  if (batch_head >= static_cast<int64_t>(p.batch) * p.heads_q) return;
-  const int batch = static_cast<int>(batch_head / p.heads_q);
-  const int head = static_cast<int>(batch_head % p.heads_q);
-  const int head_kv = head / p.head_group;
   // Split-KV: the grid's x holds num_splits CTAs per query block, each taking a part of its
   // key tiles.
-  const int splits = p.num_splits > 1 ? p.num_splits : 1;
-  const int m_start = static_cast<int>(blockIdx.x / splits) * kBlockM;
+  using Scheduler = TileScheduler<TileAxis::kQueries, kBlockM, true>;
+  if (!Scheduler::in_grid(p)) return;
+  const auto work = Scheduler::work(p);
+  const int batch = work.batch, head = work.head, head_kv = work.head_kv;
+  const int m_start = work.start;
+  const Sequence seq = sequence_of(p, batch);
+  if (work.past_end(seq)) return;
   // The CTA writes its fp32 part for split_merge_kernel: with splits, or (one split) when out
   // is float32 (params.h out_fp32), which the merge then writes unrounded.
   const bool writes_part = split_scratch != nullptr;
-  // The grid covers the longest sequence; CTAs past this one's end have nothing to do.
-  const Sequence seq = sequence_of(p, batch);
-  if (m_start >= seq.seqlen_q) return;
   // Which query token of which query head each row is: with packed GQA heads (gqa_decode.h), a
   // group's heads share the tile. Only the one-m-tile kernel is given them (plan_fwd.h).
   auto rows_from_params = [&] { return QueryRows{kMTiles == 1 ? p.packed_heads : 1, head}; };
@@ -110,7 +108,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
   KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, rows.token(m_start), rows.token(m_last));
-  split_part(tiles.begin, tiles.end, static_cast<int>(blockIdx.x % splits), splits);
+  split_part(tiles.begin, tiles.end, work.split(), work.splits);
 
   // One K or V tile (view: p.k, or p.v when kValues) into its buffer, as one cp.async group.
   // V's tile has V's width and pitch (kHeadDimV, kVStride: MLA's 576 tile holds 512 columns).
@@ -283,7 +281,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     float inv_l[kRowsPerThread], lse[kRowsPerThread];
     stats[m].finalize(rules.to_log2, inv_l, lse);
     if (writes_part) {  // this split's part, in fp32, for split_merge_kernel
-      const int split = static_cast<int>(blockIdx.x % splits);
+      const int split = work.split();
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r) {
         if (row[r] >= seq.seqlen_q) continue;

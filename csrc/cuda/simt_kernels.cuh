@@ -21,6 +21,7 @@
 #include "ptx.cuh"
 #include "score_rules.cuh"
 #include "softmax.cuh"
+#include "tile_scheduler.cuh"
 #include "traits.h"
 
 namespace flashattn::cuda {
@@ -116,20 +117,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kCols = Traits::kColsPerLane;
-  const int64_t batch_head = folded_batch_head();
-  if (batch_head >= static_cast<int64_t>(p.batch) * p.heads_q) return;
-  const int batch = static_cast<int>(batch_head / p.heads_q);
-  const int head = static_cast<int>(batch_head % p.heads_q);
-  const int head_kv = head / p.head_group;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   // Split-KV: num_splits CTAs per row block, each taking a part of its key tiles.
-  const int splits = p.num_splits > 1 ? p.num_splits : 1;
-  const int split = static_cast<int>(blockIdx.x % splits);
-  const int m_start = static_cast<int>(blockIdx.x / splits) * Traits::kNWarps;
+  using Scheduler = TileScheduler<TileAxis::kQueries, Traits::kNWarps, true>;
+  if (!Scheduler::in_grid(p)) return;
+  const auto work = Scheduler::work(p);
+  const int batch = work.batch, head = work.head, head_kv = work.head_kv;
+  const int splits = work.splits, split = work.split();
+  const int m_start = work.start;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int row = m_start + warp;
-  // The grid covers the longest sequence; CTAs past this one's end have nothing to do.
   const Sequence seq = sequence_of(p, batch);
-  if (m_start >= seq.seqlen_q) return;
+  if (work.past_end(seq)) return;
   // Which query token of which query head each row is (packed GQA heads, gqa_decode.h).
   const QueryRows rows{p.packed_heads, head};
   const int token = rows.token(row), q_head = rows.q_head(row);  // this warp's row
@@ -208,16 +206,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kCols = Traits::kColsPerLane;
-  const int64_t batch_head = folded_batch_head();
-  if (batch_head >= static_cast<int64_t>(p.batch) * p.heads_q) return;
-  const int batch = static_cast<int>(batch_head / p.heads_q);
-  const int head = static_cast<int>(batch_head % p.heads_q);
-  const int head_kv = head / p.head_group;
+  using Scheduler = TileScheduler<TileAxis::kQueries, Traits::kNWarps>;
+  if (!Scheduler::in_grid(p)) return;
+  const auto work = Scheduler::work(p);
+  const int batch = work.batch, head = work.head, head_kv = work.head_kv;
+  const int m_start = work.start;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int m_start = blockIdx.x * Traits::kNWarps;
   const int row = m_start + warp;
   const Sequence seq = sequence_of(p, batch);
-  if (m_start >= seq.seqlen_q) return;  // the grid covers the longest sequence
+  if (work.past_end(seq)) return;
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   float* q_smem = smem;                                  // [kNWarps, kStride]
@@ -276,15 +273,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kCols = Traits::kColsPerLane;
   constexpr int kNThreads = Traits::kNThreads;
-  const int64_t batch_head_kv = folded_batch_head();
-  if (batch_head_kv >= static_cast<int64_t>(p.batch) * p.heads_kv) return;
-  const int batch = static_cast<int>(batch_head_kv / p.heads_kv);
-  const int head_kv = static_cast<int>(batch_head_kv % p.heads_kv);
+  using Scheduler = TileScheduler<TileAxis::kKeys, Traits::kNWarps>;
+  if (!Scheduler::in_grid(p)) return;
+  const auto work = Scheduler::work(p);
+  const int batch = work.batch, head_kv = work.head_kv;
+  const int n_start = work.start;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int n_start = blockIdx.x * Traits::kNWarps;
   const int key = n_start + warp;
   const Sequence seq = sequence_of(p, batch);
-  if (n_start >= seq.seqlen_k) return;  // the grid covers the longest sequence
+  if (work.past_end(seq)) return;
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   float* k_smem = smem;                                  // [kNWarps, kStride]
