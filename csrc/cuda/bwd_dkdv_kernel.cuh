@@ -72,15 +72,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const bool want_dq = dq_accum_gmem != nullptr;
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
-  uint16_t* k_smem = smem;                                 // [kBlockN, kStride]
-  uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;    // [kBlockN, kVStride]
-  uint16_t* q_smem = v_smem + Traits::kVTileSmemElems;     // [kBlockM, kStride]
-  uint16_t* do_smem = q_smem + Traits::kQTileSmemElems;    // [kBlockM, kVStride]
-  uint16_t* pt_smem = do_smem + Traits::kDoTileSmemElems;  // P^T  [kBlockN, kPStride]
-  uint16_t* dst_smem = pt_smem + Traits::kPSmemElems;      // dS^T [kBlockN, kPStride]
-  // [kBlockM] each: LSE_i in log2 units, D_i.
-  float* lse_smem = reinterpret_cast<float*>(smem + Traits::kSmem16BitElems);
-  float* dsum_smem = lse_smem + kBlockM;
+  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);  // traits.h
+  uint16_t* k_smem = shared.k;       // [kBlockN, kStride]
+  uint16_t* v_smem = shared.v;       // [kBlockN, kVStride]
+  uint16_t* q_smem = shared.q;       // [kBlockM, kStride]
+  uint16_t* do_smem = shared.dout;   // [kBlockM, kVStride]
+  uint16_t* pt_smem = shared.pt;     // P^T  [kBlockN, kPStride]
+  uint16_t* dst_smem = shared.dst;   // dS^T [kBlockN, kPStride]
+  float* lse_smem = shared.lse;      // [kBlockM] LSE_i in log2 units
+  float* dsum_smem = shared.dsum;    // [kBlockM] D_i
 
   const bool aligned =
       p.head_dim % kChunkElems == 0 && p.head_dim_v % kChunkElems == 0 &&

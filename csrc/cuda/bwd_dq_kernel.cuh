@@ -5,6 +5,7 @@
 //   dS_ij = P_ij * (dP_ij - D_i) * dlogit/ds,  dQ_i += dS_ij Kj.
 // It recomputes S and dP, which the dK/dV kernel's atomic dQ path avoids.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "../mask.h"
@@ -57,14 +58,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const uint16_t* v_gmem = p.v.row<const uint16_t>(batch, head_kv, seq.k_row0);
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
-  uint16_t* q_smem = smem;                                   // [kBlockM, kStride]
-  uint16_t* do_smem = q_smem + Traits::kQSmemElems;          // [kBlockM, kVStride]
-  uint16_t* kv_smem = do_smem + Traits::kDoSmemElems;        // kStages x (K, V tiles)
-  constexpr int kStageElems = Traits::kKVTileSmemElems + Traits::kVTileSmemElems;
+  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);  // traits.h
+  uint16_t* q_smem = shared.q;      // [kBlockM, kStride]
+  uint16_t* do_smem = shared.dout;  // [kBlockM, kVStride]
+  // kStages x (K tile [kBlockN, kStride], V tile [kBlockN, kVStride]), indexed from the first
+  // stage's K in elements: `shared.stages[stage].k`, the same addresses, added more registers'
+  // worth of address arithmetic in the loop.
+  using Stage = typename Traits::Stage;
+  constexpr int kStageElems = sizeof(Stage) / sizeof(uint16_t);
+  constexpr int kVElems = offsetof(Stage, v) / sizeof(uint16_t);
+  uint16_t* kv_smem = shared.stages[0].k;
   auto k_smem = [&](int stage) { return kv_smem + stage * kStageElems; };
-  auto v_smem = [&](int stage) {
-    return kv_smem + stage * kStageElems + Traits::kKVTileSmemElems;
-  };
+  auto v_smem = [&](int stage) { return kv_smem + stage * kStageElems + kVElems; };
 
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
   const KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, m_start, m_last);

@@ -98,13 +98,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       rows_are_16b_aligned(p.q) && rows_are_16b_aligned(p.k) && rows_are_16b_aligned(p.v);
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
-  uint16_t* q_smem = smem;                                  // [kBlockM, kStride]
-  uint16_t* k_smem = smem + Traits::kQSmemElems;            // [kBlockN, kStride]
-  uint16_t* v_smem = k_smem + Traits::kKVTileSmemElems;     // [kBlockN, kVStride]
+  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);  // traits.h
+  uint16_t* q_smem = shared.q;  // [kBlockM, kStride]
+  uint16_t* k_smem = shared.k;  // [kBlockN, kStride]
+  uint16_t* v_smem = shared.v;  // [kBlockN, kVStride]
   using RowTable = PagedRowTable<kBlockN, kNThreads>;
   static_assert(!kUnrolledCacheCopies || Traits::kPagedRowTableBytes == RowTable::kBytes,
                 "traits.h sizes the row table");
-  const RowTable row_table{reinterpret_cast<const uint16_t**>(v_smem + Traits::kVTileSmemElems)};
+  const RowTable row_table{[&] {
+    if constexpr (kUnrolledCacheCopies) return shared.row_table;
+    else return static_cast<const uint16_t**>(nullptr);  // never read: paged_table is false
+  }()};
 
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
   KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, rows.token(m_start), rows.token(m_last));

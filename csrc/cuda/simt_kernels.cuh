@@ -133,9 +133,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   const int token = rows.token(row), q_head = rows.q_head(row);  // this warp's row
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
-  float* q_smem = smem;                              // [kNWarps, kStride]
-  float* k_smem = q_smem + 2 * Traits::kRowSmemFloats;  // [32, kStride]
-  float* v_smem = k_smem + Traits::kTileSmemFloats;     // [32, kStride]
+  auto& shared = *reinterpret_cast<typename Traits::QueryRowsStorage*>(smem);  // traits.h
+  float* q_smem = shared.q;  // [kNWarps, kStride]
+  float* k_smem = shared.k;  // [32, kStride]
+  float* v_smem = shared.v;  // [32, kStride]
   // Key (or value) `key` of this sequence: wherever a KV cache keeps it (kv_rows.h), else a
   // plain strided row.
   auto key_of = [&](TensorView view, int key) {
@@ -217,10 +218,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   if (work.past_end(seq)) return;
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
-  float* q_smem = smem;                                  // [kNWarps, kStride]
-  float* do_smem = q_smem + Traits::kRowSmemFloats;      // [kNWarps, kStride]
-  float* k_smem = do_smem + Traits::kRowSmemFloats;      // [32, kStride]
-  float* v_smem = k_smem + Traits::kTileSmemFloats;      // [32, kStride]
+  auto& shared = *reinterpret_cast<typename Traits::QueryRowsStorage*>(smem);  // traits.h
+  float* q_smem = shared.q;      // [kNWarps, kStride]
+  float* do_smem = shared.dout;  // [kNWarps, kStride]
+  float* k_smem = shared.k;      // [32, kStride]
+  float* v_smem = shared.v;      // [32, kStride]
   const float* k_gmem = p.k.row<const float>(batch, head_kv, seq.k_row0);
   const float* v_gmem = p.v.row<const float>(batch, head_kv, seq.k_row0);
   const int64_t q_row0 = seq.q_row0 + m_start;
@@ -284,12 +286,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   if (work.past_end(seq)) return;
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
-  float* k_smem = smem;                                  // [kNWarps, kStride]
-  float* v_smem = k_smem + Traits::kRowSmemFloats;       // [kNWarps, kStride]
-  float* q_smem = v_smem + Traits::kRowSmemFloats;       // [32, kStride]
-  float* do_smem = q_smem + Traits::kTileSmemFloats;     // [32, kStride]
-  float* lse_smem = do_smem + Traits::kTileSmemFloats;   // [32] LSE_i in log2 units
-  float* dsum_smem = lse_smem + kWarpSize;               // [32] D_i
+  auto& shared = *reinterpret_cast<typename Traits::KeyRowsStorage*>(smem);  // traits.h
+  float* k_smem = shared.k;        // [kNWarps, kStride]
+  float* v_smem = shared.v;        // [kNWarps, kStride]
+  float* q_smem = shared.q;        // [32, kStride]
+  float* do_smem = shared.dout;    // [32, kStride]
+  float* lse_smem = shared.lse;    // [32] LSE_i in log2 units
+  float* dsum_smem = shared.dsum;  // [32] D_i
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, kNThreads>(
       k_smem, p.k.row<const float>(batch, head_kv, seq.k_row0 + n_start), p.k.row_stride,
       seq.seqlen_k - n_start, p.head_dim);

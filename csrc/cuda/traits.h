@@ -44,6 +44,7 @@
 //   docs/lab/2026-12-02-hopper-forward-wiring.md). Its softcap, local and ALiBi template
 //   variants are not built: those calls run on the kernels above (plan_fwd_sm90.h).
 #pragma once
+#include <cstdint>
 #include <type_traits>
 
 namespace flashattn::cuda {
@@ -134,14 +135,24 @@ struct FwdPairTraits {
   // It is taken whether or not the call is paged (2 KB), as the kernel serves both; it leaves
   // kMinBlocksPerSm as it was (static_assert below).
   static constexpr bool kUnrolledCacheCopies = kMTiles == 1 && kHeadDim <= 128;
-  static constexpr int kPagedRowTableBytes =
-      kUnrolledCacheCopies ? 2 * kBlockN * 2 * static_cast<int>(sizeof(void*)) : 0;
-  // Qi, one K tile and one V tile. FA2's pipeline overlaps without a second stage: V_j is
-  // copied while S = Qi Kj^T is computed, K_j+1 while O += P Vj; a second stage would halve the
-  // CTAs per SM at d = 128. Then the row table.
-  static constexpr int kTilesSmemBytes =
-      (kQSmemElems + kKVTileSmemElems + kVTileSmemElems) * kElemBytes16;
-  static constexpr int kSmemBytes = kTilesSmemBytes + kPagedRowTableBytes;
+
+  // The kernel's shared memory (its sizeof is the launch's dynamic shared memory): Qi (O_i's
+  // staging in the epilogue), one K tile and one V tile. FA2's pipeline overlaps without a
+  // second stage: V_j is copied while S = Qi Kj^T is computed, K_j+1 while O += P Vj; a second
+  // stage would halve the CTAs per SM at d = 128.
+  struct Tiles {
+    uint16_t q[kQSmemElems];
+    uint16_t k[kKVTileSmemElems];
+    uint16_t v[kVTileSmemElems];
+  };
+  // Then, with unrolled cache copies, the row table: 2 tiles x kBlockN rows x K, V.
+  struct TilesAndRowTable : Tiles {
+    const uint16_t* row_table[2 * kBlockN * 2];
+  };
+  using SharedStorage = std::conditional_t<kUnrolledCacheCopies, TilesAndRowTable, Tiles>;
+  static constexpr int kTilesSmemBytes = static_cast<int>(sizeof(Tiles));
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));
+  static constexpr int kPagedRowTableBytes = kSmemBytes - kTilesSmemBytes;
 
   // CTAs per SM that sm_80's shared memory holds (at most 3), given to __launch_bounds__, so
   // that the register budget is what that many CTAs can share: left to itself ptxas picks a
@@ -157,6 +168,9 @@ struct FwdPairTraits {
   static_assert(kMinBlocksPerSm == blocks_per_sm(kTilesSmemBytes),
                 "the paged row table must not cost a CTA per SM");
   static_assert(kTilesSmemBytes % 8 == 0, "the row table after the tiles must be 8-byte aligned");
+  static_assert(kSmemBytes == (kQSmemElems + kKVTileSmemElems + kVTileSmemElems) * kElemBytes16 +
+                                  (kUnrolledCacheCopies ? 2 * kBlockN * 2 * int{sizeof(void*)} : 0),
+                "SharedStorage holds the tiles and the row table back to back, unpadded");
 
   static_assert(kHeadDim % kMmaK == 0 && kHeadDim <= kMaxHeadDim && kHeadDimV <= kMaxHeadDimV,
                 "head-dim tile must be a multiple of the mma K (16) and at most 576 / 512");
@@ -243,11 +257,21 @@ struct BwdPairTraits {
   // P^T and dS^T, [kBlockN keys][kBlockM queries], padded like the other tiles.
   static constexpr int kPSmemStride = kBlockM + kSmemPadElems;
   static constexpr int kPSmemElems = kBlockN * kPSmemStride;
-  // K, V, Q_i, dO_i, P^T, dS^T; then LSE_i, D_i in fp32.
   static constexpr int kSmem16BitElems = kKVTileSmemElems + kVTileSmemElems + kQTileSmemElems +
                                          kDoTileSmemElems + 2 * kPSmemElems;
-  static constexpr int kSmemBytes =
-      kSmem16BitElems * kElemBytes16 + 2 * kBlockM * static_cast<int>(sizeof(float));
+  // The kernel's shared memory (its sizeof is the launch's): K, V, Q_i, dO_i, P^T, dS^T; then
+  // LSE_i (log2 units) and D_i of the query tile, in fp32.
+  struct SharedStorage {
+    uint16_t k[kKVTileSmemElems];
+    uint16_t v[kVTileSmemElems];
+    uint16_t q[kQTileSmemElems];
+    uint16_t dout[kDoTileSmemElems];
+    uint16_t pt[kPSmemElems];
+    uint16_t dst[kPSmemElems];
+    float lse[kBlockM];
+    float dsum[kBlockM];
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));
   // One CTA of 8 warps per SM: 255 registers per thread.
   static constexpr int kMinBlocksPerSm = 1;
 
@@ -264,6 +288,8 @@ struct BwdPairTraits {
   static_assert(kDkvWarpsN == kSdpWarpsN && kDkvKeys == kSdpKeys,
                 "dK/dV and S^T warp tiles must share their keys");
   static_assert(kSmem16BitElems * kElemBytes16 % kChunkBytes == 0, "fp32 tail must stay aligned");
+  static_assert(kSmemBytes == kSmem16BitElems * kElemBytes16 + 2 * kBlockM * 4,
+                "SharedStorage holds its tiles back to back, unpadded");
   static_assert((kKVTileSmemElems + kVTileSmemElems + kQTileSmemElems) * kElemBytes16 %
                         kChunkBytes == 0,
                 "every tile must start 16-byte aligned (cp.async, ldmatrix)");
@@ -298,10 +324,18 @@ struct BwdDqPairTraits {
   static constexpr int kDoSmemElems = kBlockM * kVSmemStride;
   static constexpr int kKVTileSmemElems = kBlockN * kSmemStride;  // a K tile
   static constexpr int kVTileSmemElems = kBlockN * kVSmemStride;
-  // Qi, dOi, then kStages x (K tile, V tile).
-  static constexpr int kSmemBytes =
-      (kQSmemElems + kDoSmemElems + kStages * (kKVTileSmemElems + kVTileSmemElems)) *
-      kElemBytes16;
+  // The kernel's shared memory (its sizeof is the launch's): Qi, dOi, then kStages x (K tile,
+  // V tile).
+  struct Stage {
+    uint16_t k[kKVTileSmemElems];
+    uint16_t v[kVTileSmemElems];
+  };
+  struct SharedStorage {
+    uint16_t q[kQSmemElems];
+    uint16_t dout[kDoSmemElems];
+    Stage stages[kStages];
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));
   // For __launch_bounds__, as FwdTraits: ptxas' own budget spilled.
   static constexpr int kMinBlocksPerSm = kMaxSmemBytes / kSmemBytes >= 2 ? 2 : 1;
   static_assert(kSmemBytes <= kMaxSmemBytes, "dQ tile exceeds sm_80 shared memory");
@@ -310,6 +344,9 @@ struct BwdDqPairTraits {
   static_assert((kQSmemElems + kDoSmemElems + kKVTileSmemElems) * kElemBytes16 % kChunkBytes ==
                     0,
                 "every tile must start 16-byte aligned (cp.async, ldmatrix)");
+  static_assert(kSmemBytes == (kQSmemElems + kDoSmemElems +
+                               kStages * (kKVTileSmemElems + kVTileSmemElems)) * kElemBytes16,
+                "SharedStorage holds its tiles back to back, unpadded");
 };
 
 // The equal pairs' tiles, a type of their own (as BwdTraits).
@@ -338,17 +375,33 @@ struct SimtTraits {
   static constexpr int kTileRows = kWarpSize;  // streamed keys (or queries), one per lane
   static constexpr int kColsPerLane = kHeadDim / kWarpSize;
   static constexpr int kSmemStride = kHeadDim + 1;  // floats
-  // Forward / dQ: the CTA's query rows (Q, dO) and one key tile (K, V).
   static constexpr int kRowSmemFloats = kNWarps * kSmemStride;
   static constexpr int kTileSmemFloats = kTileRows * kSmemStride;
-  static constexpr int kSmemBytes =
-      (2 * kRowSmemFloats + 2 * kTileSmemFloats) * static_cast<int>(sizeof(float));
-  // dK/dV: the CTA's key rows (K, V), one query tile (Q, dO) and its LSE_i, D_i.
-  static constexpr int kDkdvSmemBytes =
-      (2 * kRowSmemFloats + 2 * kTileSmemFloats + 2 * kTileRows) * static_cast<int>(sizeof(float));
+  // Forward and dQ: the CTA's query rows (Q, dO: the forward leaves dO's unused) and one key
+  // tile (K, V).
+  struct QueryRowsStorage {
+    float q[kRowSmemFloats];
+    float dout[kRowSmemFloats];
+    float k[kTileSmemFloats];
+    float v[kTileSmemFloats];
+  };
+  // dK/dV: the CTA's key rows (K, V), one query tile (Q, dO) and its LSE_i (log2 units), D_i.
+  struct KeyRowsStorage {
+    float k[kRowSmemFloats];
+    float v[kRowSmemFloats];
+    float q[kTileSmemFloats];
+    float dout[kTileSmemFloats];
+    float lse[kTileRows];
+    float dsum[kTileRows];
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(QueryRowsStorage));
+  static constexpr int kDkdvSmemBytes = static_cast<int>(sizeof(KeyRowsStorage));
 
   static_assert(kHeadDim % kWarpSize == 0 && kHeadDim <= kMaxHeadDimSimt, "bad fp32 head-dim tile");
   static_assert(kDkdvSmemBytes <= kMaxSmemBytes, "fp32 tile exceeds sm_80 shared memory");
+  static_assert(kSmemBytes == (2 * kRowSmemFloats + 2 * kTileSmemFloats) * 4 &&
+                    kDkdvSmemBytes == (2 * kRowSmemFloats + 2 * kTileSmemFloats + 2 * kTileRows) * 4,
+                "the storages hold their tiles back to back, unpadded");
 };
 
 // The small SIMT kernels of the backward (D_i = rowsum(dO_i * O_i) - dLSE_i; dQ fp32 -> 16-bit):
