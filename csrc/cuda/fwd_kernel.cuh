@@ -20,16 +20,14 @@
 // each computing the same S and its half of O's columns (kVColGroups).
 #pragma once
 #include <cstdint>
-#include <type_traits>
 
-#include "../kv_rows.h"
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
 #include "gqa_decode.h"
 #include "grid.h"
+#include "key_source.cuh"
 #include "mask_range.cuh"
-#include "paged_row_table.cuh"
 #include "ptx.cuh"
 #include "score_rules.cuh"
 #include "softmax.cuh"
@@ -77,17 +75,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   auto q_row_of = [&](int row) {
     return p.q.row<const uint16_t>(batch, rows.q_head(row), seq.q_row0 + rows.token(row));
   };
-  // Keys and values: rows of k / v from k_row0 on, or wherever a KV cache keeps them
-  // (kv_rows.h: pages of a block table, another batch entry).
-  const bool keys_in_rows = keys_in_place(p.kv_cache);
-  // Decoding reads its cache in the one-m-tile kernel (gqa_decode.h). There a cache's copies
-  // are unrolled too: a paged cache's rows from a table of row addresses that the CTA writes
-  // once per tile (paged_row_table.cuh), another batch entry's (cache_batch_idx, leftpad) as
-  // strided rows. Not in the two-m-tile kernels (their registers are full), nor above d = 128
-  // (d = 256 spilled 40-48 bytes): those keep the rolled loop with a page lookup per chunk.
-  constexpr bool kUnrolledCacheCopies = Traits::kUnrolledCacheCopies;
-  const bool paged_table = kUnrolledCacheCopies && p.kv_cache.paged();
-
   // V's and O's columns: head_dim_v, but head_dim in the two-m-tile kernel, which the plan gives
   // equal head dims only: with V's own count its d = 128 kernel, at 255 registers, spilled 180
   // bytes (sm_80).
@@ -102,61 +89,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   uint16_t* q_smem = shared.q;  // [kBlockM, kStride]
   uint16_t* k_smem = shared.k;  // [kBlockN, kStride]
   uint16_t* v_smem = shared.v;  // [kBlockN, kVStride]
-  using RowTable = PagedRowTable<kBlockN, kNThreads>;
-  static_assert(!kUnrolledCacheCopies || Traits::kPagedRowTableBytes == RowTable::kBytes,
-                "traits.h sizes the row table");
-  const RowTable row_table{[&] {
-    if constexpr (kUnrolledCacheCopies) return shared.row_table;
-    else return static_cast<const uint16_t**>(nullptr);  // never read: paged_table is false
-  }()};
+  // Keys and values: rows of k / v from k_row0 on, or wherever a KV cache keeps them: pages of
+  // a block table, another batch entry (key_source.cuh).
+  const auto keys = KeySource<Traits>::make(p, seq, batch, head_kv, aligned, shared);
 
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
   KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, rows.token(m_start), rows.token(m_last));
   split_part(tiles.begin, tiles.end, work.split(), work.splits);
-
-  // One K or V tile (view: p.k, or p.v when kValues) into its buffer, as one cp.async group.
-  // V's tile has V's width and pitch (kHeadDimV, kVStride: MLA's 576 tile holds 512 columns).
-  // The [Sk, D] base of this (batch, kv head) is recomputed per load rather than kept across the
-  // loop: with two m-tiles per warp, those four registers made the d = 128 kernel spill.
-  auto load_keys = [&](auto values, uint16_t* tile_smem, const TensorView& view, int tile) {
-    constexpr bool kValues = decltype(values)::value;
-    constexpr int kCols = kValues ? kHeadDimV : kHeadDim;
-    constexpr int kTileStride = kValues ? kVStride : kStride;
-    const int cols = kValues ? v_cols() : p.head_dim;
-    const int n_start = tile * kBlockN;
-    const int rows_valid = seq.seqlen_k - n_start;
-    if constexpr (kUnrolledCacheCopies) {
-      if (!p.kv_cache.paged()) {
-        const uint16_t* gmem = view.row<const uint16_t>(seq.kv_batch, head_kv, seq.k_row0);
-        load_tile_async<kBlockN, kCols, kTileStride, kNThreads, true>(
-            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
-            aligned);
-      } else {
-        // This tile's rows from the table (written before the barrier preceding this copy).
-        const int table_view = kValues ? RowTable::kValues : RowTable::kKeys;
-        load_rows_async<kBlockN, kCols, kTileStride, kNThreads, true>(
-            tile_smem, [&](int r) { return row_table.row_of(tile, r, table_view); },
-            view.row<const uint16_t>(0, head_kv, 0), rows_valid, cols, aligned);
-      }
-    } else {
-      const uint16_t* gmem = view.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
-                                                     keys_in_rows ? seq.k_row0 : 0);
-      if (keys_in_rows) {
-        // Unrolled: the main loop's copies (tile_io.cuh, TileChunks).
-        load_tile_async<kBlockN, kCols, kTileStride, kNThreads, true>(
-            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
-            aligned);
-      } else {
-        load_rows_async<kBlockN, kCols, kTileStride, kNThreads>(
-            tile_smem,
-            [&](int r) {
-              return key_row<const uint16_t>(view, p.kv_cache, seq, head_kv, n_start + r);
-            },
-            gmem, rows_valid, cols, aligned);
-      }
-    }
-    ptx::cp_async_commit();
-  };
 
   // Prologue: Qi and the first K tile, one cp.async group.
   if (rows.packed == 1) {
@@ -168,11 +107,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         seq.seqlen_q - m_start, p.head_dim, aligned);
   }
   if (tiles.begin < tiles.end) {
-    if (paged_table) {  // the first tile's rows; later tiles' are written in the loop
-      row_table.write(p, seq, head_kv, tiles.begin);
+    if (keys.paged_table) {  // the first tile's rows; later tiles' are looked up in the loop
+      keys.look_up(tiles.begin);
       __syncthreads();
     }
-    load_keys(std::false_type{}, k_smem, p.k, tiles.begin);
+    keys.load_keys(k_smem, tiles.begin, p.head_dim);
   }
 
   const int warp = threadIdx.x / kWarpSize;
@@ -201,7 +140,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start, m_last + 1, n_start,
                                          min(n_start + kBlockN, seq.seqlen_k));
     const bool visible = mask_class != kMaskHidden;
-    if (visible) load_keys(std::true_type{}, v_smem, p.v, tile);
+    if (visible) keys.load_values(v_smem, tile, v_cols());
     // In the one-m-tile kernel, which runs decoding steps (a few rows of a 64-row tile: plan_fwd.h
     // kFwdFewRows, gqa_decode.h), a warp whose rows all lie past the sequence takes part in the
     // copies and barriers only: its products would be thrown away. The two-m-tile kernel meets such
@@ -259,11 +198,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
     // The next tile's rows, into the table's other buffer (paged_row_table.cuh): the barrier
     // below orders them before its K copy.
-    if (paged_table && tile + 1 < tiles.end) row_table.write(p, seq, head_kv, tile + 1);
+    if (keys.paged_table && tile + 1 < tiles.end) keys.look_up(tile + 1);
     ptx::cp_async_wait_all();
     // Vj is in smem for every thread, and every warp is done with Kj.
     __syncthreads();
-    if (tile + 1 < tiles.end) load_keys(std::false_type{}, k_smem, p.k, tile + 1);
+    if (tile + 1 < tiles.end) keys.load_keys(k_smem, tile + 1, p.head_dim);
     // O_i += P_ij Vj, over this warp's columns of Vj.
     if (computes) mma_AB_trans<Element, kVStride>(o_rmem, s_rmem, v_smem + warp_col0, lanes);
   }

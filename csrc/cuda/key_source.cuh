@@ -1,0 +1,121 @@
+// The 16-bit forward's key source: where its K and V tiles come from, behind one interface, for
+// the three ways a sequence's keys are kept (kv_rows.h):
+//   rows     the plain rows [k_row0, k_row0 + seqlen_k) of its batch entry of k / v;
+//   paged    rows of the pages a block table names (a paged KV cache);
+//   indexed  rows of another batch entry (cache_batch_idx), from a left pad on (cache_leftpad).
+// The kernel asks for a tile (`load`) and, before it, for the tile's rows to be looked up
+// (`look_up`); which of the copies below runs is the source's business.
+//
+// The copies, by kernel: in the one-m-tile kernel, which runs decoding steps on a cache
+// (gqa_decode.h), every copy is unrolled (tile_io.cuh, TileChunks), a paged cache's rows read
+// from a table of row addresses the CTA writes once per tile (paged_row_table.cuh), an indexed
+// entry's as strided rows. Not in the two-m-tile kernels (their registers are full), nor above
+// d = 128 (d = 256 spilled 40-48 bytes): there plain rows are unrolled and a cache's copies keep
+// the rolled loop with a page lookup per chunk (Traits::kUnrolledCacheCopies).
+#pragma once
+#include <cstdint>
+
+#include "../kv_rows.h"
+#include "../params.h"
+#include "paged_row_table.cuh"
+#include "ptx.cuh"
+#include "tile_io.cuh"
+
+namespace flashattn::cuda {
+
+template <typename Traits>
+struct KeySource {
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kNThreads = Traits::kNThreads;
+  static constexpr bool kUnrolledCacheCopies = Traits::kUnrolledCacheCopies;
+  using RowTable = PagedRowTable<kBlockN, kNThreads>;
+  static_assert(!kUnrolledCacheCopies || Traits::kPagedRowTableBytes == RowTable::kBytes,
+                "traits.h sizes the row table");
+
+  const AttnParams& p;  // a kernel parameter, outliving the source
+  // A copy, not a reference: through a pointer to the kernel's Sequence its fields are
+  // reloaded after each inline asm (score_rules.cuh, ScoreRules::seq).
+  Sequence seq;
+  int batch, head_kv;
+  bool keys_in_rows;  // the plain rows of batch entry `batch` (kv_rows.h, keys_in_place)
+  bool paged_table;   // a paged cache's rows come from row_table (look_up before each tile)
+  bool aligned;       // every copy's rows and columns are whole 16-byte chunks
+  RowTable row_table;
+
+  // The kernel's SharedStorage (traits.h) holds the row table where the copies read one.
+  __device__ __forceinline__ static KeySource make(const AttnParams& p, const Sequence& seq,
+                                                   int batch, int head_kv, bool aligned,
+                                                   typename Traits::SharedStorage& shared) {
+    const uint16_t** row_table = nullptr;  // never read without kUnrolledCacheCopies
+    if constexpr (kUnrolledCacheCopies) row_table = shared.row_table;
+    return {p,
+            seq,
+            batch,
+            head_kv,
+            keys_in_place(p.kv_cache),
+            kUnrolledCacheCopies && p.kv_cache.paged(),
+            aligned,
+            RowTable{row_table}};
+  }
+
+  // Where paged_table: writes tile `tile`'s rows into the table, for its copies; the caller's
+  // barrier then orders them before the tile's copies. Two buffers, by tile parity
+  // (paged_row_table.cuh): tile + 1's may be written while tile's V copy still reads.
+  __device__ __forceinline__ void look_up(int tile) const {
+    row_table.write(p, seq, head_kv, tile);
+  }
+
+  // K's tile `tile` into k_smem ([kBlockN, kSmemStride]), its first `cols` columns (head_dim).
+  __device__ __forceinline__ void load_keys(uint16_t* k_smem, int tile, int cols) const {
+    copy<false>(k_smem, tile, cols);
+  }
+  // V's tile `tile` into v_smem ([kBlockN, kVSmemStride]: MLA's 576 tile holds 512 columns).
+  __device__ __forceinline__ void load_values(uint16_t* v_smem, int tile, int cols) const {
+    copy<true>(v_smem, tile, cols);
+  }
+
+ private:
+
+  // Tile `tile` of K (kValues false) or V into tile_smem, as one cp.async group. The [Sk, D] base of this (batch, kv head) is recomputed per copy rather than kept across
+  // the loop: with two m-tiles per warp, those four registers made the d = 128 kernel spill.
+  template <bool kValues>
+  __device__ __forceinline__ void copy(uint16_t* tile_smem, int tile, int cols) const {
+    constexpr int kCols = kValues ? Traits::kHeadDimV : Traits::kHeadDim;
+    constexpr int kTileStride = kValues ? Traits::kVSmemStride : Traits::kSmemStride;
+    const TensorView& view = kValues ? p.v : p.k;
+    const int n_start = tile * kBlockN;
+    const int rows_valid = seq.seqlen_k - n_start;
+    if constexpr (kUnrolledCacheCopies) {
+      if (!p.kv_cache.paged()) {
+        const uint16_t* gmem = view.row<const uint16_t>(seq.kv_batch, head_kv, seq.k_row0);
+        load_tile_async<kBlockN, kCols, kTileStride, kNThreads, true>(
+            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
+            aligned);
+      } else {
+        // This tile's rows from the table (written before the barrier preceding this copy).
+        const int table_view = kValues ? RowTable::kValues : RowTable::kKeys;
+        load_rows_async<kBlockN, kCols, kTileStride, kNThreads, true>(
+            tile_smem, [&](int r) { return row_table.row_of(tile, r, table_view); },
+            view.row<const uint16_t>(0, head_kv, 0), rows_valid, cols, aligned);
+      }
+    } else {
+      const uint16_t* gmem = view.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
+                                                     keys_in_rows ? seq.k_row0 : 0);
+      if (keys_in_rows) {
+        load_tile_async<kBlockN, kCols, kTileStride, kNThreads, true>(
+            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
+            aligned);
+      } else {
+        load_rows_async<kBlockN, kCols, kTileStride, kNThreads>(
+            tile_smem,
+            [&](int r) {
+              return key_row<const uint16_t>(view, p.kv_cache, seq, head_kv, n_start + r);
+            },
+            gmem, rows_valid, cols, aligned);
+      }
+    }
+    ptx::cp_async_commit();
+  }
+};
+
+}  // namespace flashattn::cuda
