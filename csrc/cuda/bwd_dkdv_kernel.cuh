@@ -62,13 +62,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kPassCols = Traits::kDqCols / Traits::kDqPasses;
   constexpr int kPassColTiles = kPassCols / kMmaN;
 
-  using Scheduler = TileScheduler<TileAxis::kKeys, kBlockN>;
-  if (!Scheduler::in_grid(p)) return;
-  const auto work = Scheduler::work(p);
-  const int batch = work.batch, head_kv = work.head_kv;
-  const int n_start = work.start;
-  const Sequence seq = sequence_of(p, batch);
-  if (work.past_end(seq)) return;
+  if (!in_grid<TileAxis::kKeys>(p)) return;
+  const auto work = work_tile<TileAxis::kKeys, kBlockN>(p);
+  if (work.past_end()) return;
+  const Sequence seq = work.seq;
+  const int batch = work.batch, head_kv = work.head_kv, n_start = work.start;
   const bool want_dq = dq_accum_gmem != nullptr;
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);

@@ -39,13 +39,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kKStepsD = kHeadDim / kMmaK;
   constexpr int kKStepsDv = kHeadDimV / kMmaK;
 
-  using Scheduler = TileScheduler<TileAxis::kQueries, kBlockM>;
-  if (!Scheduler::in_grid(p)) return;
-  const auto work = Scheduler::work(p);
-  const int batch = work.batch, head = work.head, head_kv = work.head_kv;
-  const int m_start = work.start;
-  const Sequence seq = sequence_of(p, batch);
-  if (work.past_end(seq)) return;
+  if (!in_grid<TileAxis::kQueries>(p)) return;
+  const auto work = work_tile<TileAxis::kQueries, kBlockM>(p);
+  if (work.past_end()) return;
+  const Sequence seq = work.seq;
+  const int batch = work.batch, head = work.head, head_kv = work.head_kv, m_start = work.start;
 
   // Q, K over head_dim columns of the tile's kHeadDim, V, dO over head_dim_v of its kHeadDimV
   // (MLA: BwdDqPairTraits; plan_fwd.h, tile_head_dim).

@@ -37,14 +37,11 @@ __global__ void __launch_bounds__(kRowKernelThreads)
                         float* d_gmem,         // D_i (mask.h, query_row_index)
                         float* dq_accum_gmem,  // rows of dq_accum_cols, or nullptr
                         int dq_accum_cols) {
-  // One row a warp: the scheduler's block of kRowKernelWarps rows, offset by the warp.
-  using Scheduler = TileScheduler<TileAxis::kQueries, kRowKernelWarps>;
-  if (!Scheduler::in_grid(p)) return;
-  const auto at = Scheduler::work(p, threadIdx.x / kWarpSize);
-  const Sequence seq = sequence_of(p, at.batch);
-  if (at.past_end(seq)) return;
-  const int row = at.start;
-  const int64_t q_row = seq.q_row0 + row;
+  if (!in_grid<TileAxis::kQueries>(p)) return;
+  const auto at = work_tile<TileAxis::kQueries, kRowKernelWarps>(p, threadIdx.x / kWarpSize);
+  if (at.past_end()) return;
+  const int row = at.start;  // a row a warp
+  const int64_t q_row = at.seq.q_row0 + row;
   const int lane = threadIdx.x % kWarpSize;
   // [Dv] rows of O and dO.
   const Storage<Element>* o_row = p.o.row<const Storage<Element>>(at.batch, at.head, q_row);
@@ -55,7 +52,7 @@ __global__ void __launch_bounds__(kRowKernelThreads)
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
-  const int64_t row_index = query_row_index(p, seq, at.head, row);
+  const int64_t row_index = query_row_index(p, at.seq, at.head, row);
   if (lane == 0) {
     const float dlse =
         p.dlse.ptr != nullptr ? *p.dlse.row<const float>(at.batch, at.head, q_row) : 0.f;
@@ -72,17 +69,14 @@ __global__ void __launch_bounds__(kRowKernelThreads)
     bwd_convert_dq_kernel(const AttnBwdParams p,
                           const float* dq_accum_gmem,  // rows of dq_accum_cols, same index
                           int dq_accum_cols) {
-  // One row a warp: the scheduler's block of kRowKernelWarps rows, offset by the warp.
-  using Scheduler = TileScheduler<TileAxis::kQueries, kRowKernelWarps>;
-  if (!Scheduler::in_grid(p)) return;
-  const auto at = Scheduler::work(p, threadIdx.x / kWarpSize);
-  const Sequence seq = sequence_of(p, at.batch);
-  if (at.past_end(seq)) return;
-  const int row = at.start;
+  if (!in_grid<TileAxis::kQueries>(p)) return;
+  const auto at = work_tile<TileAxis::kQueries, kRowKernelWarps>(p, threadIdx.x / kWarpSize);
+  if (at.past_end()) return;
+  const int row = at.start;  // a row a warp
   const int lane = threadIdx.x % kWarpSize;
   const float* accum_row =
-      dq_accum_gmem + query_row_index(p, seq, at.head, row) * dq_accum_cols;
-  const int64_t q_row = seq.q_row0 + row;
+      dq_accum_gmem + query_row_index(p, at.seq, at.head, row) * dq_accum_cols;
+  const int64_t q_row = at.seq.q_row0 + row;
   if (p.grads_fp32) {  // float32 dq of 16-bit inputs (params.h): the sum unrounded
     float* dq_row = p.dq.row<float>(at.batch, at.head, q_row);  // [D]
     for (int c = lane; c < p.head_dim; c += kWarpSize) dq_row[c] = accum_row[c];

@@ -57,13 +57,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   // Split-KV: the grid's x holds num_splits CTAs per query block, each taking a part of its
   // key tiles.
-  using Scheduler = TileScheduler<TileAxis::kQueries, kBlockM, true>;
-  if (!Scheduler::in_grid(p)) return;
-  const auto work = Scheduler::work(p);
-  const int batch = work.batch, head = work.head, head_kv = work.head_kv;
-  const int m_start = work.start;
-  const Sequence seq = sequence_of(p, batch);
-  if (work.past_end(seq)) return;
+  if (!in_grid<TileAxis::kQueries>(p)) return;
+  const auto work = work_tile<TileAxis::kQueries, kBlockM, true>(p);
+  if (work.past_end()) return;
+  const Sequence seq = work.seq;
+  const int batch = work.batch, head = work.head, head_kv = work.head_kv, m_start = work.start;
   // The CTA writes its fp32 part for split_merge_kernel: with splits, or (one split) when out
   // is float32 (params.h out_fp32), which the merge then writes unrounded.
   const bool writes_part = split_scratch != nullptr;

@@ -75,9 +75,9 @@ struct KeySource {
   }
 
  private:
-
-  // Tile `tile` of K (kValues false) or V into tile_smem, as one cp.async group. The [Sk, D] base of this (batch, kv head) is recomputed per copy rather than kept across
-  // the loop: with two m-tiles per warp, those four registers made the d = 128 kernel spill.
+  // Tile `tile` of K (kValues false) or V into tile_smem, as one cp.async group. The [Sk, D]
+  // base of this (batch, kv head) is recomputed per copy rather than kept across the loop: with
+  // two m-tiles per warp, those four registers made the d = 128 kernel spill.
   template <bool kValues>
   __device__ __forceinline__ void copy(uint16_t* tile_smem, int tile, int cols) const {
     constexpr int kCols = kValues ? Traits::kHeadDimV : Traits::kHeadDim;

@@ -118,16 +118,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kCols = Traits::kColsPerLane;
   // Split-KV: num_splits CTAs per row block, each taking a part of its key tiles.
-  using Scheduler = TileScheduler<TileAxis::kQueries, Traits::kNWarps, true>;
-  if (!Scheduler::in_grid(p)) return;
-  const auto work = Scheduler::work(p);
-  const int batch = work.batch, head = work.head, head_kv = work.head_kv;
+  if (!in_grid<TileAxis::kQueries>(p)) return;
+  const auto work = work_tile<TileAxis::kQueries, Traits::kNWarps, true>(p);
+  if (work.past_end()) return;
+  const Sequence seq = work.seq;
+  const int batch = work.batch, head = work.head, head_kv = work.head_kv, m_start = work.start;
   const int splits = work.splits, split = work.split();
-  const int m_start = work.start;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int row = m_start + warp;
-  const Sequence seq = sequence_of(p, batch);
-  if (work.past_end(seq)) return;
   // Which query token of which query head each row is (packed GQA heads, gqa_decode.h).
   const QueryRows rows{p.packed_heads, head};
   const int token = rows.token(row), q_head = rows.q_head(row);  // this warp's row
@@ -207,15 +205,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kCols = Traits::kColsPerLane;
-  using Scheduler = TileScheduler<TileAxis::kQueries, Traits::kNWarps>;
-  if (!Scheduler::in_grid(p)) return;
-  const auto work = Scheduler::work(p);
-  const int batch = work.batch, head = work.head, head_kv = work.head_kv;
-  const int m_start = work.start;
+  if (!in_grid<TileAxis::kQueries>(p)) return;
+  const auto work = work_tile<TileAxis::kQueries, Traits::kNWarps>(p);
+  if (work.past_end()) return;
+  const Sequence seq = work.seq;
+  const int batch = work.batch, head = work.head, head_kv = work.head_kv, m_start = work.start;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int row = m_start + warp;
-  const Sequence seq = sequence_of(p, batch);
-  if (work.past_end(seq)) return;
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   auto& shared = *reinterpret_cast<typename Traits::QueryRowsStorage*>(smem);  // traits.h
@@ -275,15 +271,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kCols = Traits::kColsPerLane;
   constexpr int kNThreads = Traits::kNThreads;
-  using Scheduler = TileScheduler<TileAxis::kKeys, Traits::kNWarps>;
-  if (!Scheduler::in_grid(p)) return;
-  const auto work = Scheduler::work(p);
-  const int batch = work.batch, head_kv = work.head_kv;
-  const int n_start = work.start;
+  if (!in_grid<TileAxis::kKeys>(p)) return;
+  const auto work = work_tile<TileAxis::kKeys, Traits::kNWarps>(p);
+  if (work.past_end()) return;
+  const Sequence seq = work.seq;
+  const int batch = work.batch, head_kv = work.head_kv, n_start = work.start;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int key = n_start + warp;
-  const Sequence seq = sequence_of(p, batch);
-  if (work.past_end(seq)) return;
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   auto& shared = *reinterpret_cast<typename Traits::KeyRowsStorage*>(smem);  // traits.h

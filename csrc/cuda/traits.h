@@ -400,7 +400,7 @@ struct SimtTraits {
   static_assert(kHeadDim % kWarpSize == 0 && kHeadDim <= kMaxHeadDimSimt, "bad fp32 head-dim tile");
   static_assert(kDkdvSmemBytes <= kMaxSmemBytes, "fp32 tile exceeds sm_80 shared memory");
   static_assert(kSmemBytes == (2 * kRowSmemFloats + 2 * kTileSmemFloats) * 4 &&
-                    kDkdvSmemBytes == (2 * kRowSmemFloats + 2 * kTileSmemFloats + 2 * kTileRows) * 4,
+                    kDkdvSmemBytes == kSmemBytes + 2 * kTileRows * 4,
                 "the storages hold their tiles back to back, unpadded");
 };
 
