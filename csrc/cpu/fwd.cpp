@@ -138,17 +138,15 @@ struct DecodeKernelOf<NoRowProducts> {
 };
 
 // Runs the call's tasks on the tile kernel with engine `tiles` and, for the sequences that
-// take the row products, the decode kernel with engine `rows`.
+// take the row products, the decode kernel with engine `rows`; the online softmax on `lanes`.
 template <typename TileProducts, typename RowProducts>
-void run_forward(const AttnParams& p, const ForwardPlan& plan, const TileProducts& tiles,
-                 const RowProducts& rows) {
+void run_forward(const AttnParams& p, const ForwardPlan& plan, RowLanes lanes,
+                 const TileProducts& tiles, const RowProducts& rows) {
   using In = typename TileProducts::In;
   constexpr bool kDecodes = !std::is_same_v<RowProducts, NoRowProducts>;
   const std::vector<Sequence> seqs = host_sequences(p);
   const std::vector<ForwardTask> tasks = forward_tasks(p, seqs, plan);
   if (tasks.empty()) return;
-  // The online softmax's vector width, asked once per call (fp64 takes none).
-  const RowLanes lanes = std::is_same_v<compute_t<In>, float> ? row_lanes() : RowLanes::k8;
   const ForwardOutput<In> output(p, seqs, plan.splits);
   TileKernel<TileProducts> tile_kernel(p, seqs, plan, tiles, lanes, output);
   using Decode = DecodeKernelOf<RowProducts>;
@@ -216,16 +214,19 @@ class ForwardCall {
       : p_(p), vnni_(vnni), plan_(plan) {}
 
   void run() const {
+    // The fp32 vector width of the row products and the online softmax, asked once per call
+    // (fp64 takes none).
+    const RowLanes lanes = std::is_same_v<compute_t<In>, float> ? row_lanes() : RowLanes::k8;
     if constexpr (kPath == OperandPath::kNative16) {
       const Native16TileProducts<In> tiles(p_, vnni_);
       if constexpr (std::is_same_v<In, c10::BFloat16>)
         if (vnni_ && packed_gemm16_kernel_of<In>().load() == Gemm16Kernel::kAvx512Dot)
-          return run_forward(p_, plan_, tiles, Bf16DotRowProducts(p_));
-      run_forward(p_, plan_, tiles, Fp32RowProducts<In>(p_, row_lanes()));
+          return run_forward(p_, plan_, lanes, tiles, Bf16DotRowProducts(p_));
+      run_forward(p_, plan_, lanes, tiles, Fp32RowProducts<In>(p_, lanes));
     } else if constexpr (std::is_same_v<compute_t<In>, float>) {
-      run_forward(p_, plan_, ComputeTileProducts<In>(p_), Fp32RowProducts<In>(p_, row_lanes()));
+      run_forward(p_, plan_, lanes, ComputeTileProducts<In>(p_), Fp32RowProducts<In>(p_, lanes));
     } else {
-      run_forward(p_, plan_, ComputeTileProducts<In>(p_), NoRowProducts{});
+      run_forward(p_, plan_, lanes, ComputeTileProducts<In>(p_), NoRowProducts{});
     }
   }
 
@@ -243,7 +244,7 @@ int64_t fwd_packed_heads_peak() { return last_packed_heads_peak.load(); }
 
 void run_fwd(const AttnParams& p, c10::ScalarType dtype) {
   run_on_operand_path<ForwardCall>(p, dtype,
-                                     plan_forward(p, host_sequences(p), dtype != at::kDouble));
+                                   plan_forward(p, host_sequences(p), dtype != at::kDouble));
 }
 
 }  // namespace flashattn::cpu
