@@ -83,14 +83,33 @@ def _reference_varlen(cu, q, k, v, keep=None, alibi_slopes=None, **kw):
     return torch.cat(outs), torch.cat(lses, dim=1)
 
 
+def _half_ulp_of_largest(ref, dtype):
+    """Half the spacing of `dtype` at ref's largest finite magnitude: what rounding that value
+    to `dtype` may cost."""
+    finite = ref[torch.isfinite(ref)].abs()
+    if finite.numel() == 0 or finite.max() == 0:
+        return 0.0
+    return torch.finfo(dtype).eps * 2.0 ** torch.floor(torch.log2(finite.max())).item() / 2
+
+
 def _assert_close(name, cp, single, ref):
+    """At most 2x single-process flashattn's largest error against float64, plus the dtype's
+    epsilon and half a unit in the last place of the largest reference value. The ring rounds
+    its 16-bit dS, P and outputs as one process does, but its values differ slightly (D from
+    the float32 merged out, the LSE merged in float64), so each rounding is another draw of the
+    same noise; the largest error is decided by the few largest values (a causal row that sees
+    two keys, say), and one process can draw lucky there: half an ulp allows that draw, without
+    which 1 seed in 60 of the bf16 causal ring failed at 2.8x (docs/lab/2026-12-03-context-
+    parallel-fp32-partials.md)."""
     from tolerance import EPSILON, max_abs_error
     assert cp.shape == ref.shape, f"{name}: shape {tuple(cp.shape)} != {tuple(ref.shape)}"
     assert not torch.isnan(cp).any(), f"{name}: NaN"
     err, yard = max_abs_error(cp, ref), max_abs_error(single, ref)
-    bound = 2 * yard + EPSILON[cp.dtype]
+    rounding = _half_ulp_of_largest(ref, cp.dtype)
+    bound = 2 * yard + EPSILON[cp.dtype] + rounding
     assert err <= bound, (f"{name}: context-parallel error {err:.3e} against float64 exceeds 2x "
-                          f"single-process flashattn's {yard:.3e} (+eps) in {cp.dtype}")
+                          f"single-process flashattn's {yard:.3e} (+eps, + half an ulp "
+                          f"{rounding:.1e} of the largest value) in {cp.dtype}")
 
 
 def _compare(cp, single, ref, names=("out", "lse", "dq", "dk", "dv")):

@@ -7,9 +7,11 @@ import sys
 
 import pytest
 
+import flashattn
 from flashattn.bench import cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The flashattn under test (the source tree, or the installed wheel in CI) for subprocesses.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(flashattn.__file__)))
 TINY = ["--seqlen", "64", "--heads", "2", "--head-dim", "16", "--repeats", "5", "--warmup", "0"]
 MEASURED = ("single", "ring", "compute", "communicate")
 
@@ -47,11 +49,11 @@ def test_the_forward_alone_in_float16(tmp_path, capsys):
 
 def test_ranks_launched_by_torchrun(tmp_path):
     path = tmp_path / "cp.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": PACKAGE_PARENT}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc-per-node", "2", "-m", "flashattn.bench", "context-parallel",
                            "--device", "cpu", *TINY, "--json", str(path)],
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     _check_report(json.loads(path.read_text()), ["float32"], "torchrun")
     # Only rank 0 prints the table.
@@ -68,7 +70,8 @@ def test_bad_settings_are_named(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_the_old_module_entry_point_runs_the_subcommand():
+def test_the_old_module_entry_point_runs_the_subcommand(tmp_path):
     done = subprocess.run([sys.executable, "-m", "flashattn.bench.context_parallel", "--help"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          env={**os.environ, "PYTHONPATH": PACKAGE_PARENT}, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "context-parallel" in done.stdout, done.stderr
