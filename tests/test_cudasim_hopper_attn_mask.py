@@ -76,14 +76,14 @@ def mask_kwargs(spec):
 
 def sm90_kernel(dtype, d, spec):
     """The kAttnMask kernel a call runs: fwd_sm90_kernel<Elem, d, kCausal, kSoftcap, kLocal,
-    kAlibi, kAttnMask> (plan_fwd_sm90.h sm90_fwd_mask: causal is the window's right edge at 0)."""
+    kAlibi, kAttnMask, kGatherKv> (plan_fwd_sm90.h sm90_fwd_mask: causal is the window's right edge at 0)."""
     left, right = spec.get("window", (-1, -1))
     if spec.get("causal"):
         right = 0
     causal = left < 0 and right == 0
     local = not causal and (left >= 0 or right >= 0)
     return (f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {str(causal).lower()}, false, "
-            f"{str(local).lower()}, false, true>")
+            f"{str(local).lower()}, false, true, false>")
 
 
 def reference(q, k, v, mask, scale, ref_kwargs):

@@ -74,7 +74,8 @@ FAMILIES = {
         params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a forward (csrc/cuda/hopper/), its main loops (no mask, causal, "
                 "local, each with softcap or not, but not local with softcap at d = 256; ALiBi, "
-                "causal or not; attn_mask, no mask, causal or local, not at d = 256) for one (head dim, dtype): compiled for sm_90a only "
+                "causal or not; attn_mask, no mask, causal or local, not at d = 256; a paged or indexed "
+                "KV cache, no mask, causal or local) for one (head dim, dtype): compiled for sm_90a only "
                 "(kernel_list.py ARCHS)."),
     "bwd_sm90": dict(
         header="launch_bwd_sm90.cuh", prefix="bwd", one_per_file=True, direction="bwd",
@@ -116,11 +117,12 @@ HEAD_DIM_PAIRS_16BIT_FWD = ((192, 128), (128, 64))
 HEAD_DIM_PAIRS_16BIT_BWD = ((192, 128), (128, 64))
 HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # The sm_90a forward and backward: exactly these head dims (FwdSm90Config, BwdSm90Config), fp16 and
-# bf16; the forward also at d = 256 (HEAD_DIMS_SM90_FWD). Each forward file holds eleven main loops
-# (launch_fwd_sm90.cuh, launch_fwd_sm90_features): no mask, causal, a local window, each with
+# bf16; the forward also at d = 256 (HEAD_DIMS_SM90_FWD). Each forward file holds fourteen main
+# loops (launch_fwd_sm90.cuh, launch_fwd_sm90_features): no mask, causal, a local window, each with
 # softcap and without; ALiBi with no mask or causal, without softcap; attn_mask with no mask,
-# causal or a local window, without softcap or ALiBi; at d = 256 seven, without softcap + local
-# window and without attn_mask (they spill: hopper/fwd_sm90_config.h). What is not built
+# causal or a local window, without softcap or ALiBi; a gathered (paged or indexed) KV cache with
+# no mask, causal or a local window only, the masks a decode takes; at d = 256 ten, without
+# softcap + local window and without attn_mask (they spill: hopper/fwd_sm90_config.h). What is not built
 # stays on the sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds
 # eleven main loops (launch_bwd_sm90.cuh, launch_bwd_sm90_masks): no mask, causal, a local window,
 # each with softcap and without; ALiBi with no mask or causal, without softcap; attn_mask with no

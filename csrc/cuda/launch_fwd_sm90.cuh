@@ -45,11 +45,26 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 // a local window or no mask, each with softcap or without (at d = 256 a local window without
 // softcap only: fwd_sm90_builds_softcap_local); ALiBi with causal or no mask, without softcap;
 // attn_mask with no mask, causal or a local window, without softcap or ALiBi, up to d = 128
-// (fwd_sm90_builds_attn_mask) (the plan keeps the other combinations on sm_80: sm90_fwd_unsupported).
+// (fwd_sm90_builds_attn_mask); a gathered (paged or indexed) KV cache with no mask, causal or a
+// local window, without softcap, ALiBi or attn_mask, the masks a decode takes (the plan keeps the
+// other combinations on sm_80: sm90_fwd_unsupported).
 template <typename Element, int kHeadDim>
 std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopper::FwdSm90Params& hp,
                                      void* stream, bool softcap, bool alibi, bool attn_mask,
-                                     Sm90FwdMask mask) {
+                                     Sm90FwdMask mask, bool gather_kv) {
+  if (gather_kv) {
+    if (softcap || alibi || attn_mask)
+      return "a gathered KV cache with softcap, ALiBi or attn_mask is not built (the plan's mistake)";
+    switch (mask) {
+      case Sm90FwdMask::kCausal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, false, true>(maps, hp, stream);
+      case Sm90FwdMask::kLocal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, false, true>(maps, hp, stream);
+      case Sm90FwdMask::kNone:
+        break;
+    }
+    return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, false, true>(maps, hp, stream);
+  }
   if (attn_mask) {
     if constexpr (!hopper::fwd_sm90_builds_attn_mask(kHeadDim)) {
       return std::string("attn_mask is not built at this head dim (the plan's mistake)");
@@ -104,10 +119,12 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
   const Sm90MapExtents extents = sm90_map_extents(p);
   const int b = extents.batch;
   hopper::FwdSm90Maps maps;
+  const bool gather_kv = sm90_fwd_gathers_kv(p);
+  const hopper::FwdSm90Input q_input = detail::sm90_input(p.q, b, extents.rows_q, p.heads_q);
   const std::string maps_error = hopper::make_fwd_sm90_maps(
-      maps, dtype, kHeadDim, b, detail::sm90_input(p.q, b, extents.rows_q, p.heads_q),
-      detail::sm90_input(p.k, b, extents.rows_k, p.heads_kv),
-      detail::sm90_input(p.v, b, extents.rows_k, p.heads_kv),
+      maps, dtype, kHeadDim, b, q_input,
+      gather_kv ? q_input : detail::sm90_input(p.k, b, extents.rows_k, p.heads_kv),
+      gather_kv ? q_input : detail::sm90_input(p.v, b, extents.rows_k, p.heads_kv),
       detail::sm90_input(p.o, b, extents.rows_q, p.heads_q), Config::kBlockM, Config::kBlockN);
   if (!maps_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a forward's tensor maps: " + maps_error);
@@ -152,9 +169,13 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
   hp.alibi_head_stride = p.alibi.head_stride;
   // attn_mask and its block classes as the sm_80 kernels read them (AttnParams' view).
   hp.attn_mask = p.mask;
+  // A paged or indexed cache: K and V read row by row (their maps are Q's, never read).
+  hp.k_cache = p.k;
+  hp.v_cache = p.v;
+  hp.kv_cache = p.kv_cache;
   const std::string launch_error = launch_fwd_sm90_features<Element, kHeadDim>(
       maps, hp, stream, p.softcap > 0.f, p.alibi.ptr != nullptr, p.mask.ptr != nullptr,
-      sm90_fwd_mask(p));
+      sm90_fwd_mask(p), sm90_fwd_gathers_kv(p));
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a forward's launch: " + launch_error);
   }

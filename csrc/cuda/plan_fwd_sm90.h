@@ -73,6 +73,12 @@ inline Sm90FwdMask sm90_fwd_mask(const AttnParams& p) {
   return Sm90FwdMask::kNone;
 }
 
+// Whether the keys are gathered row by row (hopper/fwd_sm90_gather.cuh): a paged cache,
+// cache_batch_idx or cache_leftpad (kv_rows.h key_row); otherwise K and V are TMA boxes.
+inline bool sm90_fwd_gathers_kv(const AttnParams& p) {
+  return p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr;
+}
+
 namespace detail {
 // TMA (make_fwd_sm90_maps) reads a [B, S, H, D] view through 16-byte aligned addresses and
 // strides that are multiples of 16 bytes (8 16-bit elements) below 2^40 bytes. A dimension of
@@ -88,6 +94,14 @@ inline bool tma_view_ok(const TensorView& view, int batch, int64_t rows, int hea
          tma_stride_ok(view.row_stride, rows) && tma_stride_ok(view.head_stride, heads) &&
          tma_stride_ok(view.batch_stride, batch);
 }
+
+// The gathering producer's 16-byte cp.async reads a cache row from a 16-byte aligned address:
+// the base pointer and every stride it steps (pages or entries, rows, heads) in 8 elements.
+inline bool cp_async_view_ok(const TensorView& view) {
+  const auto steps = [](int64_t stride) { return stride % 8 == 0; };
+  return reinterpret_cast<std::uintptr_t>(view.ptr) % 16 == 0 && steps(view.batch_stride) &&
+         steps(view.row_stride) && steps(view.head_stride);
+}
 }  // namespace detail
 
 // Why the Hopper forward cannot run p (as the sm_80 plan made it: packed or not; the split count
@@ -99,8 +113,12 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (p.out_fp32) return "a float32 out of 16-bit inputs (out_fp32)";
   if (!is_sm90_fwd_head_dim(p.head_dim)) return "a head dim other than 64, 128 or 256";
   if (p.head_dim_v != p.head_dim) return "a value head dim of its own (MLA)";
-  if (p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr)
-    return "a paged or indexed KV cache";
+  // A paged or indexed cache: the gathering producer's main loops are built for no mask, causal
+  // and a local window (launch_fwd_sm90.cuh), the masks a decode takes.
+  if (sm90_fwd_gathers_kv(p) && (p.softcap > 0.f || p.alibi.ptr != nullptr || p.mask.ptr != nullptr))
+    return "a paged or indexed KV cache with softcap, ALiBi or attn_mask";
+  if (sm90_fwd_gathers_kv(p) && (!detail::cp_async_view_ok(p.k) || !detail::cp_async_view_ok(p.v)))
+    return "a paged or indexed KV cache whose rows are not 16-byte aligned";
   if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
     return "cu_seqlens for only one of q and k";
   if (p.packed_heads > 1) return "a GQA decode with packed heads";
@@ -127,8 +145,8 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   const Sm90MapExtents maps = sm90_map_extents(p);
   if (!detail::tma_view_ok(p.q, maps.batch, maps.rows_q, p.heads_q) ||
       !detail::tma_view_ok(p.o, maps.batch, maps.rows_q, p.heads_q) ||
-      !detail::tma_view_ok(p.k, maps.batch, maps.rows_k, p.heads_kv) ||
-      !detail::tma_view_ok(p.v, maps.batch, maps.rows_k, p.heads_kv))
+      (!sm90_fwd_gathers_kv(p) && (!detail::tma_view_ok(p.k, maps.batch, maps.rows_k, p.heads_kv) ||
+                                   !detail::tma_view_ok(p.v, maps.batch, maps.rows_k, p.heads_kv))))
     return "a q/k/v/out layout TMA cannot read (16-byte alignment of pointer and strides)";
   return nullptr;
 }

@@ -7,7 +7,9 @@
 // - Warpgroup 0, the producer, gives registers back (setmaxnreg.dec); its thread 0 loads Q once
 //   (q_full) and then, per key tile, K into k_full[s] and V into v_full[s] of ring stage s,
 //   after waiting for kv_empty[s] (one arrival per consumer warpgroup). Every load is a 4D
-//   TMA box; rows beyond Sq / Sk land as zeros.
+//   TMA box; rows beyond Sq / Sk land as zeros. A paged or indexed KV cache (kGatherKv) is
+//   gathered instead by all 128 producer threads with cp.async (fwd_sm90_gather.cuh); Q still
+//   arrives by TMA.
 // - Warpgroups 1 and 2, the consumers (setmaxnreg.inc), each own 64 query rows. Per key tile:
 //   S = Q K^T (wgmma m64n128k16, both operands from shared memory, K-major), the mask on the
 //   tiles that need it, the online softmax (fwd_sm90_softmax.cuh), P rounded into wgmma
@@ -29,6 +31,7 @@
 
 #include "cuda/element.cuh"
 #include "cuda/hopper/fwd_sm90_config.h"
+#include "cuda/hopper/fwd_sm90_gather.cuh"
 #include "cuda/hopper/fwd_sm90_mask.cuh"
 #include "cuda/hopper/fwd_sm90_params.h"
 #include "cuda/hopper/fwd_sm90_softmax.cuh"
@@ -92,8 +95,10 @@ __device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN
 // kAlibi: ALiBi's position bias (FwdSm90Params::alibi_slopes) on every tile.
 // kAttnMask: attn_mask's bias (FwdSm90Params::attn_mask) on every tile, read from global memory
 // per score tile (apply_attn_mask), after the logit and before the visibility mask.
+// kGatherKv: K and V come from a paged or indexed KV cache (FwdSm90Params::kv_cache), gathered
+// row by row by the whole producer warpgroup (fwd_sm90_gather.cuh) instead of TMA boxes.
 template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool kLocal = false,
-          bool kAlibi = false, bool kAttnMask = false>
+          bool kAlibi = false, bool kAttnMask = false, bool kGatherKv = false>
 __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_o,
@@ -126,7 +131,9 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     clamped_range(p.cu_seqlens_k, batch, p.total_k, p.seqlen_k, k_row0, length_k);
   }
   const int seqlen_q = used_length(p.seqused_q, batch, length_q);
-  const int seqlen_k = used_length(p.seqused_k, batch, length_k);
+  // A gathered cache's keys: sequence.h's rules for a paged / indexed cache (fwd_sm90_gather.cuh);
+  // the producer looks the sequence up again, so that the consumers keep only its length.
+  const int seqlen_k = kGatherKv ? cache_sequence(p, batch).seqlen_k : used_length(p.seqused_k, batch, length_k);
   // A CTA past its sequence's queries (the grid covers the longest) has nothing to do.
   if (m_block * kBlockM >= seqlen_q) return;
   const int map_batch = p.cu_seqlens_q != nullptr ? 0 : batch;  // varlen maps: one batch
@@ -144,17 +151,20 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // the producer zeroes those V rows before the consumers read the tile (v_tail_ready), as
   // sm_80's zero-filling copies leave them. Rows past the map arrive as zeros from TMA already.
   const int v_tail_row = seqlen_k - (tiles.n_end - 1) * kBlockN;  // the first row to zero
-  const bool zero_v_tail = tiles.n_blocks > 0 && k_row0 + seqlen_k < k_map_rows && v_tail_row < kBlockN;
+  // (A gathered tile's rows past seqlen_k are zero-filled by its copies.)
+  const bool zero_v_tail = !kGatherKv && tiles.n_blocks > 0 && k_row0 + seqlen_k < k_map_rows && v_tail_row < kBlockN;
 
   if (tid == 0) {
     tma_prefetch_descriptor(&map_q);
-    tma_prefetch_descriptor(&map_k);
-    tma_prefetch_descriptor(&map_v);
+    if constexpr (!kGatherKv) {
+      tma_prefetch_descriptor(&map_k);
+      tma_prefetch_descriptor(&map_v);
+    }
     tma_prefetch_descriptor(&map_o);
     mbarrier_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&k_full[s], 1);
-      mbarrier_init(&v_full[s], 1);
+      mbarrier_init(&k_full[s], kGatherKv ? kGatherThreads : 1);
+      mbarrier_init(&v_full[s], kGatherKv ? kGatherThreads : 1);
       mbarrier_init(&kv_empty[s], Cfg::kConsumers);
     }
     mbarrier_init(v_tail_ready, 1);
@@ -165,6 +175,37 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   if (group == 0) {
     // ---- Producer ----
     setmaxnreg_dec<Cfg::kProducerRegisters>();
+    if constexpr (kGatherKv) {
+      if (tiles.n_blocks > 0) {
+        if (tid == 0) {
+          mbarrier_arrive_expect_tx(q_full, Cfg::kQBytes);
+#pragma unroll
+          for (int c = 0; c < Cfg::kChunks; ++c)
+            tma_load_4d(smem + Cfg::kQOffset + c * Cfg::kQChunkBytes, &map_q, q_full, 64 * c,
+                        static_cast<int>(q_row0) + m_block * kBlockM, head, map_batch);
+        }
+        for (int it = 0; it < tiles.n_blocks; ++it) {
+          const int n_block = tiles.n_end - 1 - it, s = it % kStages;
+          mbarrier_wait_parity(&kv_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
+          // Looked up per tile (a few cached loads) rather than held: the producer has 24 registers.
+          const Sequence cache_seq = cache_sequence(p, batch);
+          gather_kv_tile<kHeadDim, kBlockN>(smem + Cfg::kKOffset + s * Cfg::kKvBytes, p.k_cache, p.kv_cache,
+                                            cache_seq, kv_head, n_block, tid);
+          cp_async_commit();
+          gather_kv_tile<kHeadDim, kBlockN>(smem + Cfg::kVOffset + s * Cfg::kKvBytes, p.v_cache, p.kv_cache,
+                                            cache_seq, kv_head, n_block, tid);
+          cp_async_commit();
+          // Each thread's own copies, then its fence, then its arrival (one of kGatherThreads).
+          cp_async_wait<1>();
+          fence_proxy_async_shared_cta();  // SITE:gather_k_fence
+          mbarrier_arrive(&k_full[s]);
+          cp_async_wait<0>();
+          fence_proxy_async_shared_cta();
+          mbarrier_arrive(&v_full[s]);  // SITE:gather_v_arrive
+        }
+      }
+      return;
+    }
     if (tid == 0 && tiles.n_blocks > 0) {
       mbarrier_arrive_expect_tx(q_full, Cfg::kQBytes);
 #pragma unroll

@@ -72,6 +72,11 @@ struct FwdSm90Params {
   // the visibility mask, as on sm_80 (score_rules.cuh step 4); its block classes let a tile whose
   // blocks are all open skip the reads.
   AttnMask attn_mask;
+  // The kGatherKv kernels (fwd_sm90_gather.cuh): K and V are AttnParams' views of a KV cache
+  // that is paged or indexed (cache_batch_idx, cache_leftpad), read row by row through
+  // kv_rows.h key_row instead of their tensor maps.
+  TensorView k_cache, v_cache;
+  KvCache kv_cache;
 };
 
 struct FwdSm90Maps {
