@@ -484,3 +484,42 @@ def test_hopper_takes_softcap_and_windows(sim, d, kwargs):
     plan = plan_fwd(sim, *qkv(2, 200, 300, 4, 2, d), device=HOPPER, **kwargs)
     assert plan["arch"] == "sm90" and plan["grid"] == [2, 4, 2]
     assert plan["smem_bytes"] == HOPPER_SMEM[d] and plan["num_splits"] == 1
+
+
+# ---- a paged KV cache (hopper/fwd_sm90_gather.cuh: the producer gathers K and V rows) ----
+
+def _paged(page_size, d=128, b=2, sq=1, hq=2, hkv=2, pages_per_seq=5, pad=0):
+    """q, a paged k and v [2 b pages_per_seq, page_size, hkv, d] (rows pad elements apart beyond
+    d, when pad > 0) and a shuffled block table [b, pages_per_seq] of half the pool."""
+    q = torch.randn(b, sq, hq, d, dtype=torch.bfloat16)
+    pages = 2 * b * pages_per_seq
+    k, v = (torch.randn(pages, page_size, hkv, d + pad, dtype=torch.bfloat16)[..., :d]
+            for _ in range(2))
+    table = torch.randperm(pages, dtype=torch.int32)[:b * pages_per_seq].view(b, pages_per_seq)
+    return q, k, v, table
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 48, 256])
+@pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(window_left=30, window_right=0)],
+                         ids=["none", "causal", "local"])
+def test_hopper_takes_paged_kv(sim, page_size, mask):
+    q, k, v, table = _paged(page_size)
+    plan = plan_fwd(sim, q, k, v, block_table=table, device=HOPPER, **mask)
+    assert plan["arch"] == "sm90" and plan["block"] == [384, 1, 1]
+    assert plan["block_rows"] == 128 and plan["smem_bytes"] == HOPPER_SMEM[128]
+    # One query tile per (head, batch), the keys' split count the Hopper plan's own.
+    assert plan["grid"] == [plan["num_splits"], 2, 2]
+
+
+@pytest.mark.parametrize("name, kwargs, pad", [
+    ("softcap", dict(softcap=2.0), 0),
+    ("ALiBi", dict(alibi_slopes=torch.rand(1, dtype=torch.float32)), 0),
+    ("softcap, causal", dict(softcap=2.0, causal=True), 0),
+    # Rows 68 elements apart: a 16-byte cp.async cannot read them.
+    ("rows not 16-byte aligned", dict(), 4),
+])
+def test_paged_kv_hopper_lacks_stays_on_sm80(sim, name, kwargs, pad):
+    q, k, v, table = _paged(16, d=64, hkv=1, hq=1, pad=pad)
+    plan = plan_fwd(sim, q, k, v, block_table=table, device=HOPPER, **kwargs)
+    assert plan["device_arch"] == "sm90" and plan["arch"] == "sm80", name
+    assert plan == plan_fwd(sim, q, k, v, block_table=table, device=SM90, **kwargs), name
