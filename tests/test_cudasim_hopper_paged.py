@@ -186,3 +186,37 @@ def test_what_the_gathered_loops_lack_runs_on_sm80(hopper):
         kernels = [launch["kernel"] for launch in counters["launches"]]
         assert any("fwd_kernel_16bit" in k for k in kernels), kernels
         assert not any("fwd_sm90_kernel" in k for k in kernels), kernels
+
+
+@pytest.mark.parametrize("page_size", [16, 17])
+def test_varlen_queries_on_a_paged_cache(hopper, page_size):
+    """flash_attn_varlen_func with a block table: cu_seqlens_k gives only the lengths (the keys
+    are pages), sequence b's rows are its queries (cache_sequence, as sequence.h's)."""
+    from checks import to64
+    from flashattn._reference import attention_reference
+    from tolerance import assert_within_torch_error
+
+    torch.manual_seed(page_size)
+    lengths_q, lengths_k = [3, 1, 70], [40, 7, 200]
+    heads, dim, dtype = 2, 64, torch.bfloat16
+    blocks = -(-max(lengths_k) // page_size)
+    pages = 3 * blocks + 2
+    k_pages, v_pages = (torch.randn(pages, page_size, heads, dim, dtype=dtype) for _ in range(2))
+    table = torch.randperm(pages, dtype=torch.int32)[:3 * blocks].view(3, -1)
+    q = torch.randn(sum(lengths_q), heads, dim, dtype=dtype)
+    cu_q = torch.tensor([0, 3, 4, 74], dtype=torch.int32)
+    cu_k = torch.tensor([0, 40, 47, 247], dtype=torch.int32)
+    (out, lse), counters = hopper.counted(lambda: hopper.ops.fwd(
+        q, k_pages, v_pages, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=70,
+        max_seqlen_k=200, block_table=table))
+    kernels = [launch["kernel"] for launch in counters["launches"]]
+    assert len(kernels) == 1 and gathered_kernel(dtype, dim, "causal") in kernels[0], kernels
+    for b in range(3):
+        keys = k_pages[table[b].long()].flatten(0, 1)[:lengths_k[b]][None]
+        values = v_pages[table[b].long()].flatten(0, 1)[:lengths_k[b]][None]
+        rows = slice(int(cu_q[b]), int(cu_q[b + 1]))
+        ref_out, ref_lse = attention_reference(to64(q[rows][None]), to64(keys), to64(values),
+                                               causal=True)
+        low_out, low_lse = attention_reference(q[rows][None], keys, values, causal=True)
+        assert_within_torch_error(f"out {b}", out[rows][None], ref_out, low_out)
+        assert_within_torch_error(f"lse {b}", lse[:, rows][None], ref_lse, low_lse.float())
