@@ -24,6 +24,7 @@
 #include "../mask.h"
 #include "../params.h"
 #include "element.cuh"
+#include "fwd_epilogue.cuh"
 #include "gqa_decode.h"
 #include "grid.h"
 #include "key_source.cuh"
@@ -208,10 +209,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // leaving Qi's copy pending.
   ptx::cp_async_wait_all();
 
-  // Epilogue: O_i / l_i, and LSE_i. Without a part to write, O_i goes out through shared
-  // memory (Qi's tile, free once every warp is past the loop) so that each thread stores 16
-  // bytes at a time: stored from the accumulator, a warp's 4-byte stores fill half of each
-  // 32-byte sector.
+  // Epilogue: O_i / l_i, and LSE_i, to the rows fwd_epilogue.cuh names. Without a part to
+  // write, O_i goes out through shared memory (Qi's tile, free once every warp is past the loop)
+  // so that each thread stores 16 bytes at a time: stored from the accumulator, a warp's 4-byte
+  // stores fill half of each 32-byte sector.
+  const FwdRowOutputs outputs =
+      FwdRowOutputs::make(p, split_scratch, writes_part, work.split(), batch, seq, rows);
   if (!writes_part) __syncthreads();
   // O's entries: this warp's rows and columns.
   const AccFragment o_frag = AccFragment::of(lanes, m_start + warp_row0, warp_col0);
@@ -222,13 +225,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     float inv_l[kRowsPerThread], lse[kRowsPerThread];
     stats[m].finalize(rules.to_log2, inv_l, lse);
     if (writes_part) {  // this split's part, in fp32, for split_merge_kernel
-      const int split = work.split();
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r) {
         if (row[r] >= seq.seqlen_q) continue;
-        const int q_head = rows.q_head(row[r]);
-        const int64_t token = seq.q_row0 + rows.token(row[r]);
-        float* out = split_out_row(p, split_scratch, split, batch, q_head, token);
+        float* out = outputs.part_row(row[r]);
 #pragma unroll
         for (int d = 0; d < kNTilesD; ++d)
 #pragma unroll
@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
             const int col = o_frag.col(d, e);
             if (col < v_cols()) out[col] = o_rmem[m][d][2 * r + e] * inv_l[r];
           }
-        if (lanes.acc_col == 0 && warp_col0 == 0)
-          *split_lse_of(p, split_scratch, split, batch, q_head, token) = lse[r];
+        if (lanes.acc_col == 0 && warp_col0 == 0) *outputs.lse_of(row[r]) = lse[r];
       }
       continue;
     }
@@ -248,8 +247,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     if (lanes.acc_col == 0 && warp_col0 == 0) {
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r)
-        if (row[r] < seq.seqlen_q)
-          *p.lse.row<float>(batch, rows.q_head(row[r]), seq.q_row0 + rows.token(row[r])) = lse[r];
+        if (row[r] < seq.seqlen_q) *outputs.lse_of(row[r]) = lse[r];
     }
   }
   if (writes_part) return;
@@ -257,18 +255,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const bool out_aligned = v_cols() % kChunkElems == 0 && rows_are_16b_aligned(p.o);
   const int rows_valid = seq.seqlen_q - m_start;
   if (rows.packed == 1) {
-    uint16_t* o_gmem = p.o.row<uint16_t>(batch, head, seq.q_row0 + m_start);
+    uint16_t* o_gmem = outputs.out_row<uint16_t>(m_start);
     store_rows<kBlockM, kHeadDimV, kStride, kNThreads>(
         q_smem, [&](int r) { return o_gmem + r * p.o.row_stride; }, rows_valid, v_cols(),
         out_aligned);
   } else {
     store_rows<kBlockM, kHeadDimV, kStride, kNThreads>(
-        q_smem,
-        [&](int r) {
-          const int row = m_start + r;
-          return p.o.row<uint16_t>(batch, rows.q_head(row), seq.q_row0 + rows.token(row));
-        },
-        rows_valid, v_cols(), out_aligned);
+        q_smem, [&](int r) { return outputs.out_row<uint16_t>(m_start + r); }, rows_valid,
+        v_cols(), out_aligned);
   }
 }
 

@@ -67,9 +67,17 @@ inline AttnParams pack_gqa_decode(const AttnParams& p) {
 // packed heads (packed > 1, `head` a kv head) token r / packed of query head
 // head * packed + r % packed. A kernel that never sees packed heads builds it with packed = 1
 // known at compile time, and every mapping folds away.
+// Where a row's query is: its query head and its token in the sequence.
+struct QueryPlace {
+  int q_head;
+  int token;
+};
+
 struct QueryRows {
   int packed;
   int head;
+
+  FLASHATTN_HOST_DEVICE QueryPlace at(int row) const { return {q_head(row), token(row)}; }
 
   FLASHATTN_HOST_DEVICE int token(int row) const { return packed == 1 ? row : row / packed; }
   FLASHATTN_HOST_DEVICE int q_head(int row) const {

@@ -1,10 +1,12 @@
-// The 16-bit forward's key source: where its K and V tiles come from, behind one interface, for
+// The forwards' key sources: where their K and V tiles come from, behind one interface, for
 // the three ways a sequence's keys are kept (kv_rows.h):
 //   rows     the plain rows [k_row0, k_row0 + seqlen_k) of its batch entry of k / v;
 //   paged    rows of the pages a block table names (a paged KV cache);
 //   indexed  rows of another batch entry (cache_batch_idx), from a left pad on (cache_leftpad).
 // The kernel asks for a tile (`load`) and, before it, for the tile's rows to be looked up
 // (`look_up`); which of the copies below runs is the source's business.
+//
+// SimtKeySource, below, is the fp32 SIMT forward's: the same layouts through key_row.
 //
 // The copies, by kernel: in the one-m-tile kernel, which runs decoding steps on a cache
 // (gqa_decode.h), every copy is unrolled (tile_io.cuh, TileChunks), a paged cache's rows read
@@ -115,6 +117,42 @@ struct KeySource {
       }
     }
     ptx::cp_async_commit();
+  }
+};
+
+// The fp32 SIMT forward's key source (simt_kernels.cuh): the same three layouts, its 32-key
+// tiles copied row by row through key_row (kv_rows.h) into smem of pitch Traits::kSmemStride.
+template <typename Traits>
+struct SimtKeySource {
+  static constexpr int kTileKeys = kWarpSize;  // a lane per key
+
+  const AttnParams& p;  // a kernel parameter, outliving the source
+  Sequence seq;         // a copy, as KeySource's
+  int head_kv;
+
+  __device__ __forceinline__ static SimtKeySource make(const AttnParams& p, const Sequence& seq,
+                                                       int head_kv) {
+    return {p, seq, head_kv};
+  }
+
+  // K's 32-key tile `tile` into k_smem ([32, kSmemStride]), its first `cols` columns; keys past
+  // the sequence and columns past `cols` become 0.
+  __device__ __forceinline__ void load_keys(float* k_smem, int tile, int cols) const {
+    copy(p.k, k_smem, tile, cols);
+  }
+  // V's tile the same way (cols: head_dim_v).
+  __device__ __forceinline__ void load_values(float* v_smem, int tile, int cols) const {
+    copy(p.v, v_smem, tile, cols);
+  }
+
+ private:
+  __device__ __forceinline__ void copy(const TensorView& view, float* tile_smem, int tile,
+                                       int cols) const {
+    const int n_start = tile * kTileKeys;
+    load_rows_f32<kTileKeys, Traits::kHeadDim, Traits::kSmemStride, Traits::kNThreads>(
+        tile_smem,
+        [&](int r) { return key_row<const float>(view, p.kv_cache, seq, head_kv, n_start + r); },
+        seq.seqlen_k - n_start, cols);
   }
 };
 

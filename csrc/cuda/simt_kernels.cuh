@@ -12,43 +12,21 @@
 #pragma once
 #include <cstdint>
 
-#include "../kv_rows.h"
 #include "../mask.h"
 #include "../params.h"
+#include "fwd_epilogue.cuh"
 #include "gqa_decode.h"
+#include "key_source.cuh"
 #include "grid.h"
 #include "mask_range.cuh"
 #include "ptx.cuh"
 #include "score_rules.cuh"
 #include "softmax.cuh"
+#include "tile_io.cuh"
 #include "tile_scheduler.cuh"
 #include "traits.h"
 
 namespace flashattn::cuda {
-
-// Rows [0, kRows) x columns [0, kHeadDim) of a row-major fp32 view into smem (pitch kStride);
-// rows >= rows_valid and columns >= cols_valid become 0. All kNThreads threads call it.
-// Row r < rows_valid is at row_of(r): strided rows, or keys wherever a KV cache keeps them.
-template <int kRows, int kHeadDim, int kStride, int kNThreads, typename RowOf>
-__device__ __forceinline__ void load_rows_f32(float* rows_smem,  // [kRows, kStride]
-                                              const RowOf& row_of, int rows_valid,
-                                              int cols_valid) {
-  for (int i = threadIdx.x; i < kRows * kHeadDim; i += kNThreads) {
-    const int r = i / kHeadDim, c = i % kHeadDim;
-    FLASHATTN_SMEM(rows_smem)[r * kStride + c] =
-        r < rows_valid && c < cols_valid ? row_of(r)[c] : 0.f;
-  }
-}
-
-// load_rows_f32 for rows row_stride apart from rows_gmem ([rows_valid, cols_valid]).
-template <int kRows, int kHeadDim, int kStride, int kNThreads>
-__device__ __forceinline__ void load_rows_f32(float* rows_smem,        // [kRows, kStride]
-                                              const float* rows_gmem,  // [rows_valid, cols_valid]
-                                              int64_t row_stride, int rows_valid,
-                                              int cols_valid) {
-  load_rows_f32<kRows, kHeadDim, kStride, kNThreads>(
-      rows_smem, [&](int r) { return rows_gmem + r * row_stride; }, rows_valid, cols_valid);
-}
 
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
@@ -128,18 +106,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   const int row = m_start + warp;
   // Which query token of which query head each row is (packed GQA heads, gqa_decode.h).
   const QueryRows rows{p.packed_heads, head};
-  const int token = rows.token(row), q_head = rows.q_head(row);  // this warp's row
+  const QueryPlace place = rows.at(row);  // this warp's row's
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   auto& shared = *reinterpret_cast<typename Traits::QueryRowsStorage*>(smem);  // traits.h
   float* q_smem = shared.q;  // [kNWarps, kStride]
   float* k_smem = shared.k;  // [32, kStride]
   float* v_smem = shared.v;  // [32, kStride]
-  // Key (or value) `key` of this sequence: wherever a KV cache keeps it (kv_rows.h), else a
-  // plain strided row.
-  auto key_of = [&](TensorView view, int key) {
-    return key_row<const float>(view, p.kv_cache, seq, head_kv, key);
-  };
+  // Keys and values: rows of k / v, or wherever a KV cache keeps them (key_source.cuh).
+  const auto keys = SimtKeySource<Traits>::make(p, seq, head_kv);
   load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
       q_smem,
       [&](int r) {
@@ -160,18 +135,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     const uint8_t mask_class = block.attn_mask(p, seq, batch, head, n_start);
     if (mask_class == kMaskHidden) continue;  // the whole CTA alike
     __syncthreads();  // every warp is done with the previous tile
-    load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        k_smem, [&](int r) { return key_of(p.k, n_start + r); }, seq.seqlen_k - n_start,
-        p.head_dim);
-    load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        v_smem, [&](int r) { return key_of(p.v, n_start + r); }, seq.seqlen_k - n_start,
-        p.head_dim_v);
+    keys.load_keys(k_smem, tile, p.head_dim);
+    keys.load_values(v_smem, tile, p.head_dim_v);
     __syncthreads();
     const int key = n_start + lane;
     const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
     // Steps 1-5 (score_rules.cuh); every SIMT tile takes the per-entry mask. Rows past the
     // sequence are never stored.
-    const float x = rules.forward_log2(s, row, token, key, ScoreTile{mask_class, true});
+    const float x = rules.forward_log2(s, row, place.token, key, ScoreTile{mask_class, true});
     const float m_new = fmaxf(m_i, warp_max(x));
     const float base = m_new == -INFINITY ? 0.f : m_new;  // no -inf - -inf for empty rows
     const float correction = exp2f(m_i - base);
@@ -184,19 +155,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     accumulate_rows<kCols, kStride>(o, prob * rules.kept(dropout, row, key), v_smem, lane);
   }
   if (row >= seq.seqlen_q) return;
-  // l_i is 0 only for a row that saw no key; a NaN l_i (NaN inputs) goes on into out and lse.
-  const bool saw_keys = l_i != 0.f;
-  const float inv_l = saw_keys ? 1.f / l_i : 0.f;
-  // [D]: the output row, or this split's part of it (for split_merge_kernel).
-  const int64_t q_token = seq.q_row0 + token;
-  float* o_row = splits > 1 ? split_out_row(p, split_scratch, split, batch, q_head, q_token)
-                            : p.o.row<float>(batch, q_head, q_token);
-  float* lse_row = splits > 1 ? split_lse_of(p, split_scratch, split, batch, q_head, q_token)
-                              : p.lse.row<float>(batch, q_head, q_token);
+  // [D]: the output row, or this split's part of it (fwd_epilogue.cuh).
+  const FwdRowOutputs outputs =
+      FwdRowOutputs::make(p, split_scratch, splits > 1, split, batch, seq, rows);
+  float inv_l, lse;
+  finish_row(m_i, l_i, inv_l, lse);
+  float* o_row = outputs.f32_row(place);
+  float* lse_row = outputs.lse_of(place);
 #pragma unroll
   for (int t = 0; t < kCols; ++t)
     if (lane + t * kWarpSize < p.head_dim_v) o_row[lane + t * kWarpSize] = o[t] * inv_l;
-  if (lane == 0) *lse_row = saw_keys ? (m_i + log2f(l_i)) * kLn2 : -INFINITY;
+  if (lane == 0) *lse_row = lse;
 }
 
 template <typename Traits>

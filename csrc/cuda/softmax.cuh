@@ -27,6 +27,15 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(kFullWarpMask, x, 2);
 }
 
+// A forward row's end, in every forward layout: from its max m (log2 units) and its sum l of
+// exp2 terms, 1 / l and the natural-log LSE. l is 0 only for a row that saw no key: its output is
+// 0 and its LSE -inf. A NaN l (NaN inputs) goes on into out and the LSE, as softmax would.
+__device__ __forceinline__ void finish_row(float m_log2, float l, float& inv_l, float& lse) {
+  const bool saw_keys = l != 0.f;
+  inv_l = saw_keys ? 1.f / l : 0.f;
+  lse = saw_keys ? (m_log2 + log2f(l)) * kLn2 : -INFINITY;
+}
+
 // Running row statistics m_i (max, accumulator units) and l_i (this lane's partial sum of
 // exp2 terms; the quad's partial sums are added once, in finalize()).
 struct RowStats {
@@ -74,18 +83,12 @@ struct RowStats {
     }
   }
 
-  // Reduces l_i over the quad and returns 1 / l_i (0 for a row that saw no key) and the
-  // natural-log LSE (-inf for such a row). l_i is 0 only there; a NaN l_i (NaN inputs) goes on
-  // into out and the LSE, as softmax would.
+  // Reduces l_i over the quad and returns 1 / l_i and the natural-log LSE (finish_row).
   __device__ __forceinline__ void finalize(float to_log2, float (&inv_l)[kRowsPerThread],
                                            float (&lse)[kRowsPerThread]) const {
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      const float l_total = quad_sum(l[r]);
-      const bool any = l_total != 0.f;
-      inv_l[r] = any ? 1.f / l_total : 0.f;
-      lse[r] = any ? (m[r] * to_log2 + log2f(l_total)) * kLn2 : -INFINITY;
-    }
+    for (int r = 0; r < kRowsPerThread; ++r)
+      finish_row(m[r] * to_log2, quad_sum(l[r]), inv_l[r], lse[r]);
   }
 };
 

@@ -225,4 +225,29 @@ __device__ __forceinline__ void store_accumulator_rows(
   }
 }
 
+// fp32 rows, for the SIMT kernels (simt_kernels.cuh): plain loads and stores.
+// Rows [0, kRows) x columns [0, kHeadDim) of a row-major fp32 view into smem (pitch kStride);
+// rows >= rows_valid and columns >= cols_valid become 0. All kNThreads threads call it.
+// Row r < rows_valid is at row_of(r): strided rows, or keys wherever a KV cache keeps them.
+template <int kRows, int kHeadDim, int kStride, int kNThreads, typename RowOf>
+__device__ __forceinline__ void load_rows_f32(float* rows_smem,  // [kRows, kStride]
+                                              const RowOf& row_of, int rows_valid,
+                                              int cols_valid) {
+  for (int i = threadIdx.x; i < kRows * kHeadDim; i += kNThreads) {
+    const int r = i / kHeadDim, c = i % kHeadDim;
+    FLASHATTN_SMEM(rows_smem)[r * kStride + c] =
+        r < rows_valid && c < cols_valid ? row_of(r)[c] : 0.f;
+  }
+}
+
+// load_rows_f32 for rows row_stride apart from rows_gmem ([rows_valid, cols_valid]).
+template <int kRows, int kHeadDim, int kStride, int kNThreads>
+__device__ __forceinline__ void load_rows_f32(float* rows_smem,        // [kRows, kStride]
+                                              const float* rows_gmem,  // [rows_valid, cols_valid]
+                                              int64_t row_stride, int rows_valid,
+                                              int cols_valid) {
+  load_rows_f32<kRows, kHeadDim, kStride, kNThreads>(
+      rows_smem, [&](int r) { return rows_gmem + r * row_stride; }, rows_valid, cols_valid);
+}
+
 }  // namespace flashattn::cuda
