@@ -29,6 +29,14 @@ void allow_smem(Kernel* kernel, int bytes) {
   if (bytes > kDefaultSmemBytes) set_max_dynamic_smem(kernel, bytes);
 }
 
+// Launches a kernel with `smem_bytes` of dynamic shared memory, opted in first (allow_smem).
+template <typename Kernel, typename... Args>
+void launch_with_smem(Kernel* kernel, dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream,
+                      const Args&... args) {
+  allow_smem(kernel, smem_bytes);
+  FLASHATTN_LAUNCH_KERNEL(kernel, grid, block, smem_bytes, stream, args...);
+}
+
 constexpr int64_t kMaxGridYZ = 65535;
 
 // grid.x = ceil(seqlen / block), grid.y x grid.z >= batch_heads.

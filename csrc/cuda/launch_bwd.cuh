@@ -33,20 +33,14 @@ void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream
         FLASHATTN_LAUNCH_KERNEL(bwd_dot_do_o_kernel<Element>, step.grid, step.block,
                                 step.smem_bytes, stream, p, d_gmem, dq_accum, kHeadDim);
         break;
-      case BwdKernel::kDkdv: {
-        auto* kernel = &bwd_dkdv_kernel_16bit<Traits, Element>;
-        allow_smem(kernel, step.smem_bytes);
-        FLASHATTN_LAUNCH_KERNEL(kernel, step.grid, step.block, step.smem_bytes, stream, p, d_gmem,
-                                dq_accum, kHeadDim);
+      case BwdKernel::kDkdv:
+        launch_with_smem(&bwd_dkdv_kernel_16bit<Traits, Element>, step.grid, step.block,
+                         step.smem_bytes, stream, p, d_gmem, dq_accum, kHeadDim);
         break;
-      }
-      case BwdKernel::kDq: {
-        auto* kernel = &bwd_dq_kernel_16bit<DqTraits, Element>;
-        allow_smem(kernel, step.smem_bytes);
-        FLASHATTN_LAUNCH_KERNEL(kernel, step.grid, step.block, step.smem_bytes, stream, p,
-                                d_gmem);
+      case BwdKernel::kDq:
+        launch_with_smem(&bwd_dq_kernel_16bit<DqTraits, Element>, step.grid, step.block,
+                         step.smem_bytes, stream, p, d_gmem);
         break;
-      }
       case BwdKernel::kConvertDq:
         FLASHATTN_LAUNCH_KERNEL(bwd_convert_dq_kernel<Element>, step.grid, step.block,
                                 step.smem_bytes, stream, p, dq_accum, kHeadDim);

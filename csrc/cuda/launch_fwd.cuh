@@ -21,10 +21,8 @@ void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t strea
   with_fwd_traits<kHeadDim, kHeadDimV>(fwd_one_m_tile<kHeadDim, kHeadDimV>(p), [&](auto traits) {
     using Traits = decltype(traits);
     constexpr FwdLaunchShape shape = FwdLaunchShape::of<Traits>();
-    auto* kernel = &fwd_kernel_16bit<Traits, Element>;
-    allow_smem(kernel, shape.smem_bytes);
-    FLASHATTN_LAUNCH_KERNEL(kernel, shape.grid(p), shape.block(), shape.smem_bytes, stream, p,
-                            split_scratch);
+    launch_with_smem(&fwd_kernel_16bit<Traits, Element>, shape.grid(p), shape.block(),
+                     shape.smem_bytes, stream, p, split_scratch);
   });
   after_launch();
 }

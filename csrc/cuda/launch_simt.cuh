@@ -18,10 +18,8 @@ template <int kHeadDim>
 void run_fwd_simt(const AttnParams& p, float* split_scratch, cudaStream_t stream,
                   LaunchCheck after_launch) {
   constexpr FwdLaunchShape shape = simt_fwd_shape<kHeadDim>();
-  auto* kernel = &simt_fwd_kernel<SimtTraits<kHeadDim>>;
-  allow_smem(kernel, shape.smem_bytes);
-  FLASHATTN_LAUNCH_KERNEL(kernel, shape.grid(p), shape.block(), shape.smem_bytes, stream, p,
-                          split_scratch);
+  launch_with_smem(&simt_fwd_kernel<SimtTraits<kHeadDim>>, shape.grid(p), shape.block(),
+                   shape.smem_bytes, stream, p, split_scratch);
   after_launch();
 }
 
@@ -39,20 +37,14 @@ void run_bwd_simt(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
         FLASHATTN_LAUNCH_KERNEL(bwd_dot_do_o_kernel<float>, step.grid, step.block,
                                 step.smem_bytes, stream, p, workspace, nullptr, 0);
         break;
-      case BwdKernel::kDkdv: {
-        auto* kernel = &simt_dkdv_kernel<Traits>;
-        allow_smem(kernel, step.smem_bytes);
-        FLASHATTN_LAUNCH_KERNEL(kernel, step.grid, step.block, step.smem_bytes, stream, p,
-                                workspace);
+      case BwdKernel::kDkdv:
+        launch_with_smem(&simt_dkdv_kernel<Traits>, step.grid, step.block, step.smem_bytes,
+                         stream, p, workspace);
         break;
-      }
-      case BwdKernel::kDq: {
-        auto* kernel = &simt_dq_kernel<Traits>;
-        allow_smem(kernel, step.smem_bytes);
-        FLASHATTN_LAUNCH_KERNEL(kernel, step.grid, step.block, step.smem_bytes, stream, p,
-                                workspace);
+      case BwdKernel::kDq:
+        launch_with_smem(&simt_dq_kernel<Traits>, step.grid, step.block, step.smem_bytes, stream,
+                         p, workspace);
         break;
-      }
       case BwdKernel::kConvertDq:  // not a SIMT step: its dQ kernel writes dq itself
         break;
     }
