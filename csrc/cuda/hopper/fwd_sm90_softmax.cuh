@@ -67,16 +67,12 @@ struct OnlineSoftmax {
     for (int i = 0; i < kD; ++i) o[i] *= correction[(i % 4) / 2];
   }
 
-  // 1 / l (0 for a row that saw no key) and the natural-log LSE (-inf for such a row), the
-  // sm_80 kernel's conventions (softmax.cuh, RowStats::finalize).
+  // 1 / l and the natural-log LSE, by the rule every forward ends with (softmax.cuh,
+  // finish_row: 0 and -inf for a row that saw no key).
   __device__ __forceinline__ void finalize(float scale_log2, float (&inv_l)[2], float (&lse)[2]) const {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float total = cuda::quad_sum(l[r]);
-      const bool any = total != 0.f;
-      inv_l[r] = any ? 1.f / total : 0.f;
-      lse[r] = any ? (m[r] * scale_log2 + log2f(total)) * cuda::kLn2 : -INFINITY;
-    }
+    for (int r = 0; r < 2; ++r)
+      cuda::finish_row(m[r] * scale_log2, cuda::quad_sum(l[r]), inv_l[r], lse[r]);
   }
 };
 
