@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
   const int row = m_start + warp;
   // Which query token of which query head each row is (packed GQA heads, gqa_decode.h).
   const QueryRows rows{p.packed_heads, head};
-  const QueryPlace place = rows.at(row);  // this warp's row's
+  const QueryPlace place = rows.at(row);  // this warp's row
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   auto& shared = *reinterpret_cast<typename Traits::QueryRowsStorage*>(smem);  // traits.h
