@@ -16,19 +16,15 @@ fails; on a GPU other than compute capability 9.0 it prints SKIP and exits 0.
 """
 import argparse
 import ctypes
-import glob
 import math
 import os
-import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build  # noqa: E402
-from hopper_fwd import ptxas_summary, sass_tool  # noqa: E402
-from layout_check import nvcc_path  # noqa: E402
+from sm90a_library import (build_library, library_headers, on_sm90, ptxas_summary,  # noqa: E402
+                           seconds_per_call)
 
-BUILD_DIR = build.DEFAULT_BUILD_DIR
 SOURCE = os.path.join(build.SHIM_DIR, "hopper_bwd_gpu.cu")
 # (f16, head_dim, causal, deterministic, batch, heads_q, heads_kv, seqlen_q, seqlen_k)
 CHECKS = [
@@ -47,63 +43,6 @@ SASS_OPS = ("HGMMA", "UTMALDG", "UBLKCP", "UBLKRED", "STSM", "SYNCS")
 TIMED = [(128, 0, 4096), (128, 1, 4096), (64, 0, 4096), (64, 1, 4096)]
 
 
-def build_library():
-    """(path, ptxas log); raises SystemExit on a failed or unfit build."""
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise SystemExit("nvcc not found: set CUDA_HOME")
-    flags = ["-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-shared",
-             "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-I", os.path.join(build.REPO_ROOT, "csrc")]
-    cuda_dir = os.path.join(build.REPO_ROOT, "csrc", "cuda")
-    inputs = [SOURCE] + sorted(glob.glob(os.path.join(cuda_dir, "hopper", "*")) +
-                               glob.glob(os.path.join(cuda_dir, "*.cuh")) +
-                               glob.glob(os.path.join(cuda_dir, "*.h")))
-    os.makedirs(BUILD_DIR, exist_ok=True)
-    lib = os.path.join(BUILD_DIR, f"hopper_bwd_gpu_sm90a.{build.digest(inputs, [nvcc] + flags)}.so")
-    log_path = lib + ".ptxas.txt"
-    if not os.path.exists(lib):
-        out = subprocess.run([nvcc, *flags, SOURCE, "-o", lib + ".tmp"], capture_output=True,
-                             text=True)
-        log = out.stdout + out.stderr
-        if out.returncode != 0:
-            raise SystemExit(f"nvcc failed:\n{log}")
-        problems = [line for line in log.splitlines()
-                    if "C7508" in line or "C7520" in line
-                    or re.search(r"[1-9]\d* bytes (spill stores|spill loads|stack frame)", line)]
-        if problems:
-            raise SystemExit("ptxas:\n" + "\n".join(problems))
-        missing = sass_problems(lib + ".tmp")
-        if missing:
-            raise SystemExit(missing)
-        with open(log_path, "w") as f:
-            f.write(log)
-        os.replace(lib + ".tmp", lib)
-    with open(log_path) as f:
-        return lib, f.read()
-
-
-def sass_problems(lib):
-    """"" if the SASS holds every op of SASS_OPS and no local-memory access (or cuobjdump is
-    not at hand)."""
-    cuobjdump, nvdisasm = sass_tool("cuobjdump"), sass_tool("nvdisasm")
-    if cuobjdump is None:
-        return ""
-    env = dict(os.environ)
-    if nvdisasm is not None:
-        env["PATH"] = os.path.dirname(nvdisasm) + os.pathsep + env.get("PATH", "")
-    out = subprocess.run([cuobjdump, "-sass", lib], capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        return ""
-    missing = [op for op in SASS_OPS if op not in out.stdout]
-    local = re.findall(r"\b(?:STL|LDL)\b", out.stdout)
-    problems = []
-    if missing:
-        problems.append(f"SASS lacks {', '.join(missing)}")
-    if local:
-        problems.append(f"SASS uses local memory ({len(local)} STL/LDL)")
-    return "; ".join(problems)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iters", type=int, default=20)
@@ -111,7 +50,7 @@ def main():
     parser.add_argument("--ptxas", action="store_true")
     args = parser.parse_args()
 
-    lib_path, log = build_library()
+    lib_path, log = build_library(SOURCE, "hopper_bwd_gpu", SASS_OPS, library_headers("hopper"))
     if args.ptxas:
         print("\n".join(ptxas_summary(log)))
     if args.compile_only:
@@ -120,8 +59,7 @@ def main():
 
     import torch
     import torch.nn.functional as F
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        print("SKIP: needs a GPU of compute capability 9.0 (sm_90a)")
+    if not on_sm90():
         return 0
     lib = ctypes.CDLL(lib_path)
     lib.hopper_bwd_workspace_floats.restype = ctypes.c_longlong
@@ -197,15 +135,7 @@ def main():
               f"Hq={hq} Hkv={hkv} Sq={sq} Sk={sk}: " + ", ".join(parts))
 
     def timed(fn):
-        for _ in range(3):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(args.iters):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / args.iters * 1e-3
+        return seconds_per_call(fn, args.iters)
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
     for d, causal, n in TIMED:

@@ -10,24 +10,21 @@ shared library loaded with ctypes, so it runs on torch's tensors and stream.
 --compile-only builds the library and stops (what a machine without a GPU can check); the build
 fails if ptxas reports C7508 (setmaxnreg without a known entry register count), C7520 (wgmma
 serialized: a register access or a divergent path between wgmma.fence and the MMAs) or any
-spill, or (where cuobjdump is installed) if the SASS lacks HGMMA, UTMALDG, UTMASTG, STSM or
-SYNCS. --ptxas prints ptxas's per-kernel registers / spills lines. Exit status 1 if any check
+spill / stack frame, or (where cuobjdump is installed) if the SASS lacks HGMMA, UTMALDG, UTMASTG,
+STSM or SYNCS, or uses local memory (tests/cudasim/sm90a_library.py). --ptxas prints ptxas's per-kernel registers / spills lines. Exit status 1 if any check
 fails; on a GPU other than compute capability 9.0 it prints SKIP and exits 0.
 """
 import argparse
 import ctypes
-import glob
 import math
 import os
-import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build  # noqa: E402
-from layout_check import nvcc_path  # noqa: E402
+from sm90a_library import (build_library, library_headers, on_sm90, ptxas_summary,  # noqa: E402
+                           seconds_per_call)
 
-BUILD_DIR = build.DEFAULT_BUILD_DIR
 SOURCE = os.path.join(build.SHIM_DIR, "hopper_fwd_gpu.cu")
 # (f16, head_dim, causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k, softcap, window):
 # softcap and windows (left, right; bottom-right aligned) are built for bf16 only.
@@ -50,75 +47,6 @@ SASS_OPS = ("HGMMA", "UTMALDG", "UTMASTG", "STSM", "SYNCS")
 TIMED = [(128, 0, 4096), (128, 1, 4096), (64, 0, 4096), (64, 1, 4096)]
 
 
-def build_library():
-    """(path, ptxas log); raises SystemExit on a failed or unfit build."""
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise SystemExit("nvcc not found: set CUDA_HOME")
-    flags = ["-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-shared",
-             "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-I", os.path.join(build.REPO_ROOT, "csrc")]
-    cuda_dir = os.path.join(build.REPO_ROOT, "csrc", "cuda")
-    inputs = [SOURCE] + sorted(glob.glob(os.path.join(cuda_dir, "hopper", "*")) +
-                               glob.glob(os.path.join(cuda_dir, "*.cuh")) +
-                               glob.glob(os.path.join(cuda_dir, "*.h")))
-    os.makedirs(BUILD_DIR, exist_ok=True)
-    lib = os.path.join(BUILD_DIR, f"hopper_fwd_gpu_sm90a.{build.digest(inputs, [nvcc] + flags)}.so")
-    log_path = lib + ".ptxas.txt"
-    if not os.path.exists(lib):
-        out = subprocess.run([nvcc, *flags, SOURCE, "-o", lib + ".tmp"], capture_output=True,
-                             text=True)
-        log = out.stdout + out.stderr
-        if out.returncode != 0:
-            raise SystemExit(f"nvcc failed:\n{log}")
-        problems = [line for line in log.splitlines()
-                    if "C7508" in line or "C7520" in line
-                    or re.search(r"[1-9]\d* bytes (spill stores|spill loads|stack frame)", line)]
-        if problems:
-            raise SystemExit("ptxas:\n" + "\n".join(problems))
-        missing = missing_sass(lib + ".tmp")
-        if missing:
-            raise SystemExit(missing)
-        with open(log_path, "w") as f:
-            f.write(log)
-        os.replace(lib + ".tmp", lib)
-    with open(log_path) as f:
-        return lib, f.read()
-
-
-def sass_tool(name):
-    """cuobjdump / nvdisasm: beside nvcc, or where .ci/cuda_gates.py pip-installs them."""
-    candidates = [os.path.join(os.path.dirname(nvcc_path()), name)] + sorted(glob.glob(
-        os.path.expanduser(f"~/.cache/flashattn-ci/{name}/nvidia/cu*/bin/{name}")))
-    return next((c for c in candidates if os.path.isfile(c)), None)
-
-
-def missing_sass(lib):
-    """"" if the SASS holds every op of SASS_OPS (or cuobjdump is not at hand)."""
-    cuobjdump, nvdisasm = sass_tool("cuobjdump"), sass_tool("nvdisasm")
-    if cuobjdump is None:
-        return ""
-    env = dict(os.environ)
-    if nvdisasm is not None:
-        env["PATH"] = os.path.dirname(nvdisasm) + os.pathsep + env.get("PATH", "")
-    out = subprocess.run([cuobjdump, "-sass", lib], capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        return ""
-    missing = [op for op in SASS_OPS if op not in out.stdout]
-    return f"SASS lacks {', '.join(missing)}" if missing else ""
-
-
-def ptxas_summary(log):
-    """One line per kernel: its template arguments, registers, spills, shared memory."""
-    lines, name = [], None
-    for line in log.splitlines():
-        m = re.search(r"Compiling entry function '(\S+)'", line)
-        if m:
-            name = m.group(1)
-        if name and ("registers" in line or "spill" in line):
-            lines.append(f"{name}: {line.split('ptxas info    :')[-1].strip()}")
-    return lines
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iters", type=int, default=20)
@@ -126,7 +54,7 @@ def main():
     parser.add_argument("--ptxas", action="store_true")
     args = parser.parse_args()
 
-    lib_path, log = build_library()
+    lib_path, log = build_library(SOURCE, "hopper_fwd_gpu", SASS_OPS, library_headers("hopper"))
     if args.ptxas:
         print("\n".join(ptxas_summary(log)))
     if args.compile_only:
@@ -135,8 +63,7 @@ def main():
 
     import torch
     import torch.nn.functional as F
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        print("SKIP: needs a GPU of compute capability 9.0 (sm_90a)")
+    if not on_sm90():
         return 0
     lib = ctypes.CDLL(lib_path)
     lib.hopper_fwd_run.restype = ctypes.c_int
@@ -210,15 +137,7 @@ def main():
               f"LSE ok {lse_ok}")
 
     def timed(fn):
-        for _ in range(3):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(args.iters):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / args.iters * 1e-3
+        return seconds_per_call(fn, args.iters)
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
     for d, causal, n in TIMED:

@@ -13,24 +13,25 @@ out), in this process.
     python tests/cudasim/hopper_gemm.py [--size 8192] [--iters 20] [--compile-only]
 
 --compile-only builds the library and stops (what a machine without a GPU can check); the build
-fails if ptxas drops setmaxnreg (C7508) or spills, or (where cuobjdump is installed) if the SASS
-lacks HGMMA, UTMALDG, UTMASTG or SYNCS. Exit status 1 if any check fails; on a GPU
+fails if ptxas drops setmaxnreg (C7508), serializes wgmma (C7520), spills or keeps a stack frame,
+or (where cuobjdump is installed) if the SASS lacks HGMMA, UTMALDG, UTMASTG or SYNCS or uses local
+memory (tests/cudasim/sm90a_library.py). Exit status 1 if any check fails; on a GPU
 other than compute capability 9.0 it prints SKIP and exits 0.
 """
 import argparse
 import ctypes
-import glob
 import os
-import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build  # noqa: E402
 from layout_check import nvcc_path  # noqa: E402,F401  (tests import it from here)
+from sm90a_library import build_library, library_headers, on_sm90, seconds_per_call  # noqa: E402
 
-BUILD_DIR = build.DEFAULT_BUILD_DIR
 SOURCE = os.path.join(build.SHIM_DIR, "hopper_gemm_gpu.cu")
+SELFTEST_DIR = os.path.join(build.SHIM_DIR, "selftest")
+# wgmma, TMA load, TMA store, mbarrier ops: what the kernel is about.
+SASS_OPS = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS")
 # (f16, b_n_major, config, M, N, K); config 0: 2 consumers x 4 stages, 1: 2 x 2, 2: 1 x 2.
 CHECKS = [
     (0, 0, 0, 256, 256, 512),
@@ -41,49 +42,6 @@ CHECKS = [
     (0, 0, 2, 72, 8, 8),
     (0, 1, 1, 2048, 2048, 2048),
 ]
-
-
-def build_library():
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise SystemExit("nvcc not found: set CUDA_HOME")
-    flags = ["-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-shared",
-             "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-I", os.path.join(build.SHIM_DIR, "selftest"),
-             "-I", os.path.join(build.REPO_ROOT, "csrc")]
-    inputs = [SOURCE, os.path.join(build.SHIM_DIR, "selftest", "hopper_gemm_kernel.cuh")] + sorted(
-        glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "*.cuh")) +
-        glob.glob(os.path.join(build.REPO_ROOT, "csrc", "cuda", "*.h")))
-    os.makedirs(BUILD_DIR, exist_ok=True)
-    lib = os.path.join(BUILD_DIR, f"hopper_gemm_gpu_sm90a.{build.digest(inputs, [nvcc] + flags)}.so")
-    if not os.path.exists(lib):
-        out = subprocess.run([nvcc, *flags, SOURCE, "-o", lib + ".tmp"], capture_output=True, text=True)
-        log = out.stdout + out.stderr
-        if out.returncode != 0:
-            raise SystemExit(f"nvcc failed:\n{log}")
-        # ptxas -v: setmaxnreg needs the kernel's entry register count (C7508 otherwise), and a
-        # GEMM main loop that spills is not the kernel this is meant to show.
-        problems = [line for line in log.splitlines()
-                    if "C7508" in line or re.search(r"[1-9]\d* bytes spill (stores|loads)", line)]
-        if problems:
-            raise SystemExit("ptxas:\n" + "\n".join(problems))
-        sass_problem = check_sass(lib + ".tmp")
-        if sass_problem:
-            raise SystemExit(sass_problem)
-        os.replace(lib + ".tmp", lib)
-    return lib
-
-
-def check_sass(lib):
-    """The kernel's SASS must hold the Hopper instructions it is about (HGMMA, UTMALDG, UTMASTG,
-    SYNCS), when cuobjdump is at hand; "" if so or if it cannot be checked."""
-    cuobjdump = os.path.join(os.path.dirname(nvcc_path()), "cuobjdump")
-    if not os.path.isfile(cuobjdump):
-        return ""
-    out = subprocess.run([cuobjdump, "-sass", lib], capture_output=True, text=True)
-    if out.returncode != 0:
-        return ""
-    missing = [op for op in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS") if op not in out.stdout]
-    return f"SASS lacks {', '.join(missing)}" if missing else ""
 
 
 def integer_inputs(torch, m, n, k, f16, b_n_major, low=-3, high=4):
@@ -101,14 +59,15 @@ def main():
     parser.add_argument("--compile-only", action="store_true")
     args = parser.parse_args()
 
-    lib_path = build_library()
+    lib_path, _ = build_library(SOURCE, "hopper_gemm_gpu", SASS_OPS,
+                                [os.path.join(SELFTEST_DIR, "hopper_gemm_kernel.cuh"),
+                                 *library_headers()], [SELFTEST_DIR])
     if args.compile_only:
         print(f"built {lib_path}")
         return 0
 
     import torch
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        print("SKIP: needs a GPU of compute capability 9.0 (sm_90a)")
+    if not on_sm90():
         return 0
     torch.backends.cuda.matmul.allow_tf32 = False
     lib = ctypes.CDLL(lib_path)
@@ -152,20 +111,9 @@ def main():
     c = torch.empty((s, s), device="cuda")
     flops = 2.0 * s * s * s
 
-    def timed(fn):
-        for _ in range(3):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(args.iters):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / args.iters * 1e-3
-
-    t_ours = timed(lambda: ours(0, 0, 0, a, b_arg, c))
+    t_ours = seconds_per_call(lambda: ours(0, 0, 0, a, b_arg, c), args.iters)
     same = torch.equal(c, torch.mm(a.float(), b.float().t()))
-    t_torch = timed(lambda: torch.mm(a, b.t()))
+    t_torch = seconds_per_call(lambda: torch.mm(a, b.t()), args.iters)
     print(f"{'PASS' if same else 'FAIL'} bf16 B N x K config 0 {s} x {s} x {s} (the timed one)")
     failures += not same
     print(f"hopper_gemm {s}^3 bf16 -> f32: {t_ours * 1e3:.3f} ms, {flops / t_ours / 1e12:.0f} TFLOP/s; "
