@@ -16,7 +16,6 @@ other than compute capability 9.0, prints SKIP and exits 0.
 """
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE)))  # tests/: checks, tolerance
@@ -24,7 +23,7 @@ os.environ.setdefault("FLASHATTN_POISON_OUTPUTS", "1")  # before flashattn loads
 
 import torch  # noqa: E402
 
-from hopper_library_sample import kernels_run  # noqa: E402  (tests/cudasim/, beside this file)
+from library_sample import assert_ran, kernels_run, run_sample, tflops  # noqa: E402
 
 # (dtype, d, mask, B, Sq, Sk, Hq, Hkv, deterministic): both dtypes and head dims, causal in both
 # alignments, local windows ((16, 5); (20, 0) as causal with a left edge), ALiBi (slopes [Hq];
@@ -48,77 +47,61 @@ CASES = [
 ]
 
 
-def check_cases():
+def check_cases(tally):
     from checks import MASKS, check_backward
     from executors import make_executor
 
     cuda = make_executor("cuda")
-    failures = 0
     for dtype, d, mask, b, sq, sk, hq, hkv, deterministic in CASES:
         name = (f"{str(dtype)[6:]} d={d} {mask} B={b} Sq={sq} Sk={sk} Hq={hq} Hkv={hkv}"
                 f"{' deterministic' if deterministic else ''}")
         q = torch.randn(b, sq, hq, d, dtype=dtype, device="cuda")
         k, v = (torch.randn(b, sk, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
-        try:
+        with tally.case(name):
             grads = []
             names = kernels_run(lambda: grads.append(
                 check_backward(cuda, q, k, v, MASKS[mask], deterministic=deterministic)))
-            assert any("bwd_sm90_kernel" in n for n in names), f"no Hopper backward ran: {names}"
+            assert_ran(names, "bwd_sm90_kernel", "Hopper backward")
             if deterministic:
                 torch.manual_seed(0)
                 first = check_backward(cuda, q, k, v, MASKS[mask], deterministic=True)
                 torch.manual_seed(0)
                 again = check_backward(cuda, q, k, v, MASKS[mask], deterministic=True)
                 assert all(torch.equal(x, y) for x, y in zip(first, again)), "bits differ"
-            print(f"PASS {name}")
-        except AssertionError as e:
-            failures += 1
-            print(f"FAIL {name}: {e}")
-    failures += check_varlen_and_seqused(cuda)
-    failures += check_attn_mask(cuda)
+    check_varlen_and_seqused(cuda, tally)
+    check_attn_mask(cuda, tally)
     # Calls the Hopper backward does not take stay on sm_80 (README's support table).
     q, k, v = (torch.randn(1, 200, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     for name, mask, with_dlse in (("dLSE", "causal", True),
                                   ("ALiBi with a local window", "window_alibi_top_left", False)):
-        try:
+        with tally.case(f"{name} stays on sm_80"):
             names = kernels_run(lambda: check_backward(cuda, q, k, v, MASKS[mask],
                                                        with_dlse=with_dlse))
             assert not any("bwd_sm90" in n for n in names) and any(
                 "bwd_dkdv_kernel_16bit" in n for n in names), f"expected the sm_80 backward, ran {names}"
-            print(f"PASS {name} stays on sm_80")
-        except AssertionError as e:
-            failures += 1
-            print(f"FAIL {name}: {e}")
-    return failures
 
 
-def check_attn_mask(cuda):
+def check_attn_mask(cuda, tally):
     """attn_mask through the Hopper forward and backward (the kAttnMask main loops): a bool
     key-padding mask at d = 64 and a float32 [Sq, Sk] one at d = 128 (test_attn_mask.check_masked:
     out, lse, dq, dk, dv against float64; no mask gradient, which stays on sm_80)."""
     from test_attn_mask import check_masked, make_mask
 
-    failures = 0
     for dtype, d, kind, shape, b, sq, sk in ((torch.bfloat16, 64, "bool", (2, 1, 1, 700), 2, 1000, 700),
                                              (torch.float16, 128, "float", (513, 1029), 1, 513, 1029)):
         name = f"attn_mask {kind} {shape} {str(dtype)[6:]} d={d} Sq={sq} Sk={sk}"
         q = torch.randn(b, sq, 4, d, dtype=dtype, device="cuda")
         k, v = (torch.randn(b, sk, 2, d, dtype=dtype, device="cuda") for _ in range(2))
         mask = make_mask(kind, shape, torch.float32, "cuda")
-        try:
+        with tally.case(name):
             names = kernels_run(lambda: check_masked(cuda, q, k, v, mask, scale=d ** -0.5,
                                                      mask_grad=False))
-            assert any("bwd_sm90_kernel" in n for n in names), f"no Hopper backward ran: {names}"
-            print(f"PASS {name}")
-        except AssertionError as e:
-            failures += 1
-            print(f"FAIL {name}: {e}")
-    return failures
+            assert_ran(names, "bwd_sm90_kernel", "Hopper backward")
 
 
-def check_varlen_and_seqused(cuda):
+def check_varlen_and_seqused(cuda, tally):
     """Packed sequences (and a seqused batch) of awkward lengths, Sq != Sk both ways, empty sides,
-    causal bottom-right; NaN in every row outside them. Returns the failure count."""
+    causal bottom-right; NaN in every row outside them."""
     from checks import MASKS, check_sequence_backward, mask_arguments
 
     dtype, d, hq, hkv = torch.bfloat16, 128, 4, 2
@@ -133,21 +116,16 @@ def check_varlen_and_seqused(cuda):
     i32 = dict(dtype=torch.int32, device="cuda")
     varlen = dict(cu_seqlens_q=torch.tensor(cu_q, **i32), cu_seqlens_k=torch.tensor(cu_k, **i32),
                   max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k), **op_kwargs)
-    failures = 0
-    try:
+    with tally.case("varlen bf16 d=128 causal"):
         grads = []
         names = kernels_run(lambda: grads.append(cuda.bwd(
             dout, q, k, v, *cuda.fwd(q, k, v, scale, **varlen), None, scale, **varlen)))
-        assert any("bwd_sm90_kernel" in n for n in names), f"no Hopper backward ran: {names}"
+        assert_ran(names, "bwd_sm90_kernel", "Hopper backward")
         dq, dk, dv = grads[0]
         for b in range(len(lens_q)):
             qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
             check_sequence_backward(f"sequence {b}", (dq[qs], dk[ks], dv[ks]), q[qs], k[ks], v[ks],
                                     dout[qs], ref_kwargs)
-        print("PASS varlen bf16 d=128 causal")
-    except AssertionError as e:
-        failures += 1
-        print(f"FAIL varlen bf16 d=128 causal: {e}")
     # seqused: batch b's first used_q[b] queries and used_k[b] keys; NaN past them.
     used_q, used_k = [1000, 0, 65, 1000], [1000, 300, 1, 7]
     q, dout = (torch.randn(4, 1000, hq, d, dtype=dtype, device="cuda") for _ in range(2))
@@ -157,24 +135,19 @@ def check_varlen_and_seqused(cuda):
         k[b, used_k[b]:], v[b, used_k[b]:] = float("nan"), float("nan")
     used = dict(seqused_q=torch.tensor(used_q, **i32), seqused_k=torch.tensor(used_k, **i32),
                 **op_kwargs)
-    try:
+    with tally.case("seqused bf16 d=128 causal"):
         grads = []
         names = kernels_run(lambda: grads.append(cuda.bwd(
             dout, q, k, v, *cuda.fwd(q, k, v, scale, **used), None, scale, **used)))
-        assert any("bwd_sm90_kernel" in n for n in names), f"no Hopper backward ran: {names}"
+        assert_ran(names, "bwd_sm90_kernel", "Hopper backward")
         dq, dk, dv = grads[0]
         for b in range(4):
             nq, nk = used_q[b], used_k[b]
             check_sequence_backward(f"batch {b}", (dq[b, :nq], dk[b, :nk], dv[b, :nk]), q[b, :nq],
                                     k[b, :nk], v[b, :nk], dout[b, :nq], ref_kwargs)
-        print("PASS seqused bf16 d=128 causal")
-    except AssertionError as e:
-        failures += 1
-        print(f"FAIL seqused bf16 d=128 causal: {e}")
-    return failures
 
 
-def tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=10):
+def forward_backward_tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=10):
     b, h = tokens // seqlen, hidden // d
     q, k, v = (torch.randn(b, seqlen, h, d, dtype=torch.bfloat16, device="cuda",
                            requires_grad=True) for _ in range(3))
@@ -184,33 +157,14 @@ def tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=10):
         out, _ = torch.ops.flashattn.fwd(q, k, v, causal=causal)
         torch.autograd.grad(out, (q, k, v), dout)
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        step()
-    torch.cuda.synchronize()
-    seconds = (time.perf_counter() - start) / iters
     flop = 3.5 * 4 * b * h * seqlen * seqlen * d / (2 if causal else 1)
-    return flop / seconds / 1e12
+    return tflops(step, flop, iters)
 
 
-def main():
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        print("SKIP: needs a GPU of compute capability 9.0 (sm_90a)")
-        return 0
-    if os.environ.get("FLASHATTN_CUDA_HOPPER") != "1":
-        print("FAIL: run with FLASHATTN_CUDA_HOPPER=1 (the library reads it once per process)")
-        return 1
-    import flashattn  # noqa: F401  (registers torch.ops.flashattn)
-    failures = check_cases()
-    for causal in (False, True):
-        print(f"library forward+backward, Hopper kernels, bf16 d=128 N=4096 B*N=16k "
-              f"causal={causal}: {tflops(causal):.0f} TFLOP/s")
-    print(f"{'FAIL' if failures else 'PASS'}: {failures} failure(s)")
-    return 1 if failures else 0
+BENCHMARKS = [(f"library forward+backward, Hopper kernels, bf16 d=128 N=4096 B*N=16k "
+               f"causal={causal}", lambda causal=causal: forward_backward_tflops(causal))
+              for causal in (False, True)]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_sample(check_cases, BENCHMARKS))

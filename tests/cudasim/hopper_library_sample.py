@@ -14,7 +14,6 @@ prints SKIP and exits 0.
 """
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE)))  # tests/: checks, tolerance
@@ -22,14 +21,7 @@ os.environ.setdefault("FLASHATTN_POISON_OUTPUTS", "1")  # before flashattn loads
 
 import torch  # noqa: E402
 
-
-def kernels_run(fn):
-    """The CUDA kernel names fn() launches, from the profiler."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+from library_sample import assert_ran, kernels_run, run_sample, tflops  # noqa: E402
 
 
 # (dtype, d, mask, B, Sq, Sk, Hq, Hkv): both dtypes and head dims, causal in both alignments,
@@ -55,33 +47,26 @@ CASES = [
 ]
 
 
-def check_cases():
+def check_cases(tally):
     from checks import MASKS, check_forward
     from executors import make_executor
 
     cuda = make_executor("cuda")
-    failures = 0
     for dtype, d, mask, b, sq, sk, hq, hkv in CASES:
         name = f"{str(dtype)[6:]} d={d} {mask} B={b} Sq={sq} Sk={sk} Hq={hq} Hkv={hkv}"
         q = torch.randn(b, sq, hq, d, dtype=dtype, device="cuda")
         k, v = (torch.randn(b, sk, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
-        try:
+        with tally.case(name):
             names = kernels_run(lambda: check_forward(cuda, q, k, v, MASKS[mask]))
-            assert any("fwd_sm90_kernel" in n for n in names), f"no Hopper kernel ran: {names}"
-            print(f"PASS {name}")
-        except AssertionError as e:
-            failures += 1
-            print(f"FAIL {name}: {e}")
+            assert_ran(names, "fwd_sm90_kernel", "Hopper kernel")
     # A call the Hopper forward does not take stays on sm_80 (README's support table).
     q, k, v = (torch.randn(1, 200, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-    names = kernels_run(lambda: check_forward(cuda, q, k, v, MASKS["all"]))
-    if any("fwd_sm90_kernel" in n for n in names) or not any("fwd_kernel_16bit" in n
-                                                             for n in names):
-        failures += 1
-        print(f"FAIL ALiBi + softcap + window: expected the sm_80 kernel, ran {names}")
-    else:
-        print("PASS ALiBi + softcap + window stays on sm_80")
-    return failures + check_attn_mask_cases() + check_split_cases()
+    with tally.case("ALiBi + softcap + window stays on sm_80"):
+        names = kernels_run(lambda: check_forward(cuda, q, k, v, MASKS["all"]))
+        assert not any("fwd_sm90_kernel" in n for n in names) and any(
+            "fwd_kernel_16bit" in n for n in names), f"expected the sm_80 kernel, ran {names}"
+    check_attn_mask_cases(tally)
+    check_split_cases(tally)
 
 
 # attn_mask (the kAttnMask main loops): (dtype, d, kind, mask shape, causal, B, Sq, Sk, Hq, Hkv);
@@ -95,12 +80,11 @@ MASK_CASES = [
 ]
 
 
-def check_attn_mask_cases():
+def check_attn_mask_cases(tally):
     from executors import make_executor
     from test_attn_mask import check_masked, make_mask
 
     cuda = make_executor("cuda")
-    failures = 0
     for dtype, d, kind, shape, causal, b, sq, sk, hq, hkv in MASK_CASES:
         name = f"attn_mask {kind} {shape} {str(dtype)[6:]} d={d} causal={causal} Sq={sq} Sk={sk}"
         q = torch.randn(b, sq, hq, d, dtype=dtype, device="cuda")
@@ -110,15 +94,10 @@ def check_attn_mask_cases():
         if causal:  # top-left causal folded into the mask, as check_masked takes none
             mask = mask.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device="cuda").triu(1),
                                     False if kind == "bool" else float("-inf"))
-        try:
+        with tally.case(name):
             names = kernels_run(lambda: check_masked(cuda, q, k, v, mask, scale=d ** -0.5,
                                                      backward=False))
-            assert any("fwd_sm90_kernel" in n for n in names), f"no Hopper kernel ran: {names}"
-            print(f"PASS {name}")
-        except AssertionError as e:
-            failures += 1
-            print(f"FAIL {name}: {e}")
-    return failures
+            assert_ran(names, "fwd_sm90_kernel", "Hopper kernel")
 
 
 # Split-KV decodes through flash_attn_with_kvcache's op (cache_seqlens): (dtype, d, causal, B,
@@ -131,12 +110,11 @@ SPLIT_CASES = [
 ]
 
 
-def check_split_cases():
+def check_split_cases(tally):
     from checks import to64
     from flashattn._reference import attention_reference
     from tolerance import assert_within_torch_error
 
-    failures = 0
     for dtype, d, causal, b, sq, rows, h, seqlens, splits in SPLIT_CASES:
         name = f"split-KV {str(dtype)[6:]} d={d} causal={causal} B={b} Sq={sq} seqlens={seqlens}"
         q = torch.randn(b, sq, h, d, dtype=dtype, device="cuda")
@@ -146,11 +124,11 @@ def check_split_cases():
             v[i, n:] = float("nan")
         used = torch.tensor(seqlens, dtype=torch.int32, device="cuda")
         result = []
-        try:
+        with tally.case(name):
             names = kernels_run(lambda: result.append(torch.ops.flashattn.fwd_kvcache(
                 q, k, v, cache_seqlens=used, causal=causal, num_splits=splits)))
-            assert any("fwd_sm90_kernel" in n for n in names), f"no Hopper kernel ran: {names}"
-            assert any("split_merge" in n for n in names), f"no split merge ran: {names}"
+            assert_ran(names, "fwd_sm90_kernel", "Hopper kernel")
+            assert_ran(names, "split_merge", "split merge")
             out, lse = result[0]
             for i, n in enumerate(seqlens):
                 if n == 0:
@@ -162,47 +140,21 @@ def check_split_cases():
                 assert_within_torch_error(f"out[{i}]", out[i:i + 1].cpu(), ref_out, low_out)
                 assert_within_torch_error(f"lse[{i}]", lse[i:i + 1].cpu(), ref_lse,
                                           low_lse.float())
-            print(f"PASS {name}")
-        except AssertionError as e:
-            failures += 1
-            print(f"FAIL {name}: {e}")
-    return failures
 
 
-def tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=20):
+def forward_tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=20):
     b, h = tokens // seqlen, hidden // d
     q, k, v = (torch.randn(b, seqlen, h, d, dtype=torch.bfloat16, device="cuda")
                for _ in range(3))
-    fwd = lambda: torch.ops.flashattn.fwd(q, k, v, causal=causal)  # noqa: E731
-    for _ in range(3):
-        fwd()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        fwd()
-    torch.cuda.synchronize()
-    seconds = (time.perf_counter() - start) / iters
     flop = 4 * b * h * seqlen * seqlen * d / (2 if causal else 1)
-    return flop / seconds / 1e12
+    return tflops(lambda: torch.ops.flashattn.fwd(q, k, v, causal=causal), flop, iters)
 
 
-def main():
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        print("SKIP: needs a GPU of compute capability 9.0 (sm_90a)")
-        return 0
-    if os.environ.get("FLASHATTN_CUDA_HOPPER") != "1":
-        print("FAIL: run with FLASHATTN_CUDA_HOPPER=1 (the library reads it once per process)")
-        return 1
-    import flashattn  # noqa: F401  (registers torch.ops.flashattn)
-    failures = check_cases()
-    # Issue 31's targets: d = 128 >= 1.05x cuDNN, d = 256 >= 1.0x (cuDNN's 624 TFLOP/s, run 2).
-    for d in (128, 256):
-        for causal in (False, True):
-            print(f"library forward, Hopper kernels, bf16 d={d} N=4096 B*N=16k causal={causal}: "
-                  f"{tflops(causal, d=d):.0f} TFLOP/s")
-    print(f"{'FAIL' if failures else 'PASS'}: {failures} failure(s)")
-    return 1 if failures else 0
+# Issue 31's targets: d = 128 >= 1.05x cuDNN, d = 256 >= 1.0x (cuDNN's 624 TFLOP/s, run 2).
+BENCHMARKS = [(f"library forward, Hopper kernels, bf16 d={d} N=4096 B*N=16k causal={causal}",
+               lambda d=d, causal=causal: forward_tflops(causal, d=d))
+              for d in (128, 256) for causal in (False, True)]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_sample(check_cases, BENCHMARKS))
