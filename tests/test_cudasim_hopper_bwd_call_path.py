@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from checks import MASKS, check_sequence_backward, mask_arguments, reference_grads, to64
+from hopper_sim import ELEMENTS, launched, schedule_fixture
 from test_cudasim_fuzz_differential import SimAPI
 from tolerance import assert_within_torch_error
 
@@ -33,18 +34,7 @@ if os.environ.get("FLASHATTN_SIM_HOPPER_BWD_FULL") == "1":
     SCHEDULES += [(f"random:{seed}", copies) for seed in range(1, 5)
                   for copies in ("lazy", "eager", "random")]
 
-
-@pytest.fixture(params=SCHEDULES, ids=lambda s: f"{s[0]}-{s[1]}")
-def schedule(request, hopper):
-    warps, copies = request.param
-    hopper.set_schedule(warps)
-    hopper.ops.set_copy_completion(copies)
-    yield request.param
-    hopper.set_schedule("forward")
-    hopper.ops.set_copy_completion("")
-
-
-ELEMENTS = {torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
+schedule = schedule_fixture(SCHEDULES)
 
 
 def leaves(b, sq, sk, hq, hkv, d, dtype):
@@ -75,7 +65,7 @@ def run_and_check(sim, q, k, v, causal, align_bottom_right=True, deterministic=F
     for name, got, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
         assert got.dtype == q.dtype and got.isfinite().all(), name
         assert_within_torch_error(name, got, want, yardstick, factor=3.0)
-    return [launch["kernel"] for launch in counters["launches"]], grads
+    return launched(counters), grads
 
 
 def assert_hopper_backward_ran(kernels, dtype, d, causal, local=False, alibi=False, softcap=False):
@@ -209,7 +199,7 @@ def test_hopper_backward_varlen(schedule, hopper, dtype, d, mask, deterministic)
                           **varlen)
 
     (dq, dk, dv), counters = hopper.counted(step)
-    kernels = [launch["kernel"] for launch in counters["launches"]]
+    kernels = launched(counters)
     assert_hopper_backward_ran(kernels, dtype, d, is_causal(mask), is_local(mask),
                                has_alibi(mask), has_softcap(mask))
     for b in range(len(lens_q)):
@@ -247,7 +237,7 @@ def test_hopper_backward_seqused(schedule, hopper, dtype, d, mask):
         return hopper.bwd(dout, q, k, v, out, lse, None, scale, **used)
 
     (dq, dk, dv), counters = hopper.counted(step)
-    kernels = [launch["kernel"] for launch in counters["launches"]]
+    kernels = launched(counters)
     assert_hopper_backward_ran(kernels, dtype, d, is_causal(mask), is_local(mask),
                                has_alibi(mask), has_softcap(mask))
     for i, (nq, nk) in enumerate(zip(used_q.tolist(), used_k.tolist())):
@@ -287,8 +277,7 @@ def test_hopper_backward_local_windows(schedule, hopper, dtype, d, window, top_l
     (dq, dk, dv), counters = hopper.counted(step)
     # A window wider than Sq + Sk is no window (attn_args.cpp clip_window): the no-mask loop.
     local = any(0 <= w <= sq + sk for w in window)
-    assert_hopper_backward_ran([launch["kernel"] for launch in counters["launches"]], dtype, d,
-                               causal=False, local=local)
+    assert_hopper_backward_ran(launched(counters), dtype, d, causal=False, local=local)
     for i in range(b):
         check_sequence_backward(f"batch {i}", (dq[i], dk[i], dv[i]), q[i], k[i], v[i], dout[i],
                                 ref_kwargs)
@@ -317,9 +306,8 @@ def test_hopper_backward_softcap(schedule, hopper, dtype, d, softcap, mask, b, s
         return hopper.bwd(dout, q, k, v, out, lse, None, scale, **op_kwargs)
 
     (dq, dk, dv), counters = hopper.counted(step)
-    assert_hopper_backward_ran([launch["kernel"] for launch in counters["launches"]], dtype, d,
-                               causal=mask.get("causal", False), local="window" in mask,
-                               softcap=True)
+    assert_hopper_backward_ran(launched(counters), dtype, d, causal=mask.get("causal", False),
+                               local="window" in mask, softcap=True)
     for i in range(b):
         check_sequence_backward(f"batch {i}", (dq[i], dk[i], dv[i]), q[i], k[i], v[i], dout[i],
                                 ref_kwargs)
@@ -351,8 +339,7 @@ def test_hopper_backward_alibi(schedule, hopper, dtype, d, slopes, causal, top_l
         return hopper.bwd(dout, q, k, v, out, lse, None, scale, **op_kwargs)
 
     (dq, dk, dv), counters = hopper.counted(step)
-    assert_hopper_backward_ran([launch["kernel"] for launch in counters["launches"]], dtype, d,
-                               causal=causal, alibi=True)
+    assert_hopper_backward_ran(launched(counters), dtype, d, causal=causal, alibi=True)
     for i in range(b):
         check_sequence_backward(f"batch {i}", (dq[i], dk[i], dv[i]), q[i], k[i], v[i], dout[i],
                                 sequence_kwargs(ref_kwargs, i))
@@ -387,7 +374,7 @@ def test_hopper_backward_window_skips_blocks(hopper, d):
         _, counters = hopper.counted(lambda: hopper.bwd(dout, q, k, v, *hopper.fwd(q, k, v, 0.1, window=window),
                                                         None, 0.1, window=window))
         main = [launch for launch in counters["launches"] if "bwd_sm90_kernel<" in launch["kernel"]]
-        assert len(main) == 1, [launch["kernel"] for launch in counters["launches"]]
+        assert len(main) == 1, launched(counters)
         counts[window] = main[0]["counters"]["wgmma"]["instructions"]
     visited, pairs = visited_block_pairs(600, 600, block_m, (100, 0), 0)
     assert (visited, pairs) == {64: (9, 25), 128: (18, 50)}[d]
@@ -407,7 +394,7 @@ def test_what_hopper_backward_lacks_runs_on_sm80(hopper):
         torch.autograd.backward((out, lse), (dout, dlse))
 
     _, counters = hopper.counted(step)
-    kernels = [launch["kernel"] for launch in counters["launches"]]
+    kernels = launched(counters)
     assert "fwd_sm90_kernel<" in kernels[0] and not any("bwd_sm90" in n for n in kernels), kernels
     assert any("bwd_dkdv_kernel_16bit" in n for n in kernels), kernels
     ref = reference_grads(to64(q.detach()), to64(k.detach()), to64(v.detach()), dout.double(),

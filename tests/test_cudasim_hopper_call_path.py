@@ -18,33 +18,11 @@ import torch
 
 from checks import MASKS, check_forward, mask_arguments, to64
 from flashattn._reference import attention_reference
+from hopper_sim import ELEMENTS, launched, schedule_fixture, wgmma_instructions
 from tolerance import assert_within_torch_error
 
 
-SCHEDULES = [("forward", "lazy"), ("forward", "eager"), ("reverse", "eager"),
-             ("reverse", "lazy"), ("random:31", "random"), ("random:7", "eager")]
-
-
-@pytest.fixture(params=SCHEDULES, ids=lambda s: f"{s[0]}-{s[1]}")
-def schedule(request, hopper):
-    warps, copies = request.param
-    hopper.set_schedule(warps)
-    hopper.ops.set_copy_completion(copies)
-    yield request.param
-    hopper.set_schedule("forward")
-    hopper.ops.set_copy_completion("")
-
-
-def launched(counters):
-    """The kernels run, in order (their demangled signatures)."""
-    return [launch["kernel"] for launch in counters["launches"]]
-
-
-def wgmma_instructions(counters):
-    return sum(launch["counters"]["wgmma"]["instructions"] for launch in counters["launches"])
-
-
-ELEMENTS = {torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
+schedule = schedule_fixture()
 
 
 def qkv(b, sq, sk, hq, hkv, d, dtype, kv_bhsd=False):
