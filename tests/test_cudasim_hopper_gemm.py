@@ -4,33 +4,28 @@ exact on integer-valued inputs under every schedule and copy completion, ragged 
 and the planted bugs in it reported as named errors. Its GPU side (tests/cudasim/hopper_gemm.py)
 must keep compiling for sm_90a, and the wgmma wrappers must fail clearly in a plain sm_90 pass."""
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
-from fixtures import SELFTEST_DIR, program, run, source_line  # noqa: E402
+from fixtures import (CORRECT, SELFTEST_DIR, SIM_ERROR, named_error, program, run,  # noqa: E402
+                      site_of)
 import hopper_gemm  # noqa: E402
 
 KERNEL = os.path.join(SELFTEST_DIR, "hopper_gemm_kernel.cuh")
 SCHEDULES = ["forward", "reverse", "random:1", "random:2"]
 COMPLETIONS = ["lazy", "eager", "random"]
-CORRECT, WRONG, SIM_ERROR = 0, 1, 3
 SHAPES = ["bf16_k_2c", "bf16_k_2c_ragged", "f16_k_1c_ragged", "bf16_mn_2c_ragged", "f16_mn_1c"]
 
 
 def site(marker):
-    return f"hopper_gemm_kernel.cuh:{source_line(KERNEL, marker)}"
+    return site_of(KERNEL, marker)
 
 
 def run_case(case, schedule, completion):
     return run(program("hopper_gemm_test"), case, schedule=schedule, completion=completion)
-
-
-def first_line(out):
-    return out.stdout.splitlines()[0] if out.stdout else out.stderr
 
 
 @pytest.mark.parametrize("completion", COMPLETIONS)
@@ -50,11 +45,10 @@ def test_stage_released_before_the_wgmma_wait_is_caught(schedule, completion):
     they are in flight. Eagerly (and at random, for these seeds) it lands at once; lazily it lands
     only once the wait has passed, harmless, so lazy completion may pass, never silently wrong."""
     out = run_case("early_release", schedule, completion)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"wgmma\.mma_async issued here reads operand [AB] at smem\+0x[0-9a-f]+, which "
-                     r"changed \(last written at \S+ \(an async-proxy copy\)\) before the "
-                     r"wgmma\.wait_group at \S+ retired it", message), message
+    message = named_error(
+        out, r"wgmma\.mma_async issued here reads operand [AB] at smem\+0x[0-9a-f]+, which "
+             r"changed \(last written at \S+ \(an async-proxy copy\)\) before the "
+             r"wgmma\.wait_group at \S+ retired it")
     assert site("wgmma") in message, message
     assert site("wait_previous") in message or site("wait_last") in message, message
     assert site("load_a") in message or site("load_b") in message, message
@@ -69,12 +63,11 @@ def test_missing_expect_tx_is_caught(schedule, completion):
     underflows the next phase's transaction count (eager, random), or, if none lands before
     the block ends (lazy: the consumers never block on a copy), it is still in flight then."""
     out = run_case("no_expect_tx", schedule, completion)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"mbarrier: transaction-byte underflow: the copy issued here lands \d+ bytes "
-                     r"on the mbarrier at smem\+0x[0-9a-f]+ in phase \d+, which expects only 0 "
-                     r"\(a missing or short expect_tx|cp\.async\.bulk\.tensor issued here is still "
-                     r"in flight when every thread of the block has returned", message), message
+    message = named_error(
+        out, r"mbarrier: transaction-byte underflow: the copy issued here lands \d+ bytes "
+             r"on the mbarrier at smem\+0x[0-9a-f]+ in phase \d+, which expects only 0 "
+             r"\(a missing or short expect_tx|cp\.async\.bulk\.tensor issued here is still "
+             r"in flight when every thread of the block has returned")
     if completion == "lazy":
         assert "still in flight" in message, message
     else:
@@ -86,11 +79,10 @@ def test_missing_expect_tx_is_caught(schedule, completion):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_missing_proxy_fence_before_the_tma_store_is_caught(schedule, completion):
     out = run_case("no_proxy_fence", schedule, completion)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"reads smem\+0x[0-9a-f]+ through the async proxy, but thread \d+ \(warp \d+ "
-                     r"lane \d+\) stored it at \S+ through the generic proxy and has not executed "
-                     r"fence\.proxy\.async since", message), message
+    message = named_error(
+        out, r"reads smem\+0x[0-9a-f]+ through the async proxy, but thread \d+ \(warp \d+ "
+             r"lane \d+\) stored it at \S+ through the generic proxy and has not executed "
+             r"fence\.proxy\.async since")
     assert site("store_c") in message and site("stage_c") in message, message
 
 

@@ -12,25 +12,21 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
-from fixtures import SELFTEST_DIR, program, run, source_line  # noqa: E402
+from fixtures import (CORRECT, SELFTEST_DIR, SIM_ERROR, WRONG, first_line,  # noqa: E402
+                      named_error, program, run, site_of)
 
 SOURCE = os.path.join(SELFTEST_DIR, "tma_test.cpp")
 SCHEDULES = ["forward", "reverse", "random:1", "random:2"]
 COMPLETIONS = ["lazy", "eager", "random"]
 MATRIX = [(s, c) for s in SCHEDULES for c in COMPLETIONS]
-CORRECT, WRONG, SIM_ERROR = 0, 1, 3
 
 
 def site(marker):
-    return f"tma_test.cpp:{source_line(SOURCE, marker)}"
+    return site_of(SOURCE, marker)
 
 
 def run_case(case, schedule="forward", completion=None, *args):
     return run(program("tma_test"), case, *args, schedule=schedule, completion=completion)
-
-
-def first_line(out):
-    return out.stdout.splitlines()[0] if out.stdout else out.stderr
 
 
 @pytest.mark.parametrize("schedule,completion", MATRIX)
@@ -64,21 +60,19 @@ def test_missing_expect_tx_is_caught(schedule, completion):
     """The producer's plain arrival completes "full" before the tile lands: the copy then lands
     on a phase that expects no bytes, or is still in flight at the end."""
     out = run_case("ring_missing_expect_tx", schedule, completion)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"transaction-byte underflow: the copy issued here lands 1024 bytes|"
-                     r"cp\.async\.bulk\.tensor issued here is still in flight when every thread "
-                     r"of the block has returned|too many arrivals", message), message
+    message = named_error(
+        out, r"transaction-byte underflow: the copy issued here lands 1024 bytes|"
+             r"cp\.async\.bulk\.tensor issued here is still in flight when every thread "
+             r"of the block has returned|too many arrivals")
     assert site("producer_load") in message or "too many arrivals" in message, message
 
 
 @pytest.mark.parametrize("schedule,completion", MATRIX)
 def test_wrong_parity_of_the_producer_deadlocks(schedule, completion):
     out = run_case("ring_producer_wrong_parity", schedule, completion)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"deadlock in kernel .*thread 0 waits in mbarrier\.try_wait\.parity at \S+ on "
-                     r"the mbarrier at smem\+0x810 for parity 0: phase 0, 0 of 2 arrivals", message), message
+    message = named_error(
+        out, r"deadlock in kernel .*thread 0 waits in mbarrier\.try_wait\.parity at \S+ on "
+             r"the mbarrier at smem\+0x810 for parity 0: phase 0, 0 of 2 arrivals")
     assert site("producer_wait") in message and site("consumer_wait") in message
 
 
@@ -131,21 +125,16 @@ def test_read_before_the_wait_is_caught(schedule, completion):
 @pytest.mark.parametrize("schedule", ["forward", "random:1"])
 def test_misuse_is_named(case, pattern, markers, schedule):
     out = run_case(case, schedule)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(pattern, message), message
-    for marker in markers:
-        assert site(marker) in message, f"{site(marker)} not named in: {message}"
+    named_error(out, pattern, [site(marker) for marker in markers])
 
 
 @pytest.mark.parametrize("schedule", ["forward", "reverse", "random:1"])
 def test_tma_store_of_plain_stores_without_proxy_fence_is_named(schedule):
     out = run_case("generic_store_without_fence", schedule)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"cp\.async\.bulk\.tensor \(store\) reads smem\+0x0 through the async proxy, "
-                     r"but thread 0 \(warp 0 lane 0\) stored it at \S+ through the generic proxy "
-                     r"and has not executed fence\.proxy\.async since", message), message
+    message = named_error(
+        out, r"cp\.async\.bulk\.tensor \(store\) reads smem\+0x0 through the async proxy, "
+             r"but thread 0 \(warp 0 lane 0\) stored it at \S+ through the generic proxy "
+             r"and has not executed fence\.proxy\.async since")
     assert site("unfenced_store") in message and site("generic_store") in message
 
 

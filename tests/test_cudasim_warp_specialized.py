@@ -9,25 +9,21 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
-from fixtures import SELFTEST_DIR, program, run, source_line  # noqa: E402
+from fixtures import (CORRECT, SELFTEST_DIR, SIM_ERROR, WRONG, first_line,  # noqa: E402
+                      named_error, program, run, site_of)
 
 SOURCE = os.path.join(SELFTEST_DIR, "warp_specialized_test.cpp")
 SCHEDULES = ["forward", "reverse", "random:1", "random:2", "random:3"]
 COMPLETIONS = ["lazy", "eager", "random"]
 MATRIX = [(s, c) for s in SCHEDULES for c in COMPLETIONS]
-CORRECT, WRONG, SIM_ERROR = 0, 1, 3
 
 
 def site(marker):
-    return f"warp_specialized_test.cpp:{source_line(SOURCE, marker)}"
+    return site_of(SOURCE, marker)
 
 
 def run_case(case, schedule="forward", completion=None):
     return run(program("warp_specialized_test"), case, schedule=schedule, completion=completion)
-
-
-def first_line(out):
-    return out.stdout.splitlines()[0] if out.stdout else out.stderr
 
 
 @pytest.mark.parametrize("schedule,completion", MATRIX)
@@ -73,15 +69,14 @@ def test_producer_on_the_wrong_parity_deadlocks_with_a_listing(schedule, complet
     """The producer waits on phase 0 of an empty stage, which only consumers complete, while
     they wait for the tile it never copies: the report names both waits and both mbarriers."""
     out = run_case("ring_producer_wrong_parity", schedule, completion)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(
+    message = named_error(
+        out,
         r"deadlock in kernel void ring::pipeline<\(ring::Bug\)1>.* \(no thread can run and no "
         r"copy is in flight\): thread 0 waits in mbarrier\.try_wait\.parity at \S+ on the "
         r"mbarrier at smem\+0x10 for parity 0: phase 0, 0 of 2 arrivals, 0 tx bytes pending; "
         r"threads 1-31 returned; threads 32-95 \(warps 1-2\) wait in mbarrier\.try_wait\.parity "
         r"at \S+ on the mbarrier at smem\+0x0 for parity 0: phase 0, 0 of 1 arrivals, "
-        r"0 tx bytes pending$", message), message
+        r"0 tx bytes pending$")
     assert site("producer_wait") in message and site("consumer_wait") in message
 
 
@@ -91,8 +86,7 @@ def test_consumer_on_the_wrong_parity_is_caught(schedule, completion):
     releases a stage the producer has not filled: the ring's phases drift apart until it
     deadlocks (or, lazily under forward, the producer arrives on a phase still loading)."""
     out = run_case("ring_consumer_wrong_parity", schedule, completion)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    assert re.search(r"deadlock in kernel|too many arrivals", first_line(out)), first_line(out)
+    named_error(out, r"deadlock in kernel|too many arrivals")
 
 
 @pytest.mark.parametrize("schedule,completion", MATRIX)
@@ -100,12 +94,11 @@ def test_missing_expect_tx_is_caught(schedule, completion):
     """The full barrier completes at the producer's plain arrival, before its copy lands: the
     copy then lands on a phase that expects no bytes, or is still in flight at the end."""
     out = run_case("ring_missing_expect_tx", schedule, completion)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"transaction-byte underflow: the copy issued here lands 1024 bytes on the "
-                     r"mbarrier at smem\+0x[08] in phase \d+, which expects only 0|"
-                     r"cp\.async\.bulk issued here is still in flight when every thread of the "
-                     r"block has returned", message), message
+    message = named_error(
+        out, r"transaction-byte underflow: the copy issued here lands 1024 bytes on the "
+             r"mbarrier at smem\+0x[08] in phase \d+, which expects only 0|"
+             r"cp\.async\.bulk issued here is still in flight when every thread of the "
+             r"block has returned")
     assert site("producer_copy") in message
 
 
@@ -118,11 +111,10 @@ def test_missing_expect_tx_is_an_underflow_when_copies_land_eagerly():
 def test_every_producer_lane_arriving_is_too_many_arrivals(schedule):
     """Lazily, lane 1's arrive.expect_tx meets the phase lane 0 opened, with no arrival left."""
     out = run_case("ring_producer_every_lane", schedule, "lazy")
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"mbarrier: too many arrivals: mbarrier\.arrive\.expect_tx \(count 1\) on "
-                     r"the mbarrier at smem\+0x[08] in phase 0, which has 0 of its 1 arrivals "
-                     r"left \(it waits only for 1024 tx bytes\)", message), message
+    message = named_error(
+        out, r"mbarrier: too many arrivals: mbarrier\.arrive\.expect_tx \(count 1\) on "
+             r"the mbarrier at smem\+0x[08] in phase 0, which has 0 of its 1 arrivals "
+             r"left \(it waits only for 1024 tx bytes\)")
     assert site("producer_arrive") in message
 
 
@@ -134,19 +126,15 @@ def test_every_producer_lane_arriving_is_caught(schedule, completion):
 
 def test_too_many_arrivals_on_one_phase():
     out = run_case("mbarrier_arrives_twice")
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert "too many arrivals: mbarrier.arrive (count 1) on the mbarrier at smem+0x0" in message
-    assert site("second_arrival") in message
+    named_error(out, re.escape("too many arrivals: mbarrier.arrive (count 1) on the mbarrier at "
+                               "smem+0x0"), [site("second_arrival")])
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_use_before_init_is_named(schedule):
     out = run_case("ring_empty_not_initialized", schedule)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"mbarrier\.try_wait\.parity: mbarrier used before init: smem\+0x18 holds "
-                     r"no initialized mbarrier", message), message
+    named_error(out, r"mbarrier\.try_wait\.parity: mbarrier used before init: smem\+0x18 holds "
+                     r"no initialized mbarrier")
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -168,24 +156,21 @@ def test_read_before_the_wait_is_caught(schedule, completion):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_named_barrier_count_mismatch_is_named(schedule):
     out = run_case("turns_count_mismatch", schedule)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"named barrier count mismatch: bar\.sync [34] with (96|128) threads, but "
-                     r"this generation of barrier [34] was opened by bar\.sync at \S+ with "
-                     r"(96|128) threads", message), message
+    message = named_error(
+        out, r"named barrier count mismatch: bar\.sync [34] with (96|128) threads, but "
+             r"this generation of barrier [34] was opened by bar\.sync at \S+ with "
+             r"(96|128) threads")
     assert site("group_sync") in message
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_named_barrier_deadlock_lists_arrivals(schedule):
     out = run_case("turns_no_hand_back", schedule)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
     at = re.escape(site("wait_turn"))
-    assert re.search(rf"deadlock in kernel .*: threads 0-127 \(warps 0-3\) wait in bar\.sync at "
+    named_error(out, rf"deadlock in kernel .*: threads 0-127 \(warps 0-3\) wait in bar\.sync at "
                      rf"\S*{at} \(barrier 1: 128 of 256 threads arrived\); threads 128-255 "
                      rf"\(warps 4-7\) wait in bar\.sync at \S*{at} \(barrier 2: 128 of 256 "
-                     rf"threads arrived\)$", message), message
+                     rf"threads arrived\)$")
 
 
 @pytest.mark.parametrize("case,pattern,markers", [
@@ -204,11 +189,7 @@ def test_named_barrier_deadlock_lists_arrivals(schedule):
 @pytest.mark.parametrize("schedule", ["forward", "reverse", "random:1"])
 def test_misuse_is_named(case, pattern, markers, schedule):
     out = run_case(case, schedule)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(pattern, message), message
-    for marker in markers:
-        assert site(marker) in message, f"{site(marker)} not named in: {message}"
+    named_error(out, pattern, [site(marker) for marker in markers])
 
 
 def test_bad_copy_completion_is_reported():

@@ -3,33 +3,26 @@
 cases the GPU layout check runs) matches its ISA reference under every schedule, and each
 planted bug is reported as its named error or shows as NaN in the output."""
 import os
-import re
 import sys
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
-from fixtures import SELFTEST_DIR, program, run, source_line  # noqa: E402
+from fixtures import (CORRECT, SELFTEST_DIR, SIM_ERROR, WRONG, named_error,  # noqa: E402
+                      program, run, site_of)
 
 SOURCE = os.path.join(SELFTEST_DIR, "wgmma_test.cpp")
 SCHEDULES = ["forward", "reverse", "random:1"]
-CORRECT, WRONG, SIM_ERROR = 0, 1, 3
+COMPLETIONS = ["lazy", "eager", "random"]
 
 
 def site(marker):
-    return f"wgmma_test.cpp:{source_line(SOURCE, marker)}"
-
-
-COMPLETIONS = ["lazy", "eager", "random"]
+    return site_of(SOURCE, marker)
 
 
 def run_case(case, schedule="forward", sanitize=False, completion=None):
     return run(program("wgmma_test", sanitize=sanitize), case, schedule=schedule,
                completion=completion)
-
-
-def first_line(out):
-    return out.stdout.splitlines()[0] if out.stdout else out.stderr
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -51,11 +44,10 @@ def test_stage_released_before_the_wait_is_caught_when_the_copy_lands(schedule):
     """Eagerly, the producer's next tensor copy lands in the released stage before the consumers'
     wait_group retires the MMA reading it; lazily it lands after, which is harmless."""
     out = run_case("tma_ring_early_release", schedule, completion="eager")
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(r"wgmma\.mma_async issued here reads operand B at smem\+0x[0-9a-f]+, which "
-                     r"changed (\(last written at \S+ \(an async-proxy copy\)\) )?before the "
-                     r"wgmma\.wait_group at \S+ retired it", message), message
+    message = named_error(
+        out, r"wgmma\.mma_async issued here reads operand B at smem\+0x[0-9a-f]+, which "
+             r"changed (\(last written at \S+ \(an async-proxy copy\)\) )?before the "
+             r"wgmma\.wait_group at \S+ retired it")
     assert site("ring_wgmma") in message and site("ring_wait") in message, message
     for completion in ("lazy", "random"):
         out = run_case("tma_ring_early_release", schedule, completion=completion)
@@ -117,11 +109,7 @@ def test_reading_accumulators_before_the_wait_reads_nan(schedule):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_misuse_is_named(case, pattern, markers, schedule):
     out = run_case(case, schedule)
-    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
-    message = first_line(out)
-    assert re.search(pattern, message), message
-    for marker in markers:
-        assert site(marker) in message, f"{site(marker)} not named in: {message}"
+    named_error(out, pattern, [site(marker) for marker in markers])
 
 
 def test_counters():

@@ -3,6 +3,7 @@
 Programs are compiled once per process and cached on disk (build/cudasim, keyed by
 the hash of sources and flags), so a rerun only relinks."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -13,6 +14,8 @@ import build
 BUILD_DIR = build.DEFAULT_BUILD_DIR
 SELFTEST_DIR = os.path.join(build.SHIM_DIR, "selftest")
 RUN_TIMEOUT_S = 60
+# A self-test program's exit status: its checks held, a result was wrong, the shim named an error.
+CORRECT, WRONG, SIM_ERROR = 0, 1, 3
 
 _built = {}
 
@@ -50,3 +53,25 @@ def source_line(path, marker):
             if line.rstrip().endswith("// SITE:" + marker):
                 return number
     raise LookupError(f"no // SITE:{marker} in {path}")
+
+
+def site_of(path, marker):
+    """`<file>:<line>` of the `// SITE:marker` line of a self-test source, as the shim's messages
+    name it."""
+    return f"{os.path.basename(path)}:{source_line(path, marker)}"
+
+
+def first_line(out):
+    """The first line a program printed (the shim's error message), or its stderr."""
+    return out.stdout.splitlines()[0] if out.stdout else out.stderr
+
+
+def named_error(out, pattern, sites=()):
+    """The shim's message, after asserting that the run stopped on a named error whose message
+    matches the regex `pattern` and names every one of `sites`."""
+    assert out.returncode == SIM_ERROR, out.stdout + out.stderr
+    message = first_line(out)
+    assert re.search(pattern, message), message
+    for site in sites:
+        assert site in message, f"{site} not named in: {message}"
+    return message
