@@ -21,33 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "bshd_host_tensor.h"
 #include "cuda/hopper/bwd_sm90_launch.h"
 #include "named_cases.h"
 
 namespace {
 
 using namespace flashattn::hopper;
-
-template <typename Elem>
-uint16_t bits_of(float x) {
-  Elem h;
-  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) h = __float2bfloat16_rn(x);
-  else h = __float2half_rn(x);
-  uint16_t b;
-  std::memcpy(&b, &h, sizeof b);
-  return b;
-}
-template <typename Elem>
-float value_of(uint16_t b) {
-  Elem h;
-  std::memcpy(static_cast<void*>(&h), &b, sizeof b);
-  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) return __bfloat162float(h);
-  else return __half2float(h);
-}
-template <typename Elem>
-double round_to(double x) {
-  return value_of<Elem>(bits_of<Elem>(static_cast<float>(x)));
-}
+using namespace selftest;
 
 struct Shape {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
@@ -56,37 +37,6 @@ struct Shape {
   int window_left = -1, window_right = -1;  // the kLocal cases' window (AttnParams' meaning)
   bool alibi_per_batch = false;  // the kAlibi cases' slopes: [B, Hq] (else [Hq], batch stride 0)
 };
-
-
-// A [B, S, H, D] tensor of 16-bit bits stored with the given layout.
-struct Tensor {
-  int batch, seqlen, heads, dim;
-  bool heads_outer;
-  std::vector<uint16_t> bits;
-  size_t index(int b, int s, int h, int d) const {
-    return heads_outer ? ((static_cast<size_t>(b) * heads + h) * seqlen + s) * dim + d
-                       : ((static_cast<size_t>(b) * seqlen + s) * heads + h) * dim + d;
-  }
-  BwdSm90Tensor view() const {
-    BwdSm90Tensor t;
-    t.ptr = bits.data();
-    t.seqlen = seqlen, t.heads = heads;
-    t.batch_stride = static_cast<int64_t>(seqlen) * heads * dim;
-    t.row_stride = heads_outer ? dim : static_cast<int64_t>(heads) * dim;
-    t.head_stride = heads_outer ? static_cast<int64_t>(seqlen) * dim : dim;
-    return t;
-  }
-};
-
-template <typename Elem>
-Tensor random_tensor(std::mt19937& rng, int b, int s, int h, int d, bool heads_outer) {
-  Tensor t{b, s, h, d, heads_outer, {}};
-  t.bits.resize(static_cast<size_t>(b) * s * h * d);
-  std::uniform_real_distribution<float> mag(0.05f, 1.5f);
-  std::bernoulli_distribution sign(0.5);
-  for (auto& x : t.bits) x = bits_of<Elem>(sign(rng) ? mag(rng) : -mag(rng));
-  return t;
-}
 
 constexpr int kGuard = 64;
 constexpr uint16_t kPoison = 0xFFFF;  // NaN in both 16-bit types
@@ -553,11 +503,7 @@ const selftest::NamedCases kCases = {
     {"bad_arguments", [] { return check_bad_arguments(); }},
     // Not in the test matrix: the shim's counters of one 256 x 512 d = 128 head.
     {"counters_bf16_d128", [] {
-       cudasim::enable_counters(true);
-       const int rc = run<bf16, 128, false>({{1, 1, 1, 256, 512, false}});
-       cudasim::enable_counters(false);
-       std::printf("%s\n", cudasim::counters_json().c_str());
-       return rc;
+       return selftest::printing_counters([] { return run<bf16, 128, false>({{1, 1, 1, 256, 512, false}}); });
      }},
 };
 

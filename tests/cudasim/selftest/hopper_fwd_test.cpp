@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bshd_host_tensor.h"
 #include "cuda/hopper/fwd_sm90_launch.h"
 #include "named_cases.h"
 
@@ -24,27 +25,11 @@ using flashattn::hopper::FwdSm90Config;
 using flashattn::hopper::FwdSm90Input;
 using flashattn::hopper::FwdSm90Maps;
 using flashattn::hopper::FwdSm90Params;
-
-template <typename Elem>
-uint16_t bits_of(float x) {
-  Elem h;
-  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) h = __float2bfloat16_rn(x);
-  else h = __float2half_rn(x);
-  uint16_t b;
-  std::memcpy(&b, &h, sizeof b);
-  return b;
-}
-template <typename Elem>
-float value_of(uint16_t b) {
-  Elem h;
-  std::memcpy(static_cast<void*>(&h), &b, sizeof b);
-  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) return __bfloat162float(h);
-  else return __half2float(h);
-}
-template <typename Elem>
-double round_to(double x) {
-  return value_of<Elem>(bits_of<Elem>(static_cast<float>(x)));
-}
+using selftest::bits_of;
+using selftest::random_tensor;
+using selftest::round_to;
+using selftest::Tensor;
+using selftest::value_of;
 
 // Small enough that tanh bends the logits of these inputs (|scale * s| reaches ~2).
 constexpr double kSoftcapValue = 0.75;
@@ -55,36 +40,6 @@ struct Shape {
   bool top_left = false;  // causal / local: SDPA's top-left alignment (else FA2's bottom-right)
   int window_left = -1, window_right = -1;  // local cases only
 };
-
-// A [B, S, H, D] tensor stored with the given layout; element (b, s, h, d) at index().
-struct Tensor {
-  int batch, seqlen, heads, dim;
-  bool heads_outer;
-  std::vector<uint16_t> bits;
-  size_t index(int b, int s, int h, int d) const {
-    return heads_outer ? ((static_cast<size_t>(b) * heads + h) * seqlen + s) * dim + d
-                       : ((static_cast<size_t>(b) * seqlen + s) * heads + h) * dim + d;
-  }
-  FwdSm90Input input() const {
-    FwdSm90Input in;
-    in.ptr = bits.data();
-    in.seqlen = seqlen, in.heads = heads;
-    in.batch_stride = static_cast<int64_t>(seqlen) * heads * dim;
-    in.row_stride = heads_outer ? dim : static_cast<int64_t>(heads) * dim;
-    in.head_stride = heads_outer ? static_cast<int64_t>(seqlen) * dim : dim;
-    return in;
-  }
-};
-
-template <typename Elem>
-Tensor random_tensor(std::mt19937& rng, int b, int s, int h, int d, bool heads_outer) {
-  Tensor t{b, s, h, d, heads_outer, {}};
-  t.bits.resize(static_cast<size_t>(b) * s * h * d);
-  std::uniform_real_distribution<float> mag(0.05f, 1.5f);
-  std::bernoulli_distribution sign(0.5);
-  for (auto& x : t.bits) x = bits_of<Elem>(sign(rng) ? mag(rng) : -mag(rng));
-  return t;
-}
 
 template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap, bool kLocal, bool kAlibi>
 int run_shape(const Shape& sh, unsigned seed) {
@@ -108,7 +63,7 @@ int run_shape(const Shape& sh, unsigned seed) {
   o_in.row_stride = static_cast<int64_t>(sh.heads_q) * D;
   o_in.head_stride = D;
   const std::string error = flashattn::hopper::make_fwd_sm90_maps(
-      maps, dtype, D, sh.batch, q.input(), k.input(), v.input(), o_in, Cfg::kBlockM, Cfg::kBlockN);
+      maps, dtype, D, sh.batch, q.view(), k.view(), v.view(), o_in, Cfg::kBlockM, Cfg::kBlockN);
   if (!error.empty()) {
     std::printf("tensor maps: %s\n", error.c_str());
     return 2;
@@ -354,11 +309,7 @@ const selftest::NamedCases kCases = {
     // Not in the test matrix: the shim's counters of one CTA-row of a 256 x 512 d = 128 head
     // (2 x 4 key tiles per CTA), for the lab notes and the performance model.
     {"counters_bf16_d128", [] {
-       cudasim::enable_counters(true);
-       const int rc = run<bf16, 128, false>({{1, 1, 1, 256, 512, false}});
-       cudasim::enable_counters(false);
-       std::printf("%s\n", cudasim::counters_json().c_str());
-       return rc;
+       return selftest::printing_counters([] { return run<bf16, 128, false>({{1, 1, 1, 256, 512, false}}); });
      }},
 };
 

@@ -26,4 +26,13 @@ inline int run_named_case(int argc, char** argv, const NamedCases& cases) {
   }
 }
 
+// A case that runs with the shim's counters on and prints them (JSON) after.
+inline int printing_counters(const std::function<int()>& run) {
+  cudasim::enable_counters(true);
+  const int rc = run();
+  cudasim::enable_counters(false);
+  std::printf("%s\n", cudasim::counters_json().c_str());
+  return rc;
+}
+
 }  // namespace selftest
