@@ -159,7 +159,8 @@ def check_forward(ex, q, k, v, mask, scale=None):
     out, lse = ex.fwd(q, k, v, scale, **op_kwargs)
     ref_out, ref_lse = attention_reference(to64(q), to64(k), to64(v), **ref_kwargs)
     low_out, low_lse = attention_reference(q.cpu(), k.cpu(), v.cpu(), **ref_kwargs)
-    assert out.dtype == q.dtype and lse.dtype == torch.float32
+    assert out.shape == (*q.shape[:-1], v.shape[-1]) and out.dtype == q.dtype
+    assert lse.dtype == torch.float32
     assert_within_torch_error("out", out.cpu(), ref_out, low_out)
     assert_within_torch_error("lse", lse.cpu(), ref_lse, low_lse.float())
     return out, lse

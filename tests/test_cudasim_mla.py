@@ -17,7 +17,7 @@ import json
 import pytest
 import torch
 
-from checks import MASKS, mask_arguments, to64
+from checks import MASKS, check_forward, to64
 from executors import make_executor
 from flashattn._reference import attention_reference
 from test_kvcache import Case
@@ -137,19 +137,6 @@ def test_unequal_pairs_run_on_the_one_m_tile_kernel(sim):
         assert json.loads(sim.ops.plan_fwd(q, k, v))["one_m_tile"] == one_m_tile, dims
 
 
-def check_forward(q, k, v, mask, ex, **op_kwargs):
-    """The op's forward on ex against the float64 reference, PyTorch's error in the dtype the
-    yardstick."""
-    scale, kwargs, ref_kwargs = mask_arguments(mask, q)
-    kwargs.update(op_kwargs)
-    out, lse = ex.fwd(q, k, v, scale, **kwargs)
-    assert out.shape == (*q.shape[:-1], v.shape[-1]) and out.dtype == q.dtype
-    ref_out, ref_lse = attention_reference(to64(q), to64(k), to64(v), **ref_kwargs)
-    low_out, low_lse = attention_reference(q, k, v, **ref_kwargs)
-    assert_within_torch_error("out", out, ref_out, low_out)
-    assert_within_torch_error("lse", lse, ref_lse, low_lse.float())
-
-
 # ---- MLA's (192, 128) tile: Q and K 192 wide, V and O 128, 64 keys per tile; its backward's
 # dK/dV kernel (dK 192 wide, dV and dO 128) and deterministic dQ kernel ----
 
@@ -194,7 +181,7 @@ def test_pair_tile_under_every_schedule(sim, schedule):
     """The warps' order between barriers (conftest.py, schedule): the 64-key V tile is copied
     while S is computed, and O is staged in Qi's rows at the end."""
     q, k, v = make_qkv(2, 65, 129, 2, 2, (192, 128), torch.bfloat16)
-    check_forward(q, k, v, MASKS["causal"], sim)
+    check_forward(sim, q, k, v, MASKS["causal"])
 
 
 @pytest.mark.parametrize("dims,dtype", [((190, 120), torch.float16), ((129, 7), torch.bfloat16),
@@ -267,27 +254,27 @@ def test_wide_heads_forward(sim, dims, dtype):
     Sq != Sk both ways at partial tiles."""
     for seqlen_q, seqlen_k in ((65, 129), (127, 63)):
         q, k, v = make_qkv(1, seqlen_q, seqlen_k, 4, 2, dims, dtype)
-        check_forward(q, k, v, MASKS["causal"], sim)
+        check_forward(sim, q, k, v, MASKS["causal"])
 
 
 @pytest.mark.parametrize("seqlens", [(1, 257), (7, 63), (63, 7), (65, 129), (129, 65), (127, 1),
                                      (257, 127)], ids=str)
 def test_wide_heads_awkward_sizes(sim, seqlens):
     q, k, v = make_qkv(1, *seqlens, 2, 1, (576, 512), torch.bfloat16)
-    check_forward(q, k, v, MASKS["none"], sim)
+    check_forward(sim, q, k, v, MASKS["none"])
 
 
 @pytest.mark.parametrize("mask", ["window", "softcap_causal", "alibi"])
 def test_wide_heads_mask_features(sim, mask):
     q, k, v = make_qkv(1, 65, 129, 2, 1, (576, 512), torch.float16)
-    check_forward(q, k, v, MASKS[mask], sim)
+    check_forward(sim, q, k, v, MASKS[mask])
 
 
 def test_wide_heads_under_every_schedule(sim, schedule):
     """The warps' order between barriers (conftest.py, schedule): the two warps of an m-tile
     write one row of O's staging tile each, after the loop's last barrier."""
     q, k, v = make_qkv(2, 65, 129, 2, 2, (576, 512), torch.bfloat16)
-    check_forward(q, k, v, MASKS["causal"], sim)
+    check_forward(sim, q, k, v, MASKS["causal"])
 
 
 @pytest.mark.parametrize("dims,dtype", [((513, 264), torch.float16), ((300, 500), torch.bfloat16),
@@ -296,7 +283,7 @@ def test_wide_heads_under_every_schedule(sim, schedule):
 def test_wide_heads_ragged_dims(sim, dims, dtype):
     """Head dims that are not whole 16-byte chunks (element-wise copies) on the 576 tile."""
     q, k, v = make_qkv(1, 33, 47, 2, 1, dims, dtype)
-    check_forward(q, k, v, MASKS["causal"], sim)
+    check_forward(sim, q, k, v, MASKS["causal"])
 
 
 def test_wide_heads_dropout(sim):
