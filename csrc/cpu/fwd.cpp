@@ -148,10 +148,11 @@ void run_forward(const AttnParams& p, const ForwardPlan& plan, RowLanes lanes,
   const std::vector<ForwardTask> tasks = forward_tasks(p, seqs, plan);
   if (tasks.empty()) return;
   const ForwardOutput<In> output(p, seqs, plan.splits);
-  TileKernel<TileProducts> tile_kernel(p, seqs, plan, tiles, lanes, output);
+  const ForwardCallState<In> call{p, seqs, plan, lanes, output};
+  TileKernel<TileProducts> tile_kernel(call, tiles);
   using Decode = DecodeKernelOf<RowProducts>;
   std::optional<typename Decode::Kernel> decode_kernel;
-  if constexpr (kDecodes) decode_kernel.emplace(p, seqs, plan, rows, lanes, output);
+  if constexpr (kDecodes) decode_kernel.emplace(call, rows);
   // Whether a task's sequence takes the row products: when each of its tiles holds at most
   // kRowProductMaxRows query rows, however the call groups them (GQA heads, query blocks).
   // Decided by the sequence alone, so a sequence of a varlen batch still gets the bits it gets

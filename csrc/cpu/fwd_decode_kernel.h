@@ -10,6 +10,7 @@
 
 #include "../kv_rows.h"
 #include "../params.h"
+#include "fwd_call_state.h"
 #include "fwd_online_softmax.h"
 #include "fwd_plan.h"
 #include "fwd_split_merge.h"
@@ -22,9 +23,8 @@ class DecodeKernel {
   using In = typename Products::In;
 
  public:
-  DecodeKernel(const AttnParams& p, const std::vector<Sequence>& seqs, const ForwardPlan& plan,
-               const Products& products, RowLanes lanes, const ForwardOutput<In>& output)
-      : p_(p), seqs_(seqs), plan_(plan), products_(products), lanes_(lanes), output_(output) {}
+  DecodeKernel(const ForwardCallState<In>& call, const Products& products)
+      : call_(call), products_(products) {}
 
   // One worker's rows, reused across its tasks.
   struct Scratch {
@@ -39,43 +39,45 @@ class DecodeKernel {
   };
 
   void run(const ForwardTask& task, TileRows<In>& t, Scratch& s) const {
+    const AttnParams& p = call_.p;
     const int b = task.b;
-    const Sequence& seq = seqs_[b];
-    const int heads = plan_.heads_per_tile, tile_rows = task.rows * heads;
-    const int kv_heads = plan_.kv_heads_per_tile, rows_per_head = tile_rows / kv_heads;
-    const int kv_head = task.head0 / p_.head_group;  // the tile's first
+    const Sequence& seq = call_.seqs[b];
+    const int heads = call_.plan.heads_per_tile, tile_rows = task.rows * heads;
+    const int kv_heads = call_.plan.kv_heads_per_tile, rows_per_head = tile_rows / kv_heads;
+    const int kv_head = task.head0 / p.head_group;  // the tile's first
     for (int r = 0; r < tile_rows; ++r)
-      products_.load_query_row(p_.q.row<const In>(b, task.head0 + r / task.rows,
-                                                   seq.q_row0 + task.row_begin + r % task.rows),
+      products_.load_query_row(p.q.row<const In>(b, task.head0 + r / task.rows,
+                                                  seq.q_row0 + task.row_begin + r % task.rows),
                                r, s.q);
     products_.finish_query(rows_per_head, kv_heads, s.q);
     t.reset(tile_rows);
 
-    const BlockRange key_blocks = task_key_blocks(seq, task, plan_.splits);
+    const BlockRange key_blocks = task_key_blocks(seq, task, call_.plan.splits);
     s.key_rows_block = -1;
     for (int kb = key_blocks.first; kb < key_blocks.last; ++kb) {
-      const KeyBlockView view = key_block_view(p_, seq, task, heads, kb);
+      const KeyBlockView view = key_block_view(p, seq, task, heads, kb);
       if (nothing_seen(view)) continue;
       const int cols = view.cols;
       // S_ij
-      if (s.key_rows_block != kb) point_at_rows(p_.k, b, kv_head, kb, cols, s.key_rows);
-      point_at_rows(p_.v, b, kv_head, kb, cols, s.value_rows);
+      if (s.key_rows_block != kb) point_at_rows(p.k, b, kv_head, kb, cols, s.key_rows);
+      point_at_rows(p.v, b, kv_head, kb, cols, s.value_rows);
       const RowStream<In> keys{s.key_rows.data(), cols, s.value_rows.data(), cols, kv_heads,
-                               p_.k.head_stride};
+                               p.k.head_stride};
       products_.multiply_q_kt(s.q, rows_per_head, keys, t.scores.data());
-      online_softmax_step<Products::kForm>(p_, seq, task, heads, view, p_.head_dim_v, lanes_, t);
+      online_softmax_step<Products::kForm>(p, seq, task, heads, view, p.head_dim_v, call_.lanes,
+                                           t);
       // O_i += P_ij Vj, requesting the key rows of the task's next key block from memory.
       const int next_kb = kb + 1 < key_blocks.last ? kb + 1 : -1;
       const int next_cols =
           next_kb < 0 ? 0 : std::min(kKeyBlock, seq.seqlen_k - next_kb * kKeyBlock);
-      point_at_rows(p_.k, b, kv_head, next_kb, next_cols, s.next_key_rows);
+      point_at_rows(p.k, b, kv_head, next_kb, next_cols, s.next_key_rows);
       const RowStream<In> values{s.value_rows.data(), cols, s.next_key_rows.data(), next_cols,
-                                 kv_heads, p_.v.head_stride};
+                                 kv_heads, p.v.head_stride};
       products_.multiply_p_v(rows_per_head, values, t);
       std::swap(s.key_rows, s.next_key_rows);
       s.key_rows_block = next_kb;
     }
-    output_.store(task, heads, t);
+    call_.output.store(task, heads, t);
   }
 
  private:
@@ -83,15 +85,12 @@ class DecodeKernel {
   void point_at_rows(const TensorView& view, int b, int kv_head, int kb, int cols,
                      std::vector<const In*>& rows) const {
     for (int c = 0; c < cols; ++c)
-      rows[c] = key_row<const In>(view, p_.kv_cache, seqs_[b], kv_head, kb * kKeyBlock + c);
+      rows[c] =
+          key_row<const In>(view, call_.p.kv_cache, call_.seqs[b], kv_head, kb * kKeyBlock + c);
   }
 
-  const AttnParams& p_;
-  const std::vector<Sequence>& seqs_;
-  const ForwardPlan& plan_;
+  const ForwardCallState<In> call_;
   const Products products_;
-  const RowLanes lanes_;  // the online softmax's vector width
-  const ForwardOutput<In>& output_;
 };
 
 }  // namespace flashattn::cpu
