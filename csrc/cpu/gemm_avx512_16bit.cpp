@@ -88,12 +88,11 @@ int32_t load_pair(const uint16_t* p) {
 
 // ---- vdpbf16ps ----------------------------------------------------------------------------
 
-// C[kRows][cols] (+)= A[kRows][K] · B, B's columns [0, cols) (cols <= 16·kVecs, > 16·(kVecs-1)).
+// The accumulators of a kRows x cols block of C (cols <= 16·kVecs, > 16·(kVecs-1)): `last`
+// masks the lanes of the last vector that are columns.
 template <int kRows, int kVecs>
-FA_AVX512_BF16 void dot_block(int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
-                              int64_t ldb, float* C, int64_t ldc, bool accumulate, int64_t cols) {
-  const __mmask16 last = lanes16(cols - 16 * (kVecs - 1));
-  __m512 acc[kRows][kVecs];
+FA_AVX512 FA_INLINE void load_accumulators(__m512 (&acc)[kRows][kVecs], const float* C,
+                                           int64_t ldc, bool accumulate, __mmask16 last) {
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 4
@@ -101,6 +100,25 @@ FA_AVX512_BF16 void dot_block(int64_t K, const uint16_t* A, int64_t lda, const u
       const __mmask16 m = v == kVecs - 1 ? last : __mmask16(0xFFFF);
       acc[r][v] = accumulate ? _mm512_maskz_loadu_ps(m, C + r * ldc + 16 * v) : _mm512_setzero_ps();
     }
+}
+template <int kRows, int kVecs>
+FA_AVX512 FA_INLINE void store_accumulators(const __m512 (&acc)[kRows][kVecs], float* C,
+                                            int64_t ldc, __mmask16 last) {
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v)
+      _mm512_mask_storeu_ps(C + r * ldc + 16 * v, v == kVecs - 1 ? last : __mmask16(0xFFFF),
+                            acc[r][v]);
+}
+
+// C[kRows][cols] (+)= A[kRows][K] · B, B's columns [0, cols) (cols <= 16·kVecs, > 16·(kVecs-1)).
+template <int kRows, int kVecs>
+FA_AVX512_BF16 void dot_block(int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
+                              int64_t ldb, float* C, int64_t ldc, bool accumulate, int64_t cols) {
+  const __mmask16 last = lanes16(cols - 16 * (kVecs - 1));
+  __m512 acc[kRows][kVecs];
+  load_accumulators(acc, C, ldc, accumulate, last);
   const int64_t pairs = K / 2;
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* b = B + p * 2 * ldb;
@@ -131,12 +149,7 @@ FA_AVX512_BF16 void dot_block(int64_t K, const uint16_t* A, int64_t lda, const u
         acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)a, (__m512bh)bv[v]);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v)
-      _mm512_mask_storeu_ps(C + r * ldc + 16 * v, v == kVecs - 1 ? last : __mmask16(0xFFFF),
-                            acc[r][v]);
+  store_accumulators(acc, C, ldc, last);
 }
 
 template <int kRows>
@@ -233,13 +246,7 @@ FA_AVX512 void fma_block(int64_t depth, const float* a, const float* b, float* C
                          bool accumulate, int64_t cols) {
   const __mmask16 last = lanes16(cols - 16 * (kVecs - 1));
   __m512 acc[kRows][kVecs];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) {
-      const __mmask16 m = v == kVecs - 1 ? last : __mmask16(0xFFFF);
-      acc[r][v] = accumulate ? _mm512_maskz_loadu_ps(m, C + r * ldc + 16 * v) : _mm512_setzero_ps();
-    }
+  load_accumulators(acc, C, ldc, accumulate, last);
   // vdpbf16ps' order: in each pair, the odd k first.
   int64_t k = 0;
   for (; k + 1 < depth; k += 2) {
@@ -247,12 +254,7 @@ FA_AVX512 void fma_block(int64_t depth, const float* a, const float* b, float* C
     fma_step<kRows, kVecs>(acc, a, b, k);
   }
   if (k < depth) fma_step<kRows, kVecs>(acc, a, b, k);
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v)
-      _mm512_mask_storeu_ps(C + r * ldc + 16 * v, v == kVecs - 1 ? last : __mmask16(0xFFFF),
-                            acc[r][v]);
+  store_accumulators(acc, C, ldc, last);
 }
 
 template <int kRows>
