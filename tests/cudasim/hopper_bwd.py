@@ -14,7 +14,6 @@ if the SASS lacks HGMMA, UTMALDG, UBLKCP, UBLKRED, STSM or SYNCS, or uses local 
 prints ptxas's per-kernel registers / spills / shared-memory lines. Exit status 1 if any check
 fails; on a GPU other than compute capability 9.0 it prints SKIP and exits 0.
 """
-import argparse
 import ctypes
 import math
 import os
@@ -22,8 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build  # noqa: E402
-from sm90a_library import (build_library, library_headers, on_sm90, ptxas_summary,  # noqa: E402
-                           seconds_per_call)
+from sm90a_library import attention_runner_start, seconds_per_call  # noqa: E402
 
 SOURCE = os.path.join(build.SHIM_DIR, "hopper_bwd_gpu.cu")
 # (f16, head_dim, causal, deterministic, batch, heads_q, heads_kv, seqlen_q, seqlen_k)
@@ -44,23 +42,13 @@ TIMED = [(128, 0, 4096), (128, 1, 4096), (64, 0, 4096), (64, 1, 4096)]
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--compile-only", action="store_true")
-    parser.add_argument("--ptxas", action="store_true")
-    args = parser.parse_args()
-
-    lib_path, log = build_library(SOURCE, "hopper_bwd_gpu", SASS_OPS, library_headers("hopper"))
-    if args.ptxas:
-        print("\n".join(ptxas_summary(log)))
-    if args.compile_only:
-        print(f"built {lib_path}")
+    started = attention_runner_start(__doc__.split("\n")[0], SOURCE, "hopper_bwd_gpu", SASS_OPS)
+    if started is None:
         return 0
+    args, lib_path = started
 
     import torch
     import torch.nn.functional as F
-    if not on_sm90():
-        return 0
     lib = ctypes.CDLL(lib_path)
     lib.hopper_bwd_workspace_floats.restype = ctypes.c_longlong
     lib.hopper_bwd_workspace_floats.argtypes = [ctypes.c_int] * 6

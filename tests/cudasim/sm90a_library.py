@@ -6,6 +6,7 @@ ptxas reports C7508 (setmaxnreg without a known entry register count), C7520 (wg
 a spill or a stack frame, or (where cuobjdump is at hand) when the SASS lacks an instruction the
 kernel is about or touches local memory.
 """
+import argparse
 import glob
 import os
 import re
@@ -58,6 +59,27 @@ def build_library(source, name, sass_ops, inputs=(), include_dirs=()):
         os.replace(lib + ".tmp", lib)
     with open(log_path) as f:
         return lib, f.read()
+
+
+def attention_runner_start(description, source, name, sass_ops):
+    """The opening of hopper_fwd.py's and hopper_bwd.py's main: parses --iters, --compile-only
+    and --ptxas, builds `source` against csrc/cuda (hopper/ included) and prints ptxas's summary
+    if asked. Returns (args, library path), or None where main should stop and exit 0: after a
+    --compile-only build, or (printing SKIP) without a compute capability 9.0 GPU."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--ptxas", action="store_true")
+    args = parser.parse_args()
+    lib_path, log = build_library(source, name, sass_ops, library_headers("hopper"))
+    if args.ptxas:
+        print("\n".join(ptxas_summary(log)))
+    if args.compile_only:
+        print(f"built {lib_path}")
+        return None
+    if not on_sm90():
+        return None
+    return args, lib_path
 
 
 def sass_tool(name):
