@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import flashattn
-from checks import MASKS, check_forward, mask_arguments, reference_grads, to64
+from checks import MASKS, mask_arguments, reference_grads, to64
 from executors import make_executor
 from flashattn._reference import attention_reference
 from test_kvcache import Case
@@ -26,12 +26,19 @@ def make_qkv(batch, seqlen_q, seqlen_k, heads, heads_kv, dims, dtype, device="cp
     return q, k, v
 
 
-def check_forward_and_backward(q, k, v, mask, ex=None, bwd_arguments=None):
+def check_forward_and_backward(q, k, v, mask, ex=None, bwd_arguments=None, **op_arguments):
     """The op forward and backward on executor ex (the CPU's by default) against the reference;
-    bwd_arguments (deterministic) go to the backward. Returns out."""
+    op_arguments (dropout) go to both directions, bwd_arguments (deterministic) to the backward.
+    Returns out."""
     ex = ex or make_executor("cpu")
-    out, lse = check_forward(ex, q, k, v, mask)
     scale, op_kwargs, ref_kwargs = mask_arguments(mask, q)
+    op_kwargs.update(op_arguments)
+    out, lse = ex.fwd(q, k, v, scale, **op_kwargs)
+    assert out.shape == (*q.shape[:-1], v.shape[-1]) and out.dtype == q.dtype
+    ref_out, ref_lse = attention_reference(to64(q), to64(k), to64(v), **ref_kwargs)
+    low_out, low_lse = attention_reference(q, k, v, **ref_kwargs)
+    assert_within_torch_error("out", out, ref_out, low_out)
+    assert_within_torch_error("lse", lse, ref_lse, low_lse.float())
     # float64's gradients are recomputed from the float32 LSE (README, Limitations), which its
     # yardstick (PyTorch exact to the reference) cannot allow for: test_gradcheck covers them.
     if q.dtype == torch.float64:
