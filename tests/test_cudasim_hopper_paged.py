@@ -24,6 +24,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
 import build  # noqa: E402
 from fixtures import program, run  # noqa: E402
+from hopper_sim import schedule_fixture  # noqa: E402
 from test_kvcache import Case  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,14 +106,7 @@ def test_planted_bug_is_caught(bug, tmp_path):
 
 # ---- the library path ----
 
-@pytest.fixture(params=SCHEDULES[:3] + SCHEDULES[4:5], ids=lambda s: f"{s[0]}-{s[1]}")
-def schedule(request, hopper):
-    warps, copies = request.param
-    hopper.set_schedule(warps)
-    hopper.ops.set_copy_completion(copies)
-    yield request.param
-    hopper.set_schedule("forward")
-    hopper.ops.set_copy_completion("")
+schedule = schedule_fixture(SCHEDULES[:3] + SCHEDULES[4:5])
 
 
 def gathered_kernel(dtype, d, mask):
