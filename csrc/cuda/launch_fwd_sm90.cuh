@@ -47,11 +47,25 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 // attn_mask with no mask, causal or a local window, without softcap or ALiBi, up to d = 128
 // (fwd_sm90_builds_attn_mask); a gathered (paged or indexed) KV cache with no mask, causal or a
 // local window, without softcap, ALiBi or attn_mask, the masks a decode takes (the plan keeps the
-// other combinations on sm_80: sm90_fwd_unsupported).
+// other combinations on sm_80: sm90_fwd_unsupported); dropout with no mask, causal or a local
+// window, without softcap, ALiBi, attn_mask or a gathered cache.
 template <typename Element, int kHeadDim>
 std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopper::FwdSm90Params& hp,
                                      void* stream, bool softcap, bool alibi, bool attn_mask,
-                                     Sm90FwdMask mask, bool gather_kv) {
+                                     Sm90FwdMask mask, bool gather_kv, bool dropout) {
+  if (dropout) {
+    if (softcap || alibi || attn_mask || gather_kv)
+      return "dropout with softcap, ALiBi, attn_mask or a gathered KV cache is not built (the plan's mistake)";
+    switch (mask) {
+      case Sm90FwdMask::kCausal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, false, false, true>(maps, hp, stream);
+      case Sm90FwdMask::kLocal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, false, false, true>(maps, hp, stream);
+      case Sm90FwdMask::kNone:
+        break;
+    }
+    return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, false, false, true>(maps, hp, stream);
+  }
   if (gather_kv) {
     if (softcap || alibi || attn_mask)
       return "a gathered KV cache with softcap, ALiBi or attn_mask is not built (the plan's mistake)";
@@ -173,9 +187,11 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
   hp.k_cache = p.k;
   hp.v_cache = p.v;
   hp.kv_cache = p.kv_cache;
+  // Dropout's [seed, offset], threshold and 1 / (1 - p) (dropout.h), as the sm_80 kernels read them.
+  hp.dropout = p.dropout;
   const std::string launch_error = launch_fwd_sm90_features<Element, kHeadDim>(
       maps, hp, stream, p.softcap > 0.f, p.alibi.ptr != nullptr, p.mask.ptr != nullptr,
-      sm90_fwd_mask(p), sm90_fwd_gathers_kv(p));
+      sm90_fwd_mask(p), sm90_fwd_gathers_kv(p), p.dropout.on());
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a forward's launch: " + launch_error);
   }

@@ -35,6 +35,7 @@
 #include "cuda/hopper/fwd_sm90_mask.cuh"
 #include "cuda/hopper/fwd_sm90_params.h"
 #include "cuda/hopper/fwd_sm90_softmax.cuh"
+#include "cuda/hopper/sm90_dropout.cuh"
 #include "cuda/logit.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/tensor_map.h"
@@ -97,8 +98,10 @@ __device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN
 // per score tile (apply_attn_mask), after the logit and before the visibility mask.
 // kGatherKv: K and V come from a paged or indexed KV cache (FwdSm90Params::kv_cache), gathered
 // row by row by the whole producer warpgroup (fwd_sm90_gather.cuh) instead of TMA boxes.
+// kDropout: dropout (FwdSm90Params::dropout) of P in the product with V, after the row sums took
+// the whole P (sm90_dropout.cuh: the sm_80 kernels' and the CPU's keep mask).
 template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool kLocal = false,
-          bool kAlibi = false, bool kAttnMask = false, bool kGatherKv = false>
+          bool kAlibi = false, bool kAttnMask = false, bool kGatherKv = false, bool kDropout = false>
 __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_o,
@@ -319,6 +322,12 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   auto release = [&](int it) {
     if (t == 0) mbarrier_arrive(&kv_empty[it % kStages]);  // SITE:release
   };
+  // Dropout's decisions for key tile `it`, drawn before its S is live (while the other consumer's
+  // MMAs run): drawn while S is in flight, they spilled the d = 256 loops.
+  auto keep_bits = [&](int it) {
+    return keep_bits_query_rows<kBlockN / 2>(p.dropout, batch, head, row0, (tiles.n_end - 1 - it) * kBlockN,
+                                             lane % 4);
+  };
   auto scores_to_p = [&](int it, auto masked) {
     if constexpr (kSoftcap) {
       apply_softcap(sacc, p.softcap, p.scale_over_softcap);
@@ -344,6 +353,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // stage j-1, rescales O by P_j's correction and rounds P_j into A fragments. The registers
   // of P_{j-1} (pfrag) and O are left alone until that wait.
   if (n_blocks > 0) {
+    [[maybe_unused]] uint64_t keep = 0;
+    if constexpr (kDropout) keep = keep_bits(0);
     mbarrier_wait_parity(q_full, 0);
     wait_turn();
     issue_s(0);
@@ -352,9 +363,12 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     wgmma_fence_operand(sacc);
     if (tiles.n_masked > 0 || tiles.n_open_end == 0) scores_to_p(0, std::true_type{});
     else scores_to_p(0, std::false_type{});
+    if constexpr (kDropout) apply_dropout(sacc, keep, p.dropout.keep_scale);  // SITE:drop_p0
     convert_p<Elem>(sacc, pfrag);  // O is still 0: no rescale
   }
   auto step = [&](int it, auto masked) {
+    [[maybe_unused]] uint64_t keep = 0;
+    if constexpr (kDropout) keep = keep_bits(it);
     wait_turn();
     issue_s(it);
     issue_pv(it - 1);
@@ -362,6 +376,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     wgmma_wait_group<1>();  // SITE:wait_s
     wgmma_fence_operand(sacc);
     scores_to_p(it, masked);
+    if constexpr (kDropout) apply_dropout(sacc, keep, p.dropout.keep_scale);  // SITE:drop_p
     wgmma_wait_group<0>();  // SITE:wait_o
     wgmma_fence_operand(o);
     release(it - 1);

@@ -77,6 +77,9 @@ struct FwdSm90Params {
   // kv_rows.h key_row instead of their tensor maps.
   TensorView k_cache, v_cache;
   KvCache kv_cache;
+  // The kDropout kernels: dropout of P (AttnParams' view: the [seed, offset] on the device, the
+  // threshold and 1 / (1 - p)), the keep mask of dropout.h at the sequence's (b, h, row, key).
+  Dropout dropout;
 };
 
 struct FwdSm90Maps {
