@@ -29,11 +29,24 @@ namespace flashattn::cuda {
 // ALiBi with no mask or causal, without softcap, as the forward builds it (plan_bwd_sm90.h keeps
 // ALiBi with a local window or softcap on sm_80); attn_mask with no mask, causal or a local window,
 // without ALiBi or softcap (as the forward; plan_bwd_sm90.h keeps the rest, and the mask's
-// gradient, on sm_80).
+// gradient, on sm_80); dropout with no mask, causal or a local window, without ALiBi, softcap
+// or attn_mask (as the forward).
 template <typename Element, int kHeadDim>
 std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper::BwdSm90Params& hp,
                                   const hopper::BwdSm90Rows& rows, void* stream, Sm90FwdMask mask, bool alibi,
-                                  bool softcap, bool attn_mask) {
+                                  bool softcap, bool attn_mask, bool dropout) {
+  if (dropout) {
+    if (alibi || softcap || attn_mask) return "dropout with ALiBi, softcap or attn_mask is not built (the plan's mistake)";
+    switch (mask) {
+      case Sm90FwdMask::kCausal:
+        return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, false, false, false, true>(maps, hp, rows, stream);
+      case Sm90FwdMask::kLocal:
+        return hopper::launch_bwd_sm90<Element, kHeadDim, false, true, false, false, false, true>(maps, hp, rows, stream);
+      case Sm90FwdMask::kNone:
+        break;
+    }
+    return hopper::launch_bwd_sm90<Element, kHeadDim, false, false, false, false, false, true>(maps, hp, rows, stream);
+  }
   if (attn_mask) {
     if (alibi || softcap) return "attn_mask with ALiBi or softcap is not built (the plan's mistake)";
     switch (mask) {
@@ -93,7 +106,7 @@ void run_bwd_sm90(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
   const hopper::BwdSm90Rows rows{p.o, p.dout, p.lse, p.dq};
   const std::string launch_error =
       launch_bwd_sm90_masks<Element, kHeadDim>(maps, hp, rows, stream, sm90_fwd_mask(p), hp.alibi_slopes != nullptr,
-                                                hp.softcap > 0.f, hp.attn_mask.ptr != nullptr);
+                                                hp.softcap > 0.f, hp.attn_mask.ptr != nullptr, hp.dropout.on());
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a backward's launch: " + launch_error);
   }

@@ -56,6 +56,8 @@ inline hopper::BwdSm90Params make_bwd_sm90_params(const AttnBwdParams& p) {
   hp.alibi_head_stride = p.alibi.head_stride;
   // attn_mask and its block classes as the sm_80 kernels read them (AttnParams' view).
   hp.attn_mask = p.mask;
+  // Dropout as the forward drew it (dropout.h): its [seed, offset], threshold and 1 / (1 - p).
+  hp.dropout = p.dropout;
   hopper::set_bwd_sm90_softcap(hp, p.softcap);
   hp.dk = p.dk;
   hp.dv = p.dv;
@@ -91,7 +93,9 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
   if (p.dmask != nullptr) return "a gradient of attn_mask";
   if (p.mask.ptr != nullptr && (p.alibi.ptr != nullptr || p.softcap > 0.f))
     return "attn_mask with ALiBi or softcap";
-  if (p.dropout.on()) return "dropout";
+  // Dropout's main loops: no mask, causal or a local window (launch_bwd_sm90.cuh), as the forward's.
+  if (p.dropout.on() && (p.alibi.ptr != nullptr || p.softcap > 0.f || p.mask.ptr != nullptr))
+    return "dropout with ALiBi, softcap or attn_mask";
   // ALiBi's main loops: no mask or causal (launch_bwd_sm90.cuh), as the forward's.
   if (p.alibi.ptr != nullptr && sm90_fwd_mask(p) == Sm90FwdMask::kLocal) return "ALiBi with a local window";
   if (p.alibi.ptr != nullptr && p.softcap > 0.f) return "ALiBi with softcap";

@@ -40,6 +40,7 @@
 #include "cuda/hopper/bwd_sm90_config.h"
 #include "cuda/hopper/bwd_sm90_params.h"
 #include "cuda/hopper/fwd_sm90_mask.cuh"  // causal_diag_offset, KeyWindow
+#include "cuda/hopper/sm90_dropout.cuh"
 #include "cuda/logit.cuh"                   // kLog2e
 #include "cuda/ptx.cuh"
 #include "cuda/tensor_map.h"
@@ -117,8 +118,11 @@ __device__ __forceinline__ void bwd_attn_mask_logits(float (&s)[kN], const BwdSm
 // softcap * tanh(scale * s / softcap) in P^T, and dS^T times 1 - tanh^2 (not with kAlibi).
 // kAttnMask: attn_mask's bias (BwdSm90Params::attn_mask) added to the logit scale * s of P^T,
 // read from global memory per block (neither with ALiBi nor softcap).
+// kDropout: dropout (BwdSm90Params::dropout), the forward's keep mask recomputed
+// (sm90_dropout.cuh): dV takes the dropped P^T * Z / (1 - p), dS^T = P^T * (dP^T * Z / (1 - p) - D)
+// (score_rules.cuh's backward); neither with ALiBi, softcap nor attn_mask.
 template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false, bool kSoftcap = false,
-          bool kAttnMask = false>
+          bool kAttnMask = false, bool kDropout = false>
 __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_do,
@@ -393,13 +397,19 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // the rounded P^T too (as PyTorch's 16-bit softmax backward does).
     uint32_t pfrag[kBlockM / 4], dsfrag[kBlockM / 4];
     pack_pairs<Elem>(sacc, pfrag);
+    // Dropout's decisions for this tile, drawn while dP^T is on the tensor cores (S^T's registers
+    // are free).
+    [[maybe_unused]] uint64_t keep = 0;
+    if constexpr (kDropout)
+      keep = keep_bits_key_rows<kBlockM / 2>(p.dropout, batch, head_of(it), key_row, m_block * kBlockM, tq);
     wgmma_wait_group<0>();  // SITE:wait_dp
     wgmma_fence_operand(dpacc);
 #pragma unroll
     for (int i = 0; i < kBlockM / 2; ++i) {
       const int col = 8 * (i / 4) + 2 * tq + i % 2;
       const float prob = cuda::to_float<Elem>(static_cast<uint16_t>(pfrag[i / 2] >> (16 * (i % 2))));
-      dpacc[i] = prob * (dpacc[i] - FLASHATTN_SMEM(dpsum)[col]);
+      const float dp = kDropout ? dpacc[i] * keep_factor(keep, i, p.dropout.keep_scale) : dpacc[i];
+      dpacc[i] = prob * (dp - FLASHATTN_SMEM(dpsum)[col]);  // SITE:ds
       if constexpr (kSoftcap) {
         // 1 - tanh^2 with tanh recovered from P: log2 P = softcap tanh log2(e) - LSE log2(e).
         // Kept from the P^T pass instead, the factors (or tanh) held 32-64 more registers
@@ -414,6 +424,16 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
       }
     }
     pack_pairs<Elem>(dpacc, dsfrag);
+    if constexpr (kDropout) {
+      // dV's A fragments: the rounded P^T (which dS^T took) times Z / (1 - p), rounded again.
+#pragma unroll
+      for (int i = 0; i < kBlockM / 4; ++i) {
+        const float lo = cuda::to_float<Elem>(static_cast<uint16_t>(pfrag[i])) * keep_factor(keep, 2 * i, p.dropout.keep_scale);
+        const float hi = cuda::to_float<Elem>(static_cast<uint16_t>(pfrag[i] >> 16)) *
+                         keep_factor(keep, 2 * i + 1, p.dropout.keep_scale);
+        pfrag[i] = cuda::pack_rn<Elem>(lo, hi);  // SITE:drop_p
+      }
+    }
 
     // dS^T -> dS buffer it % 2 (rows = this consumer's keys, 64 queries per chunk, 128-byte
     // swizzle): stmatrix.x4 stores rows 0-7 / 8-15 of the warp's 16 at columns 8j and 8j + 8;

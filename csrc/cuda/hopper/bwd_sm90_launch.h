@@ -115,8 +115,20 @@ std::string check_bwd_sm90_attn_mask(const BwdSm90Params& p) {
   return "";
 }
 
+// "" if dropout fits the main loop chosen (kDropout), as the slopes above; none with ALiBi,
+// softcap or attn_mask.
+template <bool kAlibi, bool kSoftcap, bool kAttnMask, bool kDropout>
+std::string check_bwd_sm90_dropout(const BwdSm90Params& p) {
+  static_assert(!(kDropout && (kAlibi || kSoftcap || kAttnMask)),
+                "no main loop has dropout with ALiBi, softcap or attn_mask");
+  if (kDropout != p.dropout.on())
+    return std::string("dropout: expected ") + (kDropout ? "an rng_state for the dropout kernel" : "none") +
+           ", got " + (p.dropout.on() ? "an rng_state" : "none");
+  return "";
+}
+
 template <typename Elem, int kHeadDim, bool kCausal, bool kLocal = false, bool kAlibi = false,
-          bool kSoftcap = false, bool kAttnMask = false>
+          bool kSoftcap = false, bool kAttnMask = false, bool kDropout = false>
 std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, const BwdSm90Rows& rows,
                             void* stream) {
   using Cfg = BwdSm90Config<kHeadDim>;
@@ -125,6 +137,7 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   if (bad.empty()) bad = check_bwd_sm90_alibi<kAlibi>(p);
   if (bad.empty()) bad = check_bwd_sm90_softcap<kAlibi, kSoftcap>(p);
   if (bad.empty()) bad = check_bwd_sm90_attn_mask<kAlibi, kSoftcap, kAttnMask>(p);
+  if (bad.empty()) bad = check_bwd_sm90_dropout<kAlibi, kSoftcap, kAttnMask, kDropout>(p);
   if (!bad.empty()) return bad;
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) return "";
   const DqAccumLayout<kHeadDim> dq = bwd_sm90_dq_layout<kHeadDim>(p);
@@ -132,7 +145,7 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   const dim3 rows_grid(g.rows.x, g.rows.y, g.rows.z), grid(g.main.x, g.main.y, g.main.z);
   const dim3 convert_grid(g.convert.x, g.convert.y, g.convert.z);
   auto rows_kernel = bwd_sm90_rows_kernel<Elem, kHeadDim>;
-  auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal, kLocal, kAlibi, kSoftcap, kAttnMask>;
+  auto kernel = bwd_sm90_kernel<Elem, kHeadDim, kCausal, kLocal, kAlibi, kSoftcap, kAttnMask, kDropout>;
   auto convert_kernel = bwd_sm90_convert_dq_kernel<Elem, kHeadDim>;
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
   (void)stream;

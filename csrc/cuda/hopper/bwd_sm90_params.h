@@ -79,6 +79,10 @@ struct BwdSm90Params {
   // factor stays scale; its gradient (AttnBwdParams::dmask) is not computed here (the plan keeps
   // such calls on sm_80). Every other kernel takes a null mask (launch_bwd_sm90 checks).
   AttnMask attn_mask;
+  // The kDropout kernels: the forward's dropout (AttnParams' view: the [seed, offset] on the
+  // device, the threshold and 1 / (1 - p)), its keep mask recomputed at the sequence's
+  // (b, h, row, key).
+  Dropout dropout;
 
   __host__ __device__ bool varlen() const { return cu_seqlens_q != nullptr; }
 };
