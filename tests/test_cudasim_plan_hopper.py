@@ -64,6 +64,25 @@ def test_hopper_takes_top_left_causal_and_one_row(sim):
     assert plan["arch"] == "sm90" and plan["grid"] == [1, 1, 1]
 
 
+# Dropout (hopper/sm90_dropout.cuh): no mask, causal or a local window, at every head dim the
+# kernels have, forward and backward.
+DROPOUT_CASES = [(d, kw) for d in (64, 128, 256)
+                 for kw in (dict(), dict(causal=True), dict(window_left=40, window_right=3))]
+
+
+@pytest.mark.parametrize("d, kwargs", DROPOUT_CASES, ids=lambda x: str(x))
+def test_hopper_takes_dropout(sim, d, kwargs):
+    args = qkv(2, 130, 200, 4, 2, d)
+    drop = dict(kwargs, dropout_p=0.1, rng_state=torch.tensor([7, 0]))
+    plan = plan_fwd(sim, *args, device=HOPPER, **drop)
+    assert plan["arch"] == "sm90" and plan["grid"] == [2, 4, 2]
+    # The same geometry as without dropout: the keep bits live in registers.
+    assert plan == plan_fwd(sim, *args, device=HOPPER, **kwargs)
+    backward = plan_bwd(sim, *args, device=HOPPER, **drop)
+    assert backward["arch"] == ("sm90" if d <= 128 else "sm80")
+    assert backward == plan_bwd(sim, *args, device=HOPPER, **kwargs)
+
+
 def test_hopper_only_when_opted_in_on_cc_9_0(sim):
     args = qkv(1, 128, 128, 2, 2, 128)
     assert plan_fwd(sim, *args, device=SM90)["arch"] == "sm80"  # not opted in
@@ -100,7 +119,13 @@ def _stays_on_sm80():
                                                 window_left=16, window_right=0)),
         ("negative scale", (q, k, v), dict(softmax_scale=-0.2)),
         ("zero scale", (q, k, v), dict(softmax_scale=0.0)),
-        ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
+        # Dropout's main loops have no softcap, ALiBi or attn_mask (launch_fwd_sm90.cuh).
+        ("dropout with softcap", (q, k, v),
+         dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]), softcap=2.0)),
+        ("dropout with ALiBi", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]),
+                                               alibi_slopes=torch.rand(2, dtype=torch.float32))),
+        ("dropout with attn_mask", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]),
+                                                   attn_mask=torch.ones(130, 130, dtype=torch.bool))),
         # flashattn.distributed's partial outputs: sm_80's split path with one split.
         ("out_fp32", (q, k, v), dict(out_fp32=True)),
         ("attn_mask with softcap", (q, k, v),
@@ -352,7 +377,14 @@ def _backward_stays_on_sm80():
                                                       window_left=16, window_right=0)),
         ("ALiBi with softcap", (q, k, v), dict(alibi_slopes=torch.rand(2, 2, dtype=torch.float32),
                                                softcap=2.0, causal=True)),
-        ("dropout", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
+        ("dropout with softcap", (q, k, v),
+         dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]), softcap=2.0)),
+        ("dropout with ALiBi", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]),
+                                               alibi_slopes=torch.rand(2, dtype=torch.float32))),
+        ("dropout with attn_mask", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]),
+                                                   attn_mask=torch.ones(130, 130, dtype=torch.bool))),
+        ("dropout at head dim 256", qkv(2, 130, 130, 2, 2, 256),
+         dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
         ("attn_mask with softcap", (q, k, v),
          dict(attn_mask=torch.ones(130, 130, dtype=torch.bool), softcap=2.0)),
         ("attn_mask with ALiBi", (q, k, v),
