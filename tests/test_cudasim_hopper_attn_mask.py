@@ -67,7 +67,7 @@ def sm90_kernel(dtype, d, spec):
     causal = left < 0 and right == 0
     local = not causal and (left >= 0 or right >= 0)
     return (f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {str(causal).lower()}, false, "
-            f"{str(local).lower()}, false, true, false>")
+            f"{str(local).lower()}, false, true, false, false>")
 
 
 def reference(q, k, v, mask, scale, ref_kwargs):
@@ -209,14 +209,14 @@ def reference_grads(q, k, v, mask, dout, scale, ref_kwargs):
 
 
 def sm90_bwd_kernel(dtype, d, spec):
-    """bwd_sm90_kernel<Elem, d, kCausal, kLocal, kAlibi, kSoftcap, kAttnMask> of a call."""
+    """bwd_sm90_kernel<Elem, d, kCausal, kLocal, kAlibi, kSoftcap, kAttnMask, kDropout> of a call."""
     left, right = spec.get("window", (-1, -1))
     if spec.get("causal"):
         right = 0
     causal = left < 0 and right == 0
     local = not causal and (left >= 0 or right >= 0)
     return (f"bwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {str(causal).lower()}, "
-            f"{str(local).lower()}, false, false, true>")
+            f"{str(local).lower()}, false, false, true, false>")
 
 
 # (dtype, head dim, mask kind, mask shape, visibility, deterministic, B, Sq, Sk, Hq, Hkv): both

@@ -70,13 +70,14 @@ def run_and_check(sim, q, k, v, causal, align_bottom_right=True, deterministic=F
 
 def assert_hopper_backward_ran(kernels, dtype, d, causal, local=False, alibi=False, softcap=False):
     """The Hopper forward, then the Hopper backward's three kernels (its main loop: causal, a
-    local window or neither; with ALiBi, softcap or neither; no attn_mask), and nothing else."""
+    local window or neither; with ALiBi, softcap or neither; no attn_mask, no dropout), and nothing
+    else."""
     element = ELEMENTS[dtype]
     flag = "true" if causal else "false"
     assert len(kernels) == 4, kernels
     assert f"fwd_sm90_kernel<{element}, {d}, {flag}," in kernels[0], kernels
     assert f"bwd_sm90_rows_kernel<{element}, {d}>" in kernels[1], kernels
-    flags = ", ".join(str(f).lower() for f in (local, alibi, softcap, False))
+    flags = ", ".join(str(f).lower() for f in (local, alibi, softcap, False, False))
     main = f"bwd_sm90_kernel<{element}, {d}, {flag}, {flags}>"
     assert main in kernels[2], kernels
     assert f"bwd_sm90_convert_dq_kernel<{element}, {d}>" in kernels[3], kernels

@@ -60,7 +60,7 @@ def test_hopper_forward_through_the_library(schedule, hopper, dtype, d, mask, b,
     causal = "true" if "causal" in mask else "false"
     kernels = launched(counters)
     assert len(kernels) == 1, kernels
-    assert f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {causal}, false, false, false, false, false>" in kernels[0]
+    assert f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {causal}, false, false, false, false, false, false>" in kernels[0]
     assert wgmma_instructions(counters) > 0
     assert out.isfinite().all()
     if mask == "causal" and sq > sk:
@@ -194,13 +194,13 @@ def test_hopper_forward_feeds_the_backward(hopper):
 
 def sm90_kernel(dtype, d, causal, window=(-1, -1), softcap=0.0, alibi=False, gather=False):
     """The Hopper kernel a call runs: its template arguments (Elem, d, kCausal, kSoftcap, kLocal,
-    kAlibi, kAttnMask: none here, kGatherKv), by plan_fwd_sm90.h's sm90_fwd_mask (causal is the window's right edge at 0)."""
+    kAlibi, kAttnMask: none here, kGatherKv, kDropout: none here), by plan_fwd_sm90.h's sm90_fwd_mask (causal is the window's right edge at 0)."""
     left, right = window
     if causal:
         right = 0
     is_causal = left < 0 and right == 0
     is_local = not is_causal and (left >= 0 or right >= 0)
-    flags = ", ".join(str(x).lower() for x in (is_causal, softcap > 0, is_local, alibi, False, gather))
+    flags = ", ".join(str(x).lower() for x in (is_causal, softcap > 0, is_local, alibi, False, gather, False))
     return f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {flags}>"
 
 

@@ -10,7 +10,8 @@ op glue, plans and launch code as on a GPU).
 - Values and gradients on random inputs against the float64 reference given that mask, within
   2x (3x for gradients) PyTorch's own error in the dtype.
 - Which kernels ran: the Hopper forward's and backward's kDropout main loops (the last template
-  argument), and at d = 256 the Hopper forward with sm_80's backward, which must agree on the mask.
+  argument); at d = 64 and 256 the Hopper forward with sm_80's backward (the Hopper backward has
+  dropout at d = 128 only), which must agree on the mask.
 
 Outputs are poisoned before the kernels write them (conftest.py). Every case runs under forward,
 reverse and random warp orders with lazy, eager and random copy completion.
@@ -76,7 +77,7 @@ def keep_mask(rng_state, b, h, sq, sk, p=P):
 
 def fwd_kernel(dtype, d, mask):
     causal = mask.startswith("causal")
-    flags = ", ".join(str(x).lower() for x in (causal, False, mask == "window", False, False, True))
+    flags = ", ".join(str(x).lower() for x in (causal, False, mask == "window", False, False, False, True))
     return f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {flags}>"
 
 
@@ -120,7 +121,9 @@ def test_forward_drops_exactly_the_keep_mask(schedule, hopper, dtype, d, mask, b
 
 
 @pytest.mark.parametrize("dtype, d, mask, b, sq, sk, hq, hkv",
-                         [c for c in MASK_CASES if c[1] <= 128],
+                         [c for c in MASK_CASES if c[1] == 128] + [
+                             (torch.bfloat16, 128, "window", 2, 257, 65, 2, 1),
+                             (torch.float16, 128, "causal_top_left", 1, 127, 129, 3, 1)],
                          ids=lambda x: str(x).replace("torch.", ""))
 def test_backward_drops_exactly_the_keep_mask(schedule, hopper, dtype, d, mask, b, sq, sk, hq, hkv):
     # dV[j, c] = sum_i P_dropped[i, j] dO[i, c]: with dO one-hot on queries off..off + d, column c
@@ -157,7 +160,8 @@ VALUE_CASES = [
     # (Not Sk = 1: there dQ is 0 in exact arithmetic, and every executor's D = rowsum(dO * O)
     # from the rounded O leaves a residue of O's rounding, the sm_80 kernels' too.)
     (torch.bfloat16, 64, "none", 1, 1, 7, 1, 1),
-    (torch.float16, 256, "causal", 1, 65, 129, 2, 1),  # the backward on sm_80
+    (torch.float16, 256, "causal", 1, 65, 129, 2, 1),  # the backward on sm_80 (and at d = 64)
+    (torch.bfloat16, 128, "causal_top_left", 1, 129, 65, 2, 1),
 ]
 
 
@@ -183,7 +187,7 @@ def test_values_and_gradients(schedule, hopper, dtype, d, mask, b, sq, sk, hq, h
     (out, lse, grads), counters = hopper.counted(step)
     kernels = launched(counters)
     assert fwd_kernel(dtype, d, mask) in kernels[0], kernels
-    hopper_backward = d <= 128
+    hopper_backward = d == 128
     assert any(bwd_kernel(dtype, d, mask) in name for name in kernels) == hopper_backward, kernels
     ref_out, ref_lse = attention_reference(to64(q), to64(k), to64(v), **ref_kwargs)
     low_out, low_lse = attention_reference(q, k, v, **ref_kwargs)
@@ -202,7 +206,7 @@ def test_varlen(hopper):
     lens_q, lens_k = [65, 1, 130], [129, 7, 64]
     cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
     cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
-    d, hq, dtype = 64, 2, torch.bfloat16
+    d, hq, dtype = 128, 2, torch.bfloat16
     q = torch.randn(int(cu_q[-1]), hq, d, dtype=dtype)
     k, v = (torch.randn(int(cu_k[-1]), 1, d, dtype=dtype) for _ in range(2))
     dout = torch.randn_like(q)

@@ -111,11 +111,11 @@ schedule = schedule_fixture(SCHEDULES[:3] + SCHEDULES[4:5])
 
 def gathered_kernel(dtype, d, mask):
     """The gathered main loop's name: fwd_sm90_kernel<Elem, d, kCausal, kSoftcap, kLocal, kAlibi,
-    kAttnMask, kGatherKv>."""
+    kAttnMask, kGatherKv, kDropout>."""
     element = {torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}[dtype]
     causal, local = mask == "causal", mask == "local"
     return (f"fwd_sm90_kernel<{element}, {d}, {str(causal).lower()}, false, "
-            f"{str(local).lower()}, false, false, true>")
+            f"{str(local).lower()}, false, false, true, false>")
 
 
 # (name, Case arguments, mask): page sizes 1, 16, 17 and 256; a cache longer than a page with

@@ -64,8 +64,8 @@ def test_hopper_takes_top_left_causal_and_one_row(sim):
     assert plan["arch"] == "sm90" and plan["grid"] == [1, 1, 1]
 
 
-# Dropout (hopper/sm90_dropout.cuh): no mask, causal or a local window, at every head dim the
-# kernels have, forward and backward.
+# Dropout (hopper/sm90_dropout.cuh): no mask, causal or a local window, at every head dim of the
+# forward; the backward at d = 128 only (at d = 64 its loops spill: hopper/bwd_sm90_config.h).
 DROPOUT_CASES = [(d, kw) for d in (64, 128, 256)
                  for kw in (dict(), dict(causal=True), dict(window_left=40, window_right=3))]
 
@@ -79,7 +79,7 @@ def test_hopper_takes_dropout(sim, d, kwargs):
     # The same geometry as without dropout: the keep bits live in registers.
     assert plan == plan_fwd(sim, *args, device=HOPPER, **kwargs)
     backward = plan_bwd(sim, *args, device=HOPPER, **drop)
-    assert backward["arch"] == ("sm90" if d <= 128 else "sm80")
+    assert backward["arch"] == ("sm90" if d == 128 else "sm80")
     assert backward == plan_bwd(sim, *args, device=HOPPER, **kwargs)
 
 
@@ -383,7 +383,7 @@ def _backward_stays_on_sm80():
                                                alibi_slopes=torch.rand(2, dtype=torch.float32))),
         ("dropout with attn_mask", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]),
                                                    attn_mask=torch.ones(130, 130, dtype=torch.bool))),
-        ("dropout at head dim 256", qkv(2, 130, 130, 2, 2, 256),
+        ("dropout at head dim 64", qkv(2, 130, 130, 2, 2, 64),
          dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
         ("attn_mask with softcap", (q, k, v),
          dict(attn_mask=torch.ones(130, 130, dtype=torch.bool), softcap=2.0)),

@@ -84,7 +84,7 @@ FAMILIES = {
         params="const AttnBwdParams&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a backward (csrc/cuda/hopper/bwd_sm90_*), its main loops (no mask, "
                 "causal, a local window, each with softcap or not; ALiBi, causal or not; "
-                "attn_mask, no mask, causal or local; dropout, no mask, causal or local), with "
+                "attn_mask, no mask, causal or local; dropout, no mask, causal or local, d = 128 only), with "
                 "its rows and dQ convert kernels, for one (head dim, dtype): compiled for sm_90a "
                 "only (kernel_list.py ARCHS)."),
     "split_merge": dict(
@@ -128,8 +128,9 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # stays on the sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds
 # fourteen main loops (launch_bwd_sm90.cuh, launch_bwd_sm90_masks): no mask, causal, a local
 # window, each with softcap and without; ALiBi with no mask or causal, without softcap; attn_mask
-# with no mask, causal or a local window; dropout with no mask, causal or a local window, alone
-# (and its rows and convert kernels). Six forward files and four backward: the build-time budget
+# with no mask, causal or a local window; dropout with no mask, causal or a local window, alone,
+# at d = 128 only (at d = 64 they spill: hopper/bwd_sm90_config.h) (and its rows and convert
+# kernels). Six forward files and four backward: the build-time budget
 # (docs/lab/2026-12-02-hopper-forward-features.md, docs/lab/2026-12-02-hopper-backward-wiring.md,
 # docs/lab/2026-12-02-hopper-forward-d256.md, docs/lab/2026-12-03-hopper-backward-alibi.md).
 HEAD_DIMS_SM90 = (64, 128)

@@ -30,22 +30,26 @@ namespace flashattn::cuda {
 // ALiBi with a local window or softcap on sm_80); attn_mask with no mask, causal or a local window,
 // without ALiBi or softcap (as the forward; plan_bwd_sm90.h keeps the rest, and the mask's
 // gradient, on sm_80); dropout with no mask, causal or a local window, without ALiBi, softcap
-// or attn_mask (as the forward).
+// or attn_mask (as the forward), at d = 128 only (hopper::bwd_sm90_builds_dropout).
 template <typename Element, int kHeadDim>
 std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper::BwdSm90Params& hp,
                                   const hopper::BwdSm90Rows& rows, void* stream, Sm90FwdMask mask, bool alibi,
                                   bool softcap, bool attn_mask, bool dropout) {
   if (dropout) {
-    if (alibi || softcap || attn_mask) return "dropout with ALiBi, softcap or attn_mask is not built (the plan's mistake)";
-    switch (mask) {
-      case Sm90FwdMask::kCausal:
-        return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, false, false, false, true>(maps, hp, rows, stream);
-      case Sm90FwdMask::kLocal:
-        return hopper::launch_bwd_sm90<Element, kHeadDim, false, true, false, false, false, true>(maps, hp, rows, stream);
-      case Sm90FwdMask::kNone:
-        break;
+    if constexpr (!hopper::bwd_sm90_builds_dropout(kHeadDim)) {
+      return std::string("dropout is not built at this head dim (the plan's mistake)");
+    } else {
+      if (alibi || softcap || attn_mask) return "dropout with ALiBi, softcap or attn_mask is not built (the plan's mistake)";
+      switch (mask) {
+        case Sm90FwdMask::kCausal:
+          return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, false, false, false, true>(maps, hp, rows, stream);
+        case Sm90FwdMask::kLocal:
+          return hopper::launch_bwd_sm90<Element, kHeadDim, false, true, false, false, false, true>(maps, hp, rows, stream);
+        case Sm90FwdMask::kNone:
+          break;
+      }
+      return hopper::launch_bwd_sm90<Element, kHeadDim, false, false, false, false, false, true>(maps, hp, rows, stream);
     }
-    return hopper::launch_bwd_sm90<Element, kHeadDim, false, false, false, false, false, true>(maps, hp, rows, stream);
   }
   if (attn_mask) {
     if (alibi || softcap) return "attn_mask with ALiBi or softcap is not built (the plan's mistake)";

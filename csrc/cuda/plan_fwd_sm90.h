@@ -133,7 +133,6 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (p.dropout.on() && (p.softcap > 0.f || p.alibi.ptr != nullptr || p.mask.ptr != nullptr))
     return "dropout with softcap, ALiBi or attn_mask";
   if (p.dropout.on() && sm90_fwd_gathers_kv(p)) return "dropout with a paged or indexed KV cache";
-  if (p.dropout.on() && !hopper::fwd_sm90_builds_dropout(p.head_dim)) return "dropout at head dim 256";
   // ALiBi's main loops: no mask or causal, without softcap (launch_fwd_sm90.cuh).
   if (p.alibi.ptr != nullptr && (p.softcap > 0.f || sm90_fwd_mask(p) == Sm90FwdMask::kLocal))
     return "ALiBi with softcap or a local window";

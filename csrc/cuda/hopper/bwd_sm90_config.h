@@ -37,6 +37,12 @@
 
 namespace flashattn::hopper {
 
+// Whether the dropout main loops are built at this head dim. At d = 64 (kBlockM = 128: S^T and
+// dP^T hold 128 registers beside dK and dV) the keep bits' Philox loop spilled 4-80 bytes
+// wherever it was placed, so dropout's backward at d = 64 stays on the sm_80 kernels
+// (plan_bwd_sm90.h, README's support table).
+constexpr bool bwd_sm90_builds_dropout(int head_dim) { return head_dim == 128; }
+
 template <int kHeadDim_>
 struct BwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;

@@ -323,6 +323,11 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     };
     bool mask_reads_early = false;
     if constexpr (kAttnMask && kMaskClassEarly) mask_reads_early = mask_reads();
+    // Dropout's decisions for this tile, drawn before the stage's wait, while only dK and dV are
+    // live (at d = 64 they spill here as well as while dP^T is in flight: bwd_sm90_builds_dropout).
+    [[maybe_unused]] uint64_t keep = 0;
+    if constexpr (kDropout)
+      keep = keep_bits_key_rows<kBlockM / 2>(p.dropout, batch, head_of(it), key_row, m_block * kBlockM, tq);
     mbarrier_wait_parity(&q_full[s], static_cast<uint32_t>(it / kStages) & 1);
 
     // S^T and dP^T, two commit groups.
@@ -397,11 +402,6 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // the rounded P^T too (as PyTorch's 16-bit softmax backward does).
     uint32_t pfrag[kBlockM / 4], dsfrag[kBlockM / 4];
     pack_pairs<Elem>(sacc, pfrag);
-    // Dropout's decisions for this tile, drawn while dP^T is on the tensor cores (S^T's registers
-    // are free).
-    [[maybe_unused]] uint64_t keep = 0;
-    if constexpr (kDropout)
-      keep = keep_bits_key_rows<kBlockM / 2>(p.dropout, batch, head_of(it), key_row, m_block * kBlockM, tq);
     wgmma_wait_group<0>();  // SITE:wait_dp
     wgmma_fence_operand(dpacc);
 #pragma unroll

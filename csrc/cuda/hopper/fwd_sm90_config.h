@@ -49,10 +49,6 @@ constexpr bool fwd_sm90_builds_softcap_local(int head_dim) { return head_dim <= 
 // d = 256 stays on the sm_80 kernels (docs/lab/2026-12-03-hopper-attn-mask.md).
 constexpr bool fwd_sm90_builds_attn_mask(int head_dim) { return head_dim <= 128; }
 
-// Whether the dropout main loops (no mask, causal, a local window; without softcap, ALiBi or
-// attn_mask) are built at this head dim; the rest of dropout stays on the sm_80 kernels.
-constexpr bool fwd_sm90_builds_dropout(int head_dim) { return head_dim <= 256; }
-
 template <int kHeadDim_>
 struct FwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
