@@ -21,25 +21,11 @@ import torch
 
 from checks import reference_grads, to64
 from flashattn._reference import attention_reference
+from hopper_sim import ELEMENTS, launched, schedule_fixture
 from tolerance import assert_within_torch_error
 
 P = 0.17
-SCHEDULES = [("forward", "lazy"), ("reverse", "eager"), ("random:31", "random")]
-ELEMENTS = {torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
-
-
-@pytest.fixture(params=SCHEDULES, ids=lambda s: f"{s[0]}-{s[1]}")
-def schedule(request, hopper):
-    warps, copies = request.param
-    hopper.set_schedule(warps)
-    hopper.ops.set_copy_completion(copies)
-    yield request.param
-    hopper.set_schedule("forward")
-    hopper.ops.set_copy_completion("")
-
-
-def launched(counters):
-    return [launch["kernel"] for launch in counters["launches"]]
+schedule = schedule_fixture([("forward", "lazy"), ("reverse", "eager"), ("random:31", "random")])
 
 
 def mask_kwargs(mask):
