@@ -8,8 +8,8 @@ For each case: dq, dk and dv against float64 autograd through the reference with
 own error in the dtype (tests/checks.check_backward, outputs poisoned first), and the profiler's
 kernel names show that the Hopper backward ran (bwd_sm90_kernel); deterministic=True twice gives
 the same bits; a variable-length batch and a seqused one, per sequence, with NaN in the rows no
-sequence uses; calls it does not take (a gradient of the LSE, ALiBi with a local window) run the
-sm_80 backward. Then the
+sequence uses; dropout against the keep mask the CPU draws for the same rng_state; calls it does
+not take (a gradient of the LSE, ALiBi with a local window) run the sm_80 backward. Then the
 library's forward + backward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096, causal and
 not (FLOPs: 3.5x the forward's 4·B·H·N²·d, halved when causal). Exits 1 on any failure; on a GPU
 other than compute capability 9.0, prints SKIP and exits 0.
@@ -70,6 +70,7 @@ def check_cases(tally):
                 assert all(torch.equal(x, y) for x, y in zip(first, again)), "bits differ"
     check_varlen_and_seqused(cuda, tally)
     check_attn_mask(cuda, tally)
+    check_dropout(cuda, tally)
     # Calls the Hopper backward does not take stay on sm_80 (README's support table).
     q, k, v = (torch.randn(1, 200, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     for name, mask, with_dlse in (("dLSE", "causal", True),
@@ -97,6 +98,59 @@ def check_attn_mask(cuda, tally):
             names = kernels_run(lambda: check_masked(cuda, q, k, v, mask, scale=d ** -0.5,
                                                      mask_grad=False))
             assert_ran(names, "bwd_sm90_kernel", "Hopper backward")
+
+
+# Dropout (the kDropout main loops): (dtype, d, causal, B, Sq, Sk, Hq, Hkv). The Hopper backward
+# has it at d = 128; at d = 64 and 256 the Hopper forward feeds sm_80's backward, which must draw
+# the same keep mask.
+DROPOUT_P = 0.17
+DROPOUT_CASES = [
+    (torch.bfloat16, 128, True, 2, 1000, 1000, 4, 2),
+    (torch.float16, 128, False, 1, 129, 2049, 2, 2),
+    (torch.bfloat16, 64, True, 1, 513, 257, 4, 1),
+    (torch.float16, 256, False, 1, 300, 700, 2, 2),
+]
+
+
+def check_dropout(cuda, tally):
+    """out, lse, dq, dk, dv against the float64 reference given the keep mask every executor
+    draws for the call's rng_state (torch.ops.flashattn.dropout_keep_mask, on the CPU)."""
+    from checks import reference_grads, to64
+    from flashattn._reference import attention_reference
+    from tolerance import assert_within_torch_error
+
+    for dtype, d, causal, b, sq, sk, hq, hkv in DROPOUT_CASES:
+        name = f"dropout {str(dtype)[6:]} d={d} causal={causal} B={b} Sq={sq} Sk={sk} Hq={hq} Hkv={hkv}"
+        q = torch.randn(b, sq, hq, d, dtype=dtype, device="cuda")
+        k, v = (torch.randn(b, sk, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
+        dout = torch.randn_like(q)
+        rng_state = torch.ops.flashattn.dropout_rng_state(q)
+        keep = torch.ops.flashattn.dropout_keep_mask(rng_state.cpu(), DROPOUT_P, b, hq, sq, sk)
+        scale = d ** -0.5
+        op = dict(causal=causal, dropout_p=DROPOUT_P, rng_state=rng_state)
+        ref_kwargs = dict(causal=causal, softmax_scale=scale, dropout_p=DROPOUT_P,
+                          dropout_mask=keep)
+        with tally.case(name):
+            result = []
+
+            def step():
+                out, lse = cuda.fwd(q, k, v, scale, **op)
+                result.append((out, lse, cuda.bwd(dout, q, k, v, out, lse, None, scale, **op)))
+
+            names = kernels_run(step)
+            assert_ran(names, "fwd_sm90_kernel", "Hopper forward")
+            if d == 128:
+                assert_ran(names, "bwd_sm90_kernel", "Hopper backward")
+            out, lse, grads = result[0]
+            qc, kc, vc, dc = (t.cpu() for t in (q, k, v, dout))
+            ref_out, ref_lse = attention_reference(to64(qc), to64(kc), to64(vc), **ref_kwargs)
+            low_out, low_lse = attention_reference(qc, kc, vc, **ref_kwargs)
+            assert_within_torch_error("out", out.cpu(), ref_out, low_out)
+            assert_within_torch_error("lse", lse.cpu(), ref_lse, low_lse.float())
+            ref = reference_grads(to64(qc), to64(kc), to64(vc), dc.double(), None, ref_kwargs)
+            low = reference_grads(qc, kc, vc, dc, None, ref_kwargs)
+            for grad, got, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
+                assert_within_torch_error(grad, got.cpu(), want, yardstick, factor=3.0)
 
 
 def check_varlen_and_seqused(cuda, tally):

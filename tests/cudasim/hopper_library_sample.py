@@ -8,9 +8,9 @@ For each case: out and lse against the float64 reference within 2x PyTorch's own
 dtype (tests/checks.check_forward, outputs poisoned first), and the profiler's kernel names show
 that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take (ALiBi with
 softcap and a window), that the sm_80 kernel did; split-KV decodes (fwd_kvcache) also run the
-split merge. Then the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096,
-causal and not. Exits 1 on any failure; on a GPU other than compute capability 9.0,
-prints SKIP and exits 0.
+split merge; paged and indexed KV caches run the gathering producer (test_kvcache.Case). Then
+the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096, causal and not.
+Exits 1 on any failure; on a GPU other than compute capability 9.0, prints SKIP and exits 0.
 """
 import os
 import sys
@@ -67,6 +67,7 @@ def check_cases(tally):
             "fwd_kernel_16bit" in n for n in names), f"expected the sm_80 kernel, ran {names}"
     check_attn_mask_cases(tally)
     check_split_cases(tally)
+    check_paged_cases(tally)
 
 
 # attn_mask (the kAttnMask main loops): (dtype, d, kind, mask shape, causal, B, Sq, Sk, Hq, Hkv);
@@ -140,6 +141,36 @@ def check_split_cases(tally):
                 assert_within_torch_error(f"out[{i}]", out[i:i + 1].cpu(), ref_out, low_out)
                 assert_within_torch_error(f"lse[{i}]", lse[i:i + 1].cpu(), ref_lse,
                                           low_lse.float())
+
+
+# Paged and indexed KV caches (the gathering producer, kGatherKv): test_kvcache.Case arguments.
+# Packed GQA decodes stay on sm_80, so a decode here has as many kv heads as query heads and GQA
+# comes with 65 query rows (2 per kv head: more row tiles than the group, so not packed).
+PAGED_CASES = [
+    ("paged decode, page 16, d=128, causal, 4k cache", dict(
+        page_size=16, batch=4, heads=8, heads_kv=8, head_dim=128, seqlen_cache=4000)),
+    ("paged chunk, page 256, GQA, d=128, 65 queries", dict(
+        page_size=256, heads=4, heads_kv=2, head_dim=128, seqlen_cache=3000, seqlen_q=65,
+        seqlen_new=65, rotary_dim=0)),
+    ("paged decode, page 1, d=64, window (100, 0)", dict(
+        page_size=1, heads=2, heads_kv=2, seqlen_cache=700, causal=False, window=(100, 0),
+        seqlen_q=2, seqlen_new=2)),
+    ("paged decode, page 17, d=256, fp16, 3 splits", dict(
+        page_size=17, heads=2, heads_kv=2, head_dim=256, seqlen_cache=1500, num_splits=3,
+        dtype=torch.float16)),
+    ("cache_batch_idx + cache_leftpad, d=128", dict(
+        batch_idx=True, leftpad=True, heads=4, heads_kv=4, head_dim=128, seqlen_cache=2000)),
+]
+
+
+def check_paged_cases(tally):
+    from test_kvcache import Case
+
+    for i, (name, arguments) in enumerate(PAGED_CASES):
+        case = Case(seed=i, device="cuda", **arguments)
+        with tally.case(name):
+            names = kernels_run(lambda: case.check())
+            assert_ran(names, "fwd_sm90_kernel", "Hopper kernel")
 
 
 def forward_tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=20):
