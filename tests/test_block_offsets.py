@@ -90,10 +90,23 @@ def test_a_block_of_rows_is_the_whole_calls_rows_bit_for_bit(executor, sizes, fe
     block_out, block_lse = ex.fwd(q[:, cut], k, v, None, block_offsets=offsets,
                                   align_bottom_right=False, **kw)
     assert torch.equal(block_out, out[:, cut])
-    assert torch.equal(block_lse, lse[:, :, cut])
+    if executor == "cpu" and _lse_may_differ_by_an_ulp(feature):
+        # Known divergence (issue 29's notes): on the avx512-dot 16-bit kernel (Zen 4's default)
+        # with ALiBi or softcap row steps, a block's LSE can differ from the whole call's by 1-2
+        # ulp (out and dq stay bit for bit); every other kernel gives equal bits.
+        torch.testing.assert_close(block_lse, lse[:, :, cut], rtol=3e-7, atol=0)
+    else:
+        assert torch.equal(block_lse, lse[:, :, cut])
     block_dq, _, _ = ex.bwd(dout[:, cut], q[:, cut], k, v, out[:, cut], lse[:, :, cut], None, None,
                             block_offsets=offsets, **kw)
     assert torch.equal(block_dq, dq[:, cut])
+
+
+def _lse_may_differ_by_an_ulp(feature):
+    kw = FEATURES[feature]
+    row_steps = kw.get("alibi") or kw.get("softcap")
+    return bool(row_steps) and tuple(torch.ops.flashattn_internal.cpu_16bit_path(
+        torch.bfloat16)) == ("avx512-dot", True)
 
 
 @pytest.mark.parametrize("feature", ["dropout-causal", "causal-window-alibi"])
