@@ -91,7 +91,7 @@ def test_a_block_of_rows_is_the_whole_calls_rows_bit_for_bit(executor, sizes, fe
                                   align_bottom_right=False, **kw)
     assert torch.equal(block_out, out[:, cut])
     if executor == "cpu" and _lse_may_differ_by_an_ulp(feature):
-        # Known divergence (issue 29's notes): on the avx512-dot 16-bit kernel (Zen 4's default)
+        # A known divergence, not yet explained: on the avx512-dot 16-bit kernel (Zen 4's default)
         # with ALiBi or softcap row steps, a block's LSE can differ from the whole call's by 1-2
         # ulp (out and dq stay bit for bit); every other kernel gives equal bits.
         torch.testing.assert_close(block_lse, lse[:, :, cut], rtol=3e-7, atol=0)
