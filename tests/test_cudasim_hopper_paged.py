@@ -5,9 +5,10 @@ loaded row by row with cp.async into the swizzled tiles TMA would leave.
 - selftest/hopper_paged_test.cpp: the same keys in a dense cache (TMA) and in the gathered cache
   give the same bits of out and lse: page sizes 1, 16, 48 (dividing neither key tile) and 256,
   shuffled block tables, lengths 0, 1, ragged and full, causal, local and no mask, GQA, d = 64,
-  128 and 256, under every warp schedule and copy completion. Planted bugs in copies of the
-  kernel's source (an ignored block table, an off-by-one page, a forgotten swizzle, a missing
-  proxy fence, a thread that never arrives) must each fail it.
+  128 and 256, under every warp schedule and copy completion; a sequence of six key tiles
+  wraps the three-stage ring twice. Planted bugs in copies of the kernel's source (an ignored
+  block table, an off-by-one page, a forgotten swizzle, a missing proxy fence, a thread that
+  never arrives, a tile announced before its copies are done) must each fail it.
 - The library path (torch.ops.flashattn_sim.fwd_kvcache on an opted-in compute capability 9.0
   device): flash_attn_with_kvcache's calls against the float64 reference within 2x PyTorch's own
   error (test_kvcache.py Case.check), outputs poisoned, with the Hopper kernel's gathered main
@@ -67,15 +68,22 @@ PLANTED = {
     # Both fences: without the K one alone, the shim runs the producer thread on to its V fence
     # before any consumer reads K (a warp runs until it blocks), so nothing can see the gap.
     "no_proxy_fences": (
-        "cuda/hopper/fwd_sm90_kernel.cuh",
-        [("fence_proxy_async_shared_cta();  // SITE:gather_k_fence", "// no fence"),
-         ("fence_proxy_async_shared_cta();\n          mbarrier_arrive(&v_full[s]);  // SITE:gather_v_arrive",
-          "mbarrier_arrive(&v_full[s]);")],
+        "cuda/hopper/fwd_sm90_gather.cuh",
+        [("ptx::fence_proxy_async_shared_cta();  // SITE:gather_k_fence", "// no fence"),
+         ("ptx::fence_proxy_async_shared_cta();\n  ptx::mbarrier_arrive(v_full);  // SITE:gather_v_arrive",
+          "ptx::mbarrier_arrive(v_full);")],
         None, r"SimError: .*through the async proxy.*has not executed fence\.proxy\.async"),
     "a_thread_never_arrives": (
+        "cuda/hopper/fwd_sm90_gather.cuh",
+        "ptx::mbarrier_arrive(v_full);  // SITE:gather_v_arrive",
+        "if (threadIdx.x != 127) ptx::mbarrier_arrive(v_full);", r"SimError: cudasim: deadlock"),
+    # The producer announces the older tile in flight as if the newest tile's two groups were
+    # older still: its waits return before the older tile's own copies are done. (Seen only past
+    # three tiles: before that, the producer runs to its last wait before any consumer reads.)
+    "announces_a_tile_before_its_copies": (
         "cuda/hopper/fwd_sm90_kernel.cuh",
-        "mbarrier_arrive(&v_full[s]);  // SITE:gather_v_arrive",
-        "if (tid != 127) mbarrier_arrive(&v_full[s]);", r"SimError: cudasim: deadlock"),
+        "announce_gathered_tile<2 * kLag>(&k_full[older], &v_full[older]);",
+        "announce_gathered_tile<2 * kLag + 2>(&k_full[older], &v_full[older]);", SAME_BITS_BROKEN),
 }
 
 

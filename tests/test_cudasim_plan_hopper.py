@@ -7,7 +7,8 @@ layout, without softcap or ALiBi, d = 64 and 128), that the sm_80 plan
 would run as one unsplit, unpacked launch with TMA-readable layouts; every other call stays on the
 sm_80 kernels, each such feature listed in README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
 threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V (128 keys a
-tile, 64 at d = 256) + 8 mbarriers + 1024 bytes of alignment slack.
+tile, 64 at d = 256; 3 stages for a gathered KV cache up to d = 128) + 8 mbarriers (11 with 3
+stages) + 1024 bytes of alignment slack.
 
 The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
 64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, local
@@ -35,6 +36,9 @@ SPLIT_SEQLENS_K = (512, 8192, 32768, 131072)
 # (128 query rows + 2 x 2 x kBlockN keys) x d x 2 bytes + 8 mbarriers x 8 + 1024; kBlockN = 128,
 # and 64 at d = 256.
 HOPPER_SMEM = {64: 83008, 128: 164928, 256: 197696}
+# A gathered KV cache's ring: 3 stages up to d = 128 (hopper/fwd_sm90_config.h
+# fwd_sm90_gather_stages), so 11 mbarriers; 2 at d = 256, as dense.
+HOPPER_GATHER_SMEM = {64: 115800, 128: 230488, 256: 197696}
 
 
 @pytest.fixture(scope="module")
@@ -542,9 +546,17 @@ def test_hopper_takes_paged_kv(sim, page_size, mask):
     q, k, v, table = _paged(page_size)
     plan = plan_fwd(sim, q, k, v, block_table=table, device=HOPPER, **mask)
     assert plan["arch"] == "sm90" and plan["block"] == [384, 1, 1]
-    assert plan["block_rows"] == 128 and plan["smem_bytes"] == HOPPER_SMEM[128]
+    assert plan["block_rows"] == 128 and plan["smem_bytes"] == HOPPER_GATHER_SMEM[128]
     # One query tile per (head, batch), the keys' split count the Hopper plan's own.
     assert plan["grid"] == [plan["num_splits"], 2, 2]
+
+
+@pytest.mark.parametrize("d", [64, 256])
+def test_paged_kv_ring_at_each_head_dim(sim, d):
+    # Three stages at d = 64, two at d = 256 (three would not fit 227 KB).
+    q, k, v, table = _paged(16, d=d)
+    plan = plan_fwd(sim, q, k, v, block_table=table, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_GATHER_SMEM[d]
 
 
 @pytest.mark.parametrize("name, kwargs, pad", [

@@ -323,7 +323,10 @@ inline void use_sm90_fwd(FwdPlan& plan, int requested_splits, int sm_count) {
   plan.arch_smem_bytes = max_smem_bytes(Arch::kSm90);
   dispatch_head_dim(Sm90FwdHeadDims{}, p.head_dim, [&](auto tile) {
     using Config = hopper::FwdSm90Config<decltype(tile)::value>;
-    plan.shape = {Config::kBlockM, Config::kThreads, static_cast<int>(Config::kSmemBytes)};
+    // A gathered cache's ring has its own stage count (fwd_sm90_gather_stages).
+    const size_t smem = sm90_fwd_gathers_kv(p) ? hopper::FwdSm90Config<decltype(tile)::value, true>::kSmemBytes
+                                               : Config::kSmemBytes;
+    plan.shape = {Config::kBlockM, Config::kThreads, static_cast<int>(smem)};
     const hopper::FwdSm90GridDims g = Config::grid(p.seqlen_q, p.heads_q, p.batch, p.num_splits);
     plan.grid = dim3(g.x, g.y, g.z);
   });

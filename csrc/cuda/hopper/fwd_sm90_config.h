@@ -3,9 +3,9 @@
 // One CTA computes kBlockM = 128 query rows of one (batch, head): warpgroup 0 is the producer
 // (one thread issues TMA loads), warpgroups 1 and 2 are consumers owning 64 rows each (the
 // m64 of wgmma). Keys go by kBlockN (fwd_sm90_key_tile: 128 up to d = 128, 64 at d = 256)
-// through a ring of kStages = 2 stages of K and V. FA3 (hopper/tile_size.h) uses 128 x 128
-// (d = 128) with two stages too; why these sizes here is in docs/lab/2026-12-02-hopper-forward.md
-// and docs/lab/2026-12-02-hopper-forward-d256.md.
+// through a ring of kStages = 2 stages of K and V (3 for a gathered KV cache up to d = 128).
+// FA3 (hopper/tile_size.h) uses 128 x 128 (d = 128) with two stages too; why these sizes here is
+// in docs/lab/2026-12-02-hopper-forward.md and docs/lab/2026-12-02-hopper-forward-d256.md.
 //
 // Shared memory, from a 1024-byte aligned base (the 128-byte swizzle's atom is 8 rows of 128
 // bytes; every tile below starts on a multiple of 1024):
@@ -49,7 +49,14 @@ constexpr bool fwd_sm90_builds_softcap_local(int head_dim) { return head_dim <= 
 // d = 256 stays on the sm_80 kernels (docs/lab/2026-12-03-hopper-attn-mask.md).
 constexpr bool fwd_sm90_builds_attn_mask(int head_dim) { return head_dim <= 128; }
 
-template <int kHeadDim_>
+// Ring stages of a gathered KV cache (kGatherKv). Its producer leaves the newest tile's cp.async
+// copies in flight while it waits for the next empty stage, and the consumers hold two stages
+// (S_j with K_j while P_{j-1} V_{j-1} runs), so two loads overlap only with three stages: the
+// producer may keep at most kStages - 2 tiles unannounced, or it waits for a release that waits
+// on its own arrival. Three fit the 227 KB up to d = 128; d = 256 keeps two (one load at a time).
+constexpr int fwd_sm90_gather_stages(int head_dim) { return head_dim <= 128 ? 3 : 2; }
+
+template <int kHeadDim_, bool kGatherKv_ = false>
 struct FwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
@@ -57,7 +64,7 @@ struct FwdSm90Config {
   static constexpr int kBlockM = 128;
   static constexpr int kBlockN = fwd_sm90_key_tile(kHeadDim);
   static_assert(kBlockN % 16 == 0, "P V runs in k16 steps over the keys of a tile");
-  static constexpr int kStages = 2;
+  static constexpr int kStages = kGatherKv_ ? fwd_sm90_gather_stages(kHeadDim) : 2;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kChunks = kHeadDim / 64;  // 128-byte swizzle rows per tile row

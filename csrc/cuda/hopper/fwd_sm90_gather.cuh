@@ -6,7 +6,9 @@
 //
 // cp.async writes shared memory through the generic proxy and wgmma reads through the async
 // proxy: each thread waits for its own copies, fences (fence.proxy.async) and arrives on the
-// stage's full barrier, whose count is the producer's 128 threads (kGatherThreads).
+// stage's full barrier, whose count is the producer's 128 threads (kGatherThreads). K and V of a
+// tile are one cp.async group each; the kernel announces a tile only after issuing the next one
+// (announce_gathered_tile), so two tiles' copies are in flight while it waits for a free stage.
 #pragma once
 #include <cstdint>
 
@@ -81,6 +83,20 @@ __device__ __forceinline__ void gather_kv_tile(unsigned char* tile, const Tensor
                          16 * ((piece % 8) ^ (row_in_tile % 8));
     ptx::cp_async_16(dst, row + 8 * piece, tile_key0 + r < seq.seqlen_k ? 16 : 0);  // SITE:gather_kv
   }
+}
+
+// Announces a gathered tile's K and V to the consumers once this thread's copies of them are
+// done: its K group, then its V group, each followed by this thread's fence and its arrival.
+// kNewerGroups is how many groups the thread committed after the tile's two (those stay in
+// flight).
+template <int kNewerGroups>
+__device__ __forceinline__ void announce_gathered_tile(uint64_t* k_full, uint64_t* v_full) {
+  ptx::cp_async_wait<kNewerGroups + 1>();
+  ptx::fence_proxy_async_shared_cta();  // SITE:gather_k_fence
+  ptx::mbarrier_arrive(k_full);
+  ptx::cp_async_wait<kNewerGroups>();
+  ptx::fence_proxy_async_shared_cta();
+  ptx::mbarrier_arrive(v_full);  // SITE:gather_v_arrive
 }
 
 }  // namespace flashattn::hopper

@@ -8,8 +8,8 @@
 //   (q_full) and then, per key tile, K into k_full[s] and V into v_full[s] of ring stage s,
 //   after waiting for kv_empty[s] (one arrival per consumer warpgroup). Every load is a 4D
 //   TMA box; rows beyond Sq / Sk land as zeros. A paged or indexed KV cache (kGatherKv) is
-//   gathered instead by all 128 producer threads with cp.async (fwd_sm90_gather.cuh); Q still
-//   arrives by TMA.
+//   gathered instead by all 128 producer threads with cp.async (fwd_sm90_gather.cuh), through
+//   a ring of three stages up to d = 128 so that two tiles load at once; Q still arrives by TMA.
 // - Warpgroups 1 and 2, the consumers (setmaxnreg.inc), each own 64 query rows. Per key tile:
 //   S = Q K^T (wgmma m64n128k16, both operands from shared memory, K-major), the mask on the
 //   tiles that need it, the online softmax (fwd_sm90_softmax.cuh), P rounded into wgmma
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_o,
                     const FwdSm90Params p) {
   using namespace flashattn::ptx;
-  using Cfg = FwdSm90Config<kHeadDim>;
+  using Cfg = FwdSm90Config<kHeadDim, kGatherKv>;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   FLASHATTN_DYNAMIC_SMEM(unsigned char, smem_base);
   unsigned char* smem =
@@ -187,6 +187,11 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
             tma_load_4d(smem + Cfg::kQOffset + c * Cfg::kQChunkBytes, &map_q, q_full, 64 * c,
                         static_cast<int>(q_row0) + m_block * kBlockM, head, map_batch);
         }
+        // Tiles issued but not yet announced while the producer waits for the next empty stage:
+        // one with a third stage (its copies overlap the next tile's), none with two (the
+        // consumers release stage j-1 only after K_j arrived; fwd_sm90_gather_stages).
+        constexpr int kLag = kStages - 2;
+        static_assert(kLag == 0 || kLag == 1, "the gathering producer runs two or three stages");
         for (int it = 0; it < tiles.n_blocks; ++it) {
           const int n_block = tiles.n_end - 1 - it, s = it % kStages;
           mbarrier_wait_parity(&kv_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
@@ -198,13 +203,14 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
           gather_kv_tile<kHeadDim, kBlockN>(smem + Cfg::kVOffset + s * Cfg::kKvBytes, p.v_cache, p.kv_cache,
                                             cache_seq, kv_head, n_block, tid);
           cp_async_commit();
-          // Each thread's own copies, then its fence, then its arrival (one of kGatherThreads).
-          cp_async_wait<1>();
-          fence_proxy_async_shared_cta();  // SITE:gather_k_fence
-          mbarrier_arrive(&k_full[s]);
-          cp_async_wait<0>();
-          fence_proxy_async_shared_cta();
-          mbarrier_arrive(&v_full[s]);  // SITE:gather_v_arrive
+          if (it >= kLag) {
+            const int older = (it - kLag) % kStages;  // K and V of `it` stay in flight
+            announce_gathered_tile<2 * kLag>(&k_full[older], &v_full[older]);
+          }
+        }
+        if constexpr (kLag == 1) {
+          const int last = (tiles.n_blocks - 1) % kStages;
+          announce_gathered_tile<0>(&k_full[last], &v_full[last]);
         }
       }
       return;

@@ -235,7 +235,7 @@ Case indexed(int heads_q, int heads_kv, int seqlen_q, int capacity, std::vector<
 }
 
 const selftest::NamedCases kCases = {
-    {"bf16_d128_causal_page16", [] { return run<bf16, 128, true>({paged(16, 2, 2, 1, 300, {300, 0, 129})}); }},
+    {"bf16_d128_causal_page16", [] { return run<bf16, 128, true>({paged(16, 2, 2, 1, 700, {300, 0, 129, 700})}); }},
     {"bf16_d128_causal_page48", [] { return run<bf16, 128, true>({paged(48, 4, 2, 65, 270, {257, 77})}); }},
 #if !defined(HOPPER_PAGED_ONE_CONFIG)
     {"bf16_d128_causal_indexed", [] { return run<bf16, 128, true>({indexed(2, 1, 7, 260, {259, 1, 130})}); }},
