@@ -110,6 +110,19 @@ def _unaligned_pointer(b, s, h, d):
     return torch.randn(b * s * h * d + 1, dtype=torch.bfloat16)[1:].view(b, s, h, d)
 
 
+def _dropout_with_other_logits(q, k, v):
+    """Dropout with softcap, ALiBi or attn_mask: neither the forward's nor the backward's dropout
+    main loops have them (launch_fwd_sm90.cuh, launch_bwd_sm90.cuh)."""
+    drop = dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))
+    return [
+        ("dropout with softcap", (q, k, v), dict(drop, softcap=2.0)),
+        ("dropout with ALiBi", (q, k, v),
+         dict(drop, alibi_slopes=torch.rand(2, dtype=torch.float32))),
+        ("dropout with attn_mask", (q, k, v),
+         dict(drop, attn_mask=torch.ones(130, 130, dtype=torch.bool))),
+    ]
+
+
 # Calls the Hopper forward does not take yet: (name, qkv, fwd's keyword arguments).
 def _stays_on_sm80():
     q, k, v = qkv(2, 130, 130, 2, 2, 128)
@@ -127,13 +140,7 @@ def _stays_on_sm80():
                                                 window_left=16, window_right=0)),
         ("negative scale", (q, k, v), dict(softmax_scale=-0.2)),
         ("zero scale", (q, k, v), dict(softmax_scale=0.0)),
-        # Dropout's main loops have no softcap, ALiBi or attn_mask (launch_fwd_sm90.cuh).
-        ("dropout with softcap", (q, k, v),
-         dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]), softcap=2.0)),
-        ("dropout with ALiBi", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]),
-                                               alibi_slopes=torch.rand(2, dtype=torch.float32))),
-        ("dropout with attn_mask", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]),
-                                                   attn_mask=torch.ones(130, 130, dtype=torch.bool))),
+        *_dropout_with_other_logits(q, k, v),
         # flashattn.distributed's partial outputs: sm_80's split path with one split.
         ("out_fp32", (q, k, v), dict(out_fp32=True)),
         ("attn_mask with softcap", (q, k, v),
@@ -385,12 +392,7 @@ def _backward_stays_on_sm80():
                                                       window_left=16, window_right=0)),
         ("ALiBi with softcap", (q, k, v), dict(alibi_slopes=torch.rand(2, 2, dtype=torch.float32),
                                                softcap=2.0, causal=True)),
-        ("dropout with softcap", (q, k, v),
-         dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]), softcap=2.0)),
-        ("dropout with ALiBi", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]),
-                                               alibi_slopes=torch.rand(2, dtype=torch.float32))),
-        ("dropout with attn_mask", (q, k, v), dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]),
-                                                   attn_mask=torch.ones(130, 130, dtype=torch.bool))),
+        *_dropout_with_other_logits(q, k, v),
         ("dropout at head dim 64", qkv(2, 130, 130, 2, 2, 64),
          dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
         ("attn_mask with softcap", (q, k, v),
