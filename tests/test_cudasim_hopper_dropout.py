@@ -15,14 +15,28 @@ op glue, plans and launch code as on a GPU).
 
 Outputs are poisoned before the kernels write them (conftest.py). Every case runs under forward,
 reverse and random warp orders with lazy, eager and random copy completion.
+
+- selftest/hopper_dropout_test.cpp: the same two readings (q = 0, V or dO one-hot) with the
+  kernels launched directly, no torch, exact against dropout.h's host mask, values included
+  (dV's 1 / (1 - p)). Planted bugs in copies of the kernels' source (the forward drawing the
+  previous key tile's decisions, the backward's dV without 1 / (1 - p)) must each fail it.
 """
+import os
+import re
+import shutil
+import sys
+
 import pytest
 import torch
 
 from checks import reference_grads, to64
 from flashattn._reference import attention_reference
-from hopper_sim import ELEMENTS, launched, schedule_fixture
+from hopper_sim import ELEMENTS, SCHEDULES, launched, schedule_fixture
 from tolerance import assert_within_torch_error
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
+import build  # noqa: E402
+from fixtures import WRONG, program, run  # noqa: E402
 
 P = 0.17
 schedule = schedule_fixture([("forward", "lazy"), ("reverse", "eager"), ("random:31", "random")])
@@ -71,6 +85,59 @@ def bwd_kernel(dtype, d, mask):
     causal = mask.startswith("causal")
     flags = ", ".join(str(x).lower() for x in (causal, mask == "window", False, False, False, True))
     return f"bwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {flags}>"
+
+
+# ---- the kernels launched directly (selftest/hopper_dropout_test.cpp) ----
+
+SELFTEST = os.path.join(build.SHIM_DIR, "selftest", "hopper_dropout_test.cpp")
+SELFTEST_CASES = ["fwd_none", "fwd_causal", "bwd_none", "bwd_causal"]
+
+
+@pytest.mark.parametrize("warps, completion", SCHEDULES, ids=lambda s: s)
+@pytest.mark.parametrize("case", SELFTEST_CASES)
+def test_selftest_drops_exactly_the_keep_mask(case, warps, completion):
+    out = run(program("hopper_dropout_test"), case, schedule=warps, completion=completion,
+              timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines and all(line.startswith("ok: ") for line in lines), out.stdout
+
+
+# (what the bug is, file under csrc, its (text, replacement) pairs, the cases that must fail)
+PLANTED = {
+    "keep_bits_of_the_previous_key_tile": (
+        "cuda/hopper/fwd_sm90_kernel.cuh",
+        [("keep_bits_query_rows<kBlockN / 2>(p.dropout, batch, head, row0, (tiles.n_end - 1 - it) * kBlockN",
+          "keep_bits_query_rows<kBlockN / 2>(p.dropout, batch, head, row0, (tiles.n_end - it) * kBlockN")],
+        ["fwd_none", "fwd_causal"]),
+    "dv_without_one_over_one_minus_p": (
+        "cuda/hopper/bwd_sm90_kernel.cuh",
+        [("keep_factor(keep, 2 * i, p.dropout.keep_scale)", "keep_factor(keep, 2 * i, 1.f)"),
+         ("keep_factor(keep, 2 * i + 1, p.dropout.keep_scale)", "keep_factor(keep, 2 * i + 1, 1.f)")],
+        ["bwd_none", "bwd_causal"]),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+def test_planted_bug_is_caught(bug, tmp_path):
+    """The self-test built against a copy of one kernel header with the bug planted (found first
+    through -iquote): every case of the kernel it is in must report wrong results."""
+    path, edits, cases = PLANTED[bug]
+    with open(os.path.join(build.REPO_ROOT, "csrc", path)) as f:
+        source = f.read()
+    for old, new in edits:
+        assert source.count(old) == 1, f"the planted bug's text {old!r} is not in csrc/{path} once"
+        source = source.replace(old, new)
+    os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+    (tmp_path / path).write_text(source)
+    if shutil.which(build.CXX) is None or build.cuda_include_dir() is None:
+        pytest.skip("no compiler or CUDA headers for the shim")
+    exe = build.build_program([SELFTEST], f"hopper_dropout_test_{bug}", build.DEFAULT_BUILD_DIR,
+                              extra_flags=["-iquote", str(tmp_path)])
+    for case in cases:
+        out = run(exe, case, timeout=300)
+        assert out.returncode == WRONG and re.search(r"^WRONG: ", out.stdout, re.M), (
+            f"planted bug {bug} went unnoticed by {case}: {out.stdout}{out.stderr}")
 
 
 # ---- the keep decisions, bit for bit ----
