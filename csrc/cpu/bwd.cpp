@@ -68,6 +68,9 @@ constexpr int64_t kTargetTasks = 16;
 // ... and a (sequence, kv head)'s chunks' partial dQ may use at most this much (at least one
 // chunk), which bounds that memory for long sequences.
 constexpr int64_t kMaxGroupPartialDqBytes = int64_t(16) << 20;
+// Fewer query rows than this in a partial dQ tile are zeroed by plain stores rather than a
+// memset per row of the tile (a one-token backward made 64 memset calls of 4 bytes per head).
+constexpr int kShortFillRows = 8;
 
 template <typename In, OperandPath kPath>
 class BackwardKernel {
@@ -755,7 +758,14 @@ class BackwardKernel {
       for (int qb = 0; qb < work_[b].query_blocks; ++qb) {
         T* tile = dq_partial(ops, b, chunk, g, qb);
         const int rows = kNative16 ? query_block_ : rows_of(b, qb);
-        for (int d = 0; d < qk_dim_; ++d) std::fill_n(tile + size_t(d) * query_block_, rows, T(0));
+        if (rows < kShortFillRows) {
+          // A few columns: stores down the columns, not one libc memset call per dQ row.
+          for (int r = 0; r < rows; ++r)
+            for (int d = 0; d < qk_dim_; ++d) tile[size_t(d) * query_block_ + r] = T(0);
+        } else {
+          for (int d = 0; d < qk_dim_; ++d)
+            std::fill_n(tile + size_t(d) * query_block_, rows, T(0));
+        }
       }
   }
 
