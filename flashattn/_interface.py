@@ -65,6 +65,13 @@ _FWD_DEFAULTS = {argument.name: argument.default_value
                  for argument in torch.ops.flashattn.fwd.default._schema.arguments
                  if argument.has_default_value()}
 _FWD = torch.ops.flashattn.fwd.default
+_is_compiling = torch.compiler.is_compiling
+# OpOverload.__call__ is a Python frame that checks for a Python object dispatcher, then calls
+# the C++ binding `_op` (which handles __torch_function__ itself): calling `_op` directly saves
+# ~0.35 µs of a 6 µs forward. Dynamo does not trace the raw binding, so a compiled call takes
+# the OpOverload, as does an op given a Python dispatcher (torch may install one, and swap
+# `_op` with it: both are read per call). Releases without them take the OpOverload.
+_RAW_FWD = hasattr(_FWD, "_op") and hasattr(_FWD, "_pyobj_dispatcher")
 
 
 def _without_defaults(arguments):
@@ -139,7 +146,9 @@ def _attention(fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softc
         rng_state = kwargs["rng_state"] = torch.ops.flashattn.dropout_rng_state(q)
     args = (q, k, v, softmax_scale, causal, left, right, softcap, alibi_slopes,
             bool(align_bottom_right), bool(deterministic))[:3 + leading]
-    out, lse = _FWD(*args, **kwargs) if kwargs else _FWD(*args)
+    fwd = (_FWD if not _RAW_FWD or _is_compiling() or _FWD._pyobj_dispatcher is not None
+           else _FWD._op)
+    out, lse = fwd(*args, **kwargs) if kwargs else fwd(*args)
     if not return_attn_probs:
         return out
     probs = None
