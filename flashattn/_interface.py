@@ -66,11 +66,11 @@ _FWD_DEFAULTS = {argument.name: argument.default_value
                  if argument.has_default_value()}
 _FWD = torch.ops.flashattn.fwd.default
 _is_compiling = torch.compiler.is_compiling
-# OpOverload.__call__ is a Python frame that checks for a Python object dispatcher, then calls
-# the C++ binding `_op` (which handles __torch_function__ itself): calling `_op` directly saves
-# ~0.35 µs of a 6 µs forward. Dynamo does not trace the raw binding, so a compiled call takes
-# the OpOverload, as does an op given a Python dispatcher (torch may install one, and swap
-# `_op` with it: both are read per call). Releases without them take the OpOverload.
+# OpOverload.__call__ is a Python frame (a check for a Python object dispatcher) around the C++
+# binding `_op`, which handles __torch_function__ itself, so a small call is cheaper through
+# `_op`. Dynamo does not trace the raw binding, so a compiled call takes the OpOverload, as
+# does an op given a Python dispatcher (torch may install one and swap `_op`: both are read
+# per call), and so do torch releases without them.
 _RAW_FWD = hasattr(_FWD, "_op") and hasattr(_FWD, "_pyobj_dispatcher")
 
 

@@ -68,8 +68,8 @@ constexpr int64_t kTargetTasks = 16;
 // ... and a (sequence, kv head)'s chunks' partial dQ may use at most this much (at least one
 // chunk), which bounds that memory for long sequences.
 constexpr int64_t kMaxGroupPartialDqBytes = int64_t(16) << 20;
-// Fewer query rows than this in a partial dQ tile are zeroed by plain stores rather than a
-// memset per row of the tile (a one-token backward made 64 memset calls of 4 bytes per head).
+// Partial dQ tiles of fewer query rows than this are zeroed by plain stores: std::fill_n on
+// each row of the tile compiles to a libc memset call per row, dearer than a few stores.
 constexpr int kShortFillRows = 8;
 
 template <typename In, OperandPath kPath>
