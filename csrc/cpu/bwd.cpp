@@ -34,13 +34,13 @@
 #include <limits>
 #include <vector>
 
-#include "dropout_tile.h"
 #include "dtype_dispatch.h"
 #include "head_operands.h"
 #include "kernels.h"
 #include "packing.h"
 #include "panels16.h"
 #include "row_products.h"
+#include "score_rows.h"
 #include "scratch_buffer.h"
 #include "softmax_vec.h"
 #include "task_queue.h"
@@ -490,50 +490,39 @@ class BackwardKernel {
     s.ops = nullptr;
   }
 
-  // What masks a tile: the window (causal, local) and attn_mask.
-  struct TileMasks {
-    TileVisibility window;
-    uint8_t attn_mask;  // kMaskHidden / kMaskOpen / kMaskRead
-  };
+  // The score rules (score_rows.h) of sequence b: the 16-bit products leave S_ijᵀ unscaled.
+  ScoreRows<T> score_rows(int b) const {
+    return ScoreRows<T>(p_, seqs_[b], b, /*scores_scaled=*/!kNative16);
+  }
 
   void accumulate_tile(const Task& task, int h, int qb, int kb, Scratch& s) {
     const int row_begin = qb * query_block_, key_begin = kb * kKeyBlock;
-    const TileMasks masks{visibility(task.b, qb, kb),
-                          mask_tile(p_.mask, task.b, h, row_begin, row_begin + rows_of(task.b, qb),
-                                    key_begin, key_begin + cols_of(task.b, kb))};
-    if (masks.window == TileVisibility::kNone || masks.attn_mask == kMaskHidden) return;
+    const ScoreTile tile{visibility(task.b, qb, kb),
+                         mask_tile(p_.mask, task.b, h, row_begin, row_begin + rows_of(task.b, qb),
+                                   key_begin, key_begin + cols_of(task.b, kb))};
+    if (tile.hidden()) return;
     if constexpr (kNative16)
-      accumulate_tile_16bit(task, h, qb, kb, masks, s);
+      accumulate_tile_16bit(task, h, qb, kb, tile, s);
     else
-      accumulate_tile_compute(task, h, qb, kb, masks, s);
+      accumulate_tile_compute(task, h, qb, kb, tile, s);
   }
 
-  // S_ijᵀ (in probs, row stride query_block_) -> P_ijᵀ in place: softcap, ALiBi, masks, exp.
-  void scores_to_probs(const Task& task, int h, int qb, int kb, const TileMasks& masks, T* probs,
+  // S_ijᵀ (in probs, row stride query_block_) -> P_ijᵀ in place: the score rules' steps 1-5 on
+  // each key's line across the queries, then the exp.
+  void scores_to_probs(const Task& task, int h, int qb, int kb, const ScoreTile& tile, T* probs,
                        Scratch& s) const {
-    const Sequence& seq = seqs_[task.b];
     const int row_begin = qb * query_block_, rows = rows_of(task.b, qb);
     const int key_begin = kb * kKeyBlock, cols = cols_of(task.b, kb);
-    const int64_t row_terms = query_row_index(p_, seq, h, row_begin);
-    const T slope = alibi_slope(p_, task.b, h);
-    const bool partial = masks.window == TileVisibility::kPartial;
-    const bool read_mask = masks.attn_mask == kMaskRead;
-    if (kNative16 || p_.softcap > 0 || p_.alibi.ptr || partial || read_mask)
+    const ScoreRows<T> rules = score_rows(task.b);
+    if (kNative16 || rules.has_row_steps(tile))
       for (int c = 0; c < cols; ++c) {
-        T* row = probs + size_t(c) * query_block_;
-        const int key = key_begin + c;
-        if (kNative16) scale_by(row, rows, softmax_scale<T>(p_));
-        if (p_.softcap > 0)
-          apply_softcap(row, rows, softcap<T>(p_), s.tanh_t.data() + size_t(c) * query_block_);
-        if (p_.alibi.ptr) add_alibi(row, rows, slope, row_begin + seq.diag_offset - key, 1);
-        if (read_mask)  // a column of the transposed tile: one key, across the queries
-          for (int r = 0; r < rows; ++r)
-            row[r] += mask_bias<T>(p_.mask, task.b, h, row_begin + r, key);
-        if (partial)
-          for (int r = 0; r < rows; ++r)
-            if (!key_visible(seq, row_begin + r, key)) row[r] = -std::numeric_limits<T>::infinity();
+        const size_t at = size_t(c) * query_block_;
+        T* tanh_out = p_.softcap > 0 ? s.tanh_t.data() + at : nullptr;
+        rules.logits(probs + at, ScoreLine::of_key(h, key_begin + c, row_begin, rows), tile,
+                     tanh_out);
       }
-    exp_shifted_by_tile(probs, cols, rows, query_block_, lse_shift_ + row_terms);
+    rules.to_probs(probs, cols, rows, query_block_,
+                   lse_shift_ + query_row_index(p_, seqs_[task.b], h, row_begin));
   }
 
   // The P_ijᵀ that dVj += P_ijᵀ dOi multiplies: `probs` itself, or with dropout its dropped
@@ -541,30 +530,23 @@ class BackwardKernel {
   const T* probs_for_dv(const Task& task, int h, int qb, int kb, const T* probs, Scratch& s) const {
     if (!p_.dropout.on()) return probs;
     const int rows = rows_of(task.b, qb), cols = cols_of(task.b, kb);
-    const Sequence& seq = seqs_[task.b];
-    dropout_keeps_transposed(p_.dropout, dropout_seed(p_.dropout), seq.whole_batch,
-                             seq.head_offset + h, seq.row_offset + qb * query_block_, rows,
-                             seq.key_offset + kb * kKeyBlock, cols, s.keep_t.data(), query_block_);
+    const ScoreRows<T> rules = score_rows(task.b);
+    rules.keeps(s.keep_t.data(), query_block_, h, qb * query_block_, rows, kb * kKeyBlock, cols);
     std::copy_n(probs, size_t(cols) * query_block_, s.dropped_t.data());
-    apply_keeps(s.keep_t.data(), s.dropped_t.data(), cols, rows, query_block_,
-                keep_scale<T>(p_.dropout));
+    rules.drop(s.keep_t.data(), s.dropped_t.data(), cols, rows, query_block_);
     return s.dropped_t.data();
   }
 
   // dP_ijᵀ (in grads) -> dS_ijᵀ in place: through the dropout (the decisions probs_for_dv
-  // made), the softmax and the softcap.
+  // made), the softmax and the softcap (score_rows.h).
   void probs_grad_to_scores_grad(const Task& task, int h, int qb, int kb, const T* probs,
                                  T* grads, const Scratch& s) const {
     const int rows = rows_of(task.b, qb), cols = cols_of(task.b, kb);
     const int64_t row_terms = query_row_index(p_, seqs_[task.b], h, qb * query_block_);
-    if (p_.dropout.on())
-      apply_keeps(s.keep_t.data(), grads, cols, rows, query_block_, keep_scale<T>(p_.dropout));
-    softmax_grad_tile(grads, probs, cols, rows, query_block_, d_terms_ + row_terms);
+    const ScoreRows<T> rules = score_rows(task.b);
+    rules.dlogits(grads, probs, s.keep_t.data(), cols, rows, query_block_, d_terms_ + row_terms);
     if (p_.dmask != nullptr) store_mask_grad(task.b, h, qb, kb, grads);
-    if (p_.softcap > 0)
-      for (int c = 0; c < cols; ++c)
-        mul_softcap_grad(grads + size_t(c) * query_block_,
-                         s.tanh_t.data() + size_t(c) * query_block_, rows);
+    rules.dscores(grads, s.tanh_t.data(), cols, rows, query_block_);
   }
 
   // dL/dlogit of the tile (dS_ijᵀ before the softcap's chain rule) into p_.dmask [B, Hq, Sq, Sk]:
@@ -600,7 +582,7 @@ class BackwardKernel {
                 kPanelWidth, acc + panel * kPanelWidth, acc_stride, /*accumulate=*/true, vnni_);
   }
 
-  void accumulate_tile_16bit(const Task& task, int h, int qb, int kb, const TileMasks& masks,
+  void accumulate_tile_16bit(const Task& task, int h, int qb, int kb, const ScoreTile& tile,
                              Scratch& s) {
     if constexpr (kNative16) {
       const int b = task.b, rows = rows_of(b, qb), cols = cols_of(b, kb);
@@ -612,7 +594,7 @@ class BackwardKernel {
       // S_ijᵀ = Kj Qiᵀ (unscaled), then P_ijᵀ.
       tile_gemm(cols, query_block_, gemm_dim_, ops.k_rows16.panel(0, 0, kb, 0), gemm_dim_,
                 ops.q_t16.panel(0, g, qb, 0), kPanelWidth, probs, query_block_, false, vnni_);
-      scores_to_probs(task, h, qb, kb, masks, probs, s);
+      scores_to_probs(task, h, qb, kb, tile, probs, s);
       round_tile_to_16bit(probs_for_dv(task, h, qb, kb, probs, s), rows, cols, s.probs16_t);
       // dVj += P_ijᵀ dOi
       accumulate_panel_products(cols, s.probs16_t.data(), ops.do_rows16, g, qb, s.dv_acc.data(),
@@ -663,7 +645,7 @@ class BackwardKernel {
     }
   }
 
-  void accumulate_tile_compute(const Task& task, int h, int qb, int kb, const TileMasks& masks,
+  void accumulate_tile_compute(const Task& task, int h, int qb, int kb, const ScoreTile& tile,
                                Scratch& s) {
     // Q, K, dQ, dK: Dqk columns; V, dO, dV: Dv.
     const int b = task.b, Dqk = qk_dim_, Dv = v_dim_;
@@ -696,7 +678,7 @@ class BackwardKernel {
       tile_gemm(cols, rows, Dqk, k_rows, ld_k,
                 ops.q_panels.head(0, g) + int64_t(qb) * Dqk * query_block_, query_block_, probs,
                 query_block_, /*accumulate=*/false);
-    scores_to_probs(task, h, qb, kb, masks, probs, s);
+    scores_to_probs(task, h, qb, kb, tile, probs, s);
     // dVj += P_ijᵀ dOi (dropped)
     tile_gemm(cols, Dv, rows, probs_for_dv(task, h, qb, kb, probs, s), query_block_, do_rows,
               ld_do, s.dv_acc.data(), Dv, true);
