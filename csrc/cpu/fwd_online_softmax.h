@@ -12,6 +12,7 @@
 #include "dropout_tile.h"
 #include "dtype_dispatch.h"
 #include "fwd_plan.h"
+#include "score_rows.h"
 #include "scratch_buffer.h"
 #include "simd.h"
 #include "softmax_vec.h"
@@ -88,15 +89,6 @@ inline bool nothing_seen(const KeyBlockView& view) {
 
 namespace fwd_softmax {
 
-// Keys of the tile that `row` may not see become -inf.
-template <typename T>
-void mask_row(const Sequence& seq, T* score_row, int cols, int row, int key_begin) {
-  const int visible_begin = std::clamp(first_visible_key(seq, row) - key_begin, 0, cols);
-  const int visible_end = std::clamp(visible_key_end(seq, row) - key_begin, visible_begin, cols);
-  std::fill(score_row, score_row + visible_begin, -std::numeric_limits<T>::infinity());
-  std::fill(score_row + visible_end, score_row + cols, -std::numeric_limits<T>::infinity());
-}
-
 // online_softmax_tile in place: fp32 on `lanes` lanes, fp64 (gradcheck) in plain loops.
 inline void in_place(RowLanes lanes, float* scores, int rows, int cols,
                      float* row_max, float* row_sum, float* out, int64_t out_ld, int dim) {
@@ -123,22 +115,15 @@ void online_softmax_step(const AttnParams& p, const Sequence& seq, const Forward
   // Without dropout, which drops from the fp32 P_ij, the 16-bit form's scale and rounding go
   // into the softmax's own pass over the tile (one pass instead of three).
   const bool fused_16bit = kProbs16 && !p.dropout.on();
-  const bool row_steps = p.softcap > 0 || p.alibi.ptr ||
-                         view.visibility == TileVisibility::kPartial ||
-                         view.mask_class == kMaskRead;
+  // The score rules (score_rows.h): the 16-bit products leave S_ij unscaled.
+  const ScoreRows<T> rules(p, seq, task.b, /*scores_scaled=*/!kProbs16);
+  const ScoreTile tile{view.visibility, view.mask_class};
+  const bool row_steps = rules.has_row_steps(tile);
   if (row_steps || (kProbs16 && !fused_16bit))
     for (int r = 0; r < tile_rows; ++r) {
-      T* score_row = t.scores.data() + size_t(r) * kKeyBlock;
       const int row = task.row_begin + r % rows, h = task.head0 + r / rows;
-      if (kProbs16) scale_by(score_row, cols, softmax_scale<T>(p));
-      if (p.softcap > 0) apply_softcap(score_row, cols, softcap<T>(p), nullptr);
-      if (p.alibi.ptr)
-        add_alibi(score_row, cols, T(alibi_slope(p, task.b, h)),
-                  row + seq.diag_offset - key_begin, -1);
-      if (view.mask_class == kMaskRead)
-        add_attn_mask(p.mask, task.b, h, row, key_begin, score_row, cols);
-      if (view.visibility == TileVisibility::kPartial)
-        fwd_softmax::mask_row(seq, score_row, cols, row, key_begin);
+      rules.logits(t.scores.data() + size_t(r) * kKeyBlock,
+                   ScoreLine::of_row(h, row, key_begin, cols), tile);
     }
   if constexpr (kProbs16) {
     if (fused_16bit) {
@@ -155,10 +140,8 @@ void online_softmax_step(const AttnParams& p, const Sequence& seq, const Forward
   // Dropout drops from the product with V only: l_i above summed the whole P_ij.
   if (p.dropout.on())
     for (int g = 0; g < heads; ++g)
-      dropout_rows(p.dropout, dropout_seed(p.dropout), seq.whole_batch,
-                   seq.head_offset + task.head0 + g, seq.row_offset + task.row_begin, rows,
-                   seq.key_offset + key_begin, cols,
-                   t.scores.data() + size_t(g) * rows * kKeyBlock, kKeyBlock);
+      rules.drop_rows(t.scores.data() + size_t(g) * rows * kKeyBlock, kKeyBlock, task.head0 + g,
+                      task.row_begin, rows, key_begin, cols);
   if constexpr (kProbs16)
     for (int r = 0; r < tile_rows && !fused_16bit; ++r) {
       In* probs_row = t.probs16.data() + size_t(r) * kKeyBlock;

@@ -39,13 +39,6 @@ inline BlockRange visible_key_blocks(const Sequence& s, int row_begin, int row_e
   return {span_begin / block_size, (span_end + block_size - 1) / block_size};
 }
 
-// Adds attn_mask's entries for query `row`, keys [key_begin, key_begin + n) of head (b, h), to
-// the row's scores (a boolean mask adds 0 or -inf). For tiles of class kMaskRead.
-template <typename T>
-void add_attn_mask(const AttnMask& m, int b, int h, int64_t row, int key_begin, T* scores, int n) {
-  for (int j = 0; j < n; ++j) scores[j] += mask_bias<T>(m, b, h, row, key_begin + j);
-}
-
 inline int num_blocks(int length, int block_size) {
   return (length + block_size - 1) / block_size;
 }
