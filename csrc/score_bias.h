@@ -1,6 +1,6 @@
 // What ALiBi and attn_mask add to a logit, and attn_mask's class of a tile, the same on every
-// executor so that CPU and CUDA agree to the bit. The CUDA kernels' whole score pipeline is
-// csrc/cuda/score_rules.cuh.
+// executor so that CPU and CUDA agree to the bit: parts of the score pipeline, whose steps are
+// csrc/score_rules.h.
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -1,24 +1,15 @@
-// The score pipeline of every CUDA kernel (sm_80 tensor-core and SIMT, forward and backward):
-// how a raw score s = q_i . k_j becomes what the softmax takes, and the factor the backward's
-// chain rule applies to dS. Its steps, in order:
-//   1. scale            s * scale
-//   2. softcap          softcap * tanh(s * scale / softcap)            (d/ds: scale (1 - tanh^2))
-//   3. ALiBi            - slope |i + diag_offset - j|                   (score_bias.h)
-//   4. attn_mask        + its bias (0 / -inf for a boolean mask)       (score_bias.h)
-//   5. visibility       -inf outside the window / causal band / sequence (visibility.h)
-//   6. dropout          P_ij * Z_ij / (1 - p) in the product with V only (dropout_bits.cuh)
-// Steps 3-5 add nothing to d logit / ds; dropout's factor enters dS through dP.
+// The score pipeline (csrc/score_rules.h: its steps, scale -> softcap -> ALiBi -> attn_mask ->
+// visibility -> dropout, and their per-entry rules) in the form of every CUDA kernel (sm_80
+// tensor-core and SIMT, forward and backward): how a raw score s = q_i . k_j becomes what the
+// softmax takes, and the factor the backward's chain rule applies to dS.
 // A new mask rule is a step here (and, if it hides keys, a range in mask_range.cuh).
 // The accumulator-fragment forms (apply) walk a lane's entries through AccFragment; the SIMT
 // kernels call the one-entry forms.
 #pragma once
 #include <cstdint>
 
-#include "../dropout.h"
-#include "../score_bias.h"
-#include "../sequence.h"
-#include "../visibility.h"
 #include "../params.h"
+#include "../score_rules.h"
 #include "acc_fragment.cuh"
 #include "dropout_bits.cuh"
 #include "logit.cuh"
