@@ -71,10 +71,13 @@ class ScoreRows {
                 line.along_keys ? -1 : 1);
     }
     if (tile.mask_class == kMaskRead) {
-      const int row_step = line.along_keys ? 0 : 1, key_step = 1 - row_step;
-      for (int i = 0; i < n; ++i)
-        x[i] += mask_bias<T>(p_.mask, batch_, line.head, line.row + i * row_step,
-                             line.key + i * key_step);
+      // One loop per axis: strides multiplied per entry slowed the mask's hot loop.
+      const AttnMask& m = p_.mask;
+      const int b = batch_, h = line.head, row = line.row, key = line.key;
+      if (line.along_keys)
+        for (int i = 0; i < n; ++i) x[i] += mask_bias<T>(m, b, h, row, key + i);
+      else
+        for (int i = 0; i < n; ++i) x[i] += mask_bias<T>(m, b, h, row + i, key);
     }
     if (tile.visibility == TileVisibility::kPartial) hide_unseen(x, line);
   }
