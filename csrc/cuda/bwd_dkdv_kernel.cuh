@@ -27,6 +27,7 @@
 #include "mask_range.cuh"
 #include "ptx.cuh"
 #include "score_rules.cuh"
+#include "smem_tile.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
 #include "tile_scheduler.cuh"
@@ -71,12 +72,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
   auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);  // traits.h
-  uint16_t* k_smem = shared.k;       // [kBlockN, kStride]
-  uint16_t* v_smem = shared.v;       // [kBlockN, kVStride]
-  uint16_t* q_smem = shared.q;       // [kBlockM, kStride]
-  uint16_t* do_smem = shared.dout;   // [kBlockM, kVStride]
-  uint16_t* pt_smem = shared.pt;     // P^T  [kBlockN, kPStride]
-  uint16_t* dst_smem = shared.dst;   // dS^T [kBlockN, kPStride]
+  const SmemTile<kBlockN, kHeadDim, kStride> k_tile{shared.k};
+  const SmemTile<kBlockN, kHeadDimV, kVStride> v_tile{shared.v};
+  const SmemTile<kBlockM, kHeadDim, kStride> q_tile{shared.q};
+  const SmemTile<kBlockM, kHeadDimV, kVStride> do_tile{shared.dout};
+  const SmemTile<kBlockN, kBlockM, kPStride> pt_tile{shared.pt};   // P^T
+  const SmemTile<kBlockN, kBlockM, kPStride> dst_tile{shared.dst};  // dS^T
   float* lse_smem = shared.lse;      // [kBlockM] LSE_i in log2 units
   float* dsum_smem = shared.dsum;    // [kBlockM] D_i
 
@@ -102,11 +103,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     const int m_start = m_start_of(it);
     const int rows_valid = seq.seqlen_q - m_start;
     const int64_t q_row = seq.q_row0 + m_start;
-    load_tile_async<kBlockM, kHeadDim, kStride, kNThreads, true>(
-        q_smem, p.q.row<const uint16_t>(batch, head, q_row), p.q.row_stride, rows_valid,
+    load_tile_async<kNThreads, true>(
+        q_tile, p.q.row<const uint16_t>(batch, head, q_row), p.q.row_stride, rows_valid,
         p.head_dim, aligned);
-    load_tile_async<kBlockM, kHeadDimV, kVStride, kNThreads, true>(
-        do_smem, p.dout.row<const uint16_t>(batch, head, q_row), p.dout.row_stride, rows_valid,
+    load_tile_async<kNThreads, true>(
+        do_tile, p.dout.row<const uint16_t>(batch, head, q_row), p.dout.row_stride, rows_valid,
         p.head_dim_v, aligned);
     ptx::cp_async_commit();
     const int64_t d_row0 = query_row_index(p, seq, head, m_start);
@@ -122,11 +123,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   // Prologue: Kj, Vj (one group) and the first query tile.
   const int keys_valid = seq.seqlen_k - n_start;
-  load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-      k_smem, p.k.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.k.row_stride,
+  load_tile_async<kNThreads>(
+      k_tile, p.k.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.k.row_stride,
       keys_valid, p.head_dim, aligned);
-  load_tile_async<kBlockN, kHeadDimV, kVStride, kNThreads>(
-      v_smem, p.v.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.v.row_stride,
+  load_tile_async<kNThreads>(
+      v_tile, p.v.row<const uint16_t>(batch, head_kv, seq.k_row0 + n_start), p.v.row_stride,
       keys_valid, p.head_dim_v, aligned);
   ptx::cp_async_commit();
   if (iterations > 0) load_q_do(0);
@@ -194,11 +195,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       // S^T = Kj Qi^T and dP^T = Vj dOi^T.
       float s_rmem[kSdpMTiles][kPassNTiles][4], dp_rmem[kSdpMTiles][kPassNTiles][4];
       zero_acc(s_rmem);
-      mma_ABt<Element, kHeadDim / kMmaK, kStride>(s_rmem, k_smem + sdp_key0 * kStride,
-                                                 q_smem + query0 * kStride, lanes);
+      mma_ABt<Element>(s_rmem, k_tile.template rows<Traits::kSdpKeys>(sdp_key0),
+                       q_tile.template rows<kPassQueries>(query0), lanes);
       zero_acc(dp_rmem);
-      mma_ABt<Element, kHeadDimV / kMmaK, kVStride>(dp_rmem, v_smem + sdp_key0 * kVStride,
-                                                   do_smem + query0 * kVStride, lanes);
+      mma_ABt<Element>(dp_rmem, v_tile.template rows<Traits::kSdpKeys>(sdp_key0),
+                       do_tile.template rows<kPassQueries>(query0), lanes);
 
       // Dropout's decisions, per m-tile: dV takes the dropped P, dS the dropped dP
       // (P * (dP * Z / (1 - p) - D)).
@@ -242,9 +243,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
               const uint32_t p_word = pack_rn<Element>(prob_pair[0], prob_pair[1]);
               const uint32_t ds_word = pack_rn<Element>(ds_pair[0], ds_pair[1]);
               const int row = st_frag.row(m, c);
-              const int at = row * kPStride + col0;
-              *FLASHATTN_SMEM(reinterpret_cast<uint32_t*>(pt_smem + at)) = p_word;
-              *FLASHATTN_SMEM(reinterpret_cast<uint32_t*>(dst_smem + at)) = ds_word;
+              *FLASHATTN_SMEM(reinterpret_cast<uint32_t*>(pt_tile.at(row, col0))) = p_word;
+              *FLASHATTN_SMEM(reinterpret_cast<uint32_t*>(dst_tile.at(row, col0))) = ds_word;
               own_p[j / 2][m][(j % 2) * 2 + c / 2] = p_word;
               own_ds[j / 2][m][(j % 2) * 2 + c / 2] = ds_word;
             }
@@ -253,18 +253,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       }
       // dV_j += P^T dOi and dK_j += dS^T Qi over these queries, from registers: the warp's
       // dK/dV rows are its S tile's keys (traits.h).
-      mma_regs_AB<Element, kVStride>(dv_rmem, own_p, query0 / kMmaK, do_smem + dv_col0, lanes);
-      mma_regs_AB<Element, kStride>(dk_rmem, own_ds, query0 / kMmaK, q_smem + dk_col0, lanes);
+      mma_regs_AB<Element>(dv_rmem, own_p, query0 / kMmaK,
+                           do_tile.template cols<Traits::kDvCols>(dv_col0), lanes);
+      mma_regs_AB<Element>(dk_rmem, own_ds, query0 / kMmaK,
+                           q_tile.template cols<Traits::kDkCols>(dk_col0), lanes);
     }
     // P^T and dS^T are whole.
     __syncthreads();
 
     // The rest of dV_j += P^T dOi and dK_j += dS^T Qi: the other warps' queries, A (rows are
     // keys) from smem, B (the query tile) read with ldmatrix.trans.
-    mma_smem_AB_except<Element, kQueryGroups, kOwnKSteps, kPStride, kVStride>(
-        dv_rmem, query_group, pt_smem + dkv_key0 * kPStride, do_smem + dv_col0, lanes);
-    mma_smem_AB_except<Element, kQueryGroups, kOwnKSteps, kPStride, kStride>(
-        dk_rmem, query_group, dst_smem + dkv_key0 * kPStride, q_smem + dk_col0, lanes);
+    mma_smem_AB_except<Element, kQueryGroups, kOwnKSteps>(
+        dv_rmem, query_group, pt_tile.template rows<Traits::kDkvKeys>(dkv_key0),
+        do_tile.template cols<Traits::kDvCols>(dv_col0), lanes);
+    mma_smem_AB_except<Element, kQueryGroups, kOwnKSteps>(
+        dk_rmem, query_group, dst_tile.template rows<Traits::kDkvKeys>(dkv_key0),
+        q_tile.template cols<Traits::kDkCols>(dk_col0), lanes);
 
     if (it + 1 < iterations) {
       // Every warp is done with Qi and dOi: the next tile's copy overlaps dQ.
@@ -282,8 +286,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         const int col0 = dq_col0 + pass * kPassCols;
         float acc[kDqMTiles][kPassColTiles][4];
         zero_acc(acc);
-        mma_smem<Element, kBlockN / kMmaK, kPStride, kStride, BRows::kRowsAreK, kDqMTiles,
-                 kPassColTiles, ARows::kRowsAreK>(acc, dst_smem + dq_row0, k_smem + col0, lanes);
+        mma_smem<Element, kBlockN / kMmaK, BRows::kRowsAreK, ARows::kRowsAreK>(
+            acc, dst_tile.template cols<Traits::kDqRows>(dq_row0),
+            k_tile.template cols<kPassCols>(col0), lanes);
         // Each lane's two neighbouring columns go out as one 8-byte reduction: rows of the
         // accumulator are dq_accum_cols (even) floats and the scratch starts 8-byte aligned
         // (plan_bwd.h, dq_accum_offset). The pair's second column may be the tile's padding, which

@@ -15,6 +15,7 @@
 #include "mask_range.cuh"
 #include "ptx.cuh"
 #include "score_rules.cuh"
+#include "smem_tile.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
 #include "tile_scheduler.cuh"
@@ -36,8 +37,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kNThreads = Traits::kNThreads;
   constexpr int kNTilesN = kBlockN / kMmaN;
   constexpr int kNTilesD = kHeadDim / kMmaN;
-  constexpr int kKStepsD = kHeadDim / kMmaK;
-  constexpr int kKStepsDv = kHeadDimV / kMmaK;
 
   if (!in_grid<TileAxis::kQueries>(p)) return;
   const auto work = work_tile<TileAxis::kQueries, kBlockM>(p);
@@ -57,17 +56,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
   auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);  // traits.h
-  uint16_t* q_smem = shared.q;      // [kBlockM, kStride]
-  uint16_t* do_smem = shared.dout;  // [kBlockM, kVStride]
-  // kStages x (K tile [kBlockN, kStride], V tile [kBlockN, kVStride]), indexed from the first
-  // stage's K in elements: `shared.stages[stage].k`, the same addresses, added more registers'
-  // worth of address arithmetic in the loop.
+  const SmemTile<kBlockM, kHeadDim, kStride> q_tile{shared.q};
+  const SmemTile<kBlockM, kHeadDimV, kVStride> do_tile{shared.dout};
+  // kStages x (K tile, V tile), indexed from the first stage's K in elements:
+  // `shared.stages[stage].k`, the same addresses, added more registers' worth of address
+  // arithmetic in the loop.
+  using KTile = SmemTile<kBlockN, kHeadDim, kStride>;
+  using VTile = SmemTile<kBlockN, kHeadDimV, kVStride>;
   using Stage = typename Traits::Stage;
   constexpr int kStageElems = sizeof(Stage) / sizeof(uint16_t);
   constexpr int kVElems = offsetof(Stage, v) / sizeof(uint16_t);
   uint16_t* kv_smem = shared.stages[0].k;
-  auto k_smem = [&](int stage) { return kv_smem + stage * kStageElems; };
-  auto v_smem = [&](int stage) { return kv_smem + stage * kStageElems + kVElems; };
+  auto k_tile = [&](int stage) { return KTile{kv_smem + stage * kStageElems}; };
+  auto v_tile = [&](int stage) { return VTile{kv_smem + stage * kStageElems + kVElems}; };
 
   const int m_last = min(m_start + kBlockM, seq.seqlen_q) - 1;
   const KeyTiles<kBlockN> tiles = KeyTiles<kBlockN>::of(seq, m_start, m_last);
@@ -76,20 +77,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   auto load_kv = [&](int tile) {
     const int stage = (tile - tile_begin) % kStages;
     const int n_start = tile * kBlockN;
-    load_tile_async<kBlockN, kHeadDim, kStride, kNThreads>(
-        k_smem(stage), k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
+    load_tile_async<kNThreads>(
+        k_tile(stage), k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
         p.head_dim, aligned);
-    load_tile_async<kBlockN, kHeadDimV, kVStride, kNThreads>(
-        v_smem(stage), v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
+    load_tile_async<kNThreads>(
+        v_tile(stage), v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
         p.head_dim_v, aligned);
   };
 
   const int rows_valid = seq.seqlen_q - m_start;
-  load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-      q_smem, p.q.row<const uint16_t>(batch, head, seq.q_row0 + m_start), p.q.row_stride, rows_valid,
+  load_tile_async<kNThreads>(
+      q_tile, p.q.row<const uint16_t>(batch, head, seq.q_row0 + m_start), p.q.row_stride, rows_valid,
       p.head_dim, aligned);
-  load_tile_async<kBlockM, kHeadDimV, kVStride, kNThreads>(
-      do_smem, p.dout.row<const uint16_t>(batch, head, seq.q_row0 + m_start), p.dout.row_stride,
+  load_tile_async<kNThreads>(
+      do_tile, p.dout.row<const uint16_t>(batch, head, seq.q_row0 + m_start), p.dout.row_stride,
       rows_valid, p.head_dim_v, aligned);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -127,8 +128,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
                                          min(n_start + kBlockN, seq.seqlen_k));
     if (mask_class == kMaskHidden) continue;  // attn_mask hides the tile
     const int stage = (tile - tile_begin) % kStages;
-    const uint16_t* kj_smem = k_smem(stage);
-    const uint16_t* vj_smem = v_smem(stage);
+    const KTile kj_tile = k_tile(stage);
+    const VTile vj_tile = v_tile(stage);
 
     // Dropout's decisions for this tile, drawn before the S and dP accumulators are live.
     const uint32_t keep =
@@ -138,9 +139,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     float s_rmem[1][kNTilesN][4], dp_rmem[1][kNTilesN][4];
     zero_acc(s_rmem);
     zero_acc(dp_rmem);
-    mma_ABt<Element, kKStepsD, kStride>(s_rmem, q_smem + warp_row0 * kStride, kj_smem, lanes);
-    mma_ABt<Element, kKStepsDv, kVStride>(dp_rmem, do_smem + warp_row0 * kVStride, vj_smem,
-                                          lanes);
+    mma_ABt<Element>(s_rmem, q_tile.template rows<kMmaM>(warp_row0), kj_tile, lanes);
+    mma_ABt<Element>(dp_rmem, do_tile.template rows<kMmaM>(warp_row0), vj_tile, lanes);
 
     // dP_ij becomes dS_ij (score_rules.cuh, steps 1-6 and the chain rule), entry by entry.
     const ScoreTile score_tile{mask_class, tiles.needs_mask(tile)};
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     });
 
     // dQ_i += dS_ij Kj: dS from the accumulator as A fragments, Kj through ldmatrix.trans.
-    mma_AB_trans<Element, kStride>(dq_rmem, dp_rmem, kj_smem, lanes);
+    mma_AB_trans<Element>(dq_rmem, dp_rmem, kj_tile, lanes);
   }
   ptx::cp_async_wait_all();
 

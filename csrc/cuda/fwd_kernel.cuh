@@ -31,6 +31,7 @@
 #include "mask_range.cuh"
 #include "ptx.cuh"
 #include "score_rules.cuh"
+#include "smem_tile.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
 #include "tile_scheduler.cuh"
@@ -54,7 +55,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   constexpr int kNTilesN = kBlockN / kMmaN;     // 8-key n-tiles of S
   constexpr int kOCols = Traits::kOCols;        // O's columns of one warp
   constexpr int kNTilesD = kOCols / kMmaN;      // 8-column n-tiles of a warp's O
-  constexpr int kKStepsD = kHeadDim / kMmaK;    // k-steps of Qi Kj^T
 
   // Split-KV: the grid's x holds num_splits CTAs per query block, each taking a part of its
   // key tiles.
@@ -85,9 +85,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   FLASHATTN_DYNAMIC_SMEM(uint16_t, smem);
   auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);  // traits.h
-  uint16_t* q_smem = shared.q;  // [kBlockM, kStride]
-  uint16_t* k_smem = shared.k;  // [kBlockN, kStride]
-  uint16_t* v_smem = shared.v;  // [kBlockN, kVStride]
+  const SmemTile<kBlockM, kHeadDim, kStride> q_tile{shared.q};
+  const SmemTile<kBlockN, kHeadDim, kStride> k_tile{shared.k};
+  const SmemTile<kBlockN, kHeadDimV, kVStride> v_tile{shared.v};
   // Keys and values: rows of k / v from k_row0 on, or wherever a KV cache keeps them: pages of
   // a block table, another batch entry (key_source.cuh).
   const auto keys = KeySource<Traits>::make(p, seq, batch, head_kv, aligned, shared);
@@ -98,11 +98,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   // Prologue: Qi and the first K tile, one cp.async group.
   if (rows.packed == 1) {
-    load_tile_async<kBlockM, kHeadDim, kStride, kNThreads>(
-        q_smem, q_row_of(m_start), p.q.row_stride, seq.seqlen_q - m_start, p.head_dim, aligned);
+    load_tile_async<kNThreads>(q_tile, q_row_of(m_start), p.q.row_stride, seq.seqlen_q - m_start,
+                               p.head_dim, aligned);
   } else {
-    load_rows_async<kBlockM, kHeadDim, kStride, kNThreads>(
-        q_smem, [&](int r) { return q_row_of(m_start + r); }, q_row_of(m_start),
+    load_rows_async<kNThreads>(
+        q_tile, [&](int r) { return q_row_of(m_start + r); }, q_row_of(m_start),
         seq.seqlen_q - m_start, p.head_dim, aligned);
   }
   if (tiles.begin < tiles.end) {
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       keys.look_up(tiles.begin);
       __syncthreads();
     }
-    keys.load_keys(k_smem, tiles.begin, p.head_dim);
+    keys.load_keys(k_tile, tiles.begin, p.head_dim);
   }
 
   const int warp = threadIdx.x / kWarpSize;
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     const uint8_t mask_class = mask_tile(p.mask, batch, head, m_start, m_last + 1, n_start,
                                          min(n_start + kBlockN, seq.seqlen_k));
     const bool visible = mask_class != kMaskHidden;
-    if (visible) keys.load_values(v_smem, tile, v_cols());
+    if (visible) keys.load_values(v_tile, tile, v_cols());
     // In the one-m-tile kernel, which runs decoding steps (a few rows of a 64-row tile: plan_fwd.h
     // kFwdFewRows, gqa_decode.h), a warp whose rows all lie past the sequence takes part in the
     // copies and barriers only: its products would be thrown away. The two-m-tile kernel meets such
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       }
       // S_ij = Qi Kj^T for this warp's rows.
       zero_acc(s_rmem);
-      mma_ABt<Element, kKStepsD, kStride>(s_rmem, q_smem + warp_row0 * kStride, k_smem, lanes);
+      mma_ABt<Element>(s_rmem, q_tile.template rows<kMTiles * kMmaM>(warp_row0), k_tile, lanes);
 
       const ScoreTile score_tile{mask_class, tiles.needs_mask(tile)};
 #pragma unroll
@@ -201,9 +201,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     ptx::cp_async_wait_all();
     // Vj is in smem for every thread, and every warp is done with Kj.
     __syncthreads();
-    if (tile + 1 < tiles.end) keys.load_keys(k_smem, tile + 1, p.head_dim);
+    if (tile + 1 < tiles.end) keys.load_keys(k_tile, tile + 1, p.head_dim);
     // O_i += P_ij Vj, over this warp's columns of Vj.
-    if (computes) mma_AB_trans<Element, kVStride>(o_rmem, s_rmem, v_smem + warp_col0, lanes);
+    if (computes)
+      mma_AB_trans<Element>(o_rmem, s_rmem, v_tile.template cols<kOCols>(warp_col0), lanes);
   }
   // Nothing is in flight here, unless the CTA saw no key tile at all and skipped the loop,
   // leaving Qi's copy pending.
@@ -215,6 +216,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // stores fill half of each 32-byte sector.
   const FwdRowOutputs outputs =
       FwdRowOutputs::make(p, split_scratch, writes_part, work.split(), batch, seq, rows);
+  const SmemTile<kBlockM, kHeadDimV, kStride> o_tile{shared.q};  // O_i, in Qi's place
   if (!writes_part) __syncthreads();
   // O's entries: this warp's rows and columns.
   const AccFragment o_frag = AccFragment::of(lanes, m_start + warp_row0, warp_col0);
@@ -240,10 +242,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       }
       continue;
     }
-    accumulator_to_smem<Element, kNTilesD, kStride>(o_rmem[m], inv_l, lanes.acc_row,
-                                                    lanes.acc_col,
-                                                    q_smem + (warp_row0 + m * kMmaM) * kStride +
-                                                        warp_col0);
+    accumulator_to_smem<Element>(o_rmem[m], inv_l, lanes.acc_row, lanes.acc_col,
+                                 o_tile.template part<kMmaM, kOCols>(warp_row0 + m * kMmaM,
+                                                                     warp_col0));
     if (lanes.acc_col == 0 && warp_col0 == 0) {
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r)
@@ -256,12 +257,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const int rows_valid = seq.seqlen_q - m_start;
   if (rows.packed == 1) {
     uint16_t* o_gmem = outputs.out_row<uint16_t>(m_start);
-    store_rows<kBlockM, kHeadDimV, kStride, kNThreads>(
-        q_smem, [&](int r) { return o_gmem + r * p.o.row_stride; }, rows_valid, v_cols(),
+    store_rows<kNThreads>(
+        o_tile, [&](int r) { return o_gmem + r * p.o.row_stride; }, rows_valid, v_cols(),
         out_aligned);
   } else {
-    store_rows<kBlockM, kHeadDimV, kStride, kNThreads>(
-        q_smem, [&](int r) { return outputs.out_row<uint16_t>(m_start + r); }, rows_valid,
+    store_rows<kNThreads>(
+        o_tile, [&](int r) { return outputs.out_row<uint16_t>(m_start + r); }, rows_valid,
         v_cols(), out_aligned);
   }
 }

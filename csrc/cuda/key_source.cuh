@@ -67,49 +67,51 @@ struct KeySource {
     row_table.write(p, seq, head_kv, tile);
   }
 
-  // K's tile `tile` into k_smem ([kBlockN, kSmemStride]), its first `cols` columns (head_dim).
-  __device__ __forceinline__ void load_keys(uint16_t* k_smem, int tile, int cols) const {
-    copy<false>(k_smem, tile, cols);
+  // K's tile `tile` into k_tile (kBlockN rows of the tile's head dim), its first `cols` columns
+  // (head_dim).
+  template <typename Tile>
+  __device__ __forceinline__ void load_keys(const Tile& k_tile, int tile, int cols) const {
+    copy<false>(k_tile, tile, cols);
   }
-  // V's tile `tile` into v_smem ([kBlockN, kVSmemStride]: MLA's 576 tile holds 512 columns).
-  __device__ __forceinline__ void load_values(uint16_t* v_smem, int tile, int cols) const {
-    copy<true>(v_smem, tile, cols);
+  // V's tile `tile` into v_tile (its own width: MLA's 576 tile holds 512 columns).
+  template <typename Tile>
+  __device__ __forceinline__ void load_values(const Tile& v_tile, int tile, int cols) const {
+    copy<true>(v_tile, tile, cols);
   }
 
  private:
-  // Tile `tile` of K (kValues false) or V into tile_smem, as one cp.async group. The [Sk, D]
+  // Tile `tile` of K (kValues false) or V into dst, as one cp.async group. The [Sk, D]
   // base of this (batch, kv head) is recomputed per copy rather than kept across the loop: with
   // two m-tiles per warp, those four registers made the d = 128 kernel spill.
-  template <bool kValues>
-  __device__ __forceinline__ void copy(uint16_t* tile_smem, int tile, int cols) const {
-    constexpr int kCols = kValues ? Traits::kHeadDimV : Traits::kHeadDim;
-    constexpr int kTileStride = kValues ? Traits::kVSmemStride : Traits::kSmemStride;
+  template <bool kValues, typename Tile>
+  __device__ __forceinline__ void copy(const Tile& dst, int tile, int cols) const {
+    static_assert(Tile::kRows == kBlockN, "a key tile's rows");
     const TensorView& view = kValues ? p.v : p.k;
     const int n_start = tile * kBlockN;
     const int rows_valid = seq.seqlen_k - n_start;
     if constexpr (kUnrolledCacheCopies) {
       if (!p.kv_cache.paged()) {
         const uint16_t* gmem = view.row<const uint16_t>(seq.kv_batch, head_kv, seq.k_row0);
-        load_tile_async<kBlockN, kCols, kTileStride, kNThreads, true>(
-            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
+        load_tile_async<kNThreads, true>(
+            dst, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
             aligned);
       } else {
         // This tile's rows from the table (written before the barrier preceding this copy).
         const int table_view = kValues ? RowTable::kValues : RowTable::kKeys;
-        load_rows_async<kBlockN, kCols, kTileStride, kNThreads, true>(
-            tile_smem, [&](int r) { return row_table.row_of(tile, r, table_view); },
+        load_rows_async<kNThreads, true>(
+            dst, [&](int r) { return row_table.row_of(tile, r, table_view); },
             view.row<const uint16_t>(0, head_kv, 0), rows_valid, cols, aligned);
       }
     } else {
       const uint16_t* gmem = view.row<const uint16_t>(keys_in_rows ? batch : 0, head_kv,
                                                      keys_in_rows ? seq.k_row0 : 0);
       if (keys_in_rows) {
-        load_tile_async<kBlockN, kCols, kTileStride, kNThreads, true>(
-            tile_smem, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
+        load_tile_async<kNThreads, true>(
+            dst, gmem + n_start * view.row_stride, view.row_stride, rows_valid, cols,
             aligned);
       } else {
-        load_rows_async<kBlockN, kCols, kTileStride, kNThreads>(
-            tile_smem,
+        load_rows_async<kNThreads>(
+            dst,
             [&](int r) {
               return key_row<const uint16_t>(view, p.kv_cache, seq, head_kv, n_start + r);
             },
@@ -135,22 +137,26 @@ struct SimtKeySource {
     return {p, seq, head_kv};
   }
 
-  // K's 32-key tile `tile` into k_smem ([32, kSmemStride]), its first `cols` columns; keys past
-  // the sequence and columns past `cols` become 0.
-  __device__ __forceinline__ void load_keys(float* k_smem, int tile, int cols) const {
-    copy(p.k, k_smem, tile, cols);
+  // K's 32-key tile `tile` into k_tile ([32, head dim] floats), its first `cols` columns; keys
+  // past the sequence and columns past `cols` become 0.
+  template <typename Tile>
+  __device__ __forceinline__ void load_keys(const Tile& k_tile, int tile, int cols) const {
+    copy(p.k, k_tile, tile, cols);
   }
   // V's tile the same way (cols: head_dim_v).
-  __device__ __forceinline__ void load_values(float* v_smem, int tile, int cols) const {
-    copy(p.v, v_smem, tile, cols);
+  template <typename Tile>
+  __device__ __forceinline__ void load_values(const Tile& v_tile, int tile, int cols) const {
+    copy(p.v, v_tile, tile, cols);
   }
 
  private:
-  __device__ __forceinline__ void copy(const TensorView& view, float* tile_smem, int tile,
+  template <typename Tile>
+  __device__ __forceinline__ void copy(const TensorView& view, const Tile& dst, int tile,
                                        int cols) const {
+    static_assert(Tile::kRows == kTileKeys, "a key tile's rows");
     const int n_start = tile * kTileKeys;
-    load_rows_f32<kTileKeys, Traits::kHeadDim, Traits::kSmemStride, Traits::kNThreads>(
-        tile_smem,
+    load_rows_f32<Traits::kNThreads>(
+        dst,
         [&](int r) { return key_row<const float>(view, p.kv_cache, seq, head_kv, n_start + r); },
         seq.seqlen_k - n_start, cols);
   }

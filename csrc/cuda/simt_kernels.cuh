@@ -21,6 +21,7 @@
 #include "mask_range.cuh"
 #include "ptx.cuh"
 #include "score_rules.cuh"
+#include "smem_tile.cuh"
 #include "softmax.cuh"
 #include "tile_io.cuh"
 #include "tile_scheduler.cuh"
@@ -51,15 +52,16 @@ __device__ __forceinline__ float dot_row(const float* a, const float* b) {
   return sum;
 }
 
-// acc[t] += sum over lanes j of coef_j * rows_smem[j][lane + 32 t]  (coef_j is lane j's coef).
-template <int kColsPerLane, int kStride>
+// acc[t] += sum over lanes j of coef_j * rows[j][lane + 32 t]  (coef_j is lane j's coef).
+template <int kColsPerLane, typename Tile>
 __device__ __forceinline__ void accumulate_rows(float (&acc)[kColsPerLane], float coef,
-                                                const float* rows_smem, int lane) {
+                                                const Tile& rows, int lane) {
+  static_assert(Tile::kRows == kWarpSize, "a row per lane");
   for (int j = 0; j < kWarpSize; ++j) {
     const float coef_j = __shfl_sync(kFullWarpMask, coef, j);
 #pragma unroll
     for (int t = 0; t < kColsPerLane; ++t)
-      acc[t] = fmaf(coef_j, FLASHATTN_SMEM(rows_smem)[j * kStride + lane + t * kWarpSize], acc[t]);
+      acc[t] = fmaf(coef_j, FLASHATTN_SMEM(rows.at(j, lane + t * kWarpSize))[0], acc[t]);
   }
 }
 
@@ -110,13 +112,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   auto& shared = *reinterpret_cast<typename Traits::QueryRowsStorage*>(smem);  // traits.h
-  float* q_smem = shared.q;  // [kNWarps, kStride]
-  float* k_smem = shared.k;  // [32, kStride]
-  float* v_smem = shared.v;  // [32, kStride]
+  const SmemTile<Traits::kNWarps, kHeadDim, kStride, float> q_tile{shared.q};  // a row per warp
+  const SmemTile<kWarpSize, kHeadDim, kStride, float> k_tile{shared.k};        // a key per lane
+  const SmemTile<kWarpSize, kHeadDim, kStride, float> v_tile{shared.v};
   // Keys and values: rows of k / v, or wherever a KV cache keeps them (key_source.cuh).
   const auto keys = SimtKeySource<Traits>::make(p, seq, head_kv);
-  load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
-      q_smem,
+  load_rows_f32<Traits::kNThreads>(
+      q_tile,
       [&](int r) {
         const int q_row = m_start + r;
         return p.q.row<const float>(batch, rows.q_head(q_row), seq.q_row0 + rows.token(q_row));
@@ -135,11 +137,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
     const uint8_t mask_class = block.attn_mask(p, seq, batch, head, n_start);
     if (mask_class == kMaskHidden) continue;  // the whole CTA alike
     __syncthreads();  // every warp is done with the previous tile
-    keys.load_keys(k_smem, tile, p.head_dim);
-    keys.load_values(v_smem, tile, p.head_dim_v);
+    keys.load_keys(k_tile, tile, p.head_dim);
+    keys.load_values(v_tile, tile, p.head_dim_v);
     __syncthreads();
     const int key = n_start + lane;
-    const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
+    const float s = dot_row<kHeadDim>(q_tile.at(warp, 0), k_tile.at(lane, 0));
     // Steps 1-5 (score_rules.cuh); every SIMT tile takes the per-entry mask. Rows past the
     // sequence are never stored.
     const float x = rules.forward_log2(s, row, place.token, key, ScoreTile{mask_class, true});
@@ -152,7 +154,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm) simt_f
 #pragma unroll
     for (int t = 0; t < kCols; ++t) o[t] *= correction;
     // Dropout drops from the product with V only: l_i above summed the whole P_ij.
-    accumulate_rows<kCols, kStride>(o, prob * rules.kept(dropout, row, key), v_smem, lane);
+    accumulate_rows<kCols>(o, prob * rules.kept(dropout, row, key), v_tile, lane);
   }
   if (row >= seq.seqlen_q) return;
   // [D]: the output row, or this split's part of it (fwd_epilogue.cuh).
@@ -184,18 +186,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   auto& shared = *reinterpret_cast<typename Traits::QueryRowsStorage*>(smem);  // traits.h
-  float* q_smem = shared.q;      // [kNWarps, kStride]
-  float* do_smem = shared.dout;  // [kNWarps, kStride]
-  float* k_smem = shared.k;      // [32, kStride]
-  float* v_smem = shared.v;      // [32, kStride]
+  const SmemTile<Traits::kNWarps, kHeadDim, kStride, float> q_tile{shared.q};  // a row per warp
+  const SmemTile<Traits::kNWarps, kHeadDim, kStride, float> do_tile{shared.dout};
+  const SmemTile<kWarpSize, kHeadDim, kStride, float> k_tile{shared.k};  // a key per lane
+  const SmemTile<kWarpSize, kHeadDim, kStride, float> v_tile{shared.v};
   const float* k_gmem = p.k.row<const float>(batch, head_kv, seq.k_row0);
   const float* v_gmem = p.v.row<const float>(batch, head_kv, seq.k_row0);
   const int64_t q_row0 = seq.q_row0 + m_start;
-  load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
-      q_smem, p.q.row<const float>(batch, head, q_row0), p.q.row_stride, seq.seqlen_q - m_start,
+  load_rows_f32<Traits::kNThreads>(
+      q_tile, p.q.row<const float>(batch, head, q_row0), p.q.row_stride, seq.seqlen_q - m_start,
       p.head_dim);
-  load_rows_f32<Traits::kNWarps, kHeadDim, kStride, Traits::kNThreads>(
-      do_smem, p.dout.row<const float>(batch, head, q_row0), p.dout.row_stride,
+  load_rows_f32<Traits::kNThreads>(
+      do_tile, p.dout.row<const float>(batch, head, q_row0), p.dout.row_stride,
       seq.seqlen_q - m_start, p.head_dim_v);
 
   const ScoreRules rules = ScoreRules::make(p, seq, batch, head);
@@ -211,20 +213,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     const uint8_t mask_class = block.attn_mask(p, seq, batch, head, n_start);
     if (mask_class == kMaskHidden) continue;  // the whole CTA alike
     __syncthreads();
-    load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        k_smem, k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
+    load_rows_f32<Traits::kNThreads>(
+        k_tile, k_gmem + n_start * p.k.row_stride, p.k.row_stride, seq.seqlen_k - n_start,
         p.head_dim);
-    load_rows_f32<kWarpSize, kHeadDim, kStride, Traits::kNThreads>(
-        v_smem, v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
+    load_rows_f32<Traits::kNThreads>(
+        v_tile, v_gmem + n_start * p.v.row_stride, p.v.row_stride, seq.seqlen_k - n_start,
         p.head_dim_v);
     __syncthreads();
     const int key = n_start + lane;
-    const float s = dot_row<kHeadDim>(q_smem + warp * kStride, k_smem + lane * kStride);
-    const float dp = dot_row<kHeadDim>(do_smem + warp * kStride, v_smem + lane * kStride);
+    const float s = dot_row<kHeadDim>(q_tile.at(warp, 0), k_tile.at(lane, 0));
+    const float dp = dot_row<kHeadDim>(do_tile.at(warp, 0), v_tile.at(lane, 0));
     // Steps 1-6 and the chain rule (score_rules.cuh); rows past the sequence are never stored.
     const ScoreGrad g = rules.backward<false, false>(s, dp, row, key, ScoreTile{mask_class, true},
                                                      lse_log2, dsum, rules.kept(dropout, row, key));
-    accumulate_rows<kCols, kStride>(dq, g.dlogit * g.dlogit_ds, k_smem, lane);
+    accumulate_rows<kCols>(dq, g.dlogit * g.dlogit_ds, k_tile, lane);
   }
   if (!row_valid) return;
   float* dq_row = p.dq.row<float>(batch, head, seq.q_row0 + row);  // [D]
@@ -250,17 +252,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
 
   FLASHATTN_DYNAMIC_SMEM(float, smem);
   auto& shared = *reinterpret_cast<typename Traits::KeyRowsStorage*>(smem);  // traits.h
-  float* k_smem = shared.k;        // [kNWarps, kStride]
-  float* v_smem = shared.v;        // [kNWarps, kStride]
-  float* q_smem = shared.q;        // [32, kStride]
-  float* do_smem = shared.dout;    // [32, kStride]
+  const SmemTile<Traits::kNWarps, kHeadDim, kStride, float> k_tile{shared.k};  // a key per warp
+  const SmemTile<Traits::kNWarps, kHeadDim, kStride, float> v_tile{shared.v};
+  const SmemTile<kWarpSize, kHeadDim, kStride, float> q_tile{shared.q};  // a query per lane
+  const SmemTile<kWarpSize, kHeadDim, kStride, float> do_tile{shared.dout};
   float* lse_smem = shared.lse;    // [32] LSE_i in log2 units
   float* dsum_smem = shared.dsum;  // [32] D_i
-  load_rows_f32<Traits::kNWarps, kHeadDim, kStride, kNThreads>(
-      k_smem, p.k.row<const float>(batch, head_kv, seq.k_row0 + n_start), p.k.row_stride,
+  load_rows_f32<kNThreads>(
+      k_tile, p.k.row<const float>(batch, head_kv, seq.k_row0 + n_start), p.k.row_stride,
       seq.seqlen_k - n_start, p.head_dim);
-  load_rows_f32<Traits::kNWarps, kHeadDim, kStride, kNThreads>(
-      v_smem, p.v.row<const float>(batch, head_kv, seq.k_row0 + n_start), p.v.row_stride,
+  load_rows_f32<kNThreads>(
+      v_tile, p.v.row<const float>(batch, head_kv, seq.k_row0 + n_start), p.v.row_stride,
       seq.seqlen_k - n_start, p.head_dim_v);
 
   const int key_last = min(n_start + Traits::kNWarps, seq.seqlen_k) - 1;
@@ -280,11 +282,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
                                          key_last + 1);
     if (mask_class == kMaskHidden) continue;  // the whole CTA alike
     __syncthreads();  // every warp is done with the previous query tile
-    load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
-        q_smem, p.q.row<const float>(batch, head, q_row0), p.q.row_stride,
+    load_rows_f32<kNThreads>(
+        q_tile, p.q.row<const float>(batch, head, q_row0), p.q.row_stride,
         seq.seqlen_q - m_start, p.head_dim);
-    load_rows_f32<kWarpSize, kHeadDim, kStride, kNThreads>(
-        do_smem, p.dout.row<const float>(batch, head, q_row0), p.dout.row_stride,
+    load_rows_f32<kNThreads>(
+        do_tile, p.dout.row<const float>(batch, head, q_row0), p.dout.row_stride,
         seq.seqlen_q - m_start, p.head_dim_v);
     for (int i = threadIdx.x; i < kWarpSize; i += kNThreads) {
       const bool valid = m_start + i < seq.seqlen_q;
@@ -295,8 +297,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     __syncthreads();
     const ScoreRules rules = ScoreRules::make(p, seq, batch, head);
     const int query = m_start + lane;
-    const float s = dot_row<kHeadDim>(q_smem + lane * kStride, k_smem + warp * kStride);
-    const float dp = dot_row<kHeadDim>(do_smem + lane * kStride, v_smem + warp * kStride);
+    const float s = dot_row<kHeadDim>(q_tile.at(lane, 0), k_tile.at(warp, 0));
+    const float dp = dot_row<kHeadDim>(do_tile.at(lane, 0), v_tile.at(warp, 0));
     // Steps 1-6 and the chain rule (score_rules.cuh); dK and dV sum over the query rows.
     const float kept = rules.kept(dropout, query, key);
     const ScoreGrad g = rules.backward<false, true>(
@@ -305,8 +307,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     if (p.dmask != nullptr && rules.in_sequence(query, key))
       p.dmask[((static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + query) *
                   p.seqlen_k + key] = g.dlogit;
-    accumulate_rows<kCols, kStride>(dv, g.prob * kept, do_smem, lane);
-    accumulate_rows<kCols, kStride>(dk, g.dlogit * g.dlogit_ds, q_smem, lane);
+    accumulate_rows<kCols>(dv, g.prob * kept, do_tile, lane);
+    accumulate_rows<kCols>(dk, g.dlogit * g.dlogit_ds, q_tile, lane);
   }
   if (key >= seq.seqlen_k) return;
   float* dk_row = p.dk.row<float>(batch, head_kv, seq.k_row0 + key);  // [D]

@@ -15,6 +15,7 @@
 #include "../params.h"
 #include "element.cuh"
 #include "ptx.cuh"
+#include "smem_tile.cuh"
 #include "traits.h"
 
 namespace flashattn::cuda {
@@ -60,8 +61,8 @@ struct TileChunks {
   }
 };
 
-// Copies rows [0, kRows) x columns [0, kCols) of a tile into smem with row pitch kSmemStride
-// elements; rows >= rows_valid and columns >= cols_valid become zero. Row r < rows_valid is
+// Copies rows [0, kRows) x columns [0, kCols) of a tile into `tile` (smem_tile.cuh, its shape);
+// rows >= rows_valid and columns >= cols_valid become zero. Row r < rows_valid is
 // at row_of(r): strided rows of a view, or a sequence's keys wherever a KV cache keeps them
 // (pages, cache_batch_idx: kv_rows.h). `anywhere` is any valid address, the source of the
 // chunks that read nothing. Must be called by all kNThreads threads of the CTA.
@@ -70,12 +71,12 @@ struct TileChunks {
 // loops ask for it: the forward's K/V tiles (strided rows, and a KV cache's rows in the
 // one-m-tile kernel) and the dK/dV kernel's Q/dO tiles. Unrolled copies at every call site
 // (the forward's Q tile too) made the d = 128 forward spill on sm_80 (164 bytes, strict ptxas).
-template <int kRows, int kCols, int kSmemStride, int kNThreads, bool kUnrolled = false,
-          typename RowOf>
-__device__ __forceinline__ void load_rows_async(
-    uint16_t* tile_smem,  // [kRows, kSmemStride]
-    const RowOf& row_of, const uint16_t* anywhere, int rows_valid, int cols_valid,
-    bool aligned FLASHATTN_CALLER_SITE) {
+template <int kNThreads, bool kUnrolled = false, typename Tile, typename RowOf>
+__device__ __forceinline__ void load_rows_async(const Tile& tile, const RowOf& row_of,
+                                                const uint16_t* anywhere, int rows_valid,
+                                                int cols_valid,
+                                                bool aligned FLASHATTN_CALLER_SITE) {
+  constexpr int kRows = Tile::kRows, kCols = Tile::kCols;
   using Chunks = TileChunks<kRows, kCols, kNThreads>;
   // The bytes of a chunk that hold data: none for a row past rows_valid, fewer than 16 at the
   // head dim's end. An invalid chunk reads nothing, and no out-of-range address is formed.
@@ -88,7 +89,7 @@ __device__ __forceinline__ void load_rows_async(
     for (int i = 0; i < Chunks::kPerThread; ++i) {
       if (!Chunks::exists(i)) continue;
       const int row = Chunks::row(i), col = Chunks::col(i);
-      ptx::cp_async_16(tile_smem + row * kSmemStride + col, row_of(row) + col,
+      ptx::cp_async_16(tile.at(row, col), row_of(row) + col,
                        kChunkBytes FLASHATTN_CALLER_SITE_ARGS);
     }
     return;
@@ -98,7 +99,7 @@ __device__ __forceinline__ void load_rows_async(
     for (int i = 0; i < Chunks::kPerThread; ++i) {
       if (!Chunks::exists(i)) continue;
       const int row = Chunks::row(i), col = Chunks::col(i), n_valid = valid_elems(row, col);
-      ptx::cp_async_16(tile_smem + row * kSmemStride + col,
+      ptx::cp_async_16(tile.at(row, col),
                        n_valid > 0 ? row_of(row) + col : anywhere,
                        n_valid * kElemBytes16 FLASHATTN_CALLER_SITE_ARGS);
     }
@@ -108,7 +109,7 @@ __device__ __forceinline__ void load_rows_async(
     const int row = chunk / Chunks::kPerRow;
     const int col = (chunk % Chunks::kPerRow) * kChunkElems;
     const int n_valid = valid_elems(row, col);
-    uint16_t* dst = tile_smem + row * kSmemStride + col;
+    uint16_t* dst = tile.at(row, col);
     const uint16_t* src = n_valid > 0 ? row_of(row) + col : anywhere;
     if (aligned) {
       ptx::cp_async_16(dst, src, n_valid * kElemBytes16 FLASHATTN_CALLER_SITE_ARGS);
@@ -121,32 +122,31 @@ __device__ __forceinline__ void load_rows_async(
 }
 
 // load_rows_async for rows row_stride apart from tile_gmem ([rows_valid, cols_valid]).
-template <int kRows, int kCols, int kSmemStride, int kNThreads, bool kUnrolled = false>
+template <int kNThreads, bool kUnrolled = false, typename Tile>
 __device__ __forceinline__ void load_tile_async(
-    uint16_t* tile_smem,        // [kRows, kSmemStride]
+    const Tile& tile,
     const uint16_t* tile_gmem,  // [rows_valid, cols_valid], rows row_stride apart
     int64_t row_stride, int rows_valid, int cols_valid, bool aligned FLASHATTN_CALLER_SITE) {
-  load_rows_async<kRows, kCols, kSmemStride, kNThreads, kUnrolled>(
-      tile_smem, [&](int row) { return tile_gmem + row * row_stride; }, tile_gmem, rows_valid,
+  load_rows_async<kNThreads, kUnrolled>(
+      tile, [&](int row) { return tile_gmem + row * row_stride; }, tile_gmem, rows_valid,
       cols_valid, aligned FLASHATTN_CALLER_SITE_ARGS);
 }
 
-// Copies rows [0, rows_valid) x columns [0, cols_valid) of a [kRows, kSmemStride] tile of 16-bit
-// elements in shared memory to global memory, row r to row_of(r): 16 bytes per thread per store
+// Copies rows [0, rows_valid) x columns [0, cols_valid) of a tile of 16-bit elements in shared
+// memory (its kRows x kCols at most) to global memory, row r to row_of(r): 16 bytes per thread per store
 // where the destination rows are 16-byte aligned and the chunk is whole, element by element at a
 // ragged head dim or an unaligned view. Must be called by all kNThreads threads, after a barrier
 // that made the tile visible to them.
-template <int kRows, int kCols, int kSmemStride, int kNThreads, typename RowOf>
-__device__ __forceinline__ void store_rows(const uint16_t* tile_smem,  // [kRows, kSmemStride]
-                                           const RowOf& row_of, int rows_valid, int cols_valid,
-                                           bool aligned) {
-  constexpr int kChunksPerRow = kCols / kChunkElems;
-  constexpr int kChunks = kRows * kChunksPerRow;
+template <int kNThreads, typename Tile, typename RowOf>
+__device__ __forceinline__ void store_rows(const Tile& tile, const RowOf& row_of, int rows_valid,
+                                           int cols_valid, bool aligned) {
+  constexpr int kChunksPerRow = Tile::kCols / kChunkElems;
+  constexpr int kChunks = Tile::kRows * kChunksPerRow;
   for (int chunk = threadIdx.x; chunk < kChunks; chunk += kNThreads) {
     const int row = chunk / kChunksPerRow;
     const int col = (chunk % kChunksPerRow) * kChunkElems;
     if (row >= rows_valid || col >= cols_valid) continue;
-    const uint16_t* src = tile_smem + row * kSmemStride + col;
+    const uint16_t* src = tile.at(row, col);
     uint16_t* dst = row_of(row) + col;
     if (aligned && col + kChunkElems <= cols_valid) {
       *FLASHATTN_GMEM(reinterpret_cast<uint4*>(dst)) =
@@ -160,17 +160,15 @@ __device__ __forceinline__ void store_rows(const uint16_t* tile_smem,  // [kRows
 
 // Writes a warp's accumulator (16 rows x kNTilesD 8-column n-tiles; this lane: rows acc_row and
 // acc_row + 8, columns acc_col and acc_col + 1 of each n-tile) times row_scale[r], rounded to
-// Element, into rows [0, 16) of a [*, kSmemStride] tile in shared memory, one 32-bit store per
-// pair. With a pitch of an odd number of 16-byte chunks the 8 rows x 4 lanes of a store hit 32
+// Element, into rows [0, 16) of `rows` (a tile in shared memory), one 32-bit store per pair. With a pitch of an odd number of 16-byte chunks the 8 rows x 4 lanes of a store hit 32
 // different banks.
-template <typename Element, int kNTilesD, int kSmemStride>
+template <typename Element, int kNTilesD, typename Tile>
 __device__ __forceinline__ void accumulator_to_smem(const float (&acc)[kNTilesD][4],
                                                     const float (&row_scale)[2], int acc_row,
-                                                    int acc_col,
-                                                    uint16_t* rows_smem /* [16, kSmemStride] */) {
+                                                    int acc_col, const Tile& rows) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    uint16_t* row = rows_smem + (acc_row + r * kMmaM / 2) * kSmemStride;
+    uint16_t* row = rows.at(acc_row + r * kMmaM / 2, 0);
 #pragma unroll
     for (int d = 0; d < kNTilesD; ++d)
       FLASHATTN_SMEM(reinterpret_cast<uint32_t*>(row + d * kMmaN + acc_col))[0] =
@@ -226,28 +224,27 @@ __device__ __forceinline__ void store_accumulator_rows(
 }
 
 // fp32 rows, for the SIMT kernels (simt_kernels.cuh): plain loads and stores.
-// Rows [0, kRows) x columns [0, kHeadDim) of a row-major fp32 view into smem (pitch kStride);
+// Rows [0, kRows) x columns [0, kCols) of a row-major fp32 view into `tile` (of floats);
 // rows >= rows_valid and columns >= cols_valid become 0. All kNThreads threads call it.
 // Row r < rows_valid is at row_of(r): strided rows, or keys wherever a KV cache keeps them.
-template <int kRows, int kHeadDim, int kStride, int kNThreads, typename RowOf>
-__device__ __forceinline__ void load_rows_f32(float* rows_smem,  // [kRows, kStride]
-                                              const RowOf& row_of, int rows_valid,
-                                              int cols_valid) {
-  for (int i = threadIdx.x; i < kRows * kHeadDim; i += kNThreads) {
-    const int r = i / kHeadDim, c = i % kHeadDim;
-    FLASHATTN_SMEM(rows_smem)[r * kStride + c] =
-        r < rows_valid && c < cols_valid ? row_of(r)[c] : 0.f;
+template <int kNThreads, typename Tile, typename RowOf>
+__device__ __forceinline__ void load_rows_f32(const Tile& tile, const RowOf& row_of,
+                                              int rows_valid, int cols_valid) {
+  constexpr int kCols = Tile::kCols;
+  for (int i = threadIdx.x; i < Tile::kRows * kCols; i += kNThreads) {
+    const int r = i / kCols, c = i % kCols;
+    FLASHATTN_SMEM(tile.at(r, c))[0] = r < rows_valid && c < cols_valid ? row_of(r)[c] : 0.f;
   }
 }
 
 // load_rows_f32 for rows row_stride apart from rows_gmem ([rows_valid, cols_valid]).
-template <int kRows, int kHeadDim, int kStride, int kNThreads>
-__device__ __forceinline__ void load_rows_f32(float* rows_smem,        // [kRows, kStride]
+template <int kNThreads, typename Tile>
+__device__ __forceinline__ void load_rows_f32(const Tile& tile,
                                               const float* rows_gmem,  // [rows_valid, cols_valid]
                                               int64_t row_stride, int rows_valid,
                                               int cols_valid) {
-  load_rows_f32<kRows, kHeadDim, kStride, kNThreads>(
-      rows_smem, [&](int r) { return rows_gmem + r * row_stride; }, rows_valid, cols_valid);
+  load_rows_f32<kNThreads>(
+      tile, [&](int r) { return rows_gmem + r * row_stride; }, rows_valid, cols_valid);
 }
 
 }  // namespace flashattn::cuda
