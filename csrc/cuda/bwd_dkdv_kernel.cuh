@@ -22,6 +22,7 @@
 
 #include "../mask.h"
 #include "../params.h"
+#include "bwd_epilogue.cuh"
 #include "element.cuh"
 #include "grid.h"
 #include "mask_range.cuh"
@@ -312,20 +313,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // never ran, leaving Kj and Vj in flight.
   ptx::cp_async_wait_all();
 
-  // Epilogue: dK_j, dV_j (already summed over the GQA group), this warp's rows and columns.
-  const float unit[kRowsPerThread] = {1.f, 1.f};
+  // Epilogue: dK_j, dV_j (already summed over the GQA group), this warp's rows and columns
+  // (bwd_epilogue.cuh).
+  const AccFragment dkv_frag = AccFragment::of(lanes, n_start + dkv_key0, 0);
 #pragma unroll
   for (int m = 0; m < kDkvMTiles; ++m) {
     int rows[kRowsPerThread];
-#pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r)
-      rows[r] = n_start + dkv_key0 + m * kMmaM + lanes.acc_row + r * kRowOffsetHi;
-    store_accumulator_rows<Element, kDkNTiles>(dk_rmem[m], rows, unit, seq.seqlen_k,
-                                               p.head_dim, dk_col0 + lane_col, p.dk, batch,
-                                               head_kv, seq.k_row0, p.grads_fp32);
-    store_accumulator_rows<Element, kDvNTiles>(dv_rmem[m], rows, unit, seq.seqlen_k,
-                                               p.head_dim_v, dv_col0 + lane_col, p.dv, batch,
-                                               head_kv, seq.k_row0, p.grads_fp32);
+    dkv_frag.rows_of(m, rows);
+    store_grad_rows<Element>(dk_rmem[m], rows, dk_col0 + lane_col, seq.seqlen_k, p.head_dim,
+                             GradRows::dk(p, seq, batch, head_kv), p.grads_fp32);
+    store_grad_rows<Element>(dv_rmem[m], rows, dv_col0 + lane_col, seq.seqlen_k, p.head_dim_v,
+                             GradRows::dv(p, seq, batch, head_kv), p.grads_fp32);
   }
 }
 

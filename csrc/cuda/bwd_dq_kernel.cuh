@@ -10,6 +10,7 @@
 
 #include "../mask.h"
 #include "../params.h"
+#include "bwd_epilogue.cuh"
 #include "element.cuh"
 #include "grid.h"
 #include "mask_range.cuh"
@@ -157,10 +158,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   }
   ptx::cp_async_wait_all();
 
-  const float unit[kRowsPerThread] = {1.f, 1.f};
-  store_accumulator_rows<Element, kNTilesD>(dq_rmem[0], row, unit, seq.seqlen_q, p.head_dim,
-                                            lanes.acc_col, p.dq, batch, head, seq.q_row0,
-                                            p.grads_fp32);
+  // Epilogue: dQ_i, this warp's rows (bwd_epilogue.cuh).
+  store_grad_rows<Element>(dq_rmem[0], row, lanes.acc_col, seq.seqlen_q, p.head_dim,
+                           GradRows::dq(p, seq, batch, head), p.grads_fp32);
 }
 
 }  // namespace flashattn::cuda

@@ -9,6 +9,7 @@
 
 #include "../mask.h"
 #include "../params.h"
+#include "bwd_epilogue.cuh"
 #include "element.cuh"
 #include "grid.h"
 #include "softmax.cuh"
@@ -76,13 +77,14 @@ __global__ void __launch_bounds__(kRowKernelThreads)
   const int lane = threadIdx.x % kWarpSize;
   const float* accum_row =
       dq_accum_gmem + query_row_index(p, at.seq, at.head, row) * dq_accum_cols;
-  const int64_t q_row = at.seq.q_row0 + row;
+  // Where dQ's row goes (bwd_epilogue.cuh).
+  const GradRows dq = GradRows::dq(p, at.seq, at.batch, at.head);
   if (p.grads_fp32) {  // float32 dq of 16-bit inputs (params.h): the sum unrounded
-    float* dq_row = p.dq.row<float>(at.batch, at.head, q_row);  // [D]
+    float* dq_row = dq.row<float>(row);  // [D]
     for (int c = lane; c < p.head_dim; c += kWarpSize) dq_row[c] = accum_row[c];
     return;
   }
-  uint16_t* dq_row = p.dq.row<uint16_t>(at.batch, at.head, q_row);  // [D]
+  uint16_t* dq_row = dq.row<uint16_t>(row);  // [D]
   for (int c = lane; c < p.head_dim; c += kWarpSize)
     dq_row[c] = static_cast<uint16_t>(pack_rn<Element>(accum_row[c], 0.f));
 }

@@ -14,6 +14,7 @@
 
 #include "../mask.h"
 #include "../params.h"
+#include "bwd_epilogue.cuh"
 #include "fwd_epilogue.cuh"
 #include "gqa_decode.h"
 #include "key_source.cuh"
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     accumulate_rows<kCols>(dq, g.dlogit * g.dlogit_ds, k_tile, lane);
   }
   if (!row_valid) return;
-  float* dq_row = p.dq.row<float>(batch, head, seq.q_row0 + row);  // [D]
+  float* dq_row = GradRows::dq(p, seq, batch, head).row<float>(row);  // [D] (bwd_epilogue.cuh)
 #pragma unroll
   for (int t = 0; t < kCols; ++t)
     if (lane + t * kWarpSize < p.head_dim) dq_row[lane + t * kWarpSize] = dq[t];
@@ -311,8 +312,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, kSimtMinBlocksPerSm)
     accumulate_rows<kCols>(dk, g.dlogit * g.dlogit_ds, q_tile, lane);
   }
   if (key >= seq.seqlen_k) return;
-  float* dk_row = p.dk.row<float>(batch, head_kv, seq.k_row0 + key);  // [D]
-  float* dv_row = p.dv.row<float>(batch, head_kv, seq.k_row0 + key);  // [Dv]
+  // Where the key's rows go (bwd_epilogue.cuh).
+  float* dk_row = GradRows::dk(p, seq, batch, head_kv).row<float>(key);  // [D]
+  float* dv_row = GradRows::dv(p, seq, batch, head_kv).row<float>(key);  // [Dv]
 #pragma unroll
   for (int t = 0; t < kCols; ++t) {
     const int col = lane + t * kWarpSize;

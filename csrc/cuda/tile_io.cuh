@@ -176,53 +176,6 @@ __device__ __forceinline__ void accumulator_to_smem(const float (&acc)[kNTilesD]
   }
 }
 
-// Stores a warp's mma accumulator (16 rows x kNTilesD 8-column n-tiles; this lane holds rows
-// row[0], row[1] and columns lane_col, lane_col + 1 of each n-tile) times row_scale[r] as
-// Element into rows [0, rows_valid) x columns [0, cols_valid) of head (batch, head) of `dst`,
-// rows counted from row0 (a sequence's first row). as_float: dst is float32 instead (the
-// backward's grads_fp32, params.h), and the values go out unrounded.
-template <typename Element, int kNTilesD>
-__device__ __forceinline__ void store_accumulator_rows(
-    const float (&acc)[kNTilesD][4], const int (&row)[2], const float (&row_scale)[2],
-    int rows_valid, int cols_valid, int lane_col,
-    const TensorView& dst,  // [B, S, H, D], last dim contiguous
-    int batch, int head, int64_t row0, bool as_float) {
-  // One element offset serves both element sizes, so the float32 path adds no index math of
-  // its own (a separate float32 loop made the d = 64 dK/dV kernel spill on sm_90).
-  const int64_t head_offset =
-      dst.row<uint16_t>(batch, head, row0) - static_cast<uint16_t*>(dst.ptr);
-  uint16_t* out = static_cast<uint16_t*>(dst.ptr) + head_offset;
-  const int64_t row_stride = dst.row_stride;
-  // Two neighbouring elements go out as one 32-bit store when every row start is 4-byte aligned.
-  const bool pair_aligned = reinterpret_cast<uintptr_t>(dst.ptr) % sizeof(uint32_t) == 0 &&
-                            dst.batch_stride % 2 == 0 && row_stride % 2 == 0 &&
-                            dst.head_stride % 2 == 0;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= rows_valid) continue;
-    uint16_t* out_row = out + row[r] * row_stride;
-#pragma unroll
-    for (int d = 0; d < kNTilesD; ++d) {
-      const int col = d * kMmaN + lane_col;
-      if (col >= cols_valid) continue;
-      if (as_float) {
-        float* out_f = static_cast<float*>(dst.ptr) + head_offset + row[r] * row_stride + col;
-        FLASHATTN_GMEM(out_f)[0] = acc[d][2 * r] * row_scale[r];
-        if (col + 1 < cols_valid) FLASHATTN_GMEM(out_f)[1] = acc[d][2 * r + 1] * row_scale[r];
-        continue;
-      }
-      const uint32_t pair =
-          pack_rn<Element>(acc[d][2 * r] * row_scale[r], acc[d][2 * r + 1] * row_scale[r]);
-      if (pair_aligned && col + 1 < cols_valid) {
-        *FLASHATTN_GMEM(reinterpret_cast<uint32_t*>(out_row + col)) = pair;
-      } else {
-        FLASHATTN_GMEM(out_row)[col] = static_cast<uint16_t>(pair);
-        if (col + 1 < cols_valid) FLASHATTN_GMEM(out_row)[col + 1] = static_cast<uint16_t>(pair >> 16);
-      }
-    }
-  }
-}
-
 // fp32 rows, for the SIMT kernels (simt_kernels.cuh): plain loads and stores.
 // Rows [0, kRows) x columns [0, kCols) of a row-major fp32 view into `tile` (of floats);
 // rows >= rows_valid and columns >= cols_valid become 0. All kNThreads threads call it.
