@@ -60,10 +60,10 @@ void add_value_rows(RowLanes lanes, const float* probs, int rows, int64_t ld,
 // Qi as dot_key_rows_bf16 takes it: `rows` query rows per kv head of the key stream, row r of
 // head g at q + (g * rows + r) * ld, a zero after an odd dim; and where takes_query_lanes(rows),
 // the same rows as lay_query_lanes_bf16 lays them out in `lanes` (else null). From kLaneRowsMin
-// rows the dots take the rows in the lanes of a vector (16 keys' dots at a time, no horizontal
-// sums): at 16 rows, half the instructions of the dot blocks, which fewer rows take. A (row, key)'s
-// sum is the same whichever key block or head it is computed with, but the two ways sum in
-// different orders, so the bits depend on the rows per kv head (a property of the sequence).
+// rows the dots take the rows in the lanes of a vector, fewer rows take the keys there (16 keys'
+// dots at a time either way, no horizontal sums). Both add a (row, key)'s pairs in order from
+// zero, as the dot tile kernel does: a score's bits depend on nothing but its row and key, not
+// on the rows per kv head nor on which kernel took the sequence.
 struct QueryTileBf16 {
   const c10::BFloat16* q;
   int rows;

@@ -7,16 +7,19 @@
 // compute-bound on fp32 FMAs (7.6 GB/s of cache read with 2 threads, a quarter of the copy
 // bandwidth), and vdpbf16ps multiplies twice the pairs per instruction with nothing to widen.
 //
-// S = Q Kᵀ, two ways, by the query rows per kv head:
+// S = Q Kᵀ, two ways, by the query rows per kv head, both adding each (row, key)'s pairs in
+// order from zero in one lane, as the tile GEMM does, so that a score has the same bits whichever
+// way (and whichever kernel, tile or decode) computed it: a block of a sequence's rows (a ring
+// rank's, block_offsets) gets the whole call's bits.
 // - at least kLaneRowsMin (Sq = 4 of a GQA group of 4): the rows in the lanes of a vector, laid
 //   out once per tile (lay_query_lanes_bf16), each key's pair of head-dim elements broadcast
 //   from the cache row: 16 keys' dots for 16 rows with no horizontal sum, one 16 x 16 transpose
-//   to store them. The dot blocks below took ~180 instructions a key and head at 16 rows, this
-//   takes ~75 (64 of them vdpbf16ps; a hot-cache loop of it: ~80 cycles a key and head on a
-//   Zen 4).
-// - fewer (Sq = 1): a rows-in-lanes vector would be mostly empty; a 4 x 4 block of (row, key)
-//   dots per step of 32 head-dim elements, 8 loads for 16 vdpbf16ps, each dot a vector of 16
-//   partial sums reduced by row_sums.h's tree.
+//   to store them. Dot blocks with horizontal sums took ~180 instructions a key and head at 16
+//   rows, this takes ~75 (64 of them vdpbf16ps; a hot-cache loop of it: ~80 cycles a key and
+//   head on a Zen 4).
+// - fewer (Sq = 1): a rows-in-lanes vector would be mostly empty; the keys go in the lanes
+//   instead, 16 keys' 32 head-dim elements transposed into one vector per pair, and each row's
+//   pair broadcast against them.
 // O += P V: the lanes are 16 head-dim columns and the pairs are two keys, so two value rows are
 // interleaved (vpermt2w) into the pair order vdpbf16ps takes, and each row's pair of
 // probabilities is broadcast from memory.
@@ -27,7 +30,6 @@
 
 #include "avx512_intrinsics.h"
 #include "row_products.h"
-#include "row_sums.h"
 
 namespace flashattn::cpu {
 namespace {
@@ -70,51 +72,12 @@ using NextRows = row_stream::NextRows<kKeys, BF16>;
 using avx512::lanes16;
 using avx512::lanes32;
 
-constexpr int kBlock = kDotBlock;
 // Keys per step of the value product: 8 pairs, 16 zmm of interleaved values.
 constexpr int kValuePairs = 8;
 
 // 32 bf16 from p, lanes at or past n zero (never read).
 FA_AVX512_BF16 FA_INLINE __m512i load_bf16(const BF16* p, int n) {
   return _mm512_maskz_loadu_epi16(lanes32(n), p);
-}
-
-// The dots of `rows` query rows with kBlock keys (n_keys real: a missing key repeats the last,
-// computed and dropped) into scores[r * ld + j].
-FA_AVX512_BF16 FA_INLINE void dot_key_block(const BF16* q, int rows, int64_t q_ld,
-                                        const BF16* const (&key)[kBlock], int n_keys, int dim,
-                                        const NextRows<kBlock>& next, float* scores,
-                                        int64_t ld) {
-  for (int r0 = 0; r0 < rows; r0 += kBlock) {
-    const int n_rows = rows - r0 < kBlock ? rows - r0 : kBlock;
-    const BF16* q_rows[kBlock];
-    for (int i = 0; i < kBlock; ++i) q_rows[i] = q + (r0 + (i < n_rows ? i : 0)) * q_ld;
-    __m512 acc[kBlock][kBlock];
-#pragma GCC unroll 4
-    for (int i = 0; i < kBlock; ++i)
-#pragma GCC unroll 4
-      for (int j = 0; j < kBlock; ++j) acc[i][j] = _mm512_setzero_ps();
-    for (int d = 0; d < dim; d += 32) {
-      if (r0 == 0) next.request(2 * d, 2 * d + 64);  // 32 elements: 64 bytes
-      __m512i k[kBlock];
-#pragma GCC unroll 4
-      for (int j = 0; j < kBlock; ++j) k[j] = load_bf16(key[j] + d, dim - d);
-#pragma GCC unroll 4
-      for (int i = 0; i < kBlock; ++i) {
-        const __m512i qv = load_bf16(q_rows[i] + d, dim - d);
-#pragma GCC unroll 4
-        for (int j = 0; j < kBlock; ++j)
-          acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)qv, (__m512bh)k[j]);
-      }
-    }
-    VecF16 sums[kBlock][kBlock];
-    for (int i = 0; i < kBlock; ++i)
-      for (int j = 0; j < kBlock; ++j) sums[i][j] = acc[i][j];
-    alignas(64) float dots[kBlock * kBlock];
-    block_dots(sums, dots);
-    for (int i = 0; i < n_rows; ++i)
-      for (int j = 0; j < n_keys; ++j) scores[(r0 + i) * ld + j] = dots[kBlock * i + j];
-  }
 }
 
 // The rows-in-lanes score product: one accumulator a key.
@@ -220,19 +183,62 @@ FA_AVX512_BF16 void dot_key_rows_in_lanes(const int32_t* lanes, int rows,
   }
 }
 
-FA_AVX512_BF16 void dot_key_rows_impl(const BF16* q, int rows, int64_t q_ld,
-                                  const RowStream<BF16>& keys, int dim, float* scores,
-                                  int64_t ld) {
+// The keys-in-lanes score product (fewer than kLaneRowsMin rows): kLaneKeys keys' rows, 32
+// head-dim elements at a time, transposed so that vector p holds pair p of every key; each
+// query row's pair p is broadcast against it. Like the rows-in-lanes product, each (row, key)
+// is one lane that adds its pairs in order from zero, which is also how the tile GEMM
+// (gemm_avx512_16bit.h) sums them: the three give a score the same bits.
+constexpr int kFewRowsMax = kLaneRowsMin - 1;
+
+// acc += the first n_pairs (at most 16) pairs of `row` from pair p0 times key_pairs.
+FA_AVX512_BF16 FA_INLINE __m512 dot_row_pairs(__m512 acc, const BF16* row, int p0, int n_pairs,
+                                              const __m512 (&key_pairs)[16]) {
+  if (n_pairs == 16) {
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; ++p)
+      acc = _mm512_dpbf16_ps(acc, (__m512bh)broadcast_pair(row + 2 * (p0 + p)),
+                             (__m512bh)key_pairs[p]);
+  } else {
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; ++p)
+      if (p < n_pairs)
+        acc = _mm512_dpbf16_ps(acc, (__m512bh)broadcast_pair(row + 2 * (p0 + p)),
+                               (__m512bh)key_pairs[p]);
+  }
+  return acc;
+}
+
+FA_AVX512_BF16 void dot_key_rows_keys_in_lanes(const BF16* q, int rows, int64_t q_ld,
+                                               const RowStream<BF16>& keys, int dim,
+                                               float* scores, int64_t ld) {
+  TORCH_INTERNAL_ASSERT(rows <= kFewRowsMax);
+  const int pairs = (dim + 1) / 2;
   prefetch_first_rows(keys, dim);
-  for (int c0 = 0; c0 < keys.count; c0 += kBlock) {
-    const int n_keys = keys.count - c0 < kBlock ? keys.count - c0 : kBlock;
+  for (int c0 = 0; c0 < keys.count; c0 += kLaneKeys) {
+    const int n_keys = keys.count - c0 < kLaneKeys ? keys.count - c0 : kLaneKeys;
     for (int g = 0; g < keys.heads; ++g) {  // each block of keys through every head
-      const BF16* key[kBlock];
-      for (int j = 0; j < kBlock; ++j)
+      const BF16* key[kLaneKeys];  // a missing key repeats the last, computed and dropped
+      for (int j = 0; j < kLaneKeys; ++j)
         key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
-      dot_key_block(q + int64_t(g) * rows * q_ld, rows, q_ld, key, n_keys, dim,
-                    NextRows<kBlock>(keys, c0 + kKeysAhead, g),
-                    scores + int64_t(g) * rows * ld + c0, ld);
+      const NextRows<kLaneKeys> next(keys, c0 + kKeysAhead, g);
+      const BF16* head_q = q + int64_t(g) * rows * q_ld;
+      __m512 acc[kFewRowsMax];
+      for (int r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
+      for (int p0 = 0; p0 < pairs; p0 += 16) {
+        next.request(4 * p0, 4 * p0 + 64);  // 16 pairs: 64 bytes
+        // Past an odd dim the load leaves a zero, the pair (last, 0) the other products take.
+        __m512 key_pairs[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < kLaneKeys; ++j)
+          key_pairs[j] = _mm512_castsi512_ps(load_bf16(key[j] + 2 * p0, dim - 2 * p0));
+        transpose16(key_pairs);  // key_pairs[p]: pair p0 + p of each key
+        const int n_pairs = pairs - p0 < 16 ? pairs - p0 : 16;
+        for (int r = 0; r < rows; ++r)
+          acc[r] = dot_row_pairs(acc[r], head_q + r * q_ld, p0, n_pairs, key_pairs);
+      }
+      const __mmask16 stored = lanes16(n_keys);
+      float* head_scores = scores + int64_t(g) * rows * ld + c0;
+      for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(head_scores + r * ld, stored, acc[r]);
     }
   }
 }
@@ -311,7 +317,7 @@ void dot_key_rows_bf16(const QueryTileBf16& q, const RowStream<BF16>& keys, int 
     lane_calls.fetch_add(1, std::memory_order_relaxed);
     dot_key_rows_in_lanes(q.lanes, q.rows, keys, dim, scores, ld);
   } else {
-    dot_key_rows_impl(q.q, q.rows, q.ld, keys, dim, scores, ld);
+    dot_key_rows_keys_in_lanes(q.q, q.rows, q.ld, keys, dim, scores, ld);
   }
 }
 
