@@ -155,10 +155,24 @@ FLASHATTN_ROW_STEP float max_of_scaled_row(const float* x, int n, float scale) {
   return result;
 }
 
+// x as computed: the compiler may not fuse the product that made it into the sum that takes it
+// (GCC contracts a * b - c into one FMA, one rounding instead of two).
+template <typename W>
+FLASHATTN_ROW_STEP W rounded(W x) {
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_assoc_barrier)
+  return __builtin_assoc_barrier(x);
+#endif
+#endif
+  return x;  // compilers without the barrier (Clang) fuse only within one expression
+}
+
 // p[c] = exp(x[c] * scale - shift) in P (p may be x itself); returns the sum of the exps in
 // fp32: per lane of V over the whole chunks, then the 8-lane chunk (16 lanes), then the tail,
 // each in a fixed order. 8 lanes give the bits of the 8-lane code before this; 16 lanes a
-// different order, the same on every AVX-512 CPU.
+// different order, the same on every AVX-512 CPU. x * scale is rounded before the shift, so
+// that scaling here gives the bits of scaling first (scale_by, then scale 1): a tile with row
+// steps (fwd_online_softmax.h) and one without, and the backward's P (scaled first too), agree.
 template <typename V, bool kBf16Insn, typename P>
 FLASHATTN_ROW_STEP float exp_shifted_sum_row(const float* x, int n, float scale, float shift,
                                              P* p) {
@@ -167,7 +181,8 @@ FLASHATTN_ROW_STEP float exp_shifted_sum_row(const float* x, int n, float scale,
   float tail_sum = 0.f;
   for_each_chunk_of<V>(n, [&](auto chunk, int c) {
     using W = decltype(chunk);
-    const W e = fast_exp(load_chunk<W>(x + c) * scale - shift);
+    const W scaled = rounded(load_chunk<W>(x + c) * scale);
+    const W e = fast_exp(scaled - shift);
     store_chunk<kBf16Insn>(p + c, e);
     if constexpr (std::is_same_v<W, V>) {
       chunk_sum += e;
