@@ -11,7 +11,7 @@ import flashattn
 import torch
 
 from checks import (MASKS, assert_bitwise_deterministic, check_backward, check_forward,
-                    make_qkv, make_qkv_far_below_zero)
+                    make_qkv, make_qkv_far_below_zero, mask_arguments)
 from cpu_test_ext.build import ops as cpu_test_ops
 from executors import make_executor
 
@@ -155,8 +155,8 @@ def runs_x86_64_v4():
 def test_forward_16bit_products_both_softmax_widths(monkeypatch, dtype, seqlens, mask):
     """The 16-bit products' online softmax (scale, exp, sums, rounding of P in one pass,
     softmax_vec.h) at 8 and 16 lanes (FLASHATTN_CPU_ROW_LANES): both against the reference, and
-    the same up to the order of the row sums. Without row steps the scale is fused into the
-    exponent; with them (softcap, masks) it is applied first."""
+    the same up to the order of the row sums. Without row steps the scale is applied in that
+    pass; with them (softcap, masks) first; either way S * scale is rounded before the exponent."""
     monkeypatch.setenv(FORCE, "1")
     monkeypatch.delenv(KERNEL, raising=False)
     ex = make_executor("cpu")
@@ -173,6 +173,43 @@ def test_forward_16bit_products_both_softmax_widths(monkeypatch, dtype, seqlens,
         outs[lanes] = ex.fwd(q, k, v, 0.125, causal=True)
     for a, b in zip(outs["8"], outs["16"]):
         torch.testing.assert_close(a.float(), b.float(), rtol=1e-2, atol=1e-5)
+
+
+# (Sq, Sk, first row, rows) of a block of rows, GQA group 2: the block takes the decode kernel
+# where the whole call takes tiles (2 and 10 rows per kv head against 130), the keys in lanes
+# where the whole call takes the rows in lanes (2 and 8 rows against 14), both the rows (10
+# against 40 rows: decode against tiles).
+VDPBF16PS_ROW_BLOCKS = [(65, 47, 40, 1), (65, 65, 60, 5), (7, 7, 6, 1), (7, 7, 2, 4), (20, 20, 3, 5)]
+
+
+@pytest.mark.parametrize("kernel", ["avx512-dot"])
+@pytest.mark.parametrize("sizes", VDPBF16PS_ROW_BLOCKS,
+                         ids=lambda s: "Sq{}-Sk{}-rows{}+{}".format(*s))
+@pytest.mark.parametrize("mask", ["none", "causal", "all"])
+def test_vdpbf16ps_row_block_is_the_whole_calls_rows_bit_for_bit(monkeypatch, kernel, sizes,
+                                                                  mask):
+    """On vdpbf16ps every score product adds a (row, key)'s pairs in order from zero (the tile
+    GEMM, and the decode kernel's dots with the rows or the keys in the lanes), and the softmax
+    rounds S * scale before the exponent with or without row steps: so a block of a sequence's
+    rows (block_offsets: a ring rank's) gets the whole call's out and LSE bit for bit, whichever
+    kernel each takes. On the other kernels a decode tile takes the fp32 row products (Q scaled
+    in fp32), so there only test_block_offsets.py's sizes, which take one kernel, hold."""
+    monkeypatch.setenv(FORCE, "1")
+    monkeypatch.setenv(KERNEL, kernel)
+    ex = make_executor("cpu")
+    seqlen_q, seqlen_k, first, rows = sizes
+    q, k, v = make_qkv(2, seqlen_q, seqlen_k, 4, 2, 41, torch.bfloat16, ex.device)
+    scale, op_kwargs, _ = mask_arguments(MASKS[mask], q)
+    out, lse = ex.fwd(q, k, v, scale, **op_kwargs)
+    cut = slice(first, first + rows)
+    offsets = torch.tensor([[first, 0, 0, seqlen_k - seqlen_q, b] for b in range(2)],
+                           dtype=torch.int32)
+    op_kwargs.pop("align_bottom_right", None)  # the whole call's alignment is in the offsets
+    row_products = TEST_OPS.cpu_bf16_row_products_run()
+    block_out, block_lse = ex.fwd(q[:, cut], k, v, scale, block_offsets=offsets, **op_kwargs)
+    assert TEST_OPS.cpu_bf16_row_products_run() > row_products, "the block took no row products"
+    assert torch.equal(block_out, out[:, cut])
+    assert torch.equal(block_lse, lse[:, :, cut])
 
 
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
