@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from flashattn._reference import attention_reference
-from tolerance import assert_within_torch_error
+from tolerance import assert_within_torch_error, max_abs_error
 
 # name -> keyword arguments of Executor.fwd/bwd, resolved by mask_arguments(): "alibi" names the
 # slopes' shape, "scale" replaces the default softmax scale 1/sqrt(head_dim).
@@ -211,8 +211,27 @@ def check_backward(ex, q, k, v, mask, with_dlse=False, deterministic=False):
     low = reference_grads(q, k, v, dout, dlse, ref_kwargs)
     for name, got, want, yardstick in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, low):
         assert got.dtype == q.dtype
-        assert_within_torch_error(name, got.cpu(), want, yardstick, factor=3.0)
+        assert_within_torch_error(name, got.cpu(), want, yardstick, factor=3.0,
+                                  slack=rounding_slack(want, yardstick, factor=3.0))
     return dq, dk, dv
+
+
+def largest_element_ulp(want, dtype):
+    """One ulp of dtype at the largest element of the reference `want` (eps times it: at least
+    the spacing of dtype there)."""
+    return torch.finfo(dtype).eps * want.abs().max().item() if want.numel() else 0.0
+
+
+def rounding_slack(want, torch_lowp, factor):
+    """largest_element_ulp where it exceeds `factor` times PyTorch's own error, else 0. A kernel that
+    computes in fp32 and rounds once to the output's dtype is off by its fp32 error plus up to
+    half an ulp; PyTorch pays that rounding too, but its worst error is a sample, and where few
+    elements reach the output's largest magnitude (dK at head_dim 1: a handful of keys near |10|,
+    where a bf16 ulp is 0.0625) it can land within a fraction of an ulp by luck: the rule would
+    then ask for a correctly rounded result there. Where factor x PyTorch's error spans an ulp
+    already, the rule covers the rounding and nothing is added."""
+    ulp = largest_element_ulp(want, torch_lowp.dtype)
+    return ulp if ulp > factor * max_abs_error(torch_lowp, want) else 0.0
 
 
 def check_sequence_backward(name, grads, q, k, v, dout, ref_kwargs, output_ulp=False):
@@ -232,7 +251,7 @@ def check_sequence_backward(name, grads, q, k, v, dout, ref_kwargs, output_ulp=F
                           ref_kwargs)
     low = reference_grads(q[None], k[None], v[None], dout[None], None, ref_kwargs)
     for grad_name, grad, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
-        slack = torch.finfo(grad.dtype).eps * want.abs().max().item() if output_ulp else 0.0
+        slack = largest_element_ulp(want, grad.dtype) if output_ulp else 0.0
         assert_within_torch_error(f"{grad_name} {name}", grad[None], want, yardstick, factor=3.0,
                                   slack=slack)
 
