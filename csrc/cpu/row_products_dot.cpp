@@ -188,30 +188,37 @@ FA_AVX512_BF16 void dot_key_rows_in_lanes(const int32_t* lanes, int rows,
 // query row's pair p is broadcast against it. Like the rows-in-lanes product, each (row, key)
 // is one lane that adds its pairs in order from zero, which is also how the tile GEMM
 // (gemm_avx512_16bit.h) sums them: the three give a score the same bits.
-constexpr int kFewRowsMax = kLaneRowsMin - 1;
-
-// acc += the first n_pairs (at most 16) pairs of `row` from pair p0 times key_pairs.
-FA_AVX512_BF16 FA_INLINE __m512 dot_row_pairs(__m512 acc, const BF16* row, int p0, int n_pairs,
-                                              const __m512 (&key_pairs)[16]) {
+// acc[r] += the first n_pairs (at most 16) pairs from pair p0 of row r (at q + r * q_ld) times
+// key_pairs, for kRows rows: pair by pair through the rows, so that the rows' chains of
+// vdpbf16ps interleave (one row's chain is serial, its pairs summed in order).
+template <int kRows>
+FA_AVX512_BF16 FA_INLINE void dot_rows_pairs(const BF16* q, int64_t q_ld, int p0, int n_pairs,
+                                             const __m512 (&key_pairs)[16],
+                                             __m512 (&acc)[kRows]) {
   if (n_pairs == 16) {
 #pragma GCC unroll 16
     for (int p = 0; p < 16; ++p)
-      acc = _mm512_dpbf16_ps(acc, (__m512bh)broadcast_pair(row + 2 * (p0 + p)),
-                             (__m512bh)key_pairs[p]);
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r)
+        acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)broadcast_pair(q + r * q_ld + 2 * (p0 + p)),
+                                  (__m512bh)key_pairs[p]);
   } else {
 #pragma GCC unroll 16
     for (int p = 0; p < 16; ++p)
       if (p < n_pairs)
-        acc = _mm512_dpbf16_ps(acc, (__m512bh)broadcast_pair(row + 2 * (p0 + p)),
-                               (__m512bh)key_pairs[p]);
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r)
+          acc[r] = _mm512_dpbf16_ps(acc[r],
+                                    (__m512bh)broadcast_pair(q + r * q_ld + 2 * (p0 + p)),
+                                    (__m512bh)key_pairs[p]);
   }
-  return acc;
 }
 
-FA_AVX512_BF16 void dot_key_rows_keys_in_lanes(const BF16* q, int rows, int64_t q_ld,
+// The keys-in-lanes score product for kRows query rows per kv head.
+template <int kRows>
+FA_AVX512_BF16 void dot_key_rows_keys_in_lanes(const BF16* q, int64_t q_ld,
                                                const RowStream<BF16>& keys, int dim,
                                                float* scores, int64_t ld) {
-  TORCH_INTERNAL_ASSERT(rows <= kFewRowsMax);
   const int pairs = (dim + 1) / 2;
   prefetch_first_rows(keys, dim);
   for (int c0 = 0; c0 < keys.count; c0 += kLaneKeys) {
@@ -221,9 +228,10 @@ FA_AVX512_BF16 void dot_key_rows_keys_in_lanes(const BF16* q, int rows, int64_t 
       for (int j = 0; j < kLaneKeys; ++j)
         key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
       const NextRows<kLaneKeys> next(keys, c0 + kKeysAhead, g);
-      const BF16* head_q = q + int64_t(g) * rows * q_ld;
-      __m512 acc[kFewRowsMax];
-      for (int r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
+      const BF16* head_q = q + int64_t(g) * kRows * q_ld;
+      __m512 acc[kRows];
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
       for (int p0 = 0; p0 < pairs; p0 += 16) {
         next.request(4 * p0, 4 * p0 + 64);  // 16 pairs: 64 bytes
         // Past an odd dim the load leaves a zero, the pair (last, 0) the other products take.
@@ -232,15 +240,33 @@ FA_AVX512_BF16 void dot_key_rows_keys_in_lanes(const BF16* q, int rows, int64_t 
         for (int j = 0; j < kLaneKeys; ++j)
           key_pairs[j] = _mm512_castsi512_ps(load_bf16(key[j] + 2 * p0, dim - 2 * p0));
         transpose16(key_pairs);  // key_pairs[p]: pair p0 + p of each key
-        const int n_pairs = pairs - p0 < 16 ? pairs - p0 : 16;
-        for (int r = 0; r < rows; ++r)
-          acc[r] = dot_row_pairs(acc[r], head_q + r * q_ld, p0, n_pairs, key_pairs);
+        dot_rows_pairs<kRows>(head_q, q_ld, p0, pairs - p0 < 16 ? pairs - p0 : 16, key_pairs,
+                              acc);
       }
       const __mmask16 stored = lanes16(n_keys);
-      float* head_scores = scores + int64_t(g) * rows * ld + c0;
-      for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(head_scores + r * ld, stored, acc[r]);
+      float* head_scores = scores + int64_t(g) * kRows * ld + c0;
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r)
+        _mm512_mask_storeu_ps(head_scores + r * ld, stored, acc[r]);
     }
   }
+}
+
+FA_AVX512_BF16 void dot_key_rows_keys_in_lanes(const BF16* q, int rows, int64_t q_ld,
+                                               const RowStream<BF16>& keys, int dim,
+                                               float* scores, int64_t ld) {
+  static_assert(kLaneRowsMin - 1 == 8, "the cases below take 1 to 8 rows");
+  switch (rows) {
+    case 1: return dot_key_rows_keys_in_lanes<1>(q, q_ld, keys, dim, scores, ld);
+    case 2: return dot_key_rows_keys_in_lanes<2>(q, q_ld, keys, dim, scores, ld);
+    case 3: return dot_key_rows_keys_in_lanes<3>(q, q_ld, keys, dim, scores, ld);
+    case 4: return dot_key_rows_keys_in_lanes<4>(q, q_ld, keys, dim, scores, ld);
+    case 5: return dot_key_rows_keys_in_lanes<5>(q, q_ld, keys, dim, scores, ld);
+    case 6: return dot_key_rows_keys_in_lanes<6>(q, q_ld, keys, dim, scores, ld);
+    case 7: return dot_key_rows_keys_in_lanes<7>(q, q_ld, keys, dim, scores, ld);
+    case 8: return dot_key_rows_keys_in_lanes<8>(q, q_ld, keys, dim, scores, ld);
+  }
+  TORCH_INTERNAL_ASSERT(false, "keys-in-lanes dots take 1 to 8 rows, not ", rows);
 }
 
 // Two value rows' 32 columns from d as the pairs vdpbf16ps multiplies: half h holds columns
