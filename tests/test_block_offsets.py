@@ -6,7 +6,7 @@ head, row, key). flashattn.distributed's ring and Ulysses are built on it.
 Checked on the CPU kernels and on the sm_80 CUDA kernels on the shim (few, small cases):
   - a block of rows (and of heads) gives bit for bit the whole call's out, LSE and dQ there
     (on the CPU where both take the same kernel: a block of at most 16 rows per kv head takes
-    the decode kernel, whose fp32 row products differ from the 16-bit tile products; on
+    the decode kernel, whose row products round and sum otherwise than the tile products; on
     avx512-dot they agree, test_cpu_16bit_products.py checks that);
   - a block of keys gives the float64 reference of those keys alone, with global positions,
     within the tolerance rule, and its dropout keeps exactly the whole call's entries there
