@@ -36,7 +36,7 @@ from tolerance import assert_within_torch_error
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
 import build  # noqa: E402
-from fixtures import WRONG, program, run  # noqa: E402
+from fixtures import WRONG, assert_every_line_ok, planted_header, program, run  # noqa: E402
 
 P = 0.17
 schedule = schedule_fixture([("forward", "lazy"), ("reverse", "eager"), ("random:31", "random")])
@@ -98,9 +98,7 @@ SELFTEST_CASES = ["fwd_none", "fwd_causal", "bwd_none", "bwd_causal"]
 def test_selftest_drops_exactly_the_keep_mask(case, warps, completion):
     out = run(program("hopper_dropout_test"), case, schedule=warps, completion=completion,
               timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = out.stdout.splitlines()
-    assert lines and all(line.startswith("ok: ") for line in lines), out.stdout
+    assert_every_line_ok(out)
 
 
 # (what the bug is, file under csrc, its (text, replacement) pairs, the cases that must fail)
@@ -123,17 +121,11 @@ def test_planted_bug_is_caught(bug, tmp_path):
     """The self-test built against a copy of one kernel header with the bug planted (found first
     through -iquote): every case of the kernel it is in must report wrong results."""
     path, edits, cases = PLANTED[bug]
-    with open(os.path.join(build.REPO_ROOT, "csrc", path)) as f:
-        source = f.read()
-    for old, new in edits:
-        assert source.count(old) == 1, f"the planted bug's text {old!r} is not in csrc/{path} once"
-        source = source.replace(old, new)
-    os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
-    (tmp_path / path).write_text(source)
+    flags = planted_header(tmp_path, path, edits)
     if shutil.which(build.CXX) is None or build.cuda_include_dir() is None:
         pytest.skip("no compiler or CUDA headers for the shim")
     exe = build.build_program([SELFTEST], f"hopper_dropout_test_{bug}", build.DEFAULT_BUILD_DIR,
-                              extra_flags=["-iquote", str(tmp_path)])
+                              extra_flags=flags)
     for case in cases:
         out = run(exe, case, timeout=300)
         assert out.returncode == WRONG and re.search(r"^WRONG: ", out.stdout, re.M), (

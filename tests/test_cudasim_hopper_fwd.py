@@ -11,7 +11,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
-from fixtures import program, run  # noqa: E402
+from fixtures import assert_every_line_ok, program, run  # noqa: E402
 import hopper_gemm  # noqa: E402
 
 SCHEDULES = ["forward", "reverse", "random:1", "random:2"]
@@ -28,9 +28,7 @@ CASES = ["bf16_d64", "bf16_d128", "f16_d64", "f16_d128", "bf16_d128_causal", "bf
 @pytest.mark.parametrize("case", CASES)
 def test_forward_matches_float64(case, schedule, completion):
     out = run(program("hopper_fwd_test"), case, schedule=schedule, completion=completion)
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = out.stdout.splitlines()
-    assert lines and all(line.startswith("ok: ") for line in lines), out.stdout
+    assert_every_line_ok(out)
 
 
 def test_key_tile_ranges_match_brute_force():

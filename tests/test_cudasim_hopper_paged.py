@@ -24,11 +24,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cudasim"))
 import build  # noqa: E402
-from fixtures import program, run  # noqa: E402
+from fixtures import assert_every_line_ok, planted_header, program, run  # noqa: E402
 from hopper_sim import schedule_fixture  # noqa: E402
 from test_kvcache import Case  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(build.SHIM_DIR, "selftest", "hopper_paged_test.cpp")
 
 SCHEDULES = [("forward", "lazy"), ("forward", "eager"), ("reverse", "eager"),
@@ -44,9 +43,7 @@ SELFTEST_CASES = ["bf16_d128_causal_page16", "bf16_d128_causal_page48", "bf16_d1
 def test_gathered_cache_gives_the_dense_cache_bits(case, schedule, completion):
     out = run(program("hopper_paged_test"), case, schedule=schedule, completion=completion,
               timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = out.stdout.splitlines()
-    assert lines and all(line.startswith("ok: ") for line in lines), out.stdout
+    assert_every_line_ok(out)
 
 
 # (what the bug is, file under csrc, the text, its replacement (or None and a list of (text,
@@ -93,17 +90,11 @@ def test_planted_bug_is_caught(bug, tmp_path):
     through -iquote), holding the bf16 d = 128 causal cases only: it must fail, saying why."""
     path, text, planted, expected = PLANTED[bug]
     edits = text if planted is None else [(text, planted)]
-    with open(os.path.join(REPO, "csrc", path)) as f:
-        source = f.read()
-    for old, new in edits:
-        assert source.count(old) == 1, f"the planted bug's text {old!r} is not in csrc/{path} once"
-        source = source.replace(old, new)
-    os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
-    (tmp_path / path).write_text(source)
+    flags = planted_header(tmp_path, path, edits)
     if shutil.which(build.CXX) is None or build.cuda_include_dir() is None:
         pytest.skip("no compiler or CUDA headers for the shim")
     exe = build.build_program([SOURCE], f"hopper_paged_test_{bug}", build.DEFAULT_BUILD_DIR,
-                              extra_flags=["-iquote", str(tmp_path), "-DHOPPER_PAGED_ONE_CONFIG"])
+                              extra_flags=flags + ["-DHOPPER_PAGED_ONE_CONFIG"])
     failures = []
     for case in ("bf16_d128_causal_page16", "bf16_d128_causal_page48"):
         out = run(exe, case, timeout=300)

@@ -35,6 +35,28 @@ def program(name, sanitize=False):
     return _built[key]
 
 
+def assert_every_line_ok(out):
+    """A self-test run passed: it exited with 0 and printed only "ok: " lines, at least one."""
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines and all(line.startswith("ok: ") for line in lines), out.stdout
+
+
+def planted_header(tmp_path, path, edits):
+    """Writes csrc/<path> with each (old, new) edit applied to tmp_path/<path> and returns the
+    compiler flags that make a self-test include it instead of the real header (-iquote
+    directories are searched first for quoted includes). Each old text must stand in the header
+    exactly once, so a planted bug cannot silently stop planting after the kernel changes."""
+    with open(os.path.join(build.REPO_ROOT, "csrc", path)) as f:
+        source = f.read()
+    for old, new in edits:
+        assert source.count(old) == 1, f"the planted bug's text {old!r} is not in csrc/{path} once"
+        source = source.replace(old, new)
+    os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+    (tmp_path / path).write_text(source)
+    return ["-iquote", str(tmp_path)]
+
+
 def run(exe, *args, schedule=None, completion=None, timeout=RUN_TIMEOUT_S):
     """Runs a self-test program under a schedule and a copy completion (the shim's defaults
     where None), whatever the calling environment sets."""
