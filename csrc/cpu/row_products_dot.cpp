@@ -127,6 +127,21 @@ FA_AVX512_BF16 FA_INLINE void transpose16(__m512 (&v)[16]) {
   }
 }
 
+// The block of kLaneKeys keys from key c0, in head g, that both lane products take at a time:
+// their rows (past the stream's end the last key repeats: its scores are computed, not stored),
+// how many are real, and the rows kKeysAhead keys on that each step requests into L2.
+struct LaneKeyBlock {
+  int count;
+  const BF16* row[kLaneKeys];
+  NextRows<kLaneKeys> next;
+  LaneKeyBlock(const RowStream<BF16>& keys, int c0, int g)
+      : count(keys.count - c0 < kLaneKeys ? keys.count - c0 : kLaneKeys),
+        next(keys, c0 + kKeysAhead, g) {
+    for (int j = 0; j < kLaneKeys; ++j)
+      row[j] = keys.rows[c0 + (j < count ? j : count - 1)] + g * keys.head_stride;
+  }
+};
+
 // acc[j] += the kLanePairs pairs from pair p0 of the rows in lanes `lanes` times those of key j.
 FA_AVX512_BF16 FA_INLINE void dot_lane_pairs(const int32_t* lanes,
                                              const BF16* const (&key)[kLaneKeys], int p0,
@@ -149,34 +164,30 @@ FA_AVX512_BF16 void dot_key_rows_in_lanes(const int32_t* lanes, int rows,
   const int64_t row_bytes = int64_t(dim) * sizeof(BF16);
   prefetch_first_rows(keys, dim);
   for (int c0 = 0; c0 < keys.count; c0 += kLaneKeys) {
-    const int n_keys = keys.count - c0 < kLaneKeys ? keys.count - c0 : kLaneKeys;
     for (int g = 0; g < keys.heads; ++g) {  // each block of keys through every head
-      const BF16* key[kLaneKeys];  // a missing key repeats the last, computed and dropped
-      for (int j = 0; j < kLaneKeys; ++j)
-        key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
-      const NextRows<kLaneKeys> next(keys, c0 + kKeysAhead, g);
+      const LaneKeyBlock block(keys, c0, g);
       const int32_t* head_lanes = lanes + int64_t(g) * pairs * kQueryLanes;
       __m512 acc[kLaneKeys];
 #pragma GCC unroll 16
       for (int j = 0; j < kLaneKeys; ++j) acc[j] = _mm512_setzero_ps();
       int p0 = 0;
       for (; p0 + kLanePairs <= whole_pairs; p0 += kLanePairs) {
-        if (p0 % 16 == 0) next.request(4 * p0, 4 * p0 + 64);  // 16 pairs: 64 bytes
-        dot_lane_pairs(head_lanes, key, p0, acc);
+        if (p0 % 16 == 0) block.next.request(4 * p0, 4 * p0 + 64);  // 16 pairs: 64 bytes
+        dot_lane_pairs(head_lanes, block.row, p0, acc);
       }
-      next.request((4 * p0 + 63) / 64 * 64, row_bytes);
+      block.next.request((4 * p0 + 63) / 64 * 64, row_bytes);
       for (int p = p0; p < pairs; ++p) {
         const __m512i q = _mm512_loadu_si512(head_lanes + p * kQueryLanes);
         const bool last_odd = p == whole_pairs;  // the row ends half way through the pair
 #pragma GCC unroll 16
         for (int j = 0; j < kLaneKeys; ++j) {
-          const __m512i k =
-              last_odd ? _mm512_set1_epi32(key[j][2 * p].x) : broadcast_pair(key[j] + 2 * p);
+          const __m512i k = last_odd ? _mm512_set1_epi32(block.row[j][2 * p].x)
+                                     : broadcast_pair(block.row[j] + 2 * p);
           acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)q, (__m512bh)k);
         }
       }
       transpose16(acc);  // acc[r]: row r's dots with the block's keys
-      const __mmask16 stored = lanes16(n_keys);
+      const __mmask16 stored = lanes16(block.count);
       float* head_scores = scores + int64_t(g) * rows * ld + c0;
       for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(head_scores + r * ld, stored, acc[r]);
     }
@@ -222,28 +233,24 @@ FA_AVX512_BF16 void dot_key_rows_keys_in_lanes(const BF16* q, int64_t q_ld,
   const int pairs = (dim + 1) / 2;
   prefetch_first_rows(keys, dim);
   for (int c0 = 0; c0 < keys.count; c0 += kLaneKeys) {
-    const int n_keys = keys.count - c0 < kLaneKeys ? keys.count - c0 : kLaneKeys;
     for (int g = 0; g < keys.heads; ++g) {  // each block of keys through every head
-      const BF16* key[kLaneKeys];  // a missing key repeats the last, computed and dropped
-      for (int j = 0; j < kLaneKeys; ++j)
-        key[j] = keys.rows[c0 + (j < n_keys ? j : n_keys - 1)] + g * keys.head_stride;
-      const NextRows<kLaneKeys> next(keys, c0 + kKeysAhead, g);
+      const LaneKeyBlock block(keys, c0, g);
       const BF16* head_q = q + int64_t(g) * kRows * q_ld;
       __m512 acc[kRows];
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
       for (int p0 = 0; p0 < pairs; p0 += 16) {
-        next.request(4 * p0, 4 * p0 + 64);  // 16 pairs: 64 bytes
+        block.next.request(4 * p0, 4 * p0 + 64);  // 16 pairs: 64 bytes
         // Past an odd dim the load leaves a zero, the pair (last, 0) the other products take.
         __m512 key_pairs[16];
 #pragma GCC unroll 16
         for (int j = 0; j < kLaneKeys; ++j)
-          key_pairs[j] = _mm512_castsi512_ps(load_bf16(key[j] + 2 * p0, dim - 2 * p0));
+          key_pairs[j] = _mm512_castsi512_ps(load_bf16(block.row[j] + 2 * p0, dim - 2 * p0));
         transpose16(key_pairs);  // key_pairs[p]: pair p0 + p of each key
         dot_rows_pairs<kRows>(head_q, q_ld, p0, pairs - p0 < 16 ? pairs - p0 : 16, key_pairs,
                               acc);
       }
-      const __mmask16 stored = lanes16(n_keys);
+      const __mmask16 stored = lanes16(block.count);
       float* head_scores = scores + int64_t(g) * kRows * ld + c0;
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r)
