@@ -155,16 +155,28 @@ FLASHATTN_ROW_STEP float max_of_scaled_row(const float* x, int n, float scale) {
   return result;
 }
 
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_assoc_barrier)
+#define FLASHATTN_HAVE_ASSOC_BARRIER 1
+#endif
+#endif
+
 // x as computed: the compiler may not fuse the product that made it into the sum that takes it
 // (GCC contracts a * b - c into one FMA, one rounding instead of two).
 template <typename W>
 FLASHATTN_ROW_STEP W rounded(W x) {
-#if defined(__has_builtin)
-#if __has_builtin(__builtin_assoc_barrier)
+#if defined(FLASHATTN_HAVE_ASSOC_BARRIER)
   return __builtin_assoc_barrier(x);
+#else
+#if defined(__GNUC__) && !defined(__clang__)
+  // GCC before 12 has no barrier: x goes through memory in an empty asm, which no contraction
+  // can span (a register constraint cannot be met where the function has no registers of W's
+  // width). A store and a load, on those compilers only. Clang contracts only within one
+  // expression, so it needs neither.
+  asm("" : "+m"(x));
 #endif
+  return x;
 #endif
-  return x;  // compilers without the barrier (Clang) fuse only within one expression
 }
 
 // p[c] = exp(x[c] * scale - shift) in P (p may be x itself); returns the sum of the exps in
