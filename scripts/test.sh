@@ -53,7 +53,7 @@ step "fresh test environment ($TEST_VENV) with the installed wheel"
 rm -rf "$TEST_VENV"
 "$PYTHON" -m venv "$TEST_VENV"
 "$TEST_VENV/bin/python" -m pip install -q --upgrade pip
-"$TEST_VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" ninja "setuptools>=77" numpy pytest matplotlib "hypothesis>=6"
+"$TEST_VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" ninja "setuptools>=77" numpy pytest pytest-xdist matplotlib "hypothesis>=6"
 "$TEST_VENV/bin/python" -m pip install -q --no-deps "$WHEEL"
 
 if grep -q "flashattn: CUDA build of _C" build/wheel.log; then
@@ -63,6 +63,11 @@ if grep -q "flashattn: CUDA build of _C" build/wheel.log; then
 fi
 
 step "tests"
+# One pytest worker per core, at most 8 (FLASHATTN_TEST_WORKERS overrides; 0 runs in one process):
+# most of the suite's time is single-threaded (the shim's compiles and its warps, small shapes).
+# Every worker takes the controller's seed (conftest.py), so a failure reproduces with it.
+WORKERS=${FLASHATTN_TEST_WORKERS:-$(( $(nproc) < 8 ? $(nproc) : 8 ))}
 # Run from tests/ so `import flashattn` can only find the installed wheel; conftest asserts it.
 cd tests
-FLASHATTN_TEST_INSTALLED=1 "../$TEST_VENV/bin/python" -m pytest -c ../pyproject.toml --rootdir .. "$@"
+FLASHATTN_TEST_INSTALLED=1 "../$TEST_VENV/bin/python" -m pytest -c ../pyproject.toml --rootdir .. \
+  -n "$WORKERS" --durations=20 "$@"

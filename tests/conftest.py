@@ -30,6 +30,9 @@ ALLOWED_SKIPS = {
 }
 
 SESSION_SEED = int(os.environ.get("FLASHATTN_TEST_SEED", random.randrange(2**31)))
+# pytest-xdist's workers start after this (the controller imports conftest first) and inherit
+# the environment: one seed for the whole run, the one the header prints.
+os.environ["FLASHATTN_TEST_SEED"] = str(SESSION_SEED)
 
 
 def pytest_report_header(config):
