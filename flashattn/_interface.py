@@ -65,13 +65,17 @@ _FWD_DEFAULTS = {argument.name: argument.default_value
                  for argument in torch.ops.flashattn.fwd.default._schema.arguments
                  if argument.has_default_value()}
 _FWD = torch.ops.flashattn.fwd.default
-_is_compiling = torch.compiler.is_compiling
+# Dynamo folds this to True while it traces; a plain function returning False otherwise
+# (is_compiling, also true under a non-strict export, costs a few times more per call).
+_is_compiling = torch.compiler.is_dynamo_compiling
 # OpOverload.__call__ is a Python frame (a check for a Python object dispatcher) around the C++
 # binding `_op`, which handles __torch_function__ itself, so a small call is cheaper through
-# `_op`. Dynamo does not trace the raw binding, so a compiled call takes the OpOverload, as
+# `_op`. Dynamo does not trace the raw binding, so a traced call takes the OpOverload, as
 # does an op given a Python dispatcher (torch may install one and swap `_op`: both are read
 # per call), and so do torch releases without them.
 _RAW_FWD = hasattr(_FWD, "_op") and hasattr(_FWD, "_pyobj_dispatcher")
+# The front ends' default window_size (unbounded both ways), recognized by identity.
+_UNBOUNDED = (-1, -1)
 
 
 def _without_defaults(arguments):
@@ -108,47 +112,59 @@ def _attention(fn, q, k, v, dropout_p, softmax_scale, causal, window_size, softc
         dropout_p = _real(fn, "dropout_p", dropout_p)
         if dropout_p != 0.0:
             kwargs["dropout_p"] = dropout_p
-    # The schema's leading arguments go positionally, up to the last one that differs from its
-    # default: a keyword costs the op's parser twice what a position does (causal=True alone
-    # added 0.75 µs to a 6 µs forward, positionally 0.3).
-    leading = 0
     if softmax_scale is not None:
         softmax_scale = _real(fn, "softmax_scale", softmax_scale)
-        leading = 1
-    if causal:
-        causal = True
-        leading = 2
+    causal = True if causal else False
+    # The front ends' default is this very tuple: one identity test instead of the parsing.
+    if window_size is _UNBOUNDED:
+        left = right = -1
     else:
-        causal = False
-    left, right = _window_or_default(fn, window_size)
-    if left != -1:
-        leading = 3
-    if right != -1:
-        leading = 4
+        left, right = _window_or_default(fn, window_size)
     if softcap.__class__ is not float or softcap != 0.0:
         softcap = _real(fn, "softcap", softcap)
-        if softcap != 0.0:
-            leading = 5
-    if alibi_slopes is not None:
-        leading = 6
-    # The alignment moves only the diagonal of causal, window and ALiBi: without them the op's
-    # default serves, and the arguments before it stay unpassed (SDPA's plain call: 3, not 10).
-    if not align_bottom_right and (causal or left != -1 or right != -1
-                                   or alibi_slopes is not None):
-        leading = 7
+    align_bottom_right = True if align_bottom_right else False
+    deterministic = True if deterministic else False
+    # The schema's leading arguments go positionally, up to the last one that differs from its
+    # default: a keyword costs the op's parser twice what a position does (causal=True alone
+    # added 0.75 µs to a 6 µs forward, positionally 0.3). The alignment moves only the
+    # diagonal of causal, window and ALiBi: without them the op's default serves, and the
+    # arguments before it stay unpassed (SDPA's plain call: 3, not 10).
     if deterministic:
-        deterministic = True
         leading = 8
+    elif not align_bottom_right and (causal or left != -1 or right != -1
+                                     or alibi_slopes is not None):
+        leading = 7
+    elif alibi_slopes is not None:
+        leading = 6
+    elif softcap != 0.0:
+        leading = 5
+    elif right != -1:
+        leading = 4
+    elif left != -1:
+        leading = 3
+    elif causal:
+        leading = 2
+    else:
+        leading = 1 if softmax_scale is not None else 0
     # A fresh [seed, offset] per call from the device's generator; autograd hands the same
     # one to the backward.
     rng_state = None
     if "dropout_p" in kwargs:
         rng_state = kwargs["rng_state"] = torch.ops.flashattn.dropout_rng_state(q)
-    args = (q, k, v, softmax_scale, causal, left, right, softcap, alibi_slopes,
-            bool(align_bottom_right), bool(deterministic))[:3 + leading]
     fwd = (_FWD if not _RAW_FWD or _is_compiling() or _FWD._pyobj_dispatcher is not None
            else _FWD._op)
-    out, lse = fwd(*args, **kwargs) if kwargs else fwd(*args)
+    # The two commonest calls spelled out: building and slicing the whole tuple for a
+    # star-call is a visible share of a one-row forward.
+    if kwargs:
+        out, lse = fwd(*(q, k, v, softmax_scale, causal, left, right, softcap, alibi_slopes,
+                         align_bottom_right, deterministic)[:3 + leading], **kwargs)
+    elif leading == 0:
+        out, lse = fwd(q, k, v)
+    elif leading == 2:
+        out, lse = fwd(q, k, v, softmax_scale, causal)
+    else:
+        out, lse = fwd(*(q, k, v, softmax_scale, causal, left, right, softcap, alibi_slopes,
+                         align_bottom_right, deterministic)[:3 + leading])
     if not return_attn_probs:
         return out
     probs = None
@@ -177,7 +193,7 @@ def _sequences(op_arguments):
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
-                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                    window_size=_UNBOUNDED, softcap=0.0, alibi_slopes=None, deterministic=False,
                     return_attn_probs=False):
     """Exact softmax attention, FlashAttention-2's ``flash_attn_func`` signature.
 
@@ -226,8 +242,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         decode. S_dmask is O(seqlen_q * seqlen_k): for tests and small shapes.
     """
     return _attention("flash_attn_func", q, k, v, dropout_p, softmax_scale, causal, window_size,
-                      softcap, alibi_slopes, deterministic, align_bottom_right=True,
-                      return_attn_probs=return_attn_probs)
+                      softcap, alibi_slopes, deterministic, True,  # align_bottom_right
+                      return_attn_probs)
 
 
 def _unpack(fn, name, packed, count, layout):
@@ -239,7 +255,7 @@ def _unpack(fn, name, packed, count, layout):
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
-                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              window_size=_UNBOUNDED, softcap=0.0, alibi_slopes=None,
                               deterministic=False, return_attn_probs=False):
     """flash_attn_func on q, k, v stacked in one tensor, FlashAttention-2's signature.
 
@@ -251,12 +267,12 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     q, k, v = _unpack("flash_attn_qkvpacked_func", "qkv", qkv, 3,
                       "(batch, seqlen, 3, nheads, headdim)")
     return _attention("flash_attn_qkvpacked_func", q, k, v, dropout_p, softmax_scale, causal,
-                      window_size, softcap, alibi_slopes, deterministic, align_bottom_right=True,
-                      return_attn_probs=return_attn_probs)
+                      window_size, softcap, alibi_slopes, deterministic, True,  # align_bottom_right
+                      return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
-                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             window_size=_UNBOUNDED, softcap=0.0, alibi_slopes=None,
                              deterministic=False, return_attn_probs=False):
     """flash_attn_func with k and v stacked in one tensor, FlashAttention-2's signature.
 
@@ -268,8 +284,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     k, v = _unpack("flash_attn_kvpacked_func", "kv", kv, 2,
                    "(batch, seqlen_k, 2, nheads_k, headdim)")
     return _attention("flash_attn_kvpacked_func", q, k, v, dropout_p, softmax_scale, causal,
-                      window_size, softcap, alibi_slopes, deterministic, align_bottom_right=True,
-                      return_attn_probs=return_attn_probs)
+                      window_size, softcap, alibi_slopes, deterministic, True,  # align_bottom_right
+                      return_attn_probs)
 
 
 def _length(fn, name, value):
@@ -328,7 +344,7 @@ _VARLEN_DOC = """
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=_UNBOUNDED,
                            softcap=0.0, alibi_slopes=None, deterministic=False,
                            return_attn_probs=False, block_table=None, *, seqused_q=None,
                            seqused_k=None):
@@ -357,7 +373,7 @@ def _unpack_varlen(fn, name, packed, count, layout):
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
-                                     softmax_scale=None, causal=False, window_size=(-1, -1),
+                                     softmax_scale=None, causal=False, window_size=_UNBOUNDED,
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False):
     """flash_attn_varlen_func on q, k, v stacked in one tensor, FlashAttention-2's signature.
@@ -376,7 +392,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, dropout_p=0.0, softmax_scale=None,
-                                    causal=False, window_size=(-1, -1), softcap=0.0,
+                                    causal=False, window_size=_UNBOUNDED, softcap=0.0,
                                     alibi_slopes=None, deterministic=False,
                                     return_attn_probs=False):
     """flash_attn_varlen_func with k and v stacked in one tensor, FlashAttention-2's signature.
@@ -449,7 +465,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     try:
         mask = {} if attn_mask is None else {"attn_mask": attn_mask}
         out = _attention(fn, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                         dropout_p, scale, is_causal, (-1, -1), 0.0, None, False,
+                         dropout_p, scale, is_causal, _UNBOUNDED, 0.0, None, False,
                          align_bottom_right=False, **mask)
     except (RuntimeError, ValueError, TypeError, IndexError) as error:
         # The op names FA2's arguments (q, k, v, softmax_scale, causal) in (B, S, H, D); say it
