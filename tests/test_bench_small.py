@@ -65,6 +65,22 @@ def test_small_summary_is_the_geomean_against_the_best_backend(small_run):
             statistics.geometric_mean(best))
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_small_default_grid_is_the_issues_case_set(device):
+    # Issue 29's `small` case set, without --quick: S 1, 16, 64 and 128 at B 1 and 8, causal
+    # and not, forward and forward+backward, each timed for flashattn and every SDPA backend.
+    from flashattn.bench import cli, small
+
+    _, parsers = cli.make_parsers()
+    args = parsers["small"].parse_args(["--device", device])
+    cases = small.enumerate_cases(args, small.DEFAULTS[device])
+    assert len(cases) == len({(c.mode, c.causal, c.seqlen, c.batch) for c in cases})
+    assert {(c.mode, c.causal, c.seqlen, c.batch) for c in cases} == {
+        (mode, causal, seqlen, batch) for mode in ("fwd", "fwdbwd") for causal in (False, True)
+        for seqlen in (1, 16, 64, 128) for batch in (1, 8)}
+    assert {c.heads for c in cases} == {8} and {c.head_dim for c in cases} == {64}
+
+
 def test_small_check_sees_flashattn_output_in_its_own_layout(monkeypatch, tmp_path):
     # flash_attn_func ignoring the causal mask: its (B, S, H, D) output, compared in the
     # reference's (B, H, S, D), must be caught; a layout mix-up would show on every case.
