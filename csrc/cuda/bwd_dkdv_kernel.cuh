@@ -136,7 +136,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const WarpLanes lanes = WarpLanes::of(lane);
-  const int lane_col = lanes.acc_col;
   // This warp's tiles of the three products (traits.h), as offsets into the CTA's tiles.
   const int sdp_key0 = (warp % Traits::kSdpWarpsN) * Traits::kSdpKeys;
   const int query_group = warp / Traits::kSdpWarpsN;
@@ -208,13 +207,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
       for (int m = 0; m < kSdpMTiles; ++m)
         keep[m] = rules.dropout_on() ? rules.keep_bits_by_key_rows<kPassNTiles>(
-                                           key[m], m_start + query0, lane_col)
+                                           key[m], m_start + query0, st_frag.col0)
                                      : 0u;
       // P^T and dS^T, element by element, into shared memory. Queries outer: a column's
       // LSE_i and D_i are read once for both m-tiles, then dead.
 #pragma unroll
       for (int j = 0; j < kPassNTiles; ++j) {
-        const int col0 = query0 + j * kMmaN + lane_col;  // the lane's first query in Qi
+        const int col0 = query0 + st_frag.col(j, 0);  // the lane's first query in Qi
         const float lse_log2[2] = {FLASHATTN_SMEM(lse_smem)[col0],
                                    FLASHATTN_SMEM(lse_smem)[col0 + 1]};
         const float dsum[2] = {FLASHATTN_SMEM(dsum_smem)[col0],
@@ -293,15 +292,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         // Each lane's two neighbouring columns go out as one 8-byte reduction: rows of the
         // accumulator are dq_accum_cols (even) floats and the scratch starts 8-byte aligned
         // (plan_bwd.h, dq_accum_offset). The pair's second column may be the tile's padding, which
-        // nothing reads.
+        // nothing reads. Rows are queries of the sequence, columns dQ's (acc_fragment.cuh).
+        const AccFragment dq_frag = AccFragment::of(lanes, m_start + dq_row0, col0);
 #pragma unroll
         for (int m = 0; m < kDqMTiles; ++m)
 #pragma unroll
           for (int t = 0; t < kPassColTiles; ++t)
 #pragma unroll
             for (int h = 0; h < kRowsPerThread; ++h) {
-              const int row = m_start + dq_row0 + m * kMmaM + lanes.acc_row + h * kRowOffsetHi;
-              const int col = col0 + t * kMmaN + lane_col;
+              const int row = dq_frag.row(m, 2 * h), col = dq_frag.col(t, 0);
               if (row < seq.seqlen_q && col < p.head_dim)
                 ptx::red_add_f32x2(dq_accum + static_cast<int64_t>(row) * dq_accum_cols + col,
                                    acc[m][t][2 * h], acc[m][t][2 * h + 1]);
@@ -315,14 +314,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   // Epilogue: dK_j, dV_j (already summed over the GQA group), this warp's rows and columns
   // (bwd_epilogue.cuh).
-  const AccFragment dkv_frag = AccFragment::of(lanes, n_start + dkv_key0, 0);
+  const AccFragment dk_frag = AccFragment::of(lanes, n_start + dkv_key0, dk_col0);
+  const AccFragment dv_frag = AccFragment::of(lanes, n_start + dkv_key0, dv_col0);
 #pragma unroll
   for (int m = 0; m < kDkvMTiles; ++m) {
     int rows[kRowsPerThread];
-    dkv_frag.rows_of(m, rows);
-    store_grad_rows<Element>(dk_rmem[m], rows, dk_col0 + lane_col, seq.seqlen_k, p.head_dim,
+    dk_frag.rows_of(m, rows);
+    store_grad_rows<Element>(dk_rmem[m], rows, dk_frag.col0, seq.seqlen_k, p.head_dim,
                              GradRows::dk(p, seq, batch, head_kv), p.grads_fp32);
-    store_grad_rows<Element>(dv_rmem[m], rows, dv_col0 + lane_col, seq.seqlen_k, p.head_dim_v,
+    store_grad_rows<Element>(dv_rmem[m], rows, dv_frag.col0, seq.seqlen_k, p.head_dim_v,
                              GradRows::dv(p, seq, batch, head_kv), p.grads_fp32);
   }
 }
