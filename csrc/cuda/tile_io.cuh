@@ -71,7 +71,13 @@ struct TileChunks {
 // loops ask for it: the forward's K/V tiles (strided rows, and a KV cache's rows in the
 // one-m-tile kernel) and the dK/dV kernel's Q/dO tiles. Unrolled copies at every call site
 // (the forward's Q tile too) made the d = 128 forward spill on sm_80 (164 bytes, strict ptxas).
-template <int kNThreads, bool kUnrolled = false, typename Tile, typename RowOf>
+//
+// kBaseOnce: the rolled loop takes the tile's base into a pointer before the loop rather than
+// reading the tile per chunk (the same addresses; through any SmemTile form the forward's key
+// copy came out longer); ptxas makes dQ's strided copies longer that way, so load_tile_async
+// keeps the per-chunk form (docs/lab/2026-12-03-issue-30-leftovers.md).
+template <int kNThreads, bool kUnrolled = false, bool kBaseOnce = true, typename Tile,
+          typename RowOf>
 __device__ __forceinline__ void load_rows_async(const Tile& tile, const RowOf& row_of,
                                                 const uint16_t* anywhere, int rows_valid,
                                                 int cols_valid,
@@ -105,11 +111,12 @@ __device__ __forceinline__ void load_rows_async(const Tile& tile, const RowOf& r
     }
     return;
   }
+  uint16_t* const base = tile.base;
   for (int chunk = threadIdx.x; chunk < Chunks::kCount; chunk += kNThreads) {
     const int row = chunk / Chunks::kPerRow;
     const int col = (chunk % Chunks::kPerRow) * kChunkElems;
     const int n_valid = valid_elems(row, col);
-    uint16_t* dst = tile.at(row, col);
+    uint16_t* dst = kBaseOnce ? base + row * Tile::kStride + col : tile.at(row, col);
     const uint16_t* src = n_valid > 0 ? row_of(row) + col : anywhere;
     if (aligned) {
       ptx::cp_async_16(dst, src, n_valid * kElemBytes16 FLASHATTN_CALLER_SITE_ARGS);
@@ -127,7 +134,7 @@ __device__ __forceinline__ void load_tile_async(
     const Tile& tile,
     const uint16_t* tile_gmem,  // [rows_valid, cols_valid], rows row_stride apart
     int64_t row_stride, int rows_valid, int cols_valid, bool aligned FLASHATTN_CALLER_SITE) {
-  load_rows_async<kNThreads, kUnrolled>(
+  load_rows_async<kNThreads, kUnrolled, false>(
       tile, [&](int row) { return tile_gmem + row * row_stride; }, tile_gmem, rows_valid,
       cols_valid, aligned FLASHATTN_CALLER_SITE_ARGS);
 }
