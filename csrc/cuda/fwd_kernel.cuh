@@ -166,11 +166,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       const ScoreTile score_tile{mask_class, tiles.needs_mask(tile)};
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
-        // Steps 1-5 (score_rules.cuh), written out here rather than through rules.apply: that
-        // form, the same arithmetic, made the d = 128 two-m-tile kernel (at 255 registers) spill.
-        // Visibility goes by the row's query token: the row unless heads are packed. The mapping
-        // is rebuilt from p (constant memory) per entry: `rows`, kept in registers across the
-        // loop, spilled the d = 256 kernel.
+        // Steps 1-5 (score_rules.cuh) written out, not rules.apply: through a call the compiler
+        // turns each entry's visibility branch into selects, and the d = 128 two-m-tile kernel
+        // spills (docs/lab/2026-12-03-issue-30-leftovers.md). Visibility goes by the row's query
+        // token: the row unless heads are packed, the mapping rebuilt from p per entry (`rows`,
+        // kept in registers across the loop, spilled the d = 256 kernel).
 #pragma unroll
         for (int j = 0; j < kNTilesN; ++j)
 #pragma unroll
