@@ -14,7 +14,10 @@ loop around it is not one); a producer loop holds UTMALDG and mbarrier instructi
 HGMMA, and no smaller such loop (the elect.sync loop around a single TMA load waits on nothing).
 The figures count each block of the body once: where the body branches (a masked and an
 unmasked path), an iteration runs less than all of it; tensor_per_iteration lists the HMMA/HGMMA
-counts an iteration can execute, one per distinct path.
+counts an iteration can execute, one per distinct path. `paths` gives, per (tensor count, cp.async
+count) an iteration can execute, its leanest and heaviest path's instructions, stall cycles, MUFU,
+jumps and tensor FLOP (a dynamic program over the body, path_figures), and `copy_loops` one trip
+of each copy loop inside the body: tools/gpu_model.py's issue terms take a step's path from them.
 
 Control bits (Volta and later; Jia et al., "Dissecting the NVIDIA Volta GPU Architecture via
 Microbenchmarking", 2018): the top 23 bits of each 128-bit instruction, bits 41-63 of its second
@@ -173,36 +176,102 @@ def natural_loops(successors, dom_and_predecessors=None):
     return [(h, frozenset(body)) for h, body in sorted(bodies.items())]
 
 
-def per_iteration(blocks, successors, dom, header, body, wanted):
-    """The numbers of `wanted` instructions one iteration can execute: the sums along each path
-    from the header back to it inside the body (inner loops' back edges left out, so an inner
-    loop's blocks count once)."""
-    def count(b):
-        return sum(1 for _, t, _ in blocks[b] if opcode(t) in wanted)
-
-    memo = {}
-
-    def sums(b):  # from the start of block b to the end of an iteration
-        if b not in memo:
-            memo[b] = set()  # an inner cycle, if any, contributes nothing more
-            result = set()
-            for s in successors[b]:
-                if s == header:
-                    result.add(0)
-                elif s in body and not (dom[b] is not None and s in dom[b]):  # not a back edge
-                    result |= sums(s)
-            memo[b] = {count(b) + r for r in result}
-        return memo[b]
-
-    return sums(header)
+PATH_FIELDS = ("instructions", "stall_cycles", "mufu", "ldgsts", "jumps", "tensor_flops")
+HMMA_SHAPE = re.compile(r"HMMA\.(16)(8)(16|8)\b")
+HGMMA_SHAPE = re.compile(r"HGMMA\.(\d+)x(\d+)x(\d+)\b")
 
 
-def summarize(blocks, body, paths):
+def tensor_flops(text):
+    """FLOP one warp's share of a tensor instruction computes: HMMA.16816 a whole m16n8k16;
+    HGMMA.64xNxK a warpgroup's m64, 16 rows of it per warp."""
+    if m := HGMMA_SHAPE.search(text):
+        return 2 * (int(m.group(1)) // 4) * int(m.group(2)) * int(m.group(3))
+    if m := HMMA_SHAPE.search(text):
+        return 2 * int(m.group(1)) * int(m.group(2)) * int(m.group(3))
+    return 0
+
+
+def path_figures(blocks, successors, dom, header, body, wanted=TENSOR_OPS):
+    """For each (count of `wanted` instructions, count of cp.async) an iteration can execute, the
+    leanest and the heaviest path through the body (fewest / most instructions, then stall
+    cycles): {(count, ldgsts): {"lean": figures, "heavy": figures}}. Figures: instructions,
+    stall_cycles, mufu, ldgsts (cp.async), jumps (edges to a block other than the next one:
+    taken branches, the back edge included), tensor_flops (tensor_flops summed). A path is told by both counts because a step that
+    copies the next tiles and the last step, which copies none, run the same products. Paths run from the header back to it; inner loops' back edges are left out, so
+    an inner loop's blocks count once (inner_loops gives their per-trip figures). A dynamic
+    program over the body's blocks: the paths are too many to list (the mma.sync forward's
+    body holds ~1,200 branches)."""
+    def own(b):
+        ops = [opcode(t) for _, t, _ in blocks[b]]
+        return (sum(1 for o in ops if o in wanted),
+                (len(ops), sum(control(w)["stall"] for _, _, w in blocks[b]),
+                 sum(1 for o in ops if o == "MUFU"), sum(1 for o in ops if o == "LDGSTS"), 0,
+                 sum(tensor_flops(t) for _, t, _ in blocks[b])))
+
+    def add(a, b, jump):
+        total = [x + y for x, y in zip(a, b)]
+        total[PATH_FIELDS.index("jumps")] += jump
+        return tuple(total)
+
+    zero = (0,) * len(PATH_FIELDS)
+    memo, state, stack = {}, {}, [header]
+    while stack:  # iterative post-order: bodies are deeper than Python's recursion limit
+        b = stack[-1]
+        nexts = [s for s in successors[b] if s != header and s in body
+                 and not (dom[b] is not None and s in dom[b])]
+        if b not in state:
+            state[b] = "open"
+            pending = [s for s in nexts if s not in state]
+            if pending:
+                stack.extend(pending)
+                continue
+        stack.pop()
+        if state[b] == "done":
+            continue
+        state[b] = "done"
+        count, figures = own(b)
+        tails = [(header, {(0, 0): (zero, zero)})] if header in successors[b] else []
+        tails += [(s, memo[s]) for s in nexts if s in memo]  # one still open: an inner cycle
+        result = {}
+        for s, tail in tails:
+            jump = int(s != b + 1)
+            for (n, copies), (lean, heavy) in tail.items():
+                n = (n + count, copies + figures[3])
+                lean, heavy = add(figures, lean, jump), add(figures, heavy, jump)
+                if n in result:
+                    lean, heavy = min(lean, result[n][0]), max(heavy, result[n][1])
+                result[n] = (lean, heavy)
+        memo[b] = result
+    return {n: {"lean": dict(zip(PATH_FIELDS, lean)), "heavy": dict(zip(PATH_FIELDS, heavy))}
+            for n, (lean, heavy) in sorted(memo.get(header, {}).items())}
+
+
+def inner_loops(blocks, successors, dom, loops, body, wanted):
+    """The innermost loops inside `body` that hold a `wanted` opcode: [{first, per trip: the
+    leanest path with at least one of them (path_figures' figures), wanted: their count on
+    it}]. The main loop's path counts such a loop's blocks once; each further trip adds these."""
+    inside = [(h, b) for h, b in loops if b < body
+              and any(opcode(t) in wanted for x in b for _, t, _ in blocks[x])]
+    result = []
+    for h, b in inside:
+        if any(other < b for _, other in inside):
+            continue
+        paths = {n: p["lean"] for (n, _), p in
+                 path_figures(blocks, successors, dom, h, b, wanted).items() if n > 0}
+        if paths:
+            n = min(paths, key=lambda k: (paths[k]["instructions"], k))
+            result.append(dict(first=blocks[h][0][0], wanted=n, per_trip=paths[n]))
+    return sorted(result, key=lambda loop: loop["first"])
+
+
+def summarize(blocks, body, paths, copy_loops=()):
     instructions = [i for b in sorted(body) for i in blocks[b]]
     ops = collections.Counter(opcode(text) for _, text, _ in instructions)
     return dict(first=blocks[min(body)][0][0], blocks=len(body), instructions=len(instructions),
                 hmma=ops["HMMA"], hgmma=ops["HGMMA"], mufu=ops["MUFU"],
-                tensor_per_iteration=sorted(paths),
+                tensor_per_iteration=sorted({n for n, _ in paths}),
+                paths=[dict(tensor=n, ldgsts=c, **p) for (n, c), p in sorted(paths.items())],
+                copy_loops=list(copy_loops),
                 stall_cycles=sum(control(word)["stall"] for _, _, word in instructions),
                 opcodes=dict(ops.most_common()))
 
@@ -221,8 +290,9 @@ def main_loops(instructions):
         chosen = [(h, body) for h, body in loops if fits(ops_of[h])]
         for h, body in chosen:
             if not any(other < body for _, other in chosen):  # innermost
-                paths = per_iteration(blocks, successors, dom, h, body, TENSOR_OPS)
-                result.append(dict(role=role, **summarize(blocks, body, paths)))
+                paths = path_figures(blocks, successors, dom, h, body)
+                copies = inner_loops(blocks, successors, dom, loops, body, {"LDGSTS"})
+                result.append(dict(role=role, **summarize(blocks, body, paths, copies)))
     return sorted(result, key=lambda loop: loop["first"])
 
 

@@ -96,3 +96,78 @@ def test_an_out_of_line_retry_is_not_a_loop_around_the_code_before_it(sass):
         ("SYNCS.PHASECHK.TRANS64 P1, [UR8], R0", 1),       # 4: retry
         ("BRA " + address(1), 1)))                         # 5
     assert sass.main_loops(kernels[("sm_90", KERNEL)]) == []
+
+
+def loop_of(sass, *instructions):
+    kernels = sass.parse_sass(listing(*instructions))
+    (main,) = [l for l in sass.main_loops(kernels[("sm_90", KERNEL)]) if l["role"] == "main"]
+    return main
+
+
+def test_path_figures_per_path(sass):
+    """kernel_listing's main loop has two paths: unmasked (2, 3, 4, 7, 9: one HMMA, a taken
+    branch 4 -> 7 and the back edge) and masked (2-7, 9: three HMMA, only the back edge jumps).
+    The wait's out-of-line retry (14-15) goes back to 3 and ends no path; padding (8) counts
+    nowhere."""
+    main = loop_of(sass, *kernel_listing())
+    paths = {(p["tensor"], p["ldgsts"]): p for p in main["paths"]}
+    assert set(paths) == {(1, 0), (3, 0)}
+    unmasked, masked = paths[1, 0], paths[3, 0]
+    assert unmasked["lean"] == unmasked["heavy"] == dict(
+        instructions=5, stall_cycles=4 + 1 + 1 + 2 + 5, mufu=1, ldgsts=0, jumps=2,
+        tensor_flops=4096)
+    assert masked["lean"] == dict(instructions=7, stall_cycles=13 + 4 + 4, mufu=1, ldgsts=0,
+                                  jumps=1, tensor_flops=3 * 4096)
+
+
+def test_lean_and_heavy_paths_with_the_same_counts(sass):
+    """Two ways around the same HMMA: a short and a long arm (2 and 4 instructions); the lean
+    path takes the short one, the heavy the long one."""
+    main = loop_of(sass,
+                   ("HMMA.16816.F32.BF16 R4, R8, R12, R4", 2),     # 0: header
+                   ("@P0 BRA " + address(4), 1),                  # 1
+                   ("IADD3 R1, R1, 1, RZ", 3),                    # 2: the short arm
+                   ("BRA " + address(8), 1),                      # 3
+                   ("IMAD R1, R1, 3, RZ", 4),                     # 4: the long arm
+                   ("IMAD R1, R1, 3, RZ", 4),                     # 5
+                   ("IMAD R1, R1, 3, RZ", 4),                     # 6
+                   ("IMAD R1, R1, 3, RZ", 4),                     # 7
+                   ("@P1 BRA " + address(0), 2),                  # 8: back edge
+                   ("EXIT", 1))
+    (path,) = main["paths"]
+    assert path["lean"]["instructions"] == 2 + 2 + 1 and path["lean"]["stall_cycles"] == 2 + 1 + 3 + 1 + 2
+    assert path["heavy"]["instructions"] == 2 + 4 + 1 and path["heavy"]["stall_cycles"] == 2 + 1 + 16 + 2
+
+
+def test_copy_loops_and_paths_told_by_their_copies(sass):
+    """A main loop whose step may copy the next tile through an inner loop of one cp.async per
+    trip (4-6), or skip it (the last step): the two paths differ in cp.async, not in HMMA, and the
+    inner loop's blocks count once on the path; copy_loops gives one trip's figures."""
+    main = loop_of(sass,
+                   ("HMMA.16816.F32.BF16 R4, R8, R12, R4", 1),     # 0: header
+                   ("HMMA.16816.F32.BF16 R4, R8, R12, R4", 1),     # 1
+                   ("MUFU.EX2 R2, R3", 1),                         # 2
+                   ("@P0 BRA " + address(7), 1),                   # 3: the last step: no copy
+                   ("IMAD R5, R6, 16, R7", 2),                     # 4: copy loop header
+                   ("LDGSTS.E.128 [R5], [R6.64]", 3),              # 5
+                   ("@P1 BRA " + address(4), 4),                   # 6: copy loop back edge
+                   ("@P2 BRA " + address(0), 5),                   # 7: main back edge
+                   ("EXIT", 1))
+    paths = {(p["tensor"], p["ldgsts"]): p["lean"] for p in main["paths"]}
+    assert set(paths) == {(2, 0), (2, 1)}
+    assert paths[2, 0]["instructions"] == 5 and paths[2, 0]["jumps"] == 2
+    assert paths[2, 1]["instructions"] == 8 and paths[2, 1]["stall_cycles"] == 4 + 2 + 3 + 4 + 5
+    assert paths[2, 1]["jumps"] == 1 and paths[2, 1]["mufu"] == 1
+    (copy,) = main["copy_loops"]
+    assert copy["first"] == 16 * 4 and copy["wanted"] == 1
+    assert copy["per_trip"] == dict(instructions=3, stall_cycles=9, mufu=0, ldgsts=1, jumps=1,
+                                    tensor_flops=0)
+
+
+def test_tensor_flops_of_each_shape(sass):
+    """A warp's share: m16n8k16 whole, m16n8k8 whole, a warpgroup's m64nNk16 a quarter."""
+    assert sass.tensor_flops("HMMA.16816.F32.BF16 R4, R8, R12, R4") == 2 * 16 * 8 * 16
+    assert sass.tensor_flops("HMMA.1688.F32.TF32 R4, R8, R12, R4") == 2 * 16 * 8 * 8
+    assert sass.tensor_flops("HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24, gsb0") == 2 * 16 * 128 * 16
+    assert sass.tensor_flops("HGMMA.64x64x16.F32.BF16 R24, R88, gdesc[UR8], R24") == 2 * 16 * 64 * 16
+    assert sass.tensor_flops("FFMA R1, R2, R3, R4") == 0
