@@ -144,3 +144,110 @@ def test_decode_step_reads_its_cache_once_and_is_hbm_bound():
         assert int(ctas) == int(b) * 8 * int(s)
         if b == "32":
             assert s == "1", (gpu, b, sq, sk)
+
+
+# ---- The issue terms (issue 31, stage 7), on synthetic loop records: no CUDA build needed ----
+
+def loop_record(paths, copy_loops=()):
+    """A sass_loops main-loop record: paths as ((tensor, ldgsts), lean figures)."""
+    return dict(paths=[dict(tensor=t, ldgsts=c, lean=dict(lean), heavy=dict(lean))
+                       for (t, c), lean in paths], copy_loops=list(copy_loops))
+
+
+def figures(instructions, stall_cycles, mufu=0, ldgsts=0, jumps=1, tensor_flops=0):
+    return dict(instructions=instructions, stall_cycles=stall_cycles, mufu=mufu, ldgsts=ldgsts,
+                jumps=jumps, tensor_flops=tensor_flops)
+
+
+def test_steady_path_adds_copy_loop_trips():
+    """A step of 16 cp.async whose path holds 2 (one per copy loop, each counted once) runs 14
+    more trips, each one trip's figures; a path without copies (the last step) is not taken;
+    a step whose copies are all in line takes that path as it is."""
+    model = load_model()
+    trip = figures(40, 117, ldgsts=1, jumps=3)
+    loop = loop_record([((256, 0), figures(1247, 3818, mufu=68)),
+                        ((256, 2), figures(1381, 4186, mufu=68, ldgsts=2))], [
+        dict(first=0, wanted=1, per_trip=trip), dict(first=64, wanted=1, per_trip=trip)])
+    path = model.steady_path(loop, 256, 16)
+    assert path["copy_loop_trips"] == 14 and path["ldgsts"] == 16
+    assert path["instructions"] == 1381 + 14 * 40 and path["stall_cycles"] == 4186 + 14 * 117
+    assert path["mufu"] == 68 and path["tensor"] == 256
+    in_line = loop_record([((256, 0), figures(1250, 3855)), ((256, 16), figures(1515, 4321, ldgsts=16))])
+    assert model.steady_path(in_line, 256, 16)["instructions"] == 1515
+    assert model.steady_path(in_line, 256, 16)["copy_loop_trips"] == 0
+    with pytest.raises(RuntimeError, match="no path"):
+        model.steady_path(in_line, 128, 16)
+    with pytest.raises(RuntimeError, match="no copy loop"):
+        model.steady_path(in_line, 256, 20)
+
+
+def test_mma_sync_round_is_tensor_plus_other_issue_or_latency():
+    """w = 2 warps per scheduler, 256 HMMA (m16n8k16) each at the H100 model's mma.sync rate
+    (512 FLOP per clock per scheduler: 8 cycles each): tensor 4096; 744 other instructions each
+    issue outside it: 4096 + 1488. A longer stall chain binds instead, and each copy-loop trip
+    adds the fitted fetch cycles to it."""
+    model = load_model()
+    gpu, specs = model.gpu_specs.H100, model.gpu_specs
+    path = dict(figures(1000, 3000, mufu=64, tensor_flops=256 * 4096), tensor=256, copy_loop_trips=0)
+    cycles, terms, bound = model.step_cycles(gpu, path, 2)
+    assert terms["tensor"] == 4096 and terms["issue"] == 2000 and terms["mufu"] == 2 * 64 * 8
+    assert (cycles, bound) == (4096 + 1488, "tensor+issue")
+    slow = dict(path, stall_cycles=9000)
+    assert model.step_cycles(gpu, slow, 2)[:3:2] == (9000, "latency")
+    fetch = dict(path, copy_loop_trips=3)
+    assert model.step_cycles(gpu, fetch, 2)[1]["latency"] == 3000 + 3 * specs.FETCH_CYCLES_PER_COPY_TRIP
+
+
+def test_wgmma_round_is_the_largest_term():
+    """wgmma runs beside the other instructions: the round is the largest term. 16 HGMMA
+    m64n128k16 per warp (65,536 FLOP each, 1024 FLOP per clock per scheduler): 1024 cycles a warp,
+    2048 for two; MUFU 300 x 8 x 2 = 4800 binds here; the latency waits for half the products
+    (the S product). overlap=False gives the mma.sync sum instead."""
+    model = load_model()
+    gpu = model.gpu_specs.H100
+    path = dict(figures(500, 1100, mufu=300, tensor_flops=16 * 65536), tensor=16, copy_loop_trips=0)
+    cycles, terms, bound = model.step_cycles(gpu, path, 2, wgmma=True, producer_instructions=80)
+    assert terms["tensor"] == 2048 and terms["issue"] == 1080 and terms["latency"] == 1100 + 512
+    assert (cycles, bound) == (4800, "mufu")
+    fast = dict(path, mufu=10)
+    assert model.step_cycles(gpu, fast, 2, wgmma=True)[::2] == (2048, "tensor")
+    assert model.step_cycles(gpu, fast, 2, wgmma=True, tensor_fraction=0.5)[0] == 4096
+    assert model.step_cycles(gpu, fast, 2, wgmma=True, overlap=False)[0] == 2048 + 2 * 484
+
+
+def test_issue_model_time_scales_rounds_and_keeps_the_memory_floor():
+    """264 CTAs of 10 steps on 132 SMs x 2 CTAs: one wave (q = 1), each SM runs 10 rounds of
+    (2 CTAs x 4 warps) / 4 schedulers = 2 warps per scheduler; memory binds only above that."""
+    model = load_model()
+    gpu, launch = model.gpu_specs.H100, model.gpu_specs.LAUNCH_OVERHEAD_S
+    path = dict(figures(1000, 3000, tensor_flops=256 * 4096), tensor=256, copy_loop_trips=0)
+    steps = [["s"] * 10] * 264
+    seconds, rounds, bound = model.issue_model_time(gpu, steps, 2, 4, {"s": path})
+    cycles = rounds["s"][0]
+    assert cycles == 4096 + 2 * 744 and bound == "tensor+issue"
+    assert seconds == pytest.approx(264 * 10 * cycles / (132 * 2 * gpu.clock_ghz * 1e9) + launch)
+    slow_memory = dict(l2=1.0, hbm=0.5)
+    assert model.issue_model_time(gpu, steps, 2, 4, {"s": path}, memory_seconds=slow_memory)[::2] == (
+        1.0 + launch, "l2")
+
+
+def test_issue_terms_on_the_built_library():
+    """`--issue` on the library `import flashattn` loads: its sm_80-family forward (run 2's main
+    loop or a later one: the path of b6fc51e's SASS is today's, docs/lab/2026-12-03-gpu-model-
+    issue-terms.md) models within 20% of run 2's measured 287 TFLOP/s, and the sm_90a forward at
+    d = 128 between its no-overlap bound and the measured GEMM ceiling, with a named bound."""
+    model = load_model()
+    binary = model.built_library()
+    env = dict(os.environ)
+    env.setdefault("CUDA_HOME", "/usr/local/cuda")
+    result = subprocess.run([sys.executable, SCRIPT, "--issue", "--run2", binary, "--hopper", binary],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()]
+    (run2,) = [r for r in rows if r[:2] == ["run", "2"]]
+    modeled, measured = float(run2[14]), float(run2[15])
+    assert measured == 287.0 and abs(modeled / measured - 1) <= 0.2, result.stdout
+    (fwd,) = [r for r in rows if r[:3] == ["fwd", "128", "no"]]
+    bound, tflops, no_overlap = fwd[10], float(fwd[11]), float(fwd[12])
+    assert bound in ("tensor", "issue", "mufu", "latency", "l2", "hbm"), result.stdout
+    assert no_overlap <= tflops <= model.gpu_specs.GEMM_CEILING_TFLOPS["h200"], result.stdout

@@ -47,8 +47,7 @@ What it does, and the method, in order:
    be able to execute, on some path of an iteration, exactly the shim's mma.sync count per
    main-loop step per warp, or the run fails: a loop read wrong cannot feed the model. Each
    record keeps the main kernel's loops (instructions, HMMA per path, MUFU, stall cycles from
-   the control bits) for sm_80 and sm_90: the inputs of an issue and latency term (not yet in
-   the time below).
+   the control bits) for sm_80 and sm_90. The issue terms (6.) take these per path.
 4. Time. For each kernel: tensor time = mma.sync count / the GPU's mma.sync rate; shared-memory
    time = wavefronts / (SMs x 1 wavefront of 128 B per clock); memory time = max(L2 bytes / L2
    bandwidth, compulsory HBM bytes / HBM bandwidth), where L2 bytes = 32-byte sectors counted
@@ -62,6 +61,18 @@ What it does, and the method, in order:
    sectors. It is a bound; its use is comparing kernels, and the first GPU run calibrates it.
 5. FA2. The same quantities for FA2's kernels at their tile geometry (gpu_specs.fa2_*), counted
    on paper: per main-loop iteration and per CTA, from FA2's TiledMMA layouts.
+
+6. Issue terms (issue 31, stage 7; `--issue`, no shim). The time above leaves out instruction
+   issue and latency, which bound the mma.sync kernels on the H200. `--issue` models a main-loop
+   step on the path it takes through the SASS (sass_loops' leanest path with the step's HMMA
+   and cp.async counts, plus the extra trips of copy loops inside the body): tensor, issue, MUFU
+   and latency cycles per scheduler for the warps on it (section "Issue, MUFU and latency terms"
+   below), calibrated on the H200's two measurements of the mma.sync forward (--run1, --run2),
+   then applied to the sm_90a kernels (--hopper) with the wgmma rate at the GEMM ceiling
+   measured on that GPU and the TMA loads' L2 bytes as a floor. One constant is fitted
+   (gpu_specs.FETCH_CYCLES_PER_COPY_TRIP, on run 1); docs/lab/2026-12-03-gpu-model-issue-terms.md.
+
+    python tools/gpu_model.py --issue --run1 F552.o --run2 LIB --hopper LIB [--gpu h200]
 
 FLOPs follow the FA papers: forward 4 N^2 d per head (halved when causal), backward 2.5x that.
 """
@@ -483,6 +494,307 @@ def model_ours(family, d, causal, launches, regs, gpus):
             time_by_gpu[key] += entry["modeled"][key]["seconds"]
         kernels.append(entry)
     return kernels, totals, time_by_gpu
+
+
+# ---- Issue, MUFU and latency terms per main-loop path (issue 31, stage 7) ----
+#
+# The time above bounds tensor, shared-memory and memory work; the first H200 run showed issue and
+# latency were the limit (docs/lab/2026-12-01-h200-first-gpu-run.md). These terms take one main-loop
+# step's path through the kernel's SASS (.ci/sass_loops.py path_figures: the leanest path with
+# the step's tensor and cp.async counts) and model a round: every warp resident on a scheduler
+# runs one step. Terms, in cycles of one scheduler (w warps on it):
+#   tensor   w x the path's tensor FLOP / the scheduler's rate (mma.sync: gpu.mma_flops_per_clk_sm,
+#            wgmma: WGMMA_FLOPS_PER_CLK_SM at the measured GEMM ceiling where there is one)
+#   issue    w x the path's instructions (+ a producer warp's, on its scheduler): one per clock
+#   mufu     w x MUFU instructions x 32 lanes / (MUFU_PER_CLK_SM / 4)
+#   latency  one warp's own chain: the stall cycles in the path's control bits, + for wgmma the
+#            S product it waits for, + FETCH_CYCLES_PER_COPY_TRIP per extra copy-loop trip
+# mma.sync: round = max(tensor + max(w x non-tensor instructions, mufu), latency): the tensor
+# pipe and the other instructions do not overlap (run 2 measured below the max() of the terms;
+# the sum is the calibrated form). wgmma is asynchronous, so its round is the max() of the terms;
+# the sum form is printed beside it as the bound if the softmax does not overlap the products.
+
+MEASURED_H200 = {  # forward, bf16, d = 128, N = 4096, B 4, 16 heads (the lab entry of 2026-12-01)
+    "run 1": dict(csrc="f552cd6", tflops=81.8, ncu_instructions_per_step=2048,
+                  ncu_cycles_per_issue=11.2),
+    "run 2": dict(csrc="b6fc51e", tflops=287.0, ncu_instructions_per_step=1056,
+                  ncu_cycles_per_issue=5.3),
+}
+
+
+def steady_path(loop, tensor, copies):
+    """One main-loop step's path figures (sass_loops path_figures' lean path): `tensor` tensor
+    instructions and `copies` cp.async per warp. The path with the most of its copies in line
+    (then the fewest instructions); the rest are extra trips of the body's copy loops, each adding
+    one trip's figures per cp.async (path_figures counts an inner loop's blocks once)."""
+    fitting = [p for p in loop["paths"] if p["tensor"] == tensor and p["ldgsts"] <= copies]
+    if not fitting:
+        raise RuntimeError(f"no path of the main loop executes {tensor} tensor instructions and "
+                           f"at most {copies} cp.async: {[(p['tensor'], p['ldgsts']) for p in loop['paths']]}")
+    best = max(fitting, key=lambda p: (p["ldgsts"], -p["lean"]["instructions"]))
+    figures = dict(best["lean"], tensor=tensor, copy_loop_trips=copies - best["ldgsts"])
+    trips = figures["copy_loop_trips"]
+    if trips:
+        loops = loop.get("copy_loops") or []
+        if not loops:
+            raise RuntimeError(f"{trips} cp.async per step are on no path and in no copy loop")
+        per_copy = {k: sum(l["per_trip"][k] / l["wanted"] for l in loops) / len(loops)
+                    for k in loops[0]["per_trip"]}
+        for k, v in per_copy.items():
+            figures[k] += trips * v
+    return figures
+
+
+def step_cycles(gpu, path, warps_per_scheduler, wgmma=False, tensor_fraction=1.0,
+                producer_instructions=0, waited_fraction=0.5, overlap=True):
+    """(cycles of a round, {term: cycles}, the binding term) for one scheduler running
+    `warps_per_scheduler` warps through `path` (steady_path's figures) once each. tensor_fraction
+    scales the tensor rate (the measured GEMM ceiling over the peak); waited_fraction: the part
+    of a wgmma step's products a warp waits for before its other work (forward: S of S and PV;
+    backward: S and dP of five). overlap=False: a wgmma round as mma.sync's, the sum form."""
+    w = warps_per_scheduler
+    per_scheduler = (gpu_specs.WGMMA_FLOPS_PER_CLK_SM if wgmma else gpu.mma_flops_per_clk_sm
+                     ) / gpu_specs.SCHEDULERS_PER_SM * tensor_fraction
+    own_tensor = path["tensor_flops"] / per_scheduler
+    terms = dict(
+        tensor=w * own_tensor,
+        issue=w * path["instructions"] + producer_instructions,
+        mufu=w * path["mufu"] * 32 / (gpu_specs.MUFU_PER_CLK_SM / gpu_specs.SCHEDULERS_PER_SM),
+        # wgmma: a warp's softmax waits for its own S product; an mma.sync's latency is in the
+        # stall bits already.
+        latency=(path["stall_cycles"] + (own_tensor * waited_fraction if wgmma else 0)
+                 + path["copy_loop_trips"] * gpu_specs.FETCH_CYCLES_PER_COPY_TRIP),
+    )
+    non_tensor = max(w * (path["instructions"] - path["tensor"]) + producer_instructions,
+                     terms["mufu"])
+    serial = terms["tensor"] + non_tensor
+    if wgmma and overlap:
+        bound = max(terms, key=terms.get)
+        return terms[bound], dict(terms, serial=serial), bound
+    if serial >= terms["latency"]:
+        return serial, dict(terms, serial=serial), "tensor+issue"
+    return terms["latency"], dict(terms, serial=serial), "latency"
+
+
+def issue_model_time(gpu, cta_steps, per_sm, warps_per_cta, paths, wgmma=False, tensor_fraction=1.0,
+                     producer_instructions=0, memory_seconds=None, longest_first=False,
+                     waited_fraction=0.5, overlap=True):
+    """Seconds of a kernel under the issue terms: cta_steps[i] = [path key of each main-loop step
+    of CTA i]; paths = {key: steady_path figures}. Rounds are per SM (per_sm CTAs together), the
+    wave factor as in kernel_time (longest_first: a persistent scheduler's order), and
+    memory_seconds ({"l2": s, "hbm": s}) as a floor. Returns (seconds, {path key: (cycles,
+    terms, bound)}, the binding term)."""
+    w = per_sm * warps_per_cta / gpu_specs.SCHEDULERS_PER_SM
+    rounds = {k: step_cycles(gpu, p, w, wgmma, tensor_fraction, producer_instructions * per_sm,
+                             waited_fraction, overlap)
+              for k, p in paths.items()}
+    cycles = sum(rounds[k][0] for steps in cta_steps for k in steps)
+    work = [len(s) + 1 for s in cta_steps]
+    q = wave_factor(sorted(work, reverse=True) if longest_first else work, gpu.sms * per_sm)
+    loop_s = q * cycles / (gpu.sms * per_sm * gpu.clock_ghz * 1e9)
+    main = max(rounds.values(), key=lambda r: r[0])[2]
+    memory = max(memory_seconds, key=memory_seconds.get) if memory_seconds else None
+    if memory is None or loop_s >= memory_seconds[memory]:
+        return loop_s + gpu_specs.LAUNCH_OVERHEAD_S, rounds, main
+    return memory_seconds[memory] + gpu_specs.LAUNCH_OVERHEAD_S, rounds, memory
+
+
+def kernel_loops(binaries, pattern):
+    """{mangled name: (arch, its main and producer loops, registers)} of the kernels matching the
+    regex `pattern` in the given libraries, objects or cubins (.ci/sass_loops.py)."""
+    gates = load_module("cuda_gates", os.path.join(REPO, ".ci", "cuda_gates.py"))
+    sass = load_module("sass_loops", os.path.join(REPO, ".ci", "sass_loops.py"))
+    cuobjdump, nvdisasm = gates.find_tool("cuobjdump"), gates.find_tool("nvdisasm")
+    found = {}
+    for binary in binaries:
+        regs = {(r["arch"], r["kernel"]): r["regs"] for r in gates.resource_usage(cuobjdump, binary)}
+        names = [k for _, k in regs if re.search(pattern, k)]
+        if not names:
+            continue
+        for (arch, name), instructions in sass.dump_sass(cuobjdump, nvdisasm, binary, names).items():
+            if arch in ("sm_90", "sm_90a"):
+                found[name] = (arch, sass.main_loops(instructions), regs[arch, name])
+    return found
+
+
+def one_kernel(binaries, pattern):
+    found = kernel_loops(binaries, pattern)
+    if len(found) != 1:
+        raise RuntimeError(f"{pattern}: {len(found)} sm_90 kernels match in {binaries}: {sorted(found)}")
+    return next(iter(found.values()))
+
+
+def fwd_bytes(d, ctas, steps, bm, bn, heads):
+    """(L2 bytes, HBM bytes) of a forward: K and V tiles per step, Q and O per CTA (16-bit), and
+    the compulsory Q, K, V, O and LSE once per head."""
+    l2 = steps * bn * 2 * d * ELEM + ctas * bm * (2 * d * ELEM + 4)
+    return l2, heads * (4 * SEQLEN * d * ELEM + SEQLEN * 4)
+
+
+def mma_sync_fwd_issue(gpu, binaries, d=128):
+    """The sm_80-family forward (FwdTraits<d, false>, bf16) at the issue terms, N = SEQLEN, the
+    bench's shape: (TFLOP/s, seconds, path figures, round, per_sm)."""
+    arch, loops, regs = one_kernel(binaries, rf"fwd_kernel_16bitINS0_9FwdTraitsILi{d}ELb0EEE13__nv_bfloat16")
+    bm, bn, threads = fwd_tiles(d)
+    warps = threads // 32
+    tensor = (bm // 16) * (bn // 8) * (d // 16) * 2 // warps      # S and PV, m16n8k16
+    copies = bn * 2 * d * ELEM // 16 // threads                   # K and V tiles, 16-byte cp.async
+    (main,) = [l for l in loops if l["role"] == "main"]
+    path = steady_path(main, tensor, copies)
+    batch, heads = shape(d)
+    ctas = math.ceil(SEQLEN / bm) * batch * heads
+    steps = query_tile_steps(SEQLEN, bm, bn, False) * batch * heads
+    per_sm = ctas_per_sm(gpu, threads, regs, smem_fwd(d))
+    l2, hbm = fwd_bytes(d, ctas, sum(steps), bm, bn, batch * heads)
+    memory = dict(l2=l2 / gpu.l2_bytes_per_s, hbm=hbm / gpu.hbm_bytes_per_s)
+    seconds, rounds, bound = issue_model_time(gpu, [["step"] * s for s in steps], per_sm, warps,
+                                              {"step": path}, memory_seconds=memory)
+    f = flops("fwd", d, False)
+    return dict(tflops=f / seconds / 1e12, seconds=seconds, path=path, round=rounds["step"],
+                per_sm=per_sm, regs=regs, bound=bound)
+
+
+HOPPER_FWD = dict(block_m=128, consumers=2)  # csrc/cuda/hopper/fwd_sm90_config.h
+HOPPER_BWD = dict(block_n=128, consumers=2)  # csrc/cuda/hopper/bwd_sm90_config.h
+
+
+def hopper_fwd_issue(gpu, gpu_key, binaries, d, causal):
+    """The sm_90a forward (fwd_sm90_kernel<bf16, d, causal, no other feature>) at N = SEQLEN."""
+    name = rf"fwd_sm90_kernelI13__nv_bfloat16Li{d}ELb{int(causal)}E(Lb0E)+EEv"
+    arch, loops, _ = one_kernel(binaries, name)
+    main = sorted((l for l in loops if l["role"] == "main"), key=lambda l: l["instructions"])
+    producer = [l for l in loops if l["role"] == "producer"]
+    bm, bn = HOPPER_FWD["block_m"], (128 if d <= 128 else 64)    # fwd_sm90_key_tile
+    tensor = main[0]["tensor_per_iteration"][-1]
+    paths = {"unmasked": steady_path(main[0], tensor, 0), "masked": steady_path(main[-1], tensor, 0)}
+    batch, heads = shape(d)
+    per_cta = []
+    for m in range(math.ceil(SEQLEN / bm)):
+        n = math.ceil(min(SEQLEN, (m + 1) * bm) / bn) if causal else math.ceil(SEQLEN / bn)
+        diagonal = bm // bn if causal else 0
+        per_cta.append(["unmasked"] * (n - diagonal) + ["masked"] * diagonal)
+    cta_steps = per_cta * batch * heads
+    l2, hbm = fwd_bytes(d, len(cta_steps), sum(map(len, cta_steps)), bm, bn, batch * heads)
+    memory = dict(l2=l2 / gpu.l2_bytes_per_s, hbm=hbm / gpu.hbm_bytes_per_s)
+    ceiling = gpu_specs.GEMM_CEILING_TFLOPS.get(gpu_key)
+    fraction = ceiling * 1e12 / (gpu.sms * gpu.clock_ghz * 1e9 * gpu_specs.WGMMA_FLOPS_PER_CLK_SM) \
+        if ceiling else 1.0
+    producer_instr = min(p["lean"]["instructions"] for p in producer[0]["paths"]) if producer else 0
+    common = dict(per_sm=1, warps_per_cta=4 * HOPPER_FWD["consumers"], paths=paths, wgmma=True,
+                  tensor_fraction=fraction, producer_instructions=producer_instr,
+                  memory_seconds=memory, longest_first=True)
+    seconds, rounds, bound = issue_model_time(gpu, cta_steps, **common)
+    serial, _, serial_bound = issue_model_time(gpu, cta_steps, overlap=False, **common)
+    f = flops("fwd", d, causal)
+    return dict(tflops=f / seconds / 1e12, seconds=seconds, bound=bound, rounds=rounds,
+                serial_tflops=f / serial / 1e12, serial_bound=serial_bound,
+                memory_seconds=memory, paths=paths)
+
+
+def hopper_bwd_issue(gpu, gpu_key, binaries, d, causal):
+    """The sm_90a backward (bwd_sm90_kernel<bf16, d, causal, no other feature>) at N = SEQLEN,
+    with its two row kernels from their HBM bytes as in model_ours."""
+    name = rf"bwd_sm90_kernelI13__nv_bfloat16Li{d}ELb{int(causal)}E(Lb0E)+EEv"
+    arch, loops, _ = one_kernel(binaries, name)
+    (main,) = [l for l in loops if l["role"] == "main"]
+    producer = [l for l in loops if l["role"] == "producer"]
+    bn, bm = HOPPER_BWD["block_n"], (128 if d == 64 else 64)     # bwd_sm90_config.h
+    path = steady_path(main, main["tensor_per_iteration"][-1], 0)
+    batch, heads = shape(d)
+    steps = key_tile_steps(SEQLEN, bn, bm, causal) * batch * heads
+    # Per step: Q and dO tiles, LSE and D, dQ added in fp32 by the bulk reduce; K, V in and dK, dV
+    # out per CTA.
+    l2 = sum(steps) * (bm * (2 * d * ELEM + 2 * 4) + bm * d * 4) + len(steps) * bn * 4 * d * ELEM
+    hbm = batch * heads * (6 * SEQLEN * d * ELEM + 2 * SEQLEN * 4)
+    memory = dict(l2=l2 / gpu.l2_bytes_per_s, hbm=hbm / gpu.hbm_bytes_per_s)
+    ceiling = gpu_specs.GEMM_CEILING_TFLOPS.get(gpu_key)
+    fraction = ceiling * 1e12 / (gpu.sms * gpu.clock_ghz * 1e9 * gpu_specs.WGMMA_FLOPS_PER_CLK_SM) \
+        if ceiling else 1.0
+    producer_instr = min(p["lean"]["instructions"] for p in producer[0]["paths"]) if producer else 0
+    seconds, rounds, bound = issue_model_time(
+        gpu, [["step"] * s for s in steps], 1, 4 * HOPPER_BWD["consumers"], {"step": path},
+        wgmma=True, tensor_fraction=fraction, producer_instructions=producer_instr,
+        memory_seconds=memory, longest_first=True, waited_fraction=2 / 5)
+    rows = sum(row_kernel_hbm(kind, d, d, True) * batch * heads / gpu.hbm_bytes_per_s
+               + gpu_specs.LAUNCH_OVERHEAD_S for kind in ("bwd_dot_do_o_kernel", "bwd_convert_dq_kernel"))
+    f = flops("bwd", d, causal)
+    return dict(tflops=f / (seconds + rows) / 1e12, seconds=seconds + rows, bound=bound,
+                rounds=rounds, path=path)
+
+
+CUDNN_H200 = {  # run 2 of docs/lab/2026-12-01-h200-first-gpu-run.md, TFLOP/s
+    ("fwd", 128, False): 556, ("fwd", 128, True): 415, ("fwd", 64, False): 428,
+    ("fwd", 64, True): 354, ("fwd", 256, False): 624, ("fwd", 256, True): 476,
+    ("fwd+bwd", 128, False): 557, ("fwd+bwd", 128, True): 450,
+}
+
+
+def issue_report(run1, run2, hopper, gpu_key):
+    """The calibration (mma.sync forward, d = 128: run 1's and run 2's code against their H200
+    measurements) and then the sm_90a kernels' modeled figures beside cuDNN's."""
+    gpu = gpu_specs.GPUS[gpu_key]
+    lines = [f"Issue terms, {gpu.name}, bf16, N = {SEQLEN}, batch x heads = {TOKENS // SEQLEN} x "
+             f"{HIDDEN}/d; clock {gpu.clock_ghz} GHz; FETCH_CYCLES_PER_COPY_TRIP = "
+             f"{gpu_specs.FETCH_CYCLES_PER_COPY_TRIP} (fitted on run 1)",
+             "", "Calibration: forward d = 128 (fwd_kernel_16bit<FwdTraits<128, false>>, sm_90)",
+             f"{'run':<6} {'csrc':<8} {'instr':>6} {'HMMA':>4} {'MUFU':>4} {'stall':>6} {'trips':>5} "
+             f"{'tensor':>6} {'issue':>6} {'mufu':>5} {'latency':>7} {'round':>6} {'bound':<12} "
+             f"{'model':>6} {'meas':>6} {'error':>6} | {'ncu cyc':>7} {'ncu instr':>9}"]
+    for run, binaries in (("run 1", run1), ("run 2", run2)):
+        if not binaries:
+            continue
+        m = mma_sync_fwd_issue(gpu, binaries)
+        meas = MEASURED_H200[run]
+        p, (cycles, terms, bound) = m["path"], m["round"]
+        lines.append(
+            f"{run:<6} {meas['csrc']:<8} {p['instructions']:>6.0f} {p['tensor']:>4} {p['mufu']:>4.0f} "
+            f"{p['stall_cycles']:>6.0f} {p['copy_loop_trips']:>5} {terms['tensor']:>6.0f} "
+            f"{terms['issue']:>6.0f} {terms['mufu']:>5.0f} {terms['latency']:>7.0f} {cycles:>6.0f} "
+            f"{bound:<12} {m['tflops']:>6.1f} {meas['tflops']:>6.1f} "
+            f"{m['tflops'] / meas['tflops'] - 1:>+6.0%} | "
+            f"{meas['ncu_instructions_per_step'] * meas['ncu_cycles_per_issue']:>7.0f} "
+            f"{meas['ncu_instructions_per_step']:>9}")
+    if hopper:
+        lines += ["", "sm_90a kernels (wgmma; GEMM ceiling "
+                  f"{gpu_specs.GEMM_CEILING_TFLOPS.get(gpu_key)} TFLOP/s): modeled vs cuDNN measured",
+                  f"{'kernel':<8} {'d':>3} {'causal':>6} {'instr':>6} {'MUFU':>4} {'stall':>6} "
+                  f"{'tensor':>6} {'issue':>6} {'mufu':>5} {'latency':>7} {'bound':<8} {'model':>6} "
+                  f"{'no-overlap':>10} {'cuDNN':>6}"]
+        for d in HEAD_DIMS:
+            for causal in (False, True):
+                try:
+                    m = hopper_fwd_issue(gpu, gpu_key, hopper, d, causal)
+                except RuntimeError as error:
+                    lines.append(f"fwd      {d:>3} {causal!s:>6}  not modeled: {error}")
+                    continue
+                cycles, terms, _ = m["rounds"]["unmasked"]
+                p = m["paths"]["unmasked"]
+                lines.append(
+                    f"{'fwd':<8} {d:>3} {('yes' if causal else 'no'):>6} {p['instructions']:>6} "
+                    f"{p['mufu']:>4} {p['stall_cycles']:>6} {terms['tensor']:>6.0f} "
+                    f"{terms['issue']:>6.0f} {terms['mufu']:>5.0f} {terms['latency']:>7.0f} "
+                    f"{m['bound']:<8} {m['tflops']:>6.1f} {m['serial_tflops']:>10.1f} "
+                    f"{CUDNN_H200.get(('fwd', d, causal), float('nan')):>6}")
+        for causal in (False, True):
+            try:
+                fwd = hopper_fwd_issue(gpu, gpu_key, hopper, 128, causal)
+                bwd = hopper_bwd_issue(gpu, gpu_key, hopper, 128, causal)
+            except RuntimeError as error:
+                lines.append(f"fwd+bwd  128 {causal!s:>6}  not modeled: {error}")
+                continue
+            cycles, terms, _ = bwd["rounds"]["step"]
+            p = bwd["path"]
+            total = (flops("fwd", 128, causal) + flops("bwd", 128, causal)) / (
+                fwd["seconds"] + bwd["seconds"]) / 1e12
+            lines.append(
+                f"{'bwd':<8} {128:>3} {('yes' if causal else 'no'):>6} {p['instructions']:>6} "
+                f"{p['mufu']:>4} {p['stall_cycles']:>6} {terms['tensor']:>6.0f} "
+                f"{terms['issue']:>6.0f} {terms['mufu']:>5.0f} {terms['latency']:>7.0f} "
+                f"{bwd['bound']:<8} {bwd['tflops']:>6.1f} {'':>10} {'':>6}")
+            lines.append(f"{'fwd+bwd':<8} {128:>3} {('yes' if causal else 'no'):>6} {'':>6} {'':>4} "
+                         f"{'':>6} {'':>6} {'':>6} {'':>5} {'':>7} {'':<8} {total:>6.1f} {'':>10} "
+                         f"{CUDNN_H200[('fwd+bwd', 128, causal)]:>6}")
+    return "\n".join(lines)
 
 
 # ---- FA2 on paper ----
@@ -1003,9 +1315,22 @@ def main():
     parser.add_argument("--gpu", default="h200", choices=sorted(gpu_specs.GPUS))
     parser.add_argument("--decode", action="store_true",
                         help="instead: count and model one KV-cache decoding step (issue 12)")
+    parser.add_argument("--issue", action="store_true",
+                        help="instead: the issue terms (issue 31, stage 7): calibration on "
+                             "--run1/--run2 builds, then the --hopper kernels' figures; no shim")
+    parser.add_argument("--run1", nargs="*", default=[],
+                        help="with --issue: a build holding f552cd6's fwd_kernel_16bit<FwdTraits<128,false>> "
+                             "(sm_90): run 1's code")
+    parser.add_argument("--run2", nargs="*", default=[],
+                        help="with --issue: the same kernel built from b6fc51e or later: run 2's")
+    parser.add_argument("--hopper", nargs="*", default=[],
+                        help="with --issue: builds holding the sm_90a fwd_sm90_kernel / bwd_sm90_kernel")
     args = parser.parse_args()
     if args.compare is not None:
         return compare(args.compare, args.model, args.gpu)
+    if args.issue:
+        print(issue_report(args.run1, args.run2, args.hopper, args.gpu))
+        return 0
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)

@@ -52,6 +52,20 @@ SOURCES = {
                   "ldmatrix), backward smem = 3 Q/dO tiles + K, V + P + dS",
     "fa2_regs": "ASSUMED: FA2's kernels at 255 registers per thread (the cap under their "
                 "__launch_bounds__; their ptxas figures are not available here)",
+    "sm_issue": "CUDA C++ Programming Guide, 'Compute Capability 8.x / 9.0' (an SM has four "
+                "warp schedulers, each issuing one warp instruction per clock) and 'Arithmetic "
+                "Instructions' throughput table (32-bit reciprocal, rsqrt, log2, exp2, sin, cos: "
+                "16 results per clock per SM on cc 8.0 and 9.0)",
+    "gemm_h200": "Measured in this project, not fitted: torch.mm 8192^3 bf16 on the H200 reached "
+                 "752-770 TFLOP/s in both runs of docs/lab/2026-12-01-h200-first-gpu-run.md "
+                 "(clocks not locked): the wgmma kernels' sustained tensor ceiling, 78% of the "
+                 "989 dense peak",
+    "fetch_fit": "FITTED on run 1 of docs/lab/2026-12-01-h200-first-gpu-run.md (csrc of f552cd6, "
+                 "forward d = 128: 81.8 TFLOP/s; Nsight: 7.0 of 11.2 cycles between a warp's "
+                 "issues 'no instruction'): the cycles one extra trip of a copy loop inside a "
+                 "main loop costs its warp in instruction fetch. One data point; the only "
+                 "fitted constant of the issue model, and no kernel of today's tree has such a "
+                 "loop on its steady path (docs/lab/2026-12-03-gpu-model-issue-terms.md)",
 }
 
 
@@ -98,6 +112,13 @@ GPUS = {"h100": H100, "h200": H200, "a100": A100}
 # A kernel launch's fixed cost in the model: launch latency, the first tile's load and the last
 # CTA's epilogue, which nothing overlaps (ASSUMED, a typical figure; calibrate on a GPU).
 LAUNCH_OVERHEAD_S = 4e-6
+
+# Instruction issue (issue 31, stage 7; tools/gpu_model.py, "issue terms").
+SCHEDULERS_PER_SM = 4                 # SOURCES["sm_issue"]
+MUFU_PER_CLK_SM = 16                  # SOURCES["sm_issue"]
+WGMMA_FLOPS_PER_CLK_SM = 4096         # dense bf16, SOURCES["h100_specs"] (989.4 TFLOP/s at 1.83 GHz)
+GEMM_CEILING_TFLOPS = {"h100": None, "h200": 770.0}  # SOURCES["gemm_h200"]; None: not measured
+FETCH_CYCLES_PER_COPY_TRIP = 1300     # FITTED, SOURCES["fetch_fit"]
 
 # FA2's registers per thread (ASSUMED, see SOURCES["fa2_regs"]).
 FA2_REGS = 255
