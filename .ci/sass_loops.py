@@ -196,11 +196,12 @@ def path_figures(blocks, successors, dom, header, body, wanted=TENSOR_OPS):
     leanest and the heaviest path through the body (fewest / most instructions, then stall
     cycles): {(count, ldgsts): {"lean": figures, "heavy": figures}}. Figures: instructions,
     stall_cycles, mufu, ldgsts (cp.async), jumps (edges to a block other than the next one:
-    taken branches, the back edge included), tensor_flops (tensor_flops summed). A path is told by both counts because a step that
-    copies the next tiles and the last step, which copies none, run the same products. Paths run from the header back to it; inner loops' back edges are left out, so
-    an inner loop's blocks count once (inner_loops gives their per-trip figures). A dynamic
-    program over the body's blocks: the paths are too many to list (the mma.sync forward's
-    body holds ~1,200 branches)."""
+    taken branches, the back edge included), tensor_flops (tensor_flops summed). A path is told
+    by both counts because a step that copies the next tiles and the last step, which copies
+    none, run the same products. Paths run from the header back to it; inner loops' back edges
+    are left out, so an inner loop's blocks count once (inner_loops gives their per-trip
+    figures). A dynamic program over the body's blocks: the paths are too many to list (the
+    mma.sync forward's body holds ~1,200 branches)."""
     def own(b):
         ops = [opcode(t) for _, t, _ in blocks[b]]
         return (sum(1 for o in ops if o in wanted),
