@@ -77,6 +77,7 @@ What it does, and the method, in order:
 FLOPs follow the FA papers: forward 4 N^2 d per head (halved when causal), backward 2.5x that.
 """
 import argparse
+import collections
 import datetime
 import glob
 import hashlib
@@ -588,11 +589,12 @@ def issue_model_time(gpu, cta_steps, per_sm, warps_per_cta, paths, wgmma=False, 
     rounds = {k: step_cycles(gpu, p, w, wgmma, tensor_fraction, producer_instructions * per_sm,
                              waited_fraction, overlap)
               for k, p in paths.items()}
-    cycles = sum(rounds[k][0] for steps in cta_steps for k in steps)
+    used = collections.Counter(k for steps in cta_steps for k in steps)
+    cycles = sum(rounds[k][0] * n for k, n in used.items())
     work = [len(s) + 1 for s in cta_steps]
     q = wave_factor(sorted(work, reverse=True) if longest_first else work, gpu.sms * per_sm)
     loop_s = q * cycles / (gpu.sms * per_sm * gpu.clock_ghz * 1e9)
-    main = max(rounds.values(), key=lambda r: r[0])[2]
+    main = rounds[max(used, key=lambda k: rounds[k][0] * used[k])][2]  # the path most cycles go to
     memory = max(memory_seconds, key=memory_seconds.get) if memory_seconds else None
     if memory is None or loop_s >= memory_seconds[memory]:
         return loop_s + gpu_specs.LAUNCH_OVERHEAD_S, rounds, main
