@@ -636,7 +636,7 @@ def fwd_bytes(d, ctas, steps, bm, bn, heads):
 def mma_sync_fwd_issue(gpu, binaries, d=128):
     """The sm_80-family forward (FwdTraits<d, false>, bf16) at the issue terms, N = SEQLEN, the
     bench's shape: (TFLOP/s, seconds, path figures, round, per_sm)."""
-    arch, loops, regs = one_kernel(binaries, rf"fwd_kernel_16bitINS0_9FwdTraitsILi{d}ELb0EEE13__nv_bfloat16")
+    arch, loops, regs = one_kernel(binaries, rf"fwd_kernel_16bitINS0_9FwdTraitsILi{d}ELb0EEE13__nv_bfloat16EEv")
     bm, bn, threads = fwd_tiles(d)
     warps = threads // 32
     tensor = (bm // 16) * (bn // 8) * (d // 16) * 2 // warps      # S and PV, m16n8k16
