@@ -3,7 +3,8 @@
 // mainloop_fwd_sm90_tma_gmma_ws.hpp), written as plain CUDA with PTX only through ptx.cuh so
 // the CPU shim (tests/cudasim) runs it.
 //
-// Grid (ceil(Sq / 128), Hq, B); 384 threads; FwdSm90Config's dynamic shared memory.
+// Grid (ceil(Sq / 128), Hq, B), causal blocks issued heaviest first (fwd_sm90_tile_order.h);
+// 384 threads; FwdSm90Config's dynamic shared memory.
 // - Warpgroup 0, the producer, gives registers back (setmaxnreg.dec); its thread 0 loads Q once
 //   (q_full) and then, per key tile, K into k_full[s] and V into v_full[s] of ring stage s,
 //   after waiting for kv_empty[s] (one arrival per consumer warpgroup). Every load is a 4D
@@ -35,6 +36,7 @@
 #include "cuda/hopper/fwd_sm90_mask.cuh"
 #include "cuda/hopper/fwd_sm90_params.h"
 #include "cuda/hopper/fwd_sm90_softmax.cuh"
+#include "cuda/hopper/fwd_sm90_tile_order.h"
 #include "cuda/hopper/sm90_dropout.cuh"
 #include "cuda/logit.cuh"
 #include "cuda/ptx.cuh"
@@ -119,10 +121,17 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   uint64_t* v_tail_ready = kv_empty + kStages;
 
   const int tid = threadIdx.x, group = tid / 128;
-  // Split-KV: num_splits CTAs per query tile along x, each taking a part of its key tiles.
+  // This CTA's query block, split-KV part (num_splits CTAs per query tile, each taking a part of
+  // its key tiles), head and batch entry: causal takes the heaviest blocks first
+  // (fwd_sm90_tile_order.h). A gathered KV cache keeps the grid's own order: its producer, at 24
+  // registers, holds the batch entry's cache rows per tile, which a batch entry computed by
+  // division puts in vector registers (28 bytes spilled); from blockIdx.z they stay uniform.
   const int splits = p.num_splits > 1 ? p.num_splits : 1;
-  const int m_block = static_cast<int>(blockIdx.x) / splits, split = static_cast<int>(blockIdx.x) % splits;
-  const int head = blockIdx.y, batch = blockIdx.z;
+  constexpr bool kOrdered = !kGatherKv;
+  const FwdSm90Tile tile =
+      fwd_sm90_tile(fwd_sm90_tile_order<kCausal && kOrdered, kLocal && kOrdered, kHeadDim, kBlockM, kBlockN>(p),
+                    blockIdx.x, blockIdx.y, blockIdx.z);
+  const int m_block = tile.m_block, split = tile.split, head = tile.head, batch = tile.batch;
   const int kv_head = head / p.head_group;
   // This sequence's rows (mask.h, as every executor): in a varlen batch its range of the packed
   // rows, clamped; then the first seqused_q / seqused_k[batch] when given. The maps span all rows:

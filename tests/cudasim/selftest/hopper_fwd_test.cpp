@@ -273,7 +273,10 @@ const selftest::NamedCases kCases = {
     {"bf16_d128_causal", [] { return run<bf16, 128, true>({{1, 1, 1, 257, 257, false}, {1, 2, 1, 65, 257, true},
                                                            {1, 1, 1, 257, 63, false}}); }},
     {"bf16_d64_causal", [] { return run<bf16, 64, true>({{1, 1, 1, 1, 129, false}, {2, 1, 1, 7, 7, false},
-                                                         {1, 1, 1, 129, 127, true}}); }},
+                                                         {1, 1, 1, 129, 127, true},
+                                                         // heaviest first across query blocks
+                                                         // of six (batch, head)s
+                                                         {2, 3, 1, 200, 200, false}}); }},
     {"f16_d64_causal", [] { return run<f16, 64, true>({{1, 2, 2, 127, 65, true}, {1, 1, 1, 63, 257, false}}); }},
     {"f16_d128_causal", [] { return run<f16, 128, true>({{1, 1, 1, 129, 129, false}}); }},
     {"bf16_d128_softcap", [] { return run<bf16, 128, false, true>({{1, 2, 1, 129, 257, false}}); }},
