@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""The sm_90a forward's wave factor in its launch order, without a GPU.
+
+gpu_model.py models the mma.sync kernels only; this applies its list schedule (wave_factor: each
+CTA weighted by its key tiles + 1, list-scheduled in launch order onto the SMs, one CTA per SM as
+the Hopper forward's 384 threads and 165-198 KB of shared memory allow) to the Hopper forward's
+CTAs, in the grid's own order (query block = blockIdx.x) and in the kernel's tile order
+(csrc/cuda/hopper/fwd_sm90_tile_order.h). The CTAs' work comes from the C++ order itself, through
+tests/cudasim/selftest/hopper_tile_order_test.cpp's work_list, built against the shim.
+
+    python tools/hopper_tile_order.py [--seqlens 1024,4096] [--head-dims 128] [--gpu h200]
+
+The shape is the FA papers' (16k tokens, hidden 2048: B = 16k / N, Hq = 2048 / d), causal, Sq = Sk.
+q is the makespan over the perfectly balanced time; L2 traffic is not modeled (the order's
+sections keep each wave's K and V within 32 MB: fwd_sm90_tile_order.h).
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "cudasim"))
+import build  # noqa: E402
+import gpu_model  # noqa: E402
+import gpu_specs  # noqa: E402
+
+TOKENS, HIDDEN = 16384, 2048
+CTAS_PER_SM = 1  # __launch_bounds__(384, 1) and more than half an SM's shared memory
+
+
+def work_list(exe, order, seqlen, d, causal, batch, heads):
+    out = subprocess.run([exe, "work_list", order, str(seqlen), str(seqlen), str(d), str(int(causal)),
+                          str(batch), str(heads)], capture_output=True, text=True, check=True)
+    return [int(w) for w in out.stdout.split()]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seqlens", default="1024,4096")
+    parser.add_argument("--head-dims", default="128")
+    parser.add_argument("--gpu", choices=sorted(gpu_specs.GPUS), default="h200")
+    args = parser.parse_args()
+    gpu = gpu_specs.GPUS[args.gpu]
+    slots = gpu.sms * CTAS_PER_SM
+    exe = build.build_program([os.path.join(build.SHIM_DIR, "selftest", "hopper_tile_order_test.cpp")],
+                              "hopper_tile_order_test")
+    print(f"{gpu.name}: {gpu.sms} SMs x {CTAS_PER_SM} CTA; causal, B = {TOKENS} / N, Hq = {HIDDEN} / d")
+    print(f"{'N':>6} {'d':>4} {'CTAs':>6} {'q grid order':>13} {'q tile order':>13}")
+    for seqlen in (int(s) for s in args.seqlens.split(",")):
+        for d in (int(x) for x in args.head_dims.split(",")):
+            batch, heads = max(1, TOKENS // seqlen), HIDDEN // d
+            q = {order: gpu_model.wave_factor(work_list(exe, order, seqlen, d, True, batch, heads), slots)
+                 for order in ("natural", "ordered")}
+            ctas = len(work_list(exe, "natural", seqlen, d, True, batch, heads))
+            print(f"{seqlen:>6} {d:>4} {ctas:>6} {q['natural']:>13.3f} {q['ordered']:>13.3f}")
+
+
+if __name__ == "__main__":
+    main()
