@@ -66,8 +66,9 @@ _FWD_DEFAULTS = {argument.name: argument.default_value
                  if argument.has_default_value()}
 _FWD = torch.ops.flashattn.fwd.default
 # Dynamo folds this to True while it traces; a plain function returning False otherwise
-# (is_compiling, also true under a non-strict export, costs a few times more per call).
-_is_compiling = torch.compiler.is_dynamo_compiling
+# (is_compiling, also true under a non-strict export, costs a few times more per call; a
+# torch without the former takes it).
+_is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 # OpOverload.__call__ is a Python frame (a check for a Python object dispatcher) around the C++
 # binding `_op`, which handles __torch_function__ itself, so a small call is cheaper through
 # `_op`. Dynamo does not trace the raw binding, so a traced call takes the OpOverload, as
