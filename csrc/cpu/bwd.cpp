@@ -631,10 +631,8 @@ class BackwardKernel {
   void row_dot_scores(int cols, int rows, const T* k_rows, int64_t ld_k, const T* q_rows,
                       int64_t ld_q, T* probs, Scratch& s) const {
     if constexpr (kRowDots) {
-      const T scale = softmax_scale<T>(p_);
-      for (int r = 0; r < rows; ++r)
-        for (int d = 0; d < qk_dim_; ++d)
-          s.dot_q[size_t(r) * qk_dim_ + d] = q_rows[r * ld_q + d] * scale;
+      scale_rows_into(q_rows, ld_q, rows, qk_dim_, softmax_scale<T>(p_), s.dot_q.data(),
+                      qk_dim_);
       for (int c = 0; c < cols; ++c) s.dot_keys[c] = k_rows + c * ld_k;
       const RowStream<float> keys{s.dot_keys.data(), cols};
       dot_key_rows(row_lanes_, s.dot_q.data(), rows, qk_dim_, keys, qk_dim_, s.dot_scores.data(),
@@ -707,7 +705,18 @@ class BackwardKernel {
     // dK = scale · Σ dS_ijᵀ Qi: Qi enters that product unscaled on both paths.
     const T dk_scale = softmax_scale<T>(p_);
     const int64_t row0 = seqs_[task.b].k_row0 + kb * kKeyBlock;
-    for (int c = 0; c < cols_of(task.b, kb); ++c) {
+    const int cols = cols_of(task.b, kb);
+    if (stores_grads_in_compute_type()) {
+      // Whole rows at a time, in vectors: the per-element loop below was a fixed cost of
+      // every head at short sequences. The same products, so the same bits.
+      scale_rows_into(s.dk_acc.data(), dk_stride_, cols, qk_dim_, dk_scale,
+                      p_.dk.row<T>(task.b, task.kv_head, row0), p_.dk.row_stride);
+      for (int c = 0; c < cols; ++c)
+        std::copy_n(s.dv_acc.data() + size_t(c) * dv_stride_, v_dim_,
+                    p_.dv.row<T>(task.b, task.kv_head, row0 + c));
+      return;
+    }
+    for (int c = 0; c < cols; ++c) {
       const T* dk_acc = s.dk_acc.data() + size_t(c) * dk_stride_;
       const T* dv_acc = s.dv_acc.data() + size_t(c) * dv_stride_;
       store_grad_row(p_.dk, task.b, task.kv_head, row0 + c, qk_dim_,
@@ -715,6 +724,11 @@ class BackwardKernel {
       store_grad_row(p_.dv, task.b, task.kv_head, row0 + c, v_dim_,
                      [&](int d) { return dv_acc[d]; });
     }
+  }
+
+  // Whether the gradients are stored in the compute type T, so need no conversion.
+  bool stores_grads_in_compute_type() const {
+    return p_.grads_fp32 ? std::is_same_v<T, float> : std::is_same_v<In, T>;
   }
 
   // Row `row` of head h in batch b of the gradient `grad` (dq, dk or dv): value(d) for its `dim`

@@ -333,6 +333,17 @@ FLASHATTN_VECTOR_CLONES void exp_shifted_by_tile(float* x, int rows, int cols, i
 
 FLASHATTN_VECTOR_CLONES void scale_by(float* x, int n, float factor) { scale_row(x, n, factor); }
 
+FLASHATTN_VECTOR_CLONES void scale_rows_into(const float* x, int64_t ld_x, int rows, int n,
+                                             float factor, float* out, int64_t ld_out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* in = x + r * ld_x;
+    float* to = out + r * ld_out;
+    for_each_chunk(
+        n, [&](int c) { store_vec(to + c, load_vec(in + c) * factor); },
+        [&](int c) { to[c] = in[c] * factor; });
+  }
+}
+
 // tanh has no cheap vector form here; softcap is off the hot path of most models.
 void apply_softcap(float* x, int n, float softcap, float* tanh_out) {
   const float inv_softcap = 1.f / softcap;
@@ -415,6 +426,12 @@ void exp_shifted_by_tile(double* x, int rows, int cols, int64_t ld, const double
 
 void scale_by(double* x, int n, double factor) {
   for (int c = 0; c < n; ++c) x[c] *= factor;
+}
+
+void scale_rows_into(const double* x, int64_t ld_x, int rows, int n, double factor, double* out,
+                     int64_t ld_out) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < n; ++c) out[r * ld_out + c] = x[r * ld_x + c] * factor;
 }
 
 void apply_softcap(double* x, int n, double softcap, double* tanh_out) {

@@ -45,6 +45,13 @@ void exp_shifted_by_tile(double* x, int rows, int cols, int64_t ld, const double
 void scale_by(float* x, int n, float factor);
 void scale_by(double* x, int n, double factor);
 
+// out[r * ld_out + c] = x[r * ld_x + c] * factor on a rows x n tile: scale_by's products
+// (the same bits), into a copy.
+void scale_rows_into(const float* x, int64_t ld_x, int rows, int n, float factor, float* out,
+                     int64_t ld_out);
+void scale_rows_into(const double* x, int64_t ld_x, int rows, int n, double factor, double* out,
+                     int64_t ld_out);
+
 // t = tanh(x[c] / softcap); x[c] = softcap * t; also tanh_out[c] = t unless tanh_out is null.
 void apply_softcap(float* x, int n, float softcap, float* tanh_out);
 void apply_softcap(double* x, int n, double softcap, double* tanh_out);
