@@ -8,11 +8,19 @@ CTAs, in the grid's own order (query block = blockIdx.x) and in the kernel's til
 (csrc/cuda/hopper/fwd_sm90_tile_order.h). The CTAs' work comes from the C++ order itself, through
 tests/cudasim/selftest/hopper_tile_order_test.cpp's work_list, built against the shim.
 
-    python tools/hopper_tile_order.py [--seqlens 1024,4096] [--head-dims 128] [--gpu h200]
+It also models the persistent kernel's static walk (fwd_sm90_launch.h): one CTA per SM, CTA c
+taking tiles c, c + SMs, c + 2 SMs, ... of the tile order, each CTA's tiles back to back. That is
+what the launch does where the tiles are alike (no causal); for causal it shows why the launch
+keeps one CTA per tile there: the hardware hands the next tile to the first free SM, a static
+walk cannot.
 
-The shape is the FA papers' (16k tokens, hidden 2048: B = 16k / N, Hq = 2048 / d), causal, Sq = Sk.
+    python tools/hopper_tile_order.py [--seqlens 1024,4096] [--head-dims 128] [--masks causal,none] [--gpu h200]
+
+The shape is the FA papers' (16k tokens, hidden 2048: B = 16k / N, Hq = 2048 / d), Sq = Sk.
 q is the makespan over the perfectly balanced time; L2 traffic is not modeled (the order's
-sections keep each wave's K and V within 32 MB: fwd_sm90_tile_order.h).
+sections keep each wave's K and V within 32 MB: fwd_sm90_tile_order.h). Each tile weighs its key
+tiles + 1, in a walk as in a grid: the model cannot see what the walk saves (the CTA's setup once,
+the next tile's first K and V loading during the last tile's epilogue).
 """
 import argparse
 import os
@@ -37,26 +45,38 @@ def work_list(exe, order, seqlen, d, causal, batch, heads):
     return [int(w) for w in out.stdout.split()]
 
 
+def static_walk(work, slots):
+    """q of the persistent kernel's static walk: CTA c runs tiles c, c + CTAs, ... back to back."""
+    ctas = min(slots, len(work))
+    if ctas == 0:
+        return 1.0
+    loads = [sum(work[c::ctas]) for c in range(ctas)]
+    return max(loads) / (sum(work) / slots)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seqlens", default="1024,4096")
     parser.add_argument("--head-dims", default="128")
+    parser.add_argument("--masks", default="causal", help="causal and / or none, comma-separated")
     parser.add_argument("--gpu", choices=sorted(gpu_specs.GPUS), default="h200")
     args = parser.parse_args()
     gpu = gpu_specs.GPUS[args.gpu]
     slots = gpu.sms * CTAS_PER_SM
     exe = build.build_program([os.path.join(build.SHIM_DIR, "selftest", "hopper_tile_order_test.cpp")],
                               "hopper_tile_order_test")
-    print(f"{gpu.name}: {gpu.sms} SMs x {CTAS_PER_SM} CTA; causal, B = {TOKENS} / N, Hq = {HIDDEN} / d")
-    print(f"{'N':>6} {'d':>4} {'CTAs':>6} {'q grid order':>13} {'q tile order':>13}")
-    for seqlen in (int(s) for s in args.seqlens.split(",")):
-        for d in (int(x) for x in args.head_dims.split(",")):
-            batch, heads = max(1, TOKENS // seqlen), HIDDEN // d
-            q = {order: gpu_model.wave_factor(work_list(exe, order, seqlen, d, True, batch, heads), slots)
-                 for order in ("natural", "ordered")}
-            ctas = len(work_list(exe, "natural", seqlen, d, True, batch, heads))
-            print(f"{seqlen:>6} {d:>4} {ctas:>6} {q['natural']:>13.3f} {q['ordered']:>13.3f}")
-
+    print(f"{gpu.name}: {gpu.sms} SMs x {CTAS_PER_SM} CTA; B = {TOKENS} / N, Hq = {HIDDEN} / d")
+    print(f"{'mask':>6} {'N':>6} {'d':>4} {'CTAs':>6} {'q grid order':>13} {'q tile order':>13} {'q static walk':>14}")
+    for mask in args.masks.split(","):
+        causal = mask == "causal"
+        for seqlen in (int(s) for s in args.seqlens.split(",")):
+            for d in (int(x) for x in args.head_dims.split(",")):
+                batch, heads = max(1, TOKENS // seqlen), HIDDEN // d
+                work = {order: work_list(exe, order, seqlen, d, causal, batch, heads) for order in ("natural", "ordered")}
+                q = {order: gpu_model.wave_factor(w, slots) for order, w in work.items()}
+                walk = static_walk(work["ordered"], slots)
+                print(f"{mask:>6} {seqlen:>6} {d:>4} {len(work['natural']):>6} {q['natural']:>13.3f} "
+                      f"{q['ordered']:>13.3f} {walk:>14.3f}")
 
 if __name__ == "__main__":
     main()
