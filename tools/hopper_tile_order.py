@@ -8,11 +8,10 @@ CTAs, in the grid's own order (query block = blockIdx.x) and in the kernel's til
 (csrc/cuda/hopper/fwd_sm90_tile_order.h). The CTAs' work comes from the C++ order itself, through
 tests/cudasim/selftest/hopper_tile_order_test.cpp's work_list, built against the shim.
 
-It also models the persistent kernel's static walk (fwd_sm90_launch.h): one CTA per SM, CTA c
-taking tiles c, c + SMs, c + 2 SMs, ... of the tile order, each CTA's tiles back to back. That is
-what the launch does where the tiles are alike (no causal); for causal it shows why the launch
-keeps one CTA per tile there: the hardware hands the next tile to the first free SM, a static
-walk cannot.
+It also models a persistent kernel's static walk: one CTA per SM, CTA c taking tiles c, c + SMs,
+c + 2 SMs, ... of the tile order, each CTA's tiles back to back. Without a mask that matches the
+hardware's hand-out; for causal it is worse, since the hardware hands the next tile to the
+first free SM and a static walk cannot (docs/lab/2026-12-03-hopper-persistent.md).
 
     python tools/hopper_tile_order.py [--seqlens 1024,4096] [--head-dims 128] [--masks causal,none] [--gpu h200]
 
