@@ -346,6 +346,42 @@ def test_hopper_backward_alibi(schedule, hopper, dtype, d, slopes, causal, top_l
                                 sequence_kwargs(ref_kwargs, i))
 
 
+# (dtype, head dim, ALiBi slopes, softcap, the op's mask arguments, B, Sq, Sk, Hq, Hkv): ALiBi with
+# a local window (d = 64 and 128, both alignments, with causal) and with softcap (d = 128 only: at
+# d = 64 that loop spills, hopper/bwd_sm90_config.h), no mask, causal or a window; softcap is a
+# run-time choice inside the ALiBi loops. Sq != Sk both ways, ragged lengths, GQA, one row.
+ALIBI_COMBINED_CASES = [
+    (torch.bfloat16, 64, "heads", 0.0, dict(window=(40, 3)), 1, 65, 257, 2, 1),
+    (torch.float16, 128, "batch_heads", 0.0, dict(window=(9, 30), align_bottom_right=False), 2, 129, 63, 2, 2),
+    (torch.float16, 64, "heads", 0.0, dict(window=(20, -1), causal=True), 1, 257, 127, 2, 1),
+    (torch.bfloat16, 128, "heads", 2.0, dict(), 1, 127, 129, 3, 1),
+    (torch.float16, 128, "batch_heads", 1.5, dict(causal=True), 2, 63, 129, 2, 2),
+    (torch.bfloat16, 128, "heads", 2.5, dict(window=(40, 3), align_bottom_right=False), 1, 257, 65, 2, 1),
+    (torch.bfloat16, 128, "heads", 5.0, dict(), 1, 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype, d, slopes, softcap, mask, b, sq, sk, hq, hkv", ALIBI_COMBINED_CASES,
+                         ids=lambda x: str(x).replace("torch.", "").replace(" ", ""))
+def test_hopper_backward_alibi_with_window_or_softcap(schedule, hopper, dtype, d, slopes, softcap, mask, b, sq, sk,
+                                                      hq, hkv):
+    q, k, v = (t.detach() for t in leaves(b, sq, sk, hq, hkv, d, dtype))
+    dout = torch.randn(q.shape, dtype=dtype)
+    scale, op_kwargs, ref_kwargs = mask_arguments(dict(mask, alibi=slopes, softcap=softcap), q)
+
+    def step():
+        out, lse = hopper.fwd(q, k, v, scale, **op_kwargs)
+        return hopper.bwd(dout, q, k, v, out, lse, None, scale, **op_kwargs)
+
+    (dq, dk, dv), counters = hopper.counted(step)
+    # Causal with a left edge is a window (sm90_fwd_mask); the ALiBi loops' kSoftcap is false.
+    causal = mask.get("causal", False) and "window" not in mask
+    assert_hopper_backward_ran(launched(counters), dtype, d, causal=causal, local="window" in mask, alibi=True)
+    for i in range(b):
+        check_sequence_backward(f"batch {i}", (dq[i], dk[i], dv[i]), q[i], k[i], v[i], dout[i],
+                                sequence_kwargs(ref_kwargs, i))
+
+
 def visited_block_pairs(sq, sk, block_m, window, offset):
     """(query block, key block) pairs in which some row sees some key (128-key blocks): what the
     Hopper backward's key blocks visit (hopper/bwd_sm90_params.h, QueryBlocks)."""

@@ -159,12 +159,12 @@ def test_hopper_seqused_q(schedule, hopper, dtype, d, mask):
         assert (out[b, nq:] == 0).all() and (lse[b, :, nq:] == float("-inf")).all()
 
 
-@pytest.mark.parametrize("mask, d", [("all", 64), ("window_alibi_top_left", 64),
+@pytest.mark.parametrize("mask, d", [("window_alibi_top_left", 256), ("all", 256),
                                      ("negative_scale", 64), ("softcap_window", 256)])
 def test_what_hopper_lacks_runs_on_sm80(hopper, mask, d):
-    # ALiBi with softcap or a window is not among the Hopper forward's built kernels
-    # (kernel_list.py), nor softcap with a window at d = 256, nor is a scale <= 0 taken
-    # (plan_fwd_sm90.h): the same call on the same opted-in device runs mma.sync, and is right.
+    # ALiBi or softcap with a window at d = 256 is not among the Hopper forward's built kernels
+    # (kernel_list.py), nor is a scale <= 0 taken (plan_fwd_sm90.h): the same call on the same
+    # opted-in device runs mma.sync, and is right.
     inputs = qkv(1, 65, 129, 2, 1, d, torch.bfloat16)
     spec = dict(MASKS, softcap_window=dict(softcap=2.5, window=(16, 5)))[mask]
     _, counters = hopper.counted(lambda: check_forward(hopper, *inputs, spec))
@@ -200,7 +200,9 @@ def sm90_kernel(dtype, d, causal, window=(-1, -1), softcap=0.0, alibi=False, gat
         right = 0
     is_causal = left < 0 and right == 0
     is_local = not is_causal and (left >= 0 or right >= 0)
-    flags = ", ".join(str(x).lower() for x in (is_causal, softcap > 0, is_local, alibi, False, gather, False))
+    # The ALiBi loops take softcap at run time: their kSoftcap is false.
+    flags = ", ".join(str(x).lower() for x in (is_causal, softcap > 0 and not alibi, is_local, alibi, False, gather,
+                                               False))
     return f"fwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {flags}>"
 
 
@@ -220,8 +222,21 @@ FEATURE_CASES = [
     (torch.bfloat16, 256, "window", 1, 129, 257, 1, 1),
     (torch.float16, 256, "softcap_causal", 1, 65, 129, 2, 1),
     (torch.bfloat16, 256, "alibi", 1, 65, 161, 2, 1),
+    # ALiBi with a window (d <= 128) and with softcap (every head dim; a window up to d = 128),
+    # softcap being a run-time choice inside the ALiBi loops.
+    (torch.bfloat16, 64, "window_alibi_top_left", 1, 65, 129, 2, 1),
+    (torch.float16, 128, "alibi_batch_window", 2, 257, 63, 2, 2),
+    (torch.float16, 64, "alibi_softcap", 1, 127, 257, 3, 1),
+    (torch.bfloat16, 128, "alibi_batch_softcap_causal", 2, 129, 65, 2, 2),
+    (torch.bfloat16, 128, "all", 1, 200, 129, 2, 1),
+    (torch.float16, 64, "all", 1, 1, 1, 1, 1),
+    (torch.float16, 256, "alibi_batch_softcap_causal", 1, 65, 129, 2, 1),
+    (torch.bfloat16, 256, "alibi_softcap", 1, 63, 7, 1, 1),
 ]
-FEATURE_MASKS = dict(MASKS, window_top_left=dict(window=(9, 30), align_bottom_right=False))
+FEATURE_MASKS = dict(MASKS, window_top_left=dict(window=(9, 30), align_bottom_right=False),
+                     alibi_batch_window=dict(alibi="batch_heads", window=(40, 3)),
+                     alibi_softcap=dict(alibi="heads", softcap=2.0),
+                     alibi_batch_softcap_causal=dict(alibi="batch_heads", softcap=1.5, causal=True))
 
 
 @pytest.mark.parametrize("dtype, d, mask, b, sq, sk, hq, hkv", FEATURE_CASES,

@@ -12,7 +12,7 @@ stages) + 1024 bytes of alignment slack.
 
 The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
 64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, local
-windows, softcap, ALiBi (without a local window or softcap), attn_mask (without ALiBi, softcap or
+windows, softcap, ALiBi (with softcap at d = 128 only), attn_mask (without ALiBi, softcap or
 its gradient), GQA,
 deterministic or not, whose q, k, v and dout TMA can read; everything else keeps the sm_80
 backward. Its three launches, by
@@ -134,10 +134,8 @@ def _stays_on_sm80():
         ("head dim 200 (padded to 256 on sm_80)", qkv(2, 130, 130, 2, 2, 200), {}),
         ("head dim 256, softcap and a local window", qkv(2, 130, 130, 2, 2, 256),
          dict(window_left=40, window_right=3, softcap=1.5)),
-        ("ALiBi, softcap", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32),
-                                           softcap=2.0)),
-        ("ALiBi, local window", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32),
-                                                window_left=16, window_right=0)),
+        ("ALiBi, local window at head dim 256", qkv(2, 130, 130, 2, 2, 256),
+         dict(alibi_slopes=torch.rand(2, dtype=torch.float32), window_left=16, window_right=0)),
         ("negative scale", (q, k, v), dict(softmax_scale=-0.2)),
         ("zero scale", (q, k, v), dict(softmax_scale=0.0)),
         *_dropout_with_other_logits(q, k, v),
@@ -378,6 +376,40 @@ def test_hopper_backward_takes_alibi_and_softcap(sim, d, name):
     assert plan["steps"] == plain["steps"]
 
 
+# ALiBi with a local window (d <= 128; causal with a left edge is one) or with softcap (a run-time
+# choice inside the ALiBi loops: every head dim of the forward, d = 128 in the backward): the
+# Hopper plans, with the geometry of the same call without them.
+ALIBI_COMBINED = {
+    "window": dict(window_left=16, window_right=3),
+    "window_causal_top_left": dict(window_left=40, causal=True, align_bottom_right=False),
+    "softcap": dict(softcap=2.0),
+    "softcap_causal": dict(softcap=1.5, causal=True),
+    "softcap_window": dict(softcap=2.5, window_left=33, window_right=0),
+}
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("name", ALIBI_COMBINED)
+@pytest.mark.parametrize("slopes", [(4,), (3, 4)], ids=["heads", "batch_heads"])
+def test_hopper_takes_alibi_with_windows_and_softcap(sim, d, name, slopes):
+    kwargs = ALIBI_COMBINED[name]
+    args = qkv(3, 200, 300, 4, 2, d)
+    alibi = dict(kwargs, alibi_slopes=torch.rand(*slopes))
+    windowed = "window_left" in kwargs
+    forward = plan_fwd(sim, *args, device=HOPPER, **alibi)
+    if d == 256 and windowed:  # exactly the sm_80 plan of the call without the opt-in
+        assert forward["arch"] == "sm80" and forward == plan_fwd(sim, *args, device=SM90, **alibi)
+    else:
+        assert forward["arch"] == "sm90" and forward == plan_fwd(sim, *args, device=HOPPER, **kwargs)
+    if d == 256:
+        return
+    backward = plan_bwd(sim, *args, device=HOPPER, **alibi)
+    if d == 64 and "softcap" in kwargs:
+        assert backward["arch"] == "sm80" and backward == plan_bwd(sim, *args, device=SM90, **alibi)
+    else:
+        assert backward["arch"] == "sm90" and backward == plan_bwd(sim, *args, device=HOPPER, **kwargs)
+
+
 # Calls the Hopper backward does not take: (name, qkv, the op's keyword arguments).
 def _backward_stays_on_sm80():
     q, k, v = qkv(2, 130, 130, 2, 2, 128)
@@ -388,10 +420,8 @@ def _backward_stays_on_sm80():
         ("head dim 256", qkv(2, 130, 130, 2, 2, 256), {}),
         ("no keys", qkv(2, 130, 0, 2, 2, 64), {}),
         ("no queries", qkv(2, 0, 130, 2, 2, 64), {}),
-        ("ALiBi with a local window", (q, k, v), dict(alibi_slopes=torch.rand(2, dtype=torch.float32),
-                                                      window_left=16, window_right=0)),
-        ("ALiBi with softcap", (q, k, v), dict(alibi_slopes=torch.rand(2, 2, dtype=torch.float32),
-                                               softcap=2.0, causal=True)),
+        ("ALiBi with softcap at head dim 64", qkv(2, 130, 130, 2, 2, 64),
+         dict(alibi_slopes=torch.rand(2, 2, dtype=torch.float32), softcap=2.0, causal=True)),
         *_dropout_with_other_logits(q, k, v),
         ("dropout at head dim 64", qkv(2, 130, 130, 2, 2, 64),
          dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),

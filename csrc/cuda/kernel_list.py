@@ -74,7 +74,7 @@ FAMILIES = {
         params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a forward (csrc/cuda/hopper/), its main loops (no mask, causal, "
                 "local, each with softcap or not, but not local with softcap at d = 256; ALiBi, "
-                "causal or not; attn_mask, no mask, causal or local, not at d = 256; a paged or indexed "
+                "no mask, causal or local (not at d = 256), softcap or not at run time; attn_mask, no mask, causal or local, not at d = 256; a paged or indexed "
                 "KV cache, no mask, causal or local; dropout, no mask, causal or local) for one (head "
                 "dim, dtype): compiled for sm_90a only "
                 "(kernel_list.py ARCHS)."),
@@ -83,7 +83,8 @@ FAMILIES = {
         template="{element}, {head_dim}",
         params="const AttnBwdParams&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a backward (csrc/cuda/hopper/bwd_sm90_*), its main loops (no mask, "
-                "causal, a local window, each with softcap or not; ALiBi, causal or not; "
+                "causal, a local window, each with softcap or not; ALiBi, no mask, causal or local, "
+                "softcap or not at run time at d = 128; "
                 "attn_mask, no mask, causal or local; dropout, no mask, causal or local, d = 128 only), with "
                 "its rows and dQ convert kernels, for one (head dim, dtype): compiled for sm_90a "
                 "only (kernel_list.py ARCHS)."),
@@ -118,16 +119,18 @@ HEAD_DIM_PAIRS_16BIT_FWD = ((192, 128), (128, 64))
 HEAD_DIM_PAIRS_16BIT_BWD = ((192, 128), (128, 64))
 HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # The sm_90a forward and backward: exactly these head dims (FwdSm90Config, BwdSm90Config), fp16 and
-# bf16; the forward also at d = 256 (HEAD_DIMS_SM90_FWD). Each forward file holds seventeen main
+# bf16; the forward also at d = 256 (HEAD_DIMS_SM90_FWD). Each forward file holds eighteen main
 # loops (launch_fwd_sm90.cuh, launch_fwd_sm90_features): no mask, causal, a local window, each with
-# softcap and without; ALiBi with no mask or causal, without softcap; attn_mask with no mask,
+# softcap and without; ALiBi with no mask, causal or a local window, softcap or not at run time
+# (at d = 256 no local window); attn_mask with no mask,
 # causal or a local window, without softcap or ALiBi; a gathered (paged or indexed) KV cache with
 # no mask, causal or a local window only, the masks a decode takes; dropout with no mask, causal
 # or a local window, alone; at d = 256 thirteen, without softcap + local window and without
 # attn_mask (they spill: hopper/fwd_sm90_config.h). What is not built
 # stays on the sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds
-# fourteen main loops (launch_bwd_sm90.cuh, launch_bwd_sm90_masks): no mask, causal, a local
-# window, each with softcap and without; ALiBi with no mask or causal, without softcap; attn_mask
+# fifteen main loops (launch_bwd_sm90.cuh, launch_bwd_sm90_masks): no mask, causal, a local
+# window, each with softcap and without; ALiBi with no mask, causal or a local window, softcap or
+# not at run time at d = 128 (at d = 64 without: it spills, hopper/bwd_sm90_config.h); attn_mask
 # with no mask, causal or a local window; dropout with no mask, causal or a local window, alone,
 # at d = 128 only (at d = 64 they spill: hopper/bwd_sm90_config.h) (and its rows and convert
 # kernels). Six forward files and four backward: the build-time budget

@@ -26,8 +26,7 @@ namespace flashattn::cuda {
 
 // The main loops built for each (head dim, dtype), kernel_list.py (bwd_sm90): no mask, causal
 // or a local window (the forward's classification, sm90_fwd_mask), each with softcap or without;
-// ALiBi with no mask or causal, without softcap, as the forward builds it (plan_bwd_sm90.h keeps
-// ALiBi with a local window or softcap on sm_80); attn_mask with no mask, causal or a local window,
+// ALiBi with no mask, causal or a local window, each with softcap or not at run time; attn_mask with no mask, causal or a local window,
 // without ALiBi or softcap (as the forward; plan_bwd_sm90.h keeps the rest, and the mask's
 // gradient, on sm_80); dropout with no mask, causal or a local window, without ALiBi, softcap
 // or attn_mask (as the forward), at d = 128 only (hopper::bwd_sm90_builds_dropout).
@@ -64,9 +63,16 @@ std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper:
     return hopper::launch_bwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, rows, stream);
   }
   if (alibi) {
-    return mask == Sm90FwdMask::kCausal
-               ? hopper::launch_bwd_sm90<Element, kHeadDim, true, false, true>(maps, hp, rows, stream)
-               : hopper::launch_bwd_sm90<Element, kHeadDim, false, false, true>(maps, hp, rows, stream);
+    // Softcap or not at run time, inside each ALiBi loop.
+    switch (mask) {
+      case Sm90FwdMask::kCausal:
+        return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, true>(maps, hp, rows, stream);
+      case Sm90FwdMask::kLocal:
+        return hopper::launch_bwd_sm90<Element, kHeadDim, false, true, true>(maps, hp, rows, stream);
+      case Sm90FwdMask::kNone:
+        break;
+    }
+    return hopper::launch_bwd_sm90<Element, kHeadDim, false, false, true>(maps, hp, rows, stream);
   }
   const auto with_softcap = [&](auto cap) {
     constexpr bool kSoftcap = decltype(cap)::value;

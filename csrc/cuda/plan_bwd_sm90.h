@@ -97,9 +97,10 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
   if (p.dropout.on() && (p.alibi.ptr != nullptr || p.softcap > 0.f || p.mask.ptr != nullptr))
     return "dropout with ALiBi, softcap or attn_mask";
   if (p.dropout.on() && !hopper::bwd_sm90_builds_dropout(p.head_dim)) return "dropout at head dim 64";
-  // ALiBi's main loops: no mask or causal (launch_bwd_sm90.cuh), as the forward's.
-  if (p.alibi.ptr != nullptr && sm90_fwd_mask(p) == Sm90FwdMask::kLocal) return "ALiBi with a local window";
-  if (p.alibi.ptr != nullptr && p.softcap > 0.f) return "ALiBi with softcap";
+  // ALiBi's main loops: no mask, causal or a local window (launch_bwd_sm90.cuh), with softcap (at
+  // run time) at d = 128 only.
+  if (p.alibi.ptr != nullptr && p.softcap > 0.f && !hopper::bwd_sm90_alibi_takes_softcap(p.head_dim))
+    return "ALiBi with softcap at head dim 64";
   // The rows kernel computes D = rowsum(dO * O) without a dLSE term.
   if (p.dlse.ptr != nullptr) return "a gradient of the LSE output";
   // Grids put heads on y and batches on z (bwd_sm90_grids), each at most 65535.

@@ -43,6 +43,11 @@ namespace flashattn::hopper {
 // (plan_bwd_sm90.h, README's support table).
 constexpr bool bwd_sm90_builds_dropout(int head_dim) { return head_dim == 128; }
 
+// Whether the ALiBi main loops take softcap (at run time) at this head dim. At d = 64 the
+// softcap pass beside ALiBi's spilled 20-24 bytes in each of them, so ALiBi with softcap at
+// d = 64 stays on the sm_80 kernels (plan_bwd_sm90.h, README's support table).
+constexpr bool bwd_sm90_alibi_takes_softcap(int head_dim) { return head_dim == 128; }
+
 template <int kHeadDim_>
 struct BwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;

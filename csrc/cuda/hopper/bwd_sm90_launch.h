@@ -92,10 +92,13 @@ std::string check_bwd_sm90_alibi(const BwdSm90Params& p) {
   return "";
 }
 
-// "" if the softcap fits the main loop chosen (kSoftcap), as the slopes above; none with ALiBi.
-template <bool kAlibi, bool kSoftcap>
+// "" if the softcap fits the main loop chosen (kSoftcap), as the slopes above. The ALiBi loops
+// take softcap or not at run time (kSoftcap false) where built so (bwd_sm90_alibi_takes_softcap).
+template <int kHeadDim, bool kAlibi, bool kSoftcap>
 std::string check_bwd_sm90_softcap(const BwdSm90Params& p) {
-  static_assert(!(kAlibi && kSoftcap), "no main loop has both ALiBi and softcap");
+  static_assert(!(kAlibi && kSoftcap), "the ALiBi loops take softcap at run time");
+  if (kAlibi && bwd_sm90_alibi_takes_softcap(kHeadDim))
+    return p.softcap >= 0.f ? "" : "softcap: expected >= 0, got " + std::to_string(p.softcap);
   if (kSoftcap != (p.softcap > 0.f))
     return std::string("softcap: expected ") +
            (kSoftcap ? "> 0 for the softcap kernel" : "0 without the softcap kernel") + ", got " +
@@ -135,7 +138,7 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   std::string bad = check_bwd_sm90_args(p, rows);
   if (bad.empty()) bad = check_bwd_sm90_window<kCausal, kLocal>(p);
   if (bad.empty()) bad = check_bwd_sm90_alibi<kAlibi>(p);
-  if (bad.empty()) bad = check_bwd_sm90_softcap<kAlibi, kSoftcap>(p);
+  if (bad.empty()) bad = check_bwd_sm90_softcap<kHeadDim, kAlibi, kSoftcap>(p);
   if (bad.empty()) bad = check_bwd_sm90_attn_mask<kAlibi, kSoftcap, kAttnMask>(p);
   if (bad.empty()) bad = check_bwd_sm90_dropout<kAlibi, kSoftcap, kAttnMask, kDropout>(p);
   if (!bad.empty()) return bad;
