@@ -387,23 +387,24 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
                            m_block * kBlockM, key_row, tq, seq.seqlen_q, seq.seqlen_k);
     }
     // The ALiBi loops take softcap at run time (uniform over the grid) where they are built with
-    // it (bwd_sm90_alibi_takes_softcap): with_softcap runs a pass as the loop with or without it;
-    // every other loop has it as kSoftcap.
+    // it (bwd_sm90_alibi_takes_softcap): with_softcap runs a pass as the loop with or without it.
+    // Every other loop keeps its own passes below, with kSoftcap (their SASS as before).
     auto with_softcap = [&](auto pass) {
-      if constexpr (kAlibi && bwd_sm90_alibi_takes_softcap(kHeadDim)) {
+      if constexpr (bwd_sm90_alibi_takes_softcap(kHeadDim)) {
         if (p.softcap > 0.f) {
           pass(std::true_type{});
         } else {
           pass(std::false_type{});
         }
       } else {
-        pass(std::bool_constant<kSoftcap>{});
+        pass(std::false_type{});
       }
     };
     // ALiBi's bias of element i in log2 units (its distance as above).
     auto alibi_log2 = [&](int i) {
       return alibi_slope_log2 * fabsf(alibi_dist + static_cast<float>(8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2)));
     };
+    if constexpr (kAlibi) {
     with_softcap([&](auto cap) {
       constexpr bool kCap = decltype(cap)::value;
 #pragma unroll
@@ -418,6 +419,20 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
         sacc[i] = visible(i, col) ? exp2_approx(x) : 0.f;
       }
     });
+    } else {
+#pragma unroll
+    for (int i = 0; i < kBlockM / 2; ++i) {
+      const int col = 8 * (i / 4) + 2 * tq + i % 2;
+      // Softcap: logit.cuh's tanh_accurate (--use_fast_math's tanhf is tanh.approx, 2^-11).
+      const float logit = kSoftcap ? cuda::tanh_accurate(sacc[i] * p.scale_over_softcap) : sacc[i];
+      // kAttnMask: sacc already holds the natural-log logit.
+      const float to_log2 = kSoftcap ? p.softcap_log2 : (kAttnMask ? cuda::kLog2e : p.scale_log2);
+      float x = logit * to_log2 - FLASHATTN_SMEM(lse_log2)[col];
+      if constexpr (kAlibi)
+        x -= alibi_slope_log2 * fabsf(alibi_dist + static_cast<float>(8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2)));
+      sacc[i] = visible(i, col) ? exp2_approx(x) : 0.f;
+    }
+    }
     // P^T rounded into dV's A fragments right away: S^T's registers are free before dP^T's
     // wait, which keeps the d = 64 consumers (kBlockM = 128) within 240 registers. dS^T takes
     // the rounded P^T too (as PyTorch's 16-bit softmax backward does).
@@ -425,6 +440,7 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     pack_pairs<Elem>(sacc, pfrag);
     wgmma_wait_group<0>();  // SITE:wait_dp
     wgmma_fence_operand(dpacc);
+    if constexpr (kAlibi) {
     with_softcap([&](auto cap) {
       constexpr bool kCap = decltype(cap)::value;
 #pragma unroll
@@ -449,6 +465,27 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
         }
       }
     });
+    } else {
+#pragma unroll
+    for (int i = 0; i < kBlockM / 2; ++i) {
+      const int col = 8 * (i / 4) + 2 * tq + i % 2;
+      const float prob = cuda::to_float<Elem>(static_cast<uint16_t>(pfrag[i / 2] >> (16 * (i % 2))));
+      const float dp = kDropout ? dpacc[i] * keep_factor(keep, i, p.dropout.keep_scale) : dpacc[i];
+      dpacc[i] = prob * (dp - FLASHATTN_SMEM(dpsum)[col]);  // SITE:ds
+      if constexpr (kSoftcap) {
+        // 1 - tanh^2 with tanh recovered from P: log2 P = softcap tanh log2(e) - LSE log2(e).
+        // Kept from the P^T pass instead, the factors (or tanh) held 32-64 more registers
+        // across dP^T's wait and spilled in every arrangement tried (the 2026-12-03 windows lab
+        // entry); recovered, they cost one LG2 per element and no register. The rounded P
+        // gives tanh within 2^-9 / (ln 2 softcap log2 e) (bf16), below PyTorch's own rounding of
+        // tanh; P = 0 (masked, or underflowed) gives -inf (NaN for a padded row's LSE +inf),
+        // which the clamp turns into -1 (fmaxf returns the non-NaN operand): a factor 0 on dS 0.
+        float t = (log2f(prob) + FLASHATTN_SMEM(lse_log2)[col]) * p.inv_softcap_log2;
+        t = fminf(fmaxf(t, -1.f), 1.f);
+        dpacc[i] *= 1.f - t * t;
+      }
+    }
+    }
     pack_pairs<Elem>(dpacc, dsfrag);
     if constexpr (kDropout) {
       // dV's A fragments: the rounded P^T (which dS^T took) times Z / (1 - p), rounded again.
