@@ -171,6 +171,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
         // spills (docs/lab/2026-12-03-issue-30-leftovers.md). Visibility goes by the row's query
         // token: the row unless heads are packed, the mapping rebuilt from p per entry (`rows`,
         // kept in registers across the loop, spilled the d = 256 kernel).
+        // One test per m-tile, uniform over the CTA: with raw scores (keep_raw, per launch) in a
+        // tile that hides no key, steps 1-5 are the identity, so such a tile runs no per-entry
+        // test at all (tested per entry, they were most of the unmasked step's non-mma work).
+        // One test around all m-tiles made the d = 128 two-m-tile kernel spill.
+        if (!rules.keep_raw || score_tile.needs_mask)
 #pragma unroll
         for (int j = 0; j < kNTilesN; ++j)
 #pragma unroll
