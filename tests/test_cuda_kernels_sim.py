@@ -72,6 +72,20 @@ def test_fwd_tails(sim, seqlen_q, seqlen_k, causal):
     check_forward(sim, q, k, v, dict(causal=causal))
 
 
+# Query blocks whose key tiles are of both kinds: tiles that hide no key, which with raw scores
+# skip the score steps (fwd_kernel.cuh), beside tiles that need the per-entry mask; Sq != Sk both
+# ways, Sk not a multiple of the key tile. softcap_causal runs the steps on every tile.
+WIDE_WINDOW = dict(window=(150, 90))
+
+
+@pytest.mark.parametrize("mask", ["causal", "wide_window", "softcap_causal"])
+@pytest.mark.parametrize("seqlens", [(257, 200), (200, 257)], ids=str)
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_fwd_unmasked_beside_masked_tiles(sim, schedule, mask, seqlens, head_dim):
+    q, k, v = make_qkv(1, *seqlens, 2, 1, head_dim, torch.bfloat16, sim.device)
+    check_forward(sim, q, k, v, WIDE_WINDOW if mask == "wide_window" else MASKS[mask])
+
+
 @pytest.mark.parametrize("heads_kv", [1, 2, 3, 6])
 def test_fwd_gqa(sim, heads_kv):
     q, k, v = make_qkv(2, 33, 47, 6, heads_kv, 64, torch.float16, sim.device)
