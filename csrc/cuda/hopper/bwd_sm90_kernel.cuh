@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     }
     // The ALiBi loops take softcap at run time (uniform over the grid) where they are built with
     // it (bwd_sm90_alibi_takes_softcap): with_softcap runs a pass as the loop with or without it.
-    // Every other loop keeps its own passes below, with kSoftcap (their SASS as before).
+    // Every other loop runs its passes with its own kSoftcap.
     auto with_softcap = [&](auto pass) {
       if constexpr (bwd_sm90_alibi_takes_softcap(kHeadDim)) {
         if (p.softcap > 0.f) {
@@ -404,8 +404,9 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     auto alibi_log2 = [&](int i) {
       return alibi_slope_log2 * fabsf(alibi_dist + static_cast<float>(8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2)));
     };
-    if constexpr (kAlibi) {
-    with_softcap([&](auto cap) {
+    // P^T = exp2(logit * to_log2 - LSE_log2 [- ALiBi's bias]) on the visible entries; kCap:
+    // softcapped logits, a loop parameter or, in the ALiBi loops, a run-time choice.
+    auto p_pass = [&](auto cap) {
       constexpr bool kCap = decltype(cap)::value;
 #pragma unroll
       for (int i = 0; i < kBlockM / 2; ++i) {
@@ -418,20 +419,11 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
         if constexpr (kAlibi) x -= alibi_log2(i);
         sacc[i] = visible(i, col) ? exp2_approx(x) : 0.f;
       }
-    });
+    };
+    if constexpr (kAlibi) {
+      with_softcap(p_pass);
     } else {
-#pragma unroll
-    for (int i = 0; i < kBlockM / 2; ++i) {
-      const int col = 8 * (i / 4) + 2 * tq + i % 2;
-      // Softcap: logit.cuh's tanh_accurate (--use_fast_math's tanhf is tanh.approx, 2^-11).
-      const float logit = kSoftcap ? cuda::tanh_accurate(sacc[i] * p.scale_over_softcap) : sacc[i];
-      // kAttnMask: sacc already holds the natural-log logit.
-      const float to_log2 = kSoftcap ? p.softcap_log2 : (kAttnMask ? cuda::kLog2e : p.scale_log2);
-      float x = logit * to_log2 - FLASHATTN_SMEM(lse_log2)[col];
-      if constexpr (kAlibi)
-        x -= alibi_slope_log2 * fabsf(alibi_dist + static_cast<float>(8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2)));
-      sacc[i] = visible(i, col) ? exp2_approx(x) : 0.f;
-    }
+      p_pass(std::bool_constant<kSoftcap>{});
     }
     // P^T rounded into dV's A fragments right away: S^T's registers are free before dP^T's
     // wait, which keeps the d = 64 consumers (kBlockM = 128) within 240 registers. dS^T takes
@@ -440,8 +432,8 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     pack_pairs<Elem>(sacc, pfrag);
     wgmma_wait_group<0>();  // SITE:wait_dp
     wgmma_fence_operand(dpacc);
-    if constexpr (kAlibi) {
-    with_softcap([&](auto cap) {
+    // dS^T = P^T (dP^T - D), times softcap's chain factor where the logits were softcapped.
+    auto ds_pass = [&](auto cap) {
       constexpr bool kCap = decltype(cap)::value;
 #pragma unroll
       for (int i = 0; i < kBlockM / 2; ++i) {
@@ -464,27 +456,11 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
           dpacc[i] *= 1.f - t * t;
         }
       }
-    });
+    };
+    if constexpr (kAlibi) {
+      with_softcap(ds_pass);
     } else {
-#pragma unroll
-    for (int i = 0; i < kBlockM / 2; ++i) {
-      const int col = 8 * (i / 4) + 2 * tq + i % 2;
-      const float prob = cuda::to_float<Elem>(static_cast<uint16_t>(pfrag[i / 2] >> (16 * (i % 2))));
-      const float dp = kDropout ? dpacc[i] * keep_factor(keep, i, p.dropout.keep_scale) : dpacc[i];
-      dpacc[i] = prob * (dp - FLASHATTN_SMEM(dpsum)[col]);  // SITE:ds
-      if constexpr (kSoftcap) {
-        // 1 - tanh^2 with tanh recovered from P: log2 P = softcap tanh log2(e) - LSE log2(e).
-        // Kept from the P^T pass instead, the factors (or tanh) held 32-64 more registers
-        // across dP^T's wait and spilled in every arrangement tried (the 2026-12-03 windows lab
-        // entry); recovered, they cost one LG2 per element and no register. The rounded P
-        // gives tanh within 2^-9 / (ln 2 softcap log2 e) (bf16), below PyTorch's own rounding of
-        // tanh; P = 0 (masked, or underflowed) gives -inf (NaN for a padded row's LSE +inf),
-        // which the clamp turns into -1 (fmaxf returns the non-NaN operand): a factor 0 on dS 0.
-        float t = (log2f(prob) + FLASHATTN_SMEM(lse_log2)[col]) * p.inv_softcap_log2;
-        t = fminf(fmaxf(t, -1.f), 1.f);
-        dpacc[i] *= 1.f - t * t;
-      }
-    }
+      ds_pass(std::bool_constant<kSoftcap>{});
     }
     pack_pairs<Elem>(dpacc, dsfrag);
     if constexpr (kDropout) {
