@@ -26,7 +26,8 @@ namespace flashattn::cuda {
 
 // The main loops built for each (head dim, dtype), kernel_list.py (bwd_sm90): no mask, causal
 // or a local window (the forward's classification, sm90_fwd_mask), each with softcap or without;
-// ALiBi with no mask, causal or a local window, each with softcap or not at run time; attn_mask with no mask, causal or a local window,
+// ALiBi with no mask, causal or a local window, softcap or not at run time where
+// hopper::bwd_sm90_alibi_takes_softcap (d = 128); attn_mask with no mask, causal or a local window,
 // without ALiBi or softcap (as the forward; plan_bwd_sm90.h keeps the rest, and the mask's
 // gradient, on sm_80); dropout with no mask, causal or a local window, without ALiBi, softcap
 // or attn_mask (as the forward), at d = 128 only (hopper::bwd_sm90_builds_dropout).
