@@ -273,6 +273,11 @@ FLASHATTN_PTX_DEVICE void red_add_f32x2(float* gmem, float a, float b) {
 #include "ptx_sm90_tma.cuh"
 #endif
 
+// FP8 conversions: the shim, nvcc's host pass and sm_89+ device passes.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
+#include "ptx_fp8.cuh"
+#endif
+
 // wgmma, setmaxnreg, fence.proxy.async and stmatrix: the shim, nvcc's host pass and sm_90+
 // device passes (wgmma and setmaxnreg need sm_90a); an sm_80 device pass never sees them.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900

@@ -1,5 +1,6 @@
 // Hopper's warpgroup MMA (wgmma) and its companions: shared-memory matrix descriptors,
-// wgmma.mma_async m64nNk16 (f16/bf16 into f32, A from shared memory or registers),
+// wgmma.mma_async m64nNk16 (f16/bf16 into f32, A from shared memory or registers) and
+// m64nNk32 (e4m3 into f32, likewise),
 // wgmma.fence/commit_group/wait_group, setmaxnreg, fence.proxy.async and stmatrix.
 // Included by ptx.cuh (for the shim and sm_90+ device passes); include ptx.cuh, not this file.
 // Under the shim each wrapper calls cudasim's emulation (tests/cudasim/src/wgmma.cpp; README.md,
@@ -17,6 +18,9 @@
 //   rows 16w..16w+15 as mma.m16n8k16's A fragment: a[0] = A[16w+g][2t..2t+1], a[1] =
 //   A[16w+g+8][2t..], a[2] = A[16w+g][2t+8..2t+9], a[3] = A[16w+g+8][2t+8..] (g = groupID,
 //   t = threadID_in_group).
+// - A in registers, e4m3 (m64k32, four .b32 holding four e4m3 each, lowest byte first): as
+//   mma.m16n8k32's 8-bit A fragment: a[0] = A[16w+g][4t..4t+3], a[1] = A[16w+g+8][4t..],
+//   a[2] = A[16w+g][4t+16..4t+19], a[3] = A[16w+g+8][4t+16..].
 // - A and B in shared memory: a 64-bit matrix descriptor (wgmma_descriptor below) and the
 //   imm-trans immediate: K-major (0; A is M x K and B is N x K with K contiguous) or MN-major
 //   (1). The canonical layouts, for 16-bit elements, T = 8 elements per 16-byte chunk, with
@@ -29,6 +33,10 @@
 //       matrix are 8 consecutive k; r / 8 steps by SBO, k / 8 by LBO.
 //     MN-major, swizzled: S / 2 MN-contiguous elements per S-byte row, row k % 8 at (k % 8) * S;
 //       r / (S / 2) steps by LBO, k / 8 by SBO.
+//   8-bit (e4m3) operands are K-major only (the ISA's FP8 forms take no imm-trans: FA3
+//   transposes V in shared memory for P * V), with the same 16-byte core-matrix rows holding
+//   16 elements: no swizzle, k / 16 selects the core matrix at + LBO; swizzled, column k at k
+//   bytes. A K step of 32 (one instruction) is 32 bytes, as 16 steps of a 16-bit type are.
 //   The swizzle XORs address bits [4, 4+b) with bits [7, 7+b) (b = 1, 2, 3 for 32, 64, 128
 //   bytes) of the shared-memory address, so swizzled tiles start 256/512/1024-byte aligned
 //   (tests/cudasim/src/swizzle.h spells the rule once for TMA and wgmma).
@@ -85,14 +93,16 @@ template <int N, WgmmaMajor kMajorA = WgmmaMajor::K, WgmmaMajor kMajorB = WgmmaM
 FLASHATTN_PTX_DEVICE void wgmma_bf16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                         int scale_d FLASHATTN_PTX_SITE) {
   static_assert(wgmma_valid_n<N>(), "wgmma m64nNk16: N is 8 to 256, a multiple of 8");
-  ::cudasim::detail::wgmma_mma_async({N, true, static_cast<int>(kMajorA), static_cast<int>(kMajorB)},
+  ::cudasim::detail::wgmma_mma_async({N, ::cudasim::detail::WgmmaInput::BF16, static_cast<int>(kMajorA),
+                                      static_cast<int>(kMajorB)},
                                      d, nullptr, desc_a, desc_b, scale_d, file, line);
 }
 template <int N, WgmmaMajor kMajorA = WgmmaMajor::K, WgmmaMajor kMajorB = WgmmaMajor::K>
 FLASHATTN_PTX_DEVICE void wgmma_f16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                        int scale_d FLASHATTN_PTX_SITE) {
   static_assert(wgmma_valid_n<N>(), "wgmma m64nNk16: N is 8 to 256, a multiple of 8");
-  ::cudasim::detail::wgmma_mma_async({N, false, static_cast<int>(kMajorA), static_cast<int>(kMajorB)},
+  ::cudasim::detail::wgmma_mma_async({N, ::cudasim::detail::WgmmaInput::F16, static_cast<int>(kMajorA),
+                                      static_cast<int>(kMajorB)},
                                      d, nullptr, desc_a, desc_b, scale_d, file, line);
 }
 // The same with A from registers: a is this thread's m64k16 A fragment (layout above).
@@ -100,15 +110,34 @@ template <int N, WgmmaMajor kMajorB = WgmmaMajor::K>
 FLASHATTN_PTX_DEVICE void wgmma_bf16_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                         int scale_d FLASHATTN_PTX_SITE) {
   static_assert(wgmma_valid_n<N>(), "wgmma m64nNk16: N is 8 to 256, a multiple of 8");
-  ::cudasim::detail::wgmma_mma_async({N, true, 0, static_cast<int>(kMajorB)}, d, a, 0, desc_b,
-                                     scale_d, file, line);
+  ::cudasim::detail::wgmma_mma_async({N, ::cudasim::detail::WgmmaInput::BF16, 0, static_cast<int>(kMajorB)},
+                                     d, a, 0, desc_b, scale_d, file, line);
 }
 template <int N, WgmmaMajor kMajorB = WgmmaMajor::K>
 FLASHATTN_PTX_DEVICE void wgmma_f16_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                        int scale_d FLASHATTN_PTX_SITE) {
   static_assert(wgmma_valid_n<N>(), "wgmma m64nNk16: N is 8 to 256, a multiple of 8");
-  ::cudasim::detail::wgmma_mma_async({N, false, 0, static_cast<int>(kMajorB)}, d, a, 0, desc_b,
-                                     scale_d, file, line);
+  ::cudasim::detail::wgmma_mma_async({N, ::cudasim::detail::WgmmaInput::F16, 0, static_cast<int>(kMajorB)},
+                                     d, a, 0, desc_b, scale_d, file, line);
+}
+// D[64 x N] = A[64 x 32] * B[32 x N] + (scale_d ? D : 0) on e4m3 inputs, f32 accumulators
+// (m64nNk32.f32.e4m3.e4m3), A and B from K-major descriptors; one instruction consumes K = 32,
+// 32 bytes of each row. Hardware does not sum e4m3 products as IEEE f32 in general (the shim
+// does: exact products, one rounding); inputs whose partial sums are exact agree bit for bit.
+template <int N>
+FLASHATTN_PTX_DEVICE void wgmma_e4m3_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
+                                        int scale_d FLASHATTN_PTX_SITE) {
+  static_assert(wgmma_valid_n<N>(), "wgmma m64nNk32: N is 8 to 256, a multiple of 8");
+  ::cudasim::detail::wgmma_mma_async({N, ::cudasim::detail::WgmmaInput::E4M3, 0, 0}, d, nullptr,
+                                     desc_a, desc_b, scale_d, file, line);
+}
+// The same with A from registers: a is this thread's m64k32 e4m3 A fragment (layout above).
+template <int N>
+FLASHATTN_PTX_DEVICE void wgmma_e4m3_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                        int scale_d FLASHATTN_PTX_SITE) {
+  static_assert(wgmma_valid_n<N>(), "wgmma m64nNk32: N is 8 to 256, a multiple of 8");
+  ::cudasim::detail::wgmma_mma_async({N, ::cudasim::detail::WgmmaInput::E4M3, 0, 0}, d, a, 0,
+                                     desc_b, scale_d, file, line);
 }
 
 FLASHATTN_PTX_DEVICE void wgmma_fence(FLASHATTN_PTX_SITE_ONLY) {
@@ -283,6 +312,20 @@ struct WgmmaAsm;
                : FLASHATTN_WGMMA_OPS_##C                                                            \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),             \
                  "n"(kTransB))
+// e4m3 (m64nNk32): no imm-trans operands; P0..P2 = desc_a, desc_b, scale_d (SS) and
+// P0..P5 = a[0..3], desc_b, scale_d (RS).
+#define FLASHATTN_WGMMA_BODY_SS_E4M3(N, C, P0, P1, P2)                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P2 ", 0;\n"                                      \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_##C  \
+               "}, " P0 ", " P1 ", p, 1, 1;\n}\n"                                                   \
+               : FLASHATTN_WGMMA_OPS_##C                                                            \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+#define FLASHATTN_WGMMA_BODY_RS_E4M3(N, C, P0, P1, P2, P3, P4, P5)                                   \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P5 ", 0;\n"                                      \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_##C  \
+               "}, {" P0 ", " P1 ", " P2 ", " P3 "}, " P4 ", p, 1, 1;\n}\n"                         \
+               : FLASHATTN_WGMMA_OPS_##C                                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
 #define FLASHATTN_WGMMA_SHAPE(N, C, P0, P1, P2, P3, P4, P5, P6)                                     \
   template <>                                                                                       \
   struct WgmmaAsm<N> {                                                                              \
@@ -305,6 +348,14 @@ struct WgmmaAsm;
     static __device__ __forceinline__ void rs_f16(float (&d)[N / 2], const uint32_t (&a)[4],        \
                                                   uint64_t desc_b, int scale_d) {                   \
       FLASHATTN_WGMMA_BODY_RS(N, C, "f16", P0, P1, P2, P3, P4, P5, P6);                             \
+    }                                                                                               \
+    static __device__ __forceinline__ void ss_e4m3(float (&d)[N / 2], uint64_t desc_a,              \
+                                                   uint64_t desc_b, int scale_d) {                  \
+      FLASHATTN_WGMMA_BODY_SS_E4M3(N, C, P0, P1, P2);                                               \
+    }                                                                                               \
+    static __device__ __forceinline__ void rs_e4m3(float (&d)[N / 2], const uint32_t (&a)[4],       \
+                                                   uint64_t desc_b, int scale_d) {                  \
+      FLASHATTN_WGMMA_BODY_RS_E4M3(N, C, P0, P1, P2, P3, P4, P5);                                   \
     }                                                                                               \
   };
 
@@ -408,6 +459,8 @@ FLASHATTN_WGMMA_SHAPE(256, 128, "%128", "%129", "%130", "%131", "%132", "%133", 
 #undef FLASHATTN_WGMMA_OPS_128
 #undef FLASHATTN_WGMMA_BODY_RS
 #undef FLASHATTN_WGMMA_BODY_SS
+#undef FLASHATTN_WGMMA_BODY_RS_E4M3
+#undef FLASHATTN_WGMMA_BODY_SS_E4M3
 
 }  // namespace detail
 
@@ -436,6 +489,18 @@ FLASHATTN_PTX_DEVICE void wgmma_f16_rs(float (&d)[N / 2], const uint32_t (&a)[4]
                                        int scale_d) {
   FLASHATTN_REQUIRE_SM90A(N);
   detail::WgmmaAsm<N>::template rs_f16<static_cast<int>(kMajorB)>(d, a, desc_b, scale_d);
+}
+template <int N>
+FLASHATTN_PTX_DEVICE void wgmma_e4m3_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
+                                        int scale_d) {
+  FLASHATTN_REQUIRE_SM90A(N);
+  detail::WgmmaAsm<N>::ss_e4m3(d, desc_a, desc_b, scale_d);
+}
+template <int N>
+FLASHATTN_PTX_DEVICE void wgmma_e4m3_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                        int scale_d) {
+  FLASHATTN_REQUIRE_SM90A(N);
+  detail::WgmmaAsm<N>::rs_e4m3(d, a, desc_b, scale_d);
 }
 
 // Templates only so that the sm_90a check fires where a kernel calls them; call them as

@@ -159,12 +159,15 @@ struct Counters {
   uint64_t tma_store_instructions = 0, tma_store_bytes = 0;
   uint64_t tma_reduce_instructions = 0, tma_reduce_bytes = 0, tma_prefetch = 0;
   // ---- sm_90 warpgroup MMA (wgmma.cpp, stmatrix.cpp) ----
-  // wgmma.mma_async warpgroup instructions by [bf16][N / 8 - 1] (index 0: f16), how many took A
-  // from registers, and their multiply-adds (64 * N * 16 each); wgmma.fence / commit_group /
+  // wgmma.mma_async warpgroup instructions by [input][N / 8 - 1] (0 f16, 1 bf16: k16; 2 e4m3:
+  // k32), how many took A from registers, and their multiply-adds (64 * N * K each);
+  // the FP8 conversions cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.f16x2.e4m3x2, executions by
+  // threads; wgmma.fence / commit_group /
   // wait_group and setmaxnreg.inc / dec, warpgroup instructions; fence.proxy.async, executions
   // by threads; stmatrix warp instructions by [trans][x1, x2, x4] and their wavefronts.
-  uint64_t wgmma[2][32] = {};
+  uint64_t wgmma[3][32] = {};
   uint64_t wgmma_a_from_registers = 0, wgmma_macs = 0;
+  uint64_t cvt_e4m3x2_f32 = 0, cvt_f16x2_e4m3x2 = 0;
   uint64_t wgmma_fence = 0, wgmma_commit_group = 0, wgmma_wait_group = 0;
   uint64_t setmaxnreg_inc = 0, setmaxnreg_dec = 0;
   uint64_t fence_proxy_async_threads = 0;

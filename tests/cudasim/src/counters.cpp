@@ -215,9 +215,11 @@ std::string json_dim3(const dim3& d) {
 // ---- sm_90 warpgroup MMA counters (wgmma.cpp, stmatrix.cpp) ----
 
 void add_wgmma_counters(Counters& c, const Counters& o) {
-  for (int t = 0; t < 2; ++t)
+  for (int t = 0; t < 3; ++t)
     for (int n = 0; n < 32; ++n) c.wgmma[t][n] += o.wgmma[t][n];
   c.wgmma_a_from_registers += o.wgmma_a_from_registers;
+  c.cvt_e4m3x2_f32 += o.cvt_e4m3x2_f32;
+  c.cvt_f16x2_e4m3x2 += o.cvt_f16x2_e4m3x2;
   c.wgmma_macs += o.wgmma_macs;
   c.wgmma_fence += o.wgmma_fence;
   c.wgmma_commit_group += o.wgmma_commit_group;
@@ -231,16 +233,17 @@ void add_wgmma_counters(Counters& c, const Counters& o) {
   c.stmatrix_wavefronts_ideal += o.stmatrix_wavefronts_ideal;
 }
 
-// ", \"wgmma\": {...}, ..." with the shapes that ran, by name ("m64n64k16.bf16").
+// ", \"wgmma\": {...}, ..." with the shapes that ran, by name ("m64n64k16.bf16",
+// "m64n128k32.e4m3").
 std::string wgmma_json(const Counters& c) {
   std::ostringstream out;
   out << ", \"wgmma\": {\"instructions\": " << c.wgmma_instructions() << ", \"by_shape\": {";
   bool first = true;
-  for (int t = 0; t < 2; ++t) {
+  const char* inputs[3] = {"k16.f16", "k16.bf16", "k32.e4m3"};
+  for (int t = 0; t < 3; ++t) {
     for (int n = 0; n < 32; ++n) {
       if (c.wgmma[t][n] == 0) continue;
-      out << (first ? "" : ", ") << "\"m64n" << 8 * (n + 1) << "k16." << (t ? "bf16" : "f16")
-          << "\": " << c.wgmma[t][n];
+      out << (first ? "" : ", ") << "\"m64n" << 8 * (n + 1) << inputs[t] << "\": " << c.wgmma[t][n];
       first = false;
     }
   }
@@ -255,7 +258,9 @@ std::string wgmma_json(const Counters& c) {
     for (int n = 0; n < 3; ++n)
       out << (t + n ? ", " : "") << "\"" << sizes[n] << (t ? ".trans" : "") << "\": " << c.stmatrix[t][n];
   out << "}, \"stmatrix_wavefronts\": " << c.stmatrix_wavefronts
-      << ", \"stmatrix_wavefronts_ideal\": " << c.stmatrix_wavefronts_ideal;
+      << ", \"stmatrix_wavefronts_ideal\": " << c.stmatrix_wavefronts_ideal
+      << ", \"cvt_e4m3x2_f32\": " << c.cvt_e4m3x2_f32
+      << ", \"cvt_f16x2_e4m3x2\": " << c.cvt_f16x2_e4m3x2;
   return out.str();
 }
 
@@ -508,12 +513,12 @@ void commit_launch(LaunchCounters&& launch) {
 
 // ---- sm_90 warpgroup MMA counters (wgmma.cpp, stmatrix.cpp) ----
 
-void count_wgmma(SimBlock& block, int n, bool bf16, bool a_from_registers) {
+void count_wgmma(SimBlock& block, int n, int input, int k, bool a_from_registers) {
   if (block.counters == nullptr) return;
   Counters& c = *block.counters;
-  c.wgmma[bf16 ? 1 : 0][n / 8 - 1] += 1;
+  c.wgmma[input][n / 8 - 1] += 1;
   if (a_from_registers) c.wgmma_a_from_registers += 1;
-  c.wgmma_macs += uint64_t{64} * static_cast<uint64_t>(n) * 16;
+  c.wgmma_macs += uint64_t{64} * static_cast<uint64_t>(n) * static_cast<uint64_t>(k);
 }
 
 void count_wgmma_sync(SimBlock& block, WgmmaSync kind) {

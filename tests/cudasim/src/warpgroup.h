@@ -51,7 +51,8 @@ void note_generic_smem_store_by(unsigned thread, const void* smem, size_t bytes,
 
 // Counters (counters.cpp), each a no-op unless the launch counts.
 enum class WgmmaSync : uint8_t { Fence, Commit, Wait };
-void count_wgmma(SimBlock& block, int n, bool bf16, bool a_from_registers);
+// input: 0 f16, 1 bf16, 2 e4m3 (Counters::wgmma's first index); k: 16 or 32.
+void count_wgmma(SimBlock& block, int n, int input, int k, bool a_from_registers);
 void count_wgmma_sync(SimBlock& block, WgmmaSync kind);
 void count_setmaxnreg(SimBlock& block, bool increase);
 void count_fence_proxy_async(SimBlock& block);

@@ -1,5 +1,5 @@
-// wgmma.mma_async m64nNk16 (f16/bf16 into f32) and its fence / commit_group / wait_group, and
-// setmaxnreg: warpgroup collectives on the rendezvous of warpgroup.h. Layouts are the PTX
+// wgmma.mma_async m64nNk16 (f16/bf16 into f32) and m64nNk32 (e4m3 into f32) and its fence /
+// commit_group / wait_group, and setmaxnreg: warpgroup collectives on the rendezvous of warpgroup.h. Layouts are the PTX
 // ISA's ("Register Fragments" and "Shared Memory Matrix Layout" for wgmma; see the comment at
 // the top of csrc/cuda/ptx_sm90_mma.cuh for them in the ISA's terms).
 //
@@ -10,7 +10,8 @@
 // reads D too early reads NaN. At retirement it checks that the shared-memory operands still
 // hold what they held at issue (else a stage was released early: an error naming both lines),
 // computes D from them like mma.sync (exact products, summed in double with C, rounded once to
-// f32) and writes D into the thread's accumulator array, which is alive because the thread is
+// f32; hardware's e4m3 accumulation is not IEEE f32 summation in general, so only exact sums
+// are bit-for-bit comparable) and writes D into the thread's accumulator array, which is alive because the thread is
 // blocked in wait_group.
 #include "wgmma.h"
 
@@ -30,7 +31,7 @@
 namespace cudasim::detail {
 namespace {
 
-constexpr int kWgmmaM = 64, kWgmmaK = 16;
+constexpr int kWgmmaM = 64;
 constexpr int kMaxAccumulators = 128;  // N / 2 for N = 256
 // What an accumulator holds while its MMA is in flight: a quiet NaN, so reads show up.
 constexpr uint32_t kInFlightBits = 0x7fc0deadu;
@@ -65,18 +66,24 @@ std::string wgmma_place(uint32_t offset) {
   return out.str();
 }
 
+int wgmma_k(WgmmaInput input) { return input == WgmmaInput::E4M3 ? 32 : 16; }
+uint32_t element_bytes(WgmmaInput input) { return input == WgmmaInput::E4M3 ? 1 : 2; }
+
 // Byte offset, from the start of dynamic shared memory, of element (r, k) of a shared-memory
-// operand: r its row in M (A) or N (B), k in 0..15. The canonical layouts of the ISA ("Shared
-// Memory Matrix Layout"; CUTLASS's GMMA::Layout_*_Atom spell the same): a K-major operand keeps
-// each row's 16 k contiguous, an MN-major one each k's rows contiguous. The swizzle applies to
-// the address as a whole, as the hardware's does.
-uint32_t element_offset(const WgmmaDescriptor& d, bool mn_major, int r, int k) {
+// operand of `eb`-byte elements: r its row in M (A) or N (B), k in 0..K-1. The canonical layouts
+// of the ISA ("Shared Memory Matrix Layout"; CUTLASS's GMMA::Layout_*_Atom spell the same): a
+// K-major operand keeps each row's K elements contiguous (a core matrix row is 16 bytes: 8
+// 16-bit or 16 8-bit elements), an MN-major one (16-bit only) each k's rows contiguous. The
+// swizzle applies to the address as a whole, as the hardware's does.
+uint32_t element_offset(const WgmmaDescriptor& d, bool mn_major, uint32_t eb, int r, int k) {
   const uint32_t S = static_cast<uint32_t>(d.swizzle_bytes);
   const uint32_t ur = static_cast<uint32_t>(r), uk = static_cast<uint32_t>(k);
+  const uint32_t per_core_row = 16 / eb;
   uint32_t address;
   if (!mn_major) {
-    address = S == 0 ? d.start + ur / 8 * d.sbo + uk / 8 * d.lbo + ur % 8 * 16 + uk % 8 * 2
-                     : d.start + ur / 8 * d.sbo + ur % 8 * S + uk * 2;
+    address = S == 0 ? d.start + ur / 8 * d.sbo + uk / per_core_row * d.lbo + ur % 8 * 16 +
+                           uk % per_core_row * eb
+                     : d.start + ur / 8 * d.sbo + ur % 8 * S + uk * eb;
   } else if (S == 0) {
     address = d.start + ur / 8 * d.sbo + uk / 8 * d.lbo + uk % 8 * 16 + ur % 8 * 2;
   } else {
@@ -107,8 +114,8 @@ struct InFlightMma {
   Site site;
   bool a_from_registers = false;
   int scale_d = 1;
-  // Operand elements as read at issue (f16/bf16 bits), and where in shared memory they live
-  // (A only when it came from shared memory): A[64][16], B[n][16] (row r of N, column k).
+  // Operand elements as read at issue (f16/bf16 bits or e4m3 codes), and where in shared memory
+  // they live (A only when it came from shared memory): A[64][K], B[n][K] (row r of N, column k).
   std::vector<uint16_t> a_bits, b_bits;
   std::vector<uint32_t> a_offsets, b_offsets;
   std::vector<WgmmaThread> threads;  // 128, in warpgroup order
@@ -120,6 +127,9 @@ struct PendingAccumulators {
   int in_flight = 0;  // MMAs issued into it and not retired
   float shadow[kMaxAccumulators] = {};  // its value once the retired ones are applied
   Site site;          // the latest MMA issued into it
+  // The shared memory the latest e4m3 MMA into it read (A, then B): a chained one that reads
+  // any of the same bytes again stepped K by too little.
+  std::vector<uint32_t> last_a_offsets, last_b_offsets;
 };
 
 struct WarpgroupMmaState {
@@ -141,7 +151,9 @@ WarpgroupMmaState& wg_group(const SimThread& thread) {
   return wg.groups[thread.warp / kWarpgroupWarps];
 }
 
-uint16_t wgmma_read_b16(const SimBlock& block, uint32_t offset) {
+// One operand element, f16/bf16 bits or an e4m3 code.
+uint16_t wgmma_read_element(const SimBlock& block, uint32_t offset, uint32_t eb) {
+  if (eb == 1) return block.smem[offset];
   uint16_t bits;
   std::memcpy(&bits, block.smem + offset, sizeof bits);
   return bits;
@@ -150,7 +162,10 @@ uint16_t wgmma_read_b16(const SimBlock& block, uint32_t offset) {
 // Gathers a shared-memory operand of `rows` rows through its descriptor, checking that it lies
 // in dynamic shared memory and that the async proxy may read it.
 void gather_operand(const SimBlock& block, const Site& site, const char* which, uint64_t desc,
-            bool mn_major, int rows, std::vector<uint16_t>& bits, std::vector<uint32_t>& offsets) {
+            WgmmaInput input, bool mn_major, int rows, std::vector<uint16_t>& bits,
+            std::vector<uint32_t>& offsets) {
+  const int K = wgmma_k(input);
+  const uint32_t eb = element_bytes(input);
   const WgmmaDescriptor d = decode_descriptor(desc);
   const std::string name = std::string("wgmma.mma_async: the descriptor of ") + which + " (" +
                            wgmma_hex(desc) + ")";
@@ -159,22 +174,22 @@ void gather_operand(const SimBlock& block, const Site& site, const char* which, 
                    ": the shim models only base offset 0 (a swizzled tile starting on its "
                    "pattern's 256/512/1024-byte boundary)");
   }
-  bits.resize(static_cast<size_t>(rows) * kWgmmaK);
+  bits.resize(static_cast<size_t>(rows) * K);
   offsets.resize(bits.size());
   for (int r = 0; r < rows; ++r) {
-    for (int k = 0; k < kWgmmaK; ++k) {
-      const uint32_t offset = element_offset(d, mn_major, r, k);
-      if (static_cast<size_t>(offset) + 2 > block.smem_bytes) {
+    for (int k = 0; k < K; ++k) {
+      const uint32_t offset = element_offset(d, mn_major, eb, r, k);
+      if (static_cast<size_t>(offset) + eb > block.smem_bytes) {
         fail(site, name + " reaches " + wgmma_place(offset) + " for element (" + std::to_string(r) +
                        ", " + std::to_string(k) + "), outside the " +
                        std::to_string(block.smem_bytes) + " bytes of dynamic shared memory");
       }
-      offsets[static_cast<size_t>(r) * kWgmmaK + k] = offset;
-      bits[static_cast<size_t>(r) * kWgmmaK + k] = wgmma_read_b16(block, offset);
+      offsets[static_cast<size_t>(r) * K + k] = offset;
+      bits[static_cast<size_t>(r) * K + k] = wgmma_read_element(block, offset, eb);
     }
   }
   for (uint32_t offset : offsets) {
-    check_async_proxy_read(block.smem + offset, 2, "wgmma.mma_async", site.file, site.line);
+    check_async_proxy_read(block.smem + offset, eb, "wgmma.mma_async", site.file, site.line);
   }
 }
 
@@ -182,8 +197,9 @@ void gather_operand(const SimBlock& block, const Site& site, const char* which, 
 void check_operand_unchanged(const SimBlock& block, const InFlightMma& mma, const Site& wait_site,
                      const char* which, const std::vector<uint16_t>& bits,
                      const std::vector<uint32_t>& offsets) {
+  const uint32_t eb = element_bytes(mma.shape.input);
   for (size_t i = 0; i < offsets.size(); ++i) {
-    if (wgmma_read_b16(block, offsets[i]) == bits[i]) continue;
+    if (wgmma_read_element(block, offsets[i], eb) == bits[i]) continue;
     const std::string writer = describe_last_smem_write(block.smem + offsets[i]);
     fail(mma.site, std::string("wgmma.mma_async issued here reads operand ") + which + " at " +
                        wgmma_place(offsets[i]) + ", which changed" +
@@ -193,7 +209,14 @@ void check_operand_unchanged(const SimBlock& block, const InFlightMma& mma, cons
   }
 }
 
-float wgmma_value(bool bf16, uint16_t bits) { return bf16 ? bf16_to_float(bits) : f16_to_float(bits); }
+// An operand element's exact value (e4m3: NaN for S.1111.111, which makes its sums NaN).
+float wgmma_value(WgmmaInput input, uint16_t bits) {
+  switch (input) {
+    case WgmmaInput::BF16: return bf16_to_float(bits);
+    case WgmmaInput::E4M3: return e4m3_to_float(static_cast<uint8_t>(bits));
+    default: return f16_to_float(bits);
+  }
+}
 
 // D = A * B (+ C) of one retired MMA, into the shadow of each thread's accumulators.
 // Thread t of the warpgroup (warp w = t / 32) owns, with g = laneid / 4 and q = laneid % 4,
@@ -201,10 +224,10 @@ float wgmma_value(bool bf16, uint16_t bits) { return bf16 ? bf16_to_float(bits) 
 void compute_mma(const SimBlock& block, WarpgroupMmaState& group, const InFlightMma& mma, const Site& wait_site) {
   if (!mma.a_from_registers) check_operand_unchanged(block, mma, wait_site, "A", mma.a_bits, mma.a_offsets);
   check_operand_unchanged(block, mma, wait_site, "B", mma.b_bits, mma.b_offsets);
-  const int n = mma.shape.n;
-  std::vector<double> A(kWgmmaM * kWgmmaK), B(static_cast<size_t>(n) * kWgmmaK);  // A[m][k], B[col][k]
-  for (size_t i = 0; i < A.size(); ++i) A[i] = wgmma_value(mma.shape.bf16, mma.a_bits[i]);
-  for (size_t i = 0; i < B.size(); ++i) B[i] = wgmma_value(mma.shape.bf16, mma.b_bits[i]);
+  const int n = mma.shape.n, K = wgmma_k(mma.shape.input);
+  std::vector<double> A(kWgmmaM * K), B(static_cast<size_t>(n) * K);  // A[m][k], B[col][k]
+  for (size_t i = 0; i < A.size(); ++i) A[i] = wgmma_value(mma.shape.input, mma.a_bits[i]);
+  for (size_t i = 0; i < B.size(); ++i) B[i] = wgmma_value(mma.shape.input, mma.b_bits[i]);
   for (unsigned t = 0; t < kWarpgroupThreads; ++t) {
     const WgmmaThread& slot = mma.threads[t];
     PendingAccumulators& pending = group.pending.at(slot.d);
@@ -214,32 +237,74 @@ void compute_mma(const SimBlock& block, WarpgroupMmaState& group, const InFlight
       const unsigned row = 16 * warp + g + 8 * ((i % 4) / 2);
       const unsigned col = 8 * (i / 4) + 2 * q + i % 2;
       double sum = mma.scale_d == 0 ? 0.0 : slot.chained ? pending.shadow[i] : slot.c[i];
-      for (int k = 0; k < kWgmmaK; ++k) sum += A[row * kWgmmaK + k] * B[col * kWgmmaK + k];
+      for (int k = 0; k < K; ++k) sum += A[row * K + k] * B[col * K + k];
       pending.shadow[i] = static_cast<float>(sum);
     }
     pending.in_flight -= 1;
   }
 }
 
-// The register A fragment of thread t (warp w = t / 32, g = laneid / 4, q = laneid % 4):
-// a[0] = A[16w+g][2q..2q+1], a[1] = A[16w+g+8][2q..], a[2] = A[16w+g][2q+8..],
-// a[3] = A[16w+g+8][2q+8..], low half first: mma.m16n8k16's A fragment, one per warp.
-void gather_registers(SimThread* const* threads, std::vector<uint16_t>& bits) {
-  bits.assign(kWgmmaM * kWgmmaK, 0);
+// The register A fragment of thread t (warp w = t / 32, g = laneid / 4, q = laneid % 4), one
+// per warp, lowest bits first. 16-bit (mma.m16n8k16's A fragment): a[0] = A[16w+g][2q..2q+1],
+// a[1] = A[16w+g+8][2q..], a[2] = A[16w+g][2q+8..], a[3] = A[16w+g+8][2q+8..]. e4m3
+// (mma.m16n8k32's 8-bit one): a[0] = A[16w+g][4q..4q+3], a[1] = A[16w+g+8][4q..],
+// a[2] = A[16w+g][4q+16..4q+19], a[3] = A[16w+g+8][4q+16..].
+void gather_registers(SimThread* const* threads, WgmmaInput input, std::vector<uint16_t>& bits) {
+  const unsigned K = static_cast<unsigned>(wgmma_k(input)), eb = element_bytes(input);
+  const unsigned per_reg = 4 / eb, bits_each = 8 * eb;
+  bits.assign(kWgmmaM * K, 0);
   for (unsigned t = 0; t < kWarpgroupThreads; ++t) {
     const auto& in = *static_cast<const WgmmaOperands*>(threads[t]->mailbox.operands);
     const unsigned warp = t / kWarpSize, lane = t % kWarpSize;
     const unsigned g = lane / 4, q = lane % 4;
     for (unsigned reg = 0; reg < 4; ++reg) {
-      const unsigned row = 16 * warp + g + 8 * (reg % 2), col = 2 * q + 8 * (reg / 2);
-      bits[row * kWgmmaK + col] = static_cast<uint16_t>(in.a_regs[reg] & 0xffffu);
-      bits[row * kWgmmaK + col + 1] = static_cast<uint16_t>(in.a_regs[reg] >> 16);
+      const unsigned row = 16 * warp + g + 8 * (reg % 2), col = per_reg * q + K / 2 * (reg / 2);
+      for (unsigned e = 0; e < per_reg; ++e) {
+        bits[row * K + col + e] =
+            static_cast<uint16_t>(in.a_regs[reg] >> (bits_each * e) & ((1u << bits_each) - 1));
+      }
     }
   }
 }
 
 const char* wgmma_name(const WgmmaShape& shape) {
-  return shape.bf16 ? "wgmma.mma_async.m64nNk16.f32.bf16.bf16" : "wgmma.mma_async.m64nNk16.f32.f16.f16";
+  switch (shape.input) {
+    case WgmmaInput::BF16: return "wgmma.mma_async.m64nNk16.f32.bf16.bf16";
+    case WgmmaInput::E4M3: return "wgmma.mma_async.m64nNk32.f32.e4m3.e4m3";
+    default: return "wgmma.mma_async.m64nNk16.f32.f16.f16";
+  }
+}
+
+// The first byte two operand reads share, or false.
+bool first_shared_byte(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b, uint32_t& shared) {
+  if (a.empty() || b.empty()) return false;
+  std::vector<uint32_t> sorted(a);
+  std::sort(sorted.begin(), sorted.end());
+  for (uint32_t offset : b) {
+    if (std::binary_search(sorted.begin(), sorted.end(), offset)) {
+      shared = offset;
+      return true;
+    }
+  }
+  return false;
+}
+
+// A chained e4m3 MMA (it accumulates onto one in flight) that reads bytes its predecessor into
+// the same accumulators read stepped K by too little: K = 32 per instruction is 32 bytes of a
+// K-major row, not the 16 elements (16 bytes) of the 16-bit types' step.
+void check_k_step(const Site& site, const InFlightMma& mma, const PendingAccumulators& previous) {
+  uint32_t shared = 0;
+  const char* which = nullptr;
+  if (!mma.a_from_registers && first_shared_byte(previous.last_a_offsets, mma.a_offsets, shared)) {
+    which = "A";
+  } else if (first_shared_byte(previous.last_b_offsets, mma.b_offsets, shared)) {
+    which = "B";
+  }
+  if (which == nullptr) return;
+  fail(site, std::string(wgmma_name(mma.shape)) + " accumulates onto the MMA issued at " +
+                 describe(previous.site) + " and reads operand " + which + " at " +
+                 wgmma_place(shared) + " again: its descriptor stepped K by too little (an e4m3 "
+                 "wgmma consumes K = 32, 32 bytes of each K-major row, per instruction)");
 }
 
 // Writes back every accumulator array with no MMA left in flight.
@@ -297,6 +362,11 @@ void wgmma_mma_async(const WgmmaShape& shape, float* d, const uint32_t* a_regs, 
   if (a_regs != nullptr && shape.trans_a != 0) {
     fail(site, std::string(call.op) + ": imm-trans-a must be 0 when A comes from registers");
   }
+  if (shape.input == WgmmaInput::E4M3 && (shape.trans_a != 0 || shape.trans_b != 0)) {
+    fail(site, std::string(call.op) + ": operand " + (shape.trans_a != 0 ? "A" : "B") +
+                   " is M- or N-major, but 8-bit operands must be K-major (the ISA transposes "
+                   "only f16 and bf16): transpose the tile in shared memory (V for P * V)");
+  }
   WgmmaOperands mine{shape, d, a_regs, desc_a, desc_b, scale_d};
   warpgroup_rendezvous(call, &mine, [&](SimThread* const* threads) {
     SimBlock& block = active_block(call.op);
@@ -322,11 +392,13 @@ void wgmma_mma_async(const WgmmaShape& shape, float* d, const uint32_t* a_regs, 
     mma.a_from_registers = a_regs != nullptr;
     mma.scale_d = scale_d;
     if (mma.a_from_registers) {
-      gather_registers(threads, mma.a_bits);
+      gather_registers(threads, shape.input, mma.a_bits);
     } else {
-      gather_operand(block, site, "A", desc_a, shape.trans_a != 0, kWgmmaM, mma.a_bits, mma.a_offsets);
+      gather_operand(block, site, "A", desc_a, shape.input, shape.trans_a != 0, kWgmmaM, mma.a_bits,
+                     mma.a_offsets);
     }
-    gather_operand(block, site, "B", desc_b, shape.trans_b != 0, shape.n, mma.b_bits, mma.b_offsets);
+    gather_operand(block, site, "B", desc_b, shape.input, shape.trans_b != 0, shape.n, mma.b_bits,
+                   mma.b_offsets);
     mma.threads.resize(kWarpgroupThreads);
     const int values = shape.n / 2;
     for (unsigned t = 0; t < kWarpgroupThreads; ++t) {
@@ -342,13 +414,19 @@ void wgmma_mma_async(const WgmmaShape& shape, float* d, const uint32_t* a_regs, 
              threads[t]);
       }
       slot.chained = !fresh;  // D's old value is the pending result
+      if (t == 0 && shape.input == WgmmaInput::E4M3) {
+        if (!fresh && scale_d != 0) check_k_step(site, mma, pending);
+        pending.last_a_offsets = mma.a_offsets;
+        pending.last_b_offsets = mma.b_offsets;
+      }
       if (fresh) std::memcpy(slot.c, acc, sizeof(float) * static_cast<size_t>(values));
       pending.values = values;
       pending.in_flight += 1;
       pending.site = site;
       for (int i = 0; i < values; ++i) std::memcpy(&acc[i], &kInFlightBits, sizeof(float));
     }
-    count_wgmma(block, shape.n, shape.bf16, mma.a_from_registers);
+    count_wgmma(block, shape.n, static_cast<int>(shape.input), wgmma_k(shape.input),
+                mma.a_from_registers);
     group.uncommitted.push_back(std::move(mma));
   });
 }
