@@ -442,15 +442,17 @@ inline void run_tma_cases(uint64_t seed, std::vector<CaseResult>& results) {
 #include "sm90_wgmma_cases.h"
 #define SM90_CASES_HAVE_WGMMA 1
 #endif
+#include "sm90_fp8_cases.h"
 
 namespace primitives {
 
-// The sm_90 cases: ours, then the wgmma helper's when its header exists.
+// The sm_90 cases: ours, the wgmma helper's when its header exists, then the FP8 ones.
 inline void run_sm90_cases(uint64_t seed, std::vector<CaseResult>& results) {
   sm90::run_tma_cases(seed, results);
 #ifdef SM90_CASES_HAVE_WGMMA
   run_wgmma_cases(seed, results);
 #endif
+  run_fp8_cases(seed, results);
 }
 
 }  // namespace primitives
