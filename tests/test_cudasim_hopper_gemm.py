@@ -17,7 +17,8 @@ import hopper_gemm  # noqa: E402
 KERNEL = os.path.join(SELFTEST_DIR, "hopper_gemm_kernel.cuh")
 SCHEDULES = ["forward", "reverse", "random:1", "random:2"]
 COMPLETIONS = ["lazy", "eager", "random"]
-SHAPES = ["bf16_k_2c", "bf16_k_2c_ragged", "f16_k_1c_ragged", "bf16_mn_2c_ragged", "f16_mn_1c"]
+SHAPES = ["bf16_k_2c", "bf16_k_2c_ragged", "f16_k_1c_ragged", "bf16_mn_2c_ragged", "f16_mn_1c",
+          "e4m3_k_2c", "e4m3_k_2c_ragged", "e4m3_k_1c_ragged"]
 
 
 def site(marker):

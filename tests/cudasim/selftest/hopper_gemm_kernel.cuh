@@ -1,20 +1,21 @@
 // A test kernel, not a library kernel: the Hopper pipeline the sm_90a attention kernels will be
 // built from (issue 31, stage 3), as one warp-specialized GEMM, C[M x N] (f32) = A[M x K] * B
-// with bf16 or f16 inputs:
+// with bf16, f16 or e4m3 inputs:
 //   A row-major, K contiguous (Q of attention);
-//   B either N x K, K contiguous (K of attention; C = A * B^T), or K x N, N contiguous (V of
-//   attention; C = A * B), read by wgmma through an MN-major descriptor.
+//   B either N x K, K contiguous (K of attention; C = A * B^T), or, 16-bit only, K x N, N
+//   contiguous (V of attention; C = A * B), read by wgmma through an MN-major descriptor (8-bit
+//   operands must be K-major: an FP8 P * V needs V transposed first).
 //
 // One CTA computes a kBlockM x 128 tile of C (kBlockM = 64 per consumer warpgroup) over K in
-// steps of 64 (one 128-byte swizzle row of bf16):
+// steps of kBlockK = one 128-byte swizzle row (64 bf16 / f16, 128 e4m3):
 // - Warpgroup 0 is the producer. It gives registers back (setmaxnreg.dec) and one thread issues,
 //   per K step, the TMA loads of A's and B's tiles (128-byte swizzle) into a ring of kStages
 //   stages. Stage s has a "full" mbarrier (1 arrival: the producer's arrive.expect_tx of the
 //   stage's bytes; the copies complete_tx them) and an "empty" one (one arrival per consumer
 //   warpgroup), which the producer waits on before reusing the stage.
 // - Warpgroups 1..kConsumers are consumers (setmaxnreg.inc). Each owns 64 rows of the tile and
-//   keeps one K step of wgmma m64n128k16 in flight: wait the stage's full barrier, wgmma.fence,
-//   four MMAs from shared-memory descriptors, commit, then wgmma.wait_group 1 retires the
+//   keeps one K step of wgmma m64n128k16 (m64n128k32 for e4m3) in flight: wait the stage's
+//   full barrier, wgmma.fence, four MMAs from shared-memory descriptors, commit, then wgmma.wait_group 1 retires the
 //   previous step, whose stage it releases on the empty barrier (the last step's after the
 //   loop's wait_group 0).
 // - Epilogue: each consumer stores its 64 x 128 f32 accumulators into shared memory with plain
@@ -25,8 +26,8 @@
 // Out-of-range rows, columns and K of A and B are zero-filled by the loads, so ragged M, N and K
 // need no code. Not persistent: one tile per CTA.
 //
-// Limits from the tensor maps: K % 8 == 0 (16-byte row stride of A and K-major B), N % 8 == 0
-// for an N-major B, N % 4 == 0 for C.
+// Limits from the tensor maps: K % 8 == 0 (K % 16 for e4m3: the 16-byte row stride of A and
+// K-major B), N % 8 == 0 for an N-major B, N % 4 == 0 for C.
 //
 // Lines marked "// SITE:name" are the call sites tests/test_cudasim_hopper_gemm.py expects the
 // shim's messages to name.
@@ -38,6 +39,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #endif
+#include <cuda_fp8.h>
 
 #include "cuda/ptx.cuh"
 #include "cuda/tensor_map.h"
@@ -52,8 +54,10 @@ enum class Bug {
   NoProxyFence,  // the epilogue's plain stores reach the TMA store without fence.proxy.async
 };
 
-constexpr int kBlockN = 128, kBlockK = 64;
-constexpr uint32_t kRowBytes = kBlockK * 2;  // a 128-byte swizzle row: 64 16-bit elements
+constexpr int kBlockN = 128;
+constexpr uint32_t kRowBytes = 128;  // a 128-byte swizzle row: 64 16-bit or 128 8-bit elements
+template <typename Elem>
+constexpr int kBlockK = static_cast<int>(kRowBytes / sizeof(Elem));
 constexpr uint32_t kSwizzleAtom = 1024;      // 8 rows of 128 bytes: tiles start 1024-aligned
 
 template <int kConsumers, int kStages>
@@ -89,13 +93,23 @@ template <>
 struct ElemTraits<__half> {
   static constexpr flashattn::TensorMapDtype kDtype = flashattn::TensorMapDtype::Float16;
 };
+template <>
+struct ElemTraits<__nv_fp8_e4m3> {  // TMA moves bytes: e4m3 travels as UInt8
+  static constexpr flashattn::TensorMapDtype kDtype = flashattn::TensorMapDtype::UInt8;
+};
+template <typename Elem>
+constexpr bool kIsE4m3 = sizeof(Elem) == 1;
 
-// D[64 x 128] += A * B over one k16 step, bf16 or f16.
+// D[64 x 128] += A * B over one instruction's K (16 for bf16 / f16, 32 for e4m3): 32 bytes of
+// each K-major row either way.
 template <typename Elem, flashattn::ptx::WgmmaMajor kMajorB>
-__device__ inline void mma_k16(float (&d)[kBlockN / 2], uint64_t desc_a, uint64_t desc_b
-                               FLASHATTN_CALLER_SITE) {
+__device__ inline void mma_step(float (&d)[kBlockN / 2], uint64_t desc_a, uint64_t desc_b
+                                FLASHATTN_CALLER_SITE) {
   using flashattn::ptx::WgmmaMajor;
-  if constexpr (ElemTraits<Elem>::kDtype == flashattn::TensorMapDtype::BFloat16) {
+  if constexpr (kIsE4m3<Elem>) {
+    static_assert(kMajorB == WgmmaMajor::K, "e4m3 wgmma operands are K-major only");
+    flashattn::ptx::wgmma_e4m3_ss<kBlockN>(d, desc_a, desc_b, 1 FLASHATTN_CALLER_SITE_ARGS);
+  } else if constexpr (ElemTraits<Elem>::kDtype == flashattn::TensorMapDtype::BFloat16) {
     flashattn::ptx::wgmma_bf16_ss<kBlockN, WgmmaMajor::K, kMajorB>(d, desc_a, desc_b, 1 FLASHATTN_CALLER_SITE_ARGS);
   } else {
     flashattn::ptx::wgmma_f16_ss<kBlockN, WgmmaMajor::K, kMajorB>(d, desc_a, desc_b, 1 FLASHATTN_CALLER_SITE_ARGS);
@@ -103,7 +117,7 @@ __device__ inline void mma_k16(float (&d)[kBlockN / 2], uint64_t desc_a, uint64_
 }
 
 // grid (ceil(N / 128), ceil(M / kBlockM)), block Config::kThreads, Config::kSmemBytes of dynamic
-// shared memory; k_tiles = ceil(K / 64). Maps from make_maps() below.
+// shared memory; k_tiles = ceil(K / kBlockK<Elem>). Maps from make_maps() below.
 template <typename Elem, bool kBNMajor, int kConsumers, int kStages, Bug kBug = Bug::None>
 __global__ void __launch_bounds__(Config<kConsumers, kStages>::kThreads, 1)
     gemm_kernel(const __grid_constant__ flashattn::TensorMap map_a,
@@ -112,6 +126,8 @@ __global__ void __launch_bounds__(Config<kConsumers, kStages>::kThreads, 1)
   using namespace flashattn::ptx;
   using Cfg = Config<kConsumers, kStages>;
   constexpr WgmmaMajor kMajorB = kBNMajor ? WgmmaMajor::MN : WgmmaMajor::K;
+  constexpr int kBlockK = hopper_gemm::kBlockK<Elem>;
+  static_assert(!(kBNMajor && kIsE4m3<Elem>), "e4m3 wgmma operands are K-major only");
   FLASHATTN_DYNAMIC_SMEM(unsigned char, smem_base);
   unsigned char* smem = smem_base + (kSwizzleAtom - smem_u32addr(smem_base) % kSwizzleAtom) % kSwizzleAtom;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
@@ -170,19 +186,19 @@ __global__ void __launch_bounds__(Config<kConsumers, kStages>::kThreads, 1)
     mbarrier_wait_parity(&full[s], static_cast<uint32_t>(kt / kStages) & 1);
     const unsigned char* a_tile = smem + s * Cfg::kStageBytes + consumer * 64 * kRowBytes;
     const unsigned char* b_tile = smem + s * Cfg::kStageBytes + Cfg::kABytes;
-    // K-major: rows of 128 bytes, 8-row atoms at SBO 1024, k16 steps 32 bytes further.
-    // MN-major: k-rows of 64 n at 128 bytes, 8-k groups at SBO 1024, the next 64 n at LBO
-    // (the second box), k16 steps 16 k-rows (2048 bytes) further.
+    // K-major: rows of 128 bytes, 8-row atoms at SBO 1024, each instruction's K (16 16-bit or
+    // 32 8-bit elements) 32 bytes further. MN-major: k-rows of 64 n at 128 bytes, 8-k groups at
+    // SBO 1024, the next 64 n at LBO (the second box), k16 steps 16 k-rows (2048 bytes) further.
     const uint64_t desc_a = wgmma_descriptor(smem_u32addr(a_tile), 16, 1024, WgmmaSwizzle::B128);
     const uint64_t desc_b = wgmma_descriptor(smem_u32addr(b_tile), kBNMajor ? kBlockK * kRowBytes : 16,
                                              1024, WgmmaSwizzle::B128);
     wgmma_fence_operand(d);
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kBlockK / 16; ++k) {
+    for (int k = 0; k < static_cast<int>(kRowBytes / 32); ++k) {
       const uint64_t da = wgmma_descriptor_advance(desc_a, 32 * k);
       const uint64_t db = wgmma_descriptor_advance(desc_b, (kBNMajor ? 16 * kRowBytes : 32) * k);
-      mma_k16<Elem, kMajorB>(d, da, db);  // SITE:wgmma
+      mma_step<Elem, kMajorB>(d, da, db);  // SITE:wgmma
     }
     wgmma_commit_group();
     wgmma_fence_operand(d);
@@ -225,6 +241,8 @@ struct Maps {
 template <typename Elem>
 std::string make_maps(Maps& maps, const void* a, const void* b, void* c, int m, int n, int k,
                       bool b_n_major, int block_m) {
+  constexpr int kBlockK = hopper_gemm::kBlockK<Elem>;
+  constexpr uint64_t kBytes = sizeof(Elem);
   flashattn::TensorMapSpec spec;
   spec.dtype = ElemTraits<Elem>::kDtype;
   spec.rank = 2;
@@ -232,18 +250,18 @@ std::string make_maps(Maps& maps, const void* a, const void* b, void* c, int m, 
   spec.l2_promotion = flashattn::TensorMapL2Promotion::B128;
   spec.global = a;
   spec.dims[0] = k, spec.dims[1] = m;
-  spec.strides[0] = static_cast<uint64_t>(k) * 2;
+  spec.strides[0] = static_cast<uint64_t>(k) * kBytes;
   spec.box[0] = kBlockK, spec.box[1] = block_m;
   std::string error = flashattn::encode_tensor_map(&maps.a, spec);
   if (!error.empty()) return "A: " + error;
   spec.global = b;
   if (b_n_major) {
     spec.dims[0] = n, spec.dims[1] = k;
-    spec.strides[0] = static_cast<uint64_t>(n) * 2;
+    spec.strides[0] = static_cast<uint64_t>(n) * kBytes;
     spec.box[0] = 64, spec.box[1] = kBlockK;
   } else {
     spec.dims[0] = k, spec.dims[1] = n;
-    spec.strides[0] = static_cast<uint64_t>(k) * 2;
+    spec.strides[0] = static_cast<uint64_t>(k) * kBytes;
     spec.box[0] = kBlockK, spec.box[1] = kBlockN;
   }
   error = flashattn::encode_tensor_map(&maps.b, spec);
