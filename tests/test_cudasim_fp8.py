@@ -30,7 +30,7 @@ def test_correct_kernels_pass(case, schedule):
 
 def test_every_layout_case_runs():
     out = run_case("layouts")
-    assert "29 cases, 0 failed" in out.stdout, out.stdout
+    assert "30 cases, 0 failed" in out.stdout, out.stdout
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +132,4 @@ def test_primitives_test_runs_the_fp8_cases_for_the_layout_check():
         for b in ("BK", "BKsw32", "BKsw64", "BKsw128"):
             assert any(n.startswith(f"wgmma_m64n64k32_e4m3_ss_{a}_{b}_k64") for n in names), (a, b)
     assert sum(n.startswith("wgmma_m64n") and "k32_e4m3_rs_Areg" in n for n in names) == 5
+    assert "e4m3_p_fragment_times_key_permuted_vt_m64n64k32" in names

@@ -261,6 +261,82 @@ inline CaseResult cvt_f16x2_e4m3x2_case() {
   return {"cvt_rn_f16x2_e4m3x2", GpuCompare::Bitwise, actual, bytes_of(expected), actual};
 }
 
+// ---- P * V as the FP8 forward will issue it: P (64 x 32, f32) in the m64n32 accumulator layout
+// that S = Q * K^T leaves it in, converted pairwise with cvt_e4m3x2_f32 into the 8-bit A fragment
+// without moving a byte between threads, times V^T (64 x 32, K-major) whose key columns are
+// permuted to match. Thread (g, q) holds P columns 8j + 2q and 8j + 2q + 1 (j = 0..3) of rows g
+// and g + 8; the A fragment's byte e of a[0] / a[2] stands for key 4q + e / 16 + 4q + e, so key
+// k of V^T must hold V's key perm(k), perm(4q + e) = 2q + e % 2 + 8 (e / 2) and perm(16 + 4q + e)
+// = 16 + 2q + e % 2 + 8 (e / 2). ----
+inline int p_fragment_key(int k) {
+  const int half = k / 16, q = (k % 16) / 4, e = k % 4;
+  return 16 * half + 2 * q + e % 2 + 8 * (e / 2);
+}
+
+__global__ void p_times_v_kernel(const float* p_acc, const uint4* image, float* out, uint32_t b_sbo) {
+  using namespace flashattn::ptx;
+  FLASHATTN_DYNAMIC_SMEM(unsigned char, pv_smem);
+  const int tid = threadIdx.x;
+  unsigned char* tile = pv_smem + (1024 - smem_u32addr(pv_smem) % 1024) % 1024;
+  for (int i = tid; i < 64 * 32 / 16; i += kWarpgroup) FLASHATTN_SMEM(reinterpret_cast<uint4*>(tile))[i] = image[i];
+  fence_proxy_async_shared_cta();
+  __syncthreads();
+  float p[16];
+  for (int i = 0; i < 16; ++i) p[i] = p_acc[tid * 16 + i];
+  // d[4j], d[4j + 1]: row g, columns 8j + 2q, + 1; d[4j + 2], d[4j + 3]: row g + 8.
+  uint32_t a[4];
+  for (int r = 0; r < 2; ++r) {
+    for (int h = 0; h < 2; ++h) {
+      const int j0 = 2 * h, j1 = 2 * h + 1;
+      a[2 * h + r] = static_cast<uint32_t>(cvt_e4m3x2_f32(p[4 * j0 + 2 * r], p[4 * j0 + 2 * r + 1])) |
+                     static_cast<uint32_t>(cvt_e4m3x2_f32(p[4 * j1 + 2 * r], p[4 * j1 + 2 * r + 1])) << 16;
+    }
+  }
+  float d[32];
+  for (float& x : d) x = 0.f;
+  const uint64_t desc_b = wgmma_descriptor(smem_u32addr(tile), 128, b_sbo, WgmmaSwizzle::None);
+  wgmma_fence_operand(d);
+  wgmma_fence();
+  wgmma_e4m3_rs<64>(d, a, desc_b, 0);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operand(d);
+  for (int i = 0; i < 32; ++i) out[tid * 32 + i] = d[i];
+}
+
+inline CaseResult p_times_v_case(Rng& rng) {
+  std::vector<float> P(64 * 32), V(32 * 64);  // P[m][key], V[key][n]
+  for (float& x : P) x = static_cast<float>(rng.below(9)) * 0.125f;  // 0 to 1, as softmax's P
+  for (float& x : V) x = static_cast<float>(rng.below(9) - 4);
+  std::vector<float> p_acc(kWarpgroup * 16);
+  for (int t = 0; t < kWarpgroup; ++t)
+    for (int i = 0; i < 16; ++i) p_acc[t * 16 + i] = P[wgmma_d_row(t, i) * 32 + wgmma_d_col(t, i)];
+  // V^T as a no-swizzle K-major B (64 rows n, 32 keys): two 16-key core matrices per 8 rows.
+  OperandLayout lb{false, 0, 128, 256, 0};
+  std::vector<uint8_t> image(64 * 32);
+  for (int n = 0; n < 64; ++n)
+    for (int k = 0; k < 32; ++k) image[e4m3_layout_offset(lb, n, k)] = e4m3_bits(V[p_fragment_key(k) * 64 + n]);
+  std::vector<float> expected(kWarpgroup * 32);
+  for (int t = 0; t < kWarpgroup; ++t) {
+    for (int i = 0; i < 32; ++i) {
+      const int row = wgmma_d_row(t, i), col = wgmma_d_col(t, i);
+      double sum = 0;
+      for (int key = 0; key < 32; ++key) sum += static_cast<double>(P[row * 32 + key]) * V[key * 64 + col];
+      expected[t * 32 + i] = static_cast<float>(sum);
+    }
+  }
+  std::vector<uint4> image16(image.size() / 16);
+  std::memcpy(image16.data(), image.data(), image.size());
+  DeviceArray<float> p_d(p_acc);
+  DeviceArray<uint4> image_d(image16);
+  DeviceArray<float> out_d{std::vector<float>(kWarpgroup * 32, -1.f)};
+  launch_one_block(p_times_v_kernel, kWarpgroup, image.size() + 1024, static_cast<const float*>(p_d.get()),
+                   static_cast<const uint4*>(image_d.get()), out_d.get(), lb.sbo);
+  const auto actual = bytes_of(out_d.read());
+  return {"e4m3_p_fragment_times_key_permuted_vt_m64n64k32", GpuCompare::Bitwise, actual,
+          bytes_of(expected), actual};
+}
+
 // Every FP8 case, in a fixed order.
 inline void run_fp8_cases(uint64_t seed, std::vector<CaseResult>& results) {
   Rng rng(seed ^ 0xf8e4ull);
@@ -288,6 +364,8 @@ inline void run_fp8_cases(uint64_t seed, std::vector<CaseResult>& results) {
   results.push_back(run_wgmma_e4m3_case<64, true>({64, true, 0, 64, 1, 0, true, false}, rng));
   results.push_back(run_wgmma_e4m3_case<128, true>({128, true, 0, 0, 2, 1, false, true}, rng));
   results.push_back(run_wgmma_e4m3_case<256, true>({256, true, 0, 128, 2, 1, false, false}, rng));
+  // P * V from the accumulator layout, the FP8 forward's plan.
+  results.push_back(p_times_v_case(rng));
 }
 
 }  // namespace primitives

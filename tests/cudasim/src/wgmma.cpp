@@ -1,7 +1,8 @@
 // wgmma.mma_async m64nNk16 (f16/bf16 into f32) and m64nNk32 (e4m3 into f32) and its fence /
-// commit_group / wait_group, and setmaxnreg: warpgroup collectives on the rendezvous of warpgroup.h. Layouts are the PTX
-// ISA's ("Register Fragments" and "Shared Memory Matrix Layout" for wgmma; see the comment at
-// the top of csrc/cuda/ptx_sm90_mma.cuh for them in the ISA's terms).
+// commit_group / wait_group, and setmaxnreg: warpgroup collectives on the rendezvous of
+// warpgroup.h. Layouts are the PTX ISA's ("Register Fragments" and "Shared Memory Matrix
+// Layout" for wgmma; see the comment at the top of csrc/cuda/ptx_sm90_mma.cuh for them in the
+// ISA's terms).
 //
 // The model of asynchrony (README.md, "wgmma"): an MMA issued by wgmma.mma_async runs when the
 // wgmma.wait_group that retires its commit group says so, and not before. At issue the shim
@@ -11,8 +12,8 @@
 // hold what they held at issue (else a stage was released early: an error naming both lines),
 // computes D from them like mma.sync (exact products, summed in double with C, rounded once to
 // f32; hardware's e4m3 accumulation is not IEEE f32 summation in general, so only exact sums
-// are bit-for-bit comparable) and writes D into the thread's accumulator array, which is alive because the thread is
-// blocked in wait_group.
+// compare bit for bit) and writes D into the thread's accumulator array, which is alive
+// because the thread is blocked in wait_group.
 #include "wgmma.h"
 
 #include <algorithm>
