@@ -248,15 +248,37 @@ def microseconds(row):
     return "–" if not row or row.get("time_ms") is None else f"{1000 * row['time_ms']:.1f}"
 
 
+def small_speedup_cell(rows):
+    """speedup_cell, with the interquartile range of the per-round speedups where the report
+    timed in interleaved rounds."""
+    best = best_sdpa(rows) if rows else None
+    if best is None or best.get("speedup_q1") is None:
+        return speedup_cell(rows)
+    return (f"{speedup(best['speedup'])} [{best['speedup_q1']:.2f}–{best['speedup_q3']:.2f}] "
+            f"({best['impl'][len(SDPA_PREFIX):]})")
+
+
+def small_timing_text(meta):
+    """How `bench small` timed its calls: in interleaved rounds from 2026-12-04, one call at a
+    time before."""
+    timing = meta.get("timing")
+    if not timing:
+        return ("Per-call µs (median of single calls) of flashattn and of the fastest SDPA "
+                "backend of the case (named), and flashattn's speedup over it.")
+    return (f"Per-call µs (median over {timing['rounds']} interleaved rounds, each a block of "
+            f"~{timing['block_ms']:g} ms of calls of every implementation, the order reversed "
+            "every other round) of flashattn and of the fastest SDPA backend of the case "
+            "(named), and flashattn's speedup over it: the median of the per-round ratios "
+            "[interquartile range].")
+
+
 def small_table(report):
     cases = small_cases(report)
     meta = report["meta"]
     dtypes = ", ".join(meta.get("dtypes") or [])
     lines = [
         f"Small problems (`bench small`), {meta.get('heads')} heads of {meta.get('head_dim')}, "
-        f"{dtypes}: where a call's fixed costs show. Per-call µs (median of single calls) of "
-        "flashattn and of the fastest SDPA backend of the case (named), and flashattn's speedup "
-        "over it.",
+        f"{dtypes}: where a call's fixed costs show. " + small_timing_text(meta),
         "",
         "| causal | seqlen | batch | forward µs | forward | fwd+bwd µs | fwd+bwd |",
         "|---|---|---|---|---|---|---|",
@@ -268,7 +290,7 @@ def small_table(report):
             rows = cases.get((mode, causal, seqlen, batch)) or {}
             best = best_sdpa(rows)
             cells += [f"{microseconds(rows.get(FLASHATTN))} / {microseconds(best)}",
-                      speedup_cell(rows)]
+                      small_speedup_cell(rows)]
         lines.append(f"| {'yes' if causal else 'no'} | {seqlen} | {batch} | "
                      + " | ".join(cells) + " |")
     summary = {(g["mode"]): g.get("geomean_speedup_vs_best_sdpa")

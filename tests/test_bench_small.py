@@ -1,7 +1,8 @@
 """`python -m flashattn.bench small` runs end to end: every small shape of the quick grid has
 flashattn's flash_attn_func (on FlashAttention's (B, S, H, D) layout) and every CPU SDPA backend,
-each checked against float64 with small errors, timed call by call, with flashattn's paired
-speedups and their geometric mean against the best backend. Speed is not tested here."""
+each checked against float64 with small errors, timed in interleaved rounds (a fake probe checks
+the blocks' order and sizing), with flashattn's per-round speedups (median and quartiles) and
+their geometric mean against the best backend. Speed is not tested here."""
 import json
 import math
 import statistics
@@ -46,7 +47,25 @@ def test_small_results_are_right_and_timed(small_run):
             assert err < MAX_FLOAT32_ERROR, f"{where}: error {err}"
         assert len(r["times_ms"]) == report["meta"]["repeats"], where
         assert r["time_ms"] == statistics.median(r["times_ms"]) > 0, where
+        assert isinstance(r["calls_per_block"], int) and r["calls_per_block"] >= 1, where
         assert (r["speedup"] is None) == (r["impl"] == "flashattn"), where
+
+
+def test_small_speedups_are_the_median_and_quartiles_of_per_round_ratios(small_run):
+    assert small_run["meta"]["timing"]["rounds"] == small_run["meta"]["repeats"] == 11
+    ours = {(r["mode"], r["causal"], r["seqlen"]): r for r in small_run["results"]
+            if r["impl"] == "flashattn"}
+    for r in small_run["results"]:
+        fa = ours[(r["mode"], r["causal"], r["seqlen"])]
+        assert r["calls_per_block"] == fa["calls_per_block"]  # one block size per case
+        if r["impl"] == "flashattn":
+            assert r["speedup_q1"] is None and r["speedup_q3"] is None
+            continue
+        ratios = [t / t_fa for t, t_fa in zip(r["times_ms"], fa["times_ms"])]
+        q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+        assert r["speedup"] == pytest.approx(median)
+        assert (r["speedup_q1"], r["speedup_q3"]) == pytest.approx((q1, q3))
+        assert r["speedup_q1"] <= r["speedup"] <= r["speedup_q3"]
 
 
 def test_small_summary_is_the_geomean_against_the_best_backend(small_run):
@@ -101,6 +120,37 @@ def test_small_table_is_in_microseconds(capsys):
     assert bench_main([*QUICK, "--seqlens", "16", "--mode", "fwd", "--causal", "no"]) == 0
     table = capsys.readouterr().out
     assert "time_us" in table and "forward, float32: flashattn vs the best SDPA backend" in table
+    assert "11 interleaved rounds" in table and "speedup_IQR" in table
+
+
+class FakeProbe:
+    """A probe whose clock advances by each call's cost (per step: steps are named by their
+    cost in ms), and logs the steps called."""
+
+    def __init__(self):
+        self.log = []
+
+    def time_ms(self, step):
+        start = len(self.log)
+        step()
+        return sum(self.log[start:])
+
+
+def test_small_rounds_size_their_blocks_by_the_fastest_step_and_alternate():
+    from flashattn.bench import small
+
+    probe = FakeProbe()
+    steps = {name: (lambda cost=cost: probe.log.append(cost))
+             for name, cost in (("flashattn", 0.25), ("sdpa-flash", 0.5), ("sdpa-math", 2.0))}
+    timing = small.InterleavedTiming(probe, round_count=4, block_ms=1.0, sizing_calls=3)
+    times = timing(steps)
+    assert timing.calls == 4  # 1 ms of the fastest step's 0.25 ms calls
+    assert times == {"flashattn": [0.25] * 4, "sdpa-flash": [0.5] * 4, "sdpa-math": [2.0] * 4}
+    sizing, timed = probe.log[:9], probe.log[9:]
+    assert sizing == [0.25] * 3 + [0.5] * 3 + [2.0] * 3
+    order = [timed[i] for i in range(0, len(timed), 4)]
+    assert order == [0.25, 0.5, 2.0, 2.0, 0.5, 0.25, 0.25, 0.5, 2.0, 2.0, 0.5, 0.25]
+    assert small.InterleavedTiming(probe, round_count=4)({}) == {}
 
 
 # ---- host time per call (CUDA only; the code path is run here on the CPU) ----

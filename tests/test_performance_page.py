@@ -211,6 +211,21 @@ def context_parallel_report():
             "summary": {"ring_over_single_wall": {"float32": 1.09}}, "results": [row]}
 
 
+def test_small_problems_timed_in_rounds_show_the_interquartile_range():
+    """A report timed in interleaved rounds (meta "timing", per-row quartiles) says so and
+    gives each speedup's interquartile range; the older reports keep their text (above)."""
+    report = small_report()
+    report["meta"]["timing"] = {"method": "interleaved rounds", "rounds": 51, "block_ms": 1.0}
+    for r in report["results"]:
+        if r["speedup"] is not None:
+            r["speedup_q1"], r["speedup_q3"] = r["speedup"] - 0.1, r["speedup"] + 0.2
+    page = performance.render_page([("zen4", {"small": report})])
+    assert ("| no | 16 | 1 | 10.0 / 15.0 | 1.50× [1.40–1.70] (flash) | 80.0 / 60.0 | "
+            "0.75× [0.65–0.95] (flash) |" in page)
+    assert "median over 51 interleaved rounds, each a block of ~1 ms" in page
+    assert "median of single calls" not in page
+
+
 def test_context_parallel_is_the_ring_against_one_process():
     page = performance.render_page([("zen4", {"context-parallel": context_parallel_report()})])
     assert "the zigzag ring on 2 ranks of 1 thread(s) against one process of 2 threads" in page

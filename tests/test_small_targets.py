@@ -1,7 +1,7 @@
-"""tools/small_targets.py (issue 29's paired timing): the rounds alternate which library goes
-first, each round gives its own ratio, the summary is their median and quartiles, and a run
-over every target shape checks flashattn against SDPA before it times them. Speed is not
-tested here."""
+"""tools/small_targets.py (issue 29's paired timing): each round gives its own ratio, the summary
+is their median and quartiles, and a run over every target shape checks flashattn against SDPA
+before it times them. The rounds themselves (flashattn/bench/rounds.py, shared with `bench
+small`) are tested in test_bench_rounds.py. Speed is not tested here."""
 import importlib.util
 import os
 import statistics
@@ -19,31 +19,6 @@ def tool():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-class FakeClock:
-    """A timer that advances by what each call of a step costs, and logs the steps' order."""
-
-    def __init__(self):
-        self.now, self.calls = 0.0, []
-
-    def __call__(self):
-        return self.now
-
-    def step(self, name, cost):
-        def run():
-            self.calls.append(name)
-            self.now += cost
-        return run
-
-
-def test_rounds_alternate_and_time_each_block_per_call(tool):
-    clock = FakeClock()
-    ours, theirs = clock.step("a", 2.0), clock.step("b", 3.0)
-    t_ours, t_theirs = tool.paired_rounds(ours, theirs, rounds=4, calls=3, timer=clock)
-    assert t_ours == [2.0] * 4 and t_theirs == [3.0] * 4
-    blocks = [clock.calls[i] for i in range(0, len(clock.calls), 3)]
-    assert blocks == ["a", "b", "b", "a", "a", "b", "b", "a"]
 
 
 def test_summary_is_the_median_ratio_and_its_quartiles(tool):

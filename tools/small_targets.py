@@ -1,13 +1,11 @@
 """Issue 29's targets, timed in pairs: flash_attn_func against F.scaled_dot_product_attention at
 the issue's small shapes, forward and forward+backward, causal and not.
 
-Best-of-N loops, one library after the other, moved by 0.65-1.02 between two runs of one build
-on a shared machine: a burst of load that hits one library's loops and not the other's skews
-the ratio. Here the two are timed in rounds, each round a block of calls of one library then a
-block of the other (the order swapped every round, ABBA), and each round gives its own ratio
-t_sdpa / t_flashattn. Load that lasts longer than a round moves both halves of it alike; the
-median over many rounds drops the rounds a burst split. Reported: the median ratio, its
-interquartile range, and the median microseconds per call of each.
+The two are timed in interleaved rounds (flashattn/bench/rounds.py, as `python -m flashattn.bench
+small` times its calls): each round a block of calls of one library then a block of the other,
+the order swapped every round (ABBA), and each round gives its own ratio t_sdpa / t_flashattn.
+Reported: the median ratio, its interquartile range, and the median microseconds per call of
+each.
 
     PYTHONPATH=. python tools/small_targets.py [--threads 1,2] [--rounds 101] [--json FILE]
 """
@@ -15,12 +13,12 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 import flashattn
+from flashattn.bench import rounds
 
 SHAPES = ((1, 1, 8, 64), (1, 16, 8, 64), (1, 128, 2, 32))  # (B, S, H, d), issue 29
 TARGET = 0.9
@@ -30,38 +28,11 @@ WARMUP_CALLS = 50
 US_PER_S = 1e6
 
 
-def quartiles(values):
-    """(first quartile, median, third quartile), by statistics.quantiles' inclusive method."""
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
-
-
-def timed_block(fn, calls, timer):
-    start = timer()
-    for _ in range(calls):
-        fn()
-    return (timer() - start) / calls
-
-
-def paired_rounds(ours, theirs, rounds, calls, timer=time.perf_counter):
-    """Per-call seconds of ours and theirs in `rounds` rounds, the two blocks of each round
-    back to back, ours first in even rounds and second in odd ones: ([t_ours], [t_theirs])."""
-    t_ours, t_theirs = [], []
-    for r in range(rounds):
-        if r % 2 == 0:
-            t_ours.append(timed_block(ours, calls, timer))
-            t_theirs.append(timed_block(theirs, calls, timer))
-        else:
-            t_theirs.append(timed_block(theirs, calls, timer))
-            t_ours.append(timed_block(ours, calls, timer))
-    return t_ours, t_theirs
-
-
 def summarize(t_ours, t_theirs):
     """The per-round speedups t_theirs / t_ours: median and interquartile range, with each
     side's median microseconds per call."""
-    ratios = [b / a for a, b in zip(t_ours, t_theirs)]
-    q1, median, q3 = quartiles(ratios)
+    ratios = rounds.round_ratios(t_theirs, t_ours)
+    q1, median, q3 = rounds.quartiles(ratios)
     return {"ratio": median, "ratio_q1": q1, "ratio_q3": q3, "rounds": len(ratios),
             "flashattn_us": statistics.median(t_ours) * US_PER_S,
             "sdpa_us": statistics.median(t_theirs) * US_PER_S}
@@ -101,7 +72,7 @@ def agree(ours, theirs):
             raise AssertionError(f"flashattn and SDPA differ by {(x - y).abs().max().item():.3g}")
 
 
-def measure(threads, rounds, seed=0):
+def measure(threads, round_count, seed=0):
     torch.set_num_threads(threads)
     rows = []
     for shape in SHAPES:
@@ -112,7 +83,9 @@ def measure(threads, rounds, seed=0):
                 agree(ours, theirs)
                 for _ in range(WARMUP_CALLS):
                     ours(), theirs()
-                row = summarize(*paired_rounds(ours, theirs, rounds, CALLS[mode]))
+                times = rounds.interleaved_rounds({"flashattn": ours, "sdpa": theirs},
+                                                  round_count, CALLS[mode])
+                row = summarize(times["flashattn"], times["sdpa"])
                 rows.append({"shape": list(shape), "causal": causal, "mode": mode,
                              "threads": threads, **row})
     return rows

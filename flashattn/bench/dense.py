@@ -167,9 +167,10 @@ def make_step(impl, case, q, k, v, dout):
     return forward_backward
 
 
-def measure_case(case, impls, run, settings):
+def measure_case(case, impls, run, settings, timing=None):
     """The case's Result of every implementation: checked against float64, then timed in
-    alternation, with flashattn's paired speedup over each of the others."""
+    alternation (or by timing: measure.check_then_time's), with flashattn's paired speedup
+    over each of the others."""
     q, k, v, dout = make_inputs(case, run.device)
     references = measure.reference_rows(q, k, v, dout, case.causal,
                                         with_dq=case.mode == "fwdbwd")
@@ -186,7 +187,8 @@ def measure_case(case, impls, run, settings):
                           case.batch, case.heads, case.head_dim, impl.name),
                    make_step(impl, case, q, k, v, dout), check_in(impl.layout))
                   for impl in impls]
-    results, samples = measure.check_then_time(candidates, run.probe, settings, NOT_AVAILABLE)
+    results, samples = measure.check_then_time(candidates, run.probe, settings, NOT_AVAILABLE,
+                                               timing=timing)
     for name, times_ms in samples.items():
         result = results[name]
         result.tflops = case.flops() / (result.time_ms / measure.MS_PER_S) / FLOPS_PER_TFLOP
@@ -195,9 +197,10 @@ def measure_case(case, impls, run, settings):
     return list(results.values())
 
 
-def measure_cases(run, cases, impls, settings, table, row):
+def measure_cases(run, cases, impls, settings, table, row, measure_one=measure_case):
     """Every case, its table printed as it goes (a header per mode and dtype; row(result) ->
-    the cells of a result that ran): [Result]."""
+    the cells of a result that ran): [Result]. measure_one: measure_case or one of its
+    signature."""
     results, group = [], None
     run.progress.expect(len(cases))
     for case in cases:
@@ -206,7 +209,7 @@ def measure_cases(run, cases, impls, settings, table, row):
             run.print(table.header(case_title(case.mode, dtype_name(case.dtype),
                                               case.heads, case.head_dim)))
         run.progress.step(case.label())
-        for r in measure_case(case, impls, run, settings):
+        for r in measure_one(case, impls, run, settings):
             leading = ["yes" if r.causal else "no", r.seqlen, r.batch, r.impl]
             run.print(table.not_available(leading, r.reason) if r.status == NOT_AVAILABLE
                       else table.row([*leading, *row(r)]))

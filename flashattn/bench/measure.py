@@ -214,13 +214,15 @@ def time_in_alternation(steps, probe, repeats):
     return times
 
 
-def check_then_time(candidates, probe, settings, not_available, companions=None):
+def check_then_time(candidates, probe, settings, not_available, companions=None, timing=None):
     """Every bench mode's measurement of one case. candidates: [(name, result, step, check)];
     each step is warmed up, checked and profiled (warm_up_check_and_profile), and one that
     cannot run gets result.status = not_available with its reason and no timing. The others
     are timed in alternation, and each result gets its samples and their median. companions:
     {name: step} timed in the same rotation, neither checked nor given a result (a yardstick
     that the results are compared with repeat by repeat, as a CopyStep for the bandwidth).
+    timing: ({name: step}) -> {name: [ms, ...]}, samples paired by index; by default
+    time_in_alternation with settings.repeats.
     Returns ({name: result}, {name: [ms, ...]} of those timed, companions included)."""
     results, runnable = {}, {}
     for name, result, step, check in candidates:
@@ -231,7 +233,9 @@ def check_then_time(candidates, probe, settings, not_available, companions=None)
         else:
             runnable[name] = step
         results[name] = result
-    times = time_in_alternation({**runnable, **(companions or {})}, probe, settings.repeats)
+    steps = {**runnable, **(companions or {})}
+    times = (timing(steps) if timing
+             else time_in_alternation(steps, probe, settings.repeats))
     for name, samples in times.items():
         if name not in results:
             continue  # a companion

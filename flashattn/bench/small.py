@@ -6,9 +6,11 @@ The dense subcommand's measurement (dense.py) at S 1, 16, 64 and 128, B 1 and 8,
 causal and not, forward and forward+backward: flashattn's flash_attn_func, called as
 FlashAttention-2 users call it, on (B, S, H, D) views of the inputs, against every SDPA backend
 of the device on the same tensors in (B, H, S, D). Each call is checked against float64 first,
-then timed alone, the implementations in alternation; times in microseconds, flashattn's
-speedup paired call by call, and per direction and dtype the geometric mean of its speedup over
-the fastest SDPA backend of each shape.
+then timed in interleaved rounds (rounds.py, as tools/small_targets.py times issue 29's
+targets): every round a block of calls of each implementation back to back, the order reversed
+every other round. Times in microseconds per call (median over the rounds), flashattn's speedup
+per round (median and interquartile range), and per direction and dtype the geometric mean of
+its median speedup over the fastest SDPA backend of each shape.
 
 On CUDA it also reports each call's host time (host_us, issue 29): how long the Python call
 takes to return, CUDA being asynchronous, while the GPU is still busy with work queued before
@@ -16,14 +18,17 @@ it, so that the clock sees only the host's side (argument handling, dispatch, al
 autograd, launches), for flashattn and every SDPA backend, in a second table and the JSON's
 "host_us". The CPU's output is unchanged: there a call returns when its work is done.
 """
+import dataclasses
+import functools
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from .._interface import flash_attn_func
-from . import dense, measure, options
+from . import dense, measure, options, rounds
 from .common import dtype_name
 from .table import Table, case_title, fmt, times
 
@@ -32,9 +37,11 @@ HELP = ("per-call cost at small shapes (S 1-128, B 1 and 8): flash_attn_func aga
 DESCRIPTION = ("What one call costs at small shapes, where reaching the kernel is most of the "
                "time: flashattn's flash_attn_func on (B, S, H, D) views against every "
                "F.scaled_dot_product_attention backend of the device, each checked against "
-               "float64, then timed call by call in alternation.")
+               "float64, then timed in interleaved rounds: a block of calls of each implementation "
+               "back to back, the order reversed every other round.")
 EPILOG = ("Defaults: S 1,16,64,128, B 1,8, 8 heads of 64, causal and not, forward and "
-          "forward+backward; CPU float32, CUDA bfloat16. --quick: S 16,64 at B 1.")
+          "forward+backward; CPU float32, CUDA bfloat16; 51 rounds (--repeats) of ~1 ms "
+          "blocks. --quick: S 16,64 at B 1, 11 rounds.")
 PLOTS = None
 US_PER_MS = 1e3
 
@@ -50,7 +57,7 @@ class Settings:
     warmup: int
 
 
-# Calls of microseconds are noisy one by one: many repeats (cheap here) steady the medians.
+# repeats: the rounds. Many (cheap here) steady the medians and the quartiles.
 DEFAULTS = {
     "cpu": Settings(dtypes=(torch.float32,), batches=(1, 8), heads=8, head_dim=64,
                     seqlens=(1, 16, 64, 128), repeats=51, warmup=5),
@@ -59,6 +66,11 @@ DEFAULTS = {
 }
 # --quick: a couple of shapes, seconds, for CI.
 QUICK = {device: dict(batches=(1,), seqlens=(16, 64), repeats=11) for device in DEFAULTS}
+# A round's block of calls of one implementation: long against the clock's overhead, short
+# against bursts of load (tools/small_targets.py's blocks of 100 forwards or 20
+# forward+backwards take 0.5-3 ms). Sized by the fastest implementation's single calls.
+BLOCK_MS = 1.0
+SIZING_CALLS = 3
 
 # Host time per call: the devices whose calls return before their work is done.
 HOST_TIMED_DEVICES = {"cuda"}
@@ -92,17 +104,70 @@ def enumerate_cases(args, settings):
             for seqlen in settings.seqlens]
 
 
+@dataclass
+class SmallResult(dense.Result):
+    calls_per_block: Optional[int] = None  # calls in each round's block of this case
+    speedup_q1: Optional[float] = None     # interquartile range of the per-round speedups
+    speedup_q3: Optional[float] = None
+
+
+class InterleavedTiming:
+    """measure.check_then_time's timing of one case: rounds.interleaved_rounds of the steps,
+    in blocks of block_ms sized by the fastest step's single calls; {name: [ms per call, one
+    per round]}. Keeps the calls per block it chose in .calls."""
+
+    def __init__(self, probe, round_count, block_ms=BLOCK_MS, sizing_calls=SIZING_CALLS):
+        self.probe, self.round_count = probe, round_count
+        self.block_ms, self.sizing_calls = block_ms, sizing_calls
+        self.calls = None
+
+    def __call__(self, steps):
+        if not steps:
+            return {}
+        fastest_ms = min(statistics.median(self.probe.time_ms(step)
+                                           for _ in range(self.sizing_calls))
+                         for step in steps.values())
+        self.calls = rounds.calls_per_block(fastest_ms, self.block_ms)
+        return rounds.interleaved_rounds(steps, self.round_count, self.calls,
+                                         time_block=self.time_block)
+
+    def time_block(self, step, calls):
+        """ms per call of a block, by the probe's clock (CUDA events on CUDA)."""
+        return self.probe.time_ms(functools.partial(rounds.repeat, step, calls)) / calls
+
+
+def measure_case(case, impls, run, settings):
+    """dense.measure_case timed in interleaved rounds: [SmallResult], each speedup the median
+    of the per-round ratios (dense's paired speedup, a round being the pair) with its
+    quartiles."""
+    timing = InterleavedTiming(run.probe, settings.repeats)
+    results = [SmallResult(**dataclasses.asdict(r))
+               for r in dense.measure_case(case, impls, run, settings, timing=timing)]
+    ours = next((r.times_ms for r in results if r.impl == dense.FLASHATTN and r.times_ms), None)
+    for r in results:
+        if r.times_ms is not None:
+            r.calls_per_block = timing.calls
+        if ours and r.speedup is not None:
+            r.speedup_q1, _, r.speedup_q3 = rounds.quartiles(rounds.round_ratios(r.times_ms,
+                                                                                 ours))
+    return results
+
+
 TABLE = Table((("causal", 6), ("seqlen", 6), ("batch", 5), ("impl", 14), ("max_err", 8),
-               ("dq_err", 8), ("time_us", 10), ("fa_speedup", 10), ("peak_MB", 9)),
-              reason_width=70)
-LEGEND = ("time_us: median of single calls; fa_speedup = t_sdpa / t_flashattn per back-to-back "
-          "pair of calls, median; > 1: flashattn is faster.")
+               ("dq_err", 8), ("time_us", 10), ("fa_speedup", 10), ("speedup_IQR", 11),
+               ("peak_MB", 9)), reason_width=70)
+LEGEND = ("time_us: per call, median over the rounds (each round a block of calls of every "
+          "implementation, back to back, the order reversed every other round); fa_speedup = "
+          "t_sdpa / t_flashattn per round, median, speedup_IQR its interquartile range; > 1: "
+          "flashattn is faster.")
 
 
 def table_cells(r):
+    iqr = (None if r.speedup_q1 is None
+           else f"{r.speedup_q1:.2f}-{r.speedup_q3:.2f}")
     return [fmt(r.max_err, ".1e"), fmt(r.dq_err, ".1e"),
             fmt(None if r.time_ms is None else r.time_ms * US_PER_MS, ".1f"), times(r.speedup),
-            fmt(r.peak_mb, ".1f")]
+            iqr or "-", fmt(r.peak_mb, ".1f")]
 
 
 def host_time_us(step, sync, busy, timer=time.perf_counter, calls=HOST_CALLS,
@@ -197,10 +262,11 @@ def host_table_lines(rows, heads, head_dim):
 
 def main(run):
     settings = run.settings(DEFAULTS, QUICK)
-    run.print_headline("per-call cost at small shapes vs F.scaled_dot_product_attention",
-                       settings.repeats)
+    run.print_headline("per-call cost at small shapes vs F.scaled_dot_product_attention, "
+                       f"{settings.repeats} interleaved rounds of ~{BLOCK_MS:g} ms blocks")
     cases, impls = enumerate_cases(run.args, settings), implementations(run.device.type)
-    results = dense.measure_cases(run, cases, impls, settings, TABLE, table_cells)
+    results = dense.measure_cases(run, cases, impls, settings, TABLE, table_cells,
+                                  measure_one=measure_case)
     entries = dense.summarize(results)
     run.print(*dense.summary_lines(entries, LEGEND))
     extra = {}
@@ -217,6 +283,9 @@ def main(run):
         "heads": settings.heads, "head_dim": settings.head_dim,
         "seqlens": list(settings.seqlens), "causal": run.args.causal, "mode": run.args.mode,
         "repeats": settings.repeats, "warmup": settings.warmup,
+        "timing": {"method": "interleaved rounds", "rounds": settings.repeats,
+                   "block_ms": BLOCK_MS, "order": "reversed every other round",
+                   "statistic": "median per-round ratio, with its quartiles"},
         "checked_rows_per_end": measure.CHECKED_ROWS_PER_END, **measure.memory_meta(run.probe),
     }, entries, results, **extra)
     return 0
