@@ -100,9 +100,28 @@ def _run(cmd):
 
 
 def _write_if_changed(path, text):
+    # Through a temporary file: pytest workers write the same file at the same time.
     if not os.path.exists(path) or open(path).read() != text:
-        with open(path, "w") as f:
+        tmp = path + f".tmp{os.getpid()}"
+        with open(tmp, "w") as f:
             f.write(text)
+        os.replace(tmp, path)
+
+
+def unity_source(path, sources):
+    """Writes `path`, a file that #includes each of `sources`: them as one translation unit,
+    whose shared headers are parsed once. Those dominate these sources' compile time (the
+    shim's own headers; torch's for the host code), so one unit compiles several times faster
+    than one per source. A build that tracks included files (ninja's depfiles, torch's
+    cpp_extension) still rebuilds it when any of them changes."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _write_if_changed(path, "".join(f'#include "{src}"\n' for src in sources))
+    return path
+
+
+def shim_unit(directory):
+    """directory/cudasim_runtime.cpp: every shim source as one translation unit."""
+    return unity_source(os.path.join(directory, "cudasim_runtime.cpp"), SHIM_SOURCES)
 
 
 def build_program(sources, name, build_dir=DEFAULT_BUILD_DIR, sanitize=False, extra_flags=(),
@@ -111,17 +130,14 @@ def build_program(sources, name, build_dir=DEFAULT_BUILD_DIR, sanitize=False, ex
 
     Objects are cached by the hash of their source, every shim header and the flags, so a
     second test run (or a second program) recompiles only what changed. The shim's own sources
-    are compiled as one translation unit: parsing the headers they share dominates their
-    compile time."""
+    are compiled as one translation unit (shim_unit)."""
     if jobs is None:  # CUDASIM_BUILD_JOBS=1 keeps a shared machine's other work undisturbed
         jobs = int(os.environ.get("CUDASIM_BUILD_JOBS", "2"))
     flags = compile_flags(sanitize) + list(extra_flags)
     headers = _shim_headers()
     mode = "asan" if sanitize else "plain"
     obj_dir = os.path.join(build_dir, "obj-" + mode)
-    os.makedirs(obj_dir, exist_ok=True)
-    shim_unit = os.path.join(obj_dir, "cudasim_runtime.cpp")
-    _write_if_changed(shim_unit, "".join(f'#include "{src}"\n' for src in SHIM_SOURCES))
+    runtime_unit = shim_unit(obj_dir)
 
     def compile_one(src_and_deps):
         src, deps = src_and_deps
@@ -132,7 +148,7 @@ def build_program(sources, name, build_dir=DEFAULT_BUILD_DIR, sanitize=False, ex
             os.replace(tmp, obj)
         return obj
 
-    units = [(src, [src]) for src in sources] + [(shim_unit, SHIM_SOURCES)]
+    units = [(src, [src]) for src in sources] + [(runtime_unit, SHIM_SOURCES)]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         objects = list(pool.map(compile_one, units))
     exe = os.path.join(build_dir, f"{name}-{mode}")

@@ -6,7 +6,7 @@ torch.utils.cpp_extension.load and returns the loaded module.
 The build is cached by torch under TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions),
 one folder per torch version; a rebuild happens only when a source or header changes. Two
 translation units carry the kernels' instantiations (forward, backward), so 2 cores compile them
-in parallel.
+in parallel; the host code and the shim are one unit each.
 """
 import importlib.util
 import os
@@ -47,9 +47,15 @@ def load(verbose=False):
 
     if cudasim_build.cuda_include_dir() is None:
         raise RuntimeError("the sim executor needs cuda_fp16.h / vector_types.h: set CUDA_HOME")
-    sources = [os.path.join(HERE, name) for name in
-               ("sim_kernels_fwd.cpp", "sim_kernels_bwd.cpp", "sim_ops.cpp")]
-    sources += [*shared_host_sources(), *cudasim_build.SHIM_SOURCES]
+    # Four translation units: the kernels' instantiations (forward, backward); the host code
+    # (sim_ops.cpp and csrc's, each including torch's headers) as one unit and the shim as
+    # another (cudasim/build.py unity_source: their shared headers parsed once, not per source).
+    units_dir = os.path.join(cudasim_build.DEFAULT_BUILD_DIR, "sim_ext")
+    sources = [os.path.join(HERE, name) for name in ("sim_kernels_fwd.cpp", "sim_kernels_bwd.cpp")]
+    sources += [cudasim_build.unity_source(os.path.join(units_dir, "sim_host.cpp"),
+                                           [os.path.join(HERE, "sim_ops.cpp"),
+                                            *shared_host_sources()]),
+                cudasim_build.shim_unit(units_dir)]
     # The shim's own flags (includes, -DFLASHATTN_CUDASIM, -O1: the kernels' unrolled loops stay
     # cheap to compile and the fibers fast enough), with torch's C++ standard (2.14 needs C++20).
     # No debug info: it doubles the compile time of the kernel translation units.
