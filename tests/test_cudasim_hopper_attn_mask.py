@@ -1,8 +1,8 @@
 """attn_mask on the sm_90a forward and backward as the library runs them (torch.ops.flashattn_sim on
 a device the shim presents as compute capability 9.0 with FLASHATTN_CUDA_HOPPER=1): the kAttnMask
 main loops, bool and additive masks (fp32 and the inputs' 16-bit type) in the broadcast shapes
-the op accepts, alone, causal (both alignments) and with a local window, GQA, seqused, awkward
-lengths and Sq != Sk both ways. Outputs are poisoned before the kernels write them (conftest.py);
+the op accepts, alone, causal (both alignments) and with a local window, with softcap, ALiBi or
+both in the forward and ALiBi in the backward (run-time choices inside those loops), GQA, seqused, awkward lengths and Sq != Sk both ways. Outputs are poisoned before the kernels write them (conftest.py);
 results are compared with the float64 reference within 2x PyTorch's own error (3x for
 gradients), and with the sm_80 kernels on the same call. The shim's counters show which kernel
 ran.
@@ -180,22 +180,66 @@ def test_hopper_forward_mask_seqused(hopper):
         assert_within_torch_error(f"lse[{b}]", lse[b:b + 1, :, :nq], ref_lse, low_lse.float())
 
 
-@pytest.mark.parametrize("what", ["softcap", "alibi", "d256"])
-def test_hopper_forward_mask_with_softcap_or_alibi_runs_sm80(hopper, what):
-    # Not among the kAttnMask main loops (launch_fwd_sm90.cuh; at d = 256 they spill:
-    # fwd_sm90_builds_attn_mask): the plan keeps the call on the sm_80 kernels (README's support
-    # table), and it is right there.
-    d = 256 if what == "d256" else 64
-    q = torch.randn(1, 65, 2, d, dtype=torch.bfloat16)
-    k, v = (torch.randn(1, 129, 2, d, dtype=torch.bfloat16) for _ in range(2))
+def logit_arguments(logits, b, hq):
+    """A case's softcap and ALiBi ("none", "softcap", "alibi_h", "alibi_bh", "softcap_alibi_bh")
+    -> keyword arguments for the op and the reference alike: fresh slopes, [Hq] or [B, Hq]."""
+    kwargs = {}
+    if "softcap" in logits:
+        kwargs["softcap"] = 2.5
+    if "alibi_bh" in logits:
+        kwargs["alibi_slopes"] = torch.rand(b, hq) * 0.5 + 0.01
+    elif "alibi_h" in logits:
+        kwargs["alibi_slopes"] = torch.rand(hq) * 0.5 + 0.01
+    return kwargs
+
+
+# (dtype, head dim, mask kind, mask shape, visibility, softcap / ALiBi, B, Sq, Sk, Hq, Hkv):
+# attn_mask with softcap, with ALiBi ([Hq] and [B, Hq] slopes) and with both, inside the kAttnMask
+# loops at run time (launch_fwd_sm90.cuh), in the order scale, softcap, ALiBi, mask, visibility.
+FWD_LOGIT_CASES = [
+    (torch.bfloat16, 64, "bool", "full", "none", "softcap", 2, 65, 129, 2, 1),
+    (torch.float16, 128, "float32", "2d", "causal", "alibi_h", 1, 129, 63, 2, 2),
+    (torch.bfloat16, 128, "16bit", "key_padding", "causal_top_left", "alibi_bh", 2, 257, 65, 3, 1),
+    (torch.float16, 64, "16bit", "per_query", "window", "softcap_alibi_bh", 2, 7, 257, 2, 1),
+    (torch.bfloat16, 64, "float32", "per_head", "window_left_only", "softcap_alibi_h", 1, 127, 129, 2, 1),
+    (torch.float16, 128, "bool", "full", "none", "softcap_alibi_h", 1, 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype, d, kind, shape, vis, logits, b, sq, sk, hq, hkv", FWD_LOGIT_CASES,
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_forward_mask_with_softcap_and_alibi(schedule, hopper, dtype, d, kind, shape, vis, logits,
+                                                    b, sq, sk, hq, hkv):
+    q = torch.randn(b, sq, hq, d, dtype=dtype)
+    k, v = (torch.randn(b, sk, hkv, d, dtype=dtype) for _ in range(2))
+    mask = make_mask(kind, shape, b, hq, sq, sk, dtype)
+    scale = d ** -0.5
+    op_kwargs, ref_kwargs = mask_kwargs(VIS[vis])
+    extra = logit_arguments(logits, b, hq)
+    (out, lse), counters = hopper.counted(
+        lambda: hopper.fwd(q, k, v, scale, attn_mask=mask, **op_kwargs, **extra))
+    kernels = launched(counters)
+    assert len(kernels) == 1 and sm90_kernel(dtype, d, VIS[vis]) in kernels[0], kernels
+    (ref_out, ref_lse), (low_out, low_lse) = reference(q, k, v, mask, scale, dict(ref_kwargs, **extra))
+    assert_within_torch_error("out", out, ref_out, low_out)
+    assert_within_torch_error("lse", lse, ref_lse, low_lse.float())
+    hidden = ~torch.isfinite(ref_lse)
+    assert (lse[hidden] == float("-inf")).all()
+    assert (out.transpose(1, 2)[hidden] == 0).all()
+
+
+@pytest.mark.parametrize("logits", ["none", "softcap_alibi_h"])
+def test_hopper_forward_mask_at_d256_runs_sm80(hopper, logits):
+    # Not among the kAttnMask main loops at d = 256 (they spill: fwd_sm90_builds_attn_mask): the
+    # plan keeps the call on the sm_80 kernels (README's support table), and it is right there.
+    q = torch.randn(1, 65, 2, 256, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 129, 2, 256, dtype=torch.bfloat16) for _ in range(2))
     mask = make_mask("bool", "full", 1, 2, 65, 129, torch.bfloat16)
-    slopes = torch.rand(2) * 0.5 + 0.01
-    extra = {"softcap": dict(softcap=2.5), "alibi": dict(alibi_slopes=slopes), "d256": {}}[what]
-    ref_extra = extra
+    extra = logit_arguments(logits, 1, 2)
     (out, lse), counters = hopper.counted(
         lambda: hopper.fwd(q, k, v, 0.125, attn_mask=mask, **extra))
     assert launched(counters) and all("sm90" not in k for k in launched(counters))
-    (ref_out, _), (low_out, _) = reference(q, k, v, mask, 0.125, ref_extra)
+    (ref_out, _), (low_out, _) = reference(q, k, v, mask, 0.125, extra)
     assert_within_torch_error("out", out, ref_out, low_out)
 
 
@@ -255,6 +299,65 @@ def test_hopper_backward_with_attn_mask(schedule, hopper, dtype, d, kind, shape,
     low = reference_grads(q, k, v, low_mask, dout, scale, ref_kwargs)
     for name, got, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
         assert got.isfinite().all(), name
+        assert_within_torch_error(name, got, want, yardstick, factor=3.0)
+
+
+# (dtype, head dim, mask kind, mask shape, visibility, ALiBi, B, Sq, Sk, Hq, Hkv): the kAttnMask
+# loops with ALiBi at run time (launch_bwd_sm90.cuh), [Hq] and [B, Hq] slopes; both head dims,
+# causal both ways and windows, GQA, awkward lengths, Sq != Sk both ways.
+BWD_LOGIT_CASES = [
+    (torch.bfloat16, 64, "float32", "full", "none", "alibi_h", 2, 65, 129, 2, 1),
+    (torch.float16, 128, "bool", "2d", "causal", "alibi_bh", 1, 129, 63, 2, 2),
+    (torch.bfloat16, 128, "16bit", "per_head", "causal_top_left", "alibi_h", 1, 257, 65, 4, 2),
+    (torch.float16, 64, "bool", "key_padding", "window", "alibi_bh", 2, 7, 257, 2, 1),
+    (torch.bfloat16, 64, "16bit", "per_query", "window_left_only", "alibi_h", 1, 127, 129, 2, 1),
+    (torch.float16, 128, "float32", "full", "none", "alibi_bh", 1, 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype, d, kind, shape, vis, logits, b, sq, sk, hq, hkv", BWD_LOGIT_CASES,
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_backward_mask_with_alibi(schedule, hopper, dtype, d, kind, shape, vis, logits,
+                                         b, sq, sk, hq, hkv):
+    q = torch.randn(b, sq, hq, d, dtype=dtype)
+    k, v = (torch.randn(b, sk, hkv, d, dtype=dtype) for _ in range(2))
+    mask = make_mask(kind, shape, b, hq, sq, sk, dtype)
+    scale = d ** -0.5
+    op_kwargs, ref_kwargs = mask_kwargs(VIS[vis])
+    extra = logit_arguments(logits, b, hq)
+    out, lse = hopper.fwd(q, k, v, scale, attn_mask=mask, **op_kwargs, **extra)
+    dout = torch.randn_like(out)
+    grads, counters = hopper.counted(lambda: hopper.bwd(
+        dout, q, k, v, out, lse, None, scale, attn_mask=mask, **op_kwargs, **extra))
+    kernels = launched(counters)
+    assert len(kernels) == 3 and sm90_bwd_kernel(dtype, d, VIS[vis]) in kernels[1], kernels
+    mask64 = mask if mask.dtype == torch.bool else to64(mask)
+    low_mask = mask if mask.dtype == torch.bool else mask.to(dtype)
+    ref_kwargs = dict(ref_kwargs, **extra)
+    ref = reference_grads(to64(q), to64(k), to64(v), mask64, dout.double(), scale, ref_kwargs)
+    low = reference_grads(q, k, v, low_mask, dout, scale, ref_kwargs)
+    for name, got, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
+        assert got.isfinite().all(), name
+        assert_within_torch_error(name, got, want, yardstick, factor=3.0)
+
+
+@pytest.mark.parametrize("logits", ["softcap", "softcap_alibi_bh"])
+def test_hopper_backward_mask_with_softcap_runs_sm80(hopper, logits):
+    # attn_mask with softcap: the forward runs on sm_90a, the backward on sm_80 (softcap's chain
+    # factor would need the mask's bias again after dP^T's wait: plan_bwd_sm90.h); both are right.
+    q = torch.randn(1, 65, 2, 64, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 129, 2, 64, dtype=torch.bfloat16) for _ in range(2))
+    mask = make_mask("float32", "full", 1, 2, 65, 129, torch.bfloat16)
+    extra = logit_arguments(logits, 1, 2)
+    (out, lse), counters = hopper.counted(lambda: hopper.fwd(q, k, v, 0.125, attn_mask=mask, **extra))
+    assert "fwd_sm90_kernel<" in launched(counters)[0]
+    dout = torch.randn_like(out)
+    grads, counters = hopper.counted(lambda: hopper.bwd(
+        dout, q, k, v, out, lse, None, 0.125, attn_mask=mask, **extra))
+    assert launched(counters) and not any("sm90" in k for k in launched(counters)), launched(counters)
+    ref = reference_grads(to64(q), to64(k), to64(v), to64(mask), dout.double(), 0.125, extra)
+    low = reference_grads(q, k, v, mask.to(q.dtype), dout, 0.125, extra)
+    for name, got, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
         assert_within_torch_error(name, got, want, yardstick, factor=3.0)
 
 

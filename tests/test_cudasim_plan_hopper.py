@@ -3,7 +3,7 @@ GPU. The forward:
 torch.ops.flashattn_sim.plan_fwd on a compute capability 9.0 device, opted in (hopper_fwd, what
 FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64, 128 or 256,
 causal (either alignment) or not, dense or varlen, with seqused or without, attn_mask (any
-layout, without softcap or ALiBi, d = 64 and 128), that the sm_80 plan
+layout, with softcap, ALiBi or both, d = 64 and 128), that the sm_80 plan
 would run as one unsplit, unpacked launch with TMA-readable layouts; every other call stays on the
 sm_80 kernels, each such feature listed in README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
 threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V (128 keys a
@@ -12,8 +12,8 @@ stages) + 1024 bytes of alignment slack.
 
 The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
 64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, local
-windows, softcap, ALiBi (with softcap at d = 128 only), attn_mask (without ALiBi, softcap or
-its gradient), GQA,
+windows, softcap, ALiBi (with softcap at d = 128 only), attn_mask (with ALiBi; not with
+softcap, nor its gradient), GQA,
 deterministic or not, whose q, k, v and dout TMA can read; everything else keeps the sm_80
 backward. Its three launches, by
 hopper/bwd_sm90_params.h (bwd_sm90_grids): the rows kernel over Sq padded to kBlockM (128 at d = 64,
@@ -141,13 +141,11 @@ def _stays_on_sm80():
         *_dropout_with_other_logits(q, k, v),
         # flashattn.distributed's partial outputs: sm_80's split path with one split.
         ("out_fp32", (q, k, v), dict(out_fp32=True)),
-        ("attn_mask with softcap", (q, k, v),
-         dict(attn_mask=torch.ones(130, 130, dtype=torch.bool), softcap=2.0)),
-        ("attn_mask with ALiBi", (q, k, v),
-         dict(attn_mask=torch.zeros(130, 130), alibi_slopes=torch.rand(2, dtype=torch.float32))),
         # Its main loops spill at d = 256 (hopper/fwd_sm90_config.h fwd_sm90_builds_attn_mask).
         ("attn_mask at head dim 256", qkv(2, 130, 130, 2, 2, 256),
          dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
+        ("attn_mask with softcap and ALiBi at head dim 256", qkv(2, 130, 130, 2, 2, 256),
+         dict(attn_mask=torch.zeros(130, 130), softcap=2.0, alibi_slopes=torch.rand(2, dtype=torch.float32))),
         ("GQA decode, packed", qkv(2, 1, 512, 8, 2, 128), {}),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
         ("unaligned pointer", (q, _unaligned_pointer(2, 130, 2, 128), v), {}),
@@ -167,8 +165,9 @@ def test_what_hopper_lacks_stays_on_sm80(sim, name, args, kwargs):
 
 # attn_mask (hopper/fwd_sm90_mask.cuh apply_attn_mask, read per entry through its strides): bool,
 # fp32 and the inputs' 16-bit type, broadcast shapes down to one element and a non-contiguous
-# view, alone, causal and with a local window: the Hopper plan, with the same geometry as without
-# the mask (the bias is read in the consumers' score step).
+# view, alone, causal and with a local window, with softcap, ALiBi ([Hq] or [B, Hq]) or both (at
+# run time inside the mask's loops): the Hopper plan, with the same geometry as without the mask
+# (the bias is read in the consumers' score step); the backward's with softcap stays on sm_80.
 def _attn_masks():
     full = torch.zeros(3, 4, 300, 200, dtype=torch.float16).transpose(-1, -2)  # strided keys
     return {
@@ -176,6 +175,13 @@ def _attn_masks():
         "float32_key_padding_causal": (dict(attn_mask=torch.zeros(3, 1, 1, 300)), dict(causal=True)),
         "fp16_full_transposed_window": (dict(attn_mask=full), dict(window_left=30, window_right=4)),
         "bool_one_element": (dict(attn_mask=torch.ones(1, dtype=torch.bool)), dict(causal=True)),
+        "bool_2d_softcap": (dict(attn_mask=torch.ones(200, 300, dtype=torch.bool), softcap=2.0), {}),
+        "float32_key_padding_alibi_causal": (
+            dict(attn_mask=torch.zeros(3, 1, 1, 300), alibi_slopes=torch.rand(3, 4)), dict(causal=True)),
+        "fp16_full_window_softcap_alibi": (
+            dict(attn_mask=full, softcap=1.5, alibi_slopes=torch.rand(4)), dict(window_left=30, window_right=4)),
+        "fp16_full_window_alibi": (dict(attn_mask=full, alibi_slopes=torch.rand(3, 4)),
+                                   dict(window_left=30, window_right=4)),
     }
 
 
@@ -189,6 +195,9 @@ def test_hopper_takes_attn_mask(sim, d, name):
     plain = plan_fwd(sim, *args, device=HOPPER, **kwargs)
     assert plan["grid"] == plain["grid"] and plan["block"] == plain["block"]
     plan = plan_bwd(sim, *args, device=HOPPER, **mask, **kwargs)
+    if "softcap" in mask:  # the backward's attn_mask loops take no softcap
+        assert plan["arch"] == "sm80"
+        return
     assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_BWD_SMEM[d]
     assert plan["steps"] == plan_bwd(sim, *args, device=HOPPER, **kwargs)["steps"]
 
@@ -425,10 +434,9 @@ def _backward_stays_on_sm80():
         *_dropout_with_other_logits(q, k, v),
         ("dropout at head dim 64", qkv(2, 130, 130, 2, 2, 64),
          dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]))),
+        # Softcap's chain factor would need the mask's bias again after dP^T's wait.
         ("attn_mask with softcap", (q, k, v),
          dict(attn_mask=torch.ones(130, 130, dtype=torch.bool), softcap=2.0)),
-        ("attn_mask with ALiBi", (q, k, v),
-         dict(attn_mask=torch.zeros(130, 130), alibi_slopes=torch.rand(2, dtype=torch.float32))),
         # (The float mask's gradient, which plan_bwd does not take, stays on sm_80 too:
         # test_cudasim_hopper_attn_mask.py runs it.)
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),

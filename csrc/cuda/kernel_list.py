@@ -123,7 +123,7 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # loops (launch_fwd_sm90.cuh, launch_fwd_sm90_features): no mask, causal, a local window, each with
 # softcap and without; ALiBi with no mask, causal or a local window, softcap or not at run time
 # (at d = 256 no local window); attn_mask with no mask,
-# causal or a local window, without softcap or ALiBi; a gathered (paged or indexed) KV cache with
+# causal or a local window, softcap and ALiBi or not at run time; a gathered (paged or indexed) KV cache with
 # no mask, causal or a local window only, the masks a decode takes; dropout with no mask, causal
 # or a local window, alone; at d = 256 thirteen, without softcap + local window and without
 # attn_mask (they spill: hopper/fwd_sm90_config.h). What is not built
@@ -131,7 +131,7 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # fifteen main loops (launch_bwd_sm90.cuh, launch_bwd_sm90_masks): no mask, causal, a local
 # window, each with softcap and without; ALiBi with no mask, causal or a local window, softcap or
 # not at run time at d = 128 (at d = 64 without: it spills, hopper/bwd_sm90_config.h); attn_mask
-# with no mask, causal or a local window; dropout with no mask, causal or a local window, alone,
+# with no mask, causal or a local window, ALiBi or not at run time; dropout with no mask, causal or a local window, alone,
 # at d = 128 only (at d = 64 they spill: hopper/bwd_sm90_config.h) (and its rows and convert
 # kernels). Six forward files and four backward: the build-time budget
 # (docs/lab/2026-12-02-hopper-forward-features.md, docs/lab/2026-12-02-hopper-backward-wiring.md,

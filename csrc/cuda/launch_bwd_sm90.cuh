@@ -28,8 +28,8 @@ namespace flashattn::cuda {
 // or a local window (the forward's classification, sm90_fwd_mask), each with softcap or without;
 // ALiBi with no mask, causal or a local window, softcap or not at run time where
 // hopper::bwd_sm90_alibi_takes_softcap (d = 128); attn_mask with no mask, causal or a local window,
-// without ALiBi or softcap (as the forward; plan_bwd_sm90.h keeps the rest, and the mask's
-// gradient, on sm_80); dropout with no mask, causal or a local window, without ALiBi, softcap
+// ALiBi or not at run time, without softcap (plan_bwd_sm90.h keeps that, and the mask's gradient,
+// on sm_80); dropout with no mask, causal or a local window, without ALiBi, softcap
 // or attn_mask (as the forward), at d = 128 only (hopper::bwd_sm90_builds_dropout).
 template <typename Element, int kHeadDim>
 std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper::BwdSm90Params& hp,
@@ -52,7 +52,8 @@ std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper:
     }
   }
   if (attn_mask) {
-    if (alibi || softcap) return "attn_mask with ALiBi or softcap is not built (the plan's mistake)";
+    if (softcap) return "attn_mask with softcap is not built (the plan's mistake)";
+    // ALiBi at run time, inside each attn_mask loop.
     switch (mask) {
       case Sm90FwdMask::kCausal:
         return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, false, false, true>(maps, hp, rows, stream);

@@ -45,8 +45,8 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 // a local window or no mask, each with softcap or without (at d = 256 a local window without
 // softcap only: fwd_sm90_builds_softcap_local); ALiBi with causal, no mask or (up to d = 128:
 // fwd_sm90_builds_alibi_local) a local window, each with softcap or not at run time;
-// attn_mask with no mask, causal or a local window, without softcap or ALiBi, up to d = 128
-// (fwd_sm90_builds_attn_mask); a gathered (paged or indexed) KV cache with no mask, causal or a
+// attn_mask with no mask, causal or a local window, with softcap and ALiBi or not at run time, up
+// to d = 128 (fwd_sm90_builds_attn_mask); a gathered (paged or indexed) KV cache with no mask, causal or a
 // local window, without softcap, ALiBi or attn_mask, the masks a decode takes (the plan keeps the
 // other combinations on sm_80: sm90_fwd_unsupported); dropout with no mask, causal or a local
 // window, without softcap, ALiBi, attn_mask or a gathered cache.
@@ -84,7 +84,7 @@ std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopp
     if constexpr (!hopper::fwd_sm90_builds_attn_mask(kHeadDim)) {
       return std::string("attn_mask is not built at this head dim (the plan's mistake)");
     } else {
-      if (softcap || alibi) return "attn_mask with softcap or ALiBi is not built (the plan's mistake)";
+      // Softcap and ALiBi at run time, inside each attn_mask loop.
       switch (mask) {
         case Sm90FwdMask::kCausal:
           return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, true>(maps, hp, stream);

@@ -122,11 +122,9 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
     return "cu_seqlens for only one of q and k";
   if (p.packed_heads > 1) return "a GQA decode with packed heads";
-  // attn_mask's main loops: no mask, causal or a local window, without softcap or ALiBi, up to
-  // d = 128 (launch_fwd_sm90.cuh). The kernel reads the mask per entry from global memory through its
-  // strides, so any layout the op accepts (broadcast strides included) runs here.
-  if (p.mask.ptr != nullptr && (p.softcap > 0.f || p.alibi.ptr != nullptr))
-    return "attn_mask with softcap or ALiBi";
+  // attn_mask's main loops: no mask, causal or a local window, softcap and ALiBi at run time, up
+  // to d = 128 (launch_fwd_sm90.cuh). The kernel reads the mask per entry from global memory through
+  // its strides, so any layout the op accepts (broadcast strides included) runs here.
   if (p.mask.ptr != nullptr && !hopper::fwd_sm90_builds_attn_mask(p.head_dim)) return "attn_mask at head dim 256";
   // Dropout's main loops: no mask, causal or a local window, without softcap, ALiBi or attn_mask
   // (launch_fwd_sm90.cuh).

@@ -94,15 +94,23 @@ __device__ __forceinline__ bool bwd_attn_mask_reads(const BwdSm90Params& p, int 
          mask_tile(p.attn_mask, batch, head, m0, rows_end, keys_begin, keys_end) != kMaskOpen;
 }
 
-// S^T (m64 keys x kN queries) := scale * S^T + attn_mask's bias (reads: bwd_attn_mask_reads), the
-// natural-log logit (score_bias.h mask_bias, fp32; the forward's order: scale, then the bias).
+// S^T (m64 keys x kN queries) := scale * S^T - ALiBi's bias + attn_mask's bias (reads:
+// bwd_attn_mask_reads), the natural-log logit (score_bias.h mask_bias, fp32; the forward's order:
+// scale, ALiBi, then the mask). alibi_slope: the head's slope, 0 without ALiBi (a slope of 0 adds
+// nothing either way); alibi_dist: element 0's query + offset - key (its distance, signed).
 // Element i is key key_row + 8 ((i % 4) / 2), query m0 + 8 (i / 4) + 2 tq + i % 2; entries past the
 // sequence are not read (the mask ends there; visibility hides them).
 template <int kN>
 __device__ __forceinline__ void bwd_attn_mask_logits(float (&s)[kN], const BwdSm90Params& p, bool reads, int batch, int head,
-                                                     int m0, int key_row, int tq, int seqlen_q, int seqlen_k) {
+                                                     int m0, int key_row, int tq, int seqlen_q, int seqlen_k,
+                                                     float alibi_slope, float alibi_dist) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) s[i] *= p.scale;
+  if (alibi_slope != 0.f) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i)
+      s[i] -= alibi_slope * fabsf(alibi_dist + static_cast<float>(8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2)));
+  }
   if (!reads) return;
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
@@ -118,7 +126,8 @@ __device__ __forceinline__ void bwd_attn_mask_logits(float (&s)[kN], const BwdSm
 // softcap * tanh(scale * s / softcap) in P^T, and dS^T times 1 - tanh^2 (the kAlibi loops
 // take softcap at run time instead, BwdSm90Params::softcap > 0, the bias added after it).
 // kAttnMask: attn_mask's bias (BwdSm90Params::attn_mask) added to the logit scale * s of P^T,
-// read from global memory per block (neither with ALiBi nor softcap).
+// read from global memory per block; ALiBi's bias before it at run time (alibi_slopes non-null),
+// not softcap.
 // kDropout: dropout (BwdSm90Params::dropout), the forward's keep mask recomputed
 // (sm90_dropout.cuh): dV takes the dropped P^T * Z / (1 - p), dS^T = P^T * (dP^T * Z / (1 - p) - D)
 // (score_rules.cuh's backward); neither with ALiBi, softcap nor attn_mask.
@@ -381,10 +390,15 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // to spare for it).
     const float alibi_dist = static_cast<float>(m_block * kBlockM + window.offset - key_row + 2 * tq);
     if constexpr (kAttnMask) {
-      // The logit scale * s + bias in fp32, the forward's (fwd_sm90_kernel's scores_to_p), so P
-      // is recomputed from the logit the LSE was taken over.
+      // The logit scale * s + the biases in fp32, the forward's (fwd_sm90_kernel's scores_to_p),
+      // so P is recomputed from the logit the LSE was taken over. ALiBi at run time, its slope
+      // (natural-log units, 0 without it) read here: held from before the wait, it spilled the
+      // d = 128 loops.
+      const float slope = p.alibi_slopes != nullptr
+                              ? FLASHATTN_GMEM(p.alibi_slopes)[batch * p.alibi_batch_stride + head_of(it) * p.alibi_head_stride]
+                              : 0.f;
       bwd_attn_mask_logits(sacc, p, kMaskClassEarly ? mask_reads_early : mask_reads(), batch, head_of(it),
-                           m_block * kBlockM, key_row, tq, seq.seqlen_q, seq.seqlen_k);
+                           m_block * kBlockM, key_row, tq, seq.seqlen_q, seq.seqlen_k, slope, alibi_dist);
     }
     // The ALiBi loops take softcap at run time (uniform over the grid) where they are built with
     // it (bwd_sm90_alibi_takes_softcap): with_softcap runs a pass as the loop with or without it.

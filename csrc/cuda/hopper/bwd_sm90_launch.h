@@ -79,14 +79,15 @@ std::string check_bwd_sm90_window(const BwdSm90Params& p) {
 }
 
 // "" if the ALiBi slopes fit the main loop chosen (kAlibi): slopes for a loop without ALiBi would
-// be ignored (another attention's gradients), and the kAlibi loop reads them for every block.
-template <bool kAlibi>
+// be ignored (another attention's gradients), and the kAlibi loop reads them for every block. The
+// attn_mask loops take them or not at run time.
+template <bool kAlibi, bool kAttnMask>
 std::string check_bwd_sm90_alibi(const BwdSm90Params& p) {
-  if (kAlibi != (p.alibi_slopes != nullptr))
+  if (!kAttnMask && kAlibi != (p.alibi_slopes != nullptr))
     return std::string("alibi_slopes: expected ") +
            (kAlibi ? "a pointer for the ALiBi kernel" : "nullptr without the ALiBi kernel") + ", got " +
            (p.alibi_slopes ? "a pointer" : "nullptr");
-  if (kAlibi && (p.alibi_batch_stride < 0 || p.alibi_head_stride < 0))
+  if (p.alibi_slopes != nullptr && (p.alibi_batch_stride < 0 || p.alibi_head_stride < 0))
     return "alibi_batch_stride, alibi_head_stride: expected non-negative strides, got " +
            std::to_string(p.alibi_batch_stride) + ", " + std::to_string(p.alibi_head_stride);
   return "";
@@ -107,11 +108,11 @@ std::string check_bwd_sm90_softcap(const BwdSm90Params& p) {
 }
 
 // "" on success, else why a launch failed (or which argument check_bwd_sm90_args rejected).
-// "" if attn_mask fits the main loop chosen (kAttnMask), as the slopes above; none with ALiBi or
-// softcap.
+// "" if attn_mask fits the main loop chosen (kAttnMask), as the slopes above; its loops take ALiBi
+// at run time (not as kAlibi), and no softcap.
 template <bool kAlibi, bool kSoftcap, bool kAttnMask>
 std::string check_bwd_sm90_attn_mask(const BwdSm90Params& p) {
-  static_assert(!(kAttnMask && (kAlibi || kSoftcap)), "no main loop has attn_mask with ALiBi or softcap");
+  static_assert(!(kAttnMask && (kAlibi || kSoftcap)), "the attn_mask loops take ALiBi at run time, and no softcap");
   if (kAttnMask != (p.attn_mask.ptr != nullptr))
     return std::string("attn_mask: expected ") + (kAttnMask ? "a mask for the attn_mask kernel" : "none") +
            ", got " + (p.attn_mask.ptr ? "a mask" : "none");
@@ -137,7 +138,7 @@ std::string launch_bwd_sm90(const BwdSm90Maps& maps, const BwdSm90Params& p, con
   using Cfg = BwdSm90Config<kHeadDim>;
   std::string bad = check_bwd_sm90_args(p, rows);
   if (bad.empty()) bad = check_bwd_sm90_window<kCausal, kLocal>(p);
-  if (bad.empty()) bad = check_bwd_sm90_alibi<kAlibi>(p);
+  if (bad.empty()) bad = check_bwd_sm90_alibi<kAlibi, kAttnMask>(p);
   if (bad.empty()) bad = check_bwd_sm90_softcap<kHeadDim, kAlibi, kSoftcap>(p);
   if (bad.empty()) bad = check_bwd_sm90_attn_mask<kAlibi, kSoftcap, kAttnMask>(p);
   if (bad.empty()) bad = check_bwd_sm90_dropout<kAlibi, kSoftcap, kAttnMask, kDropout>(p);

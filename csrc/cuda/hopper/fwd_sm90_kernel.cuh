@@ -98,7 +98,9 @@ __device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN
 // kAlibi: ALiBi's position bias (FwdSm90Params::alibi_slopes) on every tile, after softcap when
 // FwdSm90Params::softcap > 0 (a run-time choice in these loops; kSoftcap stays false).
 // kAttnMask: attn_mask's bias (FwdSm90Params::attn_mask) on every tile, read from global memory
-// per score tile (apply_attn_mask), after the logit and before the visibility mask.
+// per score tile (apply_attn_mask), after the logit and before the visibility mask; softcap
+// (FwdSm90Params::softcap > 0) and ALiBi (alibi_slopes non-null) are run-time choices in these
+// loops, as softcap is in the ALiBi loops.
 // kGatherKv: K and V come from a paged or indexed KV cache (FwdSm90Params::kv_cache), gathered
 // row by row by the whole producer warpgroup (fwd_sm90_gather.cuh) instead of TMA boxes.
 // kDropout: dropout (FwdSm90Params::dropout) of P in the product with V, after the row sums took
@@ -273,7 +275,9 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
   // Accumulator (or softcapped logit) units -> log2 units.
   const float exp2_scale = kSoftcap || kAlibi || kAttnMask ? cuda::kLog2e : p.scale_log2;
-  const float alibi_slope = kAlibi ? p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] : 0.f;
+  const float alibi_slope = kAlibi || (kAttnMask && p.alibi_slopes != nullptr)
+                                ? p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride]
+                                : 0.f;
   OnlineSoftmax softmax;
   softmax.init();
 
@@ -347,20 +351,23 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   auto scores_to_p = [&](int it, auto masked) {
     if constexpr (kSoftcap) {
       apply_softcap(sacc, p.softcap, p.scale_over_softcap);
-    } else if constexpr (kAlibi) {
-      // The ALiBi loops take softcap at run time (uniform over the grid), not as loops of
-      // their own: the logit is softcapped, then biased.
+    } else if constexpr (kAlibi || kAttnMask) {
+      // The ALiBi and attn_mask loops take softcap at run time (uniform over the grid), not as
+      // loops of their own: the logit is softcapped, then biased.
       if (p.softcap > 0.f) {
         apply_softcap(sacc, p.softcap, p.scale_over_softcap);
       } else {
 #pragma unroll
         for (int i = 0; i < kBlockN / 2; ++i) sacc[i] *= p.scale;
       }
-    } else if constexpr (kAttnMask) {
-#pragma unroll
-      for (int i = 0; i < kBlockN / 2; ++i) sacc[i] *= p.scale;
     }
-    if constexpr (kAlibi) apply_alibi(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, alibi_slope, diag_offset);
+    if constexpr (kAlibi) {
+      apply_alibi(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, alibi_slope, diag_offset);
+    } else if constexpr (kAttnMask) {
+      // The attn_mask loops take ALiBi at run time too, its bias before the mask's.
+      if (p.alibi_slopes != nullptr)
+        apply_alibi(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, alibi_slope, diag_offset);
+    }
     if constexpr (kAttnMask) {
       const int rows_begin = m_block * kBlockM + 64 * consumer;
       const int rows_end = rows_begin + 64 < seqlen_q ? rows_begin + 64 : seqlen_q;
