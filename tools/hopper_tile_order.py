@@ -11,7 +11,11 @@ tests/cudasim/selftest/hopper_tile_order_test.cpp's work_list, built against the
 It also models a persistent kernel's static walk: one CTA per SM, CTA c taking tiles c, c + SMs,
 c + 2 SMs, ... of the tile order, each CTA's tiles back to back. Without a mask that matches the
 hardware's hand-out; for causal it is worse, since the hardware hands the next tile to the
-first free SM and a static walk cannot (docs/lab/2026-12-03-hopper-persistent.md).
+first free SM and a static walk cannot (docs/lab/2026-12-03-hopper-persistent.md). And a
+dynamic walk (not built): one CTA per SM, each taking the next place of the tile order from an
+atomic counter whenever it finishes a tile. With the per-tile cost below it is the hardware's
+hand-out again (the same list schedule), minus what the model does not see; it is here to show
+that a dynamic walk keeps the heavy-first order's balance where a static one loses it.
 
     python tools/hopper_tile_order.py [--seqlens 1024,4096] [--head-dims 128] [--masks causal,none] [--gpu h200]
 
@@ -22,6 +26,7 @@ tiles + 1, in a walk as in a grid: the model cannot see what the walk saves (the
 the next tile's first K and V loading during the last tile's epilogue).
 """
 import argparse
+import heapq
 import os
 import subprocess
 import sys
@@ -53,6 +58,17 @@ def static_walk(work, slots):
     return max(loads) / (sum(work) / slots)
 
 
+def dynamic_walk(work, slots):
+    """q of a dynamic walk: one CTA per SM; the first CTA to finish a tile takes the next place."""
+    ctas = min(slots, len(work))
+    if ctas == 0:
+        return 1.0
+    free_at = [0.0] * ctas  # a heap of the times the CTAs finish their current tile
+    for w in work:
+        heapq.heapreplace(free_at, free_at[0] + w)
+    return max(free_at) / (sum(work) / slots)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seqlens", default="1024,4096")
@@ -65,7 +81,7 @@ def main():
     exe = build.build_program([os.path.join(build.SHIM_DIR, "selftest", "hopper_tile_order_test.cpp")],
                               "hopper_tile_order_test")
     print(f"{gpu.name}: {gpu.sms} SMs x {CTAS_PER_SM} CTA; B = {TOKENS} / N, Hq = {HIDDEN} / d")
-    print(f"{'mask':>6} {'N':>6} {'d':>4} {'CTAs':>6} {'q grid order':>13} {'q tile order':>13} {'q static walk':>14}")
+    print(f"{'mask':>6} {'N':>6} {'d':>4} {'CTAs':>6} {'q grid order':>13} {'q tile order':>13} {'q static walk':>14} {'q dynamic walk':>15}")
     for mask in args.masks.split(","):
         causal = mask == "causal"
         for seqlen in (int(s) for s in args.seqlens.split(",")):
@@ -74,8 +90,9 @@ def main():
                 work = {order: work_list(exe, order, seqlen, d, causal, batch, heads) for order in ("natural", "ordered")}
                 q = {order: gpu_model.wave_factor(w, slots) for order, w in work.items()}
                 walk = static_walk(work["ordered"], slots)
+                dynamic = dynamic_walk(work["ordered"], slots)
                 print(f"{mask:>6} {seqlen:>6} {d:>4} {len(work['natural']):>6} {q['natural']:>13.3f} "
-                      f"{q['ordered']:>13.3f} {walk:>14.3f}")
+                      f"{q['ordered']:>13.3f} {walk:>14.3f} {dynamic:>15.3f}")
 
 if __name__ == "__main__":
     main()
