@@ -10,8 +10,8 @@ op glue, plans and launch code as on a GPU).
 - Values and gradients on random inputs against the float64 reference given that mask, within
   2x (3x for gradients) PyTorch's own error in the dtype.
 - Which kernels ran: the Hopper forward's and backward's kDropout main loops (the last template
-  argument); at d = 64 and 256 the Hopper forward with sm_80's backward (the Hopper backward has
-  dropout at d = 128 only), which must agree on the mask.
+  argument); at d = 256, and with a local window at d = 64, the Hopper forward with sm_80's
+  backward (hopper/bwd_sm90_config.h, bwd_sm90_builds_dropout), which must agree on the mask.
 
 Outputs are poisoned before the kernels write them (conftest.py). Every case runs under forward,
 reverse and random warp orders with lazy, eager and random copy completion.
@@ -166,9 +166,10 @@ def test_forward_drops_exactly_the_keep_mask(schedule, hopper, dtype, d, mask, b
 
 
 @pytest.mark.parametrize("dtype, d, mask, b, sq, sk, hq, hkv",
-                         [c for c in MASK_CASES if c[1] == 128] + [
+                         [c for c in MASK_CASES if c[1] in (64, 128)] + [
                              (torch.bfloat16, 128, "window", 2, 257, 65, 2, 1),
-                             (torch.float16, 128, "causal_top_left", 1, 127, 129, 3, 1)],
+                             (torch.float16, 128, "causal_top_left", 1, 127, 129, 3, 1),
+                             (torch.float16, 64, "causal", 1, 129, 63, 2, 1)],
                          ids=lambda x: str(x).replace("torch.", ""))
 def test_backward_drops_exactly_the_keep_mask(schedule, hopper, dtype, d, mask, b, sq, sk, hq, hkv):
     # dV[j, c] = sum_i P_dropped[i, j] dO[i, c]: with dO one-hot on queries off..off + d, column c
@@ -207,6 +208,8 @@ VALUE_CASES = [
     (torch.bfloat16, 64, "none", 1, 1, 7, 1, 1),
     (torch.float16, 256, "causal", 1, 65, 129, 2, 1),  # the backward on sm_80 (and at d = 64)
     (torch.bfloat16, 128, "causal_top_left", 1, 129, 65, 2, 1),
+    (torch.float16, 64, "none", 2, 127, 257, 4, 2),
+    (torch.bfloat16, 64, "window", 1, 65, 129, 2, 1),  # the backward on sm_80
 ]
 
 
@@ -232,7 +235,7 @@ def test_values_and_gradients(schedule, hopper, dtype, d, mask, b, sq, sk, hq, h
     (out, lse, grads), counters = hopper.counted(step)
     kernels = launched(counters)
     assert fwd_kernel(dtype, d, mask) in kernels[0], kernels
-    hopper_backward = d == 128
+    hopper_backward = d == 128 or (d == 64 and mask != "window")
     assert any(bwd_kernel(dtype, d, mask) in name for name in kernels) == hopper_backward, kernels
     ref_out, ref_lse = attention_reference(to64(q), to64(k), to64(v), **ref_kwargs)
     low_out, low_lse = attention_reference(q, k, v, **ref_kwargs)

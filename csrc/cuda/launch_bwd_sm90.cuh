@@ -30,13 +30,14 @@ namespace flashattn::cuda {
 // hopper::bwd_sm90_alibi_takes_softcap (d = 128); attn_mask with no mask, causal or a local window,
 // ALiBi or not at run time, without softcap (plan_bwd_sm90.h keeps that, and the mask's gradient,
 // on sm_80); dropout with no mask, causal or a local window, without ALiBi, softcap
-// or attn_mask (as the forward), at d = 128 only (hopper::bwd_sm90_builds_dropout).
+// or attn_mask (as the forward), at d = 64 without the local window
+// (hopper::bwd_sm90_builds_dropout).
 template <typename Element, int kHeadDim>
 std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper::BwdSm90Params& hp,
                                   const hopper::BwdSm90Rows& rows, void* stream, Sm90FwdMask mask, bool alibi,
                                   bool softcap, bool attn_mask, bool dropout) {
   if (dropout) {
-    if constexpr (!hopper::bwd_sm90_builds_dropout(kHeadDim)) {
+    if constexpr (!hopper::bwd_sm90_builds_dropout(kHeadDim, false)) {
       return std::string("dropout is not built at this head dim (the plan's mistake)");
     } else {
       if (alibi || softcap || attn_mask) return "dropout with ALiBi, softcap or attn_mask is not built (the plan's mistake)";
@@ -44,7 +45,12 @@ std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper:
         case Sm90FwdMask::kCausal:
           return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, false, false, false, true>(maps, hp, rows, stream);
         case Sm90FwdMask::kLocal:
-          return hopper::launch_bwd_sm90<Element, kHeadDim, false, true, false, false, false, true>(maps, hp, rows, stream);
+          if constexpr (hopper::bwd_sm90_builds_dropout(kHeadDim, true)) {
+            return hopper::launch_bwd_sm90<Element, kHeadDim, false, true, false, false, false, true>(maps, hp, rows,
+                                                                                                      stream);
+          } else {
+            return std::string("dropout with a local window is not built at this head dim (the plan's mistake)");
+          }
         case Sm90FwdMask::kNone:
           break;
       }

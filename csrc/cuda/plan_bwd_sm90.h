@@ -96,7 +96,8 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
   // Dropout's main loops: no mask, causal or a local window (launch_bwd_sm90.cuh), as the forward's.
   if (p.dropout.on() && (p.alibi.ptr != nullptr || p.softcap > 0.f || p.mask.ptr != nullptr))
     return "dropout with ALiBi, softcap or attn_mask";
-  if (p.dropout.on() && !hopper::bwd_sm90_builds_dropout(p.head_dim)) return "dropout at head dim 64";
+  if (p.dropout.on() && !hopper::bwd_sm90_builds_dropout(p.head_dim, sm90_fwd_mask(p) == Sm90FwdMask::kLocal))
+    return "dropout with a local window at head dim 64";
   // ALiBi's main loops: no mask, causal or a local window (launch_bwd_sm90.cuh), with softcap (at
   // run time) at d = 128 only.
   if (p.alibi.ptr != nullptr && p.softcap > 0.f && !hopper::bwd_sm90_alibi_takes_softcap(p.head_dim))

@@ -37,11 +37,11 @@
 
 namespace flashattn::hopper {
 
-// Whether the dropout main loops are built at this head dim. At d = 64 (kBlockM = 128: S^T and
-// dP^T hold 128 registers beside dK and dV) the keep bits' Philox loop spilled 4-80 bytes
-// wherever it was placed, so dropout's backward at d = 64 stays on the sm_80 kernels
-// (plan_bwd_sm90.h, README's support table).
-constexpr bool bwd_sm90_builds_dropout(int head_dim) { return head_dim == 128; }
+// Whether the dropout main loop with this mask (local: a local window) is built at this head
+// dim. At d = 64 (kBlockM = 128) the dropout loops issue dP^T after P^T (bwd_sm90_kernel.cuh,
+// kDpAfterP); there the local window's loop still spills, so dropout with a local window at
+// d = 64 stays on the sm_80 kernels (plan_bwd_sm90.h, README's support table).
+constexpr bool bwd_sm90_builds_dropout(int head_dim, bool local) { return head_dim == 128 || !local; }
 
 // Whether the ALiBi main loops take softcap (at run time) at this head dim. At d = 64 the
 // softcap pass beside ALiBi's spilled 20-24 bytes in each of them, so ALiBi with softcap at

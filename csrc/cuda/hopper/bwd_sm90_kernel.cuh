@@ -327,6 +327,11 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // (in the score step the local window's loop spilled 8 bytes, bf16); at d = 128 in the score
     // step (here all three mask loops spilled 8-24 bytes: dK and dV hold 128 registers).
     constexpr bool kMaskClassEarly = kHeadDim == 64;
+    // The d = 64 dropout loops (kBlockM = 128) issue dP^T = V dO^T only once P^T is packed: S^T
+    // and dP^T live together beside dK, dV and the keep bits spilled there in every arrangement
+    // tried (docs/lab/2026-12-04-hopper-backward-spills.md). The P^T pass no longer overlaps an
+    // MMA, but the Philox draws, which outweigh it, run before the stage's wait either way.
+    constexpr bool kDpAfterP = kDropout && kHeadDim == 64;
     auto mask_reads = [&]() {
       return bwd_attn_mask_reads<kBlockM / 2>(p, batch, head_of(it), m_block * kBlockM, seq.seqlen_q, seq.seqlen_k,
                                               n_block * kBlockN + 64 * consumer);
@@ -334,10 +339,17 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     bool mask_reads_early = false;
     if constexpr (kAttnMask && kMaskClassEarly) mask_reads_early = mask_reads();
     // Dropout's decisions for this tile, drawn before the stage's wait, while only dK and dV are
-    // live (at d = 64 they spill here as well as while dP^T is in flight: bwd_sm90_builds_dropout).
+    // live. With kDpAfterP the thread's key row and the seed are read here afresh (a volatile
+    // read each), so that no value of the draw is held across the loop.
     [[maybe_unused]] uint64_t keep = 0;
-    if constexpr (kDropout)
+    if constexpr (kDpAfterP) {
+      const int th = thread_index() % 128, lane_here = th % 32;
+      const int key_row_here = n_block * kBlockN + 64 * (thread_index() / 128 - 1) + 16 * (th / 32) + lane_here / 4;
+      keep = keep_bits_key_rows<kBlockM / 2, true>(p.dropout, batch, head_of(it), key_row_here, m_block * kBlockM,
+                                                   lane_here % 4);
+    } else if constexpr (kDropout) {
       keep = keep_bits_key_rows<kBlockM / 2>(p.dropout, batch, head_of(it), key_row, m_block * kBlockM, tq);
+    }
     mbarrier_wait_parity(&q_full[s], static_cast<uint32_t>(it / kStages) & 1);
 
     // S^T and dP^T, two commit groups.
@@ -353,14 +365,16 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
                                                                 wgmma_descriptor_advance(desc_q, q_off), kk > 0);  // SITE:wgmma_s
     }
     wgmma_commit_group();
+    if constexpr (!kDpAfterP) {
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const uint32_t kv_off = (kk / 4) * Cfg::kKvChunkBytes + 32 * (kk % 4);
-      const uint32_t q_off = s * Cfg::kQBytes + (kk / 4) * Cfg::kQChunkBytes + 32 * (kk % 4);
-      bwd_wgmma_ss<Elem, kBlockM, WgmmaMajor::K, WgmmaMajor::K>(dpacc, wgmma_descriptor_advance(desc_v, kv_off),
-                                                                wgmma_descriptor_advance(desc_do, q_off), kk > 0);  // SITE:wgmma_dp
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        const uint32_t kv_off = (kk / 4) * Cfg::kKvChunkBytes + 32 * (kk % 4);
+        const uint32_t q_off = s * Cfg::kQBytes + (kk / 4) * Cfg::kQChunkBytes + 32 * (kk % 4);
+        bwd_wgmma_ss<Elem, kBlockM, WgmmaMajor::K, WgmmaMajor::K>(dpacc, wgmma_descriptor_advance(desc_v, kv_off),
+                                                                  wgmma_descriptor_advance(desc_do, q_off), kk > 0);  // SITE:wgmma_dp
+      }
+      wgmma_commit_group();
     }
-    wgmma_commit_group();
 
     // Element i of a row: query column 8 (i / 4) + 2 tq + i % 2, key row key_row + 8 ((i % 4) / 2).
     const float* lse_log2 = reinterpret_cast<const float*>(smem + Cfg::kLseOffset + s * Cfg::kRowStatBytes);
@@ -381,8 +395,12 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
       const int r = (i % 4) / 2;
       return col >= first_col[r] && (!kLocal || col <= last_col[r]);
     };
-    // P^T while dP^T is on the tensor cores.
-    wgmma_wait_group<1>();  // SITE:wait_s
+    // P^T while dP^T is on the tensor cores (kDpAfterP: before dP^T is issued).
+    if constexpr (kDpAfterP) {
+      wgmma_wait_group<0>();  // SITE:wait_s_alone
+    } else {
+      wgmma_wait_group<1>();  // SITE:wait_s
+    }
     wgmma_fence_operand(sacc);
     // ALiBi: element i's distance |query + offset - key| is |alibi_dist + 8 (i / 4) + i % 2 -
     // 8 r| (r = (i % 4) / 2, exact in fp32 below 2^24), one add and one FMA per element. Made
@@ -444,6 +462,19 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // the rounded P^T too (as PyTorch's 16-bit softmax backward does).
     uint32_t pfrag[kBlockM / 4], dsfrag[kBlockM / 4];
     pack_pairs<Elem>(sacc, pfrag);
+    if constexpr (kDpAfterP) {
+      // dP^T as above, its operands' stage the same.
+      wgmma_fence_operand(pfrag);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        const uint32_t kv_off = (kk / 4) * Cfg::kKvChunkBytes + 32 * (kk % 4);
+        const uint32_t q_off = s * Cfg::kQBytes + (kk / 4) * Cfg::kQChunkBytes + 32 * (kk % 4);
+        bwd_wgmma_ss<Elem, kBlockM, WgmmaMajor::K, WgmmaMajor::K>(dpacc, wgmma_descriptor_advance(desc_v, kv_off),
+                                                                  wgmma_descriptor_advance(desc_do, q_off), kk > 0);  // SITE:wgmma_dp_after_p
+      }
+      wgmma_commit_group();
+    }
     wgmma_wait_group<0>();  // SITE:wait_dp
     wgmma_fence_operand(dpacc);
     // dS^T = P^T (dP^T - D), times softcap's chain factor where the logits were softcapped.

@@ -35,14 +35,28 @@ __device__ __forceinline__ uint64_t keep_bits_query_rows(const Dropout& d, int b
   return bits;
 }
 
+// The seed and offset, read where they are used: on the GPU two volatile loads (rng_state is
+// 8-byte aligned only), which the compiler does not hoist out of the main loop (held across it,
+// their registers spilled the d = 64 backward). Called only where dropout is on.
+__device__ __forceinline__ DropoutSeed dropout_seed_here(const Dropout& d) {
+#if defined(__CUDA_ARCH__)
+  DropoutSeed s;
+  asm volatile("ld.volatile.global.u64 %0, [%1];\n" : "=l"(s.seed) : "l"(d.rng_state));
+  asm volatile("ld.volatile.global.u64 %0, [%1 + 8];\n" : "=l"(s.offset) : "l"(d.rng_state));
+  return s;
+#else
+  return dropout_seed(d);
+#endif
+}
+
 // Rows are keys (the backward: S^T = K Q^T): key_row is the thread's first key (its second
 // key_row + 8), m0 the tile's first query, tq = lane % 4, local to the sequence. Every element
 // has its own Philox block (its own query row).
-template <int kN>
+template <int kN, bool kSeedHere = false>
 __device__ __forceinline__ uint64_t keep_bits_key_rows(const Dropout& d, int batch, int head, int key_row,
                                                        int m0, int tq) {
   static_assert(kN <= 64, "one bit per accumulator element");
-  const DropoutSeed seed = dropout_seed(d);
+  const DropoutSeed seed = kSeedHere ? dropout_seed_here(d) : dropout_seed(d);
   uint64_t bits = 0;
 #pragma unroll 1
   for (int i = 0; i < kN; ++i) {
