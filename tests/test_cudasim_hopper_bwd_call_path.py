@@ -347,9 +347,10 @@ def test_hopper_backward_alibi(schedule, hopper, dtype, d, slopes, causal, top_l
 
 
 # (dtype, head dim, ALiBi slopes, softcap, the op's mask arguments, B, Sq, Sk, Hq, Hkv): ALiBi with
-# a local window (d = 64 and 128, both alignments, with causal) and with softcap (d = 128 only: at
-# d = 64 that loop spills, hopper/bwd_sm90_config.h), no mask, causal or a window; softcap is a
-# run-time choice inside the ALiBi loops. Sq != Sk both ways, ragged lengths, GQA, one row.
+# a local window (d = 64 and 128, both alignments, with causal) and with softcap, no mask, causal
+# or a window; softcap is a run-time choice inside the ALiBi loops at d = 128 and a loop of its
+# own (kSoftcap) at d = 64 (hopper/bwd_sm90_config.h). Sq != Sk both ways, ragged lengths, GQA,
+# one row.
 ALIBI_COMBINED_CASES = [
     (torch.bfloat16, 64, "heads", 0.0, dict(window=(40, 3)), 1, 65, 257, 2, 1),
     (torch.float16, 128, "batch_heads", 0.0, dict(window=(9, 30), align_bottom_right=False), 2, 129, 63, 2, 2),
@@ -358,6 +359,11 @@ ALIBI_COMBINED_CASES = [
     (torch.float16, 128, "batch_heads", 1.5, dict(causal=True), 2, 63, 129, 2, 2),
     (torch.bfloat16, 128, "heads", 2.5, dict(window=(40, 3), align_bottom_right=False), 1, 257, 65, 2, 1),
     (torch.bfloat16, 128, "heads", 5.0, dict(), 1, 1, 1, 1, 1),
+    (torch.bfloat16, 64, "heads", 2.0, dict(), 1, 129, 257, 4, 2),
+    (torch.float16, 64, "batch_heads", 1.5, dict(causal=True), 2, 127, 65, 2, 1),
+    (torch.bfloat16, 64, "heads", 3.0, dict(causal=True, align_bottom_right=False), 1, 63, 129, 3, 1),
+    (torch.float16, 64, "heads", 2.5, dict(window=(40, 3)), 1, 257, 129, 2, 1),
+    (torch.bfloat16, 64, "heads", 5.0, dict(), 1, 1, 1, 1, 1),
 ]
 
 
@@ -374,9 +380,11 @@ def test_hopper_backward_alibi_with_window_or_softcap(schedule, hopper, dtype, d
         return hopper.bwd(dout, q, k, v, out, lse, None, scale, **op_kwargs)
 
     (dq, dk, dv), counters = hopper.counted(step)
-    # Causal with a left edge is a window (sm90_fwd_mask); the ALiBi loops' kSoftcap is false.
+    # Causal with a left edge is a window (sm90_fwd_mask); the ALiBi loops' kSoftcap is false
+    # at d = 128 (softcap at run time), and at d = 64 softcap's own loops have it.
     causal = mask.get("causal", False) and "window" not in mask
-    assert_hopper_backward_ran(launched(counters), dtype, d, causal=causal, local="window" in mask, alibi=True)
+    assert_hopper_backward_ran(launched(counters), dtype, d, causal=causal, local="window" in mask, alibi=True,
+                               softcap=d == 64 and softcap > 0)
     for i in range(b):
         check_sequence_backward(f"batch {i}", (dq[i], dk[i], dv[i]), q[i], k[i], v[i], dout[i],
                                 sequence_kwargs(ref_kwargs, i))

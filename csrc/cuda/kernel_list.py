@@ -84,7 +84,7 @@ FAMILIES = {
         params="const AttnBwdParams&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a backward (csrc/cuda/hopper/bwd_sm90_*), its main loops (no mask, "
                 "causal, a local window, each with softcap or not; ALiBi, no mask, causal or local, "
-                "softcap or not at run time at d = 128; "
+                "softcap or not at run time at d = 128, each with softcap or not at d = 64; "
                 "attn_mask, no mask, causal or local; dropout, no mask, causal or local, at "
                 "d = 64 not local), with its rows and dQ convert kernels, for one (head dim, "
                 "dtype): compiled for sm_90a only (kernel_list.py ARCHS)."),
@@ -128,12 +128,13 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # or a local window, alone; at d = 256 thirteen, without softcap + local window and without
 # attn_mask (they spill: hopper/fwd_sm90_config.h). What is not built
 # stays on the sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds
-# fifteen main loops at d = 128, fourteen at d = 64 (launch_bwd_sm90.cuh, launch_bwd_sm90_masks):
+# fifteen main loops at d = 128, seventeen at d = 64 (launch_bwd_sm90.cuh, launch_bwd_sm90_masks):
 # no mask, causal, a local window, each with softcap and without; ALiBi with no mask, causal or a
-# local window, softcap or not at run time at d = 128 (at d = 64 without: it spills, hopper/bwd_sm90_config.h); attn_mask
-# with no mask, causal or a local window, ALiBi or not at run time; dropout with no mask, causal or a local window, alone,
-# at d = 64 without the local window (it spills: hopper/bwd_sm90_config.h) (and its rows and convert
-# kernels). Six forward files and four backward: the build-time budget
+# local window, softcap or not at run time at d = 128 (at d = 64 each with softcap and without:
+# hopper/bwd_sm90_config.h); attn_mask with no mask, causal or a local window, ALiBi or not at run
+# time; dropout with no
+# mask, causal or a local window, alone, at d = 64 without the local window (it spills:
+# hopper/bwd_sm90_config.h) (and its rows and convert kernels). Six forward files and four backward: the build-time budget
 # (docs/lab/2026-12-02-hopper-forward-features.md, docs/lab/2026-12-02-hopper-backward-wiring.md,
 # docs/lab/2026-12-02-hopper-forward-d256.md, docs/lab/2026-12-03-hopper-backward-alibi.md).
 HEAD_DIMS_SM90 = (64, 128)

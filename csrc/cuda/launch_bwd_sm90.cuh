@@ -27,11 +27,11 @@ namespace flashattn::cuda {
 // The main loops built for each (head dim, dtype), kernel_list.py (bwd_sm90): no mask, causal
 // or a local window (the forward's classification, sm90_fwd_mask), each with softcap or without;
 // ALiBi with no mask, causal or a local window, softcap or not at run time where
-// hopper::bwd_sm90_alibi_takes_softcap (d = 128); attn_mask with no mask, causal or a local window,
-// ALiBi or not at run time, without softcap (plan_bwd_sm90.h keeps that, and the mask's gradient,
-// on sm_80); dropout with no mask, causal or a local window, without ALiBi, softcap
-// or attn_mask (as the forward), at d = 64 without the local window
-// (hopper::bwd_sm90_builds_dropout).
+// hopper::bwd_sm90_alibi_takes_softcap (d = 128), else with softcap in loops of its own (d = 64);
+// attn_mask with no mask, causal or a local window, ALiBi or not at run time, without softcap
+// (plan_bwd_sm90.h keeps that, and the mask's gradient, on sm_80); dropout with no mask,
+// causal or a local window, without ALiBi, softcap or attn_mask (as the forward), at d = 64
+// without the local window (hopper::bwd_sm90_builds_dropout).
 template <typename Element, int kHeadDim>
 std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper::BwdSm90Params& hp,
                                   const hopper::BwdSm90Rows& rows, void* stream, Sm90FwdMask mask, bool alibi,
@@ -71,7 +71,21 @@ std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper:
     return hopper::launch_bwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, rows, stream);
   }
   if (alibi) {
-    // Softcap or not at run time, inside each ALiBi loop.
+    // At d = 64 ALiBi with softcap has loops of its own (kAlibi and kSoftcap).
+    if constexpr (!hopper::bwd_sm90_alibi_takes_softcap(kHeadDim)) {
+      if (softcap) {
+        switch (mask) {
+          case Sm90FwdMask::kCausal:
+            return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, true, true>(maps, hp, rows, stream);
+          case Sm90FwdMask::kLocal:
+            return hopper::launch_bwd_sm90<Element, kHeadDim, false, true, true, true>(maps, hp, rows, stream);
+          case Sm90FwdMask::kNone:
+            break;
+        }
+        return hopper::launch_bwd_sm90<Element, kHeadDim, false, false, true, true>(maps, hp, rows, stream);
+      }
+    }
+    // Softcap or not at run time, inside each ALiBi loop (at d = 64 without).
     switch (mask) {
       case Sm90FwdMask::kCausal:
         return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, true>(maps, hp, rows, stream);

@@ -98,10 +98,8 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
     return "dropout with ALiBi, softcap or attn_mask";
   if (p.dropout.on() && !hopper::bwd_sm90_builds_dropout(p.head_dim, sm90_fwd_mask(p) == Sm90FwdMask::kLocal))
     return "dropout with a local window at head dim 64";
-  // ALiBi's main loops: no mask, causal or a local window (launch_bwd_sm90.cuh), with softcap (at
-  // run time) at d = 128 only.
-  if (p.alibi.ptr != nullptr && p.softcap > 0.f && !hopper::bwd_sm90_alibi_takes_softcap(p.head_dim))
-    return "ALiBi with softcap at head dim 64";
+  // ALiBi's main loops: no mask, causal or a local window (launch_bwd_sm90.cuh), softcap or not
+  // (at run time at d = 128, in loops of its own at d = 64).
   // The rows kernel computes D = rowsum(dO * O) without a dLSE term.
   if (p.dlse.ptr != nullptr) return "a gradient of the LSE output";
   // Grids put heads on y and batches on z (bwd_sm90_grids), each at most 65535.

@@ -43,9 +43,9 @@ namespace flashattn::hopper {
 // d = 64 stays on the sm_80 kernels (plan_bwd_sm90.h, README's support table).
 constexpr bool bwd_sm90_builds_dropout(int head_dim, bool local) { return head_dim == 128 || !local; }
 
-// Whether the ALiBi main loops take softcap (at run time) at this head dim. At d = 64 the
-// softcap pass beside ALiBi's spilled 20-24 bytes in each of them, so ALiBi with softcap at
-// d = 64 stays on the sm_80 kernels (plan_bwd_sm90.h, README's support table).
+// Whether the ALiBi main loops take softcap (at run time) at this head dim. At d = 64 that
+// softcap pass spilled 20-24 bytes in each of them, so there ALiBi with softcap has loops of its
+// own (kAlibi and kSoftcap), which issue dP^T after P^T (bwd_sm90_kernel.cuh, kDpAfterP).
 constexpr bool bwd_sm90_alibi_takes_softcap(int head_dim) { return head_dim == 128; }
 
 template <int kHeadDim_>

@@ -124,7 +124,8 @@ __device__ __forceinline__ void bwd_attn_mask_logits(float (&s)[kN], const BwdSm
 // block visits, which of those need the mask (QueryBlocks), and the mask itself. kAlibi: ALiBi's
 // bias (BwdSm90Params::alibi_slopes) in the recomputed P^T of every block. kSoftcap: logits
 // softcap * tanh(scale * s / softcap) in P^T, and dS^T times 1 - tanh^2 (the kAlibi loops
-// take softcap at run time instead, BwdSm90Params::softcap > 0, the bias added after it).
+// take softcap at run time instead, BwdSm90Params::softcap > 0, the bias added after it, where
+// bwd_sm90_alibi_takes_softcap; elsewhere ALiBi with softcap is kAlibi and kSoftcap).
 // kAttnMask: attn_mask's bias (BwdSm90Params::attn_mask) added to the logit scale * s of P^T,
 // read from global memory per block; ALiBi's bias before it at run time (alibi_slopes non-null),
 // not softcap.
@@ -327,11 +328,11 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // (in the score step the local window's loop spilled 8 bytes, bf16); at d = 128 in the score
     // step (here all three mask loops spilled 8-24 bytes: dK and dV hold 128 registers).
     constexpr bool kMaskClassEarly = kHeadDim == 64;
-    // The d = 64 dropout loops (kBlockM = 128) issue dP^T = V dO^T only once P^T is packed: S^T
-    // and dP^T live together beside dK, dV and the keep bits spilled there in every arrangement
-    // tried (docs/lab/2026-12-04-hopper-backward-spills.md). The P^T pass no longer overlaps an
-    // MMA, but the Philox draws, which outweigh it, run before the stage's wait either way.
-    constexpr bool kDpAfterP = kDropout && kHeadDim == 64;
+    // The d = 64 dropout loops and ALiBi + softcap loops (kBlockM = 128) issue dP^T = V dO^T
+    // only once P^T is packed: S^T and dP^T live together beside dK, dV and the keep bits (or
+    // the bias and tanh's temporaries) spilled in every arrangement tried
+    // (docs/lab/2026-12-04-hopper-backward-spills.md). The P^T pass then overlaps no MMA.
+    constexpr bool kDpAfterP = (kDropout || (kAlibi && kSoftcap)) && kHeadDim == 64;
     auto mask_reads = [&]() {
       return bwd_attn_mask_reads<kBlockM / 2>(p, batch, head_of(it), m_block * kBlockM, seq.seqlen_q, seq.seqlen_k,
                                               n_block * kBlockN + 64 * consumer);
@@ -342,7 +343,7 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // live. With kDpAfterP the thread's key row and the seed are read here afresh (a volatile
     // read each), so that no value of the draw is held across the loop.
     [[maybe_unused]] uint64_t keep = 0;
-    if constexpr (kDpAfterP) {
+    if constexpr (kDropout && kDpAfterP) {
       const int th = thread_index() % 128, lane_here = th % 32;
       const int key_row_here = n_block * kBlockN + 64 * (thread_index() / 128 - 1) + 16 * (th / 32) + lane_here / 4;
       keep = keep_bits_key_rows<kBlockM / 2, true>(p.dropout, batch, head_of(it), key_row_here, m_block * kBlockM,
@@ -419,10 +420,13 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
                            m_block * kBlockM, key_row, tq, seq.seqlen_q, seq.seqlen_k, slope, alibi_dist);
     }
     // The ALiBi loops take softcap at run time (uniform over the grid) where they are built with
-    // it (bwd_sm90_alibi_takes_softcap): with_softcap runs a pass as the loop with or without it.
-    // Every other loop runs its passes with its own kSoftcap.
+    // it (bwd_sm90_alibi_takes_softcap): with_softcap runs a pass as the loop with or without it;
+    // elsewhere ALiBi with softcap is a loop of its own (kSoftcap). Every other loop runs its
+    // passes with its own kSoftcap.
     auto with_softcap = [&](auto pass) {
-      if constexpr (bwd_sm90_alibi_takes_softcap(kHeadDim)) {
+      if constexpr (kSoftcap) {
+        pass(std::true_type{});
+      } else if constexpr (bwd_sm90_alibi_takes_softcap(kHeadDim)) {
         if (p.softcap > 0.f) {
           pass(std::true_type{});
         } else {

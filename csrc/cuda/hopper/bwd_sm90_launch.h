@@ -94,10 +94,12 @@ std::string check_bwd_sm90_alibi(const BwdSm90Params& p) {
 }
 
 // "" if the softcap fits the main loop chosen (kSoftcap), as the slopes above. The ALiBi loops
-// take softcap or not at run time (kSoftcap false) where built so (bwd_sm90_alibi_takes_softcap).
+// take softcap or not at run time (kSoftcap false) where built so (bwd_sm90_alibi_takes_softcap);
+// elsewhere ALiBi with softcap has loops of its own (kAlibi and kSoftcap).
 template <int kHeadDim, bool kAlibi, bool kSoftcap>
 std::string check_bwd_sm90_softcap(const BwdSm90Params& p) {
-  static_assert(!(kAlibi && kSoftcap), "the ALiBi loops take softcap at run time");
+  static_assert(!(kAlibi && kSoftcap && bwd_sm90_alibi_takes_softcap(kHeadDim)),
+                "the ALiBi loops take softcap at run time at this head dim");
   if (kAlibi && bwd_sm90_alibi_takes_softcap(kHeadDim))
     return p.softcap >= 0.f ? "" : "softcap: expected >= 0, got " + std::to_string(p.softcap);
   if (kSoftcap != (p.softcap > 0.f))
