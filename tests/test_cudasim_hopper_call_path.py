@@ -159,14 +159,15 @@ def test_hopper_seqused_q(schedule, hopper, dtype, d, mask):
         assert (out[b, nq:] == 0).all() and (lse[b, :, nq:] == float("-inf")).all()
 
 
-@pytest.mark.parametrize("mask, d", [("window_alibi_top_left", 256), ("all", 256),
-                                     ("negative_scale", 64), ("softcap_window", 256)])
+@pytest.mark.parametrize("mask, d", [("all", 256), ("negative_scale", 64), ("softcap_window", 256),
+                                     ("alibi_softcap_window", 256)])
 def test_what_hopper_lacks_runs_on_sm80(hopper, mask, d):
-    # ALiBi or softcap with a window at d = 256 is not among the Hopper forward's built kernels
-    # (kernel_list.py), nor is a scale <= 0 taken (plan_fwd_sm90.h): the same call on the same
-    # opted-in device runs mma.sync, and is right.
+    # Softcap with a window at d = 256 (ALiBi or not) is not among the Hopper forward's built
+    # kernels (kernel_list.py), nor is a scale <= 0 taken (plan_fwd_sm90.h): the same call on the
+    # same opted-in device runs mma.sync, and is right.
     inputs = qkv(1, 65, 129, 2, 1, d, torch.bfloat16)
-    spec = dict(MASKS, softcap_window=dict(softcap=2.5, window=(16, 5)))[mask]
+    spec = dict(MASKS, softcap_window=dict(softcap=2.5, window=(16, 5)),
+                alibi_softcap_window=dict(alibi="batch_heads", softcap=2.0, window=(40, 3)))[mask]
     _, counters = hopper.counted(lambda: check_forward(hopper, *inputs, spec))
     assert launched(counters)
     assert [k for k in launched(counters) if "fwd_kernel_16bit" in k] == launched(counters)
@@ -222,7 +223,7 @@ FEATURE_CASES = [
     (torch.bfloat16, 256, "window", 1, 129, 257, 1, 1),
     (torch.float16, 256, "softcap_causal", 1, 65, 129, 2, 1),
     (torch.bfloat16, 256, "alibi", 1, 65, 161, 2, 1),
-    # ALiBi with a window (d <= 128) and with softcap (every head dim; a window up to d = 128),
+    # ALiBi with a window and with softcap (every head dim; both together up to d = 128),
     # softcap being a run-time choice inside the ALiBi loops.
     (torch.bfloat16, 64, "window_alibi_top_left", 1, 65, 129, 2, 1),
     (torch.float16, 128, "alibi_batch_window", 2, 257, 63, 2, 2),
@@ -232,9 +233,14 @@ FEATURE_CASES = [
     (torch.float16, 64, "alibi_softcap", 1, 1, 1, 1, 1),
     (torch.float16, 256, "alibi_batch_softcap_causal", 1, 65, 129, 2, 1),
     (torch.bfloat16, 256, "alibi_softcap", 1, 63, 7, 1, 1),
+    # ALiBi with a window at d = 256: its loop is built without softcap.
+    (torch.bfloat16, 256, "window_alibi_top_left", 1, 65, 129, 2, 1),
+    (torch.float16, 256, "alibi_batch_window", 2, 129, 257, 2, 1),
+    (torch.bfloat16, 256, "alibi_window_causal", 1, 257, 63, 1, 1),
 ]
 FEATURE_MASKS = dict(MASKS, window_top_left=dict(window=(9, 30), align_bottom_right=False),
                      alibi_batch_window=dict(alibi="batch_heads", window=(40, 3)),
+                     alibi_window_causal=dict(alibi="heads", window=(20, -1), causal=True),
                      alibi_softcap=dict(alibi="heads", softcap=2.0),
                      alibi_batch_softcap_causal=dict(alibi="batch_heads", softcap=1.5, causal=True))
 

@@ -135,8 +135,9 @@ def _stays_on_sm80():
         ("head dim 200 (padded to 256 on sm_80)", qkv(2, 130, 130, 2, 2, 200), {}),
         ("head dim 256, softcap and a local window", qkv(2, 130, 130, 2, 2, 256),
          dict(window_left=40, window_right=3, softcap=1.5)),
-        ("ALiBi, local window at head dim 256", qkv(2, 130, 130, 2, 2, 256),
-         dict(alibi_slopes=torch.rand(2, dtype=torch.float32), window_left=16, window_right=0)),
+        ("ALiBi, softcap and a local window at head dim 256", qkv(2, 130, 130, 2, 2, 256),
+         dict(alibi_slopes=torch.rand(2, dtype=torch.float32), window_left=16, window_right=0,
+              softcap=2.0)),
         ("negative scale", (q, k, v), dict(softmax_scale=-0.2)),
         ("zero scale", (q, k, v), dict(softmax_scale=0.0)),
         *_dropout_with_other_logits(q, k, v),
@@ -386,10 +387,10 @@ def test_hopper_backward_takes_alibi_and_softcap(sim, d, name):
     assert plan["steps"] == plain["steps"]
 
 
-# ALiBi with a local window (d <= 128; causal with a left edge is one) or with softcap (a run-time
-# choice inside the ALiBi loops: every head dim of the forward, d = 128 in the backward; loops of
-# its own in the backward at d = 64): the Hopper plans, with the geometry of the same call
-# without them.
+# ALiBi with a local window (at d = 256 not with softcap; causal with a left edge is one) or with
+# softcap (a run-time choice inside the ALiBi loops: every head dim of the forward, d = 128 in the
+# backward; loops of its own in the backward at d = 64): the Hopper plans, with the geometry of the
+# same call without them.
 ALIBI_COMBINED = {
     "window": dict(window_left=16, window_right=3),
     "window_causal_top_left": dict(window_left=40, causal=True, align_bottom_right=False),
@@ -408,7 +409,7 @@ def test_hopper_takes_alibi_with_windows_and_softcap(sim, d, name, slopes):
     alibi = dict(kwargs, alibi_slopes=torch.rand(*slopes))
     windowed = "window_left" in kwargs
     forward = plan_fwd(sim, *args, device=HOPPER, **alibi)
-    if d == 256 and windowed:  # exactly the sm_80 plan of the call without the opt-in
+    if d == 256 and windowed and "softcap" in kwargs:  # exactly the sm_80 plan without the opt-in
         assert forward["arch"] == "sm80" and forward == plan_fwd(sim, *args, device=SM90, **alibi)
     else:
         assert forward["arch"] == "sm90" and forward == plan_fwd(sim, *args, device=HOPPER, **kwargs)

@@ -74,7 +74,8 @@ FAMILIES = {
         params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a forward (csrc/cuda/hopper/), its main loops (no mask, causal, "
                 "local, each with softcap or not, but not local with softcap at d = 256; ALiBi, "
-                "no mask, causal or local (not at d = 256), softcap or not at run time; attn_mask, no mask, causal or local, not at d = 256; a paged or indexed "
+                "no mask, causal or local, softcap or not at run time (local at d = 256 without); "
+                "attn_mask, no mask, causal or local, not at d = 256; a paged or indexed "
                 "KV cache, no mask, causal or local; dropout, no mask, causal or local) for one (head "
                 "dim, dtype): compiled for sm_90a only "
                 "(kernel_list.py ARCHS)."),
@@ -122,10 +123,10 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # bf16; the forward also at d = 256 (HEAD_DIMS_SM90_FWD). Each forward file holds eighteen main
 # loops (launch_fwd_sm90.cuh, launch_fwd_sm90_features): no mask, causal, a local window, each with
 # softcap and without; ALiBi with no mask, causal or a local window, softcap or not at run time
-# (at d = 256 no local window); attn_mask with no mask,
+# (at d = 256 the local window without softcap); attn_mask with no mask,
 # causal or a local window, softcap and ALiBi or not at run time; a gathered (paged or indexed) KV cache with
 # no mask, causal or a local window only, the masks a decode takes; dropout with no mask, causal
-# or a local window, alone; at d = 256 thirteen, without softcap + local window and without
+# or a local window, alone; at d = 256 fourteen, without softcap + local window and without
 # attn_mask (they spill: hopper/fwd_sm90_config.h). What is not built
 # stays on the sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds
 # fifteen main loops at d = 128, seventeen at d = 64 (launch_bwd_sm90.cuh, launch_bwd_sm90_masks):

@@ -43,8 +43,9 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 
 // The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90_FWD): causal,
 // a local window or no mask, each with softcap or without (at d = 256 a local window without
-// softcap only: fwd_sm90_builds_softcap_local); ALiBi with causal, no mask or (up to d = 128:
-// fwd_sm90_builds_alibi_local) a local window, each with softcap or not at run time;
+// softcap only: fwd_sm90_builds_softcap_local); ALiBi with causal, no mask or a local window,
+// each with softcap or not at run time (at d = 256 the local window without softcap:
+// fwd_sm90_alibi_takes_softcap);
 // attn_mask with no mask, causal or a local window, with softcap and ALiBi or not at run time, up
 // to d = 128 (fwd_sm90_builds_attn_mask); a gathered (paged or indexed) KV cache with no mask, causal or a
 // local window, without softcap, ALiBi or attn_mask, the masks a decode takes (the plan keeps the
@@ -97,17 +98,15 @@ std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopp
     }
   }
   if (alibi) {
-    // Softcap or not at run time, inside each ALiBi loop. A local window only where that loop is
-    // built (fwd_sm90_builds_alibi_local).
+    // Softcap or not at run time, inside each ALiBi loop, except the local window's where it is
+    // built without softcap (fwd_sm90_alibi_takes_softcap).
     switch (mask) {
       case Sm90FwdMask::kCausal:
         return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, true>(maps, hp, stream);
       case Sm90FwdMask::kLocal:
-        if constexpr (!hopper::fwd_sm90_builds_alibi_local(kHeadDim)) {
-          return std::string("ALiBi with a local window is not built at this head dim (the plan's mistake)");
-        } else {
-          return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, true>(maps, hp, stream);
-        }
+        if (softcap && !hopper::fwd_sm90_alibi_takes_softcap(kHeadDim, true))
+          return std::string("ALiBi with softcap and a local window is not built at this head dim (the plan's mistake)");
+        return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, true>(maps, hp, stream);
       case Sm90FwdMask::kNone:
         break;
     }

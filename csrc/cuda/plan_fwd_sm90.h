@@ -131,11 +131,8 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (p.dropout.on() && (p.softcap > 0.f || p.alibi.ptr != nullptr || p.mask.ptr != nullptr))
     return "dropout with softcap, ALiBi or attn_mask";
   if (p.dropout.on() && sm90_fwd_gathers_kv(p)) return "dropout with a paged or indexed KV cache";
-  // ALiBi's main loops: no mask, causal or (up to d = 128) a local window, softcap or not
-  // (launch_fwd_sm90.cuh).
-  if (p.alibi.ptr != nullptr && sm90_fwd_mask(p) == Sm90FwdMask::kLocal &&
-      !hopper::fwd_sm90_builds_alibi_local(p.head_dim))
-    return "ALiBi with a local window at head dim 256";
+  // ALiBi's main loops: no mask, causal or a local window, softcap or not (launch_fwd_sm90.cuh;
+  // with a local window at d = 256 not with softcap, which the next line keeps on sm_80).
   if (p.softcap > 0.f && sm90_fwd_mask(p) == Sm90FwdMask::kLocal &&
       !hopper::fwd_sm90_builds_softcap_local(p.head_dim))
     return "softcap with a local window at head dim 256";

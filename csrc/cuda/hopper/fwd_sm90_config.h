@@ -44,9 +44,13 @@ constexpr int fwd_sm90_key_tile(int head_dim) { return head_dim <= 128 ? 128 : 6
 // README's support table); launch_fwd_sm90.cuh instantiates the rest.
 constexpr bool fwd_sm90_builds_softcap_local(int head_dim) { return head_dim <= 128; }
 
-// Whether ALiBi's local-window loop is built at this head dim. It takes softcap at run time, so
-// it holds softcap's window code, which spills at d = 256 (4 bytes), as above.
-constexpr bool fwd_sm90_builds_alibi_local(int head_dim) { return head_dim <= 128; }
+// Whether ALiBi's main loop with this mask (local: a local window) takes softcap at run time at
+// this head dim. Taking it, the local-window loop holds softcap's window code, which spills at
+// d = 256 (4 bytes), as above. So at d = 256 that loop is built without softcap, and ALiBi with
+// softcap and a local window stays on sm_80 with the rest of softcap's windows.
+constexpr bool fwd_sm90_alibi_takes_softcap(int head_dim, bool local) {
+  return !local || fwd_sm90_builds_softcap_local(head_dim);
+}
 
 // Whether the attn_mask main loops are built at this head dim. At d = 256 they spill (60-160
 // bytes: the mask's per-entry address arithmetic while O holds 128 registers), so attn_mask at

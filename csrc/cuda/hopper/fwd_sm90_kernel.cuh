@@ -96,7 +96,8 @@ __device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN
 // kLocal: a sliding window (FwdSm90Params::window_left / window_right, AttnParams' meaning);
 // tiles outside it are never loaded and only the tiles on its edges are masked.
 // kAlibi: ALiBi's position bias (FwdSm90Params::alibi_slopes) on every tile, after softcap when
-// FwdSm90Params::softcap > 0 (a run-time choice in these loops; kSoftcap stays false).
+// FwdSm90Params::softcap > 0 (a run-time choice in these loops; kSoftcap stays false), except in
+// the loops built without softcap (fwd_sm90_alibi_takes_softcap: the d = 256 local window).
 // kAttnMask: attn_mask's bias (FwdSm90Params::attn_mask) on every tile, read from global memory
 // per score tile (apply_attn_mask), after the logit and before the visibility mask; softcap
 // (FwdSm90Params::softcap > 0) and ALiBi (alibi_slopes non-null) are run-time choices in these
@@ -351,6 +352,9 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   auto scores_to_p = [&](int it, auto masked) {
     if constexpr (kSoftcap) {
       apply_softcap(sacc, p.softcap, p.scale_over_softcap);
+    } else if constexpr (kAlibi && !fwd_sm90_alibi_takes_softcap(kHeadDim, kLocal)) {
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) sacc[i] *= p.scale;
     } else if constexpr (kAlibi || kAttnMask) {
       // The ALiBi and attn_mask loops take softcap at run time (uniform over the grid), not as
       // loops of their own: the logit is softcapped, then biased.
