@@ -20,6 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "host_device.h"  // FLASHATTN_HOST_DEVICE
+
 namespace flashattn::hopper {
 
 constexpr uint32_t kSwizzleRowBytes = 128;  // one 128-byte swizzle row: 64 16-bit elements
@@ -42,13 +44,15 @@ constexpr int fwd_sm90_key_tile(int head_dim) { return head_dim <= 128 ? 128 : 6
 // spills even at 64 keys (32 bytes: softcap's accurate tanh on the scores while P V holds O and P
 // in registers), so it is not built and those calls stay on the sm_80 kernels (plan_fwd_sm90.h,
 // README's support table); launch_fwd_sm90.cuh instantiates the rest.
-constexpr bool fwd_sm90_builds_softcap_local(int head_dim) { return head_dim <= 128; }
+FLASHATTN_HOST_DEVICE constexpr bool fwd_sm90_builds_softcap_local(int head_dim) { return head_dim <= 128; }
 
 // Whether ALiBi's main loop with this mask (local: a local window) takes softcap at run time at
 // this head dim. Taking it, the local-window loop holds softcap's window code, which spills at
 // d = 256 (4 bytes), as above. So at d = 256 that loop is built without softcap, and ALiBi with
-// softcap and a local window stays on sm_80 with the rest of softcap's windows.
-constexpr bool fwd_sm90_alibi_takes_softcap(int head_dim, bool local) {
+// softcap and a local window stays on sm_80 with the rest of softcap's windows. Host and device:
+// the kernel's score step tests it, and the GPU test runners compile without
+// --expt-relaxed-constexpr.
+FLASHATTN_HOST_DEVICE constexpr bool fwd_sm90_alibi_takes_softcap(int head_dim, bool local) {
   return !local || fwd_sm90_builds_softcap_local(head_dim);
 }
 
