@@ -108,16 +108,22 @@ FWD_CASES = [
                          ids=lambda x: str(x).replace("torch.", ""))
 def test_hopper_forward_with_attn_mask(schedule, hopper, dtype, d, kind, shape, vis, b, sq, sk,
                                        hq, hkv):
+    check_forward(hopper, dtype, d, kind, shape, vis, b, sq, sk, hq, hkv, extra={})
+
+
+def check_forward(hopper, dtype, d, kind, shape, vis, b, sq, sk, hq, hkv, extra):
+    """One sm_90a forward with the mask (and `extra` logit arguments: softcap, ALiBi) against the
+    float64 reference, within twice torch's own error in dtype."""
     q = torch.randn(b, sq, hq, d, dtype=dtype)
     k, v = (torch.randn(b, sk, hkv, d, dtype=dtype) for _ in range(2))
     mask = make_mask(kind, shape, b, hq, sq, sk, dtype)
     scale = d ** -0.5
     op_kwargs, ref_kwargs = mask_kwargs(VIS[vis])
     (out, lse), counters = hopper.counted(
-        lambda: hopper.fwd(q, k, v, scale, attn_mask=mask, **op_kwargs))
+        lambda: hopper.fwd(q, k, v, scale, attn_mask=mask, **op_kwargs, **extra))
     kernels = launched(counters)
     assert len(kernels) == 1 and sm90_kernel(dtype, d, VIS[vis]) in kernels[0], kernels
-    (ref_out, ref_lse), (low_out, low_lse) = reference(q, k, v, mask, scale, ref_kwargs)
+    (ref_out, ref_lse), (low_out, low_lse) = reference(q, k, v, mask, scale, dict(ref_kwargs, **extra))
     assert_within_torch_error("out", out, ref_out, low_out)
     assert_within_torch_error("lse", lse, ref_lse, low_lse.float())
     # Rows the mask hides entirely: out 0, lse -inf (a row of the kernel's own that saw no key).
@@ -210,22 +216,7 @@ FWD_LOGIT_CASES = [
                          ids=lambda x: str(x).replace("torch.", ""))
 def test_hopper_forward_mask_with_softcap_and_alibi(schedule, hopper, dtype, d, kind, shape, vis, logits,
                                                     b, sq, sk, hq, hkv):
-    q = torch.randn(b, sq, hq, d, dtype=dtype)
-    k, v = (torch.randn(b, sk, hkv, d, dtype=dtype) for _ in range(2))
-    mask = make_mask(kind, shape, b, hq, sq, sk, dtype)
-    scale = d ** -0.5
-    op_kwargs, ref_kwargs = mask_kwargs(VIS[vis])
-    extra = logit_arguments(logits, b, hq)
-    (out, lse), counters = hopper.counted(
-        lambda: hopper.fwd(q, k, v, scale, attn_mask=mask, **op_kwargs, **extra))
-    kernels = launched(counters)
-    assert len(kernels) == 1 and sm90_kernel(dtype, d, VIS[vis]) in kernels[0], kernels
-    (ref_out, ref_lse), (low_out, low_lse) = reference(q, k, v, mask, scale, dict(ref_kwargs, **extra))
-    assert_within_torch_error("out", out, ref_out, low_out)
-    assert_within_torch_error("lse", lse, ref_lse, low_lse.float())
-    hidden = ~torch.isfinite(ref_lse)
-    assert (lse[hidden] == float("-inf")).all()
-    assert (out.transpose(1, 2)[hidden] == 0).all()
+    check_forward(hopper, dtype, d, kind, shape, vis, b, sq, sk, hq, hkv, extra=logit_arguments(logits, b, hq))
 
 
 @pytest.mark.parametrize("logits", ["none", "softcap_alibi_h"])
@@ -281,20 +272,27 @@ BWD_CASES = [
                          ids=lambda x: str(x).replace("torch.", ""))
 def test_hopper_backward_with_attn_mask(schedule, hopper, dtype, d, kind, shape, vis, deterministic,
                                         b, sq, sk, hq, hkv):
+    check_backward(hopper, dtype, d, kind, shape, vis, b, sq, sk, hq, hkv, deterministic, extra={})
+
+
+def check_backward(hopper, dtype, d, kind, shape, vis, b, sq, sk, hq, hkv, deterministic, extra):
+    """One sm_90a backward with the mask (and `extra` logit arguments) against the float64
+    reference's gradients, within three times torch's own error in dtype."""
     q = torch.randn(b, sq, hq, d, dtype=dtype)
     k, v = (torch.randn(b, sk, hkv, d, dtype=dtype) for _ in range(2))
     mask = make_mask(kind, shape, b, hq, sq, sk, dtype)
     scale = d ** -0.5
     op_kwargs, ref_kwargs = mask_kwargs(VIS[vis])
-    out, lse = hopper.fwd(q, k, v, scale, attn_mask=mask, **op_kwargs)
+    out, lse = hopper.fwd(q, k, v, scale, attn_mask=mask, **op_kwargs, **extra)
     dout = torch.randn_like(out)
     grads, counters = hopper.counted(lambda: hopper.bwd(
         dout, q, k, v, out, lse, None, scale, attn_mask=mask, deterministic=deterministic,
-        **op_kwargs))
+        **op_kwargs, **extra))
     kernels = launched(counters)
     assert len(kernels) == 3 and sm90_bwd_kernel(dtype, d, VIS[vis]) in kernels[1], kernels
     mask64 = mask if mask.dtype == torch.bool else to64(mask)
     low_mask = mask if mask.dtype == torch.bool else mask.to(dtype)
+    ref_kwargs = dict(ref_kwargs, **extra)
     ref = reference_grads(to64(q), to64(k), to64(v), mask64, dout.double(), scale, ref_kwargs)
     low = reference_grads(q, k, v, low_mask, dout, scale, ref_kwargs)
     for name, got, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
@@ -319,26 +317,8 @@ BWD_LOGIT_CASES = [
                          ids=lambda x: str(x).replace("torch.", ""))
 def test_hopper_backward_mask_with_alibi(schedule, hopper, dtype, d, kind, shape, vis, logits,
                                          b, sq, sk, hq, hkv):
-    q = torch.randn(b, sq, hq, d, dtype=dtype)
-    k, v = (torch.randn(b, sk, hkv, d, dtype=dtype) for _ in range(2))
-    mask = make_mask(kind, shape, b, hq, sq, sk, dtype)
-    scale = d ** -0.5
-    op_kwargs, ref_kwargs = mask_kwargs(VIS[vis])
-    extra = logit_arguments(logits, b, hq)
-    out, lse = hopper.fwd(q, k, v, scale, attn_mask=mask, **op_kwargs, **extra)
-    dout = torch.randn_like(out)
-    grads, counters = hopper.counted(lambda: hopper.bwd(
-        dout, q, k, v, out, lse, None, scale, attn_mask=mask, **op_kwargs, **extra))
-    kernels = launched(counters)
-    assert len(kernels) == 3 and sm90_bwd_kernel(dtype, d, VIS[vis]) in kernels[1], kernels
-    mask64 = mask if mask.dtype == torch.bool else to64(mask)
-    low_mask = mask if mask.dtype == torch.bool else mask.to(dtype)
-    ref_kwargs = dict(ref_kwargs, **extra)
-    ref = reference_grads(to64(q), to64(k), to64(v), mask64, dout.double(), scale, ref_kwargs)
-    low = reference_grads(q, k, v, low_mask, dout, scale, ref_kwargs)
-    for name, got, want, yardstick in zip(("dq", "dk", "dv"), grads, ref, low):
-        assert got.isfinite().all(), name
-        assert_within_torch_error(name, got, want, yardstick, factor=3.0)
+    check_backward(hopper, dtype, d, kind, shape, vis, b, sq, sk, hq, hkv, deterministic=False,
+                   extra=logit_arguments(logits, b, hq))
 
 
 @pytest.mark.parametrize("logits", ["softcap", "softcap_alibi_bh"])
