@@ -18,16 +18,7 @@ using namespace flashattn::ptx;
 int layouts() {
   std::vector<primitives::CaseResult> results;
   primitives::run_fp8_cases(20261204, results);
-  int failures = 0;
-  for (const auto& r : results) {
-    if (r.actual == r.expected) continue;
-    ++failures;
-    size_t i = 0;
-    while (i < r.actual.size() && r.actual[i] == r.expected[i]) ++i;
-    std::printf("FAIL %s: first differing byte %zu of %zu\n", r.name.c_str(), i, r.actual.size());
-  }
-  std::printf("%zu cases, %d failed\n", results.size(), failures);
-  return failures == 0 ? 0 : 1;
+  return primitives::report_failed_cases(results);
 }
 
 // ---- The conversion table: "encode <f32 bits> <e4m3 code>" for the sweep (each value as the

@@ -5,6 +5,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -357,6 +358,21 @@ inline std::vector<CaseResult> run_all_cases(uint64_t seed, bool hardware_safe) 
   results.push_back(thread_index_case());
   results.push_back(red_add_f32x2_case(rng));
   return results;
+}
+
+// Prints each failed case with its first differing byte, then the count; 0 when every case
+// passed. The wgmma and FP8 self-tests report their layout cases this way.
+inline int report_failed_cases(const std::vector<CaseResult>& results) {
+  int failures = 0;
+  for (const auto& r : results) {
+    if (r.actual == r.expected) continue;
+    ++failures;
+    size_t i = 0;
+    while (i < r.actual.size() && i < r.expected.size() && r.actual[i] == r.expected[i]) ++i;
+    std::printf("FAIL %s: first differing byte %zu of %zu\n", r.name.c_str(), i, r.actual.size());
+  }
+  std::printf("%zu cases, %d failed\n", results.size(), failures);
+  return failures == 0 ? 0 : 1;
 }
 
 }  // namespace primitives

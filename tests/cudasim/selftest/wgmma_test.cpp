@@ -384,16 +384,7 @@ namespace {
 int layouts() {
   std::vector<primitives::CaseResult> results;
   primitives::run_wgmma_cases(20261202, results);
-  int failures = 0;
-  for (const auto& r : results) {
-    if (r.actual == r.expected) continue;
-    ++failures;
-    size_t i = 0;
-    while (i < r.actual.size() && r.actual[i] == r.expected[i]) ++i;
-    std::printf("FAIL %s: first differing byte %zu of %zu\n", r.name.c_str(), i, r.actual.size());
-  }
-  std::printf("%zu cases, %d failed\n", results.size(), failures);
-  return failures == 0 ? 0 : 1;
+  return primitives::report_failed_cases(results);
 }
 
 template <class Kernel>
