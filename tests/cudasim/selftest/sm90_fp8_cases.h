@@ -1,12 +1,10 @@
 // FP8 (e4m3) cases in the style of sm90_wgmma_cases.h: wgmma.mma_async m64nNk32.f32.e4m3.e4m3
-// (A from shared memory or registers, B from shared memory, K-major with each swizzle) and the
-// conversions cvt.rn.satfinite.e4m3x2.f32 / cvt.rn.f16x2.e4m3x2. Each runs a small kernel and
-// returns what it wrote beside a reference built here: the wgmma one from the PTX ISA's layouts
-// (independently of the shim's code) on small integer-valued inputs, whose every partial sum is
-// exact in f32 (hardware's e4m3 accumulation is not IEEE f32 summation in general, so only
-// exact sums make bit equality a fair test); the conversions' from cuda_fp8.h's host reference
-// conversion. The shim self-test (fp8_test.cpp) and the GPU layout check (sm90_cases.h) run the
-// same cases with the same inputs; hardware must agree bit for bit.
+// (A from shared memory or registers, B from shared memory, K-major with each swizzle: the
+// generic run_wgmma_case there, on 1-byte elements), the conversions
+// cvt.rn.satfinite.e4m3x2.f32 / cvt.rn.f16x2.e4m3x2 against cuda_fp8.h's host reference
+// conversion, and P * V from the accumulator layout. The shim self-test (fp8_test.cpp) and the
+// GPU layout check (sm90_cases.h) run the same cases with the same inputs; hardware must agree
+// bit for bit.
 // Compiles under nvcc (-gencode arch=compute_90a,code=sm_90a) and under the shim.
 #pragma once
 #include <cuda_fp8.h>
@@ -21,168 +19,6 @@
 #include "sm90_wgmma_cases.h"
 
 namespace primitives {
-
-// One warpgroup: as wgmma_case_kernel, with e4m3 operands: copies the image to a 1024-byte
-// aligned tile, loads the accumulators (and A fragments), runs p.k_steps chained m64nNk32
-// wgmmas as one commit group, waits and writes the accumulators back.
-template <int N, bool kARegs>
-__global__ void wgmma_e4m3_case_kernel(WgmmaCaseParams p, const uint4* image, const uint32_t* a_regs,
-                                       float* cd) {
-  using namespace flashattn::ptx;
-  FLASHATTN_DYNAMIC_SMEM(unsigned char, wgmma_smem);
-  const int tid = threadIdx.x;
-  unsigned char* tile = wgmma_smem + (1024 - smem_u32addr(wgmma_smem) % 1024) % 1024;
-  uint4* tile16 = reinterpret_cast<uint4*>(tile);
-  for (uint32_t i = tid; i < p.image_bytes / 16; i += kWarpgroup) FLASHATTN_SMEM(tile16)[i] = image[i];
-  fence_proxy_async_shared_cta();
-  __syncthreads();
-  float d[N / 2];
-  for (int i = 0; i < N / 2; ++i) d[i] = cd[tid * (N / 2) + i];
-  uint32_t a[2][4] = {};
-  if (kARegs) {
-    for (int s = 0; s < p.k_steps; ++s)
-      for (int j = 0; j < 4; ++j) a[s][j] = a_regs[(s * kWarpgroup + tid) * 4 + j];
-  }
-  const uint64_t desc_a = wgmma_descriptor(smem_u32addr(tile + p.a_offset), p.a_lbo, p.a_sbo,
-                                           static_cast<WgmmaSwizzle>(p.a_swizzle));
-  const uint64_t desc_b = wgmma_descriptor(smem_u32addr(tile + p.b_offset), p.b_lbo, p.b_sbo,
-                                           static_cast<WgmmaSwizzle>(p.b_swizzle));
-  wgmma_fence_operand(d);
-  wgmma_fence();
-  for (int s = 0; s < p.k_steps; ++s) {
-    const uint64_t db = wgmma_descriptor_advance(desc_b, s * p.b_step);
-    const int scale_d = s == 0 ? p.scale_d : 1;
-    if constexpr (kARegs) {
-      wgmma_e4m3_rs<N>(d, a[s], db, scale_d);
-    } else {
-      wgmma_e4m3_ss<N>(d, wgmma_descriptor_advance(desc_a, s * p.a_step), db, scale_d);
-    }
-  }
-  wgmma_commit_group();
-  wgmma_wait_group<0>();
-  wgmma_fence_operand(d);
-  for (int i = 0; i < N / 2; ++i) cd[tid * (N / 2) + i] = d[i];
-}
-
-// ---- The reference: K-major layouts of 8-bit elements as the ISA draws them. A core matrix
-// is 8 rows of 16 bytes, here 16 consecutive k of one row r. No swizzle: the next core along K
-// is LBO away, along M/N SBO. Swizzled (S bytes): atom row j = r % 8 holds S consecutive k,
-// its 16-byte chunk c stored at chunk c ^ ((j * S / 128) % (S / 16)); atoms along M/N are SBO
-// apart; K beyond S bytes continues in the next column of atoms (k_column). ----
-inline uint32_t e4m3_layout_offset(const OperandLayout& L, int r, int k) {
-  const uint32_t ur = static_cast<uint32_t>(r), uk = static_cast<uint32_t>(k);
-  if (L.swizzle_bytes == 0) return ur / 8 * L.sbo + uk / 16 * L.lbo + ur % 8 * 16 + uk % 16;
-  const uint32_t S = static_cast<uint32_t>(L.swizzle_bytes);
-  const uint32_t atom = ur / 8 * L.sbo + uk / S * L.k_column, row = ur % 8, byte = uk % S;
-  const uint32_t stored_chunk = byte / 16 ^ (row * S / 128 % (S / 16));
-  return atom + row * S + stored_chunk * 16 + byte % 16;
-}
-
-// A K-major layout of `rows` x `k_total` e4m3, and the descriptor advance for one K step of 32.
-inline OperandLayout make_e4m3_layout(int swizzle_bytes, int rows, int k_total, bool padded,
-                                      uint32_t& step, uint32_t& bytes) {
-  OperandLayout L{false, swizzle_bytes, 0, 0, 0};
-  const uint32_t row_cores = static_cast<uint32_t>((rows + 7) / 8);
-  const uint32_t k_bytes = static_cast<uint32_t>(k_total);
-  if (swizzle_bytes == 0) {
-    L.lbo = 128;  // k-cores adjacent, then the next 8 rows
-    L.sbo = 128 * (k_bytes / 16) + (padded ? 256 : 0);
-    bytes = row_cores * L.sbo;
-    step = 2 * L.lbo;  // 32 k = two core matrices
-    return L;
-  }
-  const uint32_t S = static_cast<uint32_t>(swizzle_bytes), atom = 8 * S;
-  L.lbo = 16;  // unused: "assumed 1"
-  L.sbo = atom + (padded ? atom : 0);
-  L.k_column = row_cores * L.sbo;
-  bytes = (k_bytes + S - 1) / S * L.k_column;
-  step = S >= 64 ? 32 : L.k_column;  // 32 k = 32 bytes further along the row
-  return L;
-}
-
-// The e4m3 register A fragment: element e (0..15, four per .b32, lowest byte first) of thread t
-// (w = warp, g = laneid / 4, q = laneid % 4) is A[16w + g + 8 * ((e / 4) % 2)][4q + e % 4 +
-// 16 * (e / 8)].
-inline int wgmma_e4m3_a_row(int t, int e) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((e / 4) % 2); }
-inline int wgmma_e4m3_a_col(int t, int e) { return 4 * (t % 4) + e % 4 + 16 * (e / 8); }
-
-// e4m3 bits from cuda_fp8.h's host conversion (round to nearest even, saturating).
-inline uint8_t e4m3_bits(float x) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
-}
-
-struct WgmmaE4m3CaseSpec {
-  int n;
-  bool a_regs;
-  int a_swizzle, b_swizzle;
-  int k_steps;  // 1 or 2 chained MMAs (K = 32 or 64)
-  int scale_d;
-  bool padded;
-  bool fractions;  // inputs in quarters (-2 to 2) instead of integers (-4 to 4)
-};
-
-template <int N, bool kARegs>
-CaseResult run_wgmma_e4m3_case(const WgmmaE4m3CaseSpec& spec, Rng& rng) {
-  const int K = 32 * spec.k_steps;
-  auto draw = [&]() {
-    return spec.fractions ? static_cast<float>(rng.below(17) - 8) * 0.25f
-                          : static_cast<float>(rng.below(9) - 4);
-  };
-  std::vector<float> A(64 * K), B(static_cast<size_t>(N) * K), C(64 * N);  // A[m][k], B[n][k]
-  for (float& x : A) x = draw();
-  for (float& x : B) x = draw();
-  for (float& x : C) x = static_cast<float>(rng.below(65) - 32);
-  uint32_t a_step = 0, b_step = 0, a_bytes = 0, b_bytes = 0;
-  const OperandLayout la = make_e4m3_layout(spec.a_swizzle, 64, K, spec.padded, a_step, a_bytes);
-  const OperandLayout lb = make_e4m3_layout(spec.b_swizzle, N, K, spec.padded, b_step, b_bytes);
-  WgmmaCaseParams p{};
-  p.a_offset = 0;
-  p.b_offset = spec.a_regs ? 0 : (a_bytes + 1023) / 1024 * 1024;
-  p.a_lbo = la.lbo, p.a_sbo = la.sbo, p.b_lbo = lb.lbo, p.b_sbo = lb.sbo;
-  p.a_swizzle = swizzle_code(spec.a_swizzle), p.b_swizzle = swizzle_code(spec.b_swizzle);
-  p.a_step = a_step, p.b_step = b_step;
-  p.image_bytes = (p.b_offset + b_bytes + 15) / 16 * 16;
-  p.scale_d = spec.scale_d;
-  p.k_steps = spec.k_steps;
-  std::vector<uint8_t> image(p.image_bytes, 0);
-  for (int r = 0; r < 64 && !spec.a_regs; ++r)
-    for (int k = 0; k < K; ++k) image[p.a_offset + e4m3_layout_offset(la, r, k)] = e4m3_bits(A[r * K + k]);
-  for (int r = 0; r < N; ++r)
-    for (int k = 0; k < K; ++k) image[p.b_offset + e4m3_layout_offset(lb, r, k)] = e4m3_bits(B[r * K + k]);
-  std::vector<uint32_t> a_regs(static_cast<size_t>(spec.k_steps) * kWarpgroup * 4, 0);
-  for (int s = 0; s < spec.k_steps; ++s)
-    for (int t = 0; t < kWarpgroup; ++t)
-      for (int e = 0; e < 16; ++e)
-        a_regs[(s * kWarpgroup + t) * 4 + e / 4] |=
-            static_cast<uint32_t>(e4m3_bits(A[wgmma_e4m3_a_row(t, e) * K + 32 * s + wgmma_e4m3_a_col(t, e)]))
-            << (8 * (e % 4));
-  std::vector<float> cd(kWarpgroup * (N / 2)), expected(cd.size());
-  for (int t = 0; t < kWarpgroup; ++t) {
-    for (int i = 0; i < N / 2; ++i) {
-      const int row = wgmma_d_row(t, i), col = wgmma_d_col(t, i);
-      cd[t * (N / 2) + i] = C[row * N + col];
-      double sum = spec.scale_d ? C[row * N + col] : 0.0;
-      for (int k = 0; k < K; ++k) sum += static_cast<double>(A[row * K + k]) * B[col * K + k];
-      expected[t * (N / 2) + i] = static_cast<float>(sum);
-    }
-  }
-  std::vector<uint4> image16(p.image_bytes / 16);
-  std::memcpy(image16.data(), image.data(), p.image_bytes);
-  DeviceArray<uint4> image_d(image16);
-  DeviceArray<uint32_t> a_d(a_regs);
-  DeviceArray<float> cd_d(cd);
-  launch_one_block(wgmma_e4m3_case_kernel<N, kARegs>, kWarpgroup, p.image_bytes + 1024, p,
-                   static_cast<const uint4*>(image_d.get()), static_cast<const uint32_t*>(a_d.get()),
-                   cd_d.get());
-  auto layout_name = [](int swizzle) { return std::string("K") + (swizzle ? "sw" + std::to_string(swizzle) : ""); };
-  const std::string name = "wgmma_m64n" + std::to_string(N) + "k32_e4m3" +
-                           (spec.a_regs ? "_rs_Areg" : "_ss_A" + layout_name(spec.a_swizzle)) + "_B" +
-                           layout_name(spec.b_swizzle) + (spec.k_steps == 2 ? "_k64" : "") +
-                           (spec.scale_d ? "" : "_overwrite") + (spec.padded ? "_padded" : "") +
-                           (spec.fractions ? "_quarters" : "");
-  const auto actual = bytes_of(cd_d.read());
-  return {name, GpuCompare::Bitwise, actual, bytes_of(expected), actual};
-}
 
 // ---- The conversions, one value (pair) per thread. ----
 __global__ void cvt_e4m3x2_kernel(const float* lo, const float* hi, uint16_t* out, int count) {
@@ -312,10 +148,10 @@ inline CaseResult p_times_v_case(Rng& rng) {
   for (int t = 0; t < kWarpgroup; ++t)
     for (int i = 0; i < 16; ++i) p_acc[t * 16 + i] = P[wgmma_d_row(t, i) * 32 + wgmma_d_col(t, i)];
   // V^T as a no-swizzle K-major B (64 rows n, 32 keys): two 16-key core matrices per 8 rows.
-  OperandLayout lb{false, 0, 128, 256, 0};
+  OperandLayout lb{false, 0, 128, 256, 0, 1};
   std::vector<uint8_t> image(64 * 32);
   for (int n = 0; n < 64; ++n)
-    for (int k = 0; k < 32; ++k) image[e4m3_layout_offset(lb, n, k)] = e4m3_bits(V[p_fragment_key(k) * 64 + n]);
+    for (int k = 0; k < 32; ++k) image[layout_offset(lb, n, k)] = e4m3_bits(V[p_fragment_key(k) * 64 + n]);
   std::vector<float> expected(kWarpgroup * 32);
   for (int t = 0; t < kWarpgroup; ++t) {
     for (int i = 0; i < 32; ++i) {
@@ -347,23 +183,23 @@ inline void run_fp8_cases(uint64_t seed, std::vector<CaseResult>& results) {
   // descriptor advance), strides padded on odd combinations.
   for (int a = 0; a < 4; ++a) {
     for (int b = 0; b < 4; ++b) {
-      results.push_back(run_wgmma_e4m3_case<64, false>(
-          {64, false, swizzles[a], swizzles[b], 2, 1, (a + b) % 2 == 1, false}, rng));
+      const WgmmaCaseSpec s{swizzles[a], swizzles[b], 2, 1, (a + b) % 2 == 1, false};
+      results.push_back(run_wgmma_case<64, WgmmaElem::E4m3, false>(s, rng));
     }
   }
   // Other N (the accumulator fragment over N / 8 column blocks), the overwrite form, quarters.
-  results.push_back(run_wgmma_e4m3_case<8, false>({8, false, 0, 0, 1, 1, false, false}, rng));
-  results.push_back(run_wgmma_e4m3_case<16, false>({16, false, 32, 64, 2, 1, false, false}, rng));
-  results.push_back(run_wgmma_e4m3_case<24, false>({24, false, 128, 0, 1, 0, true, false}, rng));
-  results.push_back(run_wgmma_e4m3_case<128, false>({128, false, 128, 128, 2, 1, false, false}, rng));
-  results.push_back(run_wgmma_e4m3_case<256, false>({256, false, 128, 128, 2, 1, false, false}, rng));
-  results.push_back(run_wgmma_e4m3_case<64, false>({64, false, 128, 128, 1, 1, false, true}, rng));
+  results.push_back(run_wgmma_case<8, WgmmaElem::E4m3, false>({0, 0, 1, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<16, WgmmaElem::E4m3, false>({32, 64, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<24, WgmmaElem::E4m3, false>({128, 0, 1, 0, true, false}, rng));
+  results.push_back(run_wgmma_case<128, WgmmaElem::E4m3, false>({128, 128, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<256, WgmmaElem::E4m3, false>({128, 128, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<64, WgmmaElem::E4m3, false>({128, 128, 1, 1, false, true}, rng));
   // A from registers (P in P * V).
-  results.push_back(run_wgmma_e4m3_case<8, true>({8, true, 0, 32, 2, 1, false, false}, rng));
-  results.push_back(run_wgmma_e4m3_case<64, true>({64, true, 0, 128, 2, 1, false, false}, rng));
-  results.push_back(run_wgmma_e4m3_case<64, true>({64, true, 0, 64, 1, 0, true, false}, rng));
-  results.push_back(run_wgmma_e4m3_case<128, true>({128, true, 0, 0, 2, 1, false, true}, rng));
-  results.push_back(run_wgmma_e4m3_case<256, true>({256, true, 0, 128, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<8, WgmmaElem::E4m3, true>({0, 32, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<64, WgmmaElem::E4m3, true>({0, 128, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<64, WgmmaElem::E4m3, true>({0, 64, 1, 0, true, false}, rng));
+  results.push_back(run_wgmma_case<128, WgmmaElem::E4m3, true>({0, 0, 2, 1, false, true}, rng));
+  results.push_back(run_wgmma_case<256, WgmmaElem::E4m3, true>({0, 128, 2, 1, false, false}, rng));
   // P * V from the accumulator layout, the FP8 forward's plan.
   results.push_back(p_times_v_case(rng));
 }

@@ -3,10 +3,14 @@
 // reference built here from the PTX ISA's descriptions (shared-memory layouts drawn as the ISA
 // draws them: core matrices, swizzle atoms of 8 rows whose 16-byte chunks are permuted by the
 // row; register fragments by groupID and threadID_in_group), independently of the shim's code.
+// One case kernel and driver serve every element type (f16, bf16 here; e4m3 in
+// sm90_fp8_cases.h): the layouts are the same in bytes, K per instruction is 32 bytes' worth.
 // The shim self-test (wgmma_test.cpp) and the GPU layout check (selftest/sm90_cases.h) run the
 // same cases with the same inputs; all outputs are exact, so hardware must agree bit for bit.
 // Compiles under nvcc (-gencode arch=compute_90a,code=sm_90a) and under the shim.
 #pragma once
+#include <cuda_fp8.h>
+
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -19,6 +23,26 @@ namespace primitives {
 
 constexpr int kWarpgroup = 128;
 
+// The element types wgmma takes here. One instruction consumes 32 bytes of each row of A and B:
+// K = 16 for the 16-bit types, 32 for e4m3.
+enum class WgmmaElem { F16, Bf16, E4m3 };
+constexpr int elem_bytes(WgmmaElem e) { return e == WgmmaElem::E4m3 ? 1 : 2; }
+constexpr int k_per_mma(WgmmaElem e) { return 32 / elem_bytes(e); }
+inline const char* elem_name(WgmmaElem e) {
+  return e == WgmmaElem::E4m3 ? "e4m3" : e == WgmmaElem::Bf16 ? "bf16" : "f16";
+}
+
+// e4m3 bits from cuda_fp8.h's host conversion (round to nearest even, saturating).
+inline uint8_t e4m3_bits(float x) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+// x in the element type, as the low elem_bytes bytes.
+inline uint32_t elem_bits(WgmmaElem e, float x) {
+  if (e == WgmmaElem::E4m3) return e4m3_bits(x);
+  return e == WgmmaElem::Bf16 ? bits16(__float2bfloat16_rn(x)) : bits16(__float2half_rn(x));
+}
+
 // Where a case's A and B tiles live and how their descriptors describe them (bytes).
 struct WgmmaCaseParams {
   uint32_t a_offset, b_offset;  // from the 1024-byte aligned tile base
@@ -27,18 +51,20 @@ struct WgmmaCaseParams {
   uint32_t a_step, b_step;        // descriptor advance for the second K step
   uint32_t image_bytes;           // a multiple of 16
   int scale_d;                    // 0: the first MMA ignores the accumulators' old value
-  int k_steps;                    // 1 or 2 chained MMAs (K = 16 or 32)
+  int k_steps;                    // 1 or 2 chained MMAs
 };
 
 // One warpgroup: copies the shared-memory image to a 1024-byte aligned tile (plain stores, then
 // fence.proxy.async, as a kernel staging operands itself must), loads its accumulators (and A
 // fragments) from cd (a_regs), runs k_steps wgmmas into them as one commit group, waits, and
 // writes the accumulators back. cd: [128 threads][N / 2]; a_regs: [k_steps][128][4].
-template <int N, bool kBf16, bool kARegs, int kMajorA, int kMajorB>
+// e4m3 operands are K-major only (kMajorA = kMajorB = 0).
+template <int N, WgmmaElem kElem, bool kARegs, int kMajorA, int kMajorB>
 __global__ void wgmma_case_kernel(WgmmaCaseParams p, const uint4* image, const uint32_t* a_regs,
                                   float* cd) {
   using namespace flashattn::ptx;
   constexpr WgmmaMajor kA = static_cast<WgmmaMajor>(kMajorA), kB = static_cast<WgmmaMajor>(kMajorB);
+  static_assert(kElem != WgmmaElem::E4m3 || (kMajorA == 0 && kMajorB == 0), "e4m3 is K-major only");
   // (nvcc: extern __shared__ arrays of one name must share a type in a translation unit.)
   FLASHATTN_DYNAMIC_SMEM(unsigned char, wgmma_smem);
   const int tid = threadIdx.x;
@@ -64,10 +90,16 @@ __global__ void wgmma_case_kernel(WgmmaCaseParams p, const uint4* image, const u
     const uint64_t da = wgmma_descriptor_advance(desc_a, s * p.a_step);
     const uint64_t db = wgmma_descriptor_advance(desc_b, s * p.b_step);
     const int scale_d = s == 0 ? p.scale_d : 1;
-    if constexpr (kARegs && kBf16) wgmma_bf16_rs<N, kB>(d, a[s], db, scale_d);
-    if constexpr (kARegs && !kBf16) wgmma_f16_rs<N, kB>(d, a[s], db, scale_d);
-    if constexpr (!kARegs && kBf16) wgmma_bf16_ss<N, kA, kB>(d, da, db, scale_d);
-    if constexpr (!kARegs && !kBf16) wgmma_f16_ss<N, kA, kB>(d, da, db, scale_d);
+    if constexpr (kElem == WgmmaElem::E4m3) {
+      if constexpr (kARegs) wgmma_e4m3_rs<N>(d, a[s], db, scale_d);
+      if constexpr (!kARegs) wgmma_e4m3_ss<N>(d, da, db, scale_d);
+    } else if constexpr (kElem == WgmmaElem::Bf16) {
+      if constexpr (kARegs) wgmma_bf16_rs<N, kB>(d, a[s], db, scale_d);
+      if constexpr (!kARegs) wgmma_bf16_ss<N, kA, kB>(d, da, db, scale_d);
+    } else {
+      if constexpr (kARegs) wgmma_f16_rs<N, kB>(d, a[s], db, scale_d);
+      if constexpr (!kARegs) wgmma_f16_ss<N, kA, kB>(d, da, db, scale_d);
+    }
   }
   wgmma_commit_group();
   wgmma_wait_group<0>();
@@ -76,67 +108,71 @@ __global__ void wgmma_case_kernel(WgmmaCaseParams p, const uint4* image, const u
 }
 
 // ---- The reference: shared-memory layouts as the ISA draws them ("Shared Memory Matrix
-// Layout", "Strides", "Matrix Descriptor Format"), for 16-bit elements. ----
+// Layout", "Strides", "Matrix Descriptor Format"), in bytes, for elements of E bytes. ----
 struct OperandLayout {
-  bool mn_major;      // imm-trans 1: M- or N-major
+  bool mn_major;      // imm-trans 1: M- or N-major (16-bit elements only)
   int swizzle_bytes;  // 0, 32, 64, 128
   uint32_t lbo, sbo;  // the descriptor's byte offsets
-  uint32_t k_column;  // K-major, 32-byte swizzle, K = 32: where the second 16 k of a row live
+  uint32_t k_column;  // K-major, swizzled: where the next S bytes of a row's k live
+  int elem_bytes;     // E: 2 (f16, bf16) or 1 (e4m3)
 };
 
 inline uint32_t swizzle_code(int bytes) { return bytes == 128 ? 1 : bytes == 64 ? 2 : bytes == 32 ? 3 : 0; }
 
 // Byte offset of element (r, k) (r in M or N, k in K) from the operand's start.
 // No swizzle: "core matrices" of 8 rows x 16 bytes, stored as 128 contiguous bytes. K-major: a
-//   core row is 8 consecutive k of one r; the next core along K is LBO away, along M/N SBO.
-//   MN-major: a core row is 8 consecutive r of one k; the next core along K is LBO away, along
-//   M/N SBO.
+//   core row is 16 / E consecutive k of one r; the next core along K is LBO away, along M/N SBO.
+//   MN-major: a core row is 16 / E consecutive r of one k; the next core along K is LBO away,
+//   along M/N SBO.
 // Swizzled (S bytes): "swizzle atoms" of 8 rows of S bytes, 8 * S bytes in all, whose 16-byte
 //   chunks are permuted: in atom row j, chunk c is stored at chunk c ^ ((j * S / 128) % (S / 16))
 //   (for 128 B: c ^ j; 64 B: c ^ (j / 2); 32 B: c ^ (j / 4) -- the figures' repeating pattern).
-//   K-major: atom row j holds S / 2 consecutive k of r = 8 * atom + j; atoms along M/N are SBO
-//   apart (LBO unused). MN-major: atom row j holds S / 2 consecutive r of k = 8 * group + j;
-//   atoms along M/N are LBO apart, k-groups SBO apart.
+//   K-major: atom row j holds S / E consecutive k of r = 8 * atom + j; atoms along M/N are SBO
+//   apart (LBO unused), K beyond S bytes continues in the next column of atoms (k_column).
+//   MN-major: atom row j holds S / E consecutive r of k = 8 * group + j; atoms along M/N are
+//   LBO apart, k-groups SBO apart.
 inline uint32_t layout_offset(const OperandLayout& L, int r, int k) {
   const uint32_t ur = static_cast<uint32_t>(r), uk = static_cast<uint32_t>(k);
+  const uint32_t E = static_cast<uint32_t>(L.elem_bytes), per_core_row = 16 / E;
   if (L.swizzle_bytes == 0) {
-    return L.mn_major ? ur / 8 * L.sbo + uk / 8 * L.lbo + uk % 8 * 16 + ur % 8 * 2
-                      : ur / 8 * L.sbo + uk / 8 * L.lbo + ur % 8 * 16 + uk % 8 * 2;
+    return L.mn_major ? ur / per_core_row * L.sbo + uk / 8 * L.lbo + uk % 8 * 16 + ur % per_core_row * E
+                      : ur / 8 * L.sbo + uk / per_core_row * L.lbo + ur % 8 * 16 + uk % per_core_row * E;
   }
-  const uint32_t S = static_cast<uint32_t>(L.swizzle_bytes), per_row = S / 2;
+  const uint32_t S = static_cast<uint32_t>(L.swizzle_bytes), per_row = S / E;
   uint32_t atom, row, byte;
   if (L.mn_major) {
     atom = ur / per_row * L.lbo + uk / 8 * L.sbo;
     row = uk % 8;
-    byte = ur % per_row * 2;
+    byte = ur % per_row * E;
   } else {
     atom = ur / 8 * L.sbo + uk / per_row * L.k_column;
     row = ur % 8;
-    byte = uk % per_row * 2;
+    byte = uk % per_row * E;
   }
   const uint32_t chunk = byte / 16, stored_chunk = chunk ^ (row * S / 128 % (S / 16));
   return atom + row * S + stored_chunk * 16 + byte % 16;
 }
 
-// A layout of `rows` x `k_total` with every descriptor field in use, and the descriptor
-// advance to the second K step.
-inline OperandLayout make_layout(bool mn_major, int swizzle_bytes, int rows, int k_total,
+// A layout of `rows` x `k_total` elements of E bytes with every descriptor field in use, and
+// the descriptor advance to the second K step (one MMA's 32 bytes of K further).
+inline OperandLayout make_layout(int elem_bytes, bool mn_major, int swizzle_bytes, int rows, int k_total,
                                  bool padded, uint32_t& step, uint32_t& bytes) {
-  OperandLayout L{mn_major, swizzle_bytes, 0, 0, 0};
+  OperandLayout L{mn_major, swizzle_bytes, 0, 0, 0, elem_bytes};
   const uint32_t pad = padded ? 256 : 0;  // strides larger than the data: a gap between tiles
+  const uint32_t per_core_row = 16 / static_cast<uint32_t>(elem_bytes);
   const uint32_t row_cores = static_cast<uint32_t>((rows + 7) / 8);
-  const uint32_t k_cores = static_cast<uint32_t>(k_total / 8);
+  const uint32_t k_bytes = static_cast<uint32_t>(k_total * elem_bytes);
   if (swizzle_bytes == 0) {
     if (!mn_major) {  // k-cores adjacent, then the next 8 rows
       L.lbo = 128;
-      L.sbo = 128 * k_cores + pad;
+      L.sbo = 128 * (k_bytes / 16) + pad;
       bytes = row_cores * L.sbo;
     } else {  // r-cores adjacent, then the next 8 k
       L.sbo = 128;
-      L.lbo = 128 * row_cores + pad;
-      bytes = k_cores * L.lbo;
+      L.lbo = 128 * ((static_cast<uint32_t>(rows) + per_core_row - 1) / per_core_row) + pad;
+      bytes = static_cast<uint32_t>(k_total / 8) * L.lbo;
     }
-    step = 2 * L.lbo;
+    step = 2 * L.lbo;  // 32 bytes of K: two core matrices
     return L;
   }
   const uint32_t S = static_cast<uint32_t>(swizzle_bytes), atom = 8 * S;
@@ -144,15 +180,14 @@ inline OperandLayout make_layout(bool mn_major, int swizzle_bytes, int rows, int
   if (!mn_major) {
     L.lbo = 16;  // unused: "assumed 1"
     L.sbo = atom + gap;
-    const uint32_t k_atoms = static_cast<uint32_t>(k_total) * 2 > S ? 2 : 1;
     L.k_column = row_cores * L.sbo;
-    bytes = k_atoms * L.k_column;
-    step = S >= 64 ? 32 : L.k_column;  // 16 k = 32 bytes further along the row
+    bytes = (k_bytes + S - 1) / S * L.k_column;
+    step = S >= 64 ? 32 : L.k_column;  // 32 bytes further along the row
   } else {
-    const uint32_t per_row = S / 2;
+    const uint32_t per_row = S / static_cast<uint32_t>(elem_bytes);
     const uint32_t mn_atoms = (static_cast<uint32_t>(rows) + per_row - 1) / per_row;
     L.sbo = atom;
-    L.lbo = k_cores * atom + gap;
+    L.lbo = static_cast<uint32_t>(k_total / 8) * atom + gap;
     bytes = mn_atoms * L.lbo;
     step = 2 * L.sbo;
   }
@@ -160,57 +195,72 @@ inline OperandLayout make_layout(bool mn_major, int swizzle_bytes, int rows, int
 }
 
 // The wgmma fragments: with w = warp of the warpgroup, g = laneid / 4, q = laneid % 4,
-// D element i (0 <= i < N/2) is D[16w + g + 8 * ((i % 4) / 2)][8 * (i / 4) + 2q + i % 2];
-// A register element e (0..7, two per .b32, low first) is A[16w + g + 8 * ((e / 2) % 2)]
-// [2q + e % 2 + 8 * (e / 4)].
+// D element i (0 <= i < N/2) is D[16w + g + 8 * ((i % 4) / 2)][8 * (i / 4) + 2q + i % 2].
+// A register element e (P = 4 / E elements per .b32, lowest first; 4P in all) is
+// A[16w + g + 8 * ((e / P) % 2)][P * q + e % P + 4P * (e / 2P)]: for 16-bit elements
+// A[.. + 8 * ((e / 2) % 2)][2q + e % 2 + 8 * (e / 4)], for e4m3 A[.. + 8 * ((e / 4) % 2)]
+// [4q + e % 4 + 16 * (e / 8)].
 inline int wgmma_d_row(int t, int i) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i % 4) / 2); }
 inline int wgmma_d_col(int t, int i) { return 8 * (i / 4) + 2 * (t % 4) + i % 2; }
-inline int wgmma_a_row(int t, int e) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((e / 2) % 2); }
-inline int wgmma_a_col(int t, int e) { return 2 * (t % 4) + e % 2 + 8 * (e / 4); }
+inline int wgmma_a_row(int per_reg, int t, int e) {
+  return 16 * (t / 32) + (t % 32) / 4 + 8 * ((e / per_reg) % 2);
+}
+inline int wgmma_a_col(int per_reg, int t, int e) {
+  return per_reg * (t % 4) + e % per_reg + 4 * per_reg * (e / (2 * per_reg));
+}
 
+// A case beyond its compile-time shape (N, element type, A from registers, majors).
 struct WgmmaCaseSpec {
-  int n;
-  bool bf16, a_regs;
-  bool a_mn, b_mn;
-  int a_swizzle, b_swizzle;
-  int k_steps;
+  int a_swizzle, b_swizzle;  // 0, 32, 64, 128 bytes
+  int k_steps;               // 1 or 2 chained MMAs
   int scale_d;
-  bool padded;
+  bool padded;               // strides larger than the data
+  bool fractions;            // inputs in quarters (-2 to 2) instead of integers (-4 to 4)
 };
 
-template <int N, bool kBf16, bool kARegs, int kMajorA, int kMajorB>
+// D[64 x N] = (scale_d ? C : 0) + A[64 x K] * B[K x N] on small values whose every partial sum
+// is exact in f32 (so the comparison is bitwise; hardware's e4m3 accumulation is not IEEE f32
+// summation in general), A and B laid out by the reference above.
+template <int N, WgmmaElem kElem, bool kARegs, int kMajorA = 0, int kMajorB = 0>
 CaseResult run_wgmma_case(const WgmmaCaseSpec& spec, Rng& rng) {
-  const int K = 16 * spec.k_steps;
-  auto bits_of = [&](float x) {
-    return spec.bf16 ? bits16(__float2bfloat16_rn(x)) : bits16(__float2half_rn(x));
+  constexpr int E = elem_bytes(kElem), kStepK = k_per_mma(kElem), kPerReg = 4 / E;
+  const int K = kStepK * spec.k_steps;
+  auto draw = [&]() {
+    return spec.fractions ? static_cast<float>(rng.below(17) - 8) * 0.25f
+                          : static_cast<float>(rng.below(9) - 4);
   };
   std::vector<float> A(64 * K), B(static_cast<size_t>(N) * K), C(64 * N);  // A[m][k], B[n][k]
-  for (float& x : A) x = static_cast<float>(rng.below(9) - 4);
-  for (float& x : B) x = static_cast<float>(rng.below(9) - 4);
+  for (float& x : A) x = draw();
+  for (float& x : B) x = draw();
   for (float& x : C) x = static_cast<float>(rng.below(65) - 32);
   uint32_t a_step = 0, b_step = 0, a_bytes = 0, b_bytes = 0;
-  const OperandLayout la = make_layout(spec.a_mn, spec.a_swizzle, 64, K, spec.padded, a_step, a_bytes);
-  const OperandLayout lb = make_layout(spec.b_mn, spec.b_swizzle, N, K, spec.padded, b_step, b_bytes);
+  const OperandLayout la = make_layout(E, kMajorA, spec.a_swizzle, 64, K, spec.padded, a_step, a_bytes);
+  const OperandLayout lb = make_layout(E, kMajorB, spec.b_swizzle, N, K, spec.padded, b_step, b_bytes);
   WgmmaCaseParams p{};
   p.a_offset = 0;
-  p.b_offset = spec.a_regs ? 0 : (a_bytes + 1023) / 1024 * 1024;
+  p.b_offset = kARegs ? 0 : (a_bytes + 1023) / 1024 * 1024;
   p.a_lbo = la.lbo, p.a_sbo = la.sbo, p.b_lbo = lb.lbo, p.b_sbo = lb.sbo;
   p.a_swizzle = swizzle_code(spec.a_swizzle), p.b_swizzle = swizzle_code(spec.b_swizzle);
   p.a_step = a_step, p.b_step = b_step;
   p.image_bytes = (p.b_offset + b_bytes + 15) / 16 * 16;
   p.scale_d = spec.scale_d;
   p.k_steps = spec.k_steps;
-  std::vector<uint16_t> image(p.image_bytes / 2, 0);
-  for (int r = 0; r < 64 && !spec.a_regs; ++r)
-    for (int k = 0; k < K; ++k) image[(p.a_offset + layout_offset(la, r, k)) / 2] = bits_of(A[r * K + k]);
+  std::vector<unsigned char> image(p.image_bytes, 0);
+  auto store = [&](uint32_t offset, float x) {
+    const uint32_t bits = elem_bits(kElem, x);
+    for (int b = 0; b < E; ++b) image[offset + b] = static_cast<unsigned char>(bits >> (8 * b));
+  };
+  for (int r = 0; r < 64 && !kARegs; ++r)
+    for (int k = 0; k < K; ++k) store(p.a_offset + layout_offset(la, r, k), A[r * K + k]);
   for (int r = 0; r < N; ++r)
-    for (int k = 0; k < K; ++k) image[(p.b_offset + layout_offset(lb, r, k)) / 2] = bits_of(B[r * K + k]);
+    for (int k = 0; k < K; ++k) store(p.b_offset + layout_offset(lb, r, k), B[r * K + k]);
   std::vector<uint32_t> a_regs(static_cast<size_t>(spec.k_steps) * kWarpgroup * 4, 0);
   for (int s = 0; s < spec.k_steps; ++s)
     for (int t = 0; t < kWarpgroup; ++t)
-      for (int e = 0; e < 8; ++e)
-        a_regs[(s * kWarpgroup + t) * 4 + e / 2] |=
-            static_cast<uint32_t>(bits_of(A[wgmma_a_row(t, e) * K + 16 * s + wgmma_a_col(t, e)])) << (16 * (e % 2));
+      for (int e = 0; e < 4 * kPerReg; ++e) {
+        const float x = A[wgmma_a_row(kPerReg, t, e) * K + kStepK * s + wgmma_a_col(kPerReg, t, e)];
+        a_regs[(s * kWarpgroup + t) * 4 + e / kPerReg] |= elem_bits(kElem, x) << (8 * E * (e % kPerReg));
+      }
   std::vector<float> cd(kWarpgroup * (N / 2)), expected(cd.size());
   for (int t = 0; t < kWarpgroup; ++t) {
     for (int i = 0; i < N / 2; ++i) {
@@ -226,20 +276,31 @@ CaseResult run_wgmma_case(const WgmmaCaseSpec& spec, Rng& rng) {
   DeviceArray<uint4> image_d(image16);
   DeviceArray<uint32_t> a_d(a_regs);
   DeviceArray<float> cd_d(cd);
-  auto kernel = wgmma_case_kernel<N, kBf16, kARegs, kMajorA, kMajorB>;
+  auto kernel = wgmma_case_kernel<N, kElem, kARegs, kMajorA, kMajorB>;
   launch_one_block(kernel, kWarpgroup, p.image_bytes + 1024, p,
                    static_cast<const uint4*>(image_d.get()), static_cast<const uint32_t*>(a_d.get()),
                    cd_d.get());
-  auto layout_name = [](bool mn, int swizzle) {
+  auto layout_name = [](int mn, int swizzle) {
     return std::string(mn ? "MN" : "K") + (swizzle ? "sw" + std::to_string(swizzle) : "");
   };
-  const std::string name = "wgmma_m64n" + std::to_string(N) + "k16_" + (spec.bf16 ? "bf16" : "f16") +
-                           (spec.a_regs ? "_rs_Areg" : "_ss_A" + layout_name(spec.a_mn, spec.a_swizzle)) +
-                           "_B" + layout_name(spec.b_mn, spec.b_swizzle) +
-                           (spec.k_steps == 2 ? "_k32" : "") + (spec.scale_d ? "" : "_overwrite") +
-                           (spec.padded ? "_padded" : "");
+  const std::string name = "wgmma_m64n" + std::to_string(N) + "k" + std::to_string(kStepK) + "_" +
+                           elem_name(kElem) +
+                           (kARegs ? "_rs_Areg" : "_ss_A" + layout_name(kMajorA, spec.a_swizzle)) +
+                           "_B" + layout_name(kMajorB, spec.b_swizzle) +
+                           (spec.k_steps == 2 ? "_k" + std::to_string(2 * kStepK) : "") +
+                           (spec.scale_d ? "" : "_overwrite") + (spec.padded ? "_padded" : "") +
+                           (spec.fractions ? "_quarters" : "");
   const auto actual = bytes_of(cd_d.read());
   return {name, GpuCompare::Bitwise, actual, bytes_of(expected), actual};
+}
+
+// The case from shared memory with A and B M/N-major (true) or K-major (false).
+template <int N, WgmmaElem kElem>
+CaseResult run_wgmma_ss_case(bool a_mn, bool b_mn, const WgmmaCaseSpec& spec, Rng& rng) {
+  if (a_mn && b_mn) return run_wgmma_case<N, kElem, false, 1, 1>(spec, rng);
+  if (a_mn) return run_wgmma_case<N, kElem, false, 1, 0>(spec, rng);
+  if (b_mn) return run_wgmma_case<N, kElem, false, 0, 1>(spec, rng);
+  return run_wgmma_case<N, kElem, false, 0, 0>(spec, rng);
 }
 
 // ---- stmatrix: "the inverse of ldmatrix": register m of lane l holds row l / 4, columns
@@ -404,40 +465,32 @@ inline void run_wgmma_cases(uint64_t seed, std::vector<CaseResult>& results) {
   // descriptor advance of each layout), strides padded on odd combinations.
   for (int a = 0; a < 8; ++a) {
     for (int b = 0; b < 8; ++b) {
-      const WgmmaCaseSpec s{64, true, false, a >= 4, b >= 4, swizzles[a % 4], swizzles[b % 4], 2, 1,
-                            (a + b) % 2 == 1};
-      if (!s.a_mn && !s.b_mn) results.push_back(run_wgmma_case<64, true, false, 0, 0>(s, rng));
-      if (!s.a_mn && s.b_mn) results.push_back(run_wgmma_case<64, true, false, 0, 1>(s, rng));
-      if (s.a_mn && !s.b_mn) results.push_back(run_wgmma_case<64, true, false, 1, 0>(s, rng));
-      if (s.a_mn && s.b_mn) results.push_back(run_wgmma_case<64, true, false, 1, 1>(s, rng));
+      const WgmmaCaseSpec s{swizzles[a % 4], swizzles[b % 4], 2, 1, (a + b) % 2 == 1, false};
+      results.push_back(run_wgmma_ss_case<64, WgmmaElem::Bf16>(a >= 4, b >= 4, s, rng));
     }
   }
   // f16, one K step, the accumulate and overwrite forms.
   for (int a = 0; a < 8; ++a) {
     const int b = 7 - a;
-    const WgmmaCaseSpec s{64, false, false, a >= 4, b >= 4, swizzles[a % 4], swizzles[b % 4], 1,
-                          a % 3 != 0, false};
-    if (!s.a_mn && !s.b_mn) results.push_back(run_wgmma_case<64, false, false, 0, 0>(s, rng));
-    if (!s.a_mn && s.b_mn) results.push_back(run_wgmma_case<64, false, false, 0, 1>(s, rng));
-    if (s.a_mn && !s.b_mn) results.push_back(run_wgmma_case<64, false, false, 1, 0>(s, rng));
-    if (s.a_mn && s.b_mn) results.push_back(run_wgmma_case<64, false, false, 1, 1>(s, rng));
+    const WgmmaCaseSpec s{swizzles[a % 4], swizzles[b % 4], 1, a % 3 != 0, false, false};
+    results.push_back(run_wgmma_ss_case<64, WgmmaElem::F16>(a >= 4, b >= 4, s, rng));
   }
   // Other N: the accumulator fragment repeated over N / 8 column blocks.
-  results.push_back(run_wgmma_case<8, true, false, 0, 0>({8, true, false, false, false, 0, 0, 1, 1, false}, rng));
-  results.push_back(run_wgmma_case<8, false, false, 0, 1>({8, false, false, false, true, 128, 128, 2, 1, false}, rng));
-  results.push_back(run_wgmma_case<16, true, false, 1, 0>({16, true, false, true, false, 32, 64, 2, 1, false}, rng));
-  results.push_back(run_wgmma_case<24, true, false, 0, 0>({24, true, false, false, false, 128, 0, 1, 1, true}, rng));
-  results.push_back(run_wgmma_case<128, true, false, 0, 1>({128, true, false, false, true, 128, 128, 2, 1, false}, rng));
-  results.push_back(run_wgmma_case<128, false, false, 0, 0>({128, false, false, false, false, 64, 32, 1, 1, false}, rng));
-  results.push_back(run_wgmma_case<256, true, false, 0, 0>({256, true, false, false, false, 128, 128, 2, 1, false}, rng));
-  results.push_back(run_wgmma_case<256, false, false, 1, 1>({256, false, false, true, true, 64, 128, 1, 0, false}, rng));
+  results.push_back(run_wgmma_case<8, WgmmaElem::Bf16, false, 0, 0>({0, 0, 1, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<8, WgmmaElem::F16, false, 0, 1>({128, 128, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<16, WgmmaElem::Bf16, false, 1, 0>({32, 64, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<24, WgmmaElem::Bf16, false, 0, 0>({128, 0, 1, 1, true, false}, rng));
+  results.push_back(run_wgmma_case<128, WgmmaElem::Bf16, false, 0, 1>({128, 128, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<128, WgmmaElem::F16, false, 0, 0>({64, 32, 1, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<256, WgmmaElem::Bf16, false, 0, 0>({128, 128, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<256, WgmmaElem::F16, false, 1, 1>({64, 128, 1, 0, false, false}, rng));
   // A from registers.
-  results.push_back(run_wgmma_case<8, true, true, 0, 0>({8, true, true, false, false, 0, 32, 2, 1, false}, rng));
-  results.push_back(run_wgmma_case<64, true, true, 0, 0>({64, true, true, false, false, 0, 128, 2, 1, false}, rng));
-  results.push_back(run_wgmma_case<64, true, true, 0, 1>({64, true, true, false, true, 0, 64, 2, 1, true}, rng));
-  results.push_back(run_wgmma_case<64, false, true, 0, 1>({64, false, true, false, true, 0, 0, 1, 0, false}, rng));
-  results.push_back(run_wgmma_case<256, true, true, 0, 1>({256, true, true, false, true, 0, 128, 2, 1, false}, rng));
-  results.push_back(run_wgmma_case<256, false, true, 0, 0>({256, false, true, false, false, 0, 32, 1, 1, false}, rng));
+  results.push_back(run_wgmma_case<8, WgmmaElem::Bf16, true, 0, 0>({0, 32, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<64, WgmmaElem::Bf16, true, 0, 0>({0, 128, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<64, WgmmaElem::Bf16, true, 0, 1>({0, 64, 2, 1, true, false}, rng));
+  results.push_back(run_wgmma_case<64, WgmmaElem::F16, true, 0, 1>({0, 0, 1, 0, false, false}, rng));
+  results.push_back(run_wgmma_case<256, WgmmaElem::Bf16, true, 0, 1>({0, 128, 2, 1, false, false}, rng));
+  results.push_back(run_wgmma_case<256, WgmmaElem::F16, true, 0, 0>({0, 32, 1, 1, false, false}, rng));
   // TMA-loaded tiles, as FA3 reads them.
   results.push_back(tma_wgmma_case(false, rng));
   results.push_back(tma_wgmma_case(true, rng));
