@@ -168,12 +168,7 @@ __global__ void counters_kernel(float* out) {
 
 int counters() {
   std::vector<float> out(128);
-  cudasim::reset_counters();
-  cudasim::enable_counters(true);
-  cudasim::launch(counters_kernel, dim3(1), dim3(128), 4096, out.data());
-  cudasim::enable_counters(false);
-  const cudasim::Counters c = cudasim::counted_launches().back().counters;
-  std::printf("%s\n", cudasim::to_json(c).c_str());
+  const cudasim::Counters c = selftest::counted_launch(counters_kernel, 128, 4096, out.data());
   const bool ok = c.wgmma[2][7] == 1 && c.wgmma[2][0] == 1 && c.wgmma_instructions() == 2 &&
                   c.wgmma_a_from_registers == 1 && c.wgmma_macs == 64 * 64 * 32 + 64 * 8 * 32 &&
                   c.cvt_e4m3x2_f32 == 128 && c.cvt_f16x2_e4m3x2 == 128;

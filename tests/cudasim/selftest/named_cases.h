@@ -35,4 +35,27 @@ inline int printing_counters(const std::function<int()>& run) {
   return rc;
 }
 
+// A case's exit status: 1 after "WRONG: <what>" if it went wrong, else 0 after "OK".
+inline int verdict(bool wrong, const std::string& what) {
+  if (wrong) {
+    std::printf("WRONG: %s\n", what.c_str());
+    return 1;
+  }
+  std::printf("OK\n");
+  return 0;
+}
+
+// One block's launch with the shim's counters on (reset first): prints them (JSON) and returns
+// them, for a case to check.
+template <class Kernel, class... Args>
+cudasim::Counters counted_launch(Kernel kernel, unsigned threads, size_t smem, Args... args) {
+  cudasim::reset_counters();
+  cudasim::enable_counters(true);
+  cudasim::launch(kernel, dim3(1), dim3(threads), smem, args...);
+  cudasim::enable_counters(false);
+  const cudasim::Counters c = cudasim::counted_launches().back().counters;
+  std::printf("%s\n", cudasim::to_json(c).c_str());
+  return c;
+}
+
 }  // namespace selftest

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sm90_cases.h"
+#include "named_cases.h"
 
 namespace tma_ring {
 
@@ -122,12 +123,8 @@ int run() {
   }
   int stale = 0;
   cudasim::launch(ring<kBug>, dim3(1), dim3(kThreads), kSmemBytes, map, out.data(), &stale);
-  if (stale != 0 || out != src) {
-    std::printf("WRONG: consumers read %d stale values\n", stale);
-    return 1;
-  }
-  std::printf("OK\n");
-  return 0;
+  const bool wrong = stale != 0 || out != src;
+  return selftest::verdict(wrong, "consumers read " + std::to_string(stale) + " stale values");
 }
 
 }  // namespace tma_ring
@@ -346,11 +343,7 @@ int run() {
   spec.box[1] = 4;
   flashattn::TensorMap map;
   flashattn::encode_tensor_map(&map, spec);
-  cudasim::reset_counters();
-  cudasim::enable_counters(true);
-  cudasim::launch(kernel, dim3(1), dim3(64), 4096, map, global.data());
-  cudasim::enable_counters(false);
-  std::printf("%s\n", cudasim::to_json(cudasim::counted_launches().at(0).counters).c_str());
+  selftest::counted_launch(kernel, 64, 4096, map, global.data());
   return 0;
 }
 

@@ -105,12 +105,8 @@ int run() {
   int stale = 0;
   cudasim::launch(pipeline<kBug>, dim3(1), dim3(kThreads), kSmemBytes, src.data(), out.data(),
                   &stale);
-  if (stale != 0 || out != src) {
-    std::printf("WRONG: consumers read %d stale values\n", stale);
-    return 1;
-  }
-  std::printf("OK\n");
-  return 0;
+  const bool wrong = stale != 0 || out != src;
+  return selftest::verdict(wrong, "consumers read " + std::to_string(stale) + " stale values");
 }
 
 }  // namespace ring
@@ -163,12 +159,7 @@ int run() {
   for (int slot = 0; slot < 2 * kTurns; ++slot) {
     if (log[slot] != entry(slot)) ++errors;
   }
-  if (errors != 0) {
-    std::printf("WRONG: %d turns out of order\n", errors);
-    return 1;
-  }
-  std::printf("OK\n");
-  return 0;
+  return selftest::verdict(errors != 0, std::to_string(errors) + " turns out of order");
 }
 
 }  // namespace turns
@@ -200,12 +191,8 @@ int run() {
   cudasim::launch(exchange<kBarrier>, dim3(1), dim3(kThreads), kSmemBytes, out.data());
   int wrong = 0;
   for (int t = 0; t < kThreads; ++t) wrong += out[t] != (t + kGroupThreads) % kThreads + 1.f;
-  if (wrong != 0) {
-    std::printf("WRONG: %d threads read the other warpgroup's half before it was written\n", wrong);
-    return 1;
-  }
-  std::printf("OK\n");
-  return 0;
+  return selftest::verdict(wrong != 0, std::to_string(wrong) +
+                                           " threads read the other warpgroup's half before it was written");
 }
 
 }  // namespace handoff
@@ -277,12 +264,7 @@ int run(unsigned threads) {
     const int first = static_cast<int>(t / 128 * 128);
     if (out[t] != kRounds * (128 * first + 128 * 127 / 2)) ++errors;
   }
-  if (errors != 0) {
-    std::printf("WRONG: %d wrong sums\n", errors);
-    return 1;
-  }
-  std::printf("OK\n");
-  return 0;
+  return selftest::verdict(errors != 0, std::to_string(errors) + " wrong sums");
 }
 
 }  // namespace warpgroups

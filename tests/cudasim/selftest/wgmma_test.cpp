@@ -362,12 +362,7 @@ __global__ void kernel(float* out) {
 
 int run() {
   std::vector<float> out(128);
-  cudasim::reset_counters();
-  cudasim::enable_counters(true);
-  cudasim::launch(kernel, dim3(1), dim3(128), 4096, out.data());
-  cudasim::enable_counters(false);
-  const cudasim::Counters c = cudasim::counted_launches().back().counters;
-  std::printf("%s\n", cudasim::to_json(c).c_str());
+  const cudasim::Counters c = selftest::counted_launch(kernel, 128, 4096, out.data());
   const bool ok = c.wgmma[1][7] == 1 && c.wgmma[0][0] == 1 && c.wgmma_instructions() == 2 &&
                   c.wgmma_a_from_registers == 1 && c.wgmma_macs == 64 * 64 * 16 + 64 * 8 * 16 &&
                   c.wgmma_fence == 1 && c.wgmma_commit_group == 1 && c.wgmma_wait_group == 1 &&
