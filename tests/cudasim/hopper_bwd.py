@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build  # noqa: E402
-from sm90a_library import attention_runner_start, seconds_per_call  # noqa: E402
+from sm90a_library import attention_runner_start, tflops_row, torch_attention  # noqa: E402
 
 SOURCE = os.path.join(build.SHIM_DIR, "hopper_bwd_gpu.cu")
 # (f16, head_dim, causal, deterministic, batch, heads_q, heads_kv, seqlen_q, seqlen_k)
@@ -76,18 +76,9 @@ def main():
         return dq, dk, dv
 
     def reference(q, k, v, do, causal, dtype):
-        """Attention (bottom-right causal) by plain torch ops in `dtype`: O, LSE, dQ, dK, dV."""
+        """O, LSE, dQ, dK, dV by torch_attention in `dtype`."""
         qd, kd, vd = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
-        g = q.shape[2] // k.shape[2]
-        qt, kt, vt = (t.transpose(1, 2) for t in (qd, kd, vd))
-        kt, vt = kt.repeat_interleave(g, 1), vt.repeat_interleave(g, 1)
-        s = (qt @ kt.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-        sq, sk = s.shape[-2:]
-        if causal:
-            keep = torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril(sk - sq)
-            s = s.masked_fill(~keep, float("-inf"))
-        lse = torch.logsumexp(s.float() if dtype != torch.float64 else s, -1)
-        o = (torch.softmax(s, -1).nan_to_num(0.0) @ vt).transpose(1, 2)
+        o, lse = torch_attention(qd, kd, vd, causal)
         o.backward(do.to(dtype))
         return o.detach(), lse.detach(), qd.grad, kd.grad, vd.grad
 
@@ -122,32 +113,22 @@ def main():
         print(f"{'PASS' if ok else 'FAIL'} {'f16' if f16 else 'bf16'} d={d} causal={causal} det={det} B={b} "
               f"Hq={hq} Hkv={hkv} Sq={sq} Sk={sk}: " + ", ".join(parts))
 
-    def timed(fn):
-        return seconds_per_call(fn, args.iters)
-
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     for d, causal, n in TIMED:
         h = 2048 // d
         b = 16384 // n
         q, k, v, do = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         o = torch.randn_like(q)
         lse = torch.randn(b, h, n, device="cuda", dtype=torch.float32) + 10.0
-        flops = 2.5 * 4.0 * b * h * n * n * d / (2 if causal else 1)  # backward = 2.5 forwards
-        row = [f"backward d={d} N={n} causal={causal}:"]
         grads = tuple(torch.empty_like(t) for t in (q, k, v))
-        t = timed(lambda: ours(q, k, v, o, lse, do, causal, grads=grads))
-        row.append(f"hopper {flops / t / 1e12:.0f}")
         qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-            try:
-                with sdpa_kernel(backend):
-                    out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
-                    g = do.transpose(1, 2)
-                    t = timed(lambda: torch.autograd.grad(out, (qt, kt, vt), g, retain_graph=True))
-                row.append(f"{name} {flops / t / 1e12:.0f}")
-            except RuntimeError as e:
-                row.append(f"{name} n/a ({str(e).splitlines()[0][:60]})")
-        print(" ".join(row) + " TFLOP/s")
+
+        def sdpa_backward():
+            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
+            return lambda: torch.autograd.grad(out, (qt, kt, vt), do.transpose(1, 2), retain_graph=True)
+
+        tflops_row(f"backward d={d} N={n} causal={causal}:",
+                   2.5 * 4.0 * b * h * n * n * d / (2 if causal else 1),  # backward = 2.5 forwards
+                   lambda: ours(q, k, v, o, lse, do, causal, grads=grads), sdpa_backward, args.iters)
     print(f"hopper backward: {len(CHECKS) - failures} of {len(CHECKS)} checks pass")
     return 1 if failures else 0
 

@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build  # noqa: E402
-from sm90a_library import attention_runner_start, seconds_per_call  # noqa: E402
+from sm90a_library import attention_runner_start, tflops_row, torch_attention  # noqa: E402
 
 SOURCE = os.path.join(build.SHIM_DIR, "hopper_fwd_gpu.cu")
 # (f16, head_dim, causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k, softcap, window):
@@ -77,27 +77,7 @@ def main():
         return o, lse
 
     def reference(q, k, v, causal, dtype, softcap=0.0, window=None):
-        """Attention in `dtype` by plain torch ops (bottom-right causal), and its LSE."""
-        qd, kd, vd = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
-        g = qd.shape[1] // kd.shape[1]
-        kd, vd = kd.repeat_interleave(g, 1), vd.repeat_interleave(g, 1)
-        s = (qd @ kd.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-        if softcap > 0:
-            s = torch.tanh(s / softcap) * softcap
-        sq, sk = s.shape[-2:]
-        keep = torch.ones(sq, sk, dtype=torch.bool, device=s.device)
-        if causal:
-            keep = keep.tril(sk - sq)
-        if window:
-            left, right = window
-            if right >= 0:
-                keep = keep.tril(sk - sq + right)
-            if left >= 0:
-                keep = keep.triu(sk - sq - left)
-        s = s.masked_fill(~keep, float("-inf"))
-        lse = torch.logsumexp(s.float() if dtype != torch.float64 else s, -1)
-        p = torch.softmax(s, -1).nan_to_num(0.0)
-        return (p @ vd).transpose(1, 2), lse
+        return torch_attention(*(t.to(dtype) for t in (q, k, v)), causal, softcap, window)
 
     torch.manual_seed(0)
     failures = 0
@@ -124,29 +104,15 @@ def main():
               f"(torch {dtype}: {err_low:.3g}), "
               f"LSE ok {lse_ok}")
 
-    def timed(fn):
-        return seconds_per_call(fn, args.iters)
-
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     for d, causal, n in TIMED:
         h = 2048 // d
         b = 16384 // n
         q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
-        row = [f"d={d} N={n} causal={causal}:"]
-        t = timed(lambda: ours(q, k, v, causal))
-        row.append(f"hopper {flops / t / 1e12:.0f}")
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-        backends = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION))
-        for name, backend in backends:
-            try:
-                with sdpa_kernel(backend):
-                    t = timed(lambda: F.scaled_dot_product_attention(qt, kt, vt,
-                                                                     is_causal=bool(causal)))
-                row.append(f"{name} {flops / t / 1e12:.0f}")
-            except RuntimeError as e:
-                row.append(f"{name} n/a ({str(e).splitlines()[0][:60]})")
-        print(" ".join(row) + " TFLOP/s")
+        tflops_row(f"d={d} N={n} causal={causal}:", 4.0 * b * h * n * n * d / (2 if causal else 1),
+                   lambda: ours(q, k, v, causal),
+                   lambda: lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal)),
+                   args.iters)
     print(f"hopper forward: {len(CHECKS) - failures} of {len(CHECKS)} checks pass")
     return 1 if failures else 0
 

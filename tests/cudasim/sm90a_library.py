@@ -1,5 +1,6 @@
 """Building a test kernel for sm_90a into a shared library that ctypes loads on an H100/H200
-(hopper_gemm.py, hopper_fwd.py, hopper_bwd.py), and timing a call on the GPU.
+(hopper_gemm.py, hopper_fwd.py, hopper_bwd.py), timing a call on the GPU, and what the attention
+runners share: their torch reference and their TFLOP/s rows beside SDPA.
 
 A build is cached in build/cudasim under the hash of its inputs and flags. It is refused when
 ptxas reports C7508 (setmaxnreg without a known entry register count), C7520 (wgmma serialized),
@@ -8,6 +9,7 @@ kernel is about or touches local memory.
 """
 import argparse
 import glob
+import math
 import os
 import re
 import subprocess
@@ -136,6 +138,51 @@ def seconds_per_call(fn, iters, warmup=3):
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / iters * 1e-3
+
+
+def torch_attention(q, k, v, causal, softcap=0.0, window=None):
+    """Attention by plain torch ops in the inputs' dtype, differentiable: q (batch, seqlen_q,
+    heads_q, d), k and v (batch, seqlen_k, heads_kv, d) with heads_q a multiple of heads_kv;
+    causal and window (left, right; -1 unbounded) bottom-right aligned. Returns O like q and the
+    LSE (batch, heads_q, seqlen_q) in float32 (float64 for float64 inputs); fully masked rows
+    give O = 0 and LSE = -inf."""
+    import torch
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    g = qt.shape[1] // kt.shape[1]
+    kt, vt = kt.repeat_interleave(g, 1), vt.repeat_interleave(g, 1)
+    s = (qt @ kt.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    if softcap > 0:
+        s = torch.tanh(s / softcap) * softcap
+    sq, sk = s.shape[-2:]
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=s.device)
+    if causal:
+        keep = keep.tril(sk - sq)
+    if window:
+        left, right = window
+        if right >= 0:
+            keep = keep.tril(sk - sq + right)
+        if left >= 0:
+            keep = keep.triu(sk - sq - left)
+    s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s if s.dtype == torch.float64 else s.float(), -1)
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return (p @ vt).transpose(1, 2), lse
+
+
+def tflops_row(label, flops, ours, sdpa, iters):
+    """A printed row "<label> hopper X cudnn Y flash Z TFLOP/s": ours() timed, and the call that
+    sdpa() returns timed under SDPA's cuDNN and flash backends (sdpa() runs inside the backend's
+    context, so a backward times the backend's own graph); a backend that refuses reads n/a."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    row = [label, f"hopper {flops / seconds_per_call(ours, iters) / 1e12:.0f}"]
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                t = seconds_per_call(sdpa(), iters)
+            row.append(f"{name} {flops / t / 1e12:.0f}")
+        except RuntimeError as e:
+            row.append(f"{name} n/a ({str(e).splitlines()[0][:60]})")
+    print(" ".join(row) + " TFLOP/s")
 
 
 def on_sm90():
