@@ -8,53 +8,31 @@ from repo_tools import load_tool
 FWD = "_ZN9flashattn4cuda16fwd_kernel_16bitINS0_9FwdTraitsILi128ELb1EEE13__nv_bfloat16EEvNS_10AttnParamsEPf"
 MERGE = "_ZN9flashattn4cuda18split_merge_kernelIfEEvNS_16SplitMergeParamsE"
 
+
+def function_row(name, regs, stack=0, shared=0, local=0):
+    """One kernel's line under "Resource usage:", as cuobjdump prints it."""
+    return (f" Function {name}:\n  REG:{regs} STACK:{stack} SHARED:{shared} LOCAL:{local} "
+            "CONSTANT[0]:600 TEXTURE:0 SURFACE:0 SAMPLER:0\n")
+
+
+def resource_usage(*rows):
+    return "\nResource usage:\n Common:\n  GLOBAL:0\n" + "".join(rows)
+
+
+def fatbin_entry(kind, arch, body=""):
+    """A fatbin entry's header ("elf" or "ptx") for `arch`, then its body."""
+    return (f"\nFatbin {kind} code:\n================\narch = {arch}\ncode version = [1,8]\n"
+            f"host = linux\ncompile_size = 64bit\n{body}")
+
+
 # A library: one fatbin entry per architecture, a PTX entry (no functions) between them.
-LIBRARY = f"""
-Fatbin elf code:
-================
-arch = sm_80
-code version = [1,8]
-host = linux
-compile_size = 64bit
-
-Resource usage:
- Common:
-  GLOBAL:0
- Function {FWD}:
-  REG:255 STACK:0 SHARED:0 LOCAL:0 CONSTANT[2]:8 CONSTANT[0]:1040 TEXTURE:0 SURFACE:0 SAMPLER:0
- Function {MERGE}:
-  REG:66 STACK:16 SHARED:2048 LOCAL:0 CONSTANT[0]:600 TEXTURE:0 SURFACE:0 SAMPLER:0
-
-Fatbin ptx code:
-================
-arch = sm_90
-code version = [9,0]
-host = linux
-compile_size = 64bit
-compressed
-
-Fatbin elf code:
-================
-arch = sm_90
-code version = [1,8]
-host = linux
-compile_size = 64bit
-
-Resource usage:
- Common:
-  GLOBAL:0
- Function {FWD}:
-  REG:232 STACK:0 SHARED:0 LOCAL:24 CONSTANT[2]:8 CONSTANT[0]:1040 TEXTURE:0 SURFACE:0 SAMPLER:0
-"""
+LIBRARY = (fatbin_entry("elf", "sm_80", resource_usage(function_row(FWD, 255),
+                                                       function_row(MERGE, 66, stack=16, shared=2048)))
+           + fatbin_entry("ptx", "sm_90", "compressed\n")
+           + fatbin_entry("elf", "sm_90", resource_usage(function_row(FWD, 232, local=24))))
 
 # A lone cubin: no "arch =" line (resource_usage then asks `cuobjdump -elf`).
-CUBIN = f"""
-Resource usage:
- Common:
-  GLOBAL:0
- Function {MERGE}:
-  REG:40 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:360 TEXTURE:0 SURFACE:0 SAMPLER:0
-"""
+CUBIN = resource_usage(function_row(MERGE, 40))
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +56,4 @@ def test_a_lone_cubin_leaves_the_architecture_open(gates):
 
 def test_an_empty_listing_has_no_kernels(gates):
     assert gates.parse_resource_usage("\nFatbin ptx code:\n================\narch = sm_90\n") == []
+

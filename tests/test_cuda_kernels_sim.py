@@ -44,6 +44,23 @@ FP32_MASKS = ["none", "causal", "window", "softcap_causal", "alibi_batch_causal"
 MASK_SEQLENS = [(7, 65), (65, 7), (129, 129)]
 
 
+def stacked(*marks):
+    """One decorator of several parametrize marks, so that forward and backward run one grid."""
+    def apply(test):
+        for mark in reversed(marks):
+            test = mark(test)
+        return test
+    return apply
+
+
+every_mask_feature = stacked(pytest.mark.parametrize("mask", MASKS, ids=str),
+                             pytest.mark.parametrize("seqlens", MASK_SEQLENS, ids=str))
+# Every pair of awkward lengths: a single row, less than a tile, one past a tile, both ways.
+every_tail = stacked(pytest.mark.parametrize("causal", [False, True]),
+                     pytest.mark.parametrize("seqlen_q", [1, 7, 65, 129]),
+                     pytest.mark.parametrize("seqlen_k", [1, 7, 65, 129]))
+
+
 def mask_dtype(mask):
     """Both 16-bit types across the mask features: bfloat16 where alibi adds its slopes."""
     return torch.bfloat16 if "alibi" in MASKS[mask] else torch.float16
@@ -57,16 +74,13 @@ def test_fwd_every_head_dim_tile(sim, dtype, head_dim):
     check_forward(sim, *make_qkv(2, 65, 129, 2, 1, head_dim, dtype, sim.device), MASKS["none"])
 
 
-@pytest.mark.parametrize("mask", MASKS, ids=str)
-@pytest.mark.parametrize("seqlens", MASK_SEQLENS, ids=str)
+@every_mask_feature
 def test_fwd_mask_features(sim, mask, seqlens):
     q, k, v = make_qkv(2, *seqlens, 3, 3, 64, mask_dtype(mask), sim.device)
     check_forward(sim, q, k, v, MASKS[mask])
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("seqlen_q", [1, 7, 65, 129])
-@pytest.mark.parametrize("seqlen_k", [1, 7, 65, 129])
+@every_tail
 def test_fwd_tails(sim, seqlen_q, seqlen_k, causal):
     q, k, v = make_qkv(1, seqlen_q, seqlen_k, 2, 1, 32, torch.bfloat16, sim.device)
     check_forward(sim, q, k, v, dict(causal=causal))
@@ -203,16 +217,13 @@ def test_bwd_every_head_dim_tile(sim, dtype, head_dim):
     check_backward(sim, q, k, v, MASKS["causal"])
 
 
-@pytest.mark.parametrize("mask", MASKS, ids=str)
-@pytest.mark.parametrize("seqlens", MASK_SEQLENS, ids=str)
+@every_mask_feature
 def test_bwd_mask_features(sim, mask, seqlens):
     q, k, v = make_qkv(2, *seqlens, 2, 2, 64, mask_dtype(mask), sim.device)
     check_backward(sim, q, k, v, MASKS[mask])
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("seqlen_q", [1, 7, 65, 129])
-@pytest.mark.parametrize("seqlen_k", [1, 7, 65, 129])
+@every_tail
 def test_bwd_tails(sim, seqlen_q, seqlen_k, causal):
     q, k, v = make_qkv(1, seqlen_q, seqlen_k, 2, 1, 32, torch.float16, sim.device)
     check_backward(sim, q, k, v, dict(causal=causal))
