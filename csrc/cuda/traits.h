@@ -38,11 +38,12 @@
 // fp32: SIMT kernels (no tensor cores; fp32 inputs are for accuracy, not speed), forward, dK/dV
 //   and dQ, on three head-dim tiles {64, 128, 256}: each lane owns d/32 columns, so a tile
 //   costs registers and loop trips, not correctness. Two .cu files (fwd, bwd) hold all six.
-// sm_90a forward (csrc/cuda/hopper/, kernel_list.py HEAD_DIMS_SM90): per d in {64, 128} and dtype
-//   one file with the causal and the non-causal kernel, 8 kernels, each file compiled for sm_90a
-//   alone (one device pass; about 30 s of job time per file, 3% of the CUDA build's, measured in
-//   docs/lab/2026-12-02-hopper-forward-wiring.md). Its softcap, local and ALiBi template
-//   variants are not built: those calls run on the kernels above (plan_fwd_sm90.h).
+// sm_90a (csrc/cuda/hopper/, kernel_list.py HEAD_DIMS_SM90 and HEAD_DIMS_SM90_FWD): one file
+//   per (d, dtype), compiled for sm_90a alone (one device pass): the forward at d in
+//   {64, 128, 256}, the backward at d in {64, 128}; each file holds one main loop per mask and
+//   feature combination it builds (kernel_list.py lists them, .ci/cuda_gates.py
+//   FWD_SM90_MAIN_LOOPS counts the forward's). What is not built runs on the kernels above
+//   (plan_fwd_sm90.h, plan_bwd_sm90.h).
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -63,8 +64,9 @@ constexpr int kChunkElems = kChunkBytes / kElemBytes16;
 // phase (8 rows x 16 bytes) hit 8 disjoint groups of 4 banks: conflict-free without a swizzle.
 constexpr int kSmemPadElems = kChunkElems;
 // The GPU architectures a plan chooses kernels for (plan_fwd.h). kSm80: mma.sync, cp.async and
-// ldmatrix, every kernel below, which runs as built on sm_90 too. kSm90: wgmma and TMA, for the
-// Hopper kernels to come (behind FLASHATTN_CUDA_HOPPER=1); no plan chooses it yet.
+// ldmatrix, every kernel below, which runs as built on sm_90 too. kSm90: a compute capability
+// 9.x device (its shared memory), and the Hopper kernels (wgmma, TMA) that a plan moves to
+// behind FLASHATTN_CUDA_HOPPER=1 (plan_fwd_sm90.h, plan_bwd_sm90.h).
 enum class Arch { kSm80, kSm90 };
 // Opt-in dynamic shared memory per block: 163 KB on sm_80, 227 KB on sm_90. The kernels below
 // are Sm80's, so they fit sm_80's and one binary runs on both.
