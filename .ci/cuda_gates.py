@@ -10,8 +10,9 @@ build, where -Werror on spills and local memory has already failed any kernel th
     contain HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async), that the sm_90a kernels
     (fwd_sm90_kernel, bwd_sm90_kernel, compiled for sm_90a only) contain HGMMA (wgmma), UTMALDG
     (TMA loads) and SYNCS (mbarriers), and that no kernel contains LDL/STL (local memory), for
-    every architecture built; and that the forward's paged K/V copy is as short as the dense one
-    (.ci/sass_copy_loops.py).
+    every architecture built; that the sm_90a main kernels have no stack frame and each sm_90a
+    forward file holds all its main loops (FWD_SM90_MAIN_LOOPS); and that the forward's paged K/V
+    copy is as short as the dense one (.ci/sass_copy_loops.py).
 Exit status 0 when every gate passes.
 
     python .ci/cuda_gates.py --binary path/to/flashattn/_C.abi3.so
@@ -22,6 +23,7 @@ pip-installs nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm into private folders u
 ~/.cache/flashattn-ci, never into the active environment.
 """
 import argparse
+import collections
 import glob
 import os
 import re
@@ -45,6 +47,10 @@ REQUIRED_SM90A_SASS = {"HGMMA": "wgmma on tensor cores", "UTMALDG": "TMA tensor 
 # The main kernels only: the backward's rows and dQ convert kernels (bwd_sm90_rows_kernel,
 # bwd_sm90_convert_dq_kernel) are plain SIMT code, built for sm_90a beside them.
 SM90A_KERNEL = re.compile(r"[fb]wd_sm90_kernel")
+# The sm_90a forward's main loops per instantiation file, by head dim (kernel_list.py's comment,
+# launch_fwd_sm90.cuh): fewer means a feature's loop was lost from the build.
+FWD_SM90_MAIN_LOOPS = {64: 18, 128: 18, 256: 14}
+FWD_SM90_NAME = re.compile(r"fwd_sm90_kernel<([^,<>]+), (\d+),")
 
 
 def find_nvcc():
@@ -118,6 +124,26 @@ def resource_usage(cuobjdump, binary):
     return rows
 
 
+def sm90a_problems(rows, names):
+    """The sm_90a main kernels' failures: a stack frame, or a forward file (type, head dim)
+    without FWD_SM90_MAIN_LOOPS[d] main loops. rows: parse_resource_usage's; names: the same
+    kernels demangled."""
+    failures, loops = [], collections.Counter()
+    for row, name in zip(rows, names):
+        if row["arch"] != "sm_90a" or not SM90A_KERNEL.search(row["kernel"]):
+            continue
+        if row["stack"]:
+            failures.append(f"{name} (sm_90a): a {row['stack']}-byte stack frame")
+        if m := FWD_SM90_NAME.search(name):
+            loops[m.group(1), int(m.group(2))] += 1
+    for (dtype, d), count in sorted(loops.items()):
+        want = FWD_SM90_MAIN_LOOPS.get(d)
+        if count != want:
+            failures.append(f"fwd_sm90_kernel<{dtype}, {d}>: {count} main loops built, "
+                            f"FWD_SM90_MAIN_LOOPS says {want}")
+    return failures
+
+
 def demangle(names):
     result = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True)
     return result.stdout.splitlines() if result.returncode == 0 else names
@@ -169,13 +195,15 @@ def main():
     # Issue 33: a paged cache's K/V copy no longer than a dense one (.ci/sass_copy_loops.py).
     copy_loops = _load_ci("sass_copy_loops")
     failures += copy_loops.check(copy_loops.without_control_words(sass), demangle)
+    names = demangle([r["kernel"] for r in rows])
+    failures += sm90a_problems(rows, names)
     archs = sorted({arch for arch, _ in kernels})
     tensor_core = sum(1 for _, k in kernels if TENSOR_CORE_KERNEL.search(k))
     if not tensor_core:
         failures.append("no 16-bit tensor-core kernel found in the binary")
 
     print(f"\n{'arch':<6} {'regs':>4} {'smem':>5} {'stack':>5} {'local':>5}  kernel")
-    for row, name in zip(rows, demangle([r["kernel"] for r in rows])):
+    for row, name in zip(rows, names):
         name = re.sub(r"\(.*\)$", "", name.replace("void ", "", 1)).replace("flashattn::cuda::", "")
         print(f"{row['arch']:<6} {row['regs']:>4} {row['smem']:>5} {row['stack']:>5} "
               f"{row['local']:>5}  {name}")

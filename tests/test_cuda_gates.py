@@ -57,3 +57,33 @@ def test_a_lone_cubin_leaves_the_architecture_open(gates):
 def test_an_empty_listing_has_no_kernels(gates):
     assert gates.parse_resource_usage("\nFatbin ptx code:\n================\narch = sm_90\n") == []
 
+
+def sm90a_rows(loops, stack=0):
+    """(rows as parse_resource_usage gives them, demangled names) of a library whose sm_90a
+    forward file at d = 64 holds `loops` main loops, the first with a `stack`-byte frame, beside
+    a backward kernel and an sm_80 one with stack frames of their own."""
+    def row(kernel, arch, stack):
+        return {"kernel": kernel, "arch": arch, "regs": 168, "smem": 0, "stack": stack, "local": 0}
+    rows = [row(f"_ZN9flashattn6hopper15fwd_sm90_kernelI{i}E", "sm_90a", stack if i == 0 else 0)
+            for i in range(loops)]
+    names = [f"void flashattn::hopper::fwd_sm90_kernel<__nv_bfloat16, 64, {i}>(flashattn::hopper::Params)"
+             for i in range(loops)]
+    rows += [row("_ZN9flashattn6hopper15bwd_sm90_kernelIE", "sm_90a", 0), row(FWD, "sm_80", 16)]
+    names += ["void flashattn::hopper::bwd_sm90_kernel<__half, 64>(flashattn::hopper::Params)",
+              "void flashattn::cuda::fwd_kernel_16bit<bf16>(flashattn::AttnParams, float*)"]
+    return rows, names
+
+
+def test_sm90a_forward_with_every_main_loop_and_no_stack_passes(gates):
+    assert gates.sm90a_problems(*sm90a_rows(gates.FWD_SM90_MAIN_LOOPS[64])) == []
+
+
+def test_sm90a_forward_missing_a_main_loop_fails(gates):
+    problems = gates.sm90a_problems(*sm90a_rows(gates.FWD_SM90_MAIN_LOOPS[64] - 1))
+    assert problems == [f"fwd_sm90_kernel<__nv_bfloat16, 64>: {gates.FWD_SM90_MAIN_LOOPS[64] - 1} "
+                        f"main loops built, FWD_SM90_MAIN_LOOPS says {gates.FWD_SM90_MAIN_LOOPS[64]}"]
+
+
+def test_sm90a_stack_frame_fails(gates):
+    problems = gates.sm90a_problems(*sm90a_rows(gates.FWD_SM90_MAIN_LOOPS[64], stack=8))
+    assert len(problems) == 1 and "a 8-byte stack frame" in problems[0], problems
