@@ -2,7 +2,8 @@
 a device the shim presents as compute capability 9.0 with FLASHATTN_CUDA_HOPPER=1): the kAttnMask
 main loops, bool and additive masks (fp32 and the inputs' 16-bit type) in the broadcast shapes
 the op accepts, alone, causal (both alignments) and with a local window, with softcap, ALiBi or
-both in the forward and ALiBi in the backward (run-time choices inside those loops), GQA, seqused, awkward lengths and Sq != Sk both ways. Outputs are poisoned before the kernels write them (conftest.py);
+both (run-time choices inside those loops; the backward's softcap in loops of its own, at d = 64
+only), GQA, seqused, awkward lengths and Sq != Sk both ways. Outputs are poisoned before the kernels write them (conftest.py);
 results are compared with the float64 reference within 2x PyTorch's own error (3x for
 gradients), and with the sm_80 kernels on the same call. The shim's counters show which kernel
 ran.
@@ -243,7 +244,7 @@ def reference_grads(q, k, v, mask, dout, scale, ref_kwargs):
     return torch.autograd.grad(out, leaves, dout.to(out.dtype))
 
 
-def sm90_bwd_kernel(dtype, d, spec):
+def sm90_bwd_kernel(dtype, d, spec, softcap=False):
     """bwd_sm90_kernel<Elem, d, kCausal, kLocal, kAlibi, kSoftcap, kAttnMask, kDropout> of a call."""
     left, right = spec.get("window", (-1, -1))
     if spec.get("causal"):
@@ -251,7 +252,7 @@ def sm90_bwd_kernel(dtype, d, spec):
     causal = left < 0 and right == 0
     local = not causal and (left >= 0 or right >= 0)
     return (f"bwd_sm90_kernel<{ELEMENTS[dtype]}, {d}, {str(causal).lower()}, "
-            f"{str(local).lower()}, false, false, true, false>")
+            f"{str(local).lower()}, false, {str(softcap).lower()}, true, false>")
 
 
 # (dtype, head dim, mask kind, mask shape, visibility, deterministic, B, Sq, Sk, Hq, Hkv): both
@@ -289,7 +290,7 @@ def check_backward(hopper, dtype, d, kind, shape, vis, b, sq, sk, hq, hkv, deter
         dout, q, k, v, out, lse, None, scale, attn_mask=mask, deterministic=deterministic,
         **op_kwargs, **extra))
     kernels = launched(counters)
-    assert len(kernels) == 3 and sm90_bwd_kernel(dtype, d, VIS[vis]) in kernels[1], kernels
+    assert len(kernels) == 3 and sm90_bwd_kernel(dtype, d, VIS[vis], "softcap" in extra) in kernels[1], kernels
     mask64 = mask if mask.dtype == torch.bool else to64(mask)
     low_mask = mask if mask.dtype == torch.bool else mask.to(dtype)
     ref_kwargs = dict(ref_kwargs, **extra)
@@ -321,13 +322,56 @@ def test_hopper_backward_mask_with_alibi(schedule, hopper, dtype, d, kind, shape
                    extra=logit_arguments(logits, b, hq))
 
 
+# (dtype, head dim, mask kind, mask shape, visibility, softcap / ALiBi, deterministic, B, Sq, Sk,
+# Hq, Hkv): the kAttnMask + kSoftcap loops (softcap's chain factor parked in shared memory across
+# dP^T's wait, bwd_sm90_kernel.cuh; built at d = 64), alone and with ALiBi at run time ([Hq] and
+# [B, Hq] slopes); every mask kind, causal both ways and windows, GQA, awkward lengths, Sq != Sk
+# both ways.
+BWD_SOFTCAP_CASES = [
+    (torch.bfloat16, 64, "float32", "full", "none", "softcap", False, 2, 65, 129, 2, 1),
+    (torch.float16, 64, "bool", "2d", "causal", "softcap_alibi_bh", True, 1, 129, 63, 2, 2),
+    (torch.bfloat16, 64, "16bit", "per_head", "causal_top_left", "softcap", False, 1, 257, 65, 4, 2),
+    (torch.float16, 64, "16bit", "key_padding", "window", "softcap_alibi_h", False, 2, 7, 257, 2, 1),
+    (torch.bfloat16, 64, "bool", "per_query", "window_left_only", "softcap_alibi_bh", True, 1, 127, 129, 2, 1),
+    (torch.float16, 64, "float32", "2d", "causal", "softcap", False, 1, 129, 257, 3, 1),
+    (torch.float16, 64, "float32", "full", "window", "softcap", False, 1, 63, 127, 1, 1),
+    (torch.bfloat16, 64, "bool", "full", "none", "softcap_alibi_h", False, 1, 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype, d, kind, shape, vis, logits, deterministic, b, sq, sk, hq, hkv",
+                         BWD_SOFTCAP_CASES, ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_backward_mask_with_softcap(schedule, hopper, dtype, d, kind, shape, vis, logits,
+                                           deterministic, b, sq, sk, hq, hkv):
+    check_backward(hopper, dtype, d, kind, shape, vis, b, sq, sk, hq, hkv, deterministic,
+                   extra=logit_arguments(logits, b, hq))
+
+
+@pytest.mark.parametrize("stall", ["1", "2"])
+@pytest.mark.parametrize("case", [0, 4], ids=["none", "window"])
+def test_hopper_backward_mask_with_softcap_consumer_held_back(hopper, monkeypatch, case, stall):
+    # The parked factors sit in this consumer's half of the dS^T buffer that the other consumer's
+    # dQ MMA read two query blocks earlier: with one consumer held back (CUDASIM_STALL_WARPGROUP)
+    # the other runs ahead as far as the ds_ready barrier lets it, under the random schedule.
+    dtype, d, kind, shape, vis, logits, deterministic, b, sq, sk, hq, hkv = BWD_SOFTCAP_CASES[case]
+    monkeypatch.setenv("CUDASIM_STALL_WARPGROUP", stall)
+    hopper.set_schedule("random:3")
+    hopper.ops.set_copy_completion("random")
+    try:
+        check_backward(hopper, dtype, d, kind, shape, vis, b, sq, sk, hq, hkv, deterministic,
+                       extra=logit_arguments(logits, b, hq))
+    finally:
+        hopper.set_schedule("forward")
+        hopper.ops.set_copy_completion("")
+
+
 @pytest.mark.parametrize("logits", ["softcap", "softcap_alibi_bh"])
-def test_hopper_backward_mask_with_softcap_runs_sm80(hopper, logits):
-    # attn_mask with softcap: the forward runs on sm_90a, the backward on sm_80 (softcap's chain
-    # factor would need the mask's bias again after dP^T's wait: plan_bwd_sm90.h); both are right.
-    q = torch.randn(1, 65, 2, 64, dtype=torch.bfloat16)
-    k, v = (torch.randn(1, 129, 2, 64, dtype=torch.bfloat16) for _ in range(2))
-    mask = make_mask("float32", "full", 1, 2, 65, 129, torch.bfloat16)
+def test_hopper_backward_mask_with_softcap_at_d128_runs_sm80(hopper, logits):
+    # attn_mask with softcap at d = 128: the forward runs on sm_90a, the backward on sm_80 (its
+    # loops are built at d = 64 only: bwd_sm90_builds_attn_mask_softcap); both are right.
+    q = torch.randn(1, 65, 2, 128, dtype=torch.float16)
+    k, v = (torch.randn(1, 129, 2, 128, dtype=torch.float16) for _ in range(2))
+    mask = make_mask("float32", "full", 1, 2, 65, 129, torch.float16)
     extra = logit_arguments(logits, 1, 2)
     (out, lse), counters = hopper.counted(lambda: hopper.fwd(q, k, v, 0.125, attn_mask=mask, **extra))
     assert "fwd_sm90_kernel<" in launched(counters)[0]

@@ -12,8 +12,8 @@ stages) + 1024 bytes of alignment slack.
 
 The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
 64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, local
-windows, softcap, ALiBi (with softcap at d = 128 only), attn_mask (with ALiBi; not with
-softcap, nor its gradient), GQA,
+windows, softcap, ALiBi (with softcap), attn_mask (with ALiBi, and with softcap at d = 64;
+not its gradient), GQA,
 deterministic or not, whose q, k, v and dout TMA can read; everything else keeps the sm_80
 backward. Its three launches, by
 hopper/bwd_sm90_params.h (bwd_sm90_grids): the rows kernel over Sq padded to kBlockM (128 at d = 64,
@@ -197,7 +197,7 @@ def test_hopper_takes_attn_mask(sim, d, name):
     plain = plan_fwd(sim, *args, device=HOPPER, **kwargs)
     assert plan["grid"] == plain["grid"] and plan["block"] == plain["block"]
     plan = plan_bwd(sim, *args, device=HOPPER, **mask, **kwargs)
-    if "softcap" in mask:  # the backward's attn_mask loops take no softcap
+    if "softcap" in mask and d == 128:  # the attn_mask + softcap loops are built at d = 64 only
         assert plan["arch"] == "sm80"
         return
     assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_BWD_SMEM[d]
@@ -434,8 +434,8 @@ def _backward_stays_on_sm80():
          dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]), window_left=40, window_right=3)),
         ("dropout with a one-sided window at head dim 64", qkv(2, 130, 130, 2, 2, 64),
          dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]), window_left=-1, window_right=5)),
-        # Softcap's chain factor would need the mask's bias again after dP^T's wait.
-        ("attn_mask with softcap", (q, k, v),
+        # Its loops spilled at d = 128 (hopper/bwd_sm90_config.h bwd_sm90_builds_attn_mask_softcap).
+        ("attn_mask with softcap at head dim 128", (q, k, v),
          dict(attn_mask=torch.ones(130, 130, dtype=torch.bool), softcap=2.0)),
         # (The float mask's gradient, which plan_bwd does not take, stays on sm_80 too:
         # test_cudasim_hopper_attn_mask.py runs it.)

@@ -86,7 +86,9 @@ FAMILIES = {
         comment="The sm_90a backward (csrc/cuda/hopper/bwd_sm90_*), its main loops (no mask, "
                 "causal, a local window, each with softcap or not; ALiBi, no mask, causal or local, "
                 "softcap or not at run time at d = 128, each with softcap or not at d = 64; "
-                "attn_mask, no mask, causal or local; dropout, no mask, causal or local, at "
+                "attn_mask, no mask, causal or local, each with softcap or not at d = 64; "
+                "dropout, no "
+                "mask, causal or local, at "
                 "d = 64 not local), with its rows and dQ convert kernels, for one (head dim, "
                 "dtype): compiled for sm_90a only (kernel_list.py ARCHS)."),
     "split_merge": dict(
@@ -129,11 +131,11 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # or a local window, alone; at d = 256 fourteen, without softcap + local window and without
 # attn_mask (they spill: hopper/fwd_sm90_config.h). What is not built
 # stays on the sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds
-# fifteen main loops at d = 128, seventeen at d = 64 (launch_bwd_sm90.cuh, launch_bwd_sm90_masks):
+# fifteen main loops at d = 128, twenty at d = 64 (launch_bwd_sm90.cuh, launch_bwd_sm90_masks):
 # no mask, causal, a local window, each with softcap and without; ALiBi with no mask, causal or a
 # local window, softcap or not at run time at d = 128 (at d = 64 each with softcap and without:
 # hopper/bwd_sm90_config.h); attn_mask with no mask, causal or a local window, ALiBi or not at run
-# time; dropout with no
+# time, each with softcap and without at d = 64 (without at d = 128: hopper/bwd_sm90_config.h); dropout with no
 # mask, causal or a local window, alone, at d = 64 without the local window (it spills:
 # hopper/bwd_sm90_config.h) (and its rows and convert kernels). Six forward files and four backward: the build-time budget
 # (docs/lab/2026-12-02-hopper-forward-features.md, docs/lab/2026-12-02-hopper-backward-wiring.md,

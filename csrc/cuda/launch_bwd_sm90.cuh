@@ -28,8 +28,9 @@ namespace flashattn::cuda {
 // or a local window (the forward's classification, sm90_fwd_mask), each with softcap or without;
 // ALiBi with no mask, causal or a local window, softcap or not at run time where
 // hopper::bwd_sm90_alibi_takes_softcap (d = 128), else with softcap in loops of its own (d = 64);
-// attn_mask with no mask, causal or a local window, ALiBi or not at run time, without softcap
-// (plan_bwd_sm90.h keeps that, and the mask's gradient, on sm_80); dropout with no mask,
+// attn_mask with no mask, causal or a local window, ALiBi or not at run time, each with softcap or
+// not at d = 64, without at d = 128 (hopper::bwd_sm90_builds_attn_mask_softcap; plan_bwd_sm90.h
+// keeps that, and the mask's gradient, on sm_80); dropout with no mask,
 // causal or a local window, without ALiBi, softcap or attn_mask (as the forward), at d = 64
 // without the local window (hopper::bwd_sm90_builds_dropout).
 template <typename Element, int kHeadDim>
@@ -58,17 +59,28 @@ std::string launch_bwd_sm90_masks(const hopper::BwdSm90Maps& maps, const hopper:
     }
   }
   if (attn_mask) {
-    if (softcap) return "attn_mask with softcap is not built (the plan's mistake)";
-    // ALiBi at run time, inside each attn_mask loop.
-    switch (mask) {
-      case Sm90FwdMask::kCausal:
-        return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, false, false, true>(maps, hp, rows, stream);
-      case Sm90FwdMask::kLocal:
-        return hopper::launch_bwd_sm90<Element, kHeadDim, false, true, false, false, true>(maps, hp, rows, stream);
-      case Sm90FwdMask::kNone:
-        break;
+    // ALiBi at run time, inside each attn_mask loop; softcap in loops of their own, at d = 64 only
+    // (hopper::bwd_sm90_builds_attn_mask_softcap).
+    const auto with_softcap = [&](auto cap) {
+      constexpr bool kSoftcap = decltype(cap)::value;
+      switch (mask) {
+        case Sm90FwdMask::kCausal:
+          return hopper::launch_bwd_sm90<Element, kHeadDim, true, false, false, kSoftcap, true>(maps, hp, rows, stream);
+        case Sm90FwdMask::kLocal:
+          return hopper::launch_bwd_sm90<Element, kHeadDim, false, true, false, kSoftcap, true>(maps, hp, rows, stream);
+        case Sm90FwdMask::kNone:
+          break;
+      }
+      return hopper::launch_bwd_sm90<Element, kHeadDim, false, false, false, kSoftcap, true>(maps, hp, rows, stream);
+    };
+    if (softcap) {
+      if constexpr (hopper::bwd_sm90_builds_attn_mask_softcap(kHeadDim)) {
+        return with_softcap(std::true_type{});
+      } else {
+        return std::string("attn_mask with softcap is not built at this head dim (the plan's mistake)");
+      }
     }
-    return hopper::launch_bwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, rows, stream);
+    return with_softcap(std::false_type{});
   }
   if (alibi) {
     // At d = 64 ALiBi with softcap has loops of its own (kAlibi and kSoftcap).

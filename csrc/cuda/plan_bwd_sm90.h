@@ -87,12 +87,12 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
     return "cu_seqlens for only one of q and k";
   if (p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr)
     return "a paged or indexed KV cache";
-  // attn_mask's main loops: no mask, causal or a local window, ALiBi at run time
+  // attn_mask's main loops: no mask, causal or a local window, ALiBi at run time, softcap or not
   // (launch_bwd_sm90.cuh), read per entry through the mask's strides (any layout the op accepts).
-  // Its gradient (a float mask that requires grad) is sm_80's alone. Not with softcap: its chain
-  // factor would need the mask's bias again after dP^T's wait (read twice, or held across it).
+  // Its gradient (a float mask that requires grad) is sm_80's alone. With softcap at d = 64 only.
   if (p.dmask != nullptr) return "a gradient of attn_mask";
-  if (p.mask.ptr != nullptr && p.softcap > 0.f) return "attn_mask with softcap";
+  if (p.mask.ptr != nullptr && p.softcap > 0.f && !hopper::bwd_sm90_builds_attn_mask_softcap(p.head_dim))
+    return "attn_mask with softcap at head dim 128";
   // Dropout's main loops: no mask, causal or a local window (launch_bwd_sm90.cuh), as the forward's.
   if (p.dropout.on() && (p.alibi.ptr != nullptr || p.softcap > 0.f || p.mask.ptr != nullptr))
     return "dropout with ALiBi, softcap or attn_mask";

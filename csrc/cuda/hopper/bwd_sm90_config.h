@@ -48,6 +48,13 @@ constexpr bool bwd_sm90_builds_dropout(int head_dim, bool local) { return head_d
 // own (kAlibi and kSoftcap), which issue dP^T after P^T (bwd_sm90_kernel.cuh, kDpAfterP).
 constexpr bool bwd_sm90_alibi_takes_softcap(int head_dim) { return head_dim == 128; }
 
+// Whether the attn_mask main loops with softcap (kAttnMask and kSoftcap) are built at this head
+// dim. At d = 128 the fp16 file's causal and local loops spilled 8 bytes, and adding them changed
+// the SASS of that file's other loops (their PTX unchanged), so attn_mask with softcap at d = 128
+// stays on the sm_80 kernels (plan_bwd_sm90.h, README's support table;
+// docs/lab/2026-12-04-hopper-feature-combinations-3.md).
+constexpr bool bwd_sm90_builds_attn_mask_softcap(int head_dim) { return head_dim == 64; }
+
 template <int kHeadDim_>
 struct BwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;

@@ -100,12 +100,15 @@ __device__ __forceinline__ bool bwd_attn_mask_reads(const BwdSm90Params& p, int 
 // nothing either way); alibi_dist: element 0's query + offset - key (its distance, signed).
 // Element i is key key_row + 8 ((i % 4) / 2), query m0 + 8 (i / 4) + 2 tq + i % 2; entries past the
 // sequence are not read (the mask ends there; visibility hides them).
-template <int kN>
+// kScaled: s already holds the softcapped logit (bwd_softcap_logits_parked), not scaled again.
+template <int kN, bool kScaled = false>
 __device__ __forceinline__ void bwd_attn_mask_logits(float (&s)[kN], const BwdSm90Params& p, bool reads, int batch, int head,
                                                      int m0, int key_row, int tq, int seqlen_q, int seqlen_k,
                                                      float alibi_slope, float alibi_dist) {
+  if constexpr (!kScaled) {
 #pragma unroll
-  for (int i = 0; i < kN; ++i) s[i] *= p.scale;
+    for (int i = 0; i < kN; ++i) s[i] *= p.scale;
+  }
   if (alibi_slope != 0.f) {
 #pragma unroll
     for (int i = 0; i < kN; ++i)
@@ -119,6 +122,37 @@ __device__ __forceinline__ void bwd_attn_mask_logits(float (&s)[kN], const BwdSm
   }
 }
 
+// Where a thread parks kN / 2 packed pairs (bwd_softcap_logits_parked) until the dS^T pass: its
+// warp's 16 rows of this consumer's half of dS buffer `ds_tile`, which the warp's own stmatrix
+// overwrites only after the dS^T pass has read them back (both consumers' dQ MMAs of the buffer's
+// previous query block ended before the last ds_ready barrier). Pair k is word 32 (k % 16) + lane
+// of chunk k / 16 (16 rows x 128 bytes = 16 words per lane): conflict-free, and it fits exactly
+// (kN / 2 pairs of 16 bits = the warp's kN x 16 dS^T entries).
+template <int kDsChunkBytes>
+__device__ __forceinline__ uint32_t* bwd_park_slot(unsigned char* ds_tile, int consumer, int warp, int lane, int k) {
+  return reinterpret_cast<uint32_t*>(ds_tile + (k / 16) * kDsChunkBytes + (64 * consumer + 16 * warp) * kSwizzleRowBytes) +
+         32 * (k % 16) + lane;
+}
+
+// s := softcap * tanh(scale * s / softcap), the forward's softcapped logit (apply_softcap), and
+// softcap's chain factor 1 - tanh^2 of each element parked in shared memory as fp16 pairs
+// (bwd_park_slot), for the dS^T pass. The softcap loops recover tanh from P instead; with
+// attn_mask that would read the mask a second time (its bias is in log P), and holding the
+// factors across dP^T's wait costs kN registers.
+template <int kN, int kDsChunkBytes>
+__device__ __forceinline__ void bwd_softcap_logits_parked(float (&s)[kN], const BwdSm90Params& p, unsigned char* ds_tile,
+                                                          int consumer, int warp, int lane) {
+#pragma unroll
+  for (int i = 0; i < kN; i += 2) {
+    const float t0 = cuda::tanh_accurate(s[i] * p.scale_over_softcap);
+    const float t1 = cuda::tanh_accurate(s[i + 1] * p.scale_over_softcap);
+    FLASHATTN_SMEM(bwd_park_slot<kDsChunkBytes>(ds_tile, consumer, warp, lane, i / 2))[0] =
+        cuda::pack_rn<__half>(1.f - t0 * t0, 1.f - t1 * t1);  // SITE:park_softcap
+    s[i] = p.softcap * t0;
+    s[i + 1] = p.softcap * t1;
+  }
+}
+
 // The main loops, each its own instantiation (kernel_list.py, launch_bwd_sm90.cuh): kCausal /
 // kLocal, the mask (causal is the window (-1, 0); at most one of them): which query blocks a key
 // block visits, which of those need the mask (QueryBlocks), and the mask itself. kAlibi: ALiBi's
@@ -127,8 +161,9 @@ __device__ __forceinline__ void bwd_attn_mask_logits(float (&s)[kN], const BwdSm
 // take softcap at run time instead, BwdSm90Params::softcap > 0, the bias added after it, where
 // bwd_sm90_alibi_takes_softcap; elsewhere ALiBi with softcap is kAlibi and kSoftcap).
 // kAttnMask: attn_mask's bias (BwdSm90Params::attn_mask) added to the logit scale * s of P^T,
-// read from global memory per block; ALiBi's bias before it at run time (alibi_slopes non-null),
-// not softcap.
+// read from global memory per block; ALiBi's bias before it at run time (alibi_slopes non-null);
+// with kSoftcap, the logit softcapped first and 1 - tanh^2 parked in shared memory for dS^T
+// (bwd_softcap_logits_parked; built where bwd_sm90_builds_attn_mask_softcap).
 // kDropout: dropout (BwdSm90Params::dropout), the forward's keep mask recomputed
 // (sm90_dropout.cuh): dV takes the dropped P^T * Z / (1 - p), dS^T = P^T * (dP^T * Z / (1 - p) - D)
 // (score_rules.cuh's backward); neither with ALiBi, softcap nor attn_mask.
@@ -331,8 +366,10 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // The d = 64 dropout loops and ALiBi + softcap loops (kBlockM = 128) issue dP^T = V dO^T
     // only once P^T is packed: S^T and dP^T live together beside dK, dV and the keep bits (or
     // the bias and tanh's temporaries) spilled in every arrangement tried
-    // (docs/lab/2026-12-04-hopper-backward-spills.md). The P^T pass then overlaps no MMA.
-    constexpr bool kDpAfterP = (kDropout || (kAlibi && kSoftcap)) && kHeadDim == 64;
+    // (docs/lab/2026-12-04-hopper-backward-spills.md). The P^T pass then overlaps no MMA. So do
+    // the attn_mask + softcap loops (built at d = 64; overlapped they spilled up to 400 bytes,
+    // docs/lab/2026-12-04-hopper-feature-combinations-3.md).
+    constexpr bool kDpAfterP = ((kDropout || (kAlibi && kSoftcap)) && kHeadDim == 64) || (kAttnMask && kSoftcap);
     auto mask_reads = [&]() {
       return bwd_attn_mask_reads<kBlockM / 2>(p, batch, head_of(it), m_block * kBlockM, seq.seqlen_q, seq.seqlen_k,
                                               n_block * kBlockN + 64 * consumer);
@@ -416,8 +453,13 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
       const float slope = p.alibi_slopes != nullptr
                               ? FLASHATTN_GMEM(p.alibi_slopes)[batch * p.alibi_batch_stride + head_of(it) * p.alibi_head_stride]
                               : 0.f;
-      bwd_attn_mask_logits(sacc, p, kMaskClassEarly ? mask_reads_early : mask_reads(), batch, head_of(it),
-                           m_block * kBlockM, key_row, tq, seq.seqlen_q, seq.seqlen_k, slope, alibi_dist);
+      // With softcap (kSoftcap): the capped logit first, its chain factor parked for dS^T.
+      if constexpr (kSoftcap)
+        bwd_softcap_logits_parked<kBlockM / 2, Cfg::kDsChunkBytes>(sacc, p, smem + Cfg::kDsOffset + (it % 2) * Cfg::kDsBytes,
+                                                                   consumer, warp, lane);
+      bwd_attn_mask_logits<kBlockM / 2, kSoftcap>(sacc, p, kMaskClassEarly ? mask_reads_early : mask_reads(), batch,
+                                                  head_of(it), m_block * kBlockM, key_row, tq, seq.seqlen_q,
+                                                  seq.seqlen_k, slope, alibi_dist);
     }
     // The ALiBi loops take softcap at run time (uniform over the grid) where they are built with
     // it (bwd_sm90_alibi_takes_softcap): with_softcap runs a pass as the loop with or without it;
@@ -459,7 +501,7 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     if constexpr (kAlibi) {
       with_softcap(p_pass);
     } else {
-      p_pass(std::bool_constant<kSoftcap>{});
+      p_pass(std::bool_constant<kSoftcap && !kAttnMask>{});  // the attn_mask loops' logits are capped above
     }
     // P^T rounded into dV's A fragments right away: S^T's registers are free before dP^T's
     // wait, which keeps the d = 64 consumers (kBlockM = 128) within 240 registers. dS^T takes
@@ -508,6 +550,17 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     };
     if constexpr (kAlibi) {
       with_softcap(ds_pass);
+    } else if constexpr (kAttnMask && kSoftcap) {
+      // The chain factor parked by bwd_softcap_logits_parked, one load per pair. (Not inside
+      // ds_pass: naming more of the kernel's variables there changes every loop's SASS.)
+      ds_pass(std::false_type{});
+#pragma unroll
+      for (int i = 0; i < kBlockM / 2; i += 2) {
+        const uint32_t parked = FLASHATTN_SMEM(bwd_park_slot<Cfg::kDsChunkBytes>(
+            smem + Cfg::kDsOffset + (it % 2) * Cfg::kDsBytes, consumer, warp, lane, i / 2))[0];
+        dpacc[i] *= cuda::to_float<__half>(static_cast<uint16_t>(parked));
+        dpacc[i + 1] *= cuda::to_float<__half>(static_cast<uint16_t>(parked >> 16));
+      }
     } else {
       ds_pass(std::bool_constant<kSoftcap>{});
     }
@@ -530,6 +583,8 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     // = (j % 8) ^ x, x = (m / 2) ^ r: four addresses for the eight stores (chunk j / 8 is an
     // immediate), not eight, which the loop keeps in registers.
     unsigned char* ds_tile = smem + Cfg::kDsOffset + (it % 2) * Cfg::kDsBytes;
+    // The warp's parked factors (read above) sit where its stmatrix writes.
+    if constexpr (kAttnMask && kSoftcap) __syncwarp();
     {
       const int m = lane / 8, row = 64 * consumer + 16 * warp + lane % 8 + 8 * (m % 2);
       const int x = (m / 2) ^ (lane % 8);

@@ -111,10 +111,10 @@ std::string check_bwd_sm90_softcap(const BwdSm90Params& p) {
 
 // "" on success, else why a launch failed (or which argument check_bwd_sm90_args rejected).
 // "" if attn_mask fits the main loop chosen (kAttnMask), as the slopes above; its loops take ALiBi
-// at run time (not as kAlibi), and no softcap.
+// at run time (not as kAlibi), softcap as kSoftcap.
 template <bool kAlibi, bool kSoftcap, bool kAttnMask>
 std::string check_bwd_sm90_attn_mask(const BwdSm90Params& p) {
-  static_assert(!(kAttnMask && (kAlibi || kSoftcap)), "the attn_mask loops take ALiBi at run time, and no softcap");
+  static_assert(!(kAttnMask && kAlibi), "the attn_mask loops take ALiBi at run time");
   if (kAttnMask != (p.attn_mask.ptr != nullptr))
     return std::string("attn_mask: expected ") + (kAttnMask ? "a mask for the attn_mask kernel" : "none") +
            ", got " + (p.attn_mask.ptr ? "a mask" : "none");
