@@ -4,7 +4,8 @@ torch.ops.flashattn_sim.plan_fwd on a compute capability 9.0 device, opted in (h
 FLASHATTN_CUDA_HOPPER=1 sets) or not. The Hopper forward takes 16-bit calls of head dim 64, 128 or 256,
 causal (either alignment) or not, dense or varlen, with seqused or without, attn_mask (any
 layout, with softcap, ALiBi or both, d = 64 and 128), that the sm_80 plan
-would run as one unsplit, unpacked launch with TMA-readable layouts; every other call stays on the
+would run as one unsplit launch with TMA-readable layouts (a packed GQA decode too, with up to 64
+query heads per kv head); every other call stays on the
 sm_80 kernels, each such feature listed in README's support table. Geometry, by hopper/fwd_sm90_config.h: 128 query rows per CTA, 384
 threads, grid (ceil(Sq / 128), Hq, B), dynamic shared memory Q + 2 stages of K and V (128 keys a
 tile, 64 at d = 256; 3 stages for a gathered KV cache up to d = 128) + 8 mbarriers (11 with 3
@@ -66,6 +67,42 @@ def test_hopper_takes_top_left_causal_and_one_row(sim):
     # One query, no GQA: nothing to pack, so the Hopper kernel takes it too.
     plan = plan_fwd(sim, *qkv(1, 1, 1, 1, 1, 128), device=HOPPER)
     assert plan["arch"] == "sm90" and plan["grid"] == [1, 1, 1]
+
+
+def test_hopper_takes_the_packed_gqa_decode(sim):
+    """A GQA decode the sm_80 plan packs (gqa_decode.h: the same decision, made once) runs on the
+    Hopper kernel packed: heads_q is Hkv, seqlen_q the packed rows, and the grid one CTA per
+    2 floor(64 / g) tokens of each (kv head, batch)."""
+    q, k, v = qkv(2, 1, 512, 8, 2, 128)
+    sm80 = plan_fwd(sim, q, k, v, device=SM90)
+    plan = plan_fwd(sim, q, k, v, device=HOPPER)
+    assert sm80["packed_heads"] == 4 and sm80["arch"] == "sm80"
+    assert plan["arch"] == "sm90" and plan["packed_heads"] == 4
+    assert plan["heads_q"] == 2 and plan["seqlen_q"] == 4 and plan["grid"] == [1, 2, 2]
+    assert plan["block_rows"] == 128 and plan["smem_bytes"] == HOPPER_SMEM[128]
+    # g = 5 (10 / 2): 12 tokens per consumer, 24 per CTA: 30 tokens take two CTAs (the sm_80
+    # plan's 150 rows take three 64-row tiles < 5: packed).
+    plan = plan_fwd(sim, *qkv(1, 30, 65, 10, 2, 64), causal=True, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["packed_heads"] == 5 and plan["grid"] == [2, 2, 1]
+    # 64 query heads per kv head: one token per consumer.
+    plan = plan_fwd(sim, *qkv(1, 3, 65, 64, 1, 64), device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["packed_heads"] == 64 and plan["grid"] == [2, 1, 1]
+    # Unpacked (too many tokens for the group: 33 x 2 rows take two tiles, not fewer than 2).
+    plan = plan_fwd(sim, *qkv(1, 33, 65, 2, 1, 64), device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["packed_heads"] == 1 and plan["grid"] == [1, 2, 1]
+
+
+def test_hopper_splits_the_packed_decode_by_its_own_ctas(sim):
+    """The split model sees B x Hkv CTAs of the packed rows: at 16k keys on 132 SMs a few kv
+    heads' CTAs split, as the sm_80 plan splits its packed CTAs; a count given is kept."""
+    q, k, v = qkv(2, 1, 16384, 8, 2, 128)
+    plan = plan_fwd(sim, q, k, v, num_splits=0, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["packed_heads"] == 4 and plan["num_splits"] > 1
+    assert plan["grid"] == [plan["num_splits"], 2, 2] and plan["merges"]
+    # The scratch holds out's and lse's rows unpacked: B x Sq x Hq (x d).
+    assert plan["split_scratch_floats"] == plan["num_splits"] * (2 * 8 * 128 + 2 * 8)
+    plan = plan_fwd(sim, q, k, v, num_splits=3, device=HOPPER)
+    assert plan["arch"] == "sm90" and plan["num_splits"] == 3 and plan["grid"] == [3, 2, 2]
 
 
 # Dropout (hopper/sm90_dropout.cuh): no mask, causal or a local window, at every head dim of the
@@ -148,7 +185,8 @@ def _stays_on_sm80():
          dict(attn_mask=torch.ones(130, 130, dtype=torch.bool))),
         ("attn_mask with softcap and ALiBi at head dim 256", qkv(2, 130, 130, 2, 2, 256),
          dict(attn_mask=torch.zeros(130, 130), softcap=2.0, alibi_slopes=torch.rand(2, dtype=torch.float32))),
-        ("GQA decode, packed", qkv(2, 1, 512, 8, 2, 128), {}),
+        # A consumer warpgroup's 64 rows hold no whole token's group (fwd_sm90_consumer_tokens).
+        ("GQA decode packed, 128 query heads per kv head", qkv(1, 1, 512, 128, 1, 64), {}),
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),
         ("unaligned pointer", (q, _unaligned_pointer(2, 130, 2, 128), v), {}),
         ("kv heads broadcast by stride 0",

@@ -272,6 +272,11 @@ step bench-d128 90 $PY -m flashattn.bench --device cuda --head-dim 128 --heads 1
 # the GQA-packed decode path (cuda/gqa_decode.h) against every SDPA backend and FA2 if present.
 step bench-decode 60 $PY -m flashattn.bench decode --device cuda --batch-sizes 1,32 \
   --kv-lens 8192,32768 --repeats 5 --json "$OUT/bench-decode.json"
+# The same decode on the sm_90a forward (FLASHATTN_CUDA_HOPPER=1): GQA-packed decodes run the Hopper
+# kernel since 2026-12-04 (docs/lab/2026-12-04-hopper-packed-gqa-decode.md owes this timing
+# against the sm_80 path's bench-decode above).
+step bench-decode-hopper 60 env FLASHATTN_CUDA_HOPPER=1 $PY -m flashattn.bench decode --device cuda \
+  --batch-sizes 1,32 --kv-lens 8192,32768 --repeats 5 --json "$OUT/bench-decode-hopper.json"
 # Issue 29's small problems, --quick (S 16, 64 at B 1): per-call µs of flash_attn_func and every
 # SDPA backend, and each call's host time with the GPU kept busy (host_us): a few seconds.
 step bench-small 45 $PY -m flashattn.bench small --device cuda --quick \

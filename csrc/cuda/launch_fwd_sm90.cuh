@@ -146,12 +146,13 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
   const int b = extents.batch;
   hopper::FwdSm90Maps maps;
   const bool gather_kv = sm90_fwd_gathers_kv(p);
-  const hopper::FwdSm90Input q_input = detail::sm90_input(p.q, b, extents.rows_q, p.heads_q);
+  const hopper::FwdSm90Input q_input = detail::sm90_input(p.q, b, extents.rows_q, extents.heads_q);
   const std::string maps_error = hopper::make_fwd_sm90_maps(
       maps, dtype, kHeadDim, b, q_input,
       gather_kv ? q_input : detail::sm90_input(p.k, b, extents.rows_k, p.heads_kv),
       gather_kv ? q_input : detail::sm90_input(p.v, b, extents.rows_k, p.heads_kv),
-      detail::sm90_input(p.o, b, extents.rows_q, p.heads_q), Config::kBlockM, Config::kBlockN);
+      detail::sm90_input(p.o, b, extents.rows_q, extents.heads_q), Config::kBlockM, Config::kBlockN,
+      p.packed_heads);
   if (!maps_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a forward's tensor maps: " + maps_error);
   }
@@ -160,7 +161,9 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
   hp.lse_batch_stride = p.lse.batch_stride;
   hp.lse_head_stride = p.lse.head_stride;
   hp.batch = p.batch;
-  hp.seqlen_q = p.seqlen_q;
+  // Packed GQA heads: tokens, the kernel's positions (FwdSm90Params::packed_heads).
+  hp.packed_heads = p.packed_heads > 1 ? p.packed_heads : 1;
+  hp.seqlen_q = p.seqlen_q / hp.packed_heads;
   hp.seqlen_k = p.seqlen_k;
   hp.seqused_q = p.seqused_q;
   hp.seqused_k = p.seqused_k;

@@ -297,12 +297,14 @@ struct FwdPlan {
   bool merges() const { return params.num_splits > 1 || params.out_fp32; }
 };
 
-// The split model's shape of the sm_90a forward: FwdSm90Config's query rows per CTA and key tile.
-inline SplitShape sm90_fwd_split_shape(int head_dim) {
+// The split model's shape of the sm_90a forward: FwdSm90Config's query rows per CTA (with packed
+// GQA heads the packed rows it holds: whole tokens' groups, fwd_sm90_consumer_tokens) and key tile.
+inline SplitShape sm90_fwd_split_shape(int head_dim, int packed_heads = 1) {
   SplitShape split{0, 0, 2};
+  const int packed = packed_heads > 1 ? packed_heads : 1;
   dispatch_head_dim(Sm90FwdHeadDims{}, head_dim, [&](auto tile) {
     using Config = hopper::FwdSm90Config<decltype(tile)::value>;
-    split = {Config::kBlockM, Config::kBlockN, 2};
+    split = {Config::kConsumers * packed * hopper::fwd_sm90_consumer_tokens(packed), Config::kBlockN, 2};
   });
   return split;
 }
@@ -314,7 +316,7 @@ inline SplitShape sm90_fwd_split_shape(int head_dim) {
 inline void use_sm90_fwd(FwdPlan& plan, int requested_splits, int sm_count) {
   AttnParams& p = plan.params;
   p.num_splits = requested_splits;
-  p.num_splits = choose_num_splits(p, sm90_fwd_split_shape(p.head_dim), sm_count);
+  p.num_splits = choose_num_splits(p, sm90_fwd_split_shape(p.head_dim, p.packed_heads), sm_count);
   plan.merge_params.num_splits = p.num_splits;
   plan.kernels.arch = Arch::kSm90;
   plan.kernels.head_dim_tile = p.head_dim;
@@ -327,7 +329,9 @@ inline void use_sm90_fwd(FwdPlan& plan, int requested_splits, int sm_count) {
     const size_t smem = sm90_fwd_gathers_kv(p) ? hopper::FwdSm90Config<decltype(tile)::value, true>::kSmemBytes
                                                : Config::kSmemBytes;
     plan.shape = {Config::kBlockM, Config::kThreads, static_cast<int>(smem)};
-    const hopper::FwdSm90GridDims g = Config::grid(p.seqlen_q, p.heads_q, p.batch, p.num_splits);
+    const int packed = p.packed_heads > 1 ? p.packed_heads : 1;
+    const hopper::FwdSm90GridDims g =
+        Config::grid(p.seqlen_q / packed, p.heads_q, p.batch, p.num_splits, packed);
     plan.grid = dim3(g.x, g.y, g.z);
   });
   plan.block = plan.shape.block();
@@ -361,8 +365,8 @@ inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const Device
   plan.grid = plan.shape.grid(p);
   plan.block = plan.shape.block();
   plan.merge_params.num_splits = p.num_splits;
-  // The Hopper forward takes the call as the sm_80 plan shaped it (never packed: it refuses
-  // packed GQA heads) and chooses its own split count. It knows no block offsets (params.h,
+  // The Hopper forward takes the call as the sm_80 plan shaped it (GQA heads packed or not, the
+  // one decision: gqa_decode.h) and chooses its own split count. It knows no block offsets (params.h,
   // block_offsets): a block of a larger attention stays on the sm_80 kernels.
   if (sm90_fwd_enabled(device.hopper_fwd, device.cc_major, device.cc_minor) &&
       p.block_offsets == nullptr && sm90_fwd_unsupported(p, type) == nullptr) {

@@ -52,15 +52,19 @@ inline bool is_sm90_fwd_head_dim(int head_dim) {
 }
 
 // The extents of the Hopper forward's TMA maps: dense, (B, S) rows; varlen, the packed rows as one
-// batch. The plan's checks and the launch's maps (launch_fwd_sm90.cuh) both take them from here.
+// batch. Q and O's rows and heads are their own: with packed GQA heads (gqa_decode.h, dense only)
+// the tokens and the query heads, not the packed rows. The plan's checks and the launch's maps
+// (launch_fwd_sm90.cuh) both take them from here.
 struct Sm90MapExtents {
   int batch;
   int64_t rows_q, rows_k;
+  int heads_q;
 };
 
 inline Sm90MapExtents sm90_map_extents(const AttnParams& p) {
-  if (p.cu_seqlens_q != nullptr) return {1, p.total_q, p.total_k};
-  return {p.batch, p.seqlen_q, p.seqlen_k};
+  if (p.cu_seqlens_q != nullptr) return {1, p.total_q, p.total_k, p.heads_q};
+  const int g = p.packed_heads > 1 ? p.packed_heads : 1;
+  return {p.batch, p.seqlen_q / g, p.seqlen_k, p.heads_q * g};
 }
 
 // The sm_90a forward's mask, a template parameter of its main loop (launch_fwd_sm90.cuh): causal
@@ -121,7 +125,9 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
     return "a paged or indexed KV cache whose rows are not 16-byte aligned";
   if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
     return "cu_seqlens for only one of q and k";
-  if (p.packed_heads > 1) return "a GQA decode with packed heads";
+  // Packed GQA heads (gqa_decode.h, as the sm_80 plan packs them): a consumer warpgroup's 64 rows
+  // hold whole tokens' groups (hopper::fwd_sm90_consumer_tokens).
+  if (p.packed_heads > 64) return "a GQA decode with more than 64 query heads per kv head";
   // attn_mask's main loops: no mask, causal or a local window, softcap and ALiBi at run time, up
   // to d = 128 (launch_fwd_sm90.cuh). The kernel reads the mask per entry from global memory through
   // its strides, so any layout the op accepts (broadcast strides included) runs here.
@@ -144,8 +150,8 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   // The kernel writes the LSE [B, Hq, Sq] (varlen [Hq, total_q]) with contiguous rows.
   if (p.lse.row_stride != 1) return "an LSE with strided rows";
   const Sm90MapExtents maps = sm90_map_extents(p);
-  if (!detail::tma_view_ok(p.q, maps.batch, maps.rows_q, p.heads_q) ||
-      !detail::tma_view_ok(p.o, maps.batch, maps.rows_q, p.heads_q) ||
+  if (!detail::tma_view_ok(p.q, maps.batch, maps.rows_q, maps.heads_q) ||
+      !detail::tma_view_ok(p.o, maps.batch, maps.rows_q, maps.heads_q) ||
       (!sm90_fwd_gathers_kv(p) && (!detail::tma_view_ok(p.k, maps.batch, maps.rows_k, p.heads_kv) ||
                                    !detail::tma_view_ok(p.v, maps.batch, maps.rows_k, p.heads_kv))))
     return "a q/k/v/out layout TMA cannot read (16-byte alignment of pointer and strides)";

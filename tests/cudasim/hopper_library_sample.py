@@ -8,7 +8,8 @@ For each case: out and lse against the float64 reference within 2x PyTorch's own
 dtype (tests/checks.check_forward, outputs poisoned first), and the profiler's kernel names show
 that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take (ALiBi with
 softcap and a window), that the sm_80 kernel did; split-KV decodes (fwd_kvcache) also run the
-split merge; paged and indexed KV caches run the gathering producer (test_kvcache.Case). Then
+split merge; paged and indexed KV caches run the gathering producer (test_kvcache.Case), and
+GQA decodes run packed (the query heads of a kv head as one CTA's rows). Then
 the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096, causal and not.
 Exits 1 on any failure; on a GPU other than compute capability 9.0, prints SKIP and exits 0.
 """
@@ -68,6 +69,7 @@ def check_cases(tally):
     check_attn_mask_cases(tally)
     check_split_cases(tally)
     check_paged_cases(tally)
+    check_packed_cases(tally)
 
 
 # attn_mask (the kAttnMask main loops): (dtype, d, kind, mask shape, causal, B, Sq, Sk, Hq, Hkv);
@@ -144,8 +146,8 @@ def check_split_cases(tally):
 
 
 # Paged and indexed KV caches (the gathering producer, kGatherKv): test_kvcache.Case arguments.
-# Packed GQA decodes stay on sm_80, so a decode here has as many kv heads as query heads and GQA
-# comes with 65 query rows (2 per kv head: more row tiles than the group, so not packed).
+# GQA decodes are packed (PACKED_CASES below); GQA here comes with 65 query rows (2 per kv head:
+# more row tiles than the group, so not packed).
 PAGED_CASES = [
     ("paged decode, page 16, d=128, causal, 4k cache", dict(
         page_size=16, batch=4, heads=8, heads_kv=8, head_dim=128, seqlen_cache=4000)),
@@ -171,6 +173,34 @@ def check_paged_cases(tally):
         with tally.case(name):
             names = kernels_run(lambda: case.check())
             assert_ran(names, "fwd_sm90_kernel", "Hopper kernel")
+
+
+# Packed GQA decodes (gqa_decode.h: a kv head's query heads as the rows of one CTA), paged, indexed
+# and dense caches: test_kvcache.Case arguments. g = 4, 8, 5 (idle rows in each consumer's 64).
+PACKED_CASES = [
+    ("packed decode, page 16, g=4, d=128, 8k cache", dict(
+        page_size=16, batch=4, heads=32, heads_kv=8, head_dim=128, seqlen_cache=8000)),
+    ("packed decode, page 256, g=8, d=64, 4 tokens, 3 splits", dict(
+        page_size=256, heads=8, heads_kv=1, seqlen_cache=3000, seqlen_q=4, seqlen_new=4,
+        num_splits=3)),
+    ("packed decode, dense cache, g=5, d=256, fp16, 7 tokens", dict(
+        heads=10, heads_kv=2, head_dim=256, seqlen_cache=2000, seqlen_q=7, seqlen_new=7,
+        dtype=torch.float16)),
+    ("packed decode, cache_batch_idx, g=4, d=128, window (100, 0)", dict(
+        batch_idx=True, heads=8, heads_kv=2, head_dim=128, seqlen_cache=1500, causal=False,
+        window=(100, 0))),
+]
+
+
+def check_packed_cases(tally):
+    from test_kvcache import Case
+
+    for i, (name, arguments) in enumerate(PACKED_CASES):
+        case = Case(seed=100 + i, device="cuda", **arguments)
+        with tally.case(name):
+            names = kernels_run(lambda: case.check())
+            assert_ran(names, "fwd_sm90_kernel", "Hopper kernel")
+            assert not any("fwd_kernel_16bit" in n for n in names), f"sm_80's kernel ran too: {names}"
 
 
 def forward_tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=20):

@@ -56,4 +56,29 @@ inline std::string encode_bshd_map(TensorMap* map, TensorMapDtype dtype, int hea
   return encode_tensor_map(map, spec);
 }
 
+// The same tensor with heads before rows: dims (D, H, S, B), boxes of (64, box_heads heads,
+// box_rows rows, 1), which land in shared memory row by row, box_heads consecutive heads of a row
+// after another (the sm_90a forward's packed GQA rows; with box_heads = 1, the rows of one head as
+// encode_bshd_map's box brings them). "" on success, else the encoder's reason.
+inline std::string encode_head_major_map(TensorMap* map, TensorMapDtype dtype, int head_dim, int batch,
+                                         const BshdTensor& t, int box_heads, int box_rows) {
+  TensorMapSpec spec;
+  spec.dtype = dtype;
+  spec.rank = 4;
+  spec.global = t.ptr;
+  spec.dims[0] = static_cast<uint64_t>(head_dim);
+  spec.dims[1] = static_cast<uint64_t>(t.heads);
+  spec.dims[2] = static_cast<uint64_t>(t.seqlen);
+  spec.dims[3] = static_cast<uint64_t>(batch);
+  spec.strides[0] = static_cast<uint64_t>(t.head_stride) * 2;
+  spec.strides[1] = static_cast<uint64_t>(t.row_stride) * 2;
+  spec.strides[2] = static_cast<uint64_t>(t.batch_stride) * 2;
+  spec.box[0] = 64;
+  spec.box[1] = static_cast<uint32_t>(box_heads);
+  spec.box[2] = static_cast<uint32_t>(box_rows);
+  spec.swizzle = TensorMapSwizzle::B128;
+  spec.l2_promotion = TensorMapL2Promotion::B128;
+  return encode_tensor_map(map, spec);
+}
+
 }  // namespace flashattn::hopper

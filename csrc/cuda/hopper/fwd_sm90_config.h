@@ -68,6 +68,14 @@ constexpr bool fwd_sm90_builds_attn_mask(int head_dim) { return head_dim <= 128;
 // on its own arrival. Three fit the 227 KB up to d = 128; d = 256 keeps two (one load at a time).
 constexpr int fwd_sm90_gather_stages(int head_dim) { return head_dim <= 128 ? 3 : 2; }
 
+// Query tokens in one consumer warpgroup's 64 rows: 64, or with packed GQA heads (gqa_decode.h:
+// the g query heads of one kv head as rows, token-major) floor(64 / g) tokens of g rows each, the
+// 64 - g floor(64 / g) rows after them idle. A CTA takes twice that; a group above 64 heads is
+// not packed here (plan_fwd_sm90.h).
+FLASHATTN_HOST_DEVICE constexpr int fwd_sm90_consumer_tokens(int packed_heads) {
+  return 64 / (packed_heads > 1 ? packed_heads : 1);
+}
+
 template <int kHeadDim_, bool kGatherKv_ = false>
 struct FwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
@@ -81,12 +89,17 @@ struct FwdSm90Config {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kChunks = kHeadDim / 64;  // 128-byte swizzle rows per tile row
 
+  static_assert(kBlockM == 64 * kConsumers, "each consumer warpgroup owns 64 query rows");
+
   // The grid: (query tiles x num_splits, Hq, B), one CTA per kBlockM query rows of one (batch,
-  // head) and split-KV part (x = query tile * num_splits + part). The launch (fwd_sm90_launch.h)
-  // and the plan (plan_fwd.h) both take it from here.
-  static constexpr FwdSm90GridDims grid(int seqlen_q, int heads_q, int batch, int num_splits) {
+  // head) and split-KV part (x = query tile * num_splits + part); with packed GQA heads, one CTA
+  // per 2 fwd_sm90_consumer_tokens(g) query tokens of one kv head (heads_q is then Hkv). The
+  // launch (fwd_sm90_launch.h) and the plan (plan_fwd.h) both take it from here.
+  static constexpr FwdSm90GridDims grid(int seqlen_q, int heads_q, int batch, int num_splits,
+                                        int packed_heads = 1) {
     const int64_t splits = num_splits > 1 ? num_splits : 1;
-    return {static_cast<unsigned>((static_cast<int64_t>(seqlen_q) + kBlockM - 1) / kBlockM * splits),
+    const int64_t tile_tokens = kConsumers * fwd_sm90_consumer_tokens(packed_heads);
+    return {static_cast<unsigned>((static_cast<int64_t>(seqlen_q) + tile_tokens - 1) / tile_tokens * splits),
             static_cast<unsigned>(heads_q), static_cast<unsigned>(batch)};
   }
 

@@ -19,6 +19,11 @@
 // - Epilogue: O / l rounded and stored by stmatrix into the consumer's (now free) Q rows, then
 //   one TMA store per 64 columns (rows beyond Sq are skipped by the store); the LSE stored
 //   straight from registers.
+// - Packed GQA heads (a decode, FwdSm90Params::packed_heads = g): the CTA of kv head h takes the g
+//   query heads of h as rows, token-major, floor(64 / g) tokens per consumer, so each K/V tile
+//   crosses from memory once per kv head. Q and O move as TMA boxes of (d, g heads, tokens); the
+//   mask takes each row's token, O's split parts and the LSE each row's (token, query head). The
+//   main loop is the same (the mapping is a run-time value, 1 without packing).
 //
 // Lines marked "// SITE:name" are named by tests/test_cudasim_hopper_fwd.py.
 #pragma once
@@ -40,6 +45,7 @@
 #include "cuda/hopper/sm90_dropout.cuh"
 #include "cuda/logit.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/query_rows.h"
 #include "cuda/tensor_map.h"
 #include "mask.h"
 
@@ -137,6 +143,12 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
                     blockIdx.x, blockIdx.y, blockIdx.z);
   const int m_block = tile.m_block, split = tile.split, head = tile.head, batch = tile.batch;
   const int kv_head = head / p.head_group;
+  // Packed GQA heads (FwdSm90Params::packed_heads = g > 1): `head` is a kv head, and each
+  // consumer's 64 rows are consumer_tokens tokens of g query heads (cuda::QueryRows). Without,
+  // g = 1 and a consumer's rows are 64 tokens of `head`. Positions below are tokens either way.
+  const int packed = p.packed_heads > 1 ? p.packed_heads : 1;
+  const int consumer_tokens = fwd_sm90_consumer_tokens(packed);
+  const int token0 = m_block * 2 * consumer_tokens;  // the tile's first query position
   // This sequence's rows (mask.h, as every executor): in a varlen batch its range of the packed
   // rows, clamped; then the first seqused_q / seqused_k[batch] when given. The maps span all rows:
   // a tail tile's keys past the sequence are loaded and masked, later tiles skipped.
@@ -151,7 +163,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // the producer looks the sequence up again, so that the consumers keep only its length.
   const int seqlen_k = kGatherKv ? cache_sequence(p, batch).seqlen_k : used_length(p.seqused_k, batch, length_k);
   // A CTA past its sequence's queries (the grid covers the longest) has nothing to do.
-  if (m_block * kBlockM >= seqlen_q) return;
+  if (token0 >= seqlen_q) return;
   const int map_batch = p.cu_seqlens_q != nullptr ? 0 : batch;  // varlen maps: one batch
   const int64_t k_map_rows = p.cu_seqlens_q != nullptr ? p.total_k : p.seqlen_k;
   // Varlen or seqused_q: O from registers, row by row (the TMA store's boxes would write rows
@@ -159,7 +171,9 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const bool clip_o_rows = p.cu_seqlens_q != nullptr || p.seqused_q != nullptr;
   const int diag_offset = causal_diag_offset(p.align_bottom_right, seqlen_q, seqlen_k);
   const KeyWindow window = key_window<kCausal, kLocal>(diag_offset, p.window_left, p.window_right);
-  KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(m_block, seqlen_q, seqlen_k, window);
+  KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(
+      QueryRange{token0, token0 + 2 * consumer_tokens < seqlen_q ? token0 + 2 * consumer_tokens : seqlen_q},
+      seqlen_k, window);
   if (splits > 1) tiles.keep_part(split, splits);
   // The first tile visited (the last, n_end - 1) may hold rows past seqlen_k that the map still
   // covers (seqused_k, or the next sequence of a varlen batch): real memory, maybe NaN or Inf (a
@@ -188,18 +202,24 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   }
   __syncthreads();
 
+  // Q of the tile by TMA, issued by one producer thread: one box of 128 rows (the query heads'
+  // rows of a packed tile when g divides 64), else one per consumer's 64 (fwd_sm90_q_boxes).
+  auto load_q = [&]() {
+    const int boxes = fwd_sm90_q_boxes(packed), box_tokens = fwd_sm90_q_box_tokens(packed);
+    mbarrier_arrive_expect_tx(q_full, Cfg::kChunks * boxes * packed * box_tokens * kSwizzleRowBytes);
+#pragma unroll
+    for (int c = 0; c < Cfg::kChunks; ++c)
+      for (int b = 0; b < boxes; ++b)
+        tma_load_4d(smem + Cfg::kQOffset + c * Cfg::kQChunkBytes + b * 64 * kSwizzleRowBytes, &map_q, q_full, 64 * c,
+                    head * packed, static_cast<int>(q_row0) + token0 + b * box_tokens, map_batch);  // SITE:load_q
+  };
+
   if (group == 0) {
     // ---- Producer ----
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if constexpr (kGatherKv) {
       if (tiles.n_blocks > 0) {
-        if (tid == 0) {
-          mbarrier_arrive_expect_tx(q_full, Cfg::kQBytes);
-#pragma unroll
-          for (int c = 0; c < Cfg::kChunks; ++c)
-            tma_load_4d(smem + Cfg::kQOffset + c * Cfg::kQChunkBytes, &map_q, q_full, 64 * c,
-                        static_cast<int>(q_row0) + m_block * kBlockM, head, map_batch);
-        }
+        if (tid == 0) load_q();
         // Tiles issued but not yet announced while the producer waits for the next empty stage:
         // one with a third stage (its copies overlap the next tile's), none with two (the
         // consumers release stage j-1 only after K_j arrived; fwd_sm90_gather_stages).
@@ -229,11 +249,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
       return;
     }
     if (tid == 0 && tiles.n_blocks > 0) {
-      mbarrier_arrive_expect_tx(q_full, Cfg::kQBytes);
-#pragma unroll
-      for (int c = 0; c < Cfg::kChunks; ++c)
-        tma_load_4d(smem + Cfg::kQOffset + c * Cfg::kQChunkBytes, &map_q, q_full, 64 * c,
-                    static_cast<int>(q_row0) + m_block * kBlockM, head, map_batch);  // SITE:load_q
+      load_q();
       for (int it = 0; it < tiles.n_blocks; ++it) {
         const int n_block = tiles.n_end - 1 - it, s = it % kStages;
         mbarrier_wait_parity(&kv_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
@@ -269,7 +285,14 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // ---- Consumers ----
   setmaxnreg_inc<Cfg::kConsumerRegisters>();
   const int consumer = group - 1, t = tid % 128, warp = t / 32, lane = t % 32;
-  const int row0 = m_block * kBlockM + 64 * consumer + 16 * warp + lane / 4;  // and row0 + 8
+  // This thread's rows j and j + 8 of its consumer's 64, j = 16 warp + lane / 4: their query
+  // positions (tokens), which the mask takes; row0 is the first one's, which ALiBi, attn_mask and
+  // dropout take (never with packed heads, where it is not the second's minus 8).
+  const int consumer_token0 = token0 + consumer * consumer_tokens;
+  const cuda::QueryRows query_rows{packed, head};
+  const int row_tokens[2] = {consumer_token0 + query_rows.token(16 * warp + lane / 4),
+                             consumer_token0 + query_rows.token(16 * warp + lane / 4 + 8)};
+  const int row0 = row_tokens[0];
 
   float o[kHeadDim / 2];
 #pragma unroll
@@ -373,13 +396,13 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
         apply_alibi(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, alibi_slope, diag_offset);
     }
     if constexpr (kAttnMask) {
-      const int rows_begin = m_block * kBlockM + 64 * consumer;
+      const int rows_begin = consumer_token0;
       const int rows_end = rows_begin + 64 < seqlen_q ? rows_begin + 64 : seqlen_q;
       apply_attn_mask(sacc, p.attn_mask, batch, head, row0, (tiles.n_end - 1 - it) * kBlockN, lane,
                       rows_begin, rows_end, seqlen_k);
     }
     if constexpr (decltype(masked)::value)
-      apply_mask<kCausal, kLocal>(sacc, row0, (tiles.n_end - 1 - it) * kBlockN, lane, seqlen_k, window);
+      apply_mask<kCausal, kLocal>(sacc, row_tokens, (tiles.n_end - 1 - it) * kBlockN, lane, seqlen_k, window);
     softmax.max_and_exp(sacc, exp2_scale);
   };
 
@@ -440,6 +463,14 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // accumulator's pairs are exactly stmatrix's fragments (row lane / 4, columns 2 (lane % 4)).
   float inv_l[2], lse[2];
   softmax.finalize(exp2_scale, inv_l, lse);
+  // Row r's (r = 0, 1: j and j + 8) token and query head, and whether O and the LSE hold it: a
+  // token of the sequence, and with packed heads one of the consumer's packed rows (the rows
+  // past them hold no query).
+  auto row_token = [&](int r) { return row_tokens[r]; };
+  auto row_head = [&](int r) { return query_rows.q_head(16 * warp + lane / 4 + 8 * r); };
+  auto row_stored = [&](int r) {
+    return row_tokens[r] < seqlen_q && 16 * warp + lane / 4 + 8 * r < packed * consumer_tokens;
+  };
   if (splits > 1) {
     // This split's part, in fp32, for split_merge_kernel.cuh: O / l and the LSE of each of the
     // sequence's rows (0 and -inf where the part holds no key it sees), at O's and the LSE's
@@ -449,16 +480,16 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     float* lse_part = p.split_scratch + splits * p.split_o_elements + split * p.split_lse_elements;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = row0 + 8 * r;
-      if (row >= seqlen_q) continue;
+      if (!row_stored(r)) continue;
+      const int row = row_token(r), q_head = row_head(r);
       float* dst = o_part + map_batch * p.o_batch_stride + (q_row0 + row) * p.o_row_stride +
-                   head * p.o_head_stride + 2 * (lane % 4);
+                   q_head * p.o_head_stride + 2 * (lane % 4);
 #pragma unroll
       for (int j = 0; j < kHeadDim / 8; ++j)
         FLASHATTN_GMEM(reinterpret_cast<float2*>(dst + 8 * j))[0] =
             make_float2(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);  // SITE:store_o_split
       if (lane % 4 == 0)
-        FLASHATTN_GMEM(lse_part)[batch * p.lse_batch_stride + head * p.lse_head_stride + q_row0 + row] = lse[r];
+        FLASHATTN_GMEM(lse_part)[batch * p.lse_batch_stride + q_head * p.lse_head_stride + q_row0 + row] = lse[r];
     }
     return;
   }
@@ -467,10 +498,10 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     // 8j + 2 (lane % 4) and the next, of the sequence's rows only.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = row0 + 8 * r;
-      if (row >= seqlen_q) continue;
+      if (!row_stored(r)) continue;
+      const int row = row_token(r), q_head = row_head(r);
       Elem* dst = static_cast<Elem*>(p.o) + map_batch * p.o_batch_stride + (q_row0 + row) * p.o_row_stride +
-                  head * p.o_head_stride + 2 * (lane % 4);
+                  q_head * p.o_head_stride + 2 * (lane % 4);
 #pragma unroll
       for (int j = 0; j < kHeadDim / 8; ++j)
         FLASHATTN_GMEM(reinterpret_cast<uint32_t*>(dst + 8 * j))[0] =
@@ -490,20 +521,20 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     }
     fence_proxy_async_shared_cta();  // the TMA store reads through the async proxy
     named_barrier_sync(kEpilogueBarrier + consumer, 128);
-    const int first_row = m_block * kBlockM + 64 * consumer;
-    if (t == 0 && first_row < p.seqlen_q) {
+    // The O box: the consumer's tokens x g query heads (64 rows of `head` unpacked), token-major.
+    if (t == 0 && consumer_token0 < seqlen_q) {
 #pragma unroll
       for (int c = 0; c < Cfg::kChunks; ++c)
-        tma_store_4d(&map_o, o_tile + c * Cfg::kQChunkBytes, 64 * c, first_row, head, batch);  // SITE:store_o
+        tma_store_4d(&map_o, o_tile + c * Cfg::kQChunkBytes, 64 * c, head * packed, consumer_token0, batch);  // SITE:store_o
       bulk_commit_group();
       bulk_wait_group_read<0>();  // the smem must stay until read; the grid's end completes the writes
     }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
-    if (row < seqlen_q && lane % 4 == 0)
-      FLASHATTN_GMEM(p.lse)[batch * p.lse_batch_stride + head * p.lse_head_stride + q_row0 + row] = lse[r];
+    if (row_stored(r) && lane % 4 == 0)
+      FLASHATTN_GMEM(p.lse)[batch * p.lse_batch_stride + row_head(r) * p.lse_head_stride + q_row0 + row_token(r)] =
+          lse[r];
   }
 }
 

@@ -15,7 +15,8 @@ namespace flashattn::hopper {
 
 template <int kHeadDim>
 dim3 fwd_sm90_grid(const FwdSm90Params& p) {
-  const FwdSm90GridDims g = FwdSm90Config<kHeadDim>::grid(p.seqlen_q, p.heads_q, p.batch, p.num_splits);
+  const FwdSm90GridDims g = FwdSm90Config<kHeadDim>::grid(p.seqlen_q, p.heads_q, p.batch, p.num_splits,
+                                                                p.packed_heads);
   return dim3(g.x, g.y, g.z);
 }
 

@@ -36,6 +36,11 @@ __host__ __device__ __forceinline__ KeyWindow key_window(int offset, int window_
   return {offset, kLocal ? window_left : -1, kCausal ? 0 : (kLocal ? window_right : -1)};
 }
 
+// Query positions [begin, end) of one query tile.
+struct QueryRange {
+  int begin, end;
+};
+
 // The key tiles one query tile visits, walked from the last (n_end - 1) down, and which need
 // the mask: visits [0, n_masked) cross the right edge (Sk, the causal diagonal or the window's
 // right side) for some row, visits [n_open_end, n_blocks) cross the window's left edge (local
@@ -57,10 +62,16 @@ struct KeyTiles {
     return x < lo ? lo : (x > hi ? hi : x);
   }
 
-  __host__ __device__ __forceinline__ KeyTiles(int m_block, int seqlen_q, int seqlen_k, KeyWindow w) {
+  __host__ __device__ __forceinline__ KeyTiles(int m_block, int seqlen_q, int seqlen_k, KeyWindow w)
+      : KeyTiles(QueryRange{m_block * kBlockM, m_block * kBlockM + kBlockM < seqlen_q ? m_block * kBlockM + kBlockM
+                                                                                     : seqlen_q},
+                 seqlen_k, w) {}
+
+  // The query tile of positions rows.begin .. rows.end - 1 (not empty): a packed GQA tile's
+  // tokens (fwd_sm90_consumer_tokens).
+  __host__ __device__ __forceinline__ KeyTiles(QueryRange rows, int seqlen_k, KeyWindow w) {
+    const int m0 = rows.begin, row_end = rows.end;
     const int all = (seqlen_k + kBlockN - 1) / kBlockN;
-    const int m0 = m_block * kBlockM;
-    const int row_end = m0 + kBlockM < seqlen_q ? m0 + kBlockM : seqlen_q;  // > m0
     int hi = all, lo = 0;
     open_hi = seqlen_k / kBlockN;  // tiles below it hold no key beyond Sk
     if ((kCausal || kLocal) && w.right >= 0) {
@@ -102,14 +113,14 @@ struct KeyTiles {
 };
 
 // Sets the scores of masked keys to -inf in one warpgroup's m64 x kBlockN accumulator tile:
-// row0 is the global query row of this thread's first row (its second is row0 + 8), n0 the
-// tile's first key, lane the lane id.
+// rows are the query positions of this thread's two rows (the sequence's rows row0 and row0 + 8;
+// with packed GQA heads, their tokens), n0 the tile's first key, lane the lane id.
 template <bool kCausal, bool kLocal, int kN>
-__device__ __forceinline__ void apply_mask(float (&s)[kN], int row0, int n0, int lane, int seqlen_k,
+__device__ __forceinline__ void apply_mask(float (&s)[kN], const int (&rows)[2], int n0, int lane, int seqlen_k,
                                            KeyWindow w) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
-    const int row = row0 + 8 * ((i % 4) / 2);
+    const int row = rows[(i % 4) / 2];
     const int key = n0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
     bool masked = key >= seqlen_k;
     if (kCausal) masked = masked || key > row + w.offset;
@@ -122,7 +133,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[kN], int row0, int n0, int
 }
 
 // Adds ALiBi's -slope * |row + offset - key| (mask.h's alibi_bias, the sm_80 kernels' bias) to
-// one warpgroup's tile of logits (natural-log units); rows, keys and lane as in apply_mask.
+// one warpgroup's tile of logits (natural-log units); row0 this thread's first row (its second
+// row0 + 8; never packed GQA rows), keys and lane as in apply_mask.
 template <int kN>
 __device__ __forceinline__ void apply_alibi(float (&s)[kN], int row0, int n0, int lane, float slope,
                                             int offset) {
@@ -137,7 +149,7 @@ __device__ __forceinline__ void apply_alibi(float (&s)[kN], int row0, int n0, in
 
 // Adds attn_mask's bias (score_bias.h mask_bias: the value of a float mask, 0 / -inf of a boolean
 // one, in fp32 as the sm_80 kernels add it) to one warpgroup's tile of logits (natural-log units);
-// rows, keys and lane as in apply_mask. Entries past the sequence (row >= seqlen_q, key >= seqlen_k)
+// row0 as in apply_alibi, keys and lane as in apply_mask. Entries past the sequence (row >= seqlen_q, key >= seqlen_k)
 // are not read: the mask's extent ends there (they are hidden by apply_mask or never stored).
 // rows_begin / rows_end are this warpgroup's 64 rows, clipped to the sequence: when every
 // kMaskBlock block of the mask the tile touches is open (adds 0), nothing is read, as sm_80's

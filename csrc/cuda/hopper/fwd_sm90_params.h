@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cuda/hopper/bshd_map.h"
+#include "cuda/hopper/fwd_sm90_config.h"
 #include "cuda/tensor_map.h"
 
 namespace flashattn::hopper {
@@ -80,6 +81,12 @@ struct FwdSm90Params {
   // The kDropout kernels: dropout of P (AttnParams' view: the [seed, offset] on the device, the
   // threshold and 1 / (1 - p)), the keep mask of dropout.h at the sequence's (b, h, row, key).
   Dropout dropout;
+  // Packed GQA heads (gqa_decode.h; AttnParams' packed_heads): 1, or g > 1 when a CTA takes the g
+  // query heads of kv head blockIdx.y as rows, token-major: row j of consumer c's 64 is query
+  // token c T + j / g of the tile's tokens, of query head blockIdx.y g + j % g, for
+  // T = fwd_sm90_consumer_tokens(g) tokens per consumer. seqlen_q (and seqused_q) then count
+  // tokens, heads_q is Hkv, head_group 1; the LSE and O's rows are the query heads' own.
+  int packed_heads = 1;
 };
 
 struct FwdSm90Maps {
@@ -89,23 +96,37 @@ struct FwdSm90Maps {
 // Where one [B, S, H, D] input lives, for make_fwd_sm90_maps.
 using FwdSm90Input = BshdTensor;
 
-// Encodes the four maps: dims (D, S, H, B), byte strides of rows, heads and batches, boxes of
-// (64, rows, 1, 1) with the 128-byte swizzle: block_m rows for Q, block_n for K and V, 64 (one
-// consumer warpgroup's) for O. "" on success, else the encoder's reason.
+// The Q box's query tokens (of packed_heads rows each): a whole CTA's when its two consumers'
+// rows are contiguous (g divides 64: always without packing), else one consumer's, loaded twice
+// (fwd_sm90_q_boxes).
+FLASHATTN_HOST_DEVICE constexpr int fwd_sm90_q_box_tokens(int packed_heads) {
+  const int g = packed_heads > 1 ? packed_heads : 1;
+  return 64 % g == 0 ? 128 / g : 64 / g;
+}
+FLASHATTN_HOST_DEVICE constexpr int fwd_sm90_q_boxes(int packed_heads) {
+  return (packed_heads > 1 ? packed_heads : 1) * fwd_sm90_q_box_tokens(packed_heads) == 128 ? 1 : 2;
+}
+
+// Encodes the four maps. K and V: dims (D, S, H, B), byte strides of rows, heads and batches,
+// boxes of (64, block_n rows, 1, 1). Q and O: dims (D, H, S, B), boxes of (64, g heads, tokens, 1)
+// for g = packed_heads (1 without packed GQA heads), which land as the rows token-major: Q's of
+// fwd_sm90_q_box_tokens tokens (block_m rows without packing), O's of one consumer's
+// fwd_sm90_consumer_tokens. All with the 128-byte swizzle. "" on success, else the encoder's
+// reason.
 inline std::string make_fwd_sm90_maps(FwdSm90Maps& maps, TensorMapDtype dtype, int head_dim,
                                       int batch, const FwdSm90Input& q, const FwdSm90Input& k,
                                       const FwdSm90Input& v, const FwdSm90Input& o, int block_m,
-                                      int block_n) {
-  const FwdSm90Input* inputs[4] = {&q, &k, &v, &o};
-  TensorMap* outputs[4] = {&maps.q, &maps.k, &maps.v, &maps.o};
-  const char* names[4] = {"Q", "K", "V", "O"};
-  const uint32_t rows[4] = {static_cast<uint32_t>(block_m), static_cast<uint32_t>(block_n),
-                            static_cast<uint32_t>(block_n), 64};
-  for (int i = 0; i < 4; ++i) {
-    const std::string error =
-        encode_bshd_map(outputs[i], dtype, head_dim, batch, *inputs[i], static_cast<int>(rows[i]));
-    if (!error.empty()) return std::string(names[i]) + ": " + error;
-  }
+                                      int block_n, int packed_heads = 1) {
+  const int g = packed_heads > 1 ? packed_heads : 1;
+  std::string error = encode_bshd_map(&maps.k, dtype, head_dim, batch, k, block_n);
+  if (!error.empty()) return "K: " + error;
+  error = encode_bshd_map(&maps.v, dtype, head_dim, batch, v, block_n);
+  if (!error.empty()) return "V: " + error;
+  const int q_tokens = g == 1 ? block_m : fwd_sm90_q_box_tokens(g);
+  error = encode_head_major_map(&maps.q, dtype, head_dim, batch, q, g, q_tokens);
+  if (!error.empty()) return "Q: " + error;
+  error = encode_head_major_map(&maps.o, dtype, head_dim, batch, o, g, g == 1 ? 64 : fwd_sm90_consumer_tokens(g));
+  if (!error.empty()) return "O: " + error;
   return "";
 }
 

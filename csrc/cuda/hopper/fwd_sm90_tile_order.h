@@ -37,6 +37,12 @@ struct FwdSm90TileOrder {
                   // last down (they see the most keys); +1: from the first up
 };
 
+// Query positions per CTA: kBlockM rows, or with packed GQA heads the tokens of two consumers'
+// rows (fwd_sm90_consumer_tokens).
+__host__ __device__ __forceinline__ int fwd_sm90_tile_tokens(const FwdSm90Params& p) {
+  return 2 * fwd_sm90_consumer_tokens(p.packed_heads);
+}
+
 // Query-block direction of the heavy-first order: which end of the query blocks visits more key
 // tiles (KeyTiles, the kernel's own count, at the launch's longest lengths), or 0 when the ends
 // agree (non-causal, or a window whose work differs only in the middle; the grid's own order).
@@ -46,12 +52,14 @@ __host__ __device__ __forceinline__ int fwd_sm90_heavy_direction(const FwdSm90Pa
   if constexpr (kCausal) {
     return -1;
   } else if constexpr (kLocal) {
-    const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+    const int tile = fwd_sm90_tile_tokens(p);
+    const int m_blocks = (p.seqlen_q + tile - 1) / tile;
     if (m_blocks <= 1) return 0;
     const KeyWindow w = key_window<false, true>(causal_diag_offset(p.align_bottom_right, p.seqlen_q, p.seqlen_k),
                                                 p.window_left, p.window_right);
-    const int first = KeyTiles<false, true, kBlockM, kBlockN>(0, p.seqlen_q, p.seqlen_k, w).n_blocks;
-    const int last = KeyTiles<false, true, kBlockM, kBlockN>(m_blocks - 1, p.seqlen_q, p.seqlen_k, w).n_blocks;
+    const int first = KeyTiles<false, true, kBlockM, kBlockN>(QueryRange{0, tile}, p.seqlen_k, w).n_blocks;
+    const int last_m0 = (m_blocks - 1) * tile;
+    const int last = KeyTiles<false, true, kBlockM, kBlockN>(QueryRange{last_m0, p.seqlen_q}, p.seqlen_k, w).n_blocks;
     return last > first ? -1 : (first > last ? 1 : 0);
   } else {
     (void)p;
@@ -63,7 +71,7 @@ __host__ __device__ __forceinline__ int fwd_sm90_heavy_direction(const FwdSm90Pa
 template <bool kCausal, bool kLocal, int kHeadDim, int kBlockM, int kBlockN>
 __host__ __device__ __forceinline__ FwdSm90TileOrder fwd_sm90_tile_order(const FwdSm90Params& p) {
   FwdSm90TileOrder o;
-  o.m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  o.m_blocks = (p.seqlen_q + fwd_sm90_tile_tokens(p) - 1) / fwd_sm90_tile_tokens(p);
   o.splits = p.num_splits > 1 ? p.num_splits : 1;
   o.heads = p.heads_q;
   o.batches = p.batch;
