@@ -36,7 +36,7 @@ def consumer_tokens(g):
 
 
 def q_box(g):
-    """(boxes, tokens per box) of one CTA's Q load (hopper/fwd_sm90_params.h fwd_sm90_q_boxes)."""
+    """(boxes, tokens per box) of one CTA's Q load (hopper/fwd_sm90_params.h fwd_sm90_q_box_tokens)."""
     tokens = 128 // g if 64 % g == 0 else 64 // g
     return (1 if g * tokens == 128 else 2), tokens
 

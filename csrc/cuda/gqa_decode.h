@@ -30,7 +30,6 @@
 // (cpu/fwd.cpp, plan_forward).
 #pragma once
 #include "../params.h"
-#include "query_rows.h"
 #include "traits.h"
 
 namespace flashattn::cuda {
@@ -63,5 +62,27 @@ inline AttnParams pack_gqa_decode(const AttnParams& p) {
   packed.head_group = 1;
   return packed;
 }
+
+// Row r of a forward CTA's tile of (batch, head): query token r of query head `head`, or with
+// packed heads (packed > 1, `head` a kv head) token r / packed of query head
+// head * packed + r % packed. A kernel that never sees packed heads builds it with packed = 1
+// known at compile time, and every mapping folds away.
+// Where a row's query is: its query head and its token in the sequence.
+struct QueryPlace {
+  int q_head;
+  int token;
+};
+
+struct QueryRows {
+  int packed;
+  int head;
+
+  FLASHATTN_HOST_DEVICE QueryPlace at(int row) const { return {q_head(row), token(row)}; }
+
+  FLASHATTN_HOST_DEVICE int token(int row) const { return packed == 1 ? row : row / packed; }
+  FLASHATTN_HOST_DEVICE int q_head(int row) const {
+    return packed == 1 ? head : head * packed + row % packed;
+  }
+};
 
 }  // namespace flashattn::cuda

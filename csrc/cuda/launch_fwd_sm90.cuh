@@ -163,6 +163,7 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
   hp.batch = p.batch;
   // Packed GQA heads: tokens, the kernel's positions (FwdSm90Params::packed_heads).
   hp.packed_heads = p.packed_heads > 1 ? p.packed_heads : 1;
+  hp.consumer_tokens = hopper::fwd_sm90_consumer_tokens(hp.packed_heads);
   hp.seqlen_q = p.seqlen_q / hp.packed_heads;
   hp.seqlen_k = p.seqlen_k;
   hp.seqused_q = p.seqused_q;

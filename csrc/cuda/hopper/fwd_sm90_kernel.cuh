@@ -45,7 +45,6 @@
 #include "cuda/hopper/sm90_dropout.cuh"
 #include "cuda/logit.cuh"
 #include "cuda/ptx.cuh"
-#include "cuda/query_rows.h"
 #include "cuda/tensor_map.h"
 #include "mask.h"
 
@@ -96,6 +95,23 @@ __device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN
   for (int i = 0; i < kN / 2; ++i) p[i] = cuda::pack_rn<Elem>(s[2 * i], s[2 * i + 1]);
 }
 
+// The query positions of a consumer thread's rows j and j + 8 in one register, which the mask
+// reads on the main loop's masked tiles (two registers spilled the d = 128 causal softcap and the
+// d = 256 local loops): without packed heads the first row's (the second is 8 further); with
+// packed heads, whose tokens are fewer than 64 (can_pack_gqa_decode: ceil(Sq g / 64) < g), the
+// first row's token in the low 16 bits and how many tokens further the second's is above them.
+struct RowPositions {
+  int code;
+
+  __device__ __forceinline__ static RowPositions packed_rows(int first, int second) {
+    return {first | (second - first) << 16};
+  }
+  __device__ __forceinline__ int token(bool packed, int r) const {
+    if (!packed) return code + 8 * r;
+    return (code & 0xffff) + r * (code >> 16);
+  }
+};
+
 // kSoftcap: logits are softcap * tanh(scale * s / softcap) (FwdSm90Params::softcap > 0), so the
 // scores become natural-log logits before the mask and the softmax, whose exp2 factor is then
 // log2(e) instead of scale * log2(e).
@@ -144,11 +160,10 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const int m_block = tile.m_block, split = tile.split, head = tile.head, batch = tile.batch;
   const int kv_head = head / p.head_group;
   // Packed GQA heads (FwdSm90Params::packed_heads = g > 1): `head` is a kv head, and each
-  // consumer's 64 rows are consumer_tokens tokens of g query heads (cuda::QueryRows). Without,
-  // g = 1 and a consumer's rows are 64 tokens of `head`. Positions below are tokens either way.
-  const int packed = p.packed_heads > 1 ? p.packed_heads : 1;
-  const int consumer_tokens = fwd_sm90_consumer_tokens(packed);
-  const int token0 = m_block * 2 * consumer_tokens;  // the tile's first query position
+  // consumer's 64 rows are p.consumer_tokens tokens of g query heads. Without, g = 1 and a
+  // consumer's rows are 64 tokens of `head`. Positions below are tokens either way.
+  const int packed = p.packed_heads;
+  const int token0 = m_block * 2 * p.consumer_tokens;  // the tile's first query position
   // This sequence's rows (mask.h, as every executor): in a varlen batch its range of the packed
   // rows, clamped; then the first seqused_q / seqused_k[batch] when given. The maps span all rows:
   // a tail tile's keys past the sequence are loaded and masked, later tiles skipped.
@@ -172,7 +187,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const int diag_offset = causal_diag_offset(p.align_bottom_right, seqlen_q, seqlen_k);
   const KeyWindow window = key_window<kCausal, kLocal>(diag_offset, p.window_left, p.window_right);
   KeyTiles<kCausal, kLocal, kBlockM, kBlockN> tiles(
-      QueryRange{token0, token0 + 2 * consumer_tokens < seqlen_q ? token0 + 2 * consumer_tokens : seqlen_q},
+      QueryRange{token0, token0 + 2 * p.consumer_tokens < seqlen_q ? token0 + 2 * p.consumer_tokens : seqlen_q},
       seqlen_k, window);
   if (splits > 1) tiles.keep_part(split, splits);
   // The first tile visited (the last, n_end - 1) may hold rows past seqlen_k that the map still
@@ -203,9 +218,10 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   __syncthreads();
 
   // Q of the tile by TMA, issued by one producer thread: one box of 128 rows (the query heads'
-  // rows of a packed tile when g divides 64), else one per consumer's 64 (fwd_sm90_q_boxes).
+  // rows of a packed tile when g divides 64), else one per consumer's 64 (fwd_sm90_q_box_tokens).
   auto load_q = [&]() {
-    const int boxes = fwd_sm90_q_boxes(packed), box_tokens = fwd_sm90_q_box_tokens(packed);
+    const bool one_box = packed * p.consumer_tokens == 64;
+    const int boxes = one_box ? 1 : 2, box_tokens = one_box ? 2 * p.consumer_tokens : p.consumer_tokens;
     mbarrier_arrive_expect_tx(q_full, Cfg::kChunks * boxes * packed * box_tokens * kSwizzleRowBytes);
 #pragma unroll
     for (int c = 0; c < Cfg::kChunks; ++c)
@@ -285,14 +301,15 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // ---- Consumers ----
   setmaxnreg_inc<Cfg::kConsumerRegisters>();
   const int consumer = group - 1, t = tid % 128, warp = t / 32, lane = t % 32;
-  // This thread's rows j and j + 8 of its consumer's 64, j = 16 warp + lane / 4: their query
-  // positions (tokens), which the mask takes; row0 is the first one's, which ALiBi, attn_mask and
-  // dropout take (never with packed heads, where it is not the second's minus 8).
-  const int consumer_token0 = token0 + consumer * consumer_tokens;
-  const cuda::QueryRows query_rows{packed, head};
-  const int row_tokens[2] = {consumer_token0 + query_rows.token(16 * warp + lane / 4),
-                             consumer_token0 + query_rows.token(16 * warp + lane / 4 + 8)};
-  const int row0 = row_tokens[0];
+  // This thread's rows j and j + 8 of its consumer's 64, j = 16 warp + lane / 4, and their query
+  // positions (tokens): one register through the main loop (RowPositions). row0 is the first
+  // row's, which ALiBi, attn_mask and dropout take (the plan never packs them: gqa_decode.h).
+  const int row_j = 16 * warp + lane / 4;
+  const int consumer_token0 = token0 + consumer * p.consumer_tokens;
+  const RowPositions rows =
+      packed == 1 ? RowPositions{consumer_token0 + row_j}
+                  : RowPositions::packed_rows(consumer_token0 + row_j / packed, consumer_token0 + (row_j + 8) / packed);
+  const int row0 = rows.code;
 
   float o[kHeadDim / 2];
 #pragma unroll
@@ -402,7 +419,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
                       rows_begin, rows_end, seqlen_k);
     }
     if constexpr (decltype(masked)::value)
-      apply_mask<kCausal, kLocal>(sacc, row_tokens, (tiles.n_end - 1 - it) * kBlockN, lane, seqlen_k, window);
+      apply_mask<kCausal, kLocal>(sacc, rows.token(packed > 1, 0), rows.token(packed > 1, 1),
+                                  (tiles.n_end - 1 - it) * kBlockN, lane, seqlen_k, window);
     softmax.max_and_exp(sacc, exp2_scale);
   };
 
@@ -466,10 +484,11 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // Row r's (r = 0, 1: j and j + 8) token and query head, and whether O and the LSE hold it: a
   // token of the sequence, and with packed heads one of the consumer's packed rows (the rows
   // past them hold no query).
-  auto row_token = [&](int r) { return row_tokens[r]; };
-  auto row_head = [&](int r) { return query_rows.q_head(16 * warp + lane / 4 + 8 * r); };
+  // (Row j's query head is head g + j % g, j % g = j - (its token - consumer_token0) g.)
+  auto row_token = [&](int r) { return rows.token(packed > 1, r); };
+  auto row_head = [&](int r) { return head * packed + row_j + 8 * r - (row_token(r) - consumer_token0) * packed; };
   auto row_stored = [&](int r) {
-    return row_tokens[r] < seqlen_q && 16 * warp + lane / 4 + 8 * r < packed * consumer_tokens;
+    return row_token(r) < seqlen_q && row_j + 8 * r < packed * p.consumer_tokens;
   };
   if (splits > 1) {
     // This split's part, in fp32, for split_merge_kernel.cuh: O / l and the LSE of each of the

@@ -113,14 +113,14 @@ struct KeyTiles {
 };
 
 // Sets the scores of masked keys to -inf in one warpgroup's m64 x kBlockN accumulator tile:
-// rows are the query positions of this thread's two rows (the sequence's rows row0 and row0 + 8;
-// with packed GQA heads, their tokens), n0 the tile's first key, lane the lane id.
+// row_a and row_b are the query positions of this thread's two rows (the sequence's rows row0 and
+// row0 + 8; with packed GQA heads, their tokens), n0 the tile's first key, lane the lane id.
 template <bool kCausal, bool kLocal, int kN>
-__device__ __forceinline__ void apply_mask(float (&s)[kN], const int (&rows)[2], int n0, int lane, int seqlen_k,
+__device__ __forceinline__ void apply_mask(float (&s)[kN], int row_a, int row_b, int n0, int lane, int seqlen_k,
                                            KeyWindow w) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
-    const int row = rows[(i % 4) / 2];
+    const int row = (i % 4) / 2 == 0 ? row_a : row_b;
     const int key = n0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
     bool masked = key >= seqlen_k;
     if (kCausal) masked = masked || key > row + w.offset;

@@ -86,7 +86,10 @@ struct FwdSm90Params {
   // token c T + j / g of the tile's tokens, of query head blockIdx.y g + j % g, for
   // T = fwd_sm90_consumer_tokens(g) tokens per consumer. seqlen_q (and seqused_q) then count
   // tokens, heads_q is Hkv, head_group 1; the LSE and O's rows are the query heads' own.
+  // consumer_tokens is T (64 unpacked), set with packed_heads so that the kernel divides by
+  // neither.
   int packed_heads = 1;
+  int consumer_tokens = 64;
 };
 
 struct FwdSm90Maps {
@@ -97,14 +100,10 @@ struct FwdSm90Maps {
 using FwdSm90Input = BshdTensor;
 
 // The Q box's query tokens (of packed_heads rows each): a whole CTA's when its two consumers'
-// rows are contiguous (g divides 64: always without packing), else one consumer's, loaded twice
-// (fwd_sm90_q_boxes).
+// rows are contiguous (g divides 64: always without packing), else one consumer's, loaded twice.
 FLASHATTN_HOST_DEVICE constexpr int fwd_sm90_q_box_tokens(int packed_heads) {
   const int g = packed_heads > 1 ? packed_heads : 1;
   return 64 % g == 0 ? 128 / g : 64 / g;
-}
-FLASHATTN_HOST_DEVICE constexpr int fwd_sm90_q_boxes(int packed_heads) {
-  return (packed_heads > 1 ? packed_heads : 1) * fwd_sm90_q_box_tokens(packed_heads) == 128 ? 1 : 2;
 }
 
 // Encodes the four maps. K and V: dims (D, S, H, B), byte strides of rows, heads and batches,

@@ -40,7 +40,7 @@ struct FwdSm90TileOrder {
 // Query positions per CTA: kBlockM rows, or with packed GQA heads the tokens of two consumers'
 // rows (fwd_sm90_consumer_tokens).
 __host__ __device__ __forceinline__ int fwd_sm90_tile_tokens(const FwdSm90Params& p) {
-  return 2 * fwd_sm90_consumer_tokens(p.packed_heads);
+  return 2 * p.consumer_tokens;
 }
 
 // Query-block direction of the heavy-first order: which end of the query blocks visits more key
