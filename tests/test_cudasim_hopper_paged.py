@@ -120,7 +120,7 @@ def gathered_kernel(dtype, d, mask):
 # (name, Case arguments, mask): page sizes 1, 16, 17 and 256; a cache longer than a page with
 # ragged cache_seqlens (not multiples of the page size), appends of 1 and 3 new tokens with and
 # without rotary; cache_batch_idx and cache_leftpad; GQA with enough query rows not to be packed
-# (a packed GQA decode stays on sm_80); no mask, causal, a local window; d = 64, 128, 256;
+# (packed GQA decodes: test_cudasim_hopper_packed_gqa.py); no mask, causal, a local window; d = 64, 128, 256;
 # split-KV with 3 parts and the plan's own count.
 LIBRARY_CASES = [
     ("page1_mha", dict(page_size=1, seqlen_cache=40, heads=2, heads_kv=2), "causal"),
