@@ -2,7 +2,8 @@
 # The whole GPU pass in one device call (at most 10 minutes; 15 minutes of device time in all):
 # build for the chip in front of us (the primitive layout check runs meanwhile); on sm_90 the
 # Hopper GEMM test kernel against torch.mm (tests/cudasim/hopper_gemm.py), the sm_90a
-# forward against float64 and SDPA (tests/cudasim/hopper_fwd.py) and through the library with
+# forward against float64 and SDPA (tests/cudasim/hopper_fwd.py), the FP8 forward
+# (tests/cudasim/hopper_fp8_fwd.py), and the 16-bit one through the library with
 # FLASHATTN_CUDA_HOPPER=1 (tests/cudasim/hopper_library_sample.py), the sm_90a backward alone
 # and through the library (hopper_bwd.py, hopper_library_bwd_sample.py); the CUDA tests,
 # with FA2's own tests through the adapter beside them when .fa2/ was carried, then
@@ -194,6 +195,10 @@ step hopper-gemm 120 bash -c "set -o pipefail; $PY tests/cudasim/hopper_gemm.py 
 # its nvcc build (about a minute), a correctness sample against float64 and its TFLOP/s beside
 # SDPA's cuDNN and flash backends (SKIP off sm_90).
 step hopper-fwd 150 bash -c "set -o pipefail; $PY tests/cudasim/hopper_fwd.py --ptxas 2>&1 | tee $OUT/hopper-fwd.log"
+# The standalone sm_90a FP8 (e4m3) forward at d = 128 (issue 31 stage 6, not yet reachable from
+# the library): its build, a correctness sample against float64 on the dequantized inputs and its
+# TFLOP/s beside cuDNN's FP8 SDPA where torch takes float8, and bf16 SDPA (SKIP off sm_90).
+step hopper-fp8-fwd 120 bash -c "set -o pipefail; $PY tests/cudasim/hopper_fp8_fwd.py --ptxas 2>&1 | tee $OUT/hopper-fp8-fwd.log"
 # The same kernels through the library (FLASHATTN_CUDA_HOPPER=1, plan_fwd_sm90.h), as built by
 # the build step: a correctness sample against float64, the profiler's kernel names showing the
 # Hopper kernel ran (and sm_80's for a call it does not take), and the library's forward TFLOP/s

@@ -1,5 +1,5 @@
 """Building a test kernel for sm_90a into a shared library that ctypes loads on an H100/H200
-(hopper_gemm.py, hopper_fwd.py, hopper_bwd.py), timing a call on the GPU, and what the attention
+(hopper_gemm.py, hopper_fwd.py, hopper_fp8_fwd.py, hopper_bwd.py), timing a call on the GPU, and what the attention
 runners share: their torch reference and their TFLOP/s rows beside SDPA.
 
 A build is cached in build/cudasim under the hash of its inputs and flags. It is refused when

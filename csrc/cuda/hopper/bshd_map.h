@@ -1,9 +1,9 @@
 // One [B, S, H, D] tensor (element strides, contiguous last dimension) as the 4D TMA map the
 // sm_90a kernels load tiles through, written once for the forward (make_fwd_sm90_maps) and the
 // backward (make_bwd_sm90_maps): dims (D, S, H, B), byte strides of rows, heads and batches, boxes
-// of (64 columns of the head dimension = one 128-byte swizzle row, box_rows rows, 1 head, 1 batch)
-// with the 128-byte swizzle; rows beyond S read as zeros. TMA needs 16-byte aligned base pointers
-// and strides: every stride a multiple of 8 16-bit elements.
+// of (one 128-byte swizzle row of the head dimension: 64 16-bit columns, 128 of a UInt8 (e4m3)
+// tensor; box_rows rows, 1 head, 1 batch) with the 128-byte swizzle; rows beyond S read as zeros.
+// TMA needs 16-byte aligned base pointers and strides: every stride a multiple of 16 bytes.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -35,6 +35,10 @@ inline BshdTensor bshd_tensor(const TensorView& view, int batch, int64_t rows, i
   return t;
 }
 
+// The bytes of one element: e4m3 (the FP8 forward) travels as UInt8, one byte per element and
+// 128 per swizzle row; the 16-bit types take two, 64 per row.
+inline uint64_t element_bytes(TensorMapDtype dtype) { return dtype == TensorMapDtype::UInt8 ? 1 : 2; }
+
 // "" on success, else the encoder's reason.
 inline std::string encode_bshd_map(TensorMap* map, TensorMapDtype dtype, int head_dim, int batch,
                                    const BshdTensor& t, int box_rows) {
@@ -46,17 +50,18 @@ inline std::string encode_bshd_map(TensorMap* map, TensorMapDtype dtype, int hea
   spec.dims[1] = static_cast<uint64_t>(t.seqlen);
   spec.dims[2] = static_cast<uint64_t>(t.heads);
   spec.dims[3] = static_cast<uint64_t>(batch);
-  spec.strides[0] = static_cast<uint64_t>(t.row_stride) * 2;
-  spec.strides[1] = static_cast<uint64_t>(t.head_stride) * 2;
-  spec.strides[2] = static_cast<uint64_t>(t.batch_stride) * 2;
-  spec.box[0] = 64;
+  const uint64_t bytes = element_bytes(dtype);
+  spec.strides[0] = static_cast<uint64_t>(t.row_stride) * bytes;
+  spec.strides[1] = static_cast<uint64_t>(t.head_stride) * bytes;
+  spec.strides[2] = static_cast<uint64_t>(t.batch_stride) * bytes;
+  spec.box[0] = static_cast<uint32_t>(128 / bytes);
   spec.box[1] = static_cast<uint32_t>(box_rows);
   spec.swizzle = TensorMapSwizzle::B128;
   spec.l2_promotion = TensorMapL2Promotion::B128;
   return encode_tensor_map(map, spec);
 }
 
-// The same tensor with heads before rows: dims (D, H, S, B), boxes of (64, box_heads heads,
+// The same tensor with heads before rows: dims (D, H, S, B), boxes of (one swizzle row, box_heads heads,
 // box_rows rows, 1), which land in shared memory row by row, box_heads consecutive heads of a row
 // after another (the sm_90a forward's packed GQA rows; with box_heads = 1, the rows of one head as
 // encode_bshd_map's box brings them). "" on success, else the encoder's reason.
@@ -70,10 +75,11 @@ inline std::string encode_head_major_map(TensorMap* map, TensorMapDtype dtype, i
   spec.dims[1] = static_cast<uint64_t>(t.heads);
   spec.dims[2] = static_cast<uint64_t>(t.seqlen);
   spec.dims[3] = static_cast<uint64_t>(batch);
-  spec.strides[0] = static_cast<uint64_t>(t.head_stride) * 2;
-  spec.strides[1] = static_cast<uint64_t>(t.row_stride) * 2;
-  spec.strides[2] = static_cast<uint64_t>(t.batch_stride) * 2;
-  spec.box[0] = 64;
+  const uint64_t bytes = element_bytes(dtype);
+  spec.strides[0] = static_cast<uint64_t>(t.head_stride) * bytes;
+  spec.strides[1] = static_cast<uint64_t>(t.row_stride) * bytes;
+  spec.strides[2] = static_cast<uint64_t>(t.batch_stride) * bytes;
+  spec.box[0] = static_cast<uint32_t>(128 / bytes);
   spec.box[1] = static_cast<uint32_t>(box_heads);
   spec.box[2] = static_cast<uint32_t>(box_rows);
   spec.swizzle = TensorMapSwizzle::B128;

@@ -9,11 +9,13 @@
 //
 // Shared memory, from a 1024-byte aligned base (the 128-byte swizzle's atom is 8 rows of 128
 // bytes; every tile below starts on a multiple of 1024):
-//   Q        kHeadDim / 64 chunks of [kBlockM rows x 128 bytes] (64 columns of d per chunk, as
-//            the TMA box brings them, 128-byte swizzled); reused by nothing.
-//   K[s]     kStages x kHeadDim / 64 chunks of [kBlockN x 128 bytes]
+//   Q        kChunks chunks of [kBlockM rows x 128 bytes] (64 columns of d per chunk, 128 with
+//            e4m3, as the TMA box brings them, 128-byte swizzled); O's staging in the epilogue
+//            (kHeadDim / 64 chunks of 16-bit O: twice Q's bytes with e4m3 inputs).
+//   K[s]     kStages x kChunks chunks of [kBlockN x 128 bytes]
 //   V[s]     the same
-//   barriers q_full, k_full[s], v_full[s], kv_empty[s], v_tail_ready (8 bytes each)
+//   V^T[s]   e4m3 only: kStages x [kHeadDim rows x kBlockN keys], 128-byte swizzled
+//   barriers q_full, k_full[s], v_full[s], kv_empty[s], v_tail_ready, vt_full[s] (e4m3 only)
 //   + 1024 bytes of slack: nvcc promises 128-byte alignment of dynamic smem only, so the
 //   kernel rounds its base up.
 #pragma once
@@ -76,18 +78,29 @@ FLASHATTN_HOST_DEVICE constexpr int fwd_sm90_consumer_tokens(int packed_heads) {
   return 64 / (packed_heads > 1 ? packed_heads : 1);
 }
 
-template <int kHeadDim_, bool kGatherKv_ = false>
+// kElemBytes_: the bytes of one Q, K or V element, 2 (f16, bf16) or 1 (e4m3, the FP8 forward,
+// whose O is bf16). A 128-byte swizzle row holds 64 or 128 elements; an MMA step (k16 or k32)
+// takes 32 bytes of a row either way. e4m3 wgmma has no MN-major operand, so the FP8 forward
+// keeps a second copy of each V tile, transposed by the producer (fwd_sm90_transpose_v.cuh).
+template <int kHeadDim_, bool kGatherKv_ = false, int kElemBytes_ = 2>
 struct FwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "the sm_90a forward takes d = 64, 128 or 256");
+  static constexpr int kElemBytes = kElemBytes_;
+  static_assert(kElemBytes == 2 || (kElemBytes == 1 && kHeadDim == 128 && !kGatherKv_),
+                "the FP8 forward is built at d = 128 with TMA-loaded K and V only");
+  static constexpr bool kTransposeV = kElemBytes == 1;
+  static constexpr int kRowElems = static_cast<int>(kSwizzleRowBytes) / kElemBytes;  // per swizzle row
+  static constexpr int kMmaK = 32 / kElemBytes;  // keys (P V) or head dims (Q K^T) per wgmma
   static constexpr int kBlockM = 128;
   static constexpr int kBlockN = fwd_sm90_key_tile(kHeadDim);
   static_assert(kBlockN % 16 == 0, "P V runs in k16 steps over the keys of a tile");
   static constexpr int kStages = kGatherKv_ ? fwd_sm90_gather_stages(kHeadDim) : 2;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kChunks = kHeadDim / 64;  // 128-byte swizzle rows per tile row
+  static constexpr int kChunks = kHeadDim / kRowElems;  // 128-byte swizzle rows per Q/K/V row
+  static constexpr int kOChunks = kHeadDim / 64;         // and per O row (always 16-bit)
 
   static_assert(kBlockM == 64 * kConsumers, "each consumer warpgroup owns 64 query rows");
 
@@ -107,19 +120,29 @@ struct FwdSm90Config {
   static constexpr uint32_t kKvChunkBytes = kBlockN * kSwizzleRowBytes;
   static constexpr uint32_t kQBytes = kChunks * kQChunkBytes;
   static constexpr uint32_t kKvBytes = kChunks * kKvChunkBytes;  // one K (or V) tile
+  // The epilogue stages O (16-bit) in Q's place: with e4m3 inputs O takes twice Q's bytes.
+  static constexpr uint32_t kQRegionBytes =
+      kQBytes > kOChunks * kQChunkBytes ? kQBytes : kOChunks * kQChunkBytes;
+  // V^T of one tile (kTransposeV): kHeadDim rows of kBlockN keys, one 128-byte swizzle row each.
+  static_assert(!kTransposeV || kBlockN * kElemBytes == static_cast<int>(kSwizzleRowBytes),
+                "V^T's rows are one 128-byte swizzle row of keys");
+  static constexpr uint32_t kVtBytes = kTransposeV ? kHeadDim * kSwizzleRowBytes : 0;
 
   static constexpr uint32_t kQOffset = 0;
-  static constexpr uint32_t kKOffset = kQOffset + kQBytes;
+  static constexpr uint32_t kKOffset = kQOffset + kQRegionBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKvBytes;
-  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKvBytes;
-  // + v_tail_ready: the first V tile once the producer has zeroed its keys past seqused_k.
-  static constexpr int kBarriers = 1 + 3 * kStages + 1;
+  static constexpr uint32_t kVtOffset = kVOffset + kStages * kKvBytes;
+  static constexpr uint32_t kBarrierOffset = kVtOffset + kStages * kVtBytes;
+  // + v_tail_ready: the first V tile once the producer has zeroed its keys past seqused_k;
+  // + vt_full[s] (kTransposeV): V^T of stage s written by the whole producer warpgroup.
+  static constexpr int kBarriers = 1 + 3 * kStages + 1 + (kTransposeV ? kStages : 0);
   static constexpr size_t kSmemBytes = kBarrierOffset + kBarriers * 8 + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic shared memory above the 227 KB opt-in limit");
 
   // setmaxnreg: the producer keeps 24 registers, each consumer thread gets 240 (FA3's split for
   // two consumer warpgroups): 128 * (24 + 2 * 240) = 64512 <= 65536.
-  static constexpr int kProducerRegisters = 24;
+  // The FP8 producer transposes V with all its threads (fwd_sm90_transpose_v.cuh): 32.
+  static constexpr int kProducerRegisters = kTransposeV ? 32 : 24;
   static constexpr int kConsumerRegisters = 240;
   static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
                 "setmaxnreg counts must fit the register file");

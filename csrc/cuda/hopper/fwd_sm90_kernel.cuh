@@ -24,6 +24,11 @@
 //   crosses from memory once per kv head. Q and O move as TMA boxes of (d, g heads, tokens); the
 //   mask takes each row's token, O's split parts and the LSE each row's (token, query head). The
 //   main loop is the same (the mapping is a run-time value, 1 without packing).
+// - FP8 (Elem = __nv_fp8_e4m3, d = 128, no mask or causal): the same loop on k32 steps. e4m3
+//   wgmma takes K-major operands only, so the whole producer warpgroup transposes each V tile
+//   into V^T after its load (fwd_sm90_transpose_v.cuh, vt_full[s]) and P V reads V^T; P is
+//   rounded to e4m3 in registers; Q's and K's descales fold into the exp2 scale, V's into 1 / l;
+//   O is bf16.
 //
 // Lines marked "// SITE:name" are named by tests/test_cudasim_hopper_fwd.py.
 #pragma once
@@ -34,6 +39,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #endif
+#include <cuda_fp8.h>
 
 #include "cuda/element.cuh"
 #include "cuda/hopper/fwd_sm90_config.h"
@@ -42,6 +48,7 @@
 #include "cuda/hopper/fwd_sm90_params.h"
 #include "cuda/hopper/fwd_sm90_softmax.cuh"
 #include "cuda/hopper/fwd_sm90_tile_order.h"
+#include "cuda/hopper/fwd_sm90_transpose_v.cuh"
 #include "cuda/hopper/sm90_dropout.cuh"
 #include "cuda/logit.cuh"
 #include "cuda/ptx.cuh"
@@ -55,12 +62,27 @@ namespace flashattn::hopper {
 constexpr unsigned kTurnBarrier = 1;
 constexpr unsigned kEpilogueBarrier = 3;
 
-// D[64 x N] (+)= A * B over one k16 step, both from shared memory, K-major (S = Q K^T).
+// The forward's configuration for its input element: FwdSm90Config with the element's bytes.
+template <typename Elem, int kHeadDim, bool kGatherKv = false>
+using FwdSm90ConfigOf = FwdSm90Config<kHeadDim, kGatherKv, static_cast<int>(sizeof(Elem))>;
+
+// Whether the inputs are e4m3 (the FP8 forward: O in bf16, V transposed by the producer).
+template <typename Elem>
+constexpr bool kIsE4m3 = std::is_same_v<Elem, __nv_fp8_e4m3>;
+
+// O's element: the input's, bf16 for e4m3 inputs (FA3's choice).
+template <typename Elem>
+using FwdSm90OutElem = std::conditional_t<kIsE4m3<Elem>, __nv_bfloat16, Elem>;
+
+// D[64 x N] (+)= A * B over one MMA step (k16, k32 for e4m3: 32 bytes of each row), both from
+// shared memory, K-major (S = Q K^T).
 template <typename Elem, int N>
 __device__ __forceinline__ void wgmma_ss_k(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                            int scale_d FLASHATTN_CALLER_SITE) {
   using ptx::WgmmaMajor;
-  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) {
+  if constexpr (kIsE4m3<Elem>) {
+    ptx::wgmma_e4m3_ss<N>(d, desc_a, desc_b, scale_d FLASHATTN_CALLER_SITE_ARGS);
+  } else if constexpr (std::is_same_v<Elem, __nv_bfloat16>) {
     ptx::wgmma_bf16_ss<N, WgmmaMajor::K, WgmmaMajor::K>(d, desc_a, desc_b, scale_d FLASHATTN_CALLER_SITE_ARGS);
   } else {
     ptx::wgmma_f16_ss<N, WgmmaMajor::K, WgmmaMajor::K>(d, desc_a, desc_b, scale_d FLASHATTN_CALLER_SITE_ARGS);
@@ -79,6 +101,28 @@ __device__ __forceinline__ void wgmma_rs_mn(float (&d)[N / 2], const uint32_t (&
   }
 }
 
+// O += P V over MMA step kk of the key tile in ring stage s. 16-bit inputs: a k16 step of V
+// itself (MN-major, 16 key rows = 2048 bytes further each step). e4m3: a k32 step of V^T
+// (K-major, 32 bytes further each step; fwd_sm90_transpose_v.cuh).
+template <typename Elem, typename Cfg>
+__device__ __forceinline__ void wgmma_pv_step(float (&o)[Cfg::kHeadDim / 2], const uint32_t (&a)[4], uint64_t desc_v0,
+                                              int s, int kk FLASHATTN_CALLER_SITE) {
+  if constexpr (Cfg::kTransposeV) {
+    ptx::wgmma_e4m3_rs<Cfg::kHeadDim>(o, a, ptx::wgmma_descriptor_advance(desc_v0, s * Cfg::kVtBytes + 32 * kk), 1
+                                      FLASHATTN_CALLER_SITE_ARGS);
+  } else {
+    wgmma_rs_mn<Elem, Cfg::kHeadDim>(o, a, ptx::wgmma_descriptor_advance(desc_v0, s * Cfg::kKvBytes + kk * 16 * kSwizzleRowBytes)
+                                     FLASHATTN_CALLER_SITE_ARGS);
+  }
+}
+
+// A descale factor of the FP8 forward (FwdSm90Params::q_descale ...) for (batch, kv head): 1
+// where not given.
+__device__ __forceinline__ float fp8_descale(const float* descale, int64_t batch_stride, int64_t head_stride,
+                                             int batch, int kv_head) {
+  return descale != nullptr ? descale[batch * batch_stride + kv_head * head_stride] : 1.f;
+}
+
 // s := softcap * tanh(s * scale_over_softcap), the sm_80 kernels' logit (logit.cuh's accurate tanh).
 template <int kN>
 __device__ __forceinline__ void apply_softcap(float (&s)[kN], float softcap, float scale_over_softcap) {
@@ -89,10 +133,27 @@ __device__ __forceinline__ void apply_softcap(float (&s)[kN], float softcap, flo
 // The P of one key tile, rounded into the A fragments of its kBlockN / 16 k16 steps: step kk's
 // a[0..3] are accumulator elements 8kk..8kk+7 in pairs (the m64nN D layout and the m64k16 A
 // layout share their rows and column pairs; ptx_sm90_mma.cuh).
+// e4m3: P rounded by cvt.rn.satfinite into the 8-bit A fragments of the kBlockN / 32 k32 steps,
+// no byte moved between threads: of step kk's accumulator elements 16kk..16kk+15 (keys 2q, 2q + 1
+// of its four 8-column blocks, rows g and g + 8), a[0] takes blocks 0 and 1 of row g, a[1] the
+// same of row g + 8, a[2] and a[3] blocks 2 and 3; V^T's key order matches (vt_column_key).
 template <typename Elem, int kN>
-__device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN / 2]) {
+__device__ __forceinline__ void convert_p(const float (&s)[kN], uint32_t (&p)[kN * sizeof(Elem) / 4]) {
+  if constexpr (kIsE4m3<Elem>) {
 #pragma unroll
-  for (int i = 0; i < kN / 2; ++i) p[i] = cuda::pack_rn<Elem>(s[2 * i], s[2 * i + 1]);
+    for (int kk = 0; kk < kN / 16; ++kk) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        // 8-column blocks 2 (i / 2) and 2 (i / 2) + 1 of the step, row g + 8 when i is odd
+        const int lo = 16 * kk + 8 * (i / 2) + 2 * (i % 2);
+        p[4 * kk + i] = static_cast<uint32_t>(ptx::cvt_e4m3x2_f32(s[lo], s[lo + 1])) |
+                        static_cast<uint32_t>(ptx::cvt_e4m3x2_f32(s[lo + 4], s[lo + 5])) << 16;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) p[i] = cuda::pack_rn<Elem>(s[2 * i], s[2 * i + 1]);
+  }
 }
 
 // The query positions of a consumer thread's rows j and j + 8 in one register, which the mask
@@ -135,7 +196,10 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
                     const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_o,
                     const FwdSm90Params p) {
   using namespace flashattn::ptx;
-  using Cfg = FwdSm90Config<kHeadDim, kGatherKv>;
+  using Cfg = FwdSm90ConfigOf<Elem, kHeadDim, kGatherKv>;
+  using OutElem = FwdSm90OutElem<Elem>;
+  static_assert(!Cfg::kTransposeV || !(kSoftcap || kLocal || kAlibi || kAttnMask || kDropout),
+                "the FP8 forward is built with no mask or causal only");
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   FLASHATTN_DYNAMIC_SMEM(unsigned char, smem_base);
   unsigned char* smem =
@@ -145,6 +209,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   uint64_t* v_full = k_full + kStages;
   uint64_t* kv_empty = v_full + kStages;
   uint64_t* v_tail_ready = kv_empty + kStages;
+  uint64_t* vt_full = v_tail_ready + 1;  // kTransposeV only
 
   const int tid = threadIdx.x, group = tid / 128;
   // This CTA's query block, split-KV part (num_splits CTAs per query tile, each taking a part of
@@ -213,6 +278,9 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
       mbarrier_init(&kv_empty[s], Cfg::kConsumers);
     }
     mbarrier_init(v_tail_ready, 1);
+    if constexpr (Cfg::kTransposeV) {
+      for (int s = 0; s < kStages; ++s) mbarrier_init(&vt_full[s], 128);  // every producer thread
+    }
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -226,7 +294,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
 #pragma unroll
     for (int c = 0; c < Cfg::kChunks; ++c)
       for (int b = 0; b < boxes; ++b)
-        tma_load_4d(smem + Cfg::kQOffset + c * Cfg::kQChunkBytes + b * 64 * kSwizzleRowBytes, &map_q, q_full, 64 * c,
+        tma_load_4d(smem + Cfg::kQOffset + c * Cfg::kQChunkBytes + b * 64 * kSwizzleRowBytes, &map_q, q_full, Cfg::kRowElems * c,
                     head * packed, static_cast<int>(q_row0) + token0 + b * box_tokens, map_batch);  // SITE:load_q
   };
 
@@ -264,24 +332,35 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
       }
       return;
     }
-    if (tid == 0 && tiles.n_blocks > 0) {
-      load_q();
+    // Thread 0 issues the TMA loads. With e4m3 inputs the whole warpgroup then transposes each V
+    // tile into V^T (fwd_sm90_transpose_v.cuh), zeroing its keys past seqlen_k on the way.
+    const bool issuer = tid == 0;
+    if ((issuer || Cfg::kTransposeV) && tiles.n_blocks > 0) {
+      if (issuer) load_q();
       for (int it = 0; it < tiles.n_blocks; ++it) {
         const int n_block = tiles.n_end - 1 - it, s = it % kStages;
         mbarrier_wait_parity(&kv_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
         unsigned char* k_tile = smem + Cfg::kKOffset + s * Cfg::kKvBytes;
         unsigned char* v_tile = smem + Cfg::kVOffset + s * Cfg::kKvBytes;
-        mbarrier_arrive_expect_tx(&k_full[s], Cfg::kKvBytes);
+        if (issuer) {
+          mbarrier_arrive_expect_tx(&k_full[s], Cfg::kKvBytes);
 #pragma unroll
-        for (int c = 0; c < Cfg::kChunks; ++c)
-          tma_load_4d(k_tile + c * Cfg::kKvChunkBytes, &map_k, &k_full[s], 64 * c,
-                      static_cast<int>(k_row0) + n_block * kBlockN, kv_head, map_batch);  // SITE:load_k
-        mbarrier_arrive_expect_tx(&v_full[s], Cfg::kKvBytes);
+          for (int c = 0; c < Cfg::kChunks; ++c)
+            tma_load_4d(k_tile + c * Cfg::kKvChunkBytes, &map_k, &k_full[s], Cfg::kRowElems * c,
+                        static_cast<int>(k_row0) + n_block * kBlockN, kv_head, map_batch);  // SITE:load_k
+          mbarrier_arrive_expect_tx(&v_full[s], Cfg::kKvBytes);
 #pragma unroll
-        for (int c = 0; c < Cfg::kChunks; ++c)
-          tma_load_4d(v_tile + c * Cfg::kKvChunkBytes, &map_v, &v_full[s], 64 * c,
-                      static_cast<int>(k_row0) + n_block * kBlockN, kv_head, map_batch);  // SITE:load_v
-        if (it == 0 && zero_v_tail) {
+          for (int c = 0; c < Cfg::kChunks; ++c)
+            tma_load_4d(v_tile + c * Cfg::kKvChunkBytes, &map_v, &v_full[s], Cfg::kRowElems * c,
+                        static_cast<int>(k_row0) + n_block * kBlockN, kv_head, map_batch);  // SITE:load_v
+        }
+        if constexpr (Cfg::kTransposeV) {
+          mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(it / kStages) & 1);
+          transpose_v_tile<kBlockN, kHeadDim>(v_tile, smem + Cfg::kVtOffset + s * Cfg::kVtBytes,
+                                              it == 0 && zero_v_tail ? v_tail_row : kBlockN, tid);
+          fence_proxy_async_shared_cta();  // the consumers' wgmma reads V^T through the async proxy
+          mbarrier_arrive(&vt_full[s]);    // SITE:vt_full
+        } else if (it == 0 && zero_v_tail) {
           // Whole 128-byte rows, so the swizzle (which permutes 16-byte chunks within a row) does
           // not matter. Once per CTA, and only with seqused_k.
           mbarrier_wait_parity(&v_full[s], 0);
@@ -315,7 +394,12 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
   // Accumulator (or softcapped logit) units -> log2 units.
-  const float exp2_scale = kSoftcap || kAlibi || kAttnMask ? cuda::kLog2e : p.scale_log2;
+  // The FP8 forward folds Q's and K's descale into it (and V's into 1 / l in the epilogue).
+  float exp2_scale = kSoftcap || kAlibi || kAttnMask ? cuda::kLog2e : p.scale_log2;
+  if constexpr (Cfg::kTransposeV) {
+    exp2_scale *= fp8_descale(p.q_descale, p.descale_batch_stride, p.descale_head_stride, batch, kv_head) *
+                  fp8_descale(p.k_descale, p.descale_batch_stride, p.descale_head_stride, batch, kv_head);
+  }
   const float alibi_slope = kAlibi || (kAttnMask && p.alibi_slopes != nullptr)
                                 ? p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride]
                                 : 0.f;
@@ -329,8 +413,11 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   const uint64_t desc_q = wgmma_descriptor(smem_u32addr(smem + Cfg::kQOffset + consumer * 64 * kSwizzleRowBytes),
                                            16, 1024, WgmmaSwizzle::B128);
   const uint64_t desc_k0 = wgmma_descriptor(smem_u32addr(smem + Cfg::kKOffset), 16, 1024, WgmmaSwizzle::B128);
+  // e4m3: V^T is K-major like K (fwd_sm90_transpose_v.cuh), a k32 step 32 bytes further.
   const uint64_t desc_v0 =
-      wgmma_descriptor(smem_u32addr(smem + Cfg::kVOffset), Cfg::kKvChunkBytes, 1024, WgmmaSwizzle::B128);
+      Cfg::kTransposeV
+          ? wgmma_descriptor(smem_u32addr(smem + Cfg::kVtOffset), 16, 1024, WgmmaSwizzle::B128)
+          : wgmma_descriptor(smem_u32addr(smem + Cfg::kVOffset), Cfg::kKvChunkBytes, 1024, WgmmaSwizzle::B128);
 
   // Pingpong: the consumers take turns issuing their MMAs (both products of one step), so one
   // warpgroup's softmax runs while the other's MMAs hold the tensor cores (FA3's scheduler
@@ -346,7 +433,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   if (n_blocks > 0 && consumer == 1) named_barrier_arrive(kTurnBarrier, 256);
 
   float sacc[kBlockN / 2];     // S of the newest key tile, then its P (unrounded)
-  uint32_t pfrag[kBlockN / 4];  // P of the previous key tile as wgmma A fragments
+  uint32_t pfrag[kBlockN * sizeof(Elem) / 8];  // P of the previous key tile as wgmma A fragments
   // S = Q K^T of key tile `it` into sacc (issued and committed, not waited for).
   auto issue_s = [&](int it) {
     const int s = it % kStages;
@@ -356,7 +443,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     wgmma_fence_operand(sacc);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    for (int kk = 0; kk < kHeadDim / Cfg::kMmaK; ++kk) {
       const uint32_t q_off = (kk / 4) * Cfg::kQChunkBytes + 32 * (kk % 4);
       const uint32_t k_off = s * Cfg::kKvBytes + (kk / 4) * Cfg::kKvChunkBytes + 32 * (kk % 4);
       wgmma_ss_k<Elem, kBlockN>(sacc, wgmma_descriptor_advance(desc_q, q_off),
@@ -367,15 +454,16 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // O += P V of key tile `it` (issued and committed).
   auto issue_pv = [&](int it) {
     const int s = it % kStages;
-    if (it == 0 && zero_v_tail) mbarrier_wait_parity(v_tail_ready, 0);  // after v_full, zeroed
+    if (Cfg::kTransposeV) mbarrier_wait_parity(&vt_full[s], static_cast<uint32_t>(it / kStages) & 1);
+    else if (it == 0 && zero_v_tail) mbarrier_wait_parity(v_tail_ready, 0);  // after v_full, zeroed
     else mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(it / kStages) & 1);
     wgmma_fence_operand(o);
     wgmma_fence_operand(pfrag);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    for (int kk = 0; kk < kBlockN / Cfg::kMmaK; ++kk) {
       const uint32_t a[4] = {pfrag[4 * kk], pfrag[4 * kk + 1], pfrag[4 * kk + 2], pfrag[4 * kk + 3]};
-      wgmma_rs_mn<Elem, kHeadDim>(o, a, wgmma_descriptor_advance(desc_v0, s * Cfg::kKvBytes + kk * 16 * kSwizzleRowBytes));  // SITE:wgmma_o
+      wgmma_pv_step<Elem, Cfg>(o, a, desc_v0, s, kk);  // SITE:wgmma_o
     }
     wgmma_commit_group();
     wgmma_fence_operand(pfrag);
@@ -490,6 +578,10 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   auto row_stored = [&](int r) {
     return row_token(r) < seqlen_q && row_j + 8 * r < packed * p.consumer_tokens;
   };
+  if constexpr (Cfg::kTransposeV) {
+    const float v_descale = fp8_descale(p.v_descale, p.descale_batch_stride, p.descale_head_stride, batch, kv_head);
+    inv_l[0] *= v_descale, inv_l[1] *= v_descale;
+  }
   if (splits > 1) {
     // This split's part, in fp32, for split_merge_kernel.cuh: O / l and the LSE of each of the
     // sequence's rows (0 and -inf where the part holds no key it sees), at O's and the LSE's
@@ -519,12 +611,12 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     for (int r = 0; r < 2; ++r) {
       if (!row_stored(r)) continue;
       const int row = row_token(r), q_head = row_head(r);
-      Elem* dst = static_cast<Elem*>(p.o) + map_batch * p.o_batch_stride + (q_row0 + row) * p.o_row_stride +
-                  q_head * p.o_head_stride + 2 * (lane % 4);
+      OutElem* dst = static_cast<OutElem*>(p.o) + map_batch * p.o_batch_stride + (q_row0 + row) * p.o_row_stride +
+                     q_head * p.o_head_stride + 2 * (lane % 4);
 #pragma unroll
       for (int j = 0; j < kHeadDim / 8; ++j)
         FLASHATTN_GMEM(reinterpret_cast<uint32_t*>(dst + 8 * j))[0] =
-            cuda::pack_rn<Elem>(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);  // SITE:store_o_rows
+            cuda::pack_rn<OutElem>(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);  // SITE:store_o_rows
     }
   } else {
     unsigned char* o_tile = smem + Cfg::kQOffset + consumer * 64 * kSwizzleRowBytes;
@@ -533,17 +625,17 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
       const int m = lane / 8, row = 16 * warp + lane % 8 + 8 * (m % 2), col = 8 * (j + m / 2);
       const int chunk16 = (col % 64) / 8;  // the 16-byte chunk in its 128-byte row, before the swizzle
       unsigned char* dst = o_tile + (col / 64) * Cfg::kQChunkBytes + row * kSwizzleRowBytes + 16 * (chunk16 ^ (row % 8));
-      stmatrix_x4(dst, cuda::pack_rn<Elem>(o[4 * j] * inv_l[0], o[4 * j + 1] * inv_l[0]),
-                  cuda::pack_rn<Elem>(o[4 * j + 2] * inv_l[1], o[4 * j + 3] * inv_l[1]),
-                  cuda::pack_rn<Elem>(o[4 * j + 4] * inv_l[0], o[4 * j + 5] * inv_l[0]),
-                  cuda::pack_rn<Elem>(o[4 * j + 6] * inv_l[1], o[4 * j + 7] * inv_l[1]));  // SITE:stage_o
+      stmatrix_x4(dst, cuda::pack_rn<OutElem>(o[4 * j] * inv_l[0], o[4 * j + 1] * inv_l[0]),
+                  cuda::pack_rn<OutElem>(o[4 * j + 2] * inv_l[1], o[4 * j + 3] * inv_l[1]),
+                  cuda::pack_rn<OutElem>(o[4 * j + 4] * inv_l[0], o[4 * j + 5] * inv_l[0]),
+                  cuda::pack_rn<OutElem>(o[4 * j + 6] * inv_l[1], o[4 * j + 7] * inv_l[1]));  // SITE:stage_o
     }
     fence_proxy_async_shared_cta();  // the TMA store reads through the async proxy
     named_barrier_sync(kEpilogueBarrier + consumer, 128);
     // The O box: the consumer's tokens x g query heads (64 rows of `head` unpacked), token-major.
     if (t == 0 && consumer_token0 < seqlen_q) {
 #pragma unroll
-      for (int c = 0; c < Cfg::kChunks; ++c)
+      for (int c = 0; c < Cfg::kOChunks; ++c)
         tma_store_4d(&map_o, o_tile + c * Cfg::kQChunkBytes, 64 * c, head * packed, consumer_token0, batch);  // SITE:store_o
       bulk_commit_group();
       bulk_wait_group_read<0>();  // the smem must stay until read; the grid's end completes the writes

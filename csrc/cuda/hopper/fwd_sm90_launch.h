@@ -24,7 +24,7 @@ dim3 fwd_sm90_grid(const FwdSm90Params& p) {
 template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap = false, bool kLocal = false,
           bool kAlibi = false, bool kAttnMask = false, bool kGatherKv = false, bool kDropout = false>
 std::string launch_fwd_sm90(const FwdSm90Maps& maps, const FwdSm90Params& p, void* stream) {
-  using Cfg = FwdSm90Config<kHeadDim, kGatherKv>;
+  using Cfg = FwdSm90ConfigOf<Elem, kHeadDim, kGatherKv>;
   auto kernel = fwd_sm90_kernel<Elem, kHeadDim, kCausal, kSoftcap, kLocal, kAlibi, kAttnMask, kGatherKv, kDropout>;
   const dim3 grid = fwd_sm90_grid<kHeadDim>(p);
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return "";

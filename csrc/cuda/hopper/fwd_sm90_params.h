@@ -5,8 +5,8 @@
 // a row that sees no key (the sm_80 kernel's convention).
 //
 // Q, K, V and O reach the kernel as TMA tensor maps (tensor_map.h), 4D boxes of (64 columns of the
-// head dimension = one 128-byte swizzle row, rows, 1 head, 1 batch), which make_fwd_sm90_maps
-// encodes. TMA needs 16-byte aligned base pointers and strides: every stride a multiple of 8
+// head dimension = one 128-byte swizzle row (128 columns of e4m3), rows, 1 head, 1 batch), which
+// make_fwd_sm90_maps encodes. TMA needs 16-byte aligned base pointers and strides: every stride a multiple of 8
 // elements. Rows beyond Sq / Sk read as zeros (the box is zero-filled out of bounds).
 #pragma once
 #include <cstdint>
@@ -90,6 +90,12 @@ struct FwdSm90Params {
   // neither.
   int packed_heads = 1;
   int consumer_tokens = 64;
+  // The FP8 (e4m3) kernels: descale factors (fp32 [B, Hkv], element strides; null: 1), FA3's.
+  // The scores are (Q K^T) * q_descale * k_descale and O is (P V) * v_descale.
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  int64_t descale_batch_stride = 0, descale_head_stride = 1;
 };
 
 struct FwdSm90Maps {
@@ -107,15 +113,16 @@ FLASHATTN_HOST_DEVICE constexpr int fwd_sm90_q_box_tokens(int packed_heads) {
 }
 
 // Encodes the four maps. K and V: dims (D, S, H, B), byte strides of rows, heads and batches,
-// boxes of (64, block_n rows, 1, 1). Q and O: dims (D, H, S, B), boxes of (64, g heads, tokens, 1)
-// for g = packed_heads (1 without packed GQA heads), which land as the rows token-major: Q's of
-// fwd_sm90_q_box_tokens tokens (block_m rows without packing), O's of one consumer's
-// fwd_sm90_consumer_tokens. All with the 128-byte swizzle. "" on success, else the encoder's
-// reason.
+// boxes of (one 128-byte swizzle row, block_n rows, 1, 1). Q and O: dims (D, H, S, B), boxes of
+// (one swizzle row, g heads, tokens, 1) for g = packed_heads (1 without packed GQA heads), which
+// land as the rows token-major: Q's of fwd_sm90_q_box_tokens tokens (block_m rows without
+// packing), O's of one consumer's fwd_sm90_consumer_tokens. All with the 128-byte swizzle.
+// o_dtype: O's, when it differs from Q's, K's and V's (the FP8 forward: UInt8 in, BFloat16 out).
+// "" on success, else the encoder's reason.
 inline std::string make_fwd_sm90_maps(FwdSm90Maps& maps, TensorMapDtype dtype, int head_dim,
                                       int batch, const FwdSm90Input& q, const FwdSm90Input& k,
                                       const FwdSm90Input& v, const FwdSm90Input& o, int block_m,
-                                      int block_n, int packed_heads = 1) {
+                                      int block_n, int packed_heads, TensorMapDtype o_dtype) {
   const int g = packed_heads > 1 ? packed_heads : 1;
   std::string error = encode_bshd_map(&maps.k, dtype, head_dim, batch, k, block_n);
   if (!error.empty()) return "K: " + error;
@@ -124,9 +131,17 @@ inline std::string make_fwd_sm90_maps(FwdSm90Maps& maps, TensorMapDtype dtype, i
   const int q_tokens = g == 1 ? block_m : fwd_sm90_q_box_tokens(g);
   error = encode_head_major_map(&maps.q, dtype, head_dim, batch, q, g, q_tokens);
   if (!error.empty()) return "Q: " + error;
-  error = encode_head_major_map(&maps.o, dtype, head_dim, batch, o, g, g == 1 ? 64 : fwd_sm90_consumer_tokens(g));
+  error = encode_head_major_map(&maps.o, o_dtype, head_dim, batch, o, g, g == 1 ? 64 : fwd_sm90_consumer_tokens(g));
   if (!error.empty()) return "O: " + error;
   return "";
+}
+
+// Q, K, V and O of one dtype (the 16-bit forward).
+inline std::string make_fwd_sm90_maps(FwdSm90Maps& maps, TensorMapDtype dtype, int head_dim,
+                                      int batch, const FwdSm90Input& q, const FwdSm90Input& k,
+                                      const FwdSm90Input& v, const FwdSm90Input& o, int block_m,
+                                      int block_n, int packed_heads = 1) {
+  return make_fwd_sm90_maps(maps, dtype, head_dim, batch, q, k, v, o, block_m, block_n, packed_heads, dtype);
 }
 
 }  // namespace flashattn::hopper
