@@ -1,9 +1,10 @@
 """The sm_90a FP8 (e4m3) forward at d = 128 (csrc/cuda/hopper/, V^T written by the producer,
 fwd_sm90_transpose_v.cuh) on the shim: against float64 attention on the dequantized inputs with
 P rounded to e4m3 as the kernel rounds it (selftest/hopper_fp8_fwd_test.cpp), no mask and causal
-(both alignments), GQA, descales, seqused_k with NaN V rows past it, awkward Sq / Sk both ways,
-under every schedule and copy completion; and planted bugs in the transpose, its
-synchronization and the descale, each of which the test must catch. Its GPU side
+(both alignments), GQA, descales, seqused_k with NaN V rows past it, seqused_q (O stored from
+registers in bf16), awkward Sq / Sk both ways, under every schedule and copy completion; and
+planted bugs in the transpose, its synchronization and the descale, each of which the test
+must catch. Its GPU side
 (tests/cudasim/hopper_fp8_fwd.py) must keep compiling for sm_90a with no spills."""
 import os
 import re
@@ -21,7 +22,8 @@ import hopper_gemm  # noqa: E402
 SCHEDULES = ["forward", "reverse", "random:1", "random:2"]
 COMPLETIONS = ["lazy", "eager", "random"]
 CASES = ["e4m3_d128", "e4m3_d128_sizes", "e4m3_d128_causal", "e4m3_d128_causal_top_left",
-         "e4m3_d128_seqused_k", "e4m3_d128_causal_seqused_k"]
+         "e4m3_d128_seqused_k", "e4m3_d128_causal_seqused_k", "e4m3_d128_seqused_q",
+         "e4m3_d128_causal_seqused_q"]
 SOURCE = os.path.join(SELFTEST_DIR, "hopper_fp8_fwd_test.cpp")
 
 

@@ -89,6 +89,8 @@ struct Shape {
   bool descale = false;         // q/k/v_descale given, different per (batch, kv head)
   int seqused_k = -1;           // >= 0: every batch entry uses its first seqused_k keys; V's
                                 // later rows are NaN codes (the producer must zero them)
+  int seqused_q = -1;           // >= 0: every batch entry uses its first seqused_q queries (O
+                                // written from registers, in bf16; later rows left alone)
 };
 
 template <bool kCausal>
@@ -107,6 +109,8 @@ int run_shape(const Shape& sh, unsigned seed) {
   std::vector<uint16_t> o(o_elems + kGuard, 0xFFFF);  // bf16 NaN
   std::vector<float> lse(static_cast<size_t>(sh.batch) * sh.heads_q * sh.seqlen_q + kGuard, NAN);
   std::vector<int> seqused(sh.batch, used_k);
+  const int used_q = sh.seqused_q >= 0 ? std::min(sh.seqused_q, sh.seqlen_q) : sh.seqlen_q;
+  std::vector<int> seqused_q(sh.batch, used_q);
   // Descales [B, Hkv]: q, k, v each its own, powers of two apart from 1 and not.
   std::vector<float> descale[3];
   for (int x = 0; x < 3; ++x) {
@@ -138,6 +142,10 @@ int run_shape(const Shape& sh, unsigned seed) {
   p.heads_q = sh.heads_q, p.head_group = sh.heads_q / sh.heads_kv;
   p.align_bottom_right = !sh.top_left;
   p.seqused_k = sh.seqused_k >= 0 ? seqused.data() : nullptr;
+  p.seqused_q = sh.seqused_q >= 0 ? seqused_q.data() : nullptr;
+  // O itself, for the rows written from registers (seqused_q).
+  p.o = o.data();
+  p.o_batch_stride = o_in.batch_stride, p.o_row_stride = o_in.row_stride, p.o_head_stride = o_in.head_stride;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   p.scale = static_cast<float>(scale);
@@ -151,15 +159,21 @@ int run_shape(const Shape& sh, unsigned seed) {
     return 2;
   }
 
-  const int diag_offset = sh.top_left ? 0 : used_k - sh.seqlen_q;
+  const int diag_offset = sh.top_left ? 0 : used_k - used_q;
   double err = 0, err_rounding = 0, lse_err = 0, excess_unrounded = 0;
-  int lse_bad = 0, nonfinite = 0;
+  int lse_bad = 0, nonfinite = 0, past_used = 0;
   std::vector<double> s(used_k), p_q(used_k), p_exact(used_k);
   for (int b = 0; b < sh.batch; ++b)
     for (int h = 0; h < sh.heads_q; ++h) {
       const int hk = h / (sh.heads_q / sh.heads_kv);
       const double qk_scale = scale * descale_of(0, b, hk) * descale_of(1, b, hk), vd = descale_of(2, b, hk);
       for (int i = 0; i < sh.seqlen_q; ++i) {
+        if (i >= used_q) {  // past seqused_q: O and the LSE untouched (still the poison)
+          for (int d = 0; d < D; ++d)
+            past_used += o[(static_cast<size_t>(b * sh.seqlen_q + i) * sh.heads_q + h) * D + d] != 0xFFFF;
+          past_used += !std::isnan(lse[(static_cast<size_t>(b) * sh.heads_q + h) * sh.seqlen_q + i]);
+          continue;
+        }
         for (int j = 0; j < used_k; ++j) {
           double dot = 0;
           for (int d = 0; d < D; ++d) dot += q.at(b, i, h, d) * k.at(b, j, hk, d);
@@ -211,16 +225,18 @@ int run_shape(const Shape& sh, unsigned seed) {
   for (int i = 0; i < kGuard; ++i) guard += o[o_elems + i] != 0xFFFF;
   for (int i = 0; i < kGuard; ++i) guard += !std::isnan(lse[lse.size() - kGuard + i]);
   const bool ok = nonfinite == 0 && err <= 2 * err_rounding + 1e-5 && excess_unrounded <= 1 && lse_bad == 0 &&
-                  guard == 0;
+                  guard == 0 && past_used == 0;
   std::string tags = sh.kv_heads_outer ? " kv[B,H,S,D]" : "";
   if (kCausal) tags += sh.top_left ? " causal top-left" : " causal";
   if (sh.descale) tags += " descale";
   if (sh.seqused_k >= 0) tags += " seqused_k=" + std::to_string(sh.seqused_k);
+  if (sh.seqused_q >= 0) tags += " seqused_q=" + std::to_string(sh.seqused_q);
   std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s: O err %.3g (bf16 rounding %.3g, ratio %.2f), "
-              "vs unrounded P %.2f of its bound, LSE err %.3g (%d bad), %d non-finite, %d guard writes\n",
+              "vs unrounded P %.2f of its bound, LSE err %.3g (%d bad), %d non-finite, %d guard writes, "
+              "%d writes past seqused_q\n",
               ok ? "ok:" : "WRONG:", sh.batch, sh.heads_q, sh.heads_kv, sh.seqlen_q, sh.seqlen_k, tags.c_str(), err,
               err_rounding, err_rounding > 0 ? err / err_rounding : 0.0, excess_unrounded, lse_err, lse_bad,
-              nonfinite, guard);
+              nonfinite, guard, past_used);
   return ok ? 0 : 1;
 }
 
@@ -236,15 +252,23 @@ int run(std::vector<Shape> shapes) {
 }
 
 // Sizes 1, 7, 63, 65, 127, 129, 257, Sq < Sk and Sq > Sk, GQA, batch > 1, both K/V layouts,
-// descales, a tail of NaN V rows past seqused_k. The shim costs ~0.15 ms per m64n128k32.
+// descales, a tail of NaN V rows past seqused_k, seqused_q (O stored from registers). The shim
+// costs ~0.15 ms per m64n128k32.
 const selftest::NamedCases kCases = {
-    {"e4m3_d128", [] { return run<false>({{1, 1, 1, 1, 1}, {2, 2, 1, 7, 129, true}, {1, 1, 1, 257, 63, false, false, true}}); }},
-    {"e4m3_d128_sizes", [] { return run<false>({{1, 3, 1, 63, 65}, {1, 2, 2, 127, 257, true, false, true}, {2, 1, 1, 129, 7}}); }},
+    {"e4m3_d128", [] { return run<false>({{1, 1, 1, 1, 1}, {2, 2, 1, 7, 129, true},
+                                          {1, 1, 1, 257, 63, false, false, true}}); }},
+    {"e4m3_d128_sizes", [] { return run<false>({{1, 3, 1, 63, 65}, {1, 2, 2, 127, 257, true, false, true},
+                                                {2, 1, 1, 129, 7}}); }},
     {"e4m3_d128_causal", [] { return run<true>({{1, 1, 1, 257, 257}, {1, 2, 1, 65, 257, true, false, true},
                                                 {1, 1, 1, 257, 63}, {2, 1, 1, 7, 7}}); }},
-    {"e4m3_d128_causal_top_left", [] { return run<true>({{1, 1, 1, 65, 257, false, true}, {1, 2, 1, 129, 127, true, true, true}}); }},
-    {"e4m3_d128_seqused_k", [] { return run<false>({{2, 2, 1, 65, 200, false, false, true, 150}, {1, 1, 1, 129, 257, true, false, false, 129}}); }},
+    {"e4m3_d128_causal_top_left", [] { return run<true>({{1, 1, 1, 65, 257, false, true},
+                                                         {1, 2, 1, 129, 127, true, true, true}}); }},
+    {"e4m3_d128_seqused_k", [] { return run<false>({{2, 2, 1, 65, 200, false, false, true, 150},
+                                                    {1, 1, 1, 129, 257, true, false, false, 129}}); }},
     {"e4m3_d128_causal_seqused_k", [] { return run<true>({{1, 2, 2, 129, 300, false, false, false, 190}}); }},
+    // O from registers in bf16 (clip_o_rows), rows past seqused_q left alone.
+    {"e4m3_d128_seqused_q", [] { return run<false>({{2, 2, 1, 257, 129, false, false, true, -1, 100}}); }},
+    {"e4m3_d128_causal_seqused_q", [] { return run<true>({{1, 1, 1, 200, 257, true, false, false, 190, 65}}); }},
     // Not in the test matrix: the shim's counters of one CTA-row of a 256 x 512 head (2 x 4 key
     // tiles per CTA), as hopper_fwd_test's counters_bf16_d128, for the lab note.
     {"counters_e4m3_d128", [] {
