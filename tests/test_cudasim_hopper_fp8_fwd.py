@@ -35,6 +35,16 @@ def test_fp8_forward_matches_float64(case, schedule, completion):
     assert_every_line_ok(out)
 
 
+@pytest.mark.parametrize("case", ["e4m3_d128", "e4m3_d128_causal_seqused_k", "e4m3_d128_seqused_q"])
+def test_fp8_forward_is_clean_under_asan(case):
+    """The transpose's shared-memory words, the tail zeroing and the stores from registers stay in
+    bounds (ASan and UBSan over the kernel and the shim)."""
+    out = run(program("hopper_fp8_fwd_test", sanitize=True), case, schedule="random:1",
+              completion="random", timeout=600)
+    assert_every_line_ok(out)
+    assert "ERROR: AddressSanitizer" not in out.stderr and "runtime error" not in out.stderr, out.stderr
+
+
 # name -> (header under csrc/, text, planted text, what the failing run prints)
 PLANTED = {
     # V^T's columns in key order: P's registers then meet the wrong keys.
