@@ -13,8 +13,8 @@ stages) + 1024 bytes of alignment slack.
 
 The backward (torch.ops.flashattn_sim.plan_bwd, the same opt-in) takes 16-bit calls of head dim
 64 or 128, dense or varlen, with seqused or without, causal (either alignment) or not, local
-windows, softcap, ALiBi (with softcap), attn_mask (with ALiBi, and with softcap at d = 64;
-not its gradient), GQA,
+windows, softcap, ALiBi (with softcap), attn_mask (with ALiBi and with softcap; not its
+gradient), GQA,
 deterministic or not, whose q, k, v and dout TMA can read; everything else keeps the sm_80
 backward. Its three launches, by
 hopper/bwd_sm90_params.h (bwd_sm90_grids): the rows kernel over Sq padded to kBlockM (128 at d = 64,
@@ -207,7 +207,7 @@ def test_what_hopper_lacks_stays_on_sm80(sim, name, args, kwargs):
 # fp32 and the inputs' 16-bit type, broadcast shapes down to one element and a non-contiguous
 # view, alone, causal and with a local window, with softcap, ALiBi ([Hq] or [B, Hq]) or both (at
 # run time inside the mask's loops): the Hopper plan, with the same geometry as without the mask
-# (the bias is read in the consumers' score step); the backward's with softcap stays on sm_80.
+# (the bias is read in the consumers' score step), forward and backward.
 def _attn_masks():
     full = torch.zeros(3, 4, 300, 200, dtype=torch.float16).transpose(-1, -2)  # strided keys
     return {
@@ -235,9 +235,6 @@ def test_hopper_takes_attn_mask(sim, d, name):
     plain = plan_fwd(sim, *args, device=HOPPER, **kwargs)
     assert plan["grid"] == plain["grid"] and plan["block"] == plain["block"]
     plan = plan_bwd(sim, *args, device=HOPPER, **mask, **kwargs)
-    if "softcap" in mask and d == 128:  # the attn_mask + softcap loops are built at d = 64 only
-        assert plan["arch"] == "sm80"
-        return
     assert plan["arch"] == "sm90" and plan["smem_bytes"] == HOPPER_BWD_SMEM[d]
     assert plan["steps"] == plan_bwd(sim, *args, device=HOPPER, **kwargs)["steps"]
 
@@ -472,9 +469,6 @@ def _backward_stays_on_sm80():
          dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]), window_left=40, window_right=3)),
         ("dropout with a one-sided window at head dim 64", qkv(2, 130, 130, 2, 2, 64),
          dict(dropout_p=0.1, rng_state=torch.tensor([7, 0]), window_left=-1, window_right=5)),
-        # Its loops spilled at d = 128 (hopper/bwd_sm90_config.h bwd_sm90_builds_attn_mask_softcap).
-        ("attn_mask with softcap at head dim 128", (q, k, v),
-         dict(attn_mask=torch.ones(130, 130, dtype=torch.bool), softcap=2.0)),
         # (The float mask's gradient, which plan_bwd does not take, stays on sm_80 too:
         # test_cudasim_hopper_attn_mask.py runs it.)
         ("unaligned rows", (_unaligned_rows(2, 130, 1, 64), *qkv(2, 130, 130, 1, 1, 64)[1:]), {}),

@@ -14,5 +14,6 @@ inline constexpr int kSm80FwdSimtHeadDims[] = {64, 128, 256};
 inline constexpr int kSm80BwdSimtHeadDims[] = {64, 128, 256};
 inline constexpr int kSm90aFwdSm90HeadDims[] = {64, 128, 256};
 inline constexpr int kSm90aBwdSm90HeadDims[] = {64, 128};
+inline constexpr int kSm90aBwdSm90MaskSoftcapHeadDims[] = {128};
 
 }  // namespace flashattn::cuda

@@ -86,11 +86,20 @@ FAMILIES = {
         comment="The sm_90a backward (csrc/cuda/hopper/bwd_sm90_*), its main loops (no mask, "
                 "causal, a local window, each with softcap or not; ALiBi, no mask, causal or local, "
                 "softcap or not at run time at d = 128, each with softcap or not at d = 64; "
-                "attn_mask, no mask, causal or local, each with softcap or not at d = 64; "
+                "attn_mask, no mask, causal or local, each with softcap or not (with softcap "
+                "at d = 128 in bwd_sm90_mask_softcap); "
                 "dropout, no "
                 "mask, causal or local, at "
                 "d = 64 not local), with its rows and dQ convert kernels, for one (head dim, "
                 "dtype): compiled for sm_90a only (kernel_list.py ARCHS)."),
+    "bwd_sm90_mask_softcap": dict(
+        header="launch_bwd_sm90_mask_softcap.cuh", prefix="bwd_mask_softcap", one_per_file=True,
+        direction="bwd", template="{element}, {head_dim}",
+        params="const AttnBwdParams&, float*, cudaStream_t, LaunchCheck",
+        comment="The sm_90a backward's attn_mask main loops with softcap (no mask, causal or "
+                "local; ALiBi at run time) at the head dims where they are compiled apart from "
+                "the other loops of bwd_sm90 (hopper::bwd_sm90_attn_mask_softcap_apart): "
+                "compiled for sm_90a only (kernel_list.py ARCHS)."),
     "split_merge": dict(
         header="split_merge_kernel.cuh", prefix="split_merge", one_per_file=False, direction="fwd",
         template="{element}", params="const AttnParams&, const float*, cudaStream_t, LaunchCheck",
@@ -135,9 +144,10 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # no mask, causal, a local window, each with softcap and without; ALiBi with no mask, causal or a
 # local window, softcap or not at run time at d = 128 (at d = 64 each with softcap and without:
 # hopper/bwd_sm90_config.h); attn_mask with no mask, causal or a local window, ALiBi or not at run
-# time, each with softcap and without at d = 64 (without at d = 128: hopper/bwd_sm90_config.h); dropout with no
+# time, each with softcap and without (at d = 128 the three with softcap in a file of their own,
+# bwd_sm90_mask_softcap: hopper/bwd_sm90_config.h); dropout with no
 # mask, causal or a local window, alone, at d = 64 without the local window (it spills:
-# hopper/bwd_sm90_config.h) (and its rows and convert kernels). Six forward files and four backward: the build-time budget
+# hopper/bwd_sm90_config.h) (and its rows and convert kernels). Six forward files and six backward: the build-time budget
 # (docs/lab/2026-12-02-hopper-forward-features.md, docs/lab/2026-12-02-hopper-backward-wiring.md,
 # docs/lab/2026-12-02-hopper-forward-d256.md, docs/lab/2026-12-03-hopper-backward-alibi.md).
 HEAD_DIMS_SM90 = (64, 128)
@@ -165,6 +175,7 @@ KERNELS = (
        for d in HEAD_DIMS_SIMT]
     + [Kernel("fwd_sm90", d, dtype, "sm90a") for d in HEAD_DIMS_SM90_FWD for dtype in ("fp16", "bf16")]
     + [Kernel("bwd_sm90", d, dtype, "sm90a") for d in HEAD_DIMS_SM90 for dtype in ("fp16", "bf16")]
+    + [Kernel("bwd_sm90_mask_softcap", 128, dtype, "sm90a") for dtype in ("fp16", "bf16")]
     # Not per head dim: one kernel per element type.
     + [Kernel(family, None, dtype, "sm80") for family in ("split_merge", "kv_append")
        for dtype in ("fp16", "bf16", "fp32")]

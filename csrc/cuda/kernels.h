@@ -25,6 +25,13 @@ template <typename Element, int kHeadDim>
 void run_bwd_sm90(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
                   LaunchCheck after_launch);
 
+// The sm_90a backward of attn_mask with softcap where its main loops are compiled apart from
+// run_bwd_sm90's (launch_bwd_sm90_mask_softcap.cuh, hopper::bwd_sm90_attn_mask_softcap_apart):
+// run_bwd_sm90 calls it.
+template <typename Element, int kHeadDim>
+void run_bwd_sm90_mask_softcap(const AttnBwdParams& p, float* workspace, cudaStream_t stream,
+                               LaunchCheck after_launch);
+
 // The 16-bit backward on the head-dim tile (kHeadDim, kHeadDimV), as run_fwd_16bit.
 template <typename Element, int kHeadDim, int kHeadDimV>
 void run_bwd_16bit(const AttnBwdParams& p, float* workspace, cudaStream_t stream,

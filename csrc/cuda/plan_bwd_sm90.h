@@ -89,10 +89,9 @@ inline const char* sm90_bwd_unsupported(const AttnBwdParams& p, ElementType type
     return "a paged or indexed KV cache";
   // attn_mask's main loops: no mask, causal or a local window, ALiBi at run time, softcap or not
   // (launch_bwd_sm90.cuh), read per entry through the mask's strides (any layout the op accepts).
-  // Its gradient (a float mask that requires grad) is sm_80's alone. With softcap at d = 64 only.
+  // Its gradient (a float mask that requires grad) is sm_80's alone. With softcap at d = 128 in
+  // files of their own (run_bwd_sm90_mask_softcap).
   if (p.dmask != nullptr) return "a gradient of attn_mask";
-  if (p.mask.ptr != nullptr && p.softcap > 0.f && !hopper::bwd_sm90_builds_attn_mask_softcap(p.head_dim))
-    return "attn_mask with softcap at head dim 128";
   // Dropout's main loops: no mask, causal or a local window (launch_bwd_sm90.cuh), as the forward's.
   if (p.dropout.on() && (p.alibi.ptr != nullptr || p.softcap > 0.f || p.mask.ptr != nullptr))
     return "dropout with ALiBi, softcap or attn_mask";

@@ -42,8 +42,9 @@
 //   per (d, dtype), compiled for sm_90a alone (one device pass): the forward at d in
 //   {64, 128, 256}, the backward at d in {64, 128}; each file holds one main loop per mask and
 //   feature combination it builds (kernel_list.py lists them, .ci/cuda_gates.py
-//   FWD_SM90_MAIN_LOOPS counts the forward's). What is not built runs on the kernels above
-//   (plan_fwd_sm90.h, plan_bwd_sm90.h).
+//   FWD_SM90_MAIN_LOOPS counts the forward's); at d = 128 the backward's three attn_mask loops
+//   with softcap have a file of their own per dtype (beside the others ptxas spilled them). What
+//   is not built runs on the kernels above (plan_fwd_sm90.h, plan_bwd_sm90.h).
 #pragma once
 #include <cstdint>
 #include <type_traits>

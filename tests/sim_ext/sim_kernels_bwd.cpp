@@ -4,6 +4,7 @@
 // with an undefined symbol.
 #include "cuda/launch_bwd.cuh"
 #include "cuda/launch_bwd_sm90.cuh"
+#include "cuda/launch_bwd_sm90_mask_softcap.cuh"
 #include "cuda/launch_simt.cuh"
 
 namespace flashattn::cuda {
@@ -48,6 +49,10 @@ template void run_bwd_sm90<__nv_bfloat16, 64>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
 template void run_bwd_sm90<__half, 128>(const AttnBwdParams&, float*, cudaStream_t, LaunchCheck);
 template void run_bwd_sm90<__nv_bfloat16, 128>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_sm90_mask_softcap<__half, 128>(const AttnBwdParams&, float*,
+    cudaStream_t, LaunchCheck);
+template void run_bwd_sm90_mask_softcap<__nv_bfloat16, 128>(const AttnBwdParams&, float*,
     cudaStream_t, LaunchCheck);
 
 }  // namespace flashattn::cuda

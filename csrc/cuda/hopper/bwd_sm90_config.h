@@ -48,12 +48,13 @@ constexpr bool bwd_sm90_builds_dropout(int head_dim, bool local) { return head_d
 // own (kAlibi and kSoftcap), which issue dP^T after P^T (bwd_sm90_kernel.cuh, kDpAfterP).
 constexpr bool bwd_sm90_alibi_takes_softcap(int head_dim) { return head_dim == 128; }
 
-// Whether the attn_mask main loops with softcap (kAttnMask and kSoftcap) are built at this head
-// dim. At d = 128 the fp16 file's causal and local loops spilled 8 bytes, and adding them changed
-// the SASS of that file's other loops (their PTX unchanged), so attn_mask with softcap at d = 128
-// stays on the sm_80 kernels (plan_bwd_sm90.h, README's support table;
-// docs/lab/2026-12-04-hopper-feature-combinations-3.md).
-constexpr bool bwd_sm90_builds_attn_mask_softcap(int head_dim) { return head_dim == 64; }
+// Where the attn_mask main loops with softcap (kAttnMask and kSoftcap) are built: in the
+// (head dim, dtype) file beside the others at d = 64; at d = 128 in files of their own
+// (inst/bwd_mask_softcap_hdim128_*_sm90.cu, launch_bwd_sm90_mask_softcap.cuh). Beside the d = 128
+// fp16 file's other loops, ptxas spilled 8 bytes in the causal and local ones and changed the
+// SASS of the other loops (their PTX unchanged); alone they spill nothing
+// (docs/lab/2026-12-04-hopper-feature-combinations-3.md, -4.md).
+constexpr bool bwd_sm90_attn_mask_softcap_apart(int head_dim) { return head_dim == 128; }
 
 template <int kHeadDim_>
 struct BwdSm90Config {

@@ -163,7 +163,8 @@ __device__ __forceinline__ void bwd_softcap_logits_parked(float (&s)[kN], const 
 // kAttnMask: attn_mask's bias (BwdSm90Params::attn_mask) added to the logit scale * s of P^T,
 // read from global memory per block; ALiBi's bias before it at run time (alibi_slopes non-null);
 // with kSoftcap, the logit softcapped first and 1 - tanh^2 parked in shared memory for dS^T
-// (bwd_softcap_logits_parked; built where bwd_sm90_builds_attn_mask_softcap).
+// (bwd_softcap_logits_parked; at d = 128 built in files of their own,
+// bwd_sm90_attn_mask_softcap_apart).
 // kDropout: dropout (BwdSm90Params::dropout), the forward's keep mask recomputed
 // (sm90_dropout.cuh): dV takes the dropped P^T * Z / (1 - p), dS^T = P^T * (dP^T * Z / (1 - p) - D)
 // (score_rules.cuh's backward); neither with ALiBi, softcap nor attn_mask.
@@ -361,8 +362,9 @@ __global__ void __launch_bounds__(BwdSm90Config<kHeadDim>::kThreads, 1)
     }
     // attn_mask's block classes of this tile: at d = 64 looked up here, before the stage's wait
     // (in the score step the local window's loop spilled 8 bytes, bf16); at d = 128 in the score
-    // step (here all three mask loops spilled 8-24 bytes: dK and dV hold 128 registers).
-    constexpr bool kMaskClassEarly = kHeadDim == 64;
+    // step (here all three mask loops spilled 8-24 bytes: dK and dV hold 128 registers), but here
+    // with softcap (in the score step its fp16 causal and local loops spilled 8 bytes).
+    constexpr bool kMaskClassEarly = kHeadDim == 64 || kSoftcap;
     // The d = 64 dropout loops and ALiBi + softcap loops (kBlockM = 128) issue dP^T = V dO^T
     // only once P^T is packed: S^T and dP^T live together beside dK, dV and the keep bits (or
     // the bias and tanh's temporaries) spilled in every arrangement tried

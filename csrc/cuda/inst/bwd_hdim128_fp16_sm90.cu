@@ -2,9 +2,9 @@
 // The sm_90a backward (csrc/cuda/hopper/bwd_sm90_*), its main loops (no mask, causal, a local
 // window, each with softcap or not; ALiBi, no mask, causal or local, softcap or not at run time at
 // d = 128, each with softcap or not at d = 64; attn_mask, no mask, causal or local, each with
-// softcap or not at d = 64; dropout, no mask, causal or local, at d = 64 not local), with its rows
-// and dQ convert kernels, for one (head dim, dtype): compiled for sm_90a only (kernel_list.py
-// ARCHS).
+// softcap or not (with softcap at d = 128 in bwd_sm90_mask_softcap); dropout, no mask, causal or
+// local, at d = 64 not local), with its rows and dQ convert kernels, for one (head dim, dtype):
+// compiled for sm_90a only (kernel_list.py ARCHS).
 #include "../launch_bwd_sm90.cuh"
 
 namespace flashattn::cuda {
