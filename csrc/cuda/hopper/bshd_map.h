@@ -39,52 +39,53 @@ inline BshdTensor bshd_tensor(const TensorView& view, int batch, int64_t rows, i
 // 128 per swizzle row; the 16-bit types take two, 64 per row.
 inline uint64_t element_bytes(TensorMapDtype dtype) { return dtype == TensorMapDtype::UInt8 ? 1 : 2; }
 
+// One of the map's two middle dimensions: a tensor's rows or its heads, in the order the box
+// brings them to shared memory.
+struct MapAxis {
+  int64_t extent, stride;  // stride in elements
+  int box;
+};
+
+// dims (D, inner, outer, B), boxes of (one 128-byte swizzle row of D, inner.box, outer.box, 1).
 // "" on success, else the encoder's reason.
-inline std::string encode_bshd_map(TensorMap* map, TensorMapDtype dtype, int head_dim, int batch,
-                                   const BshdTensor& t, int box_rows) {
+inline std::string encode_swizzled_map(TensorMap* map, TensorMapDtype dtype, int head_dim, int batch,
+                                       const void* ptr, MapAxis inner, MapAxis outer,
+                                       int64_t batch_stride) {
   TensorMapSpec spec;
   spec.dtype = dtype;
   spec.rank = 4;
-  spec.global = t.ptr;
-  spec.dims[0] = static_cast<uint64_t>(head_dim);
-  spec.dims[1] = static_cast<uint64_t>(t.seqlen);
-  spec.dims[2] = static_cast<uint64_t>(t.heads);
-  spec.dims[3] = static_cast<uint64_t>(batch);
+  spec.global = ptr;
   const uint64_t bytes = element_bytes(dtype);
-  spec.strides[0] = static_cast<uint64_t>(t.row_stride) * bytes;
-  spec.strides[1] = static_cast<uint64_t>(t.head_stride) * bytes;
-  spec.strides[2] = static_cast<uint64_t>(t.batch_stride) * bytes;
+  spec.dims[0] = static_cast<uint64_t>(head_dim);
+  spec.dims[1] = static_cast<uint64_t>(inner.extent);
+  spec.dims[2] = static_cast<uint64_t>(outer.extent);
+  spec.dims[3] = static_cast<uint64_t>(batch);
+  spec.strides[0] = static_cast<uint64_t>(inner.stride) * bytes;
+  spec.strides[1] = static_cast<uint64_t>(outer.stride) * bytes;
+  spec.strides[2] = static_cast<uint64_t>(batch_stride) * bytes;
   spec.box[0] = static_cast<uint32_t>(128 / bytes);
-  spec.box[1] = static_cast<uint32_t>(box_rows);
+  spec.box[1] = static_cast<uint32_t>(inner.box);
+  spec.box[2] = static_cast<uint32_t>(outer.box);
   spec.swizzle = TensorMapSwizzle::B128;
   spec.l2_promotion = TensorMapL2Promotion::B128;
   return encode_tensor_map(map, spec);
 }
 
-// The same tensor with heads before rows: dims (D, H, S, B), boxes of (one swizzle row, box_heads heads,
-// box_rows rows, 1), which land in shared memory row by row, box_heads consecutive heads of a row
-// after another (the sm_90a forward's packed GQA rows; with box_heads = 1, the rows of one head as
-// encode_bshd_map's box brings them). "" on success, else the encoder's reason.
+// Rows before heads: dims (D, S, H, B), boxes of box_rows rows of one head.
+inline std::string encode_bshd_map(TensorMap* map, TensorMapDtype dtype, int head_dim, int batch,
+                                   const BshdTensor& t, int box_rows) {
+  return encode_swizzled_map(map, dtype, head_dim, batch, t.ptr, {t.seqlen, t.row_stride, box_rows},
+                             {t.heads, t.head_stride, 1}, t.batch_stride);
+}
+
+// Heads before rows: dims (D, H, S, B), boxes of (box_heads heads, box_rows rows), which land in
+// shared memory row by row, box_heads consecutive heads of a row after another (the sm_90a
+// forward's packed GQA rows; with box_heads = 1, the rows of one head as encode_bshd_map's box
+// brings them).
 inline std::string encode_head_major_map(TensorMap* map, TensorMapDtype dtype, int head_dim, int batch,
                                          const BshdTensor& t, int box_heads, int box_rows) {
-  TensorMapSpec spec;
-  spec.dtype = dtype;
-  spec.rank = 4;
-  spec.global = t.ptr;
-  spec.dims[0] = static_cast<uint64_t>(head_dim);
-  spec.dims[1] = static_cast<uint64_t>(t.heads);
-  spec.dims[2] = static_cast<uint64_t>(t.seqlen);
-  spec.dims[3] = static_cast<uint64_t>(batch);
-  const uint64_t bytes = element_bytes(dtype);
-  spec.strides[0] = static_cast<uint64_t>(t.head_stride) * bytes;
-  spec.strides[1] = static_cast<uint64_t>(t.row_stride) * bytes;
-  spec.strides[2] = static_cast<uint64_t>(t.batch_stride) * bytes;
-  spec.box[0] = static_cast<uint32_t>(128 / bytes);
-  spec.box[1] = static_cast<uint32_t>(box_heads);
-  spec.box[2] = static_cast<uint32_t>(box_rows);
-  spec.swizzle = TensorMapSwizzle::B128;
-  spec.l2_promotion = TensorMapL2Promotion::B128;
-  return encode_tensor_map(map, spec);
+  return encode_swizzled_map(map, dtype, head_dim, batch, t.ptr, {t.heads, t.head_stride, box_heads},
+                             {t.seqlen, t.row_stride, box_rows}, t.batch_stride);
 }
 
 }  // namespace flashattn::hopper
