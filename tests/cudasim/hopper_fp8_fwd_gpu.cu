@@ -48,7 +48,7 @@ std::string launch(const void* q, const void* k, const void* v, void* o, float* 
   p.batch = batch, p.seqlen_q = sq, p.seqlen_k = sk, p.heads_q = hq, p.head_group = hq / hkv;
   p.scale = scale, p.scale_log2 = scale * 1.4426950408889634f;
   p.q_descale = q_descale, p.k_descale = k_descale, p.v_descale = v_descale;
-  p.descale_batch_stride = hkv, p.descale_head_stride = 1;
+  p.q_descale_batch_stride = p.k_descale_batch_stride = p.v_descale_batch_stride = hkv;
   return launch_fwd_sm90<Fp8, kHeadDim, kCausal>(maps, p, stream);
 }
 

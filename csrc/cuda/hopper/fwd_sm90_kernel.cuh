@@ -397,8 +397,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // The FP8 forward folds Q's and K's descale into it (and V's into 1 / l in the epilogue).
   float exp2_scale = kSoftcap || kAlibi || kAttnMask ? cuda::kLog2e : p.scale_log2;
   if constexpr (Cfg::kTransposeV) {
-    exp2_scale *= fp8_descale(p.q_descale, p.descale_batch_stride, p.descale_head_stride, batch, kv_head) *
-                  fp8_descale(p.k_descale, p.descale_batch_stride, p.descale_head_stride, batch, kv_head);
+    exp2_scale *= fp8_descale(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, batch, kv_head) *
+                  fp8_descale(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, batch, kv_head);
   }
   const float alibi_slope = kAlibi || (kAttnMask && p.alibi_slopes != nullptr)
                                 ? p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride]
@@ -579,7 +579,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     return row_token(r) < seqlen_q && row_j + 8 * r < packed * p.consumer_tokens;
   };
   if constexpr (Cfg::kTransposeV) {
-    const float v_descale = fp8_descale(p.v_descale, p.descale_batch_stride, p.descale_head_stride, batch, kv_head);
+    const float v_descale = fp8_descale(p.v_descale, p.v_descale_batch_stride, p.v_descale_head_stride, batch, kv_head);
     inv_l[0] *= v_descale, inv_l[1] *= v_descale;
   }
   if (splits > 1) {

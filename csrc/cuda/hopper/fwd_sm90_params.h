@@ -90,12 +90,15 @@ struct FwdSm90Params {
   // neither.
   int packed_heads = 1;
   int consumer_tokens = 64;
-  // The FP8 (e4m3) kernels: descale factors (fp32 [B, Hkv], element strides; null: 1), FA3's.
-  // The scores are (Q K^T) * q_descale * k_descale and O is (P V) * v_descale.
+  // The FP8 (e4m3) kernels: descale factors (fp32 [B, Hkv], element strides, each tensor its
+  // own; null: 1), FA3's. The scores are (Q K^T) * q_descale * k_descale and O is
+  // (P V) * v_descale.
   const float* q_descale = nullptr;
   const float* k_descale = nullptr;
   const float* v_descale = nullptr;
-  int64_t descale_batch_stride = 0, descale_head_stride = 1;
+  int64_t q_descale_batch_stride = 0, q_descale_head_stride = 1;
+  int64_t k_descale_batch_stride = 0, k_descale_head_stride = 1;
+  int64_t v_descale_batch_stride = 0, v_descale_head_stride = 1;
 };
 
 struct FwdSm90Maps {

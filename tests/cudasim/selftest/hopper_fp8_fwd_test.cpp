@@ -151,7 +151,7 @@ int run_shape(const Shape& sh, unsigned seed) {
   p.scale = static_cast<float>(scale);
   if (sh.descale) {
     p.q_descale = descale[0].data(), p.k_descale = descale[1].data(), p.v_descale = descale[2].data();
-    p.descale_batch_stride = sh.heads_kv, p.descale_head_stride = 1;
+    p.q_descale_batch_stride = p.k_descale_batch_stride = p.v_descale_batch_stride = sh.heads_kv;
   }
   const std::string launch = flashattn::hopper::launch_fwd_sm90<Fp8, D, kCausal>(maps, p, nullptr);
   if (!launch.empty()) {
