@@ -2,6 +2,7 @@
 
 #include "arg_checks.h"
 #include "attn_mask.h"
+#include "fp8_args.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -462,11 +463,14 @@ void poison_if_debugging(at::Tensor& t) {
 }
 
 void check_fwd(const AttnInputs& in, const ExecutorLimits& limits) {
+  check_fp8_dtypes(in, limits);
   check_qkv(in, limits);
   TORCH_CHECK(!in.out_fp32 || in.q.scalar_type() != at::kDouble, "flashattn: out_fp32 asks "
               "for a float32 out of float16, bfloat16 or float32 inputs; q is float64, whose out "
               "is float64");
   check_sequence_lengths(in, limits);
+  // Before the checks of the features FP8 refuses, so that the refusal is what a user sees.
+  check_fp8_fwd(in);
   check_block_offsets(in, limits);
   check_kv_cache(in, limits);
   check_mask_options(in);
@@ -488,8 +492,7 @@ at::Tensor alloc_lse(const AttnInputs& in) {
 std::tuple<at::Tensor, at::Tensor> check_and_alloc_fwd(const AttnInputs& in,
                                                        const ExecutorLimits& limits) {
   check_fwd(in, limits);
-  const at::ScalarType out_dtype = in.out_fp32 ? at::kFloat : in.q.scalar_type();
-  at::Tensor out = alloc_output(out_shape(in), in.q.options().dtype(out_dtype), in, 0.0);
+  at::Tensor out = alloc_output(out_shape(in), in.q.options().dtype(fwd_out_dtype(in)), in, 0.0);
   return {out, alloc_lse(in)};
 }
 
@@ -547,6 +550,7 @@ AttnParams make_fwd_params(const AttnInputs& in, const at::Tensor& out, const at
 
 void check_bwd(const AttnInputs& in, const BwdInputs& grads, const ExecutorLimits& limits) {
   const at::Tensor &q = in.q, &out = grads.out, &dout = grads.dout;
+  check_no_fp8_bwd(in);
   TORCH_CHECK(!in.kv_cache() && in.num_splits <= 1, "flashattn: block_table, cache_batch_idx, "
               "cache_leftpad and num_splits are forward only (inference); the backward takes "
               "none of them");

@@ -45,6 +45,8 @@ struct AttnInputs {
   // int32 [batch, 5]: the call is a block of a larger attention (params.h, block_offsets).
   std::optional<at::Tensor> block_offsets;
   bool out_fp32 = false;  // forward only: out in float32 for 16-bit inputs (params.h)
+  // The FP8 forward's descales (fp32 [B, Hkv]; schema.h, fp8_args.h).
+  std::optional<at::Tensor> q_descale, k_descale, v_descale;
 
   bool varlen() const { return cu_seqlens_q.has_value(); }
   bool paged() const { return block_table.has_value(); }
@@ -68,6 +70,9 @@ struct ExecutorLimits {
   // checked there, with errors naming them. Device executors never sync for them: their
   // kernels clamp every sequence to the tensors (mask.h, sequence_of).
   bool reads_lengths_on_host;
+  // The executor has the FP8 forward (float8_e4m3fn q, k, v; fp8_args.h), where its device and
+  // build allow (checked when it plans the call).
+  bool fp8_forward = false;
 };
 
 // The KV cache addressing of the inputs (kv_rows.h), and the longest key sequence the cache

@@ -268,6 +268,13 @@ void check_append_targets(const KvcacheInputs& in) {
 
 void check_kvcache_append(KvcacheInputs& in, const ExecutorLimits& limits) {
   const at::Tensor& q = in.attn.q;
+  // The FP8 forward reads no cache (fp8_args.h); its caches and q would be float8_e4m3fn.
+  for (auto [t, name] : {std::pair<const at::Tensor*, const char*>{&q, "q"},
+                         std::pair<const at::Tensor*, const char*>{&in.attn.k, "k_cache"},
+                         std::pair<const at::Tensor*, const char*>{&in.attn.v, "v_cache"}})
+    TORCH_CHECK(t->scalar_type() != at::kFloat8_e4m3fn, "flashattn: flash_attn_with_kvcache "
+                "does not support float8_e4m3fn (FP8) tensors yet; ", name, " is ",
+                t->scalar_type());
   TORCH_CHECK(q.dim() == 4, "flashattn: q must be a 4-D tensor [batch, seqlen_q, heads, "
               "head_dim], got ", q.dim(), "-D with shape ", q.sizes());
   TORCH_CHECK(in.attn.k.dim() == 4, "flashattn: k_cache must be a 4-D tensor [batch_cache, "

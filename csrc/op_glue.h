@@ -3,7 +3,7 @@
 // (attn_args.h), and the executor runs on the filled parameter struct. An executor is a type
 // with
 //   static const ExecutorLimits& limits();
-//   static void run_fwd(const at::Tensor& q, const AttnParams& p);
+//   static void run_fwd(const at::Tensor& q, const AttnParams& p, const Fp8Descales& fp8);
 //   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& dk,
 //                       at::Tensor& dv);
 //   static void run_kv_append(const at::Tensor& q, const KvAppendParams& p);
@@ -14,6 +14,7 @@
 
 #include "attn_args.h"
 #include "attn_mask.h"
+#include "fp8_args.h"
 #include "kvcache_args.h"
 #include "op_args.h"
 
@@ -49,6 +50,9 @@ inline AttnInputs read_attn_inputs(const OpArguments& args) {
   in.block_table = args.optional_tensor("block_table");
   in.block_offsets = args.optional_tensor("block_offsets");
   in.out_fp32 = args["out_fp32"].toBool();
+  in.q_descale = args.optional_tensor("q_descale");
+  in.k_descale = args.optional_tensor("k_descale");
+  in.v_descale = args.optional_tensor("v_descale");
   return in;
 }
 
@@ -63,7 +67,7 @@ void fwd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const AttnInputs in = read_attn_inputs(args);
   auto [out, lse] = check_and_alloc_fwd(in, Executor::limits());
   const at::Tensor mask_blocks = mask_blocks_of(in.attn_mask);
-  Executor::run_fwd(in.q, make_fwd_params(in, out, lse, mask_blocks));
+  Executor::run_fwd(in.q, make_fwd_params(in, out, lse, mask_blocks), fp8_descales_of(in));
   args.set_results(std::move(out), std::move(lse));
 }
 
@@ -115,7 +119,7 @@ void fwd_kvcache_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     Executor::run_kv_append(in.attn.q, make_append_params(in, q_rotated));
     if (in.rotary()) in.attn.q = q_rotated;
   }
-  Executor::run_fwd(in.attn.q, make_fwd_params(in.attn, out, lse, at::Tensor()));
+  Executor::run_fwd(in.attn.q, make_fwd_params(in.attn, out, lse, at::Tensor()), Fp8Descales{});
   args.set_results(std::move(out), std::move(lse));
 }
 

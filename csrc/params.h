@@ -182,6 +182,14 @@ struct AttnParams {
   int num_splits = 1;
 };
 
+// The FP8 forward's descale factors (fwd's q_descale, k_descale, v_descale; fp8_args.h), fp32
+// [B, Hkv] each, seen as TensorViews with batch_stride and head_stride (row_stride unused);
+// ptr null where not given (1). Beside AttnParams, not in it: only the FP8 launch reads them, and
+// the struct the other kernels receive keeps its size.
+struct Fp8Descales {
+  TensorView q, k, v;
+};
+
 // flash_attn_with_kvcache's in-place append of the new keys and values, with the rotary
 // embedding of keys and queries (kv_append.h). Forward only.
 struct KvAppendParams {

@@ -34,6 +34,11 @@ namespace flashattn {
 // out_fp32 (internal: flashattn.distributed's ring): fwd returns out in float32 for float16,
 // bfloat16 and float32 inputs, not rounded to 16 bits, so that partial outputs merge in float32
 // (float64 inputs are refused). Forward only: bwd refuses it (its out and dout have q's dtype).
+// q_descale, k_descale, v_descale (FA3's FP8 forward): float8_e4m3fn q, k, v (all three) run the
+// sm_90a FP8 forward, whose out is bfloat16; the descales (fp32 [B, Hkv], any strides; None is
+// 1) say what the stored values mean: the logits are (q k^T) * q_descale * k_descale * scale and
+// out is (P v) * v_descale, per (sequence, kv head). Forward only (fp8_args.h): bwd carries them
+// because it repeats these arguments, and refuses FP8 inputs and any descale.
 #define FLASHATTN_ATTN_ARGUMENTS                                                              \
   "Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False, "             \
   "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, " \
@@ -41,7 +46,8 @@ namespace flashattn {
   "Tensor? cu_seqlens_k=None, SymInt? max_seqlen_q=None, SymInt? max_seqlen_k=None, "        \
   "Tensor? seqused_q=None, Tensor? seqused_k=None, Tensor? attn_mask=None, "                \
   "float dropout_p=0.0, Tensor? rng_state=None, Tensor? block_table=None, "                \
-  "Tensor? block_offsets=None, bool out_fp32=False"
+  "Tensor? block_offsets=None, bool out_fp32=False, Tensor? q_descale=None, "             \
+  "Tensor? k_descale=None, Tensor? v_descale=None"
 
 // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq] (fp32, natural log, -inf for a row that sees
 // no key); varlen: out [total_q, Hq, D] and lse [Hq, total_q].

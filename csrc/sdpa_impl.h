@@ -28,6 +28,7 @@
 
 #include "attn_args.h"
 #include "attn_mask.h"
+#include "fp8_args.h"
 #include "op_args.h"
 
 namespace flashattn {
@@ -192,6 +193,10 @@ void forward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor query = args.tensor("query");
   if (in.dropout_p > 0.0) in.rng_state = draw_rng_state(query);
   check_fwd(in, Executor::limits());
+  // ATen's ops give out query's dtype; the FP8 forward writes a bfloat16 out (fp8_args.h).
+  TORCH_CHECK(!is_fp8(in), kWho, ": float8_e4m3fn inputs (the FP8 forward) are not supported "
+              "through ", op.schema().name(), "; call flashattn.flash_attn_func with q_descale, "
+              "k_descale, v_descale");
   const bool in_place = args.has("out");  // _flash_attention_forward_no_dropout_inplace
   TORCH_CHECK(!in_place || in.dropout_p == 0.0, kWho, ": ", op.schema().name(),
               " takes no dropout, got dropout_p=", in.dropout_p);
@@ -216,7 +221,8 @@ void forward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::Tensor lse32 = lse.scalar_type() == at::kFloat ? lse : at::empty_like(lse, at::kFloat);
   const at::Tensor mask_blocks = mask_blocks_of(in.attn_mask);
   Executor::run_fwd(in.q, make_fwd_params(in, seqlen_major(out, kConvention), lse32,
-                                          mask_blocks));
+                                          mask_blocks),
+                    Fp8Descales{});
   if (!lse.is_same(lse32)) lse.copy_(lse32);
 
   if (kConvention.cpu_layouts) return args.set_results(std::move(out), std::move(lse));

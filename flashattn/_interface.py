@@ -19,6 +19,8 @@ _SUPPORT = """
       CPU     float32, float64, float16, bf16  any       any
       CUDA    float16, bf16, float32           <= 256    any <= 256
       CUDA    float16, bf16 (forward only)     <= 576    <= 512 (MLA's decode: 576 / 512)
+      CUDA    float8_e4m3fn (forward only;     128       128 (H100/H200, FLASHATTN_CUDA_HOPPER=1;
+              q_descale, k_descale, v_descale)           out bfloat16; see flash_attn_func)
     Any strides are accepted as long as the last (head_dim) dimension is contiguous. v may have
     a head dim of its own (headdim_v; DeepSeek's MLA: 192 and 128), which out, dout and dv
     then have; q and k share theirs.
@@ -195,7 +197,7 @@ def _sequences(op_arguments):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=_UNBOUNDED, softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False):
+                    return_attn_probs=False, *, q_descale=None, k_descale=None, v_descale=None):
     """Exact softmax attention, FlashAttention-2's ``flash_attn_func`` signature.
 
     Args:
@@ -234,17 +236,29 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         deterministic: make the backward pass bitwise reproducible (the CPU backward always is).
         return_attn_probs: also return the log-sum-exp of each row, and with dropout FA2's
             S_dmask.
+        q_descale, k_descale, v_descale (keyword only, FlashAttention-3's FP8 forward): with
+            q, k, v all float8_e4m3fn, float32 (batch, nheads_k), any strides, or None for 1.
+            The stored values are scaled back by them per (batch, kv head): the scores are
+            (q k^T) * q_descale * k_descale * softmax_scale and out is (P v) * v_descale.
+            FP8 runs the sm_90a kernel only (an H100 or H200 with FLASHATTN_CUDA_HOPPER=1),
+            at headdim 128, with no mask or causal, GQA, and no backward; out is bfloat16.
+            Anything else with FP8 inputs is an error naming it.
 
     Returns:
-        out: (batch, seqlen_q, nheads, headdim_v), dtype of q. If return_attn_probs, the tuple
+        out: (batch, seqlen_q, nheads, headdim_v), dtype of q (bfloat16 for FP8 inputs). If return_attn_probs, the tuple
         (out, softmax_lse, S_dmask): softmax_lse is (batch, nheads, seqlen_q) float32 and
         differentiable; S_dmask is None without dropout, else (batch, nheads, seqlen_q,
         seqlen_k) float32, exp(logit - row max) negated where dropped, which FA2's test helpers
         decode. S_dmask is O(seqlen_q * seqlen_k): for tests and small shapes.
     """
+    if q_descale is None and k_descale is None and v_descale is None:
+        return _attention("flash_attn_func", q, k, v, dropout_p, softmax_scale, causal,
+                          window_size, softcap, alibi_slopes, deterministic,
+                          True,  # align_bottom_right
+                          return_attn_probs)
     return _attention("flash_attn_func", q, k, v, dropout_p, softmax_scale, causal, window_size,
-                      softcap, alibi_slopes, deterministic, True,  # align_bottom_right
-                      return_attn_probs)
+                      softcap, alibi_slopes, deterministic, True, return_attn_probs,
+                      q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
 
 
 def _unpack(fn, name, packed, count, layout):
@@ -330,6 +344,8 @@ _VARLEN_DOC = """
             block_table[b, j // page_size]; cu_seqlens_k (or seqused_k) gives the lengths.
         seqused_q, seqused_k (keyword only, FA3's): int32 (batch,); only the first
             seqused_*[b] tokens of sequence b take part, so a preallocated buffer can be reused.
+        q_descale, k_descale, v_descale (keyword only, FA3's FP8 forward): as in
+            flash_attn_func, float32 (batch, nheads_k) with batch the number of sequences.
 
     Dropout and S_dmask as in flash_attn_func, S_dmask (batch, nheads, max seqlen_q,
     max seqlen_k) with row i, key j of sequence b at [b, :, i, j].
@@ -348,7 +364,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=_UNBOUNDED,
                            softcap=0.0, alibi_slopes=None, deterministic=False,
                            return_attn_probs=False, block_table=None, *, seqused_q=None,
-                           seqused_k=None):
+                           seqused_k=None, q_descale=None, k_descale=None, v_descale=None):
     """Exact softmax attention over a variable-length batch, FlashAttention-2's
     ``flash_attn_varlen_func`` signature (plus FA3's seqused_q / seqused_k).
 
@@ -362,7 +378,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         deterministic, align_bottom_right=True, cu_seqlens_q=cu_seqlens_q,
         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=_length(fn, "max_seqlen_q", max_seqlen_q),
         max_seqlen_k=_length(fn, "max_seqlen_k", max_seqlen_k), seqused_q=seqused_q,
-        seqused_k=seqused_k, block_table=block_table, return_attn_probs=return_attn_probs)
+        seqused_k=seqused_k, block_table=block_table, return_attn_probs=return_attn_probs,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
 
 
 def _unpack_varlen(fn, name, packed, count, layout):

@@ -51,7 +51,11 @@ def _fwd_fake(*args, **kwargs):
         batch, seqlen_q, heads, _ = q.shape
         lse_shape = (batch, heads, seqlen_q)
     # out_fp32 (internal, flashattn.distributed): out in float32 whatever q's 16 or 32 bits.
-    out_dtype = torch.float32 if a["out_fp32"] else q.dtype
+    # FP8 (float8_e4m3fn) inputs: out in bfloat16, FA3's (csrc/fp8_args.h).
+    if q.dtype == torch.float8_e4m3fn:
+        out_dtype = torch.bfloat16
+    else:
+        out_dtype = torch.float32 if a["out_fp32"] else q.dtype
     return (q.new_empty(out_shape, dtype=out_dtype),
             q.new_empty(lse_shape, dtype=torch.float32))
 

@@ -15,8 +15,11 @@ import flashattn
 # tests/test_kernel_list.py checks the coverage.
 KERNEL_LIST = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "csrc", "cuda", "kernel_list.py"))
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+FP8 = torch.float8_e4m3fn
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "e4m3": FP8}
 DTYPES = tuple(TORCH_DTYPES[d] for d in KERNEL_LIST["ELEMENTS"])
+# The FP8 forward's tiles (kernel_list.py HEAD_DIMS_SM90_FP8): forward only, sm_90 only.
+FP8_HEAD_DIM_PAIRS = tuple((d, d) for d in KERNEL_LIST["HEAD_DIMS_SM90_FP8"])
 HEAD_DIM_PAIRS = tuple(sorted({(k.head_dim, k.head_dim if k.head_dim_v is None else k.head_dim_v)
                                for k in KERNEL_LIST["KERNELS"] if k.head_dim is not None}))
 MAX_HEAD_DIM_BWD = 256  # traits.h kMaxHeadDimBwd and kMaxHeadDimSimt
@@ -24,6 +27,8 @@ MAX_HEAD_DIM_BWD = 256  # traits.h kMaxHeadDimBwd and kMaxHeadDimSimt
 
 def runs(dims, dtype, backward=False):
     """Whether the CUDA kernels take the pair in the dtype (in the backward)."""
+    if dtype == FP8:
+        return not backward and dims in FP8_HEAD_DIM_PAIRS
     return (dtype != torch.float32 and not backward) or max(dims) <= MAX_HEAD_DIM_BWD
 
 
@@ -54,8 +59,30 @@ def decode_cases(dtype):
                                               block_table=bad_table, causal=True, num_splits=3)
 
 
+def fp8_cases():
+    """The FP8 forward (csrc/fp8_args.h) with GQA, descales and ragged tails, no mask and causal,
+    where it runs: an sm_90 GPU with FLASHATTN_CUDA_HOPPER=1. Elsewhere the call must be refused,
+    saying what it needs."""
+    runs_here = (torch.cuda.get_device_capability() == (9, 0)
+                 and os.environ.get("FLASHATTN_CUDA_HOPPER") == "1")
+    for head_dim, _ in FP8_HEAD_DIM_PAIRS:
+        for causal in (False, True):
+            q = torch.randn(2, 77, 4, head_dim, device="cuda").to(FP8)
+            k, v = (torch.randn(2, 93, 2, head_dim, device="cuda").to(FP8) for _ in range(2))
+            descales = {name: torch.rand(2, 2, device="cuda") + 0.5
+                        for name in ("q_descale", "k_descale", "v_descale")}
+            try:
+                flashattn.flash_attn_func(q, k, v, causal=causal, **descales)
+            except RuntimeError as error:
+                if runs_here or "FP8" not in str(error):
+                    raise
+
+
 def main():
     for dtype in DTYPES:
+        if dtype == FP8:
+            fp8_cases()
+            continue
         for dims in HEAD_DIM_PAIRS:
             if not runs(dims, dtype):
                 continue

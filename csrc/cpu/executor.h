@@ -16,7 +16,9 @@ struct CpuExecutor {
         /*reads_lengths_on_host=*/true};
     return cpu_limits;
   }
-  static void run_fwd(const at::Tensor& q, const AttnParams& p) {
+  // No FP8 forward here (fp8_forward is false: check_fp8_fwd refuses float8_e4m3fn inputs and
+  // descales before this runs), so the descales are always empty.
+  static void run_fwd(const at::Tensor& q, const AttnParams& p, const Fp8Descales& /*fp8*/) {
     cpu::run_fwd(p, q.scalar_type());
   }
   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& /*dk*/,

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 
 #include "../attn_args.h"
 #include "../mask.h"
@@ -74,12 +75,14 @@ template <typename Device>
 struct CudaExecutor {
   static const ExecutorLimits& limits() {
     static const ExecutorLimits cuda_limits{
-        Device::kExecutorName, {at::kHalf, at::kBFloat16, at::kFloat}, kMaxHeadDim,
-        /*reads_lengths_on_host=*/false};
+        Device::kExecutorName, {at::kHalf, at::kBFloat16, at::kFloat, at::kFloat8_e4m3fn},
+        kMaxHeadDim, /*reads_lengths_on_host=*/false, /*fp8_forward=*/true};
     return cuda_limits;
   }
 
-  static void run_fwd(const at::Tensor& q, const AttnParams& params) {
+  // FP8 inputs (fp8_args.h) take the FP8 plan; fp8 holds their descales (empty otherwise).
+  static void run_fwd(const at::Tensor& q, const AttnParams& params, const Fp8Descales& fp8) {
+    if (q.scalar_type() == at::kFloat8_e4m3fn) return run_fwd_fp8(q, params, fp8);
     const ElementType type = element_type(q.scalar_type());
     if (fwd_launches_nothing(params)) return;
     check_head_dims(type, params.head_dim, params.head_dim_v, /*backward=*/false);
@@ -103,6 +106,21 @@ struct CudaExecutor {
     }
     float* scratch = plan.merges() ? split_scratch.data_ptr<float>() : nullptr;
     launch_fwd(plan, scratch, Device::stream(q), &Device::check_launch);
+  }
+
+  // The FP8 forward: refused, with the plan's reason, wherever its one kernel cannot run the call
+  // (device, build, opt-in, layout), even when the call is empty, so that an empty batch does
+  // not hide what a full one would meet.
+  static void run_fwd_fp8(const at::Tensor& q, const AttnParams& params,
+                          const Fp8Descales& descales) {
+    const typename Device::Guard guard(q.device());
+    const DeviceProps device = Device::props(q);
+    const std::string refusal = fp8_fwd_refusal(params, device);
+    TORCH_CHECK(refusal.empty(), refusal);
+    const FwdPlan plan = plan_fwd_fp8(params, device);
+    if (plan.empty) return;
+    check_smem_fits(plan.shape.smem_bytes, plan.smem_limit_bytes);
+    launch_fwd_fp8(plan, descales, Device::stream(q), &Device::check_launch);
   }
 
   // flash_attn_with_kvcache's append and rotary embedding, before run_fwd on the same stream.

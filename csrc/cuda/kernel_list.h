@@ -13,6 +13,7 @@ inline constexpr int kSm80Bwd16bitHeadDimsV[] = {32, 64, 96, 64, 128, 128, 192, 
 inline constexpr int kSm80FwdSimtHeadDims[] = {64, 128, 256};
 inline constexpr int kSm80BwdSimtHeadDims[] = {64, 128, 256};
 inline constexpr int kSm90aFwdSm90HeadDims[] = {64, 128, 256};
+inline constexpr int kSm90aFwdSm90Fp8HeadDims[] = {128};
 inline constexpr int kSm90aBwdSm90HeadDims[] = {64, 128};
 inline constexpr int kSm90aBwdSm90MaskSoftcapHeadDims[] = {128};
 

@@ -79,6 +79,13 @@ FAMILIES = {
                 "KV cache, no mask, causal or local; dropout, no mask, causal or local) for one (head "
                 "dim, dtype): compiled for sm_90a only "
                 "(kernel_list.py ARCHS)."),
+    "fwd_sm90_fp8": dict(
+        header="launch_fwd_sm90.cuh", prefix="fwd", one_per_file=True, direction="fwd",
+        template="{element}, {head_dim}",
+        params="const AttnParams&, const Fp8Descales&, cudaStream_t, LaunchCheck",
+        comment="The sm_90a FP8 forward (csrc/cuda/hopper/, e4m3 q, k, v, V^T written by the "
+                "producer, out bf16), its two main loops (no mask, causal): compiled for sm_90a "
+                "only (kernel_list.py ARCHS)."),
     "bwd_sm90": dict(
         header="launch_bwd_sm90.cuh", prefix="bwd", one_per_file=True, direction="bwd",
         template="{element}, {head_dim}",
@@ -111,7 +118,7 @@ FAMILIES = {
 }
 
 # The C++ element type of each dtype.
-ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16", "fp32": "float"}
+ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16", "fp32": "float", "e4m3": "__nv_fp8_e4m3"}
 
 # Head-dim tiles (traits.h explains the choice). A head dim d runs on the smallest tile >= d,
 # and the largest tile must be kMaxHeadDim (traits.h), so every accepted d has one.
@@ -152,6 +159,11 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # docs/lab/2026-12-02-hopper-forward-d256.md, docs/lab/2026-12-03-hopper-backward-alibi.md).
 HEAD_DIMS_SM90 = (64, 128)
 HEAD_DIMS_SM90_FWD = HEAD_DIMS_SM90 + (256,)
+# The sm_90a FP8 (e4m3) forward (fwd_sm90_fp8, launch_fwd_sm90.cuh run_fwd_sm90_fp8): d = 128 only
+# (FwdSm90Config's one-byte case), two main loops, no mask and causal; every other feature is
+# refused (csrc/fp8_args.cpp). Two loops compile in about 30 s
+# (docs/lab/2026-12-04-hopper-fp8-forward.md).
+HEAD_DIMS_SM90_FP8 = (128,)
 
 
 
@@ -174,6 +186,7 @@ KERNELS = (
     + [Kernel(family, d, "fp32", "sm80") for family in ("fwd_simt", "bwd_simt")
        for d in HEAD_DIMS_SIMT]
     + [Kernel("fwd_sm90", d, dtype, "sm90a") for d in HEAD_DIMS_SM90_FWD for dtype in ("fp16", "bf16")]
+    + [Kernel("fwd_sm90_fp8", d, "e4m3", "sm90a") for d in HEAD_DIMS_SM90_FP8]
     + [Kernel("bwd_sm90", d, dtype, "sm90a") for d in HEAD_DIMS_SM90 for dtype in ("fp16", "bf16")]
     + [Kernel("bwd_sm90_mask_softcap", 128, dtype, "sm90a") for dtype in ("fp16", "bf16")]
     # Not per head dim: one kernel per element type.

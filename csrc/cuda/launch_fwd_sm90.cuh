@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <stdexcept>
@@ -27,9 +28,10 @@ namespace flashattn::cuda {
 namespace detail {
 // One [B, S, H, D] view of AttnParams as make_fwd_sm90_maps reads it. A dimension of extent 1
 // never steps its stride, which may then be 0 (a broadcast) or unaligned, and TMA would refuse
-// it: it gets 8 elements (16 bytes) instead.
-inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_t rows, int heads) {
-  const auto stride = [](int64_t s, int64_t extent) { return extent <= 1 ? int64_t{8} : s; };
+// it: it gets 16 bytes instead, `aligned` elements (8 of 16 bits, 16 of e4m3).
+inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_t rows, int heads,
+                                       int64_t aligned = 8) {
+  const auto stride = [&](int64_t s, int64_t extent) { return extent <= 1 ? aligned : s; };
   hopper::FwdSm90Input in;
   in.ptr = view.ptr;
   in.batch_stride = stride(view.batch_stride, batch);
@@ -38,6 +40,60 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
   in.seqlen = static_cast<int>(rows);  // < 2^31 (sm90_fwd_unsupported)
   in.heads = heads;
   return in;
+}
+// The kernel's parameters of p as planned, for either element type (O, the LSE, lengths, splits,
+// scale, masks and their features; the FP8 descales are the FP8 launch's own).
+inline hopper::FwdSm90Params sm90_params(const AttnParams& p, float* split_scratch) {
+  hopper::FwdSm90Params hp;
+  hp.lse = static_cast<float*>(p.lse.ptr);
+  hp.lse_batch_stride = p.lse.batch_stride;
+  hp.lse_head_stride = p.lse.head_stride;
+  hp.batch = p.batch;
+  // Packed GQA heads: tokens, the kernel's positions (FwdSm90Params::packed_heads).
+  hp.packed_heads = p.packed_heads > 1 ? p.packed_heads : 1;
+  hp.consumer_tokens = hopper::fwd_sm90_consumer_tokens(hp.packed_heads);
+  hp.seqlen_q = p.seqlen_q / hp.packed_heads;
+  hp.seqlen_k = p.seqlen_k;
+  hp.seqused_q = p.seqused_q;
+  hp.seqused_k = p.seqused_k;
+  hp.cu_seqlens_q = p.cu_seqlens_q;
+  hp.cu_seqlens_k = p.cu_seqlens_k;
+  hp.total_q = p.total_q;
+  hp.total_k = p.total_k;
+  hp.o = p.o.ptr;
+  hp.o_batch_stride = p.o.batch_stride;
+  hp.o_row_stride = p.o.row_stride;
+  hp.o_head_stride = p.o.head_stride;
+  hp.num_splits = p.num_splits > 1 ? p.num_splits : 1;
+  if (hp.num_splits > 1) {
+    hp.split_scratch = split_scratch;
+    hp.split_o_elements = split_out_elements(p);
+    hp.split_lse_elements = split_lse_elements(p);
+  }
+  hp.heads_q = p.heads_q;
+  hp.head_group = p.head_group;
+  hp.scale = p.scale;
+  // exp2 takes the scores scaled by scale * log2(e) (FwdSm90Params).
+  hp.scale_log2 = static_cast<float>(p.scale_fp64 * 1.4426950408889634);
+  hp.align_bottom_right = p.align_bottom_right;
+  hp.window_left = p.window_left;
+  hp.window_right = p.window_right;
+  // The sm_80 kernels' softcap (logit.cuh LogitRules): softcap * tanh(s * (scale / softcap)).
+  hp.softcap = p.softcap;
+  hp.scale_over_softcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
+  // ALiBi's slope of (b, h) (mask.h alibi_slope): [Hq] or [B, Hq] fp32, strided.
+  hp.alibi_slopes = static_cast<const float*>(p.alibi.ptr);
+  hp.alibi_batch_stride = p.alibi.batch_stride;
+  hp.alibi_head_stride = p.alibi.head_stride;
+  // attn_mask and its block classes as the sm_80 kernels read them (AttnParams' view).
+  hp.attn_mask = p.mask;
+  // A paged or indexed cache: K and V read row by row (their maps are Q's, never read).
+  hp.k_cache = p.k;
+  hp.v_cache = p.v;
+  hp.kv_cache = p.kv_cache;
+  // Dropout's [seed, offset], threshold and 1 / (1 - p) (dropout.h), as the sm_80 kernels read them.
+  hp.dropout = p.dropout;
+  return hp;
 }
 }  // namespace detail
 
@@ -156,60 +212,65 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
   if (!maps_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a forward's tensor maps: " + maps_error);
   }
-  hopper::FwdSm90Params hp;
-  hp.lse = static_cast<float*>(p.lse.ptr);
-  hp.lse_batch_stride = p.lse.batch_stride;
-  hp.lse_head_stride = p.lse.head_stride;
-  hp.batch = p.batch;
-  // Packed GQA heads: tokens, the kernel's positions (FwdSm90Params::packed_heads).
-  hp.packed_heads = p.packed_heads > 1 ? p.packed_heads : 1;
-  hp.consumer_tokens = hopper::fwd_sm90_consumer_tokens(hp.packed_heads);
-  hp.seqlen_q = p.seqlen_q / hp.packed_heads;
-  hp.seqlen_k = p.seqlen_k;
-  hp.seqused_q = p.seqused_q;
-  hp.seqused_k = p.seqused_k;
-  hp.cu_seqlens_q = p.cu_seqlens_q;
-  hp.cu_seqlens_k = p.cu_seqlens_k;
-  hp.total_q = p.total_q;
-  hp.total_k = p.total_k;
-  hp.o = p.o.ptr;
-  hp.o_batch_stride = p.o.batch_stride;
-  hp.o_row_stride = p.o.row_stride;
-  hp.o_head_stride = p.o.head_stride;
-  hp.num_splits = p.num_splits > 1 ? p.num_splits : 1;
-  if (hp.num_splits > 1) {
-    hp.split_scratch = split_scratch;
-    hp.split_o_elements = split_out_elements(p);
-    hp.split_lse_elements = split_lse_elements(p);
-  }
-  hp.heads_q = p.heads_q;
-  hp.head_group = p.head_group;
-  hp.scale = p.scale;
-  // exp2 takes the scores scaled by scale * log2(e) (FwdSm90Params).
-  hp.scale_log2 = static_cast<float>(p.scale_fp64 * 1.4426950408889634);
-  hp.align_bottom_right = p.align_bottom_right;
-  hp.window_left = p.window_left;
-  hp.window_right = p.window_right;
-  // The sm_80 kernels' softcap (logit.cuh LogitRules): softcap * tanh(s * (scale / softcap)).
-  hp.softcap = p.softcap;
-  hp.scale_over_softcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
-  // ALiBi's slope of (b, h) (mask.h alibi_slope): [Hq] or [B, Hq] fp32, strided.
-  hp.alibi_slopes = static_cast<const float*>(p.alibi.ptr);
-  hp.alibi_batch_stride = p.alibi.batch_stride;
-  hp.alibi_head_stride = p.alibi.head_stride;
-  // attn_mask and its block classes as the sm_80 kernels read them (AttnParams' view).
-  hp.attn_mask = p.mask;
-  // A paged or indexed cache: K and V read row by row (their maps are Q's, never read).
-  hp.k_cache = p.k;
-  hp.v_cache = p.v;
-  hp.kv_cache = p.kv_cache;
-  // Dropout's [seed, offset], threshold and 1 / (1 - p) (dropout.h), as the sm_80 kernels read them.
-  hp.dropout = p.dropout;
+  hopper::FwdSm90Params hp = detail::sm90_params(p, split_scratch);
   const std::string launch_error = launch_fwd_sm90_features<Element, kHeadDim>(
       maps, hp, stream, p.softcap > 0.f, p.alibi.ptr != nullptr, p.mask.ptr != nullptr,
       sm90_fwd_mask(p), sm90_fwd_gathers_kv(p), p.dropout.on());
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a forward's launch: " + launch_error);
+  }
+  after_launch();
+}
+
+// Runs the FP8 (e4m3) sm_90a forward (Element __nv_fp8_e4m3, kHeadDim 128: kernel_list.py
+// fwd_sm90_fp8) on p as planned (plan_fwd_fp8.h: no mask or causal, no split, no packed heads):
+// q, k, v float8_e4m3fn, out bfloat16, the descales per (sequence, kv head) (params.h
+// Fp8Descales; null: 1). Calls after_launch() right after the launch.
+template <typename Element, int kHeadDim>
+void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, cudaStream_t stream,
+                      LaunchCheck after_launch) {
+  static_assert(std::is_same_v<Element, __nv_fp8_e4m3> && kHeadDim == 128,
+                "the FP8 forward is built for e4m3 at head dim 128 (fwd_sm90_config.h)");
+  using Config = hopper::FwdSm90ConfigOf<Element, kHeadDim>;
+  const Sm90MapExtents extents = sm90_map_extents(p);
+  const int b = extents.batch;
+  // TMA's 16 bytes: 16 e4m3 elements, 8 of O's bfloat16.
+  constexpr int64_t kFp8Aligned = 16;
+  hopper::FwdSm90Maps maps;
+  const std::string maps_error = hopper::make_fwd_sm90_maps(
+      maps, TensorMapDtype::UInt8, kHeadDim, b,
+      detail::sm90_input(p.q, b, extents.rows_q, extents.heads_q, kFp8Aligned),
+      detail::sm90_input(p.k, b, extents.rows_k, p.heads_kv, kFp8Aligned),
+      detail::sm90_input(p.v, b, extents.rows_k, p.heads_kv, kFp8Aligned),
+      detail::sm90_input(p.o, b, extents.rows_q, extents.heads_q), Config::kBlockM, Config::kBlockN,
+      /*packed_heads=*/1, TensorMapDtype::BFloat16);
+  if (!maps_error.empty()) {
+    throw std::runtime_error("flashattn: the sm_90a FP8 forward's tensor maps: " + maps_error);
+  }
+  hopper::FwdSm90Params hp = detail::sm90_params(p, nullptr);
+  hp.q_descale = static_cast<const float*>(descales.q.ptr);
+  hp.q_descale_batch_stride = descales.q.batch_stride;
+  hp.q_descale_head_stride = descales.q.head_stride;
+  hp.k_descale = static_cast<const float*>(descales.k.ptr);
+  hp.k_descale_batch_stride = descales.k.batch_stride;
+  hp.k_descale_head_stride = descales.k.head_stride;
+  hp.v_descale = static_cast<const float*>(descales.v.ptr);
+  hp.v_descale_batch_stride = descales.v.batch_stride;
+  hp.v_descale_head_stride = descales.v.head_stride;
+  std::string launch_error;
+  switch (sm90_fwd_mask(p)) {
+    case Sm90FwdMask::kNone:
+      launch_error = hopper::launch_fwd_sm90<Element, kHeadDim, false>(maps, hp, stream);
+      break;
+    case Sm90FwdMask::kCausal:
+      launch_error = hopper::launch_fwd_sm90<Element, kHeadDim, true>(maps, hp, stream);
+      break;
+    case Sm90FwdMask::kLocal:
+      launch_error = "a local window is not built for FP8 (the plan's mistake)";
+      break;
+  }
+  if (!launch_error.empty()) {
+    throw std::runtime_error("flashattn: the sm_90a FP8 forward's launch: " + launch_error);
   }
   after_launch();
 }

@@ -2,6 +2,8 @@
 // extension: the plan's element type and head-dim tile pick the launch template (kernels.h)
 // that inst/*.cu instantiates, which runs the plan's kernels.
 #pragma once
+#include <cuda_fp8.h>
+
 #include <stdexcept>
 #include <type_traits>
 
@@ -11,6 +13,7 @@
 #include "kernels.h"
 #include "plan_bwd.h"
 #include "plan_fwd.h"
+#include "plan_fwd_fp8.h"
 
 namespace flashattn::cuda {
 
@@ -41,6 +44,18 @@ inline void launch_fwd_sm90(const FwdPlan& plan, float* split_scratch, cudaStrea
   });
   // The plan chooses the kernels only where they are built (sm90_fwd_enabled).
   if (!launched) throw std::logic_error("flashattn: a plan for sm_90a kernels this build lacks");
+}
+
+// Runs an FP8 forward plan (plan_fwd_fp8.h) that is not empty: the e4m3 kernel with the descales.
+inline void launch_fwd_fp8(const FwdPlan& plan, const Fp8Descales& descales, cudaStream_t stream,
+                           LaunchCheck after_launch) {
+  // Not instantiated where the kernels are not built (fp8_fwd_refusal refuses every call there).
+  if constexpr (kSm90KernelsBuilt) {
+    run_fwd_sm90_fp8<__nv_fp8_e4m3, 128>(plan.params, descales, stream, after_launch);
+  } else {
+    (void)plan, (void)descales, (void)stream, (void)after_launch;
+    throw std::logic_error("flashattn: a plan for the FP8 kernel this build lacks");
+  }
 }
 
 // Runs a forward plan that is not empty on `stream`, then its split merge if it has one.

@@ -273,6 +273,8 @@ struct FwdPlan {
   KernelChoice kernels;
   Arch device_arch;
   bool empty = false;  // fwd_launches_nothing
+  // The FP8 forward (plan_fwd_fp8.h): q, k, v float8_e4m3fn, out bfloat16, the e4m3 kernel.
+  bool fp8 = false;
   // The 16-bit kernel with one m-tile per warp (FwdTile<tile, v, true>), not two.
   bool one_m_tile = false;
   // What the kernel gets: GQA-packed (params.h packed_heads) and with the planned num_splits.

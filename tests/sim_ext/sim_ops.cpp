@@ -152,13 +152,22 @@ void plan_fwd_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   in.num_splits = args["num_splits"].toInt();
   auto [out, lse] = check_and_alloc_fwd(in, SimExecutor::limits());
   const at::Tensor mask_blocks = mask_blocks_of(in.attn_mask);
-  const FwdPlan plan = plan_fwd(make_fwd_params(in, out, lse, mask_blocks),
-                                element_type(in.q.scalar_type()), read_device(args));
+  const AttnParams params = make_fwd_params(in, out, lse, mask_blocks);
+  const DeviceProps device = read_device(args);
+  FwdPlan plan;
+  if (is_fp8(in)) {  // the executor's FP8 path (executor.h run_fwd_fp8)
+    const std::string refusal = fp8_fwd_refusal(params, device);
+    TORCH_CHECK(refusal.empty(), refusal);
+    plan = plan_fwd_fp8(params, device);
+  } else {
+    plan = plan_fwd(params, element_type(in.q.scalar_type()), device);
+  }
   const AttnParams& p = plan.params;
   const std::string json =
       "{" +
       kernels_json(plan.kernels, plan.device_arch, plan.smem_limit_bytes, plan.arch_smem_bytes,
                    plan.empty) +
+      ", \"fp8\": " + json_bool(plan.fp8) +
       ", \"one_m_tile\": " + json_bool(plan.one_m_tile) +
       ", \"packed_heads\": " + std::to_string(p.packed_heads) +
       ", \"seqlen_q\": " + std::to_string(p.seqlen_q) +

@@ -1,0 +1,214 @@
+"""The FP8 (e4m3) forward as the library runs it: flashattn.flash_attn_func and
+flash_attn_varlen_func with float8_e4m3fn q, k, v and q_descale / k_descale / v_descale, over
+torch.ops.flashattn_sim.fwd (the same op glue, checks (csrc/fp8_args.cpp), plan
+(cuda/plan_fwd_fp8.h) and launch code (launch_plan.h -> launch_fwd_sm90.cuh run_fwd_sm90_fp8) as
+torch.ops.flashattn on a GPU), on the shim's H100 opted in (conftest.py `hopper`).
+
+The front ends reach torch.ops.flashattn, whose CPU tensors run the CPU executor (which has no FP8
+kernels, test_fp8_args.py); here `sim_front_ends` points them at the sim's op of the same schema,
+so their own argument handling is what runs. Outputs are poisoned before the kernel writes them
+(FLASHATTN_POISON_OUTPUTS, conftest.py).
+
+The reference is float64 attention on the dequantized inputs with P rounded to e4m3 as the kernel
+rounds it (relative to the running max of the 128-key tiles visited so far, last tile first; l
+the sum of the unrounded P), the same model tests/test_cudasim_hopper_fp8_fwd.py checks the kernel
+against: out within 2x the error bf16 rounding makes on that reference, and within the bound
+e4m3 rounding of P allows of the unrounded attention; the LSE (of the descaled logits) within
+1e-4."""
+import math
+
+import pytest
+import torch
+
+import flashattn
+from flashattn import _interface
+from hopper_sim import launched, schedule_fixture
+
+FP8 = torch.float8_e4m3fn
+D = 128
+BLOCK_N = 128  # the kernel's key tile at d = 128 (FwdSm90Config): where its running max moves
+KERNEL = "fwd_sm90_kernel<__nv_fp8_e4m3, 128, {causal}, false, false, false, false, false, false>"
+
+schedule = schedule_fixture([("forward", "lazy"), ("reverse", "eager"), ("random:31", "random")])
+
+
+@pytest.fixture
+def sim_front_ends(hopper, monkeypatch):
+    """flashattn's front ends calling torch.ops.flashattn_sim.fwd (the same schema) instead of
+    torch.ops.flashattn.fwd, on the shim's H100 opted in."""
+    monkeypatch.setattr(_interface, "_FWD", hopper.ops.fwd.default)
+    return hopper
+
+
+def fp8(*shape):
+    """Random e4m3 values of either sign, magnitudes about 0.05 to 3 (never zeros only)."""
+    return (torch.randn(*shape) * 0.8).to(FP8)
+
+
+def descales(b, hkv, strided):
+    """fp32 (B, Hkv) descales far from 1, different per (batch, kv head) and per tensor; strided:
+    a transposed one and a column slice, to show any strides are read."""
+    if not strided:
+        return [torch.rand(b, hkv) + 0.5 for _ in range(3)]
+    return [torch.rand(hkv, b).t() + 0.5, torch.rand(b, 2 * hkv)[:, ::2] + 0.5,
+            torch.rand(b, hkv) * 1.5 + 0.25]
+
+
+def reference(q, k, v, causal, bottom_right, scale, qd=1.0, kd=1.0, vd=1.0):
+    """One sequence: q [Sq, Hq, D], k, v [Sk, Hkv, D] (e4m3), the descales per kv head ([Hkv]
+    or 1.0). Returns (out with P rounded as the kernel rounds it, out with P exact, the bound P's
+    rounding puts on their difference, lse), float64, out [Sq, Hq, D], lse [Hq, Sq]."""
+    sq, hq, _ = q.shape
+    sk, hkv, _ = k.shape
+    g = hq // hkv
+    per_head = lambda x: (x.double().repeat_interleave(g)[:, None, None]  # noqa: E731
+                          if torch.is_tensor(x) else torch.tensor(float(x), dtype=torch.float64))
+    qq, kk, vv = (t.double().transpose(0, 1) for t in (q, k, v))  # [H, S, D]
+    kk, vv = kk.repeat_interleave(g, 0), vv.repeat_interleave(g, 0)
+    s = (qq @ kk.transpose(-1, -2)) * scale * per_head(qd) * per_head(kd)
+    if causal:
+        keep = torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq if bottom_right else 0)
+        s = s.masked_fill(~keep, float("-inf"))
+    m = s.amax(-1, keepdim=True) if sk else torch.full((hq, sq, 1), float("-inf"), dtype=torch.float64)
+    tiles = max((sk + BLOCK_N - 1) // BLOCK_N, 1)
+    tile_max = torch.stack([s[..., n * BLOCK_N:(n + 1) * BLOCK_N].amax(-1) if sk else m[..., 0]
+                            for n in range(tiles)], -1)
+    running = tile_max.flip(-1).cummax(-1).values.flip(-1)
+    m_tile = running.repeat_interleave(BLOCK_N, -1)[..., :sk]
+    seen = m_tile.isfinite()
+    zeros = torch.zeros_like(s)
+    p_exact = torch.where(m.isfinite(), (s - m).exp(), zeros)
+    shifted = torch.where(seen, (s - m_tile).exp(), zeros)
+    to_row_max = torch.where(seen, (m_tile - m).exp(), zeros)
+    p_rounded = shifted.float().to(FP8).double() * to_row_max
+    l = p_exact.sum(-1, keepdim=True)
+    l_safe = torch.where(l > 0, l, torch.ones_like(l))
+    v_scale = per_head(vd)
+    out_rounded = (p_rounded @ vv) / l_safe * v_scale
+    out_exact = (p_exact @ vv) / l_safe * v_scale
+    # Half an ulp of each P (2^-4 relative), 2^-10 for e4m3's subnormals.
+    slack = (shifted * 2 ** -4).clamp(min=2 ** -10) * to_row_max
+    bound = (slack @ vv.abs()) / l_safe * v_scale.abs()
+    lse = torch.where(l > 0, m + l_safe.log(), torch.full_like(l, float("-inf"))).squeeze(-1)
+    return (out_rounded.transpose(0, 1), out_exact.transpose(0, 1), bound.transpose(0, 1), lse)
+
+
+def check_sequence(out, lse, want):
+    """out [Sq, Hq, D] (bf16), lse [Hq, Sq] of one sequence against reference()'s `want`."""
+    out_rounded, out_exact, bound, want_lse = want
+    assert not out.isnan().any(), "unwritten (poisoned) rows in out"
+    got = out.double()
+    err = (got - out_rounded).abs().max().item() if got.numel() else 0.0
+    rounding = (out_rounded.to(torch.bfloat16).double() - out_rounded).abs().max().item() \
+        if got.numel() else 0.0
+    assert err <= 2 * rounding + 1e-5, f"out vs P-rounded reference: {err} (bf16 rounding {rounding})"
+    excess = (got - out_exact).abs() - (bound + 2 ** -8 * out_exact.abs() + 1e-6)
+    assert (excess <= 0).all(), f"out vs exact attention past e4m3's bound by {excess.max().item()}"
+    finite = want_lse.isfinite()
+    assert (lse[~finite] == float("-inf")).all()
+    assert ((lse.double() - want_lse).abs()[finite] <= 1e-4).all(), \
+        (lse.double() - want_lse).abs()[finite].max()
+
+
+def run_counted(sim, fn):
+    result, counters = sim.counted(fn)
+    return result, launched(counters)
+
+
+# (mask, B, Sq, Sk, Hq, Hkv, K/V stored [B, H, S, D], descales: None / "plain" / "strided")
+DENSE = [
+    ("none", 1, 65, 129, 2, 1, True, "plain"),
+    ("none", 2, 127, 63, 1, 1, False, None),
+    ("causal", 1, 257, 65, 2, 2, False, "strided"),
+    ("causal", 1, 7, 257, 4, 2, True, "plain"),
+    ("causal", 1, 1, 1, 1, 1, False, "strided"),
+    ("causal_top_left", 1, 129, 257, 2, 1, False, "plain"),
+    ("causal_top_left", 2, 63, 7, 1, 1, True, None),
+]
+
+
+@pytest.mark.parametrize("mask, b, sq, sk, hq, hkv, kv_bhsd, scales", DENSE,
+                         ids=lambda x: str(x))
+def test_fp8_forward_through_flash_attn_func(schedule, sim_front_ends, mask, b, sq, sk, hq, hkv,
+                                             kv_bhsd, scales):
+    sim = sim_front_ends
+    q = fp8(b, sq, hq, D)
+    if kv_bhsd:
+        k, v = (fp8(b, hkv, sk, D).transpose(1, 2) for _ in range(2))
+    else:
+        k, v = fp8(b, sk, hkv, D), fp8(b, sk, hkv, D)
+    qd, kd, vd = descales(b, hkv, scales == "strided") if scales else (None, None, None)
+    causal = mask != "none"
+    bottom_right = mask != "causal_top_left"
+    scale = 1.0 / math.sqrt(D)
+    if bottom_right:
+        (out, lse, _), kernels = run_counted(sim, lambda: flashattn.flash_attn_func(
+            q, k, v, causal=causal, return_attn_probs=True, q_descale=qd, k_descale=kd,
+            v_descale=vd))
+    else:  # top-left: the op's align_bottom_right (flash_attn_func is FA2's, bottom-right)
+        (out, lse), kernels = run_counted(sim, lambda: sim.ops.fwd(
+            q, k, v, causal=True, align_bottom_right=False, q_descale=qd, k_descale=kd,
+            v_descale=vd))
+    assert kernels == [KERNEL.format(causal=str(causal).lower())] or \
+        (len(kernels) == 1 and KERNEL.format(causal=str(causal).lower()) in kernels[0]), kernels
+    assert out.dtype == torch.bfloat16 and out.shape == (b, sq, hq, D)
+    assert lse.dtype == torch.float32 and lse.shape == (b, hq, sq)
+    for i in range(b):
+        per = (lambda x: 1.0 if x is None else x[i])  # noqa: E731
+        want = reference(q[i], k[i], v[i], causal, bottom_right, scale, per(qd), per(kd), per(vd))
+        check_sequence(out[i], lse[i], want)
+    if causal and bottom_right and sq > sk:
+        assert (out[:, : sq - sk] == 0).all() and (lse[:, :, : sq - sk] == float("-inf")).all()
+
+
+# (causal, lengths of q, lengths of k, Hq, Hkv)
+VARLEN = [
+    (False, [65, 1, 130], [129, 7, 200], 2, 1),
+    (True, [129, 7, 40], [60, 257, 40], 1, 1),
+    (True, [0, 33], [5, 0], 2, 2),
+]
+
+
+@pytest.mark.parametrize("causal, lens_q, lens_k, hq, hkv", VARLEN, ids=lambda x: str(x))
+def test_fp8_forward_through_flash_attn_varlen_func(schedule, sim_front_ends, causal, lens_q,
+                                                    lens_k, hq, hkv):
+    sim = sim_front_ends
+    b = len(lens_q)
+    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    # Three rows past the last sequence, which no sequence uses: out 0, lse -inf.
+    q = fp8(int(cu_q[-1]) + 3, hq, D)
+    k, v = fp8(int(cu_k[-1]), hkv, D), fp8(int(cu_k[-1]), hkv, D)
+    qd, kd, vd = descales(b, hkv, strided=True)
+    (out, lse, _), kernels = run_counted(sim, lambda: flashattn.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_attn_probs=True,
+        q_descale=qd, k_descale=kd, v_descale=vd))
+    assert len(kernels) == 1 and KERNEL.format(causal=str(causal).lower()) in kernels[0], kernels
+    assert out.dtype == torch.bfloat16 and lse.shape == (hq, q.shape[0])
+    for i in range(b):
+        rq, rk = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
+        want = reference(q[rq], k[rk], v[rk], causal, True, 1 / math.sqrt(D), qd[i], kd[i], vd[i])
+        check_sequence(out[rq], lse[:, rq], want)
+    assert (out[int(cu_q[-1]):] == 0).all() and (lse[:, int(cu_q[-1]):] == float("-inf")).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_forward_with_seqused(schedule, sim_front_ends, causal):
+    """seqused_q / seqused_k (FA3's, through the op): only the first seqused[b] queries / keys of
+    batch b take part; the rest of out is 0, of the LSE -inf."""
+    sim = sim_front_ends
+    b, sq, sk, hq, hkv = 3, 130, 200, 2, 1
+    q, k, v = fp8(b, sq, hq, D), fp8(b, sk, hkv, D), fp8(b, sk, hkv, D)
+    used_q = torch.tensor([130, 65, 0], dtype=torch.int32)
+    used_k = torch.tensor([129, 200, 7], dtype=torch.int32)
+    qd, kd, vd = descales(b, hkv, strided=False)
+    (out, lse), kernels = run_counted(sim, lambda: sim.ops.fwd(
+        q, k, v, causal=causal, seqused_q=used_q, seqused_k=used_k, q_descale=qd, k_descale=kd,
+        v_descale=vd))
+    assert len(kernels) == 1 and KERNEL.format(causal=str(causal).lower()) in kernels[0], kernels
+    for i in range(b):
+        nq, nk = int(used_q[i]), int(used_k[i])
+        want = reference(q[i, :nq], k[i, :nk], v[i, :nk], causal, True, 1 / math.sqrt(D), qd[i],
+                         kd[i], vd[i])
+        check_sequence(out[i, :nq], lse[i, :, :nq], want)
+        assert (out[i, nq:] == 0).all() and (lse[i, :, nq:] == float("-inf")).all()

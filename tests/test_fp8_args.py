@@ -1,0 +1,199 @@
+"""FP8 (float8_e4m3fn) inputs and their descales: every call the FP8 forward cannot run is an error
+that names what it lacks (csrc/fp8_args.cpp, cuda/plan_fwd_fp8.h), never another kernel, a copy
+or a wrong answer. The CPU executor's errors on torch.ops.flashattn and the front ends; the CUDA
+executor's through torch.ops.flashattn_sim (the same checks and plan, on the shim's device: an
+H100 opted in unless a test says otherwise). test_cudasim_hopper_fp8_call_path.py runs the calls
+that are accepted."""
+import pytest
+import torch
+
+import flashattn
+
+FP8 = torch.float8_e4m3fn
+
+
+def fp8(*shape):
+    return torch.randn(*shape).to(FP8)
+
+
+def qkv(b=1, sq=9, sk=17, hq=2, hkv=1, d=128):
+    return fp8(b, sq, hq, d), fp8(b, sk, hkv, d), fp8(b, sk, hkv, d)
+
+
+def test_fake_kernel_gives_a_bfloat16_out():
+    q, k, v = (t.to("meta") for t in qkv())
+    out, lse = torch.ops.flashattn.fwd(q, k, v, q_descale=torch.ones(1, 1, device="meta"))
+    assert out.dtype == torch.bfloat16 and out.shape == (1, 9, 2, 128)
+    assert lse.dtype == torch.float32 and lse.shape == (1, 2, 9)
+
+
+def test_front_ends_take_fa3s_keywords():
+    import inspect
+    for fn in (flashattn.flash_attn_func, flashattn.flash_attn_varlen_func):
+        params = inspect.signature(fn).parameters
+        for name in ("q_descale", "k_descale", "v_descale"):
+            assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
+            assert params[name].default is None
+
+
+def test_cpu_executor_refuses_fp8():
+    with pytest.raises(RuntimeError, match=r"float8_e4m3fn \(FP8\) inputs run on CUDA only.*"
+                                           r"FLASHATTN_CUDA_HOPPER=1; the CPU executor"):
+        flashattn.flash_attn_func(*qkv())
+
+
+@pytest.mark.parametrize("odd", ["q", "k", "v"])
+def test_fp8_inputs_all_three_or_none(odd):
+    tensors = dict(zip("qkv", qkv()))
+    tensors[odd] = tensors[odd].to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"float8_e4m3fn all three, q, k and v; got q .*, k .*"):
+        torch.ops.flashattn.fwd(tensors["q"], tensors["k"], tensors["v"])
+
+
+@pytest.mark.parametrize("name", ["q_descale", "k_descale", "v_descale"])
+def test_descales_only_with_fp8_inputs(name):
+    q, k, v = (torch.randn(1, 9, 1, 64, dtype=torch.bfloat16) for _ in range(3))
+    with pytest.raises(RuntimeError, match="apply to float8_e4m3fn .* got q, k, v of dtype BFloat16"):
+        flashattn.flash_attn_func(q, k, v, **{name: torch.ones(1, 1)})
+
+
+def test_fwd_kvcache_refuses_fp8():
+    q, k, v = qkv(sq=1)
+    with pytest.raises(RuntimeError, match="flash_attn_with_kvcache does not support float8_e4m3fn"):
+        flashattn.flash_attn_with_kvcache(q, k, v)
+
+
+def test_backward_refuses_fp8():
+    q, k, v = qkv()
+    out = torch.zeros(1, 9, 2, 128, dtype=torch.bfloat16)
+    lse = torch.zeros(1, 2, 9)
+    with pytest.raises(RuntimeError, match="backward of float8_e4m3fn .* inference only"):
+        torch.ops.flashattn.bwd(out, out, lse, None, q, k, v)
+    # Descales alone, with 16-bit inputs, are refused by the backward too.
+    q16, k16, v16 = (t.to(torch.bfloat16) for t in (q, k, v))
+    with pytest.raises(RuntimeError, match="backward of float8_e4m3fn .* with descales"):
+        torch.ops.flashattn.bwd(out, out, lse, None, q16, k16, v16, q_descale=torch.ones(1, 1))
+
+
+# The CUDA executor's checks, on the shim.
+@pytest.fixture
+def h100(sim):
+    sim.ops.set_device(9, 0, True)
+    yield sim.ops
+    sim.ops.set_device(8, 0, False)
+
+
+def test_cuda_backward_refuses_fp8(h100):
+    q, k, v = qkv()
+    out, lse = h100.fwd(q, k, v)
+    with pytest.raises(RuntimeError, match="backward of float8_e4m3fn"):
+        h100.bwd(out, out, lse, None, q, k, v)
+
+
+# (argument, its value, what the error names), each with otherwise acceptable FP8 inputs.
+REFUSED = [
+    ("softcap", 5.0, "softcap"),
+    ("alibi_slopes", torch.ones(2), "alibi_slopes"),
+    ("attn_mask", torch.ones(1, 2, 9, 17, dtype=torch.bool), "attn_mask"),
+    ("dropout_p", 0.1, "dropout"),
+    ("window_left", 4, "a sliding window"),
+    ("window_right", 3, "a sliding window"),
+    ("block_offsets", torch.zeros(1, 5, dtype=torch.int32), "block_offsets"),
+    ("out_fp32", True, "out_fp32"),
+]
+
+
+@pytest.mark.parametrize("name, value, named", REFUSED, ids=[r[0] for r in REFUSED])
+def test_fp8_refuses_what_its_kernel_lacks(h100, name, value, named):
+    extra = {name: value}
+    if name == "dropout_p":
+        extra["rng_state"] = torch.zeros(2, dtype=torch.int64)
+    with pytest.raises(RuntimeError, match=f"the FP8 .* forward does not support {named}.* yet"):
+        h100.fwd(*qkv(), **extra)
+
+
+def test_fp8_refuses_a_paged_cache(h100):
+    q = fp8(5, 2, 128)
+    k, v = fp8(4, 16, 1, 128), fp8(4, 16, 1, 128)
+    cu = torch.tensor([0, 5], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="FP8 .* does not support a paged or indexed KV cache"):
+        flashattn_sim_varlen(h100, q, k, v, cu, torch.tensor([0, 20], dtype=torch.int32),
+                             block_table=torch.tensor([[0, 1]], dtype=torch.int32))
+
+
+def flashattn_sim_varlen(ops, q, k, v, cu_q, cu_k, **kwargs):
+    return ops.fwd(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=64,
+                   max_seqlen_k=64, **kwargs)
+
+
+def test_fp8_refuses_split_kv(h100):
+    with pytest.raises(RuntimeError, match="FP8 .* does not support split-KV"):
+        h100.plan_fwd(*qkv(), num_splits=3, cc_major=9, hopper_fwd=True)
+
+
+@pytest.mark.parametrize("d", [64, 256])
+def test_fp8_head_dim_128_only(h100, d):
+    with pytest.raises(RuntimeError, match=f"FP8 .* supports head dim 128 only, got head_dim = {d}"):
+        h100.fwd(*qkv(d=d))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (torch.ones(1, 1, dtype=torch.float64), "q_descale must be float32, got Double"),
+    (torch.ones(2, 1), r"q_descale must have shape \(batch, num_kv_heads\) = \(1, 1\), got \[2, 1\]"),
+    (torch.ones(1), r"q_descale must have shape \(batch, num_kv_heads\) = \(1, 1\), got \[1\]"),
+    (torch.ones(1, 2), r"q_descale must have shape .* got \[1, 2\]"),
+])
+def test_descale_dtype_and_shape(h100, bad, message):
+    with pytest.raises(RuntimeError, match=message):
+        h100.fwd(*qkv(), q_descale=bad)
+
+
+def test_varlen_descale_batch_is_the_sequences(h100):
+    q, k, v = fp8(10, 2, 128), fp8(12, 1, 128), fp8(12, 1, 128)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    cu_k = torch.tensor([0, 5, 12], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=r"v_descale must have shape \(batch, num_kv_heads\) = "
+                                           r"\(2, 1\)"):
+        flashattn_sim_varlen(h100, q, k, v, cu, cu_k, v_descale=torch.ones(10, 1))
+
+
+def test_descale_on_another_device():
+    # A meta descale beside CPU inputs sends the call to the fake kernel, which checks it as the
+    # kernels do (csrc/fp8_args.cpp check_descale: the same check_same_device as every argument).
+    with pytest.raises(RuntimeError, match="k_descale must be on the same device as q"):
+        torch.ops.flashattn.fwd(*qkv(), k_descale=torch.ones(1, 1, device="meta"))
+
+
+@pytest.mark.parametrize("cc, opted_in, message", [
+    ((8, 0), True, r"needs a compute capability 9.0 GPU \(H100, H200\); this one is 8.0"),
+    ((8, 9), True, "this one is 8.9"),
+    ((9, 0), False, "opt-in until confirmed on a GPU: set FLASHATTN_CUDA_HOPPER=1"),
+])
+def test_fp8_needs_an_opted_in_sm90(sim, cc, opted_in, message):
+    sim.ops.set_device(*cc, opted_in)
+    try:
+        with pytest.raises(RuntimeError, match=message):
+            sim.ops.fwd(*qkv())
+        # An empty batch meets the same error: it does not hide what a full one would meet.
+        with pytest.raises(RuntimeError, match=message):
+            sim.ops.fwd(*qkv(b=0))
+    finally:
+        sim.ops.set_device(8, 0, False)
+
+
+def test_fp8_refuses_a_layout_tma_cannot_read(h100):
+    q, k, v = qkv()
+    storage = torch.empty(q.numel() + 1, dtype=FP8)
+    shifted = storage[1:].view(q.shape)  # one byte past a 16-byte boundary
+    shifted.copy_(q)
+    with pytest.raises(RuntimeError, match="TMA loads need q, k and v 16-byte aligned"):
+        h100.fwd(shifted, k, v)
+
+
+def test_fp8_plan(h100):
+    import json
+    plan = json.loads(h100.plan_fwd(*qkv(b=2, sq=300, hq=4, hkv=2), causal=True, cc_major=9,
+                                    hopper_fwd=True))
+    assert plan["fp8"] and plan["arch"] == "sm90" and plan["num_splits"] == 1
+    assert plan["packed_heads"] == 1 and not plan["merges"]
+    assert plan["grid"] == [3, 4, 2]  # 128-row query tiles, heads, batches
