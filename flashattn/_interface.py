@@ -465,6 +465,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         (batch, seqlen_q, heads, head_dim_v) buffer, as SDPA's flash backend returns.
     """
     fn = "scaled_dot_product_attention"
+    if torch.float8_e4m3fn in (getattr(query, "dtype", None), getattr(key, "dtype", None),
+                               getattr(value, "dtype", None)):
+        # Its out would be bfloat16, not query's dtype, and it takes no descales.
+        raise TypeError(f"{fn}: float8_e4m3fn (FP8) inputs are not supported here; "
+                        f"flash_attn_func takes them with q_descale, k_descale, v_descale")
     if attn_mask is not None and is_causal:
         raise ValueError(f"{fn}: attn_mask and is_causal=True cannot be combined (as in "
                          f"F.scaled_dot_product_attention); put the causal mask into attn_mask")

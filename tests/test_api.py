@@ -17,8 +17,12 @@ def test_flash_attn_func_signature_matches_fa2():
     params = inspect.signature(flashattn.flash_attn_func).parameters
     expected = dict(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False)
-    assert list(params) == ["q", "k", "v", *expected]
+    positional = [n for n, p in params.items() if p.kind != p.KEYWORD_ONLY]
+    assert positional == ["q", "k", "v", *expected]
     assert {name: params[name].default for name in expected} == expected
+    # FA3's FP8 descales, keyword only after FA2's arguments (tests/test_fp8_args.py).
+    keyword_only = [n for n, p in params.items() if p.kind == p.KEYWORD_ONLY]
+    assert keyword_only == ["q_descale", "k_descale", "v_descale"]
 
 
 def test_sdpa_signature_matches_torch():

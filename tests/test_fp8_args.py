@@ -57,6 +57,13 @@ def test_descales_only_with_fp8_inputs(name):
         flashattn.flash_attn_func(q, k, v, **{name: torch.ones(1, 1)})
 
 
+def test_sdpa_front_end_refuses_fp8():
+    q, k, v = (t.transpose(1, 2) for t in qkv(hkv=2))
+    with pytest.raises(TypeError, match="scaled_dot_product_attention: float8_e4m3fn .* not "
+                                        "supported here; flash_attn_func takes them"):
+        flashattn.scaled_dot_product_attention(q, k, v)
+
+
 def test_fwd_kvcache_refuses_fp8():
     q, k, v = qkv(sq=1)
     with pytest.raises(RuntimeError, match="flash_attn_with_kvcache does not support float8_e4m3fn"):
