@@ -91,8 +91,9 @@ VIS = {
 }
 
 # (dtype, head dim, mask kind, mask shape, visibility, B, Sq, Sk, Hq, Hkv): every kind and shape,
-# both dtypes, d = 64 and 128 (d = 256 is not built: below), causal in both alignments and local windows
-# combined with the mask, GQA, Sq != Sk both ways, lengths 1, 7, 63, 65, 127, 129, 257.
+# both dtypes, d = 64, 128 and 256 (64-key tiles, the loops with lean S descriptors:
+# fwd_sm90_kernel.cuh kLeanDescriptors), causal in both alignments and local windows combined with
+# the mask, GQA, Sq != Sk both ways, lengths 1, 7, 63, 65, 127, 129, 257.
 FWD_CASES = [
     (torch.bfloat16, 64, "bool", "full", "none", 2, 65, 129, 2, 1),
     (torch.float16, 128, "float32", "2d", "causal", 1, 129, 63, 2, 2),
@@ -102,6 +103,12 @@ FWD_CASES = [
     (torch.float16, 64, "float32", "full", "window_left_only", 1, 63, 127, 1, 1),
     (torch.bfloat16, 128, "float32", "key_padding", "causal", 1, 65, 129, 2, 1),
     (torch.float16, 128, "bool", "2d", "none", 1, 1, 1, 1, 1),
+    (torch.bfloat16, 256, "bool", "full", "none", 2, 65, 129, 2, 1),
+    (torch.float16, 256, "float32", "2d", "causal", 1, 129, 63, 2, 2),
+    (torch.bfloat16, 256, "16bit", "key_padding", "causal_top_left", 1, 257, 65, 2, 1),
+    (torch.float16, 256, "bool", "per_head", "window", 1, 127, 129, 2, 1),
+    (torch.bfloat16, 256, "float32", "per_query", "window_left_only", 1, 7, 257, 1, 1),
+    (torch.float16, 256, "16bit", "full", "none", 1, 1, 1, 1, 1),
 ]
 
 
@@ -210,6 +217,11 @@ FWD_LOGIT_CASES = [
     (torch.float16, 64, "16bit", "per_query", "window", "softcap_alibi_bh", 2, 7, 257, 2, 1),
     (torch.bfloat16, 64, "float32", "per_head", "window_left_only", "softcap_alibi_h", 1, 127, 129, 2, 1),
     (torch.float16, 128, "bool", "full", "none", "softcap_alibi_h", 1, 1, 1, 1, 1),
+    # d = 256: softcap with a window too, which softcap's own loop does not take there.
+    (torch.float16, 256, "bool", "full", "window", "softcap", 1, 65, 129, 2, 1),
+    (torch.bfloat16, 256, "float32", "key_padding", "causal", "softcap_alibi_bh", 2, 129, 63, 2, 1),
+    (torch.float16, 256, "16bit", "2d", "causal_top_left", "alibi_h", 1, 63, 127, 2, 2),
+    (torch.bfloat16, 256, "16bit", "per_query", "window_left_only", "softcap_alibi_h", 1, 257, 65, 1, 1),
 ]
 
 
@@ -218,21 +230,6 @@ FWD_LOGIT_CASES = [
 def test_hopper_forward_mask_with_softcap_and_alibi(schedule, hopper, dtype, d, kind, shape, vis, logits,
                                                     b, sq, sk, hq, hkv):
     check_forward(hopper, dtype, d, kind, shape, vis, b, sq, sk, hq, hkv, extra=logit_arguments(logits, b, hq))
-
-
-@pytest.mark.parametrize("logits", ["none", "softcap_alibi_h"])
-def test_hopper_forward_mask_at_d256_runs_sm80(hopper, logits):
-    # Not among the kAttnMask main loops at d = 256 (they spill: fwd_sm90_builds_attn_mask): the
-    # plan keeps the call on the sm_80 kernels (README's support table), and it is right there.
-    q = torch.randn(1, 65, 2, 256, dtype=torch.bfloat16)
-    k, v = (torch.randn(1, 129, 2, 256, dtype=torch.bfloat16) for _ in range(2))
-    mask = make_mask("bool", "full", 1, 2, 65, 129, torch.bfloat16)
-    extra = logit_arguments(logits, 1, 2)
-    (out, lse), counters = hopper.counted(
-        lambda: hopper.fwd(q, k, v, 0.125, attn_mask=mask, **extra))
-    assert launched(counters) and all("sm90" not in k for k in launched(counters))
-    (ref_out, _), (low_out, _) = reference(q, k, v, mask, 0.125, extra)
-    assert_within_torch_error("out", out, ref_out, low_out)
 
 
 # ---- the backward ----

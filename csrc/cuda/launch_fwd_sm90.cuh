@@ -102,8 +102,8 @@ inline hopper::FwdSm90Params sm90_params(const AttnParams& p, float* split_scrat
 // softcap only: fwd_sm90_builds_softcap_local); ALiBi with causal, no mask or a local window,
 // each with softcap or not at run time (at d = 256 the local window without softcap:
 // fwd_sm90_alibi_takes_softcap);
-// attn_mask with no mask, causal or a local window, with softcap and ALiBi or not at run time, up
-// to d = 128 (fwd_sm90_builds_attn_mask); a gathered (paged or indexed) KV cache with no mask, causal or a
+// attn_mask with no mask, causal or a local window, with softcap and ALiBi or not at run time, at
+// every head dim (d = 256 with lean S descriptors: fwd_sm90_kernel.cuh kLeanDescriptors); a gathered (paged or indexed) KV cache with no mask, causal or a
 // local window, without softcap, ALiBi or attn_mask, the masks a decode takes (the plan keeps the
 // other combinations on sm_80: sm90_fwd_unsupported); dropout with no mask, causal or a local
 // window, without softcap, ALiBi, attn_mask or a gathered cache.
@@ -138,20 +138,16 @@ std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopp
     return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, false, true>(maps, hp, stream);
   }
   if (attn_mask) {
-    if constexpr (!hopper::fwd_sm90_builds_attn_mask(kHeadDim)) {
-      return std::string("attn_mask is not built at this head dim (the plan's mistake)");
-    } else {
-      // Softcap and ALiBi at run time, inside each attn_mask loop.
-      switch (mask) {
-        case Sm90FwdMask::kCausal:
-          return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, true>(maps, hp, stream);
-        case Sm90FwdMask::kLocal:
-          return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, true>(maps, hp, stream);
-        case Sm90FwdMask::kNone:
-          break;
-      }
-      return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, stream);
+    // Softcap and ALiBi at run time, inside each attn_mask loop.
+    switch (mask) {
+      case Sm90FwdMask::kCausal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, true>(maps, hp, stream);
+      case Sm90FwdMask::kLocal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, true>(maps, hp, stream);
+      case Sm90FwdMask::kNone:
+        break;
     }
+    return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, stream);
   }
   if (alibi) {
     // Softcap or not at run time, inside each ALiBi loop, except the local window's where it is

@@ -128,18 +128,19 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   // Packed GQA heads (gqa_decode.h, as the sm_80 plan packs them): a consumer warpgroup's 64 rows
   // hold whole tokens' groups (hopper::fwd_sm90_consumer_tokens).
   if (p.packed_heads > 64) return "a GQA decode with more than 64 query heads per kv head";
-  // attn_mask's main loops: no mask, causal or a local window, softcap and ALiBi at run time, up
-  // to d = 128 (launch_fwd_sm90.cuh). The kernel reads the mask per entry from global memory through
-  // its strides, so any layout the op accepts (broadcast strides included) runs here.
-  if (p.mask.ptr != nullptr && !hopper::fwd_sm90_builds_attn_mask(p.head_dim)) return "attn_mask at head dim 256";
+  // attn_mask's main loops: no mask, causal or a local window, softcap and ALiBi at run time, at
+  // every head dim (launch_fwd_sm90.cuh). The kernel reads the mask per entry from global memory
+  // through its strides, so any layout the op accepts (broadcast strides included) runs here.
   // Dropout's main loops: no mask, causal or a local window, without softcap, ALiBi or attn_mask
   // (launch_fwd_sm90.cuh).
   if (p.dropout.on() && (p.softcap > 0.f || p.alibi.ptr != nullptr || p.mask.ptr != nullptr))
     return "dropout with softcap, ALiBi or attn_mask";
   if (p.dropout.on() && sm90_fwd_gathers_kv(p)) return "dropout with a paged or indexed KV cache";
   // ALiBi's main loops: no mask, causal or a local window, softcap or not (launch_fwd_sm90.cuh;
-  // with a local window at d = 256 not with softcap, which the next line keeps on sm_80).
-  if (p.softcap > 0.f && sm90_fwd_mask(p) == Sm90FwdMask::kLocal &&
+  // with a local window at d = 256 not with softcap, which the next line keeps on sm_80, as it
+  // does softcap's own window loop there). The attn_mask loops take softcap with a window at
+  // every head dim, ALiBi or not.
+  if (p.mask.ptr == nullptr && p.softcap > 0.f && sm90_fwd_mask(p) == Sm90FwdMask::kLocal &&
       !hopper::fwd_sm90_builds_softcap_local(p.head_dim))
     return "softcap with a local window at head dim 256";
   // The kernel's online softmax takes each row's largest score as the largest logit, true only

@@ -58,10 +58,6 @@ FLASHATTN_HOST_DEVICE constexpr bool fwd_sm90_alibi_takes_softcap(int head_dim, 
   return !local || fwd_sm90_builds_softcap_local(head_dim);
 }
 
-// Whether the attn_mask main loops are built at this head dim. At d = 256 they spill (60-160
-// bytes: the mask's per-entry address arithmetic while O holds 128 registers), so attn_mask at
-// d = 256 stays on the sm_80 kernels (docs/lab/2026-12-03-hopper-attn-mask.md).
-constexpr bool fwd_sm90_builds_attn_mask(int head_dim) { return head_dim <= 128; }
 
 // Ring stages of a gathered KV cache (kGatherKv). Its producer leaves the newest tile's cp.async
 // copies in flight while it waits for the next empty stage, and the consumers hold two stages

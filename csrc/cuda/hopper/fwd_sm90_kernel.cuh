@@ -410,7 +410,15 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // (SBO 1024), a k16 step 32 bytes further, the next 64 columns of d one chunk further. V is
   // MN-major (B = V is keys x d with d contiguous): key rows of 64 d at 128 bytes, 8-key groups
   // at SBO 1024, the next 64 d (the next chunk) at LBO, a k16 step 16 key rows (2048 bytes).
-  const uint64_t desc_q = wgmma_descriptor(smem_u32addr(smem + Cfg::kQOffset + consumer * 64 * kSwizzleRowBytes),
+  // kLeanDescriptors (the attn_mask loops at d = 256, whose mask reads leave the least room): Q's
+  // consumer broadcast from lane 0, which ptxas then keeps warp-uniform, and S's descriptors
+  // advanced on their low word (wgmma_descriptor_advance_low). Without both, ptxas holds Q's 16
+  // advanced descriptors as 32 vector registers and spills them around the mask's reads
+  // (116-228 bytes; docs/lab/2026-12-04-hopper-feature-combinations-5.md). The other loops keep
+  // main's code.
+  constexpr bool kLeanDescriptors = kAttnMask && kHeadDim == 256;
+  const int q_consumer = kLeanDescriptors ? __shfl_sync(0xFFFFFFFFu, consumer, 0) : consumer;
+  const uint64_t desc_q = wgmma_descriptor(smem_u32addr(smem + Cfg::kQOffset + q_consumer * 64 * kSwizzleRowBytes),
                                            16, 1024, WgmmaSwizzle::B128);
   const uint64_t desc_k0 = wgmma_descriptor(smem_u32addr(smem + Cfg::kKOffset), 16, 1024, WgmmaSwizzle::B128);
   // e4m3: V^T is K-major like K (fwd_sm90_transpose_v.cuh), a k32 step 32 bytes further.
@@ -446,8 +454,11 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     for (int kk = 0; kk < kHeadDim / Cfg::kMmaK; ++kk) {
       const uint32_t q_off = (kk / 4) * Cfg::kQChunkBytes + 32 * (kk % 4);
       const uint32_t k_off = s * Cfg::kKvBytes + (kk / 4) * Cfg::kKvChunkBytes + 32 * (kk % 4);
-      wgmma_ss_k<Elem, kBlockN>(sacc, wgmma_descriptor_advance(desc_q, q_off),
-                                wgmma_descriptor_advance(desc_k0, k_off), kk > 0 ? 1 : 0);  // SITE:wgmma_s
+      const uint64_t dq = kLeanDescriptors ? wgmma_descriptor_advance_low(desc_q, q_off)
+                                           : wgmma_descriptor_advance(desc_q, q_off);
+      const uint64_t dk = kLeanDescriptors ? wgmma_descriptor_advance_low(desc_k0, k_off)
+                                           : wgmma_descriptor_advance(desc_k0, k_off);
+      wgmma_ss_k<Elem, kBlockN>(sacc, dq, dk, kk > 0 ? 1 : 0);  // SITE:wgmma_s
     }
     wgmma_commit_group();
   };
