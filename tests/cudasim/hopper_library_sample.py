@@ -73,13 +73,15 @@ def check_cases(tally):
 
 
 # attn_mask (the kAttnMask main loops): (dtype, d, kind, mask shape, causal, B, Sq, Sk, Hq, Hkv);
-# a bool key-padding mask, a float32 [Sq, Sk] one with causal, a 16-bit per-head one (d = 256's
-# masks stay on sm_80).
+# a bool key-padding mask, a float32 [Sq, Sk] one with causal, a 16-bit per-head one; at d = 256
+# (its mask loops with lean S descriptors) a 16-bit per-head one and a bool [Sq, Sk] one with causal.
 # test_attn_mask.check_masked compares out and lse with the float64 reference (top-left causal).
 MASK_CASES = [
     (torch.bfloat16, 128, "bool", (2, 1, 1, 1500), False, 2, 1000, 1500, 4, 2),
     (torch.float16, 64, "float32", (777, 777), True, 1, 777, 777, 4, 4),
     (torch.bfloat16, 128, "16bit", (1, 2, 300, 513), False, 1, 300, 513, 2, 1),
+    (torch.float16, 256, "16bit", (1, 2, 300, 513), False, 1, 300, 513, 2, 1),
+    (torch.bfloat16, 256, "bool", (777, 777), True, 1, 777, 777, 2, 2),
 ]
 
 
