@@ -79,10 +79,11 @@ FLASHATTN_SM90_HD uint64_t wgmma_descriptor_advance(uint64_t desc, uint32_t byte
   return desc + (bytes >> 4);
 }
 // The same advance written on the low 32 bits only: the start address (bits 0-13) stays below
-// 256 KB, so the sum never carries into the high word, and the value is wgmma_descriptor_advance's.
-// Written so, every descriptor a loop derives from one base shares that base's high word (one
-// register) instead of holding a 64-bit sum each: the d = 256 attn_mask forward keeps its 16 Q
-// descriptors in 16 registers instead of 32 (docs/lab/2026-12-04-hopper-feature-combinations-5.md).
+// 256 KB, and the low word (start address and LBO) below 2^30, so the sum never carries into the
+// high word, and the value is wgmma_descriptor_advance's. Written so, every descriptor a loop
+// derives from one base shares that base's high word instead of holding a 64-bit sum each; from
+// a warp-uniform base, ptxas then keeps the d = 256 attn_mask forward's 16 Q descriptors in
+// uniform registers (docs/lab/2026-12-04-hopper-feature-combinations-5.md).
 FLASHATTN_SM90_HD uint64_t wgmma_descriptor_advance_low(uint64_t desc, uint32_t bytes) {
   const uint32_t low = static_cast<uint32_t>(desc) + (bytes >> 4);
   return (desc & 0xFFFFFFFF00000000ull) | low;
