@@ -42,15 +42,24 @@ REQUIRED_16BIT_SASS = {"HMMA": "mma.sync on tensor cores", "LDSM": "ldmatrix",
 FORBIDDEN_SASS = ("LDL", "STL")  # local memory: spills or dynamically indexed register arrays
 TENSOR_CORE_KERNEL = re.compile(r"16bit")  # kernel names of the mma.sync kernels
 # The same for the sm_90a kernels (csrc/cuda/hopper/, kernel_list.py arch sm90a).
-REQUIRED_SM90A_SASS = {"HGMMA": "wgmma on tensor cores", "UTMALDG": "TMA tensor loads",
-                       "SYNCS": "mbarrier waits and arrivals"}
+# Each entry: the opcodes of which one must be present, by what they prove (wgmma is HGMMA in 16
+# bits, QGMMA in FP8).
+REQUIRED_SM90A_SASS = {("HGMMA", "QGMMA"): "wgmma on tensor cores", ("UTMALDG",): "TMA tensor loads",
+                       ("SYNCS",): "mbarrier waits and arrivals"}
 # The main kernels only: the backward's rows and dQ convert kernels (bwd_sm90_rows_kernel,
 # bwd_sm90_convert_dq_kernel) are plain SIMT code, built for sm_90a beside them.
 SM90A_KERNEL = re.compile(r"[fb]wd_sm90_kernel")
 # The sm_90a forward's main loops per instantiation file, by head dim (kernel_list.py's comment,
 # launch_fwd_sm90.cuh): fewer means a feature's loop was lost from the build.
 FWD_SM90_MAIN_LOOPS = {64: 18, 128: 18, 256: 17}
+# The FP8 (e4m3) forward's file (kernel_list.py fwd_sm90_fp8): no mask and causal.
+FWD_SM90_FP8_MAIN_LOOPS = {128: 2}
 FWD_SM90_NAME = re.compile(r"fwd_sm90_kernel<([^,<>]+), (\d+),")
+
+
+def fwd_sm90_main_loops(dtype, d):
+    """How many main loops the sm_90a forward file of (demangled element type, head dim) holds."""
+    return (FWD_SM90_FP8_MAIN_LOOPS if "fp8" in dtype else FWD_SM90_MAIN_LOOPS).get(d)
 
 
 def find_nvcc():
@@ -137,11 +146,17 @@ def sm90a_problems(rows, names):
         if m := FWD_SM90_NAME.search(name):
             loops[m.group(1), int(m.group(2))] += 1
     for (dtype, d), count in sorted(loops.items()):
-        want = FWD_SM90_MAIN_LOOPS.get(d)
+        want = fwd_sm90_main_loops(dtype, d)
         if count != want:
+            table = "FWD_SM90_FP8_MAIN_LOOPS" if "fp8" in dtype else "FWD_SM90_MAIN_LOOPS"
             failures.append(f"fwd_sm90_kernel<{dtype}, {d}>: {count} main loops built, "
-                            f"FWD_SM90_MAIN_LOOPS says {want}")
+                            f"{table} says {want}")
     return failures
+
+
+def opcode_names(required):
+    """A required-SASS key as printed: "HMMA", or "HGMMA or QGMMA"."""
+    return required if isinstance(required, str) else " or ".join(required)
 
 
 def demangle(names):
@@ -185,10 +200,12 @@ def main():
         for pattern, required in ((TENSOR_CORE_KERNEL, REQUIRED_16BIT_SASS),
                                   (SM90A_KERNEL, REQUIRED_SM90A_SASS)):
             if pattern.search(kernel):
-                missing = [o for o in required if o not in opcodes]
+                missing = [o for o in required if not opcodes.intersection(
+                    (o,) if isinstance(o, str) else o)]
                 if missing:
                     failures.append(f"{kernel} ({arch}): SASS lacks "
-                                    + ", ".join(f"{o} ({required[o]})" for o in missing))
+                                    + ", ".join(f"{opcode_names(o)} ({required[o]})"
+                                                for o in missing))
         if SM90A_KERNEL.search(kernel) and arch != "sm_90a":
             failures.append(f"{kernel}: compiled for {arch}; the sm_90a kernels are built for "
                             "sm_90a only (kernel_list.py ARCHS)")
@@ -213,7 +230,7 @@ def main():
     sm90a = sum(1 for _, k in kernels if SM90A_KERNEL.search(k))
     print(f"all gates passed: {len(kernels)} kernels in SASS for {', '.join(archs)}, no local "
           f"memory; the {tensor_core} 16-bit kernel builds use {', '.join(REQUIRED_16BIT_SASS)}; "
-          f"the {sm90a} sm_90a kernels use {', '.join(REQUIRED_SM90A_SASS)}")
+          f"the {sm90a} sm_90a kernels use {', '.join(map(opcode_names, REQUIRED_SM90A_SASS))}")
     return 0
 
 

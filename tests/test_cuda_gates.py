@@ -84,6 +84,20 @@ def test_sm90a_forward_missing_a_main_loop_fails(gates):
                         f"main loops built, FWD_SM90_MAIN_LOOPS says {gates.FWD_SM90_MAIN_LOOPS[64]}"]
 
 
+def test_sm90a_fp8_forward_counts_its_own_main_loops(gates):
+    """The FP8 forward's file holds FWD_SM90_FP8_MAIN_LOOPS, not the 16-bit files' count."""
+    rows, names = sm90a_rows(gates.FWD_SM90_MAIN_LOOPS[64])
+    fp8 = gates.FWD_SM90_FP8_MAIN_LOOPS[128]
+    for i in range(fp8):
+        rows.append({"kernel": f"_ZN9flashattn6hopper15fwd_sm90_kernelIF{i}E", "arch": "sm_90a",
+                     "regs": 168, "smem": 0, "stack": 0, "local": 0})
+        names.append(f"void flashattn::hopper::fwd_sm90_kernel<__nv_fp8_e4m3, 128, {i}>(P)")
+    assert gates.sm90a_problems(rows, names) == []
+    assert gates.sm90a_problems(rows[:-1], names[:-1]) == [
+        f"fwd_sm90_kernel<__nv_fp8_e4m3, 128>: {fp8 - 1} main loops built, "
+        f"FWD_SM90_FP8_MAIN_LOOPS says {fp8}"]
+
+
 def test_sm90a_stack_frame_fails(gates):
     problems = gates.sm90a_problems(*sm90a_rows(gates.FWD_SM90_MAIN_LOOPS[64], stack=8))
     assert len(problems) == 1 and "a 8-byte stack frame" in problems[0], problems

@@ -52,8 +52,8 @@ def test_other_targets_stop_at_the_error(gencode, tmp_path):
 
 # A row of cuda_gates.py's table: arch, registers, shared memory, stack, local memory, kernel.
 GATES_ROW = re.compile(r"^(sm_\w+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S.*)$", re.M)
-FWD_SM90_ROW = re.compile(r"fwd_sm90_kernel<(__nv_bfloat16|__half), (\d+),")
-TYPE_OF_FILE = {"bf16": "__nv_bfloat16", "fp16": "__half"}
+FWD_SM90_ROW = re.compile(r"fwd_sm90_kernel<(__nv_bfloat16|__half|__nv_fp8_e4m3), (\d+),")
+TYPE_OF_FILE = {"bf16": "__nv_bfloat16", "fp16": "__half", "e4m3": "__nv_fp8_e4m3"}
 
 
 def sm90a_forward_rows(log):
@@ -69,20 +69,21 @@ def sm90a_forward_files():
     """{(dtype, d)} of csrc/cuda/inst/fwd_hdim<d>_<type>_sm90.cu."""
     files = os.listdir(os.path.join(REPO, "csrc", "cuda", "inst"))
     return {(TYPE_OF_FILE[m.group(2)], int(m.group(1)))
-            for f in files if (m := re.fullmatch(r"fwd_hdim(\d+)_(bf16|fp16)_sm90\.cu", f))}
+            for f in files if (m := re.fullmatch(r"fwd_hdim(\d+)_(bf16|fp16|e4m3)_sm90\.cu", f))}
 
 
 def check_gates_log(log):
     """The failures of a gates log against the tree: the gates did not pass, or an sm_90a forward
-    file is missing, short of FWD_SM90_MAIN_LOOPS[d] main loops, or one has a stack or local memory."""
+    file is missing, short of its main loops (FWD_SM90_MAIN_LOOPS[d], FP8: FWD_SM90_FP8_MAIN_LOOPS[d]),
+    or one has a stack or local memory."""
     if not re.search(r"^all gates passed: .* the [1-9]\d* sm_90a kernels use", log, re.M):
         return ["the gates log does not say that every gate passed on sm_90a kernels"]
-    want = load_tool("cuda_gates", folder=".ci").FWD_SM90_MAIN_LOOPS
+    loops_of = load_tool("cuda_gates", folder=".ci").fwd_sm90_main_loops
     rows, failures = sm90a_forward_rows(log), []
     for dtype, d in sorted(sm90a_forward_files()):
-        built = rows.get((dtype, d), [])
-        if len(built) != want[d]:
-            failures.append(f"fwd_sm90_kernel<{dtype}, {d}>: {len(built)} kernels, want {want[d]}")
+        built, want = rows.get((dtype, d), []), loops_of(dtype, d)
+        if len(built) != want:
+            failures.append(f"fwd_sm90_kernel<{dtype}, {d}>: {len(built)} kernels, want {want}")
         failures += [f"fwd_sm90_kernel<{dtype}, {d}>: stack {s}, local {lm}"
                      for s, lm in built if s or lm]
     return failures
@@ -110,12 +111,13 @@ def test_sm90a_compiles_without_spills(tmp_path):
 
 def test_the_gates_log_check_fails_on_a_short_or_failed_log():
     """check_gates_log, which stands in for the compile above in CI, is not vacuous."""
-    want = load_tool("cuda_gates", folder=".ci").FWD_SM90_MAIN_LOOPS
+    loops_of = load_tool("cuda_gates", folder=".ci").fwd_sm90_main_loops
     files = sorted(sm90a_forward_files())
     assert files, "no fwd_*_sm90.cu instantiation files found"
+    assert ("__nv_fp8_e4m3", 128) in files, "the FP8 forward's file is checked too"
     flags = ", ".join(["false"] * 7)
     table = "\n".join(f"sm_90a  168  1024     0     0  flashattn::hopper::fwd_sm90_kernel<{t}, {d}, "
-                      f"{flags}>" for t, d in files for _ in range(want[d]))
+                      f"{flags}>" for t, d in files for _ in range(loops_of(t, d)))
     passed = ("all gates passed: 9 kernels in SASS for sm_90a, no local memory; the 9 sm_90a "
               "kernels use HGMMA")
     assert check_gates_log(f"{table}\n{passed}\n") == []
@@ -124,3 +126,6 @@ def test_the_gates_log_check_fails_on_a_short_or_failed_log():
     assert any("kernels, want" in f for f in check_gates_log(f"{short}\n{passed}\n"))
     stacked = table.replace("  1024     0     0", "  1024    16     0", 1)
     assert any("stack 16" in f for f in check_gates_log(f"{stacked}\n{passed}\n"))
+    no_fp8 = "\n".join(line for line in table.split("\n") if "fp8" not in line)
+    assert "fwd_sm90_kernel<__nv_fp8_e4m3, 128>: 0 kernels, want 2" in check_gates_log(
+        f"{no_fp8}\n{passed}\n")
