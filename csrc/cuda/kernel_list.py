@@ -73,8 +73,8 @@ FAMILIES = {
         template="{element}, {head_dim}",
         params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a forward (csrc/cuda/hopper/), its main loops (no mask, causal, "
-                "local, each with softcap or not, but not local with softcap at d = 256; ALiBi, "
-                "no mask, causal or local, softcap or not at run time (local at d = 256 without); "
+                "local, each with softcap or not; ALiBi, "
+                "no mask, causal or local, softcap or not at run time; "
                 "attn_mask, no mask, causal or local, softcap and ALiBi or not at run time; a "
                 "paged or indexed "
                 "KV cache, no mask, causal or local; dropout, no mask, causal or local) for one (head "
@@ -141,13 +141,12 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 # The sm_90a forward and backward: exactly these head dims (FwdSm90Config, BwdSm90Config), fp16 and
 # bf16; the forward also at d = 256 (HEAD_DIMS_SM90_FWD). Each forward file holds eighteen main
 # loops (launch_fwd_sm90.cuh, launch_fwd_sm90_features): no mask, causal, a local window, each with
-# softcap and without; ALiBi with no mask, causal or a local window, softcap or not at run time
-# (at d = 256 the local window without softcap); attn_mask with no mask,
+# softcap and without; ALiBi with no mask, causal or a local window, softcap or not at run time;
+# attn_mask with no mask,
 # causal or a local window, softcap and ALiBi or not at run time; a gathered (paged or indexed) KV cache with
 # no mask, causal or a local window only, the masks a decode takes; dropout with no mask, causal
-# or a local window, alone; at d = 256 seventeen, without softcap + local window (it spills:
-# hopper/fwd_sm90_config.h; the attn_mask loops take softcap with a window there too, their S
-# descriptors lean: hopper/fwd_sm90_kernel.cuh kLeanDescriptors). What is not built
+# or a local window, alone (at d = 256 the attn_mask loops and softcap's local window with lean S
+# descriptors, hopper/fwd_sm90_kernel.cuh kLeanDescriptors: without them they spill). What is not built
 # stays on the sm_80 kernels (plan_fwd_sm90.h, README's support table). Each backward file holds
 # fifteen main loops at d = 128, twenty at d = 64 (launch_bwd_sm90.cuh, launch_bwd_sm90_masks):
 # no mask, causal, a local window, each with softcap and without; ALiBi with no mask, causal or a

@@ -98,10 +98,9 @@ inline hopper::FwdSm90Params sm90_params(const AttnParams& p, float* split_scrat
 }  // namespace detail
 
 // The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90_FWD): causal,
-// a local window or no mask, each with softcap or without (at d = 256 a local window without
-// softcap only: fwd_sm90_builds_softcap_local); ALiBi with causal, no mask or a local window,
-// each with softcap or not at run time (at d = 256 the local window without softcap:
-// fwd_sm90_alibi_takes_softcap);
+// a local window or no mask, each with softcap or without (softcap's local window at d = 256 with
+// lean S descriptors: fwd_sm90_kernel.cuh kLeanDescriptors); ALiBi with causal, no mask or a
+// local window, each with softcap or not at run time;
 // attn_mask with no mask, causal or a local window, with softcap and ALiBi or not at run time, at
 // every head dim (d = 256 with lean S descriptors: fwd_sm90_kernel.cuh kLeanDescriptors); a gathered (paged or indexed) KV cache with no mask, causal or a
 // local window, without softcap, ALiBi or attn_mask, the masks a decode takes (the plan keeps the
@@ -150,14 +149,11 @@ std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopp
     return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, stream);
   }
   if (alibi) {
-    // Softcap or not at run time, inside each ALiBi loop, except the local window's where it is
-    // built without softcap (fwd_sm90_alibi_takes_softcap).
+    // Softcap or not at run time, inside each ALiBi loop.
     switch (mask) {
       case Sm90FwdMask::kCausal:
         return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, true>(maps, hp, stream);
       case Sm90FwdMask::kLocal:
-        if (softcap && !hopper::fwd_sm90_alibi_takes_softcap(kHeadDim, true))
-          return std::string("ALiBi with softcap and a local window is not built at this head dim (the plan's mistake)");
         return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, true>(maps, hp, stream);
       case Sm90FwdMask::kNone:
         break;
@@ -170,11 +166,7 @@ std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopp
       case Sm90FwdMask::kCausal:
         return hopper::launch_fwd_sm90<Element, kHeadDim, true, kSoftcap, false>(maps, hp, stream);
       case Sm90FwdMask::kLocal:
-        if constexpr (kSoftcap && !hopper::fwd_sm90_builds_softcap_local(kHeadDim)) {
-          return std::string("softcap with a local window is not built at this head dim (the plan's mistake)");
-        } else {
-          return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, true>(maps, hp, stream);
-        }
+        return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, true>(maps, hp, stream);
       case Sm90FwdMask::kNone:
         break;
     }

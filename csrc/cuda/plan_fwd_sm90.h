@@ -136,13 +136,8 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
   if (p.dropout.on() && (p.softcap > 0.f || p.alibi.ptr != nullptr || p.mask.ptr != nullptr))
     return "dropout with softcap, ALiBi or attn_mask";
   if (p.dropout.on() && sm90_fwd_gathers_kv(p)) return "dropout with a paged or indexed KV cache";
-  // ALiBi's main loops: no mask, causal or a local window, softcap or not (launch_fwd_sm90.cuh;
-  // with a local window at d = 256 not with softcap, which the next line keeps on sm_80, as it
-  // does softcap's own window loop there). The attn_mask loops take softcap with a window at
-  // every head dim, ALiBi or not.
-  if (p.mask.ptr == nullptr && p.softcap > 0.f && sm90_fwd_mask(p) == Sm90FwdMask::kLocal &&
-      !hopper::fwd_sm90_builds_softcap_local(p.head_dim))
-    return "softcap with a local window at head dim 256";
+  // Softcap with a local window runs at every head dim: in softcap's own window loop, in ALiBi's
+  // and attn_mask's (softcap at run time there) (launch_fwd_sm90.cuh).
   // The kernel's online softmax takes each row's largest score as the largest logit, true only
   // for a positive scale (the sm_80 kernels turn other scales into logits first).
   if (!(p.scale > 0.f)) return "a softmax scale that is not positive";

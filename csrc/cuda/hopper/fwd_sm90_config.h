@@ -42,23 +42,6 @@ struct FwdSm90GridDims {
 // (docs/lab/2026-12-02-hopper-forward-d256.md).
 constexpr int fwd_sm90_key_tile(int head_dim) { return head_dim <= 128 ? 128 : 64; }
 
-// Whether the main loop with softcap and a local window is built at this head dim. At d = 256 it
-// spills even at 64 keys (32 bytes: softcap's accurate tanh on the scores while P V holds O and P
-// in registers), so it is not built and those calls stay on the sm_80 kernels (plan_fwd_sm90.h,
-// README's support table); launch_fwd_sm90.cuh instantiates the rest.
-FLASHATTN_HOST_DEVICE constexpr bool fwd_sm90_builds_softcap_local(int head_dim) { return head_dim <= 128; }
-
-// Whether ALiBi's main loop with this mask (local: a local window) takes softcap at run time at
-// this head dim. Taking it, the local-window loop holds softcap's window code, which spills at
-// d = 256 (4 bytes), as above. So at d = 256 that loop is built without softcap, and ALiBi with
-// softcap and a local window stays on sm_80 with the rest of softcap's windows. Host and device:
-// the kernel's score step tests it, and the GPU test runners compile without
-// --expt-relaxed-constexpr.
-FLASHATTN_HOST_DEVICE constexpr bool fwd_sm90_alibi_takes_softcap(int head_dim, bool local) {
-  return !local || fwd_sm90_builds_softcap_local(head_dim);
-}
-
-
 // Ring stages of a gathered KV cache (kGatherKv). Its producer leaves the newest tile's cp.async
 // copies in flight while it waits for the next empty stage, and the consumers hold two stages
 // (S_j with K_j while P_{j-1} V_{j-1} runs), so two loads overlap only with three stages: the

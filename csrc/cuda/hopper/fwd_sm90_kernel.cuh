@@ -179,8 +179,7 @@ struct RowPositions {
 // kLocal: a sliding window (FwdSm90Params::window_left / window_right, AttnParams' meaning);
 // tiles outside it are never loaded and only the tiles on its edges are masked.
 // kAlibi: ALiBi's position bias (FwdSm90Params::alibi_slopes) on every tile, after softcap when
-// FwdSm90Params::softcap > 0 (a run-time choice in these loops; kSoftcap stays false), except in
-// the loops built without softcap (fwd_sm90_alibi_takes_softcap: the d = 256 local window).
+// FwdSm90Params::softcap > 0 (a run-time choice in these loops; kSoftcap stays false).
 // kAttnMask: attn_mask's bias (FwdSm90Params::attn_mask) on every tile, read from global memory
 // per score tile (apply_attn_mask), after the logit and before the visibility mask; softcap
 // (FwdSm90Params::softcap > 0) and ALiBi (alibi_slopes non-null) are run-time choices in these
@@ -410,13 +409,13 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // (SBO 1024), a k16 step 32 bytes further, the next 64 columns of d one chunk further. V is
   // MN-major (B = V is keys x d with d contiguous): key rows of 64 d at 128 bytes, 8-key groups
   // at SBO 1024, the next 64 d (the next chunk) at LBO, a k16 step 16 key rows (2048 bytes).
-  // kLeanDescriptors (the attn_mask loops at d = 256, whose mask reads leave the least room): Q's
-  // consumer broadcast from lane 0, which ptxas then keeps warp-uniform, and S's descriptors
-  // advanced on their low word (wgmma_descriptor_advance_low). Without both, ptxas holds Q's 16
-  // advanced descriptors as 32 vector registers and spills them around the mask's reads
-  // (116-228 bytes; docs/lab/2026-12-04-hopper-feature-combinations-5.md). The other loops keep
-  // main's code.
-  constexpr bool kLeanDescriptors = kAttnMask && kHeadDim == 256;
+  // kLeanDescriptors (the d = 256 loops that leave the least room: attn_mask's, whose mask reads
+  // come on top, and softcap's local window, whose accurate tanh does): Q's consumer broadcast
+  // from lane 0, which ptxas then keeps warp-uniform, and S's descriptors advanced on their low
+  // word (wgmma_descriptor_advance_low). Without both, ptxas holds Q's 16 advanced descriptors as
+  // 32 vector registers and spills them (attn_mask: 116-228 bytes, softcap's window: 24;
+  // docs/lab/2026-12-04-hopper-feature-combinations-5.md). The other loops keep main's code.
+  constexpr bool kLeanDescriptors = kHeadDim == 256 && (kAttnMask || (kSoftcap && kLocal));
   const int q_consumer = kLeanDescriptors ? __shfl_sync(0xFFFFFFFFu, consumer, 0) : consumer;
   const uint64_t desc_q = wgmma_descriptor(smem_u32addr(smem + Cfg::kQOffset + q_consumer * 64 * kSwizzleRowBytes),
                                            16, 1024, WgmmaSwizzle::B128);
@@ -491,9 +490,6 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   auto scores_to_p = [&](int it, auto masked) {
     if constexpr (kSoftcap) {
       apply_softcap(sacc, p.softcap, p.scale_over_softcap);
-    } else if constexpr (kAlibi && !fwd_sm90_alibi_takes_softcap(kHeadDim, kLocal)) {
-#pragma unroll
-      for (int i = 0; i < kBlockN / 2; ++i) sacc[i] *= p.scale;
     } else if constexpr (kAlibi || kAttnMask) {
       // The ALiBi and attn_mask loops take softcap at run time (uniform over the grid), not as
       // loops of their own: the logit is softcapped, then biased.
