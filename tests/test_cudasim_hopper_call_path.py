@@ -159,15 +159,11 @@ def test_hopper_seqused_q(schedule, hopper, dtype, d, mask):
         assert (out[b, nq:] == 0).all() and (lse[b, :, nq:] == float("-inf")).all()
 
 
-@pytest.mark.parametrize("mask, d", [("all", 256), ("negative_scale", 64), ("softcap_window", 256),
-                                     ("alibi_softcap_window", 256)])
-def test_what_hopper_lacks_runs_on_sm80(hopper, mask, d):
-    # Softcap with a window at d = 256 (ALiBi or not) is not among the Hopper forward's built
-    # kernels (kernel_list.py), nor is a scale <= 0 taken (plan_fwd_sm90.h): the same call on the
-    # same opted-in device runs mma.sync, and is right.
-    inputs = qkv(1, 65, 129, 2, 1, d, torch.bfloat16)
-    spec = dict(MASKS, softcap_window=dict(softcap=2.5, window=(16, 5)),
-                alibi_softcap_window=dict(alibi="batch_heads", softcap=2.0, window=(40, 3)))[mask]
+def test_what_hopper_lacks_runs_on_sm80(hopper):
+    # A scale <= 0 is not taken (plan_fwd_sm90.h): the same call on the same opted-in device runs
+    # mma.sync, and is right.
+    inputs = qkv(1, 65, 129, 2, 1, 64, torch.bfloat16)
+    spec = MASKS["negative_scale"]
     _, counters = hopper.counted(lambda: check_forward(hopper, *inputs, spec))
     assert launched(counters)
     assert [k for k in launched(counters) if "fwd_kernel_16bit" in k] == launched(counters)
@@ -223,7 +219,7 @@ FEATURE_CASES = [
     (torch.bfloat16, 256, "window", 1, 129, 257, 1, 1),
     (torch.float16, 256, "softcap_causal", 1, 65, 129, 2, 1),
     (torch.bfloat16, 256, "alibi", 1, 65, 161, 2, 1),
-    # ALiBi with a window and with softcap (every head dim; both together up to d = 128),
+    # ALiBi with a window and with softcap (every head dim),
     # softcap being a run-time choice inside the ALiBi loops.
     (torch.bfloat16, 64, "window_alibi_top_left", 1, 65, 129, 2, 1),
     (torch.float16, 128, "alibi_batch_window", 2, 257, 63, 2, 2),
@@ -233,16 +229,44 @@ FEATURE_CASES = [
     (torch.float16, 64, "alibi_softcap", 1, 1, 1, 1, 1),
     (torch.float16, 256, "alibi_batch_softcap_causal", 1, 65, 129, 2, 1),
     (torch.bfloat16, 256, "alibi_softcap", 1, 63, 7, 1, 1),
-    # ALiBi with a window at d = 256: its loop is built without softcap.
     (torch.bfloat16, 256, "window_alibi_top_left", 1, 65, 129, 2, 1),
     (torch.float16, 256, "alibi_batch_window", 2, 129, 257, 2, 1),
     (torch.bfloat16, 256, "alibi_window_causal", 1, 257, 63, 1, 1),
+    # Softcap with a window at d = 256: softcap's own window loop (lean S descriptors:
+    # fwd_sm90_kernel.cuh kLeanDescriptors) and ALiBi's window loop with softcap at run time.
+    # Windows on both sides, one side only, with causal, wider than a 64-key tile (whole tiles
+    # inside the window, unmasked), in both alignments; Sq != Sk both ways, GQA, a decode (one
+    # query: with Sq = Sk = 1 the plan drops a window that hides nothing).
+    (torch.bfloat16, 256, "softcap_window", 1, 65, 129, 2, 1),
+    (torch.float16, 256, "softcap_window_top_left", 1, 257, 63, 1, 1),
+    (torch.bfloat16, 256, "softcap_window_left_only", 2, 7, 257, 4, 2),
+    (torch.float16, 256, "softcap_window_right_only", 1, 129, 127, 2, 2),
+    (torch.bfloat16, 256, "softcap_window_causal", 1, 127, 129, 1, 1),
+    (torch.float16, 256, "softcap_window_wide", 1, 129, 257, 3, 1),
+    (torch.bfloat16, 256, "softcap_window_wide_top_left", 1, 63, 257, 1, 1),
+    (torch.float16, 256, "softcap_window", 1, 1, 257, 1, 1),
+    (torch.float16, 256, "alibi_batch_softcap_window", 1, 65, 129, 2, 1),
+    (torch.bfloat16, 256, "alibi_softcap_window_top_left", 2, 129, 63, 2, 2),
+    (torch.float16, 256, "alibi_softcap_window_causal", 1, 257, 129, 2, 1),
 ]
 FEATURE_MASKS = dict(MASKS, window_top_left=dict(window=(9, 30), align_bottom_right=False),
                      alibi_batch_window=dict(alibi="batch_heads", window=(40, 3)),
                      alibi_window_causal=dict(alibi="heads", window=(20, -1), causal=True),
                      alibi_softcap=dict(alibi="heads", softcap=2.0),
-                     alibi_batch_softcap_causal=dict(alibi="batch_heads", softcap=1.5, causal=True))
+                     alibi_batch_softcap_causal=dict(alibi="batch_heads", softcap=1.5, causal=True),
+                     softcap_window=dict(softcap=2.5, window=(16, 5)),
+                     softcap_window_top_left=dict(softcap=2.0, window=(9, 30), align_bottom_right=False),
+                     softcap_window_left_only=dict(softcap=1.5, window=(40, -1)),
+                     softcap_window_right_only=dict(softcap=3.0, window=(-1, 3)),
+                     softcap_window_causal=dict(softcap=2.5, window=(20, -1), causal=True),
+                     softcap_window_wide=dict(softcap=2.0, window=(150, 70)),
+                     softcap_window_wide_top_left=dict(softcap=1.0, window=(30, 130),
+                                                       align_bottom_right=False),
+                     alibi_batch_softcap_window=dict(alibi="batch_heads", softcap=2.0, window=(40, 3)),
+                     alibi_softcap_window_top_left=dict(alibi="heads", softcap=1.5, window=(30, 10),
+                                                        align_bottom_right=False),
+                     alibi_softcap_window_causal=dict(alibi="heads", softcap=2.5, window=(70, -1),
+                                                      causal=True))
 
 
 @pytest.mark.parametrize("dtype, d, mask, b, sq, sk, hq, hkv", FEATURE_CASES,

@@ -170,11 +170,6 @@ def _stays_on_sm80():
         ("head dim 40 (padded to 64 on sm_80)", qkv(2, 130, 130, 2, 2, 40), {}),
         ("head dim 192", qkv(2, 130, 130, 2, 2, 192), {}),
         ("head dim 200 (padded to 256 on sm_80)", qkv(2, 130, 130, 2, 2, 200), {}),
-        ("head dim 256, softcap and a local window", qkv(2, 130, 130, 2, 2, 256),
-         dict(window_left=40, window_right=3, softcap=1.5)),
-        ("ALiBi, softcap and a local window at head dim 256", qkv(2, 130, 130, 2, 2, 256),
-         dict(alibi_slopes=torch.rand(2, dtype=torch.float32), window_left=16, window_right=0,
-              softcap=2.0)),
         ("negative scale", (q, k, v), dict(softmax_scale=-0.2)),
         ("zero scale", (q, k, v), dict(softmax_scale=0.0)),
         *_dropout_with_other_logits(q, k, v),
@@ -220,9 +215,8 @@ def _attn_masks():
     }
 
 
-# At d = 256 the forward's mask loops are built too (with softcap and a window as well, which
-# softcap's own loop is not there: the comparison is with the same call's geometry without
-# softcap), and the backward has no Hopper kernel at d = 256 ("head dim 256" below).
+# At d = 256 the forward's mask loops are built too, and the backward has no Hopper kernel at
+# d = 256 ("head dim 256" below).
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("name", list(_attn_masks()))
 def test_hopper_takes_attn_mask(sim, d, name):
@@ -425,7 +419,7 @@ def test_hopper_backward_takes_alibi_and_softcap(sim, d, name):
     assert plan["steps"] == plain["steps"]
 
 
-# ALiBi with a local window (at d = 256 not with softcap; causal with a left edge is one) or with
+# ALiBi with a local window (causal with a left edge is one) or with
 # softcap (a run-time choice inside the ALiBi loops: every head dim of the forward, d = 128 in the
 # backward; loops of its own in the backward at d = 64): the Hopper plans, with the geometry of the
 # same call without them.
@@ -445,12 +439,8 @@ def test_hopper_takes_alibi_with_windows_and_softcap(sim, d, name, slopes):
     kwargs = ALIBI_COMBINED[name]
     args = qkv(3, 200, 300, 4, 2, d)
     alibi = dict(kwargs, alibi_slopes=torch.rand(*slopes))
-    windowed = "window_left" in kwargs
     forward = plan_fwd(sim, *args, device=HOPPER, **alibi)
-    if d == 256 and windowed and "softcap" in kwargs:  # exactly the sm_80 plan without the opt-in
-        assert forward["arch"] == "sm80" and forward == plan_fwd(sim, *args, device=SM90, **alibi)
-    else:
-        assert forward["arch"] == "sm90" and forward == plan_fwd(sim, *args, device=HOPPER, **kwargs)
+    assert forward["arch"] == "sm90" and forward == plan_fwd(sim, *args, device=HOPPER, **kwargs)
     if d == 256:
         return
     backward = plan_bwd(sim, *args, device=HOPPER, **alibi)
@@ -587,13 +577,9 @@ def feature_id(kwargs):
                     for k, v in kwargs.items())
 
 
-def softcap_and_window(kwargs):
-    return kwargs.get("softcap", 0) > 0 and kwargs.get("window_left", -1) >= 0
-
-
-# d = 256 builds no main loop with softcap and a local window (hopper/fwd_sm90_config.h).
-@pytest.mark.parametrize("d, kwargs", [(64, f) for f in FEATURES] +
-                         [(256, f) for f in FEATURES if not softcap_and_window(f)],
+# Every feature at d = 256 too (softcap's local window there with lean S descriptors:
+# hopper/fwd_sm90_kernel.cuh kLeanDescriptors).
+@pytest.mark.parametrize("d, kwargs", [(64, f) for f in FEATURES] + [(256, f) for f in FEATURES],
                          ids=lambda x: feature_id(x) if isinstance(x, dict) else f"d{x}")
 def test_hopper_takes_softcap_and_windows(sim, d, kwargs):
     plan = plan_fwd(sim, *qkv(2, 200, 300, 4, 2, d), device=HOPPER, **kwargs)
