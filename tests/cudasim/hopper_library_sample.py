@@ -45,7 +45,17 @@ CASES = [
     (torch.bfloat16, 256, "window", 1, 600, 1500, 2, 1),
     (torch.bfloat16, 256, "softcap_causal", 1, 513, 513, 2, 2),
     (torch.float16, 256, "alibi_batch_causal", 2, 300, 300, 2, 2),
+    # Softcap with a window at d = 256: softcap's window loop (lean S descriptors) and ALiBi's
+    # window loop with softcap at run time.
+    (torch.float16, 256, "softcap_window", 1, 1000, 1500, 4, 2),
+    (torch.bfloat16, 256, "alibi_softcap_window_top_left", 2, 513, 300, 2, 2),
 ]
+# checks.MASKS and the windows of the d = 256 softcap cases above.
+EXTRA_MASKS = {
+    "softcap_window": dict(softcap=2.5, window=(200, 70)),
+    "alibi_softcap_window_top_left": dict(alibi="heads", softcap=1.5, window=(100, 30),
+                                          align_bottom_right=False),
+}
 
 
 def check_cases(tally):
@@ -58,12 +68,14 @@ def check_cases(tally):
         q = torch.randn(b, sq, hq, d, dtype=dtype, device="cuda")
         k, v = (torch.randn(b, sk, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
         with tally.case(name):
-            names = kernels_run(lambda: check_forward(cuda, q, k, v, MASKS[mask]))
+            spec = dict(MASKS, **EXTRA_MASKS)[mask]
+            names = kernels_run(lambda: check_forward(cuda, q, k, v, spec))
             assert_ran(names, "fwd_sm90_kernel", "Hopper kernel")
-    # A call the Hopper forward does not take stays on sm_80 (README's support table).
+    # A call the Hopper forward does not take stays on sm_80 (README's support table): a
+    # softmax scale <= 0 (ALiBi + softcap + a window, once the example, runs on Hopper now).
     q, k, v = (torch.randn(1, 200, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-    with tally.case("ALiBi + softcap + window stays on sm_80"):
-        names = kernels_run(lambda: check_forward(cuda, q, k, v, MASKS["all"]))
+    with tally.case("a negative softmax scale stays on sm_80"):
+        names = kernels_run(lambda: check_forward(cuda, q, k, v, MASKS["negative_scale"]))
         assert not any("fwd_sm90_kernel" in n for n in names) and any(
             "fwd_kernel_16bit" in n for n in names), f"expected the sm_80 kernel, ran {names}"
     check_attn_mask_cases(tally)
