@@ -20,8 +20,8 @@ bool any_descale(const AttnInputs& in) {
 // One FP8 refusal: what the kernel does not do yet.
 void refuse(bool given, const char* what) {
   TORCH_CHECK(!given, "flashattn: the FP8 (float8_e4m3fn) forward does not support ", what,
-              " yet; it runs head dim 128 with no mask or causal (either alignment), GQA, "
-              "seqused_q / seqused_k and varlen batches");
+              " yet; it runs head dim 128 with no mask, causal or a sliding window (either "
+              "alignment), softcap or not, GQA, seqused_q / seqused_k and varlen batches");
 }
 
 // fp32 [batch, heads_kv] on q's device, any strides.
@@ -67,13 +67,11 @@ void check_fp8_fwd(const AttnInputs& in) {
   TORCH_CHECK(in.q.size(-1) == kFp8HeadDim && in.v.size(-1) == kFp8HeadDim,
               "flashattn: the FP8 (float8_e4m3fn) forward supports head dim ", kFp8HeadDim,
               " only, got head_dim = ", in.q.size(-1), " and head_dim_v = ", in.v.size(-1));
-  refuse(in.softcap > 0.0, "softcap");
+  // Softcap and sliding windows (causal is the window (-1, 0)) are built, each with the other:
+  // kernel_list.py fwd_sm90_fp8's six loops. Their own checks (arg_checks) still apply.
   refuse(in.alibi_slopes.has_value(), "alibi_slopes");
   refuse(in.attn_mask.has_value(), "attn_mask");
   refuse(in.dropout_p > 0.0, "dropout");
-  // Causal is the window (-1, 0); any other bound is a sliding window.
-  refuse(in.window_left != -1 || (in.window_right != -1 && in.window_right != 0),
-         "a sliding window (window_size other than (-1, -1); causal=True is supported)");
   refuse(in.kv_cache(), "a paged or indexed KV cache (block_table, cache_batch_idx, "
          "cache_leftpad)");
   refuse(in.num_splits != 1, "split-KV (num_splits)");

@@ -211,7 +211,8 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream
 }
 
 // Runs the FP8 (e4m3) sm_90a forward (Element __nv_fp8_e4m3, kHeadDim 128: kernel_list.py
-// fwd_sm90_fp8) on p as planned (plan_fwd_fp8.h: no mask or causal, no split, no packed heads):
+// fwd_sm90_fp8) on p as planned (plan_fwd_fp8.h: no mask, causal or a local window, softcap or
+// not; no split, no packed heads):
 // q, k, v float8_e4m3fn, out bfloat16, the descales per (sequence, kv head) (params.h
 // Fp8Descales; null: 1). Calls after_launch() right after the launch.
 template <typename Element, int kHeadDim>
@@ -245,18 +246,21 @@ void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, cudaStre
   hp.v_descale = static_cast<const float*>(descales.v.ptr);
   hp.v_descale_batch_stride = descales.v.batch_stride;
   hp.v_descale_head_stride = descales.v.head_stride;
-  std::string launch_error;
-  switch (sm90_fwd_mask(p)) {
-    case Sm90FwdMask::kNone:
-      launch_error = hopper::launch_fwd_sm90<Element, kHeadDim, false>(maps, hp, stream);
-      break;
-    case Sm90FwdMask::kCausal:
-      launch_error = hopper::launch_fwd_sm90<Element, kHeadDim, true>(maps, hp, stream);
-      break;
-    case Sm90FwdMask::kLocal:
-      launch_error = "a local window is not built for FP8 (the plan's mistake)";
-      break;
-  }
+  // Six loops: no mask, causal or a local window, each with softcap or without.
+  const auto with_softcap = [&](auto cap) {
+    constexpr bool kSoftcap = decltype(cap)::value;
+    switch (sm90_fwd_mask(p)) {
+      case Sm90FwdMask::kCausal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, true, kSoftcap, false>(maps, hp, stream);
+      case Sm90FwdMask::kLocal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, true>(maps, hp, stream);
+      case Sm90FwdMask::kNone:
+        break;
+    }
+    return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, false>(maps, hp, stream);
+  };
+  const std::string launch_error =
+      p.softcap > 0.f ? with_softcap(std::true_type{}) : with_softcap(std::false_type{});
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a FP8 forward's launch: " + launch_error);
   }

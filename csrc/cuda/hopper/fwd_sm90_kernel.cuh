@@ -197,8 +197,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   using namespace flashattn::ptx;
   using Cfg = FwdSm90ConfigOf<Elem, kHeadDim, kGatherKv>;
   using OutElem = FwdSm90OutElem<Elem>;
-  static_assert(!Cfg::kTransposeV || !(kSoftcap || kLocal || kAlibi || kAttnMask || kDropout),
-                "the FP8 forward is built with no mask or causal only");
+  static_assert(!Cfg::kTransposeV || !(kAlibi || kAttnMask || kDropout),
+                "the FP8 forward is built with no mask, causal or a local window, softcap or not");
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   FLASHATTN_DYNAMIC_SMEM(unsigned char, smem_base);
   unsigned char* smem =
@@ -393,11 +393,17 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
   // Accumulator (or softcapped logit) units -> log2 units.
-  // The FP8 forward folds Q's and K's descale into it (and V's into 1 / l in the epilogue).
+  // The FP8 forward folds Q's and K's descale into it (and V's into 1 / l in the epilogue); with
+  // softcap the descales belong inside the tanh (softcap * tanh(s qd kd scale / softcap)), so
+  // they go into softcap's factor instead and exp2's stays log2(e).
   float exp2_scale = kSoftcap || kAlibi || kAttnMask ? cuda::kLog2e : p.scale_log2;
+  [[maybe_unused]] float fp8_scale_over_softcap = 0.f;  // kTransposeV && kSoftcap only
   if constexpr (Cfg::kTransposeV) {
-    exp2_scale *= fp8_descale(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, batch, kv_head) *
-                  fp8_descale(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, batch, kv_head);
+    const float qk_descale =
+        fp8_descale(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, batch, kv_head) *
+        fp8_descale(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, batch, kv_head);
+    if constexpr (kSoftcap) fp8_scale_over_softcap = p.scale_over_softcap * qk_descale;
+    else exp2_scale *= qk_descale;
   }
   const float alibi_slope = kAlibi || (kAttnMask && p.alibi_slopes != nullptr)
                                 ? p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride]
@@ -488,7 +494,9 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
                                              lane % 4);
   };
   auto scores_to_p = [&](int it, auto masked) {
-    if constexpr (kSoftcap) {
+    if constexpr (kSoftcap && Cfg::kTransposeV) {
+      apply_softcap(sacc, p.softcap, fp8_scale_over_softcap);
+    } else if constexpr (kSoftcap) {
       apply_softcap(sacc, p.softcap, p.scale_over_softcap);
     } else if constexpr (kAlibi || kAttnMask) {
       // The ALiBi and attn_mask loops take softcap at run time (uniform over the grid), not as
