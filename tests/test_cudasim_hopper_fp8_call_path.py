@@ -28,6 +28,9 @@ FP8 = torch.float8_e4m3fn
 D = 128
 BLOCK_N = 128  # the kernel's key tile at d = 128 (FwdSm90Config): where its running max moves
 KERNEL = "fwd_sm90_kernel<__nv_fp8_e4m3, 128, {causal}, false, false, false, false, false, false>"
+# The loop of a call: causal, softcap, local (a sliding window), the rest false.
+LOOP = ("fwd_sm90_kernel<__nv_fp8_e4m3, 128, {causal}, {softcap}, {local}, false, false, false, "
+        "false>")
 
 schedule = schedule_fixture([("forward", "lazy"), ("reverse", "eager"), ("random:31", "random")])
 
@@ -54,10 +57,15 @@ def descales(b, hkv, strided):
             torch.rand(b, hkv) * 1.5 + 0.25]
 
 
-def reference(q, k, v, causal, bottom_right, scale, qd=1.0, kd=1.0, vd=1.0):
-    """One sequence: q [Sq, Hq, D], k, v [Sk, Hkv, D] (e4m3), the descales per kv head ([Hkv]
-    or 1.0). Returns (out with P rounded as the kernel rounds it, out with P exact, the bound P's
-    rounding puts on their difference, lse), float64, out [Sq, Hq, D], lse [Hq, Sq]."""
+NO_MASK, CAUSAL = (-1, -1), (-1, 0)  # (window_left, window_right); -1 unbounded
+
+
+def reference(q, k, v, window, bottom_right, scale, qd=1.0, kd=1.0, vd=1.0, softcap=0.0):
+    """One sequence: q [Sq, Hq, D], k, v [Sk, Hkv, D] (e4m3), the window (left, right) (causal is
+    (-1, 0)), the descales per kv head ([Hkv] or 1.0), softcap (0: none; the logit is
+    softcap * tanh(s * descales * scale / softcap)). Returns (out with P rounded as the kernel
+    rounds it, out with P exact, the bound P's rounding puts on their difference, lse), float64,
+    out [Sq, Hq, D], lse [Hq, Sq]."""
     sq, hq, _ = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
@@ -66,9 +74,19 @@ def reference(q, k, v, causal, bottom_right, scale, qd=1.0, kd=1.0, vd=1.0):
     qq, kk, vv = (t.double().transpose(0, 1) for t in (q, k, v))  # [H, S, D]
     kk, vv = kk.repeat_interleave(g, 0), vv.repeat_interleave(g, 0)
     s = (qq @ kk.transpose(-1, -2)) * scale * per_head(qd) * per_head(kd)
-    if causal:
-        keep = torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq if bottom_right else 0)
-        s = s.masked_fill(~keep, float("-inf"))
+    if softcap > 0:
+        s = softcap * (s / softcap).tanh()
+    left, right = window
+    # Row i sees key j iff i + off - left <= j <= i + off + right (params.h), each bound only
+    # where it is >= 0; off = Sk - Sq bottom-right, 0 top-left.
+    diag = torch.arange(sq)[:, None] + (sk - sq if bottom_right else 0)
+    j = torch.arange(sk)[None, :]
+    keep = torch.ones(sq, sk, dtype=torch.bool)
+    if left >= 0:
+        keep &= j >= diag - left
+    if right >= 0:
+        keep &= j <= diag + right
+    s = s.masked_fill(~keep, float("-inf"))
     m = s.amax(-1, keepdim=True) if sk else torch.full((hq, sq, 1), float("-inf"), dtype=torch.float64)
     tiles = max((sk + BLOCK_N - 1) // BLOCK_N, 1)
     tile_max = torch.stack([s[..., n * BLOCK_N:(n + 1) * BLOCK_N].amax(-1) if sk else m[..., 0]
@@ -155,7 +173,8 @@ def test_fp8_forward_through_flash_attn_func(schedule, sim_front_ends, mask, b, 
     assert lse.dtype == torch.float32 and lse.shape == (b, hq, sq)
     for i in range(b):
         per = (lambda x: 1.0 if x is None else x[i])  # noqa: E731
-        want = reference(q[i], k[i], v[i], causal, bottom_right, scale, per(qd), per(kd), per(vd))
+        want = reference(q[i], k[i], v[i], CAUSAL if causal else NO_MASK, bottom_right, scale,
+                         per(qd), per(kd), per(vd))
         check_sequence(out[i], lse[i], want)
     if causal and bottom_right and sq > sk:
         assert (out[:, : sq - sk] == 0).all() and (lse[:, :, : sq - sk] == float("-inf")).all()
@@ -187,7 +206,8 @@ def test_fp8_forward_through_flash_attn_varlen_func(schedule, sim_front_ends, ca
     assert out.dtype == torch.bfloat16 and lse.shape == (hq, q.shape[0])
     for i in range(b):
         rq, rk = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
-        want = reference(q[rq], k[rk], v[rk], causal, True, 1 / math.sqrt(D), qd[i], kd[i], vd[i])
+        want = reference(q[rq], k[rk], v[rk], CAUSAL if causal else NO_MASK, True, 1 / math.sqrt(D),
+                         qd[i], kd[i], vd[i])
         check_sequence(out[rq], lse[:, rq], want)
     assert (out[int(cu_q[-1]):] == 0).all() and (lse[:, int(cu_q[-1]):] == float("-inf")).all()
 
@@ -208,7 +228,97 @@ def test_fp8_forward_with_seqused(schedule, sim_front_ends, causal):
     assert len(kernels) == 1 and KERNEL.format(causal=str(causal).lower()) in kernels[0], kernels
     for i in range(b):
         nq, nk = int(used_q[i]), int(used_k[i])
-        want = reference(q[i, :nq], k[i, :nk], v[i, :nk], causal, True, 1 / math.sqrt(D), qd[i],
-                         kd[i], vd[i])
+        want = reference(q[i, :nq], k[i, :nk], v[i, :nk], CAUSAL if causal else NO_MASK, True,
+                         1 / math.sqrt(D), qd[i], kd[i], vd[i])
         check_sequence(out[i, :nq], lse[i, :, :nq], want)
         assert (out[i, nq:] == 0).all() and (lse[i, :, nq:] == float("-inf")).all()
+
+
+# Sliding windows and softcap (the loops local, softcap, causal + softcap, local + softcap):
+# (window (left, right), bottom-right?, softcap, B, Sq, Sk, Hq, Hkv, K/V [B, H, S, D], descales).
+# The windows: (0, 0) (the diagonal alone), narrow ones crossing key-tile edges, one side
+# unbounded, rows that see no key (0 / -inf: (-1, 5) bottom-right with Sq > Sk, (3, 7) top-left
+# with Sq > Sk + 10), and wider than the keys. softcap 0.7 and 2 bend logits of about +-2
+# (the tanh matters), with descales far from 1 (they act inside the tanh).
+WINDOW_SOFTCAP = [
+    ((0, 0), True, 0.0, 1, 65, 129, 2, 1, True, "plain"),
+    ((0, 0), False, 0.0, 2, 7, 7, 1, 1, False, None),
+    ((3, 7), False, 0.0, 1, 129, 65, 2, 2, False, "strided"),
+    ((-1, 5), True, 0.0, 1, 127, 63, 4, 2, True, "plain"),
+    ((130, 0), True, 0.0, 1, 7, 257, 2, 1, False, "strided"),
+    ((200, -1), False, 0.0, 1, 257, 129, 1, 1, False, "plain"),
+    ((64, 1), True, 0.0, 1, 1, 1, 1, 1, False, "strided"),
+    ((20, 129), True, 0.0, 1, 257, 257, 2, 1, True, "plain"),
+    (NO_MASK, True, 0.7, 1, 65, 129, 2, 1, True, "strided"),
+    (NO_MASK, True, 2.0, 2, 127, 63, 1, 1, False, None),
+    (CAUSAL, True, 0.7, 1, 129, 65, 2, 2, False, "plain"),
+    (CAUSAL, False, 2.0, 1, 63, 257, 4, 2, True, "strided"),
+    ((10, 3), True, 0.7, 1, 129, 257, 2, 1, False, "plain"),
+    ((0, 40), False, 2.0, 1, 257, 65, 2, 2, True, "strided"),
+]
+
+
+@pytest.mark.parametrize("window, bottom_right, softcap, b, sq, sk, hq, hkv, kv_bhsd, scales",
+                         WINDOW_SOFTCAP, ids=lambda x: str(x))
+def test_fp8_forward_with_window_and_softcap(schedule, sim_front_ends, window, bottom_right,
+                                             softcap, b, sq, sk, hq, hkv, kv_bhsd, scales):
+    sim = sim_front_ends
+    q = fp8(b, sq, hq, D)
+    if kv_bhsd:
+        k, v = (fp8(b, hkv, sk, D).transpose(1, 2) for _ in range(2))
+    else:
+        k, v = fp8(b, sk, hkv, D), fp8(b, sk, hkv, D)
+    qd, kd, vd = descales(b, hkv, scales == "strided") if scales else (None, None, None)
+    scale = 1.0 / math.sqrt(D)
+    if bottom_right:  # flash_attn_func: causal=True, or window_size
+        causal = window == CAUSAL
+        (out, lse, _), kernels = run_counted(sim, lambda: flashattn.flash_attn_func(
+            q, k, v, causal=causal, window_size=NO_MASK if causal else window, softcap=softcap,
+            return_attn_probs=True, q_descale=qd, k_descale=kd, v_descale=vd))
+    else:  # top-left: the op's align_bottom_right
+        (out, lse), kernels = run_counted(sim, lambda: sim.ops.fwd(
+            q, k, v, window_left=window[0], window_right=window[1], softcap=softcap,
+            align_bottom_right=False, q_descale=qd, k_descale=kd, v_descale=vd))
+    loop = LOOP.format(causal=str(window == CAUSAL).lower(), softcap=str(softcap > 0).lower(),
+                       local=str(window not in (CAUSAL, NO_MASK)).lower())
+    assert len(kernels) == 1 and loop in kernels[0], kernels
+    assert out.dtype == torch.bfloat16 and out.shape == (b, sq, hq, D)
+    for i in range(b):
+        per = (lambda x: 1.0 if x is None else x[i])  # noqa: E731
+        want = reference(q[i], k[i], v[i], window, bottom_right, scale, per(qd), per(kd), per(vd),
+                         softcap)
+        check_sequence(out[i], lse[i], want)
+        if window in ((-1, 5), (3, 7)):  # these shapes leave rows that see no key
+            assert (~want[3].isfinite()).any()
+
+
+# Varlen with a window (and with softcap): (window, softcap, lengths of q, of k, Hq, Hkv).
+VARLEN_WINDOW = [
+    ((5, 2), 0.0, [65, 1, 130], [129, 7, 200], 2, 1),
+    ((0, 0), 1.0, [129, 0, 40], [60, 33, 40], 2, 2),
+    ((40, -1), 0.7, [7, 257], [257, 7], 1, 1),
+]
+
+
+@pytest.mark.parametrize("window, softcap, lens_q, lens_k, hq, hkv", VARLEN_WINDOW,
+                         ids=lambda x: str(x))
+def test_fp8_varlen_with_window_and_softcap(schedule, sim_front_ends, window, softcap, lens_q,
+                                            lens_k, hq, hkv):
+    sim = sim_front_ends
+    b = len(lens_q)
+    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    q = fp8(int(cu_q[-1]) + 3, hq, D)  # three rows past the last sequence: 0 / -inf
+    k, v = fp8(int(cu_k[-1]), hkv, D), fp8(int(cu_k[-1]), hkv, D)
+    qd, kd, vd = descales(b, hkv, strided=True)
+    (out, lse, _), kernels = run_counted(sim, lambda: flashattn.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), window_size=window, softcap=softcap,
+        return_attn_probs=True, q_descale=qd, k_descale=kd, v_descale=vd))
+    loop = LOOP.format(causal="false", softcap=str(softcap > 0).lower(), local="true")
+    assert len(kernels) == 1 and loop in kernels[0], kernels
+    for i in range(b):
+        rq, rk = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
+        want = reference(q[rq], k[rk], v[rk], window, True, 1 / math.sqrt(D), qd[i], kd[i],
+                         vd[i], softcap)
+        check_sequence(out[rq], lse[:, rq], want)
+    assert (out[int(cu_q[-1]):] == 0).all() and (lse[:, int(cu_q[-1]):] == float("-inf")).all()

@@ -98,13 +98,11 @@ def test_cuda_backward_refuses_fp8(h100):
 
 
 # (argument, its value, what the error names), each with otherwise acceptable FP8 inputs.
+# (softcap and sliding windows are built: test_fp8_takes_softcap_and_windows below.)
 REFUSED = [
-    ("softcap", 5.0, "softcap"),
     ("alibi_slopes", torch.ones(2), "alibi_slopes"),
     ("attn_mask", torch.ones(1, 2, 9, 17, dtype=torch.bool), "attn_mask"),
     ("dropout_p", 0.1, "dropout"),
-    ("window_left", 4, "a sliding window"),
-    ("window_right", 3, "a sliding window"),
     ("block_offsets", torch.zeros(1, 5, dtype=torch.int32), "block_offsets"),
     ("out_fp32", True, "out_fp32"),
 ]
@@ -204,3 +202,31 @@ def test_fp8_plan(h100):
     assert plan["fp8"] and plan["arch"] == "sm90" and plan["num_splits"] == 1
     assert plan["packed_heads"] == 1 and not plan["merges"]
     assert plan["grid"] == [3, 4, 2]  # 128-row query tiles, heads, batches
+
+
+# Softcap and sliding windows (each with the other, causal or not) plan the FP8 loop of their
+# features; test_cudasim_hopper_fp8_call_path.py runs them against the reference.
+@pytest.mark.parametrize("extra, local", [
+    ({"softcap": 5.0}, False),
+    ({"softcap": 5.0, "causal": True}, False),
+    ({"window_left": 4}, True),
+    ({"window_right": 3}, True),
+    ({"window_left": 0, "window_right": 0, "softcap": 2.0}, True),
+    ({"window_left": 4, "align_bottom_right": False}, True),
+], ids=str)
+def test_fp8_takes_softcap_and_windows(h100, extra, local):
+    import json
+    plan = json.loads(h100.plan_fwd(*qkv(), cc_major=9, hopper_fwd=True, **extra))
+    assert plan["fp8"] and plan["arch"] == "sm90"
+
+
+# Softcap's and the window's own checks still apply to FP8 inputs (attn_args.cpp), not an FP8
+# refusal.
+@pytest.mark.parametrize("extra, message", [
+    ({"softcap": -1.0}, "softcap must be >= 0"),
+    ({"window_left": -2}, r"window_size\[0\] \(left\) must be -1"),
+    ({"window_right": -3}, r"window_size\[1\] \(right\) must be -1"),
+], ids=str)
+def test_fp8_softcap_and_window_arguments_checked(h100, extra, message):
+    with pytest.raises(RuntimeError, match=message):
+        h100.fwd(*qkv(), **extra)
