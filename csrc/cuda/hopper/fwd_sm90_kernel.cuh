@@ -24,11 +24,11 @@
 //   crosses from memory once per kv head. Q and O move as TMA boxes of (d, g heads, tokens); the
 //   mask takes each row's token, O's split parts and the LSE each row's (token, query head). The
 //   main loop is the same (the mapping is a run-time value, 1 without packing).
-// - FP8 (Elem = __nv_fp8_e4m3, d = 128, no mask or causal): the same loop on k32 steps. e4m3
-//   wgmma takes K-major operands only, so the whole producer warpgroup transposes each V tile
-//   into V^T after its load (fwd_sm90_transpose_v.cuh, vt_full[s]) and P V reads V^T; P is
-//   rounded to e4m3 in registers; Q's and K's descales fold into the exp2 scale, V's into 1 / l;
-//   O is bf16.
+// - FP8 (Elem = __nv_fp8_e4m3, d = 128, no mask, causal or a local window, softcap or not): the
+//   same loop on k32 steps. e4m3 wgmma takes K-major operands only, so the whole producer
+//   warpgroup transposes each V tile into V^T after its load (fwd_sm90_transpose_v.cuh,
+//   vt_full[s]) and P V reads V^T; P is rounded to e4m3 in registers; Q's and K's descales fold
+//   into the exp2 scale (with softcap into its tanh's factor), V's into 1 / l; O is bf16.
 //
 // Lines marked "// SITE:name" are named by tests/test_cudasim_hopper_fwd.py.
 #pragma once
