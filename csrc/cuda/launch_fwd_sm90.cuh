@@ -95,6 +95,26 @@ inline hopper::FwdSm90Params sm90_params(const AttnParams& p, float* split_scrat
   hp.dropout = p.dropout;
   return hp;
 }
+
+// The plain loops, for any Element (16-bit or e4m3): causal, a local window or no mask, each with
+// softcap or without, each its own instantiation.
+template <typename Element, int kHeadDim>
+std::string launch_fwd_sm90_plain(Sm90FwdMask mask, bool softcap, const hopper::FwdSm90Maps& maps,
+                                  const hopper::FwdSm90Params& hp, void* stream) {
+  const auto with_softcap = [&](auto cap) {
+    constexpr bool kSoftcap = decltype(cap)::value;
+    switch (mask) {
+      case Sm90FwdMask::kCausal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, true, kSoftcap, false>(maps, hp, stream);
+      case Sm90FwdMask::kLocal:
+        return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, true>(maps, hp, stream);
+      case Sm90FwdMask::kNone:
+        break;
+    }
+    return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, false>(maps, hp, stream);
+  };
+  return softcap ? with_softcap(std::true_type{}) : with_softcap(std::false_type{});
+}
 }  // namespace detail
 
 // The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90_FWD): causal,
@@ -160,19 +180,7 @@ std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopp
     }
     return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, true>(maps, hp, stream);
   }
-  const auto with_softcap = [&](auto cap) {
-    constexpr bool kSoftcap = decltype(cap)::value;
-    switch (mask) {
-      case Sm90FwdMask::kCausal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, true, kSoftcap, false>(maps, hp, stream);
-      case Sm90FwdMask::kLocal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, true>(maps, hp, stream);
-      case Sm90FwdMask::kNone:
-        break;
-    }
-    return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, false>(maps, hp, stream);
-  };
-  return softcap ? with_softcap(std::true_type{}) : with_softcap(std::false_type{});
+  return detail::launch_fwd_sm90_plain<Element, kHeadDim>(mask, softcap, maps, hp, stream);
 }
 
 // Runs the sm_90a forward for an Element (__half or __nv_bfloat16) and kHeadDim == p.head_dim on
@@ -247,20 +255,8 @@ void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, cudaStre
   hp.v_descale_batch_stride = descales.v.batch_stride;
   hp.v_descale_head_stride = descales.v.head_stride;
   // Six loops: no mask, causal or a local window, each with softcap or without.
-  const auto with_softcap = [&](auto cap) {
-    constexpr bool kSoftcap = decltype(cap)::value;
-    switch (sm90_fwd_mask(p)) {
-      case Sm90FwdMask::kCausal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, true, kSoftcap, false>(maps, hp, stream);
-      case Sm90FwdMask::kLocal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, true>(maps, hp, stream);
-      case Sm90FwdMask::kNone:
-        break;
-    }
-    return hopper::launch_fwd_sm90<Element, kHeadDim, false, kSoftcap, false>(maps, hp, stream);
-  };
-  const std::string launch_error =
-      p.softcap > 0.f ? with_softcap(std::true_type{}) : with_softcap(std::false_type{});
+  const std::string launch_error = detail::launch_fwd_sm90_plain<Element, kHeadDim>(
+      sm90_fwd_mask(p), p.softcap > 0.f, maps, hp, stream);
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a FP8 forward's launch: " + launch_error);
   }
