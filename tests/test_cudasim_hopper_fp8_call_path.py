@@ -59,6 +59,18 @@ def descales(b, hkv, strided):
             torch.rand(b, hkv) * 1.5 + 0.25]
 
 
+def dense_inputs(b, sq, sk, hq, hkv, kv_bhsd, scales):
+    """q [b, sq, hq, D], k and v [b, sk, hkv, D] (kv_bhsd: stored [b, hkv, sk, D] and viewed
+    so), and the three descales (None without `scales`; "strided": descales(strided=True))."""
+    q = fp8(b, sq, hq, D)
+    if kv_bhsd:
+        k, v = (fp8(b, hkv, sk, D).transpose(1, 2) for _ in range(2))
+    else:
+        k, v = fp8(b, sk, hkv, D), fp8(b, sk, hkv, D)
+    qd, kd, vd = descales(b, hkv, scales == "strided") if scales else (None, None, None)
+    return q, k, v, qd, kd, vd
+
+
 NO_MASK, CAUSAL = (-1, -1), (-1, 0)  # (window_left, window_right); -1 unbounded
 
 
@@ -164,12 +176,7 @@ DENSE = [
 def test_fp8_forward_through_flash_attn_func(schedule, sim_front_ends, mask, b, sq, sk, hq, hkv,
                                              kv_bhsd, scales):
     sim = sim_front_ends
-    q = fp8(b, sq, hq, D)
-    if kv_bhsd:
-        k, v = (fp8(b, hkv, sk, D).transpose(1, 2) for _ in range(2))
-    else:
-        k, v = fp8(b, sk, hkv, D), fp8(b, sk, hkv, D)
-    qd, kd, vd = descales(b, hkv, scales == "strided") if scales else (None, None, None)
+    q, k, v, qd, kd, vd = dense_inputs(b, sq, sk, hq, hkv, kv_bhsd, scales)
     causal = mask != "none"
     bottom_right = mask != "causal_top_left"
     scale = 1.0 / math.sqrt(D)
@@ -277,12 +284,7 @@ WINDOW_SOFTCAP = [
 def test_fp8_forward_with_window_and_softcap(schedule, sim_front_ends, window, bottom_right,
                                              softcap, b, sq, sk, hq, hkv, kv_bhsd, scales):
     sim = sim_front_ends
-    q = fp8(b, sq, hq, D)
-    if kv_bhsd:
-        k, v = (fp8(b, hkv, sk, D).transpose(1, 2) for _ in range(2))
-    else:
-        k, v = fp8(b, sk, hkv, D), fp8(b, sk, hkv, D)
-    qd, kd, vd = descales(b, hkv, scales == "strided") if scales else (None, None, None)
+    q, k, v, qd, kd, vd = dense_inputs(b, sq, sk, hq, hkv, kv_bhsd, scales)
     scale = 1.0 / math.sqrt(D)
     if bottom_right:  # flash_attn_func: causal=True, or window_size
         causal = window == CAUSAL

@@ -12,7 +12,6 @@ Exit status: nvcc's.
 """
 import argparse
 import os
-import runpy
 import subprocess
 import sys
 import sysconfig
