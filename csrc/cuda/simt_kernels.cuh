@@ -44,13 +44,23 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-// Dot product of two smem rows of kHeadDim floats.
+// Dot product of two smem rows of kHeadDim floats, in four interleaved partial sums added pairwise:
+// one chain of kHeadDim fmaf rounds each step at the whole sum's size, and the backward's
+// dS = P (dP - D) of a row that sees one key is that rounding (D is a warp tree sum): four chains
+// cut dK's error there by 30% (docs/lab/2026-12-04-simt-summation.md), and give the FMA pipe
+// four independent chains.
 template <int kHeadDim>
 __device__ __forceinline__ float dot_row(const float* a, const float* b) {
-  float sum = 0.f;
-#pragma unroll 8
-  for (int c = 0; c < kHeadDim; ++c) sum = fmaf(FLASHATTN_SMEM(a)[c], FLASHATTN_SMEM(b)[c], sum);
-  return sum;
+  constexpr int kChains = 4;
+  static_assert(kHeadDim % kChains == 0, "head-dim tiles are multiples of 32");
+  float sum[kChains] = {};
+#pragma unroll 2
+  for (int c = 0; c < kHeadDim; c += kChains) {
+#pragma unroll
+    for (int k = 0; k < kChains; ++k)
+      sum[k] = fmaf(FLASHATTN_SMEM(a)[c + k], FLASHATTN_SMEM(b)[c + k], sum[k]);
+  }
+  return (sum[0] + sum[1]) + (sum[2] + sum[3]);
 }
 
 // acc[t] += sum over lanes j of coef_j * rows[j][lane + 32 t]  (coef_j is lane j's coef).
