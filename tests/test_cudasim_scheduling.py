@@ -65,6 +65,27 @@ def test_schedule_names_round_trip():
     assert out.stdout.split() == ["forward", "reverse", "random:0", "random:18446744073709551615"]
 
 
+@pytest.mark.parametrize("env, expected", [(None, 2), ("3", 3), ("1", 1)])
+def test_sm_count_from_environment_default_two_and_overridable(monkeypatch, env, expected):
+    """cudasim::sm_count(): CUDASIM_SM_COUNT, else 2 (persistent launches size their grids by it);
+    set_sm_count overrides until clear_sm_count, and refuses a count below 1."""
+    if env is None:
+        monkeypatch.delenv("CUDASIM_SM_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("CUDASIM_SM_COUNT", env)
+    out = run(program("scheduling_test"), "sm_count")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert out.stdout.splitlines()[0].split() == [str(expected), "5", str(expected)], out.stdout
+    assert "set_sm_count(0)" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("env", ["0", "-1", "x", "1234567"])
+def test_sm_count_refuses_a_bad_environment(monkeypatch, env):
+    monkeypatch.setenv("CUDASIM_SM_COUNT", env)
+    out = run(program("scheduling_test"), "sm_count")
+    assert out.returncode == 3 and "bad CUDASIM_SM_COUNT '%s'" % env in out.stdout, out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("schedule", ["forward", "random:4"])
 def test_builtins_atomics_and_conversions(schedule):
     out = run(program("scheduling_test"), "builtins", schedule=schedule)

@@ -90,6 +90,14 @@ void set_copy_completion(CopyCompletion completion);  // for every later launch
 void clear_copy_completion();
 CopyCompletion active_copy_completion(const Schedule& schedule);
 
+// The device's SM count (cudaDevAttrMultiProcessorCount on hardware), which a persistent launch
+// sizes its grid by. The env var CUDASIM_SM_COUNT (a positive integer), else 2: small, so that a
+// persistent kernel's CTAs walk several tiles in any test with more than two. set_sm_count()
+// overrides both for every later call; clear_sm_count() goes back to them.
+int sm_count();  // throws SimError on a malformed CUDASIM_SM_COUNT
+void set_sm_count(int count);  // throws SimError unless count > 0
+void clear_sm_count();
+
 // The launch, as kernel<<<grid, block, smem_bytes>>>(args...) would do it, run to completion on
 // the calling host thread. Throws SimError. Messages name the kernel by its symbol when the
 // dynamic symbol table has it, else by name_hint (may be null), else by address.

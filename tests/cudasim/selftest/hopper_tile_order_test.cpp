@@ -3,7 +3,8 @@
 //   hopper_tile_order_test work_list natural|ordered SQ SK D CAUSAL BATCH HEADS
 // bijection: over awkward lengths, splits 1 and 3, several heads and batches, causal (both
 // alignments), local windows and neither, with the computed sections and forced small ones, every
-// (query block, part, head, batch) of the grid is the tile of exactly one launch place.
+// (query block, part, head, batch) of the grid is the tile of exactly one launch place, and a
+// walk's place (fwd_sm90_tile_at) takes its grid CTA's tile, with as many places as tiles.
 // work: in launch order, the key tiles of each CTA (KeyTiles, as the kernel counts them) never
 // grow within a section for causal and one-edged windows: CTA by CTA within a query block, and
 // query block by query block (from one block to the next, split-KV's parts may grow by one tile,
@@ -166,10 +167,27 @@ int check_bijection() {
           return 1;
         }
       }
+      // A walk's places (fwd_sm90_tile_at) are the grid's CTAs, place by place.
+      const std::vector<FwdSm90Tile> grid = launch_order(o);
+      if (flashattn::hopper::fwd_sm90_tile_places(o) != grid.size()) {
+        std::printf("FAIL: %u places for %zu tiles: %s\n", flashattn::hopper::fwd_sm90_tile_places(o), grid.size(),
+                    describe(c, o.section).c_str());
+        return 1;
+      }
+      for (size_t place = 0; place < grid.size(); ++place) {
+        const FwdSm90Tile t = flashattn::hopper::fwd_sm90_tile_at(o, static_cast<unsigned>(place));
+        const FwdSm90Tile& g = grid[place];
+        if (t.m_block != g.m_block || t.split != g.split || t.head != g.head || t.batch != g.batch) {
+          std::printf("FAIL: place %zu takes tile (%d, %d, %d, %d), its grid CTA (%d, %d, %d, %d): %s\n", place,
+                      t.m_block, t.split, t.head, t.batch, g.m_block, g.split, g.head, g.batch,
+                      describe(c, o.section).c_str());
+          return 1;
+        }
+      }
       ++checked;
     }
   }
-  std::printf("ok: bijection d=%d, %d orders\n", kHeadDim, checked);
+  std::printf("ok: bijection d=%d, %d orders, every walk place its grid CTA\n", kHeadDim, checked);
   return 0;
 }
 

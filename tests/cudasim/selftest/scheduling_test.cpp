@@ -117,10 +117,20 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "builtins") return check_builtins();
+    if (mode == "sm_count") {
+      // The environment's count (or the default), set_sm_count's, then the environment's again.
+      std::printf("%d ", cudasim::sm_count());
+      cudasim::set_sm_count(5);
+      std::printf("%d ", cudasim::sm_count());
+      cudasim::clear_sm_count();
+      std::printf("%d\n", cudasim::sm_count());
+      cudasim::set_sm_count(0);  // refused: SimError
+      return 0;
+    }
   } catch (const cudasim::SimError& e) {
     std::printf("SimError: %s\n", e.what());
     return 3;
   }
-  std::fprintf(stderr, "usage: %s order|api_order|names|builtins\n", argv[0]);
+  std::fprintf(stderr, "usage: %s order|api_order|names|builtins|sm_count\n", argv[0]);
   return 64;
 }

@@ -96,6 +96,35 @@ CopyCompletion active_copy_completion(const Schedule& schedule) {
   return schedule.order == Order::Random ? CopyCompletion::Random : CopyCompletion::Lazy;
 }
 
+namespace {
+std::optional<int> sm_count_override;
+constexpr int kDefaultSmCount = 2;
+}  // namespace
+
+int sm_count() {
+  {
+    std::lock_guard<std::mutex> lock(override_mutex);
+    if (sm_count_override) return *sm_count_override;
+  }
+  const char* env = std::getenv("CUDASIM_SM_COUNT");
+  if (env == nullptr || *env == '\0') return kDefaultSmCount;
+  const std::string text(env);
+  if (text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos || std::atoi(env) <= 0)
+    throw SimError("cudasim: bad CUDASIM_SM_COUNT '" + text + "': expected a positive integer (1 to 999999)");
+  return std::atoi(env);
+}
+
+void set_sm_count(int count) {
+  if (count <= 0) throw SimError("cudasim: set_sm_count(" + std::to_string(count) + "): expected a positive count");
+  std::lock_guard<std::mutex> lock(override_mutex);
+  sm_count_override = count;
+}
+
+void clear_sm_count() {
+  std::lock_guard<std::mutex> lock(override_mutex);
+  sm_count_override.reset();
+}
+
 namespace detail {
 
 int stalled_warpgroup() {
