@@ -117,4 +117,21 @@ __host__ __device__ __forceinline__ FwdSm90Tile fwd_sm90_tile(const FwdSm90TileO
   return t;
 }
 
+// Places in the launch order: one per tile of the grid (query blocks x splits x heads x batches).
+__host__ __device__ __forceinline__ unsigned fwd_sm90_tile_places(const FwdSm90TileOrder& o) {
+  return static_cast<unsigned>(o.m_blocks) * static_cast<unsigned>(o.splits) * static_cast<unsigned>(o.heads) *
+         static_cast<unsigned>(o.batches);
+}
+
+// The tile at `place` (< fwd_sm90_tile_places) of the launch order: the tile the CTA at that place
+// of the full grid computes (x fastest, then y, then z, as the hardware starts them). A walk that
+// hands out places in rising order (a CTA taking the next place from a counter) visits the tiles in
+// the grid's heavy-first order, from this one source of the order.
+__host__ __device__ __forceinline__ FwdSm90Tile fwd_sm90_tile_at(const FwdSm90TileOrder& o, unsigned place) {
+  const unsigned x_extent = static_cast<unsigned>(o.m_blocks) * static_cast<unsigned>(o.splits);
+  const unsigned row = place / x_extent;
+  const unsigned heads = static_cast<unsigned>(o.heads);
+  return fwd_sm90_tile(o, place % x_extent, row % heads, row / heads);
+}
+
 }  // namespace flashattn::hopper
