@@ -69,6 +69,19 @@ def test_hopper_forward_through_the_library(schedule, hopper, dtype, d, mask, b,
         assert (lse[:, :, : sq - sk] == float("-inf")).all()
 
 
+@pytest.mark.parametrize("d, mask, walks", [(64, "causal", True), (64, "window", True), (128, "none", True),
+                                            (128, "window", False), (256, "causal", False)])
+def test_hopper_forward_walks_on_one_cta_per_sm(hopper, d, mask, walks):
+    """The kernels that walk tiles (hopper/fwd_sm90_walk.h: d = 64 no mask, causal, local; d = 128
+    no mask, causal) launch min(tiles, SMs) CTAs, here the shim's 2 SMs (cudasim::sm_count) for 3
+    query blocks x 2 heads x 2 sequences; the others one CTA per tile, (3, 2, 2)."""
+    q, k, v = qkv(2, 257, 257, 2, 2, d, torch.bfloat16)
+    (out, lse), counters = hopper.counted(lambda: check_forward(hopper, q, k, v, MASKS[mask]))
+    kernels = launched(counters)
+    assert len(kernels) == 1 and "fwd_sm90_kernel<" in kernels[0], kernels
+    assert counters["launches"][0]["grid"] == ([2, 1, 1] if walks else [3, 2, 2])
+
+
 @pytest.mark.parametrize("dtype, d, mask", [(torch.bfloat16, 64, "causal"),
                                             (torch.float16, 128, "none"),
                                             (torch.bfloat16, 128, "causal_top_left"),

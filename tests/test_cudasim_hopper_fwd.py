@@ -2,7 +2,8 @@
 FlashAttention tolerance of a float64 reference (selftest/hopper_fwd_test.cpp) for bf16 and f16,
 d = 64, 128 and 256, causal (bottom-right and top-left) and not, local windows, softcap, ALiBi, awkward
 Sq / Sk both ways, GQA, batch > 1 and two K/V layouts, under every schedule and copy
-completion; the key-tile ranges against brute force. Its GPU side (tests/cudasim/hopper_fwd.py)
+completion; the dense kernels' dynamic tile walk at 1, 2 and 3 SMs; the key-tile ranges against
+brute force. Its GPU side (tests/cudasim/hopper_fwd.py)
 must keep compiling for sm_90a with no spills."""
 import os
 import subprocess
@@ -27,6 +28,24 @@ CASES = ["bf16_d64", "bf16_d128", "f16_d64", "f16_d128", "bf16_d128_causal", "bf
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("case", CASES)
 def test_forward_matches_float64(case, schedule, completion):
+    out = run(program("hopper_fwd_test"), case, schedule=schedule, completion=completion)
+    assert_every_line_ok(out)
+
+
+WALK_CASES = ["walk_bf16_d64_causal", "walk_f16_d64_local", "walk_bf16_d128"]
+
+
+@pytest.mark.parametrize("completion", COMPLETIONS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("sms", [1, 2, 3])
+@pytest.mark.parametrize("case", WALK_CASES)
+def test_walk_matches_float64(monkeypatch, case, sms, schedule, completion):
+    """The dense kernels' dynamic walk (hopper/fwd_sm90_walk.h; d = 64 no mask, causal and local,
+    d = 128 no mask and causal) at 1, 2 and 3 SMs: min(tiles, SMs)
+    CTAs, each taking places from the launch's counter until it is spent. The shim runs blocks one
+    after another, so the first CTA of the schedule takes every tile: up to 18 tiles of 0-3 key
+    tiles each through one CTA's barriers. (The matrix above runs at the shim's default 2 SMs.)"""
+    monkeypatch.setenv("CUDASIM_SM_COUNT", str(sms))
     out = run(program("hopper_fwd_test"), case, schedule=schedule, completion=completion)
     assert_every_line_ok(out)
 

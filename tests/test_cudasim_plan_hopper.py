@@ -34,12 +34,12 @@ from test_cudasim_plan import SM80, SM90, plan_bwd, plan_fwd, qkv
 
 HOPPER = dict(SM90, hopper_fwd=True)
 SPLIT_SEQLENS_K = (512, 8192, 32768, 131072)
-# (128 query rows + 2 x 2 x kBlockN keys) x d x 2 bytes + 8 mbarriers x 8 + 1024; kBlockN = 128,
-# and 64 at d = 256.
-HOPPER_SMEM = {64: 83008, 128: 164928, 256: 197696}
+# (128 query rows + 2 x 2 x kBlockN keys) x d x 2 bytes + 8 mbarriers x 8 + 24 (the walk's
+# q_empty and tile slot, hopper/fwd_sm90_walk.h) + 1024; kBlockN = 128, and 64 at d = 256.
+HOPPER_SMEM = {64: 83032, 128: 164952, 256: 197720}
 # A gathered KV cache's ring: 3 stages up to d = 128 (hopper/fwd_sm90_config.h
 # fwd_sm90_gather_stages), so 11 mbarriers; 2 at d = 256, as dense.
-HOPPER_GATHER_SMEM = {64: 115800, 128: 230488, 256: 197696}
+HOPPER_GATHER_SMEM = {64: 115824, 128: 230512, 256: 197720}
 
 
 @pytest.fixture(scope="module")

@@ -105,7 +105,13 @@ struct CudaExecutor {
       }
     }
     float* scratch = plan.merges() ? split_scratch.data_ptr<float>() : nullptr;
-    launch_fwd(plan, scratch, Device::stream(q), &Device::check_launch);
+    // The sm_90a forward's place counter (hopper/fwd_sm90_walk.h): the call's own, from the
+    // caching allocator on q's device, so that launches on concurrent streams never share one;
+    // the launch zeroes it on its stream.
+    at::Tensor tile_counter;
+    if (plan.kernels.arch == Arch::kSm90) tile_counter = at::empty({1}, q.options().dtype(at::kInt));
+    unsigned* counter = tile_counter.defined() ? reinterpret_cast<unsigned*>(tile_counter.data_ptr<int>()) : nullptr;
+    launch_fwd(plan, scratch, counter, Device::stream(q), &Device::check_launch);
   }
 
   // The FP8 forward: refused, with the plan's reason, wherever its one kernel cannot run the call

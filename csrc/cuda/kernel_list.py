@@ -71,7 +71,7 @@ FAMILIES = {
     "fwd_sm90": dict(
         header="launch_fwd_sm90.cuh", prefix="fwd", one_per_file=True, direction="fwd",
         template="{element}, {head_dim}",
-        params="const AttnParams&, float*, cudaStream_t, LaunchCheck",
+        params="const AttnParams&, float*, unsigned*, cudaStream_t, LaunchCheck",
         comment="The sm_90a forward (csrc/cuda/hopper/), its main loops (no mask, causal, "
                 "local, each with softcap or not; ALiBi, "
                 "no mask, causal or local, softcap or not at run time; "

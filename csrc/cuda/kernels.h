@@ -15,9 +15,10 @@ void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t strea
                    LaunchCheck after_launch);
 
 // The sm_90a forward (launch_fwd_sm90.cuh): compiled for sm_90a only, in builds whose
-// architecture list holds 90 (kSm90KernelsBuilt).
+// architecture list holds 90 (kSm90KernelsBuilt). tile_counter: the call's own 4 bytes of device
+// memory, the walking kernels' place counter (hopper/fwd_sm90_walk.h).
 template <typename Element, int kHeadDim>
-void run_fwd_sm90(const AttnParams& p, float* split_scratch, cudaStream_t stream,
+void run_fwd_sm90(const AttnParams& p, float* split_scratch, unsigned* tile_counter, cudaStream_t stream,
                   LaunchCheck after_launch);
 
 // The sm_90a FP8 forward (launch_fwd_sm90.cuh): e4m3 q, k, v at head dim 128, out bfloat16, with

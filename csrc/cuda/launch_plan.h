@@ -29,8 +29,8 @@ void dispatch_choice(const KernelChoice& choice, F&& f) {
 }
 
 // Runs the kernel of a plan of the sm_90a forward (plan_fwd_sm90.h): 16-bit, its tile the head
-// dim; split_scratch as for launch_fwd.
-inline void launch_fwd_sm90(const FwdPlan& plan, float* split_scratch, cudaStream_t stream,
+// dim; split_scratch and tile_counter as for launch_fwd.
+inline void launch_fwd_sm90(const FwdPlan& plan, float* split_scratch, unsigned* tile_counter, cudaStream_t stream,
                             LaunchCheck after_launch) {
   bool launched = false;
   dispatch_element(plan.kernels.type, [&](auto element) {
@@ -38,7 +38,7 @@ inline void launch_fwd_sm90(const FwdPlan& plan, float* split_scratch, cudaStrea
     // Not instantiated where the kernels are not built, so nothing refers to them there.
     if constexpr (kSm90KernelsBuilt && !std::is_same_v<Element, float>) {
       launched = dispatch_head_dim(Sm90FwdHeadDims{}, plan.kernels.head_dim_tile, [&](auto tile) {
-        run_fwd_sm90<Element, decltype(tile)::value>(plan.params, split_scratch, stream, after_launch);
+        run_fwd_sm90<Element, decltype(tile)::value>(plan.params, split_scratch, tile_counter, stream, after_launch);
       });
     }
   });
@@ -59,11 +59,12 @@ inline void launch_fwd_fp8(const FwdPlan& plan, const Fp8Descales& descales, cud
 }
 
 // Runs a forward plan that is not empty on `stream`, then its split merge if it has one.
-// split_scratch: plan.split_scratch_floats floats (null when 0).
-inline void launch_fwd(const FwdPlan& plan, float* split_scratch, cudaStream_t stream,
+// split_scratch: plan.split_scratch_floats floats (null when 0). tile_counter: an sm_90a plan's
+// (plan.kernels.arch == Arch::kSm90) 4 bytes of device memory, this call's own; else null.
+inline void launch_fwd(const FwdPlan& plan, float* split_scratch, unsigned* tile_counter, cudaStream_t stream,
                        LaunchCheck after_launch) {
   if (plan.kernels.arch == Arch::kSm90) {
-    launch_fwd_sm90(plan, split_scratch, stream, after_launch);
+    launch_fwd_sm90(plan, split_scratch, tile_counter, stream, after_launch);
   } else {
     dispatch_choice(plan.kernels, [&](auto element, auto tile, auto tile_v) {
       using Element = decltype(element);

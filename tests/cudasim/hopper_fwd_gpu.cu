@@ -48,7 +48,13 @@ std::string launch(const void* q, const void* k, const void* v, void* o, float* 
   p.scale_log2 = scale * 1.4426950408889634f;
   p.softcap = softcap, p.scale_over_softcap = softcap > 0.f ? scale / softcap : 0.f;
   p.window_left = window_left, p.window_right = window_right;
-  return launch_fwd_sm90<Elem, kHeadDim, kCausal, kSoftcap, kLocal>(maps, p, stream);
+  // The walking kernels' place counter, this call's own (stream-ordered allocation).
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (cudaMallocAsync(reinterpret_cast<void**>(&p.tile_counter), sizeof(unsigned), s) != cudaSuccess)
+    return "cudaMallocAsync (the tile counter) failed";
+  const std::string launched = launch_fwd_sm90<Elem, kHeadDim, kCausal, kSoftcap, kLocal>(maps, p, stream);
+  cudaFreeAsync(p.tile_counter, s);
+  return launched;
 }
 
 template <typename Elem, bool kSoftcap>

@@ -40,13 +40,17 @@ template void run_fwd_16bit<__nv_bfloat16, 128, 64>(const AttnParams&, float*,
 template void run_fwd_simt<64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
 template void run_fwd_simt<256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_sm90<__half, 64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_sm90<__nv_bfloat16, 64>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_sm90<__half, 128>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_sm90<__nv_bfloat16, 128>(const AttnParams&, float*,
+template void run_fwd_sm90<__half, 64>(const AttnParams&, float*, unsigned*,
     cudaStream_t, LaunchCheck);
-template void run_fwd_sm90<__half, 256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
-template void run_fwd_sm90<__nv_bfloat16, 256>(const AttnParams&, float*,
+template void run_fwd_sm90<__nv_bfloat16, 64>(const AttnParams&, float*, unsigned*,
+    cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__half, 128>(const AttnParams&, float*, unsigned*,
+    cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__nv_bfloat16, 128>(const AttnParams&, float*, unsigned*,
+    cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__half, 256>(const AttnParams&, float*, unsigned*,
+    cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__nv_bfloat16, 256>(const AttnParams&, float*, unsigned*,
     cudaStream_t, LaunchCheck);
 template void run_fwd_sm90_fp8<__nv_fp8_e4m3, 128>(const AttnParams&, const Fp8Descales&,
     cudaStream_t, LaunchCheck);

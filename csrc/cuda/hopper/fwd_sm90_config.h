@@ -15,7 +15,8 @@
 //   K[s]     kStages x kChunks chunks of [kBlockN x 128 bytes]
 //   V[s]     the same
 //   V^T[s]   e4m3 only: kStages x [kHeadDim rows x kBlockN keys], 128-byte swizzled
-//   barriers q_full, k_full[s], v_full[s], kv_empty[s], v_tail_ready, vt_full[s] (e4m3 only)
+//   barriers q_full, k_full[s], v_full[s], kv_empty[s], v_tail_ready, vt_full[s] (e4m3 only),
+//            q_empty and the tile slot (a walking kernel's: fwd_sm90_walk.h)
 //   + 1024 bytes of slack: nvcc promises 128-byte alignment of dynamic smem only, so the
 //   kernel rounds its base up.
 #pragma once
@@ -113,8 +114,9 @@ struct FwdSm90Config {
   static constexpr uint32_t kVtOffset = kVOffset + kStages * kKvBytes;
   static constexpr uint32_t kBarrierOffset = kVtOffset + kStages * kVtBytes;
   // + v_tail_ready: the first V tile once the producer has zeroed its keys past seqused_k;
-  // + vt_full[s] (kTransposeV): V^T of stage s written by the whole producer warpgroup.
-  static constexpr int kBarriers = 1 + 3 * kStages + 1 + (kTransposeV ? kStages : 0);
+  // + vt_full[s] (kTransposeV): V^T of stage s written by the whole producer warpgroup;
+  // + q_empty and the tile slot (16 bytes): a walking kernel's hand-out (fwd_sm90_walk.h).
+  static constexpr int kBarriers = 1 + 3 * kStages + 1 + (kTransposeV ? kStages : 0) + 3;
   static constexpr size_t kSmemBytes = kBarrierOffset + kBarriers * 8 + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic shared memory above the 227 KB opt-in limit");
 

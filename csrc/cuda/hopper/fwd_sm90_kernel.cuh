@@ -49,6 +49,7 @@
 #include "cuda/hopper/fwd_sm90_softmax.cuh"
 #include "cuda/hopper/fwd_sm90_tile_order.h"
 #include "cuda/hopper/fwd_sm90_transpose_v.cuh"
+#include "cuda/hopper/fwd_sm90_walk.h"
 #include "cuda/hopper/sm90_dropout.cuh"
 #include "cuda/logit.cuh"
 #include "cuda/ptx.cuh"
@@ -218,9 +219,16 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // division puts in vector registers (28 bytes spilled); from blockIdx.z they stay uniform.
   const int splits = p.num_splits > 1 ? p.num_splits : 1;
   constexpr bool kOrdered = !kGatherKv;
-  const FwdSm90Tile tile =
-      fwd_sm90_tile(fwd_sm90_tile_order<kCausal && kOrdered, kLocal && kOrdered, kHeadDim, kBlockM, kBlockN>(p),
-                    blockIdx.x, blockIdx.y, blockIdx.z);
+  const FwdSm90TileOrder order =
+      fwd_sm90_tile_order<kCausal && kOrdered, kLocal && kOrdered, kHeadDim, kBlockM, kBlockN>(p);
+  // A walking kernel (fwd_sm90_walks) runs this for every tile its CTA takes; any other, once for
+  // its blockIdx's tile. `walk` (fwd_sm90_walk.h) carries the ring's running key-tile count and
+  // the barrier phases across tiles; FwdSm90OneTile's are the constants of a lone tile.
+  // q_empty and tile_slot: the walk's only (fwd_sm90_walk.h).
+  [[maybe_unused]] uint64_t* q_empty = vt_full + (Cfg::kTransposeV ? kStages : 0);
+  [[maybe_unused]] FwdSm90Tile* tile_slot = reinterpret_cast<FwdSm90Tile*>(q_empty + 1);
+  auto run_tile = [&](const FwdSm90Tile tile, auto& walk) {
+  using Walk = std::decay_t<decltype(walk)>;
   const int m_block = tile.m_block, split = tile.split, head = tile.head, batch = tile.batch;
   const int kv_head = head / p.head_group;
   // Packed GQA heads (FwdSm90Params::packed_heads = g > 1): `head` is a kv head, and each
@@ -263,6 +271,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // (A gathered tile's rows past seqlen_k are zero-filled by its copies.)
   const bool zero_v_tail = !kGatherKv && tiles.n_blocks > 0 && k_row0 + seqlen_k < k_map_rows && v_tail_row < kBlockN;
 
+  if constexpr (!Walk::kOn) {
   if (tid == 0) {
     tma_prefetch_descriptor(&map_q);
     if constexpr (!kGatherKv) {
@@ -283,6 +292,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     fence_mbarrier_init();
   }
   __syncthreads();
+  }
 
   // Q of the tile by TMA, issued by one producer thread: one box of 128 rows (the query heads'
   // rows of a packed tile when g divides 64), else one per consumer's 64 (fwd_sm90_q_box_tokens).
@@ -297,9 +307,9 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
                     head * packed, static_cast<int>(q_row0) + token0 + b * box_tokens, map_batch);  // SITE:load_q
   };
 
-  if (group == 0) {
+  if (Walk::role(group) == 0) {
     // ---- Producer ----
-    setmaxnreg_dec<Cfg::kProducerRegisters>();
+    if constexpr (!Walk::kOn) setmaxnreg_dec<Cfg::kProducerRegisters>();
     if constexpr (kGatherKv) {
       if (tiles.n_blocks > 0) {
         if (tid == 0) load_q();
@@ -333,12 +343,16 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     }
     // Thread 0 issues the TMA loads. With e4m3 inputs the whole warpgroup then transposes each V
     // tile into V^T (fwd_sm90_transpose_v.cuh), zeroing its keys past seqlen_k on the way.
+    // A walk hands the tile to the consumers first (its place in place_slot, once they are done
+    // with the last tile's Q rows); a tile without key tiles then completes q_full without Q.
     const bool issuer = tid == 0;
+    if constexpr (Walk::kOn) walk.hand_out(q_full, q_empty, tile_slot, tile, tiles.n_blocks > 0);
     if ((issuer || Cfg::kTransposeV) && tiles.n_blocks > 0) {
       if (issuer) load_q();
       for (int it = 0; it < tiles.n_blocks; ++it) {
-        const int n_block = tiles.n_end - 1 - it, s = it % kStages;
-        mbarrier_wait_parity(&kv_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
+        // kv: the key tile's number in the CTA's life (its ring stage and phase)
+        const int n_block = tiles.n_end - 1 - it, kv = walk.kv_base + it, s = kv % kStages;
+        mbarrier_wait_parity(&kv_empty[s], ((kv / kStages) & 1) ^ 1);  // passes at once in round 0
         unsigned char* k_tile = smem + Cfg::kKOffset + s * Cfg::kKvBytes;
         unsigned char* v_tile = smem + Cfg::kVOffset + s * Cfg::kKvBytes;
         if (issuer) {
@@ -354,7 +368,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
                         static_cast<int>(k_row0) + n_block * kBlockN, kv_head, map_batch);  // SITE:load_v
         }
         if constexpr (Cfg::kTransposeV) {
-          mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(it / kStages) & 1);
+          mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(kv / kStages) & 1);
           transpose_v_tile<kBlockN, kHeadDim>(v_tile, smem + Cfg::kVtOffset + s * Cfg::kVtBytes,
                                               it == 0 && zero_v_tail ? v_tail_row : kBlockN, tid);
           fence_proxy_async_shared_cta();  // the consumers' wgmma reads V^T through the async proxy
@@ -362,7 +376,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
         } else if (it == 0 && zero_v_tail) {
           // Whole 128-byte rows, so the swizzle (which permutes 16-byte chunks within a row) does
           // not matter. Once per CTA, and only with seqused_k.
-          mbarrier_wait_parity(&v_full[s], 0);
+          mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(kv / kStages) & 1);
           for (int c = 0; c < Cfg::kChunks; ++c) {
             uint4* rows = reinterpret_cast<uint4*>(v_tile + c * Cfg::kKvChunkBytes + v_tail_row * kSwizzleRowBytes);
             for (int i = 0; i < (kBlockN - v_tail_row) * static_cast<int>(kSwizzleRowBytes / 16); ++i)
@@ -373,11 +387,12 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
         }
       }
     }
+    if constexpr (Walk::kOn) walk.kv_base += tiles.n_blocks;
     return;
   }
 
   // ---- Consumers ----
-  setmaxnreg_inc<Cfg::kConsumerRegisters>();
+  if constexpr (!Walk::kOn) setmaxnreg_inc<Cfg::kConsumerRegisters>();
   const int consumer = group - 1, t = tid % 128, warp = t / 32, lane = t % 32;
   // This thread's rows j and j + 8 of its consumer's 64, j = 16 warp + lane / 4, and their query
   // positions (tokens): one register through the main loop (RowPositions). row0 is the first
@@ -449,8 +464,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   uint32_t pfrag[kBlockN * sizeof(Elem) / 8];  // P of the previous key tile as wgmma A fragments
   // S = Q K^T of key tile `it` into sacc (issued and committed, not waited for).
   auto issue_s = [&](int it) {
-    const int s = it % kStages;
-    mbarrier_wait_parity(&k_full[s], static_cast<uint32_t>(it / kStages) & 1);
+    const int kv = walk.kv_base + it, s = kv % kStages;
+    mbarrier_wait_parity(&k_full[s], static_cast<uint32_t>(kv / kStages) & 1);
     // wgmma.fence right before the MMAs, after the wait: a fence followed by the wait's spin
     // loop makes ptxas serialize every wgmma (C7520).
     wgmma_fence_operand(sacc);
@@ -469,10 +484,10 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   };
   // O += P V of key tile `it` (issued and committed).
   auto issue_pv = [&](int it) {
-    const int s = it % kStages;
-    if (Cfg::kTransposeV) mbarrier_wait_parity(&vt_full[s], static_cast<uint32_t>(it / kStages) & 1);
-    else if (it == 0 && zero_v_tail) mbarrier_wait_parity(v_tail_ready, 0);  // after v_full, zeroed
-    else mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(it / kStages) & 1);
+    const int kv = walk.kv_base + it, s = kv % kStages;
+    if (Cfg::kTransposeV) mbarrier_wait_parity(&vt_full[s], static_cast<uint32_t>(kv / kStages) & 1);
+    else if (it == 0 && zero_v_tail) mbarrier_wait_parity(v_tail_ready, walk.v_tail_parity);  // after v_full, zeroed
+    else mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(kv / kStages) & 1);
     wgmma_fence_operand(o);
     wgmma_fence_operand(pfrag);
     wgmma_fence();
@@ -485,7 +500,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     wgmma_fence_operand(pfrag);
   };
   auto release = [&](int it) {
-    if (t == 0) mbarrier_arrive(&kv_empty[it % kStages]);  // SITE:release
+    if (t == 0) mbarrier_arrive(&kv_empty[(walk.kv_base + it) % kStages]);  // SITE:release
   };
   // Dropout's decisions for key tile `it`, drawn before its S is live (while the other consumer's
   // MMAs run): drawn while S is in flight, they spilled the d = 256 loops.
@@ -535,7 +550,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   if (n_blocks > 0) {
     [[maybe_unused]] uint64_t keep = 0;
     if constexpr (kDropout) keep = keep_bits(0);
-    mbarrier_wait_parity(q_full, 0);
+    if constexpr (!Walk::kOn) mbarrier_wait_parity(q_full, 0);  // a walk waited for the tile's place
     wait_turn();
     issue_s(0);
     pass_turn(0);
@@ -575,6 +590,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     wgmma_fence_operand(o);
     release(n_blocks - 1);
   }
+  if constexpr (Walk::kOn) walk.end_consumer_tile(n_blocks, zero_v_tail);
 
   // ---- Epilogue: O / l -> stmatrix into this consumer's Q rows -> TMA store; LSE direct ----
   // This consumer's S MMAs have all retired, so its 64 rows of Q are free and hold O in the
@@ -661,6 +677,57 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     if (row_stored(r) && lane % 4 == 0)
       FLASHATTN_GMEM(p.lse)[batch * p.lse_batch_stride + row_head(r) * p.lse_head_stride + q_row0 + row_token(r)] =
           lse[r];
+  }
+  };
+
+  if constexpr (!fwd_sm90_walks<kHeadDim, kLocal, kSoftcap, kAlibi, kAttnMask, kGatherKv, kDropout, Cfg::kTransposeV>()) {
+    FwdSm90OneTile one;
+    run_tile(fwd_sm90_tile(order, blockIdx.x, blockIdx.y, blockIdx.z), one);
+  } else {
+    // ---- The dynamic walk (fwd_sm90_walk.h): setup once, then tile after tile ----
+    // The walking producer works every tile out (its lengths, key tiles and V tail) on top of
+    // the place counter and the hand-out (fwd_sm90_walk.h: which kernels walk, and why 40 / 232).
+    constexpr int kWalkProducerRegisters = kFwdSm90WalkProducerRegisters;
+    constexpr int kWalkConsumerRegisters = kFwdSm90WalkConsumerRegisters;
+    static_assert(128 * (kWalkProducerRegisters + Cfg::kConsumers * kWalkConsumerRegisters) <= 65536,
+                  "setmaxnreg counts must fit the register file");
+    if (tid == 0) {
+      tma_prefetch_descriptor(&map_q);
+      tma_prefetch_descriptor(&map_k);
+      tma_prefetch_descriptor(&map_v);
+      tma_prefetch_descriptor(&map_o);
+      mbarrier_init(q_full, 1);
+      for (int s = 0; s < kStages; ++s) {
+        mbarrier_init(&k_full[s], 1);
+        mbarrier_init(&v_full[s], 1);
+        mbarrier_init(&kv_empty[s], Cfg::kConsumers);
+      }
+      mbarrier_init(v_tail_ready, 1);
+      mbarrier_init(q_empty, 128 * Cfg::kConsumers);  // every consumer thread, after its epilogue
+      fence_mbarrier_init();
+    }
+    __syncthreads();
+    const unsigned places = fwd_sm90_tile_places(order);
+    if (group == 0) {
+      setmaxnreg_dec<kWalkProducerRegisters>();
+      if (tid != 0) return;
+      FwdSm90Walk<true> walk;
+      for (;;) {
+        const unsigned place = fwd_sm90_next_place(p.tile_counter);
+        if (place >= places) break;
+        run_tile(fwd_sm90_tile_at(order, place), walk);  // an idle tile hands nothing out
+      }
+      walk.hand_out(q_full, q_empty, tile_slot, FwdSm90Walk<true>::end(), false);
+      return;
+    }
+    setmaxnreg_inc<kWalkConsumerRegisters>();
+    FwdSm90Walk<false> walk;
+    for (;;) {
+      const FwdSm90Tile tile = walk.take(q_full, tile_slot);
+      if (tile.m_block < 0) break;  // the end
+      run_tile(tile, walk);
+      mbarrier_arrive(q_empty);  // this thread is done with the tile's Q rows and O staging
+    }
   }
 }
 

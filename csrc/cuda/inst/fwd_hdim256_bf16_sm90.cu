@@ -7,6 +7,6 @@
 #include "../launch_fwd_sm90.cuh"
 
 namespace flashattn::cuda {
-template void run_fwd_sm90<__nv_bfloat16, 256>(const AttnParams&, float*,
+template void run_fwd_sm90<__nv_bfloat16, 256>(const AttnParams&, float*, unsigned*,
     cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda

@@ -7,5 +7,6 @@
 #include "../launch_fwd_sm90.cuh"
 
 namespace flashattn::cuda {
-template void run_fwd_sm90<__half, 256>(const AttnParams&, float*, cudaStream_t, LaunchCheck);
+template void run_fwd_sm90<__half, 256>(const AttnParams&, float*, unsigned*,
+    cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda

@@ -95,6 +95,9 @@ int run_shape(const Shape& sh, unsigned seed) {
     const double x = round_to<Elem>(round_to<Elem>(dot) * scale);
     return kSoftcap ? round_to<Elem>(cap * round_to<Elem>(std::tanh(round_to<Elem>(x / cap)))) : x;
   };
+  // The walking kernels' place counter, poisoned: the launch zeroes it.
+  unsigned tile_counter = 0xdeadbeefu;
+  p.tile_counter = &tile_counter;
   const std::string launch = flashattn::hopper::launch_fwd_sm90<Elem, D, kCausal, kSoftcap, kLocal, kAlibi>(maps, p, nullptr);
   if (!launch.empty()) {
     std::printf("launch: %s\n", launch.c_str());
@@ -309,6 +312,19 @@ const selftest::NamedCases kCases = {
     {"bf16_d64_causal_top_left", [] { return run<bf16, 64, true>({{1, 1, 1, 65, 257, false, true},
                                                                   {1, 2, 1, 257, 63, true, true},
                                                                   {1, 1, 1, 129, 129, false, true}}); }},
+    // The dynamic walk (fwd_sm90_walk.h: d = 64 no mask, causal, local; d = 128 no mask, causal),
+    // run at 1, 2 and 3 SMs (CUDASIM_SM_COUNT) by test_walk_matches_float64: causal with keyless
+    // first blocks between busy ones (Sq 385 > Sk 129, bottom-right), GQA top-left; local windows
+    // (0, 0), whose first block sees no key, and (37, 50) at batch 2; d = 128 causal and no mask.
+    // At 1 SM one CTA takes every tile, so the ring's stages wrap in the middle of tiles.
+    {"walk_bf16_d64_causal", [] { return run<bf16, 64, true>({{2, 3, 1, 257, 257, false},
+                                                              {1, 1, 1, 385, 129, false},
+                                                              {1, 4, 2, 129, 257, false, true}}); }},
+    {"walk_f16_d64_local", [] { return run<f16, 64, false, false, true>({{1, 1, 1, 385, 257, false, false, 0, 0},
+                                                                         {2, 1, 1, 129, 300, true, false, 37, 50}}); }},
+    {"walk_bf16_d128", [] { return run<bf16, 128, true>({{1, 2, 1, 257, 129, false},
+                                                        {1, 1, 1, 129, 257, false, true}}) |
+                                   run<bf16, 128, false>({{2, 1, 1, 385, 65, true}}); }},
     // Not in the test matrix: the shim's counters of one CTA-row of a 256 x 512 d = 128 head
     // (2 x 4 key tiles per CTA), for the lab notes and the performance model.
     {"counters_bf16_d128", [] {
