@@ -11,8 +11,8 @@ leave idle rows in each consumer's 64), Sq 1, 2, 7 and enough tokens for two que
 Outputs are poisoned before the kernel writes them (conftest.py); out and lse are compared with
 the float64 reference within 2x PyTorch's own error (checks.check_forward, test_kvcache.Case).
 Each case runs under the forward, reverse and a random warp schedule (with lazy, eager and
-random TMA completion). The shim's counters show that the Hopper kernel ran, on a grid of kv heads,
-and that each (batch, kv head) read its K/V tiles once: the TMA (dense) or cp.async (gathered)
+random TMA completion). The shim's counters show that the Hopper kernel ran, on a grid of kv heads
+(or, for the kernels that walk tiles, one CTA per SM: hopper/fwd_sm90_walk.h), and that each (batch, kv head) read its K/V tiles once: the TMA (dense) or cp.async (gathered)
 bytes are exactly the key tiles of the kv heads' CTAs (key_tile_loads below), not g times them.
 """
 import pytest
@@ -90,22 +90,40 @@ def the_forward(counters, dtype, d, mask, gathered):
     return forward[0]
 
 
-def check_loads(launch, g, d, sq, seqlens_k, batch, heads_kv, window, gathered):
-    """The grid is (query tiles x splits, Hkv, B), and the bytes loaded are exactly Q once per
-    CTA and each kv head's key tiles once."""
+# The shim's SM count (cudasim::sm_count's default): a walking launch's CTAs.
+SHIM_SMS = 2
+
+
+def walks(d, mask, gathered):
+    """Whether the kernel walks tiles (hopper/fwd_sm90_walk.h fwd_sm90_walks): the dense ones at
+    d = 64, and at d = 128 without a window."""
+    return not gathered and (d == 64 or (d == 128 and mask != "local"))
+
+
+def check_loads(launch, g, d, sq, seqlens_k, batch, heads_kv, window, gathered, walk_splits=None):
+    """The grid is (query tiles x splits, Hkv, B), or for a kernel that walks tiles (walk_splits:
+    the call's split count) min(those tiles, the shim's SMs) CTAs, and the bytes loaded are
+    exactly Q once per tile and each kv head's key tiles once. Returns the split count."""
     tiles_q = -(-sq // (2 * consumer_tokens(g)))
+    c = launch["counters"]
+
+    def loads_match(splits):
+        q_bytes, tiles, keys = key_tile_loads(g, d, sq, seqlens_k, heads_kv, window, splits)
+        assert tiles > 0
+        if gathered:  # K and V by cp.async (rows past the sequence are zero-filled: 0 bytes read)
+            return c["tma"]["load"]["bytes"] == q_bytes and c["cp_async"]["bytes"] == 2 * keys * d * 2
+        # K and V by TMA: whole tiles
+        return (c["tma"]["load"]["bytes"] == q_bytes + 2 * tiles * key_tile(d) * (d // 64) * ROW_BYTES
+                and c["cp_async"]["bytes"] == 0)
+
+    if walk_splits is not None:
+        assert launch["grid"] == [min(tiles_q * walk_splits * heads_kv * batch, SHIM_SMS), 1, 1], launch["grid"]
+        assert loads_match(walk_splits), c
+        return walk_splits
     x, y, z = launch["grid"]
     assert y == heads_kv and z == batch and x % tiles_q == 0, launch["grid"]
     splits = x // tiles_q
-    q_bytes, tiles, keys = key_tile_loads(g, d, sq, seqlens_k, heads_kv, window, splits)
-    assert tiles > 0
-    c = launch["counters"]
-    if gathered:  # K and V by cp.async (rows past the sequence are zero-filled: 0 bytes read)
-        assert c["tma"]["load"]["bytes"] == q_bytes
-        assert c["cp_async"]["bytes"] == 2 * keys * d * 2
-    else:  # K and V by TMA: whole tiles
-        assert c["tma"]["load"]["bytes"] == q_bytes + 2 * tiles * key_tile(d) * (d // 64) * ROW_BYTES
-        assert c["cp_async"]["bytes"] == 0
+    assert loads_match(splits), c
     return splits
 
 
@@ -132,7 +150,8 @@ def test_packed_decode_dense(schedule, hopper, dtype, d, mask, b, sq, sk, hq, hk
     k, v = (torch.randn(b, sk, hkv, d, dtype=dtype) for _ in range(2))
     _, counters = hopper.counted(lambda: check_forward(hopper, q, k, v, FUNC_MASKS[mask]))
     launch = the_forward(counters, dtype, d, mask, gathered=False)
-    splits = check_loads(launch, hq // hkv, d, sq, [sk] * b, b, hkv, WINDOWS[mask], gathered=False)
+    splits = check_loads(launch, hq // hkv, d, sq, [sk] * b, b, hkv, WINDOWS[mask], gathered=False,
+                         walk_splits=1 if walks(d, mask, False) else None)  # the op never splits
     assert splits == 1
 
 
@@ -168,7 +187,8 @@ def test_packed_decode_kvcache(schedule, hopper, name, arguments, mask, gathered
     if case.cache_leftpad is not None:
         seqlens_k = [n - int(pad) for n, pad in zip(seqlens_k, case.cache_leftpad)]
     window = arguments["window"] if mask == "local" else WINDOWS[mask]
-    splits = check_loads(launch, hq // hkv, d, sq, seqlens_k, case.batch, hkv, window, gathered)
+    splits = check_loads(launch, hq // hkv, d, sq, seqlens_k, case.batch, hkv, window, gathered,
+                         walk_splits=arguments.get("num_splits", 1) if walks(d, mask, gathered) else None)
     if arguments.get("num_splits", 0) > 1:
         assert splits == arguments["num_splits"] and any("split_merge" in k for k in launched(counters))
 
