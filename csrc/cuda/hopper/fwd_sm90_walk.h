@@ -34,13 +34,14 @@
 
 #include "cuda/hopper/fwd_sm90_tile_order.h"
 #include "cuda/ptx.cuh"
+#include "host_device.h"  // FLASHATTN_HOST_DEVICE
 
 namespace flashattn::hopper {
 
 // Whether the kernel of these features walks tiles.
 template <int kHeadDim, bool kLocal, bool kSoftcap, bool kAlibi, bool kAttnMask, bool kGatherKv, bool kDropout,
           bool kFp8>
-constexpr bool fwd_sm90_walks() {
+FLASHATTN_HOST_DEVICE constexpr bool fwd_sm90_walks() {
   const bool dense = !(kSoftcap || kAlibi || kAttnMask || kGatherKv || kDropout || kFp8);
   return dense && (kHeadDim == 64 || (kHeadDim == 128 && !kLocal));
 }
