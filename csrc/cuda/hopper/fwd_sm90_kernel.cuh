@@ -4,7 +4,9 @@
 // the CPU shim (tests/cudasim) runs it.
 //
 // Grid (ceil(Sq / 128), Hq, B), causal blocks issued heaviest first (fwd_sm90_tile_order.h);
-// 384 threads; FwdSm90Config's dynamic shared memory.
+// 384 threads; FwdSm90Config's dynamic shared memory. The kernels that walk tiles (fwd_sm90_walk.h:
+// the dense ones at d = 64, and at d = 128 without a window) run min(tiles, SMs) CTAs instead,
+// each taking tile after tile of the same order from a counter.
 // - Warpgroup 0, the producer, gives registers back (setmaxnreg.dec); its thread 0 loads Q once
 //   (q_full) and then, per key tile, K into k_full[s] and V into v_full[s] of ring stage s,
 //   after waiting for kv_empty[s] (one arrival per consumer warpgroup). Every load is a 4D
@@ -343,8 +345,8 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     }
     // Thread 0 issues the TMA loads. With e4m3 inputs the whole warpgroup then transposes each V
     // tile into V^T (fwd_sm90_transpose_v.cuh), zeroing its keys past seqlen_k on the way.
-    // A walk hands the tile to the consumers first (its place in place_slot, once they are done
-    // with the last tile's Q rows); a tile without key tiles then completes q_full without Q.
+    // A walk hands the tile to the consumers first (through tile_slot, once they are done with
+    // the last tile's Q rows); a tile without key tiles then completes q_full without Q.
     const bool issuer = tid == 0;
     if constexpr (Walk::kOn) walk.hand_out(q_full, q_empty, tile_slot, tile, tiles.n_blocks > 0);
     if ((issuer || Cfg::kTransposeV) && tiles.n_blocks > 0) {
