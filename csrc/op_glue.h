@@ -61,14 +61,20 @@ inline BwdInputs read_bwd_inputs(const OpArguments& args) {
           args.optional_tensor("dlse"), args["grads_fp32"].toBool()};
 }
 
+// fwd of `in` (the op's arguments, which a test op may amend: the shim's fwd_split) on the
+// Executor, its out and lse the op's results.
 template <typename Executor>
-void fwd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  OpArguments args(op, stack);
-  const AttnInputs in = read_attn_inputs(args);
+void run_fwd_op(OpArguments& args, const AttnInputs& in) {
   auto [out, lse] = check_and_alloc_fwd(in, Executor::limits());
   const at::Tensor mask_blocks = mask_blocks_of(in.attn_mask);
   Executor::run_fwd(in.q, make_fwd_params(in, out, lse, mask_blocks), fp8_descales_of(in));
   args.set_results(std::move(out), std::move(lse));
+}
+
+template <typename Executor>
+void fwd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpArguments args(op, stack);
+  run_fwd_op<Executor>(args, read_attn_inputs(args));
 }
 
 template <typename Executor>

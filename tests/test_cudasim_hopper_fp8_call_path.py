@@ -74,12 +74,14 @@ def dense_inputs(b, sq, sk, hq, hkv, kv_bhsd, scales):
 NO_MASK, CAUSAL = (-1, -1), (-1, 0)  # (window_left, window_right); -1 unbounded
 
 
-def reference(q, k, v, window, bottom_right, scale, qd=1.0, kd=1.0, vd=1.0, softcap=0.0):
+def reference(q, k, v, window, bottom_right, scale, qd=1.0, kd=1.0, vd=1.0, softcap=0.0,
+              tile_part=None):
     """One sequence: q [Sq, Hq, D], k, v [Sk, Hkv, D] (e4m3), the window (left, right) (causal is
     (-1, 0)), the descales per kv head ([Hkv] or 1.0), softcap (0: none; the logit is
-    softcap * tanh(s * descales * scale / softcap)). Returns (out with P rounded as the kernel
-    rounds it, out with P exact, the bound P's rounding puts on their difference, lse), float64,
-    out [Sq, Hq, D], lse [Hq, Sq]."""
+    softcap * tanh(s * descales * scale / softcap)). tile_part: split-KV's part of each row's key
+    tiles (int [Sq, tiles]: split_parts(); None: one part), where the kernel's running max
+    starts anew. Returns (out with P rounded as the kernel rounds it, out with P exact, the
+    bound P's rounding puts on their difference, lse), float64, out [Sq, Hq, D], lse [Hq, Sq]."""
     sq, hq, _ = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
@@ -105,7 +107,7 @@ def reference(q, k, v, window, bottom_right, scale, qd=1.0, kd=1.0, vd=1.0, soft
     tiles = max((sk + BLOCK_N - 1) // BLOCK_N, 1)
     tile_max = torch.stack([s[..., n * BLOCK_N:(n + 1) * BLOCK_N].amax(-1) if sk else m[..., 0]
                             for n in range(tiles)], -1)
-    running = tile_max.flip(-1).cummax(-1).values.flip(-1)
+    running = running_max(tile_max, tile_part)
     m_tile = running.repeat_interleave(BLOCK_N, -1)[..., :sk]
     seen = m_tile.isfinite()
     zeros = torch.zeros_like(s)
@@ -132,6 +134,19 @@ def reference(q, k, v, window, bottom_right, scale, qd=1.0, kd=1.0, vd=1.0, soft
     lse = torch.where(l > 0, m + l_safe.log(), torch.full_like(l, float("-inf"))).squeeze(-1)
     return (out_rounded.transpose(0, 1), out_exact.transpose(0, 1), bound.transpose(0, 1), lse,
             tie_bound.transpose(0, 1))
+
+
+def running_max(tile_max, tile_part):
+    """The kernel's running max at each key tile ([Hq, Sq, tiles]): the largest tile max of the
+    tiles its CTA visited up to it (last tile first), within the tile's split part."""
+    if tile_part is None:
+        return tile_max.flip(-1).cummax(-1).values.flip(-1)
+    running = torch.full_like(tile_max, float("-inf"))
+    for part in tile_part.unique().tolist():
+        mine = tile_part == part
+        part_max = tile_max.masked_fill(~mine, float("-inf"))
+        running = torch.where(mine, part_max.flip(-1).cummax(-1).values.flip(-1), running)
+    return running
 
 
 def check_sequence(out, lse, want):

@@ -131,9 +131,22 @@ def flashattn_sim_varlen(ops, q, k, v, cu_q, cu_k, **kwargs):
                    max_seqlen_k=64, **kwargs)
 
 
-def test_fp8_refuses_split_kv(h100):
-    with pytest.raises(RuntimeError, match="FP8 .* does not support split-KV"):
-        h100.plan_fwd(*qkv(), num_splits=3, cc_major=9, hopper_fwd=True)
+# Split-KV (num_splits, fwd_kvcache's argument, which the plan reads; torch.ops.flashattn_sim
+# .fwd_split runs it) and a GQA decode's packed heads are the FP8 plan's, as the 16-bit sm_90a
+# plan's: test_cudasim_hopper_fp8_decode.py runs them against the reference.
+def test_fp8_plans_split_kv(h100):
+    import json
+    plan = json.loads(h100.plan_fwd(*qkv(b=2, sq=130, sk=300), num_splits=3, cc_major=9,
+                                    hopper_fwd=True))
+    assert plan["fp8"] and plan["num_splits"] == 3 and plan["merges"]
+    assert plan["grid"] == [2 * 3, 2, 2]  # query tiles x splits, heads, batches
+    # The parts of out (B Sq Hq D floats) and of the LSE (B Sq Hq), each split's; dense: no fill.
+    assert plan["split_scratch_floats"] == 3 * (2 * 130 * 2 * 128 + 2 * 130 * 2)
+    assert not plan["fill_split_scratch"]
+    # num_splits = 0: the split model's count, on a decode long enough to split (the shim's 8 SMs).
+    chosen = json.loads(h100.plan_fwd(*qkv(sq=1, sk=4096, hq=8, hkv=1), num_splits=0,
+                                      cc_major=9, hopper_fwd=True))
+    assert chosen["num_splits"] > 1 and chosen["merges"]
 
 
 @pytest.mark.parametrize("d", [64, 256])

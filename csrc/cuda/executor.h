@@ -90,28 +90,36 @@ struct CudaExecutor {
     const FwdPlan plan = plan_fwd(params, type, Device::props(q));
     check_tile(plan.kernels, params.head_dim, params.head_dim_v);
     check_smem_fits(plan.shape.smem_bytes, plan.smem_limit_bytes);
-    at::Tensor split_scratch;
-    if (plan.merges()) {
-      split_scratch = at::empty({plan.split_scratch_floats}, q.options().dtype(at::kFloat));
-      if (plan.fill_split_scratch) {
-        // The parts of out (0) and of lse (-inf).
-        const int64_t outs = plan.params.num_splits * split_out_elements(plan.params);
-        split_scratch.narrow(0, 0, outs).zero_();
-        split_scratch.narrow(0, outs, split_scratch.numel() - outs)
-            .fill_(-std::numeric_limits<float>::infinity());
-      } else {
-        // The tests poison it (FLASHATTN_POISON_OUTPUTS) to keep the no-fill promise true.
-        poison_if_debugging(split_scratch);
-      }
-    }
-    float* scratch = plan.merges() ? split_scratch.data_ptr<float>() : nullptr;
+    at::Tensor split_scratch = split_scratch_of(plan, q);
     // The sm_90a forward's place counter (hopper/fwd_sm90_walk.h): the call's own, from the
     // caching allocator on q's device, so that launches on concurrent streams never share one;
     // the launch zeroes it on its stream.
     at::Tensor tile_counter;
     if (plan.kernels.arch == Arch::kSm90) tile_counter = at::empty({1}, q.options().dtype(at::kInt));
     unsigned* counter = tile_counter.defined() ? reinterpret_cast<unsigned*>(tile_counter.data_ptr<int>()) : nullptr;
-    launch_fwd(plan, scratch, counter, Device::stream(q), &Device::check_launch);
+    launch_fwd(plan, scratch_ptr(split_scratch), counter, Device::stream(q), &Device::check_launch);
+  }
+
+  // The fp32 scratch of a plan's split parts (plan.split_scratch_floats, on q's device), filled
+  // where the plan says so; undefined for a plan that does not merge.
+  static at::Tensor split_scratch_of(const FwdPlan& plan, const at::Tensor& q) {
+    if (!plan.merges()) return at::Tensor();
+    at::Tensor split_scratch = at::empty({plan.split_scratch_floats}, q.options().dtype(at::kFloat));
+    if (plan.fill_split_scratch) {
+      // The parts of out (0) and of lse (-inf).
+      const int64_t outs = plan.params.num_splits * split_out_elements(plan.params);
+      split_scratch.narrow(0, 0, outs).zero_();
+      split_scratch.narrow(0, outs, split_scratch.numel() - outs)
+          .fill_(-std::numeric_limits<float>::infinity());
+    } else {
+      // The tests poison it (FLASHATTN_POISON_OUTPUTS) to keep the no-fill promise true.
+      poison_if_debugging(split_scratch);
+    }
+    return split_scratch;
+  }
+
+  static float* scratch_ptr(const at::Tensor& split_scratch) {
+    return split_scratch.defined() ? split_scratch.data_ptr<float>() : nullptr;
   }
 
   // The FP8 forward: refused, with the plan's reason, wherever its one kernel cannot run the call
@@ -126,7 +134,9 @@ struct CudaExecutor {
     const FwdPlan plan = plan_fwd_fp8(params, device);
     if (plan.empty) return;
     check_smem_fits(plan.shape.smem_bytes, plan.smem_limit_bytes);
-    launch_fwd_fp8(plan, descales, Device::stream(q), &Device::check_launch);
+    at::Tensor split_scratch = split_scratch_of(plan, q);
+    launch_fwd_fp8(plan, descales, scratch_ptr(split_scratch), Device::stream(q),
+                   &Device::check_launch);
   }
 
   // flash_attn_with_kvcache's append and rotary embedding, before run_fwd on the same stream.

@@ -83,7 +83,7 @@ FAMILIES = {
     "fwd_sm90_fp8": dict(
         header="launch_fwd_sm90.cuh", prefix="fwd", one_per_file=True, direction="fwd",
         template="{element}, {head_dim}",
-        params="const AttnParams&, const Fp8Descales&, cudaStream_t, LaunchCheck",
+        params="const AttnParams&, const Fp8Descales&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a FP8 forward (csrc/cuda/hopper/, e4m3 q, k, v, V^T written by the "
                 "producer, out bf16), its six main loops (no mask, causal or a local window, each "
                 "with softcap or not): compiled for sm_90a only (kernel_list.py ARCHS)."),

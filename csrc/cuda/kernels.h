@@ -22,10 +22,10 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, unsigned* tile_coun
                   LaunchCheck after_launch);
 
 // The sm_90a FP8 forward (launch_fwd_sm90.cuh): e4m3 q, k, v at head dim 128, out bfloat16, with
-// the descales (params.h Fp8Descales); built as run_fwd_sm90 is.
+// the descales (params.h Fp8Descales) and split_scratch as run_fwd_sm90's; built as run_fwd_sm90 is.
 template <typename Element, int kHeadDim>
-void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, cudaStream_t stream,
-                      LaunchCheck after_launch);
+void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, float* split_scratch,
+                      cudaStream_t stream, LaunchCheck after_launch);
 
 // The sm_90a backward (launch_bwd_sm90.cuh): as run_fwd_sm90.
 template <typename Element, int kHeadDim>

@@ -223,12 +223,13 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, unsigned* tile_coun
 
 // Runs the FP8 (e4m3) sm_90a forward (Element __nv_fp8_e4m3, kHeadDim 128: kernel_list.py
 // fwd_sm90_fp8) on p as planned (plan_fwd_fp8.h: no mask, causal or a local window, softcap or
-// not; no split, no packed heads):
+// not; no packed heads; split or not):
 // q, k, v float8_e4m3fn, out bfloat16, the descales per (sequence, kv head) (params.h
-// Fp8Descales; null: 1). Calls after_launch() right after the launch.
+// Fp8Descales; null: 1). With p.num_splits > 1 it writes the splits' fp32 parts to split_scratch
+// (as run_fwd_sm90) for the merge the caller runs next. Calls after_launch() right after the launch.
 template <typename Element, int kHeadDim>
-void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, cudaStream_t stream,
-                      LaunchCheck after_launch) {
+void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, float* split_scratch,
+                      cudaStream_t stream, LaunchCheck after_launch) {
   static_assert(std::is_same_v<Element, __nv_fp8_e4m3> && kHeadDim == 128,
                 "the FP8 forward is built for e4m3 at head dim 128 (fwd_sm90_config.h)");
   using Config = hopper::FwdSm90ConfigOf<Element, kHeadDim>;
@@ -247,7 +248,7 @@ void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, cudaStre
   if (!maps_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a FP8 forward's tensor maps: " + maps_error);
   }
-  hopper::FwdSm90Params hp = detail::sm90_params(p, nullptr);
+  hopper::FwdSm90Params hp = detail::sm90_params(p, split_scratch);
   hp.q_descale = static_cast<const float*>(descales.q.ptr);
   hp.q_descale_batch_stride = descales.q.batch_stride;
   hp.q_descale_head_stride = descales.q.head_stride;

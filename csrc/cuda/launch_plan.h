@@ -46,14 +46,30 @@ inline void launch_fwd_sm90(const FwdPlan& plan, float* split_scratch, unsigned*
   if (!launched) throw std::logic_error("flashattn: a plan for sm_90a kernels this build lacks");
 }
 
-// Runs an FP8 forward plan (plan_fwd_fp8.h) that is not empty: the e4m3 kernel with the descales.
-inline void launch_fwd_fp8(const FwdPlan& plan, const Fp8Descales& descales, cudaStream_t stream,
-                           LaunchCheck after_launch) {
+// Runs the split merge of a plan that has one (FwdPlan::merges), after its kernel on `stream`.
+// The merge walks out's rows as they are: unpacked (gqa_decode.h). The same for every kernel.
+inline void launch_fwd_merge(const FwdPlan& plan, const float* split_scratch, cudaStream_t stream,
+                             LaunchCheck after_launch) {
+  if (!plan.merges()) return;
+  // out is float32 when the inputs are (the SIMT kernels) or when out_fp32 asks for it; the FP8
+  // plan's type is its out's, bfloat16.
+  const ElementType out_type = plan.params.out_fp32 ? ElementType::kFloat : plan.kernels.type;
+  dispatch_element(out_type, [&](auto element) {
+    run_split_merge<decltype(element)>(plan.merge_params, split_scratch, stream, after_launch);
+  });
+}
+
+// Runs an FP8 forward plan (plan_fwd_fp8.h) that is not empty: the e4m3 kernel with the descales,
+// then its split merge if it has one; split_scratch as for launch_fwd.
+inline void launch_fwd_fp8(const FwdPlan& plan, const Fp8Descales& descales, float* split_scratch,
+                           cudaStream_t stream, LaunchCheck after_launch) {
   // Not instantiated where the kernels are not built (fp8_fwd_refusal refuses every call there).
   if constexpr (kSm90KernelsBuilt) {
-    run_fwd_sm90_fp8<__nv_fp8_e4m3, 128>(plan.params, descales, stream, after_launch);
+    run_fwd_sm90_fp8<__nv_fp8_e4m3, 128>(plan.params, descales, split_scratch, stream,
+                                         after_launch);
+    launch_fwd_merge(plan, split_scratch, stream, after_launch);
   } else {
-    (void)plan, (void)descales, (void)stream, (void)after_launch;
+    (void)plan, (void)descales, (void)split_scratch, (void)stream, (void)after_launch;
     throw std::logic_error("flashattn: a plan for the FP8 kernel this build lacks");
   }
 }
@@ -77,14 +93,7 @@ inline void launch_fwd(const FwdPlan& plan, float* split_scratch, unsigned* tile
       }
     });
   }
-  // The merge walks out's rows as they are: unpacked (gqa_decode.h). The same for both kernels.
-  if (plan.merges()) {
-    // out is float32 when the inputs are (the SIMT kernels) or when out_fp32 asks for it.
-    const ElementType out_type = plan.params.out_fp32 ? ElementType::kFloat : plan.kernels.type;
-    dispatch_element(out_type, [&](auto element) {
-      run_split_merge<decltype(element)>(plan.merge_params, split_scratch, stream, after_launch);
-    });
-  }
+  launch_fwd_merge(plan, split_scratch, stream, after_launch);
 }
 
 // Runs a plan of the sm_90a backward (plan_bwd_sm90.h): 16-bit, its tile the head dim.

@@ -300,43 +300,66 @@ struct FwdPlan {
 };
 
 // The split model's shape of the sm_90a forward: FwdSm90Config's query rows per CTA (with packed
-// GQA heads the packed rows it holds: whole tokens' groups, fwd_sm90_consumer_tokens) and key tile.
-inline SplitShape sm90_fwd_split_shape(int head_dim, int packed_heads = 1) {
-  SplitShape split{0, 0, 2};
+// GQA heads the packed rows it holds: whole tokens' groups, fwd_sm90_consumer_tokens) and key
+// tile, for K and V of element_bytes (2: 16-bit; 1: e4m3, the FP8 forward, whose tiles are the
+// same at d = 128).
+inline SplitShape sm90_fwd_split_shape(int head_dim, int packed_heads = 1, int element_bytes = 2) {
+  SplitShape split{0, 0, element_bytes};
   const int packed = packed_heads > 1 ? packed_heads : 1;
   dispatch_head_dim(Sm90FwdHeadDims{}, head_dim, [&](auto tile) {
     using Config = hopper::FwdSm90Config<decltype(tile)::value>;
-    split = {Config::kConsumers * packed * hopper::fwd_sm90_consumer_tokens(packed), Config::kBlockN, 2};
+    split = {Config::kConsumers * packed * hopper::fwd_sm90_consumer_tokens(packed), Config::kBlockN,
+             element_bytes};
   });
   return split;
 }
 
-// Moves a plan whose params sm90_fwd_unsupported() accepts to the sm_90a forward: its own split
+// The launch of an sm_90a forward plan of Config's geometry (16-bit or e4m3) and smem_bytes of
+// dynamic shared memory, for plan.params as they are (GQA heads packed or not): its own split
 // count (the caller's num_splits, or the split model on the Hopper kernel's shape: 128 query rows
 // and 128 keys per tile against sm_80's 64 x 64 or 16 x 64, so the sm_80 plan's count does not
-// carry over), then one launch of FwdSm90Config<head_dim>'s geometry.
-inline void use_sm90_fwd(FwdPlan& plan, int requested_splits, int sm_count) {
+// carry over), then one launch of the kernel's grid.
+template <typename Config>
+void plan_sm90_fwd_launch(FwdPlan& plan, int requested_splits, int sm_count, size_t smem_bytes) {
   AttnParams& p = plan.params;
   p.num_splits = requested_splits;
-  p.num_splits = choose_num_splits(p, sm90_fwd_split_shape(p.head_dim, p.packed_heads), sm_count);
+  p.num_splits = choose_num_splits(
+      p, sm90_fwd_split_shape(p.head_dim, p.packed_heads, Config::kElemBytes), sm_count);
   plan.merge_params.num_splits = p.num_splits;
+  plan.arch_smem_bytes = max_smem_bytes(Arch::kSm90);
+  plan.shape = {Config::kBlockM, Config::kThreads, static_cast<int>(smem_bytes)};
+  const int packed = p.packed_heads > 1 ? p.packed_heads : 1;
+  const hopper::FwdSm90GridDims g =
+      Config::grid(p.seqlen_q / packed, p.heads_q, p.batch, p.num_splits, packed);
+  plan.grid = dim3(g.x, g.y, g.z);
+  plan.block = plan.shape.block();
+}
+
+// The split scratch of a plan that merges (params as planned: packed or not, split or not).
+inline void plan_split_scratch(FwdPlan& plan) {
+  if (!plan.merges()) return;
+  const AttnParams& p = plan.params;
+  plan.split_scratch_floats = p.num_splits * (split_out_elements(p) + split_lse_elements(p));
+  // Otherwise every split writes its part of every query row (0 and -inf where it sees no
+  // key), so the scratch needs no fill, which on a GPU would be two more launches per call.
+  plan.fill_split_scratch = p.cu_seqlens_q != nullptr || p.seqused_q != nullptr;
+}
+
+// Moves a plan whose params sm90_fwd_unsupported() accepts to the sm_90a forward: one launch of
+// FwdSm90Config<head_dim>'s geometry (plan_sm90_fwd_launch), split as requested_splits asks.
+inline void use_sm90_fwd(FwdPlan& plan, int requested_splits, int sm_count) {
+  AttnParams& p = plan.params;
   plan.kernels.arch = Arch::kSm90;
   plan.kernels.head_dim_tile = p.head_dim;
   plan.kernels.head_dim_v_tile = p.head_dim;
   plan.one_m_tile = false;
-  plan.arch_smem_bytes = max_smem_bytes(Arch::kSm90);
   dispatch_head_dim(Sm90FwdHeadDims{}, p.head_dim, [&](auto tile) {
     using Config = hopper::FwdSm90Config<decltype(tile)::value>;
     // A gathered cache's ring has its own stage count (fwd_sm90_gather_stages).
     const size_t smem = sm90_fwd_gathers_kv(p) ? hopper::FwdSm90Config<decltype(tile)::value, true>::kSmemBytes
                                                : Config::kSmemBytes;
-    plan.shape = {Config::kBlockM, Config::kThreads, static_cast<int>(smem)};
-    const int packed = p.packed_heads > 1 ? p.packed_heads : 1;
-    const hopper::FwdSm90GridDims g =
-        Config::grid(p.seqlen_q / packed, p.heads_q, p.batch, p.num_splits, packed);
-    plan.grid = dim3(g.x, g.y, g.z);
+    plan_sm90_fwd_launch<Config>(plan, requested_splits, sm_count, smem);
   });
-  plan.block = plan.shape.block();
 }
 
 // Plans the forward of `params` (make_fwd_params) for inputs of `type` on `device`: the sm_80
@@ -374,12 +397,7 @@ inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const Device
       p.block_offsets == nullptr && sm90_fwd_unsupported(p, type) == nullptr) {
     use_sm90_fwd(plan, params.num_splits, device.sm_count);
   }
-  if (plan.merges()) {
-    plan.split_scratch_floats = p.num_splits * (split_out_elements(p) + split_lse_elements(p));
-    // Otherwise every split writes its part of every query row (0 and -inf where it sees no
-    // key), so the scratch needs no fill, which on a GPU would be two more launches per call.
-    plan.fill_split_scratch = p.cu_seqlens_q != nullptr || p.seqused_q != nullptr;
-  }
+  plan_split_scratch(plan);
   return plan;
 }
 

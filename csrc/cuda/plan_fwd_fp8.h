@@ -61,25 +61,22 @@ inline std::string fp8_fwd_refusal(const AttnParams& p, const DeviceProps& devic
 }
 
 // The FP8 forward's plan of p, which fp8_fwd_refusal accepted: one launch of the e4m3 kernel's
-// geometry, unpacked (the kernel takes no packed GQA heads) and unsplit.
+// geometry, unpacked (the kernel takes no packed GQA heads), split-KV as p.num_splits asks (0:
+// the split model on the e4m3 kernel's shape, as the 16-bit sm_90a plan's), the splits' fp32
+// parts merged into the bfloat16 out.
 inline FwdPlan plan_fwd_fp8(const AttnParams& params, const DeviceProps& device) {
   FwdPlan plan;
   plan.device_arch = device_arch(device);
-  // The element of out, bfloat16, which names the split merge's type were there one (never).
+  // The element of out, bfloat16, which names the split merge's type.
   plan.kernels = {KernelFamily::kTensorCore, Arch::kSm90, ElementType::kBFloat16, 128, 128};
   plan.fp8 = true;
   plan.smem_limit_bytes = device.smem_optin_bytes;
-  plan.arch_smem_bytes = max_smem_bytes(Arch::kSm90);
   plan.params = params;
-  plan.params.num_splits = 1;
-  plan.merge_params = plan.params;
+  plan.merge_params = params;
   plan.empty = fwd_launches_nothing(params);
-  plan.shape = {Fp8FwdConfig::kBlockM, Fp8FwdConfig::kThreads,
-                static_cast<int>(Fp8FwdConfig::kSmemBytes)};
-  const hopper::FwdSm90GridDims g =
-      Fp8FwdConfig::grid(params.seqlen_q, params.heads_q, params.batch, 1, 1);
-  plan.grid = dim3(g.x, g.y, g.z);
-  plan.block = plan.shape.block();
+  plan_sm90_fwd_launch<Fp8FwdConfig>(plan, params.num_splits, device.sm_count,
+                                     Fp8FwdConfig::kSmemBytes);
+  plan_split_scratch(plan);
   return plan;
 }
 

@@ -52,7 +52,7 @@ template void run_fwd_sm90<__half, 256>(const AttnParams&, float*, unsigned*,
     cudaStream_t, LaunchCheck);
 template void run_fwd_sm90<__nv_bfloat16, 256>(const AttnParams&, float*, unsigned*,
     cudaStream_t, LaunchCheck);
-template void run_fwd_sm90_fp8<__nv_fp8_e4m3, 128>(const AttnParams&, const Fp8Descales&,
+template void run_fwd_sm90_fp8<__nv_fp8_e4m3, 128>(const AttnParams&, const Fp8Descales&, float*,
     cudaStream_t, LaunchCheck);
 template void run_split_merge<__half>(const AttnParams&, const float*, cudaStream_t, LaunchCheck);
 template void run_split_merge<__nv_bfloat16>(const AttnParams&, const float*,

@@ -212,6 +212,15 @@ void plan_bwd_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   args.set_results(json);
 }
 
+// torch.ops.flashattn_sim.fwd_split: fwd with num_splits (fwd_kvcache's argument; fwd itself
+// has none), so that the tests run split-KV on calls fwd_kvcache does not take (the FP8 forward).
+void fwd_split_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpArguments args(op, stack);
+  AttnInputs in = read_attn_inputs(args);
+  in.num_splits = args["num_splits"].toInt();
+  run_fwd_op<SimExecutor>(args, in);
+}
+
 // fwd's schema renamed, with the device's properties after its arguments.
 std::string plan_schema(const char* name, const char* extra) {
   return std::string(name) + "(" FLASHATTN_ATTN_ARGUMENTS + extra +
@@ -241,6 +250,7 @@ TORCH_LIBRARY(flashattn_sim, m) {
   m.def("counters_json() -> str", &flashattn::cuda::counters_json);
   m.def(flashattn::cuda::plan_schema("plan_fwd", ", int num_splits=1").c_str());
   m.def(flashattn::cuda::plan_schema("plan_bwd", ", bool grads_fp32=False").c_str());
+  m.def("fwd_split(" FLASHATTN_ATTN_ARGUMENTS ", int num_splits=1) -> (Tensor out, Tensor lse)");
 }
 
 TORCH_LIBRARY_IMPL(flashattn_sim, CPU, m) {
@@ -251,4 +261,6 @@ TORCH_LIBRARY_IMPL(flashattn_sim, CPU, m) {
          torch::CppFunction::makeFromBoxedFunction<&flashattn::cuda::plan_fwd_op>());
   m.impl("plan_bwd",
          torch::CppFunction::makeFromBoxedFunction<&flashattn::cuda::plan_bwd_op>());
+  m.impl("fwd_split",
+         torch::CppFunction::makeFromBoxedFunction<&flashattn::cuda::fwd_split_op>());
 }

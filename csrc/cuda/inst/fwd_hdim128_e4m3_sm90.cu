@@ -5,6 +5,6 @@
 #include "../launch_fwd_sm90.cuh"
 
 namespace flashattn::cuda {
-template void run_fwd_sm90_fp8<__nv_fp8_e4m3, 128>(const AttnParams&, const Fp8Descales&,
+template void run_fwd_sm90_fp8<__nv_fp8_e4m3, 128>(const AttnParams&, const Fp8Descales&, float*,
     cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda
