@@ -21,7 +21,7 @@ bool any_descale(const AttnInputs& in) {
 void refuse(bool given, const char* what) {
   TORCH_CHECK(!given, "flashattn: the FP8 (float8_e4m3fn) forward does not support ", what,
               " yet; it runs head dim 128 with no mask, causal or a sliding window (either "
-              "alignment), softcap or not, GQA, split-KV, seqused_q / "
+              "alignment), softcap or not, GQA (packed for decoding), split-KV, seqused_q / "
               "seqused_k and varlen batches");
 }
 
@@ -69,9 +69,9 @@ void check_fp8_fwd(const AttnInputs& in) {
               "flashattn: the FP8 (float8_e4m3fn) forward supports head dim ", kFp8HeadDim,
               " only, got head_dim = ", in.q.size(-1), " and head_dim_v = ", in.v.size(-1));
   // Softcap and sliding windows (causal is the window (-1, 0)) are built, each with the other:
-  // kernel_list.py fwd_sm90_fp8's six loops. Their own checks (arg_checks) still apply.
-  // Split-KV (num_splits, where a front end gives it) is the plan's (cuda/plan_fwd_fp8.h), the
-  // splits' fp32 parts merged into the bfloat16 out.
+  // kernel_list.py fwd_sm90_fp8's six loops. Their own checks (arg_checks) still apply. A GQA
+  // decode's packed heads and split-KV (num_splits, where a front end gives it) are the plan's
+  // (cuda/plan_fwd_fp8.h), the splits' fp32 parts merged into the bfloat16 out.
   refuse(in.alibi_slopes.has_value(), "alibi_slopes");
   refuse(in.attn_mask.has_value(), "attn_mask");
   refuse(in.dropout_p > 0.0, "dropout");

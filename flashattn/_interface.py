@@ -241,8 +241,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
             The stored values are scaled back by them per (batch, kv head): the scores are
             (q k^T) * q_descale * k_descale * softmax_scale and out is (P v) * v_descale.
             FP8 runs the sm_90a kernel only (an H100 or H200 with FLASHATTN_CUDA_HOPPER=1),
-            at headdim 128, with no mask, causal or a sliding window, softcap or not, GQA,
-            and no backward; out is bfloat16.
+            at headdim 128, with no mask, causal or a sliding window, softcap or not, GQA
+            (a decode's query heads packed per kv head, as for 16 bits), and no backward;
+            out is bfloat16.
             Anything else with FP8 inputs is an error naming it.
 
     Returns:

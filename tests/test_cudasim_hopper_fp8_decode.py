@@ -119,11 +119,11 @@ def test_fp8_split_kv_chosen_by_the_plan(schedule, hopper):
     args = dict(q_descale=qd, k_descale=kd, v_descale=vd)
     plan = plan_of(hopper, q, k, v, num_splits=0, **args)
     splits = plan["num_splits"]
-    assert splits > 1
+    assert splits > 1 and plan["packed_heads"] == 4
     (out, lse), kernels = run_counted(hopper, lambda: hopper.ops.fwd_split(
         q, k, v, num_splits=0, **args))
     assert len(kernels) == 2 and MERGE in kernels[1], kernels
-    check_batch(q, k, v, qd, kd, vd, out, lse, NO_MASK, True, 0.0, splits, plan["packed_heads"])
+    check_batch(q, k, v, qd, kd, vd, out, lse, NO_MASK, True, 0.0, splits, 4)
 
 
 @pytest.mark.parametrize("causal, lens_q, lens_k, splits", [
@@ -150,3 +150,54 @@ def test_fp8_varlen_split_kv(schedule, hopper, causal, lens_q, lens_k, splits):
                          vd[i], tile_part=parts)
         check_sequence(out[rq], lse[:, rq], want)
     assert (out[int(cu_q[-1]):] == 0).all() and (lse[:, int(cu_q[-1]):] == float("-inf")).all()
+
+
+# Packed GQA decode through flash_attn_func: (window, softcap, B, Sq, Sk, Hq, Hkv, descales).
+# g = 4, 2, 8 and 3 (64 % 3 != 0: Q in two boxes a CTA), Sk from 1 to 257, windows and softcap;
+# Sq = 65 at g = 2 is not packed (3 tiles of 64 rows against 2 heads), as for 16 bits.
+PACKED = [
+    (NO_MASK, 0.0, 2, 1, 257, 4, 1, "strided"),
+    (CAUSAL, 0.0, 2, 7, 129, 4, 2, "plain"),
+    (CAUSAL, 0.0, 1, 1, 1, 4, 1, "strided"),
+    ((5, 2), 0.7, 1, 7, 257, 8, 1, "plain"),
+    (CAUSAL, 2.0, 2, 5, 65, 6, 2, "strided"),
+    (NO_MASK, 0.0, 1, 65, 63, 4, 2, None),
+]
+
+
+@pytest.mark.parametrize("window, softcap, b, sq, sk, hq, hkv, scales", PACKED, ids=str)
+def test_fp8_packed_gqa_decode(schedule, sim_front_ends, window, softcap, b, sq, sk, hq, hkv,
+                               scales):
+    sim = sim_front_ends
+    q, k, v, qd, kd, vd = dense_inputs(b, sq, sk, hq, hkv, True, scales)
+    g = hq // hkv
+    # The 16-bit sm_90a plan's decision on the same shapes.
+    plan16 = plan_of(sim, *(t.to(torch.bfloat16) for t in (q, k, v)), causal=window == CAUSAL,
+                     window_left=-1 if window == CAUSAL else window[0],
+                     window_right=-1 if window == CAUSAL else window[1], softcap=softcap)
+    plan = plan_of(sim, q, k, v, causal=window == CAUSAL,
+                   window_left=-1 if window == CAUSAL else window[0],
+                   window_right=-1 if window == CAUSAL else window[1], softcap=softcap,
+                   q_descale=qd, k_descale=kd, v_descale=vd)
+    assert plan16["arch"] == "sm90" and plan["packed_heads"] == plan16["packed_heads"]
+    packed = plan["packed_heads"]
+    assert packed == (g if math.ceil(sq * g / 64) < g else 1)  # gqa_decode.h's rule
+    assert plan["grid"] == [(sq + cta_tokens(packed) - 1) // cta_tokens(packed),
+                            hkv if packed > 1 else hq, b]
+    (out, lse, _), kernels = run_counted(sim, lambda: flashattn.flash_attn_func(
+        q, k, v, causal=window == CAUSAL, window_size=NO_MASK if window == CAUSAL else window,
+        softcap=softcap, return_attn_probs=True, q_descale=qd, k_descale=kd, v_descale=vd))
+    assert len(kernels) == 1 and loop_name(window, softcap) in kernels[0], kernels
+    assert out.dtype == torch.bfloat16 and out.shape == (b, sq, hq, D)
+    assert lse.shape == (b, hq, sq)
+    check_batch(q, k, v, qd, kd, vd, out, lse, window, True, softcap, 1, packed)
+
+
+def test_fp8_group_above_64_heads_runs_unpacked(hopper):
+    """65 query heads per kv head: the 16-bit plan packs them for sm_80's kernels, which FP8 has
+    not; the e4m3 kernel's tile holds at most 64, so FP8 runs them unpacked."""
+    q, k, v, qd, kd, vd = dense_inputs(1, 1, 7, 65, 1, False, "plain")
+    plan = plan_of(hopper, q, k, v, q_descale=qd, k_descale=kd, v_descale=vd)
+    assert plan["packed_heads"] == 1 and plan["grid"] == [1, 65, 1]
+    out, lse = hopper.ops.fwd(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd)
+    check_batch(q, k, v, qd, kd, vd, out, lse, NO_MASK, True, 0.0, 1, 1)

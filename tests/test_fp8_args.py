@@ -149,6 +149,20 @@ def test_fp8_plans_split_kv(h100):
     assert chosen["num_splits"] > 1 and chosen["merges"]
 
 
+@pytest.mark.parametrize("hq, hkv, sq, packed", [
+    (8, 2, 1, 4), (8, 1, 7, 8), (6, 2, 5, 3),
+    (8, 2, 65, 1),    # 4 tiles of 64 packed rows against 4 heads: not packed, as for 16 bits
+    (130, 2, 1, 1),   # 65 heads a group: more than the e4m3 kernel's tile holds, unpacked
+], ids=str)
+def test_fp8_plans_packed_gqa_decode(h100, hq, hkv, sq, packed):
+    import json
+    plan = json.loads(h100.plan_fwd(*qkv(b=2, sq=sq, hq=hq, hkv=hkv), cc_major=9,
+                                    hopper_fwd=True))
+    assert plan["fp8"] and plan["packed_heads"] == packed and plan["num_splits"] == 1
+    tokens = 128 if packed == 1 else 2 * (64 // packed)
+    assert plan["grid"] == [(sq + tokens - 1) // tokens, hkv if packed > 1 else hq, 2]
+
+
 @pytest.mark.parametrize("d", [64, 256])
 def test_fp8_head_dim_128_only(h100, d):
     with pytest.raises(RuntimeError, match=f"FP8 .* supports head dim 128 only, got head_dim = {d}"):

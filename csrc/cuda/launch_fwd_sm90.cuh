@@ -223,7 +223,7 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, unsigned* tile_coun
 
 // Runs the FP8 (e4m3) sm_90a forward (Element __nv_fp8_e4m3, kHeadDim 128: kernel_list.py
 // fwd_sm90_fp8) on p as planned (plan_fwd_fp8.h: no mask, causal or a local window, softcap or
-// not; no packed heads; split or not):
+// not; GQA heads packed or not; split or not):
 // q, k, v float8_e4m3fn, out bfloat16, the descales per (sequence, kv head) (params.h
 // Fp8Descales; null: 1). With p.num_splits > 1 it writes the splits' fp32 parts to split_scratch
 // (as run_fwd_sm90) for the merge the caller runs next. Calls after_launch() right after the launch.
@@ -244,7 +244,7 @@ void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, float* s
       detail::sm90_input(p.k, b, extents.rows_k, p.heads_kv, kFp8Aligned),
       detail::sm90_input(p.v, b, extents.rows_k, p.heads_kv, kFp8Aligned),
       detail::sm90_input(p.o, b, extents.rows_q, extents.heads_q), Config::kBlockM, Config::kBlockN,
-      /*packed_heads=*/1, TensorMapDtype::BFloat16);
+      p.packed_heads, TensorMapDtype::BFloat16);
   if (!maps_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a FP8 forward's tensor maps: " + maps_error);
   }

@@ -61,9 +61,11 @@ inline std::string fp8_fwd_refusal(const AttnParams& p, const DeviceProps& devic
 }
 
 // The FP8 forward's plan of p, which fp8_fwd_refusal accepted: one launch of the e4m3 kernel's
-// geometry, unpacked (the kernel takes no packed GQA heads), split-KV as p.num_splits asks (0:
-// the split model on the e4m3 kernel's shape, as the 16-bit sm_90a plan's), the splits' fp32
-// parts merged into the bfloat16 out.
+// geometry, with the 16-bit sm_90a plan's two decode decisions (plan_fwd.h plan_fwd): a GQA
+// decode's query heads packed into its kv head's tile where the 16-bit plan packs them
+// (gqa_decode.h; above 64 heads per kv head, which the kernel's tile cannot hold, unpacked: FP8
+// has no sm_80 kernel to leave it to), and split-KV as p.num_splits asks (0: the split model on
+// the e4m3 kernel's shape), the splits' fp32 parts merged into the bfloat16 out.
 inline FwdPlan plan_fwd_fp8(const AttnParams& params, const DeviceProps& device) {
   FwdPlan plan;
   plan.device_arch = device_arch(device);
@@ -74,6 +76,8 @@ inline FwdPlan plan_fwd_fp8(const AttnParams& params, const DeviceProps& device)
   plan.params = params;
   plan.merge_params = params;
   plan.empty = fwd_launches_nothing(params);
+  const AttnParams packed = pack_gqa_decode(params);
+  if (sm90_fwd_takes_packed_heads(packed)) plan.params = packed;
   plan_sm90_fwd_launch<Fp8FwdConfig>(plan, params.num_splits, device.sm_count,
                                      Fp8FwdConfig::kSmemBytes);
   plan_split_scratch(plan);

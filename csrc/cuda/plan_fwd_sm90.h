@@ -67,6 +67,11 @@ inline Sm90MapExtents sm90_map_extents(const AttnParams& p) {
   return {p.batch, p.seqlen_q / g, p.seqlen_k, p.heads_q * g};
 }
 
+// Packed GQA heads (gqa_decode.h, as the sm_80 plan packs them) that the sm_90a forward takes, 16-bit
+// or e4m3: a consumer warpgroup's 64 rows hold whole tokens' groups (hopper::fwd_sm90_consumer_tokens),
+// so at most 64 query heads per kv head.
+inline bool sm90_fwd_takes_packed_heads(const AttnParams& p) { return p.packed_heads <= 64; }
+
 // The sm_90a forward's mask, a template parameter of its main loop (launch_fwd_sm90.cuh): causal
 // is the window (-1, 0) in either alignment, any other window is local (hopper/fwd_sm90_mask.cuh).
 enum class Sm90FwdMask { kNone, kCausal, kLocal };
@@ -125,9 +130,7 @@ inline const char* sm90_fwd_unsupported(const AttnParams& p, ElementType type) {
     return "a paged or indexed KV cache whose rows are not 16-byte aligned";
   if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
     return "cu_seqlens for only one of q and k";
-  // Packed GQA heads (gqa_decode.h, as the sm_80 plan packs them): a consumer warpgroup's 64 rows
-  // hold whole tokens' groups (hopper::fwd_sm90_consumer_tokens).
-  if (p.packed_heads > 64) return "a GQA decode with more than 64 query heads per kv head";
+  if (!sm90_fwd_takes_packed_heads(p)) return "a GQA decode with more than 64 query heads per kv head";
   // attn_mask's main loops: no mask, causal or a local window, softcap and ALiBi at run time, at
   // every head dim (launch_fwd_sm90.cuh). The kernel reads the mask per entry from global memory
   // through its strides, so any layout the op accepts (broadcast strides included) runs here.

@@ -9,7 +9,7 @@ dtype (tests/checks.check_forward, outputs poisoned first), and the profiler's k
 that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take (ALiBi with
 softcap and a window), that the sm_80 kernel did; split-KV decodes (fwd_kvcache) also run the
 split merge; paged and indexed KV caches run the gathering producer (test_kvcache.Case), and
-GQA decodes run packed (the query heads of a kv head as one CTA's rows). Then
+GQA decodes run packed (the query heads of a kv head as one CTA's rows), FP8 ones too. Then
 the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096, causal and not.
 Exits 1 on any failure; on a GPU other than compute capability 9.0, prints SKIP and exits 0.
 """
@@ -82,6 +82,7 @@ def check_cases(tally):
     check_split_cases(tally)
     check_paged_cases(tally)
     check_packed_cases(tally)
+    check_fp8_packed_cases(tally)
 
 
 # attn_mask (the kAttnMask main loops): (dtype, d, kind, mask shape, causal, B, Sq, Sk, Hq, Hkv);
@@ -215,6 +216,41 @@ def check_packed_cases(tally):
             names = kernels_run(lambda: case.check())
             assert_ran(names, "fwd_sm90_kernel", "Hopper kernel")
             assert not any("fwd_kernel_16bit" in n for n in names), f"sm_80's kernel ran too: {names}"
+
+
+# FP8 (e4m3) GQA decodes through flash_attn_func, which the FP8 plan packs as the 16-bit one
+# (plan_fwd_fp8.h): (causal, B, Hq, Hkv, Sq, Sk); g = 4, 8, 3 (Q in two boxes a CTA). Checked as
+# hopper_fp8_fwd.py checks the kernel: against float64 on the dequantized inputs within the bound
+# e4m3 rounding of P allows (FP8 wgmma's accumulation is not IEEE f32), the LSE within 1e-3.
+# (FP8 split-KV has no front end on a GPU: fwd takes no num_splits; the shim's fwd_split runs it.)
+FP8_PACKED_CASES = [
+    (False, 2, 32, 8, 1, 8000),
+    (True, 1, 8, 1, 7, 3000),
+    (True, 2, 6, 2, 5, 777),
+]
+
+
+def check_fp8_packed_cases(tally):
+    import flashattn
+    from hopper_fp8_fwd import reference
+
+    for causal, b, hq, hkv, sq, sk in FP8_PACKED_CASES:
+        name = f"FP8 packed decode causal={causal} B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk}"
+        q = torch.randn(b, sq, hq, 128, device="cuda").to(torch.float8_e4m3fn)
+        k, v = (torch.randn(b, sk, hkv, 128, device="cuda").to(torch.float8_e4m3fn)
+                for _ in range(2))
+        descales = tuple(torch.rand(b, hkv, device="cuda") + 0.5 for _ in range(3))
+        result = []
+        with tally.case(name):
+            names = kernels_run(lambda: result.append(flashattn.flash_attn_func(
+                q, k, v, causal=causal, return_attn_probs=True, q_descale=descales[0],
+                k_descale=descales[1], v_descale=descales[2])))
+            assert_ran(names, "fwd_sm90_kernel", "Hopper FP8 kernel")
+            out, lse, _ = result[0]
+            _, want_exact, bound, want_lse = reference(q, k, v, causal, descales)
+            excess = (out.double() - want_exact).abs() / (bound + 2 ** -8 * want_exact.abs() + 1e-3)
+            assert excess.max().item() <= 1, f"out past e4m3's bound: {excess.max().item():.3g}"
+            assert ((lse.double() - want_lse).abs() <= 1e-3).all(), "lse"
 
 
 def forward_tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=20):
