@@ -61,23 +61,27 @@ def decode_cases(dtype):
 
 def fp8_cases():
     """The FP8 forward (csrc/fp8_args.h) with GQA, descales and ragged tails, each of its loops
-    (no mask, causal, a sliding window, each with softcap or not), where it runs: an sm_90 GPU
-    with FLASHATTN_CUDA_HOPPER=1. Elsewhere the call must be refused, saying what it needs."""
+    (no mask, causal, a sliding window, each with softcap or not, ALiBi or not), and a packed GQA
+    decode (Sq = 1, 4 query heads per kv head), where it runs: an sm_90 GPU with
+    FLASHATTN_CUDA_HOPPER=1. Elsewhere the call must be refused, saying what it needs."""
     runs_here = (torch.cuda.get_device_capability() == (9, 0)
                  and os.environ.get("FLASHATTN_CUDA_HOPPER") == "1")
     for head_dim, _ in FP8_HEAD_DIM_PAIRS:
-        for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (20, 5))):
-            for softcap in (0.0, 3.0):
-                q = torch.randn(2, 77, 4, head_dim, device="cuda").to(FP8)
-                k, v = (torch.randn(2, 93, 2, head_dim, device="cuda").to(FP8) for _ in range(2))
-                descales = {name: torch.rand(2, 2, device="cuda") + 0.5
-                            for name in ("q_descale", "k_descale", "v_descale")}
-                try:
-                    flashattn.flash_attn_func(q, k, v, causal=causal, window_size=window,
-                                              softcap=softcap, **descales)
-                except RuntimeError as error:
-                    if runs_here or "FP8" not in str(error):
-                        raise
+        shapes = [(77, 4, causal, window, softcap, alibi)
+                  for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (20, 5)))
+                  for softcap in (0.0, 3.0) for alibi in (False, True)]
+        for sq, hq, causal, window, softcap, alibi in shapes + [(1, 8, True, (-1, -1), 0.0, False)]:
+            q = torch.randn(2, sq, hq, head_dim, device="cuda").to(FP8)
+            k, v = (torch.randn(2, 93, 2, head_dim, device="cuda").to(FP8) for _ in range(2))
+            descales = {name: torch.rand(2, 2, device="cuda") + 0.5
+                        for name in ("q_descale", "k_descale", "v_descale")}
+            slopes = torch.rand(hq, device="cuda") * 0.1 if alibi else None
+            try:
+                flashattn.flash_attn_func(q, k, v, causal=causal, window_size=window,
+                                          softcap=softcap, alibi_slopes=slopes, **descales)
+            except RuntimeError as error:
+                if runs_here or "FP8" not in str(error):
+                    raise
 
 
 def main():

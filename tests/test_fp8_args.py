@@ -98,9 +98,8 @@ def test_cuda_backward_refuses_fp8(h100):
 
 
 # (argument, its value, what the error names), each with otherwise acceptable FP8 inputs.
-# (softcap and sliding windows are built: test_fp8_takes_softcap_and_windows below.)
+# (softcap, sliding windows and ALiBi are built: test_fp8_takes_softcap_and_windows below.)
 REFUSED = [
-    ("alibi_slopes", torch.ones(2), "alibi_slopes"),
     ("attn_mask", torch.ones(1, 2, 9, 17, dtype=torch.bool), "attn_mask"),
     ("dropout_p", 0.1, "dropout"),
     ("block_offsets", torch.zeros(1, 5, dtype=torch.int32), "block_offsets"),
@@ -159,6 +158,10 @@ def test_fp8_plans_packed_gqa_decode(h100, hq, hkv, sq, packed):
     plan = json.loads(h100.plan_fwd(*qkv(b=2, sq=sq, hq=hq, hkv=hkv), cc_major=9,
                                     hopper_fwd=True))
     assert plan["fp8"] and plan["packed_heads"] == packed and plan["num_splits"] == 1
+    # ALiBi's slope is per query head: never packed (gqa_decode.h), for FP8 as for 16 bits.
+    alibi = json.loads(h100.plan_fwd(*qkv(b=2, sq=sq, hq=hq, hkv=hkv), cc_major=9,
+                                     hopper_fwd=True, alibi_slopes=torch.ones(hq)))
+    assert alibi["fp8"] and alibi["packed_heads"] == 1
     tokens = 128 if packed == 1 else 2 * (64 // packed)
     assert plan["grid"] == [(sq + tokens - 1) // tokens, hkv if packed > 1 else hq, 2]
 
@@ -240,6 +243,9 @@ def test_fp8_plan(h100):
     ({"window_right": 3}, True),
     ({"window_left": 0, "window_right": 0, "softcap": 2.0}, True),
     ({"window_left": 4, "align_bottom_right": False}, True),
+    ({"alibi_slopes": torch.ones(2)}, False),
+    ({"alibi_slopes": torch.ones(1, 2), "causal": True, "softcap": 2.0}, False),
+    ({"alibi_slopes": torch.ones(2), "window_left": 3}, True),
 ], ids=str)
 def test_fp8_takes_softcap_and_windows(h100, extra, local):
     import json
@@ -253,6 +259,8 @@ def test_fp8_takes_softcap_and_windows(h100, extra, local):
     ({"softcap": -1.0}, "softcap must be >= 0"),
     ({"window_left": -2}, r"window_size\[0\] \(left\) must be -1"),
     ({"window_right": -3}, r"window_size\[1\] \(right\) must be -1"),
+    ({"alibi_slopes": torch.ones(3)}, r"alibi_slopes must have shape \["),
+    ({"alibi_slopes": torch.ones(2, dtype=torch.float64)}, "alibi_slopes must be float32"),
 ], ids=str)
 def test_fp8_softcap_and_window_arguments_checked(h100, extra, message):
     with pytest.raises(RuntimeError, match=message):

@@ -1,6 +1,6 @@
 // The plan of an FP8 forward call (fp8_args.h: float8_e4m3fn q, k, v at head dim 128, no mask,
-// causal or a sliding window, softcap or not, none of the features the FP8 kernel lacks), written
-// once for the executor and its tests.
+// causal or a sliding window, softcap or not, ALiBi or not, none of the features the FP8 kernel
+// lacks), written once for the executor and its tests.
 // Host only and free of CUDA calls, like plan_fwd.h.
 //
 // There is one FP8 kernel, the sm_90a e4m3 forward (run_fwd_sm90_fp8, kernel_list.py
