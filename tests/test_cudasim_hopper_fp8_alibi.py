@@ -13,9 +13,10 @@ import torch
 
 import flashattn
 from hopper_sim import schedule_fixture
-from test_cudasim_hopper_fp8_call_path import (CAUSAL, D, LOOP, NO_MASK, check_sequence,
-                                               dense_inputs, descales, fp8, reference,
-                                               run_counted, sim_front_ends)  # noqa: F401
+from test_cudasim_hopper_fp8_call_path import (CAUSAL, D, NO_MASK, check_sequence, dense_inputs,
+                                               reference, run_counted,
+                                               sim_front_ends,  # noqa: F401
+                                               varlen_inputs)
 from test_cudasim_hopper_fp8_decode import MERGE, split_parts
 
 schedule = schedule_fixture([("forward", "lazy"), ("reverse", "eager"), ("random:31", "random")])
@@ -83,11 +84,7 @@ def test_fp8_alibi(schedule, sim_front_ends, window, bottom_right, softcap, b, s
 def test_fp8_alibi_varlen(schedule, sim_front_ends):
     lens_q, lens_k, hq, hkv = [65, 1, 130], [129, 7, 200], 2, 1
     b = len(lens_q)
-    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    q = fp8(int(cu_q[-1]) + 3, hq, D)  # three rows past the last sequence: 0 / -inf
-    k, v = fp8(int(cu_k[-1]), hkv, D), fp8(int(cu_k[-1]), hkv, D)
-    qd, kd, vd = descales(b, hkv, strided=True)
+    cu_q, cu_k, q, k, v, qd, kd, vd = varlen_inputs(lens_q, lens_k, hq, hkv)
     slopes = slopes_of(b, hq, True)
     (out, lse, _), kernels = run_counted(sim_front_ends, lambda: flashattn.flash_attn_varlen_func(
         q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True, alibi_slopes=slopes,

@@ -71,6 +71,16 @@ def dense_inputs(b, sq, sk, hq, hkv, kv_bhsd, scales):
     return q, k, v, qd, kd, vd
 
 
+def varlen_inputs(lens_q, lens_k, hq, hkv):
+    """A varlen batch of these lengths: cu_seqlens_q and _k, q (three rows past the last
+    sequence, which no sequence uses: out 0, lse -inf), k, v, and strided descales."""
+    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    q = fp8(int(cu_q[-1]) + 3, hq, D)
+    k, v = fp8(int(cu_k[-1]), hkv, D), fp8(int(cu_k[-1]), hkv, D)
+    return (cu_q, cu_k, q, k, v, *descales(len(lens_q), hkv, strided=True))
+
+
 NO_MASK, CAUSAL = (-1, -1), (-1, 0)  # (window_left, window_right); -1 unbounded
 
 
@@ -232,12 +242,7 @@ def test_fp8_forward_through_flash_attn_varlen_func(schedule, sim_front_ends, ca
                                                     lens_k, hq, hkv):
     sim = sim_front_ends
     b = len(lens_q)
-    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    # Three rows past the last sequence, which no sequence uses: out 0, lse -inf.
-    q = fp8(int(cu_q[-1]) + 3, hq, D)
-    k, v = fp8(int(cu_k[-1]), hkv, D), fp8(int(cu_k[-1]), hkv, D)
-    qd, kd, vd = descales(b, hkv, strided=True)
+    cu_q, cu_k, q, k, v, qd, kd, vd = varlen_inputs(lens_q, lens_k, hq, hkv)
     (out, lse, _), kernels = run_counted(sim, lambda: flashattn.flash_attn_varlen_func(
         q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_attn_probs=True,
         q_descale=qd, k_descale=kd, v_descale=vd))
@@ -340,11 +345,7 @@ def test_fp8_varlen_with_window_and_softcap(schedule, sim_front_ends, window, so
                                             lens_k, hq, hkv):
     sim = sim_front_ends
     b = len(lens_q)
-    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    q = fp8(int(cu_q[-1]) + 3, hq, D)  # three rows past the last sequence: 0 / -inf
-    k, v = fp8(int(cu_k[-1]), hkv, D), fp8(int(cu_k[-1]), hkv, D)
-    qd, kd, vd = descales(b, hkv, strided=True)
+    cu_q, cu_k, q, k, v, qd, kd, vd = varlen_inputs(lens_q, lens_k, hq, hkv)
     (out, lse, _), kernels = run_counted(sim, lambda: flashattn.flash_attn_varlen_func(
         q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), window_size=window, softcap=softcap,
         return_attn_probs=True, q_descale=qd, k_descale=kd, v_descale=vd))

@@ -20,8 +20,9 @@ import torch
 import flashattn
 from hopper_sim import schedule_fixture
 from test_cudasim_hopper_fp8_call_path import (BLOCK_N, CAUSAL, D, LOOP, NO_MASK, check_sequence,
-                                               dense_inputs, descales, fp8, reference,
-                                               run_counted, sim_front_ends)  # noqa: F401
+                                               dense_inputs, reference, run_counted,
+                                               sim_front_ends,  # noqa: F401
+                                               varlen_inputs)
 
 schedule = schedule_fixture([("forward", "lazy"), ("reverse", "eager"), ("random:31", "random")])
 MERGE = "split_merge"  # the merge kernel's name, after the e4m3 loop's
@@ -133,11 +134,7 @@ def test_fp8_split_kv_chosen_by_the_plan(schedule, hopper):
 def test_fp8_varlen_split_kv(schedule, hopper, causal, lens_q, lens_k, splits):
     """Varlen: the scratch is filled first (rows past every sequence merge to 0 and -inf)."""
     b, hq, hkv = len(lens_q), 2, 1
-    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    q = fp8(int(cu_q[-1]) + 3, hq, D)  # three rows past the last sequence: 0 / -inf
-    k, v = fp8(int(cu_k[-1]), hkv, D), fp8(int(cu_k[-1]), hkv, D)
-    qd, kd, vd = descales(b, hkv, strided=True)
+    cu_q, cu_k, q, k, v, qd, kd, vd = varlen_inputs(lens_q, lens_k, hq, hkv)
     (out, lse), kernels = run_counted(hopper, lambda: hopper.ops.fwd_split(
         q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q),
         max_seqlen_k=max(lens_k), num_splits=splits, q_descale=qd, k_descale=kd, v_descale=vd))
