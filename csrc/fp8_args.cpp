@@ -21,7 +21,8 @@ bool any_descale(const AttnInputs& in) {
 void refuse(bool given, const char* what) {
   TORCH_CHECK(!given, "flashattn: the FP8 (float8_e4m3fn) forward does not support ", what,
               " yet; it runs head dim 128 with no mask, causal or a sliding window (either "
-              "alignment), softcap or not, ALiBi or not, GQA (packed for decoding), split-KV, "
+              "alignment), softcap or not, ALiBi or not, attn_mask or not, GQA (packed for "
+              "decoding), split-KV, "
               "seqused_q / seqused_k and varlen batches");
 }
 
@@ -69,11 +70,16 @@ void check_fp8_fwd(const AttnInputs& in) {
               "flashattn: the FP8 (float8_e4m3fn) forward supports head dim ", kFp8HeadDim,
               " only, got head_dim = ", in.q.size(-1), " and head_dim_v = ", in.v.size(-1));
   // Softcap and sliding windows (causal is the window (-1, 0)) are built, each with the other,
-  // and ALiBi with each (softcap at run time there): kernel_list.py fwd_sm90_fp8's nine loops.
+  // and ALiBi with each (softcap at run time there), and attn_mask with each (softcap and ALiBi
+  // at run time there): kernel_list.py fwd_sm90_fp8's twelve loops.
   // Their own checks (arg_checks) still apply. A GQA decode's packed heads and split-KV
   // (num_splits, where a front end gives it) are the plan's (cuda/plan_fwd_fp8.h), the splits'
   // fp32 parts merged into the bfloat16 out.
-  refuse(in.attn_mask.has_value(), "attn_mask");
+  // attn_mask: a bool or float32 one (q's dtype, e4m3, is no bias the kernels read).
+  TORCH_CHECK(!in.attn_mask || in.attn_mask->scalar_type() == at::kBool ||
+                  in.attn_mask->scalar_type() == at::kFloat,
+              "flashattn: with float8_e4m3fn (FP8) inputs attn_mask must be bool or float32, got ",
+              in.attn_mask ? in.attn_mask->scalar_type() : at::kBool);
   refuse(in.dropout_p > 0.0, "dropout");
   refuse(in.kv_cache(), "a paged or indexed KV cache (block_table, cache_batch_idx, "
          "cache_leftpad)");

@@ -85,13 +85,14 @@ NO_MASK, CAUSAL = (-1, -1), (-1, 0)  # (window_left, window_right); -1 unbounded
 
 
 def reference(q, k, v, window, bottom_right, scale, qd=1.0, kd=1.0, vd=1.0, softcap=0.0,
-              tile_part=None, slopes=None):
+              tile_part=None, slopes=None, bias=None):
     """One sequence: q [Sq, Hq, D], k, v [Sk, Hkv, D] (e4m3), the window (left, right) (causal is
     (-1, 0)), the descales per kv head ([Hkv] or 1.0), softcap (0: none; the logit is
     softcap * tanh(s * descales * scale / softcap)). tile_part: split-KV's part of each row's key
     tiles (int [Sq, tiles]: split_parts(); None: one part), where the kernel's running max
     starts anew. slopes: ALiBi's [Hq] (None: none), -slope |i + offset - j| added to the
-    (softcapped) logit. Returns (out with P rounded as the kernel rounds it, out with P exact, the
+    (softcapped) logit; bias: attn_mask's (float64, broadcast to [Hq, Sq, Sk]; -inf hides), added
+    after it. Returns (out with P rounded as the kernel rounds it, out with P exact, the
     bound P's rounding puts on their difference, lse), float64, out [Sq, Hq, D], lse [Hq, Sq]."""
     sq, hq, _ = q.shape
     sk, hkv, _ = k.shape
@@ -110,6 +111,8 @@ def reference(q, k, v, window, bottom_right, scale, qd=1.0, kd=1.0, vd=1.0, soft
     j = torch.arange(sk)[None, :]
     if slopes is not None:
         s = s - slopes.double()[:, None, None] * (diag - j).abs()
+    if bias is not None:
+        s = s + bias
     keep = torch.ones(sq, sk, dtype=torch.bool)
     if left >= 0:
         keep &= j >= diag - left

@@ -98,9 +98,9 @@ def test_cuda_backward_refuses_fp8(h100):
 
 
 # (argument, its value, what the error names), each with otherwise acceptable FP8 inputs.
-# (softcap, sliding windows and ALiBi are built: test_fp8_takes_softcap_and_windows below.)
+# (softcap, sliding windows, ALiBi and attn_mask are built: test_fp8_takes_softcap_and_windows
+# below.)
 REFUSED = [
-    ("attn_mask", torch.ones(1, 2, 9, 17, dtype=torch.bool), "attn_mask"),
     ("dropout_p", 0.1, "dropout"),
     ("block_offsets", torch.zeros(1, 5, dtype=torch.int32), "block_offsets"),
     ("out_fp32", True, "out_fp32"),
@@ -164,6 +164,13 @@ def test_fp8_plans_packed_gqa_decode(h100, hq, hkv, sq, packed):
     assert alibi["fp8"] and alibi["packed_heads"] == 1
     tokens = 128 if packed == 1 else 2 * (64 // packed)
     assert plan["grid"] == [(sq + tokens - 1) // tokens, hkv if packed > 1 else hq, 2]
+
+
+def test_fp8_attn_mask_is_bool_or_float32(h100):
+    q, k, v = qkv()
+    with pytest.raises(RuntimeError, match="FP8.* attn_mask must be bool or float32, got "
+                                           "Float8_e4m3fn"):
+        h100.fwd(q, k, v, attn_mask=torch.zeros(9, 17).to(FP8))
 
 
 @pytest.mark.parametrize("d", [64, 256])
@@ -246,6 +253,8 @@ def test_fp8_plan(h100):
     ({"alibi_slopes": torch.ones(2)}, False),
     ({"alibi_slopes": torch.ones(1, 2), "causal": True, "softcap": 2.0}, False),
     ({"alibi_slopes": torch.ones(2), "window_left": 3}, True),
+    ({"attn_mask": torch.ones(1, 2, 9, 17, dtype=torch.bool)}, False),
+    ({"attn_mask": torch.zeros(9, 17), "causal": True, "alibi_slopes": torch.ones(2)}, False),
 ], ids=str)
 def test_fp8_takes_softcap_and_windows(h100, extra, local):
     import json

@@ -85,9 +85,9 @@ FAMILIES = {
         template="{element}, {head_dim}",
         params="const AttnParams&, const Fp8Descales&, float*, cudaStream_t, LaunchCheck",
         comment="The sm_90a FP8 forward (csrc/cuda/hopper/, e4m3 q, k, v, V^T written by the "
-                "producer, out bf16), its nine main loops (no mask, causal or a local window, each "
-                "with softcap or not; ALiBi with each, softcap at run time): compiled for sm_90a "
-                "only (kernel_list.py ARCHS)."),
+                "producer, out bf16), its twelve main loops (no mask, causal or a local window, each "
+                "with softcap or not; ALiBi with each, softcap at run time; attn_mask with each, "
+                "softcap and ALiBi at run time): compiled for sm_90a only (kernel_list.py ARCHS)."),
     "bwd_sm90": dict(
         header="launch_bwd_sm90.cuh", prefix="bwd", one_per_file=True, direction="bwd",
         template="{element}, {head_dim}",
@@ -162,11 +162,11 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 HEAD_DIMS_SM90 = (64, 128)
 HEAD_DIMS_SM90_FWD = HEAD_DIMS_SM90 + (256,)
 # The sm_90a FP8 (e4m3) forward (fwd_sm90_fp8, launch_fwd_sm90.cuh run_fwd_sm90_fp8): d = 128 only
-# (FwdSm90Config's one-byte case), nine main loops: no mask, causal or a local window, each with
-# softcap or not; ALiBi with each of the three, softcap at run time; every other feature is
-# refused (csrc/fp8_args.cpp). Two loops compiled in about 30 s
-# (docs/lab/2026-12-04-hopper-fp8-forward.md), the six in
-# docs/lab/2026-12-04-hopper-fp8-window-softcap.md, the nine in
+# (FwdSm90Config's one-byte case), twelve main loops: no mask, causal or a local window, each with
+# softcap or not; ALiBi with each of the three, softcap at run time; attn_mask with each of the
+# three, softcap and ALiBi at run time; every other feature is refused (csrc/fp8_args.cpp). Two
+# loops compiled in about 30 s (docs/lab/2026-12-04-hopper-fp8-forward.md), the six in
+# docs/lab/2026-12-04-hopper-fp8-window-softcap.md, the nine and twelve in
 # docs/lab/2026-12-04-hopper-fp8-decode.md.
 HEAD_DIMS_SM90_FP8 = (128,)
 

@@ -131,6 +131,22 @@ std::string launch_fwd_sm90_alibi(Sm90FwdMask mask, const hopper::FwdSm90Maps& m
   }
   return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, true>(maps, hp, stream);
 }
+
+// attn_mask's loops, for any Element: causal, a local window or no mask, softcap and ALiBi or not
+// at run time inside each.
+template <typename Element, int kHeadDim>
+std::string launch_fwd_sm90_attn_mask(Sm90FwdMask mask, const hopper::FwdSm90Maps& maps,
+                                      const hopper::FwdSm90Params& hp, void* stream) {
+  switch (mask) {
+    case Sm90FwdMask::kCausal:
+      return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, true>(maps, hp, stream);
+    case Sm90FwdMask::kLocal:
+      return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, true>(maps, hp, stream);
+    case Sm90FwdMask::kNone:
+      break;
+  }
+  return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, stream);
+}
 }  // namespace detail
 
 // The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90_FWD): causal,
@@ -172,18 +188,7 @@ std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopp
     }
     return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, false, true>(maps, hp, stream);
   }
-  if (attn_mask) {
-    // Softcap and ALiBi at run time, inside each attn_mask loop.
-    switch (mask) {
-      case Sm90FwdMask::kCausal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, true>(maps, hp, stream);
-      case Sm90FwdMask::kLocal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, true>(maps, hp, stream);
-      case Sm90FwdMask::kNone:
-        break;
-    }
-    return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, stream);
-  }
+  if (attn_mask) return detail::launch_fwd_sm90_attn_mask<Element, kHeadDim>(mask, maps, hp, stream);
   if (alibi) return detail::launch_fwd_sm90_alibi<Element, kHeadDim>(mask, maps, hp, stream);
   return detail::launch_fwd_sm90_plain<Element, kHeadDim>(mask, softcap, maps, hp, stream);
 }
@@ -228,7 +233,7 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, unsigned* tile_coun
 
 // Runs the FP8 (e4m3) sm_90a forward (Element __nv_fp8_e4m3, kHeadDim 128: kernel_list.py
 // fwd_sm90_fp8) on p as planned (plan_fwd_fp8.h: no mask, causal or a local window, softcap or
-// not, ALiBi or not; GQA heads packed or not; split or not):
+// not, ALiBi or not, attn_mask or not; GQA heads packed or not; split or not):
 // q, k, v float8_e4m3fn, out bfloat16, the descales per (sequence, kv head) (params.h
 // Fp8Descales; null: 1). With p.num_splits > 1 it writes the splits' fp32 parts to split_scratch
 // (as run_fwd_sm90) for the merge the caller runs next. Calls after_launch() right after the launch.
@@ -263,13 +268,15 @@ void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, float* s
   hp.v_descale = static_cast<const float*>(descales.v.ptr);
   hp.v_descale_batch_stride = descales.v.batch_stride;
   hp.v_descale_head_stride = descales.v.head_stride;
-  // Nine loops: no mask, causal or a local window, each with softcap or without, and ALiBi's
-  // three (softcap at run time).
+  // Twelve loops: no mask, causal or a local window, each with softcap or without; ALiBi's three
+  // (softcap at run time); attn_mask's three (softcap and ALiBi at run time).
+  const Sm90FwdMask mask = sm90_fwd_mask(p);
   const std::string launch_error =
-      p.alibi.ptr != nullptr
-          ? detail::launch_fwd_sm90_alibi<Element, kHeadDim>(sm90_fwd_mask(p), maps, hp, stream)
-          : detail::launch_fwd_sm90_plain<Element, kHeadDim>(sm90_fwd_mask(p), p.softcap > 0.f, maps,
-                                                             hp, stream);
+      p.mask.ptr != nullptr
+          ? detail::launch_fwd_sm90_attn_mask<Element, kHeadDim>(mask, maps, hp, stream)
+      : p.alibi.ptr != nullptr
+          ? detail::launch_fwd_sm90_alibi<Element, kHeadDim>(mask, maps, hp, stream)
+          : detail::launch_fwd_sm90_plain<Element, kHeadDim>(mask, p.softcap > 0.f, maps, hp, stream);
   if (!launch_error.empty()) {
     throw std::runtime_error("flashattn: the sm_90a FP8 forward's launch: " + launch_error);
   }

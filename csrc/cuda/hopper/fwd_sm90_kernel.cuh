@@ -26,7 +26,8 @@
 //   crosses from memory once per kv head. Q and O move as TMA boxes of (d, g heads, tokens); the
 //   mask takes each row's token, O's split parts and the LSE each row's (token, query head). The
 //   main loop is the same (the mapping is a run-time value, 1 without packing).
-// - FP8 (Elem = __nv_fp8_e4m3, d = 128, no mask, causal or a local window, softcap or not, ALiBi or not): the
+// - FP8 (Elem = __nv_fp8_e4m3, d = 128, no mask, causal or a local window, softcap or not, ALiBi or not,
+//   attn_mask or not): the
 //   same loop on k32 steps. e4m3 wgmma takes K-major operands only, so the whole producer
 //   warpgroup transposes each V tile into V^T after its load (fwd_sm90_transpose_v.cuh,
 //   vt_full[s]) and P V reads V^T; P is rounded to e4m3 in registers; Q's and K's descales fold
@@ -200,9 +201,9 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   using namespace flashattn::ptx;
   using Cfg = FwdSm90ConfigOf<Elem, kHeadDim, kGatherKv>;
   using OutElem = FwdSm90OutElem<Elem>;
-  static_assert(!Cfg::kTransposeV || !(kAttnMask || kDropout),
+  static_assert(!Cfg::kTransposeV || !kDropout,
                 "the FP8 forward is built with no mask, causal or a local window, softcap or not, ALiBi "
-                "or not");
+                "or not, attn_mask or not");
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   FLASHATTN_DYNAMIC_SMEM(unsigned char, smem_base);
   unsigned char* smem =
@@ -414,17 +415,18 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   // The FP8 forward folds Q's and K's descale into it (and V's into 1 / l in the epilogue); with
   // softcap the descales belong inside the tanh (softcap * tanh(s qd kd scale / softcap)), so
   // they go into softcap's factor instead and exp2's stays log2(e). With ALiBi they scale the
-  // scores before the bias (the logit s qd kd scale, or its softcap at run time), not the bias.
+  // scores before the bias (the logit s qd kd scale, or its softcap at run time), not the bias;
+  // so with attn_mask (whose loops take softcap and ALiBi at run time).
   float exp2_scale = kSoftcap || kAlibi || kAttnMask ? cuda::kLog2e : p.scale_log2;
-  [[maybe_unused]] float fp8_scale_over_softcap = 0.f;  // kTransposeV && (kSoftcap || kAlibi)
-  [[maybe_unused]] float fp8_scale = 0.f;               // kTransposeV && kAlibi
+  [[maybe_unused]] float fp8_scale_over_softcap = 0.f;  // kTransposeV && (kSoftcap || kAlibi || kAttnMask)
+  [[maybe_unused]] float fp8_scale = 0.f;               // kTransposeV && (kAlibi || kAttnMask)
   if constexpr (Cfg::kTransposeV) {
     const float qk_descale =
         fp8_descale(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, batch, kv_head) *
         fp8_descale(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, batch, kv_head);
-    if constexpr (kSoftcap || kAlibi) fp8_scale_over_softcap = p.scale_over_softcap * qk_descale;
-    if constexpr (kAlibi) fp8_scale = p.scale * qk_descale;
-    if constexpr (!kSoftcap && !kAlibi) exp2_scale *= qk_descale;
+    if constexpr (kSoftcap || kAlibi || kAttnMask) fp8_scale_over_softcap = p.scale_over_softcap * qk_descale;
+    if constexpr (kAlibi || kAttnMask) fp8_scale = p.scale * qk_descale;
+    if constexpr (!kSoftcap && !kAlibi && !kAttnMask) exp2_scale *= qk_descale;
   }
   const float alibi_slope = kAlibi || (kAttnMask && p.alibi_slopes != nullptr)
                                 ? p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride]
