@@ -91,11 +91,12 @@ struct CudaExecutor {
     check_tile(plan.kernels, params.head_dim, params.head_dim_v);
     check_smem_fits(plan.shape.smem_bytes, plan.smem_limit_bytes);
     at::Tensor split_scratch = split_scratch_of(plan, q);
-    // The sm_90a forward's place counter (hopper/fwd_sm90_walk.h): the call's own, from the
+    // A walking sm_90a kernel's place counter (hopper/fwd_sm90_walk.h): the call's own, from the
     // caching allocator on q's device, so that launches on concurrent streams never share one;
-    // the launch zeroes it on its stream.
+    // the launch zeroes it on its stream. Calls whose kernel does not walk allocate nothing.
     at::Tensor tile_counter;
-    if (plan.kernels.arch == Arch::kSm90) tile_counter = at::empty({1}, q.options().dtype(at::kInt));
+    if (plan.kernels.arch == Arch::kSm90 && sm90_fwd_walks(plan.params))
+      tile_counter = at::empty({1}, q.options().dtype(at::kInt));
     unsigned* counter = tile_counter.defined() ? reinterpret_cast<unsigned*>(tile_counter.data_ptr<int>()) : nullptr;
     launch_fwd(plan, scratch_ptr(split_scratch), counter, Device::stream(q), &Device::check_launch);
   }

@@ -88,6 +88,14 @@ inline bool sm90_fwd_gathers_kv(const AttnParams& p) {
   return p.kv_cache.paged() || p.kv_cache.batch_index != nullptr || p.kv_cache.leftpad != nullptr;
 }
 
+// Whether the 16-bit sm_90a forward's kernel for p (its features as launch_fwd_sm90.cuh
+// run_fwd_sm90 picks the kernel by) walks tiles, and so needs the call's tile counter.
+inline bool sm90_fwd_walks(const AttnParams& p) {
+  return hopper::fwd_sm90_walks(p.head_dim, sm90_fwd_mask(p) == Sm90FwdMask::kLocal, p.softcap > 0.f,
+                                p.alibi.ptr != nullptr, p.mask.ptr != nullptr, sm90_fwd_gathers_kv(p),
+                                p.dropout.on(), /*fp8=*/false);
+}
+
 namespace detail {
 // TMA (make_fwd_sm90_maps) reads a [B, S, H, D] view through 16-byte aligned addresses and
 // strides that are multiples of 16 bytes (8 16-bit elements) below 2^40 bytes. A dimension of

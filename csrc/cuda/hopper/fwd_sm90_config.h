@@ -27,6 +27,16 @@
 
 namespace flashattn::hopper {
 
+// Whether the sm_90a forward's kernel of these features walks tiles (fwd_sm90_walk.h says which
+// and why): a constant of the kernel's template arguments there, and the plan's question at run
+// time (plan_fwd_sm90.h sm90_fwd_walks: only a walking call gets a tile counter), so one rule.
+FLASHATTN_HOST_DEVICE constexpr bool fwd_sm90_walks(int head_dim, bool local, bool softcap, bool alibi,
+                                                    bool attn_mask, bool gather_kv, bool dropout,
+                                                    bool fp8) {
+  const bool dense = !(softcap || alibi || attn_mask || gather_kv || dropout || fp8);
+  return dense && (head_dim == 64 || (head_dim == 128 && !local));
+}
+
 constexpr uint32_t kSwizzleRowBytes = 128;  // one 128-byte swizzle row: 64 16-bit elements
 constexpr uint32_t kSwizzleAtomBytes = 1024;
 

@@ -689,7 +689,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
   }
   };
 
-  if constexpr (!fwd_sm90_walks<kHeadDim, kLocal, kSoftcap, kAlibi, kAttnMask, kGatherKv, kDropout, Cfg::kTransposeV>()) {
+  if constexpr (!fwd_sm90_walks(kHeadDim, kLocal, kSoftcap, kAlibi, kAttnMask, kGatherKv, kDropout, Cfg::kTransposeV)) {
     FwdSm90OneTile one;
     run_tile(fwd_sm90_tile(order, blockIdx.x, blockIdx.y, blockIdx.z), one);
   } else {

@@ -51,7 +51,7 @@ std::string launch_fwd_sm90(const FwdSm90Maps& maps, const FwdSm90Params& p, voi
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return "";
   // A walking kernel (fwd_sm90_walk.h): one CTA per SM, at most one per tile, the places counted
   // from 0 in the call's own counter.
-  constexpr bool kWalks = fwd_sm90_walks<kHeadDim, kLocal, kSoftcap, kAlibi, kAttnMask, kGatherKv, kDropout, Cfg::kTransposeV>();
+  constexpr bool kWalks = fwd_sm90_walks(kHeadDim, kLocal, kSoftcap, kAlibi, kAttnMask, kGatherKv, kDropout, Cfg::kTransposeV);
   if constexpr (kWalks) {
     if (p.tile_counter == nullptr) return "a walking kernel needs FwdSm90Params::tile_counter (4 bytes of device memory)";
     const unsigned tiles = grid.x * grid.y * grid.z;  // < 2^32: the plan's limits (plan_fwd_sm90.h)

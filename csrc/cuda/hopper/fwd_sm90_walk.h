@@ -38,14 +38,6 @@
 
 namespace flashattn::hopper {
 
-// Whether the kernel of these features walks tiles.
-template <int kHeadDim, bool kLocal, bool kSoftcap, bool kAlibi, bool kAttnMask, bool kGatherKv, bool kDropout,
-          bool kFp8>
-FLASHATTN_HOST_DEVICE constexpr bool fwd_sm90_walks() {
-  const bool dense = !(kSoftcap || kAlibi || kAttnMask || kGatherKv || kDropout || kFp8);
-  return dense && (kHeadDim == 64 || (kHeadDim == 128 && !kLocal));
-}
-
 // Registers of a walking kernel's producer and consumers (setmaxnreg; see above).
 constexpr int kFwdSm90WalkProducerRegisters = 40;
 constexpr int kFwdSm90WalkConsumerRegisters = 232;
