@@ -16,6 +16,7 @@
 #include "grid.h"
 #include "hopper/fwd_sm90_launch.h"
 #include "plan_fwd_sm90.h"
+#include "sm90_shared_params.h"
 
 // The kernel uses wgmma, setmaxnreg and TMA: a device pass for any other target than sm_90a is a
 // build mistake (setup.py gives inst/*_sm90.cu their own gencode), not an empty kernel.
@@ -45,21 +46,14 @@ inline hopper::FwdSm90Input sm90_input(const TensorView& view, int batch, int64_
 // scale, masks and their features; the FP8 descales are the FP8 launch's own).
 inline hopper::FwdSm90Params sm90_params(const AttnParams& p, float* split_scratch) {
   hopper::FwdSm90Params hp;
+  fill_sm90_shared_params(hp, p);
   hp.lse = static_cast<float*>(p.lse.ptr);
   hp.lse_batch_stride = p.lse.batch_stride;
   hp.lse_head_stride = p.lse.head_stride;
-  hp.batch = p.batch;
   // Packed GQA heads: tokens, the kernel's positions (FwdSm90Params::packed_heads).
   hp.packed_heads = p.packed_heads > 1 ? p.packed_heads : 1;
   hp.consumer_tokens = hopper::fwd_sm90_consumer_tokens(hp.packed_heads);
   hp.seqlen_q = p.seqlen_q / hp.packed_heads;
-  hp.seqlen_k = p.seqlen_k;
-  hp.seqused_q = p.seqused_q;
-  hp.seqused_k = p.seqused_k;
-  hp.cu_seqlens_q = p.cu_seqlens_q;
-  hp.cu_seqlens_k = p.cu_seqlens_k;
-  hp.total_q = p.total_q;
-  hp.total_k = p.total_k;
   hp.o = p.o.ptr;
   hp.o_batch_stride = p.o.batch_stride;
   hp.o_row_stride = p.o.row_stride;
@@ -70,29 +64,13 @@ inline hopper::FwdSm90Params sm90_params(const AttnParams& p, float* split_scrat
     hp.split_o_elements = split_out_elements(p);
     hp.split_lse_elements = split_lse_elements(p);
   }
-  hp.heads_q = p.heads_q;
-  hp.head_group = p.head_group;
-  hp.scale = p.scale;
-  // exp2 takes the scores scaled by scale * log2(e) (FwdSm90Params).
-  hp.scale_log2 = static_cast<float>(p.scale_fp64 * 1.4426950408889634);
-  hp.align_bottom_right = p.align_bottom_right;
-  hp.window_left = p.window_left;
-  hp.window_right = p.window_right;
   // The sm_80 kernels' softcap (logit.cuh LogitRules): softcap * tanh(s * (scale / softcap)).
   hp.softcap = p.softcap;
   hp.scale_over_softcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
-  // ALiBi's slope of (b, h) (mask.h alibi_slope): [Hq] or [B, Hq] fp32, strided.
-  hp.alibi_slopes = static_cast<const float*>(p.alibi.ptr);
-  hp.alibi_batch_stride = p.alibi.batch_stride;
-  hp.alibi_head_stride = p.alibi.head_stride;
-  // attn_mask and its block classes as the sm_80 kernels read them (AttnParams' view).
-  hp.attn_mask = p.mask;
   // A paged or indexed cache: K and V read row by row (their maps are Q's, never read).
   hp.k_cache = p.k;
   hp.v_cache = p.v;
   hp.kv_cache = p.kv_cache;
-  // Dropout's [seed, offset], threshold and 1 / (1 - p) (dropout.h), as the sm_80 kernels read them.
-  hp.dropout = p.dropout;
   return hp;
 }
 

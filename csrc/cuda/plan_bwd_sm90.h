@@ -13,6 +13,7 @@
 #include "dispatch.h"
 #include "hopper/bwd_sm90_params.h"
 #include "plan_fwd_sm90.h"
+#include "sm90_shared_params.h"
 
 namespace flashattn::cuda {
 
@@ -31,33 +32,8 @@ inline bool is_sm90_bwd_head_dim(int head_dim) {
 // plan sizes it from these).
 inline hopper::BwdSm90Params make_bwd_sm90_params(const AttnBwdParams& p) {
   hopper::BwdSm90Params hp;
-  hp.batch = p.batch;
-  hp.seqlen_q = p.seqlen_q;
-  hp.seqlen_k = p.seqlen_k;
-  hp.cu_seqlens_q = p.cu_seqlens_q;
-  hp.cu_seqlens_k = p.cu_seqlens_k;
-  hp.total_q = p.total_q;
-  hp.total_k = p.total_k;
-  hp.seqused_q = p.seqused_q;
-  hp.seqused_k = p.seqused_k;
-  hp.heads_q = p.heads_q;
-  hp.head_group = p.head_group;
-  hp.scale = p.scale;
-  // exp2 takes the scores scaled by scale * log2(e), computed in double as the forward's.
-  hp.scale_log2 = static_cast<float>(p.scale_fp64 * 1.4426950408889634);
-  hp.align_bottom_right = p.align_bottom_right;
-  // Causal is the window (-1, 0) (AttnParams); the causal kernel takes it as it is.
-  hp.window_left = p.window_left;
-  hp.window_right = p.window_right;
+  fill_sm90_shared_params(hp, p);
   hp.deterministic = p.deterministic;
-  // ALiBi's slope of (b, h) (mask.h alibi_slope): [Hq] or [B, Hq] fp32, strided.
-  hp.alibi_slopes = static_cast<const float*>(p.alibi.ptr);
-  hp.alibi_batch_stride = p.alibi.batch_stride;
-  hp.alibi_head_stride = p.alibi.head_stride;
-  // attn_mask and its block classes as the sm_80 kernels read them (AttnParams' view).
-  hp.attn_mask = p.mask;
-  // Dropout as the forward drew it (dropout.h): its [seed, offset], threshold and 1 / (1 - p).
-  hp.dropout = p.dropout;
   hopper::set_bwd_sm90_softcap(hp, p.softcap);
   hp.dk = p.dk;
   hp.dv = p.dv;
