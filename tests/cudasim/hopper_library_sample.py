@@ -6,10 +6,11 @@ sends to the Hopper kernels on compute capability 9.0.
 
 For each case: out and lse against the float64 reference within 2x PyTorch's own error in the
 dtype (tests/checks.check_forward, outputs poisoned first), and the profiler's kernel names show
-that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take (ALiBi with
-softcap and a window), that the sm_80 kernel did; split-KV decodes (fwd_kvcache) also run the
+that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take (a softmax
+scale <= 0), that the sm_80 kernel did; split-KV decodes (fwd_kvcache) also run the
 split merge; paged and indexed KV caches run the gathering producer (test_kvcache.Case), and
-GQA decodes run packed (the query heads of a kv head as one CTA's rows), FP8 ones too. Then
+GQA decodes run packed (the query heads of a kv head as one CTA's rows), FP8 ones too; the FP8
+loops run windows, softcap, ALiBi and attn_mask (tests/fp8_reference.py on the CPU). Then
 the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096, causal and not.
 Exits 1 on any failure; on a GPU other than compute capability 9.0, prints SKIP and exits 0.
 """
@@ -83,6 +84,7 @@ def check_cases(tally):
     check_paged_cases(tally)
     check_packed_cases(tally)
     check_fp8_packed_cases(tally)
+    check_fp8_feature_cases(tally)
 
 
 # attn_mask (the kAttnMask main loops): (dtype, d, kind, mask shape, causal, B, Sq, Sk, Hq, Hkv);
@@ -251,6 +253,66 @@ def check_fp8_packed_cases(tally):
             excess = (out.double() - want_exact).abs() / (bound + 2 ** -8 * want_exact.abs() + 1e-3)
             assert excess.max().item() <= 1, f"out past e4m3's bound: {excess.max().item():.3g}"
             assert ((lse.double() - want_lse).abs() <= 1e-3).all(), "lse"
+
+
+# The FP8 loops' features through torch.ops.flashattn.fwd: (window (left, right); causal is
+# (-1, 0), bottom-right?, softcap, ALiBi?, attn_mask (None, "bool" key padding, "float" per head),
+# B, Sq, Sk, Hq, Hkv): each e4m3 loop (no mask, causal, local) with softcap, ALiBi and attn_mask at
+# run time. Checked against tests/fp8_reference.py on the CPU as the packed decodes above are:
+# within e4m3's bound of the unrounded attention (FP8 wgmma's accumulation is not IEEE f32, so the
+# shim's P-rounded comparison is not made here), the LSE within 1e-3.
+FP8_FEATURE_CASES = [
+    ((256, 64), True, 0.0, False, None, 2, 1000, 1500, 4, 2),
+    ((-1, 0), True, 30.0, False, None, 1, 777, 777, 4, 4),
+    ((100, 30), False, 0.0, True, None, 2, 513, 300, 2, 1),
+    ((-1, -1), True, 0.0, False, "bool", 2, 600, 1500, 4, 2),
+    ((-1, 0), True, 2.5, True, "float", 1, 300, 513, 2, 2),
+]
+
+
+def check_fp8_feature_cases(tally):
+    from fp8_reference import reference
+
+    for window, bottom_right, softcap, alibi, mask_kind, b, sq, sk, hq, hkv in FP8_FEATURE_CASES:
+        name = (f"FP8 window={window} bottom_right={bottom_right} softcap={softcap} alibi={alibi} "
+                f"attn_mask={mask_kind} B={b} Sq={sq} Sk={sk} Hq={hq} Hkv={hkv}")
+        q = torch.randn(b, sq, hq, 128, device="cuda").to(torch.float8_e4m3fn)
+        k, v = (torch.randn(b, sk, hkv, 128, device="cuda").to(torch.float8_e4m3fn)
+                for _ in range(2))
+        qd, kd, vd = (torch.rand(b, hkv, device="cuda") + 0.5 for _ in range(3))
+        slopes = torch.rand(hq, device="cuda") * 0.1 + 0.005 if alibi else None
+        mask = None
+        if mask_kind == "bool":  # key padding: each sequence hides a third of its keys
+            mask = (torch.rand(b, 1, 1, sk, device="cuda") >= 0.3)
+        elif mask_kind == "float":
+            mask = torch.randn(b, hq, sq, sk, device="cuda").masked_fill(
+                torch.rand(b, hq, sq, sk, device="cuda") < 0.3, float("-inf"))
+        result = []
+        with tally.case(name):
+            names = kernels_run(lambda: result.append(torch.ops.flashattn.fwd(
+                q, k, v, window_left=window[0], window_right=window[1], softcap=softcap,
+                alibi_slopes=slopes, attn_mask=mask, align_bottom_right=bottom_right,
+                q_descale=qd, k_descale=kd, v_descale=vd)))
+            assert_ran(names, "fwd_sm90_kernel<__nv_fp8_e4m3", "Hopper FP8 kernel")
+            out, lse = (t.cpu() for t in result[0])
+            for i in range(b):
+                bias = None
+                if mask is not None:
+                    m = mask[i].expand(hq, sq, sk).cpu()
+                    bias = (torch.zeros(m.shape, dtype=torch.float64).masked_fill(~m, float("-inf"))
+                            if m.dtype == torch.bool else m.double())
+                _, want_exact, bound, want_lse, _ = reference(
+                    q[i].cpu(), k[i].cpu(), v[i].cpu(), window, bottom_right, 128 ** -0.5,
+                    qd[i].cpu(), kd[i].cpu(), vd[i].cpu(), softcap,
+                    slopes=None if slopes is None else slopes.cpu(), bias=bias)
+                got = out[i].double()
+                excess = (got - want_exact).abs() / (bound + 2 ** -8 * want_exact.abs() + 1e-3)
+                assert not got.isnan().any(), f"sequence {i}: unwritten (poisoned) rows in out"
+                assert excess.max().item() <= 1, \
+                    f"sequence {i}: out past e4m3's bound: {excess.max().item():.3g}"
+                finite = want_lse.isfinite()
+                assert (lse[i][~finite] == float("-inf")).all(), f"sequence {i}: lse of empty rows"
+                assert ((lse[i].double() - want_lse).abs()[finite] <= 1e-3).all(), f"sequence {i}: lse"
 
 
 def forward_tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=20):
