@@ -73,8 +73,8 @@ void check_fp8_fwd(const AttnInputs& in) {
   // and ALiBi with each (softcap at run time there), and attn_mask with each (softcap and ALiBi
   // at run time there): kernel_list.py fwd_sm90_fp8's twelve loops.
   // Their own checks (arg_checks) still apply. A GQA decode's packed heads and split-KV
-  // (num_splits, where a front end gives it) are the plan's (cuda/plan_fwd_fp8.h), the splits'
-  // fp32 parts merged into the bfloat16 out.
+  // (num_splits: flash_attn_with_kvcache's, over a dense cache, kvcache_args.cpp) are the
+  // plan's (cuda/plan_fwd_fp8.h), the splits' fp32 parts merged into the bfloat16 out.
   // attn_mask: a bool or float32 one (q's dtype, e4m3, is no bias the kernels read).
   TORCH_CHECK(!in.attn_mask || in.attn_mask->scalar_type() == at::kBool ||
                   in.attn_mask->scalar_type() == at::kFloat,

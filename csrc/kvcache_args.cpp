@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "arg_checks.h"
+#include "fp8_args.h"
 
 namespace flashattn {
 namespace {
@@ -264,17 +265,43 @@ void check_append_targets(const KvcacheInputs& in) {
   }
 }
 
+// An FP8 call over a cache (fp8_args.h): q, k_cache and v_cache all float8_e4m3fn, on an
+// executor with the FP8 forward (refused here, before anything is written, as fwd refuses it).
+// The e4m3 kernel reads K and V by TMA from sequence b's own rows of a dense cache; a paged,
+// indexed or left-padded cache needs the gathering producer, which only the 16-bit sm_90a loops
+// have (plan_fwd_sm90.h sm90_fwd_gathers_kv), so those are refused by name. The append is the
+// row copy of kv_append.h (k, v must then be e4m3 too: check_new_rows), but rotary is not: it
+// would rotate values already rounded to e4m3.
+void check_fp8_cache(const KvcacheInputs& in, const ExecutorLimits& limits) {
+  const AttnInputs& attn = in.attn;
+  constexpr at::ScalarType kFp8 = at::kFloat8_e4m3fn;
+  const bool q8 = attn.q.scalar_type() == kFp8, k8 = attn.k.scalar_type() == kFp8,
+             v8 = attn.v.scalar_type() == kFp8;
+  if (!q8 && !k8 && !v8) return;  // descales without FP8 inputs: check_fp8_dtypes (check_fwd)
+  TORCH_CHECK(q8 && k8 && v8, "flashattn: flash_attn_with_kvcache's FP8 forward needs q, "
+              "k_cache and v_cache all float8_e4m3fn; got q ", attn.q.scalar_type(),
+              ", k_cache ", attn.k.scalar_type(), ", v_cache ", attn.v.scalar_type());
+  check_fp8_dtypes(attn, limits);
+  const auto refuse = [](bool given, const char* what, const char* why) {
+    TORCH_CHECK(!given, "flashattn: flash_attn_with_kvcache with float8_e4m3fn (FP8) tensors "
+                "does not support ", what, ": ", why);
+  };
+  const char* dense = "the e4m3 kernel reads a dense cache in place, sequence b's keys from "
+                      "rows [0, cache_seqlens[b]) of k_cache[b] (a paged or indexed cache needs "
+                      "a gathering producer it lacks)";
+  refuse(attn.block_table.has_value(), "block_table", dense);
+  refuse(attn.cache_batch_idx.has_value(), "cache_batch_idx", dense);
+  refuse(attn.cache_leftpad.has_value(), "cache_leftpad", dense);
+  refuse(in.rotary_cos.has_value() || in.rotary_sin.has_value(), "rotary_cos / rotary_sin",
+         "rotating float8_e4m3fn values would round them again; rotate q and k in 16 bits "
+         "before quantizing them");
+}
+
 }  // namespace
 
 void check_kvcache_append(KvcacheInputs& in, const ExecutorLimits& limits) {
   const at::Tensor& q = in.attn.q;
-  // The FP8 forward reads no cache (fp8_args.h); its caches and q would be float8_e4m3fn.
-  for (auto [t, name] : {std::pair<const at::Tensor*, const char*>{&q, "q"},
-                         std::pair<const at::Tensor*, const char*>{&in.attn.k, "k_cache"},
-                         std::pair<const at::Tensor*, const char*>{&in.attn.v, "v_cache"}})
-    TORCH_CHECK(t->scalar_type() != at::kFloat8_e4m3fn, "flashattn: flash_attn_with_kvcache "
-                "does not support float8_e4m3fn (FP8) tensors yet; ", name, " is ",
-                t->scalar_type());
+  check_fp8_cache(in, limits);
   TORCH_CHECK(q.dim() == 4, "flashattn: q must be a 4-D tensor [batch, seqlen_q, heads, "
               "head_dim], got ", q.dim(), "-D with shape ", q.sizes());
   TORCH_CHECK(in.attn.k.dim() == 4, "flashattn: k_cache must be a 4-D tensor [batch_cache, "

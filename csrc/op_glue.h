@@ -109,6 +109,9 @@ inline KvcacheInputs read_kvcache_inputs(const OpArguments& args) {
   in.rotary_sin = args.optional_tensor("rotary_sin");
   in.cache_seqlens = args.optional_tensor("cache_seqlens");
   in.rotary_interleaved = args["rotary_interleaved"].toBool();
+  attn.q_descale = args.optional_tensor("q_descale");
+  attn.k_descale = args.optional_tensor("k_descale");
+  attn.v_descale = args.optional_tensor("v_descale");
   return in;
 }
 
@@ -125,7 +128,8 @@ void fwd_kvcache_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     Executor::run_kv_append(in.attn.q, make_append_params(in, q_rotated));
     if (in.rotary()) in.attn.q = q_rotated;
   }
-  Executor::run_fwd(in.attn.q, make_fwd_params(in.attn, out, lse, at::Tensor()), Fp8Descales{});
+  Executor::run_fwd(in.attn.q, make_fwd_params(in.attn, out, lse, at::Tensor()),
+                    fp8_descales_of(in.attn));
   args.set_results(std::move(out), std::move(lse));
 }
 

@@ -73,6 +73,9 @@ inline constexpr const char* kBwdSchema =
 // entry cache_batch_idx[b] for sequence b, keys before cache_leftpad[b] left out; or paged,
 // [num_blocks, page_size, Hkv, D] with block_table. cache_seqlens, cache_batch_idx,
 // cache_leftpad: int32 [B]. num_splits: split-KV parts (0: the executor chooses, 1: none).
+// q_descale, k_descale, v_descale: fwd's (FA3's FP8 forward), for float8_e4m3fn q, k_cache,
+// v_cache (all three, and k, v if given); out is then bfloat16. An FP8 cache is dense, read
+// in place: no block_table, cache_batch_idx, cache_leftpad or rotary (kvcache_args.cpp).
 // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq].
 inline constexpr const char* kFwdKvcacheSchema =
     "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k=None, "
@@ -80,7 +83,8 @@ inline constexpr const char* kFwdKvcacheSchema =
     "Tensor? cache_seqlens=None, Tensor? cache_batch_idx=None, Tensor? cache_leftpad=None, "
     "Tensor? block_table=None, float? softmax_scale=None, bool causal=False, "
     "int window_left=-1, int window_right=-1, float softcap=0.0, bool rotary_interleaved=True, "
-    "Tensor? alibi_slopes=None, int num_splits=0) -> (Tensor out, Tensor lse)";
+    "Tensor? alibi_slopes=None, int num_splits=0, Tensor? q_descale=None, "
+    "Tensor? k_descale=None, Tensor? v_descale=None) -> (Tensor out, Tensor lse)";
 
 // A fresh [seed, offset] (int64 [2], on like's device) for one dropout call, drawn from the
 // default generator of like's device, which it advances: torch.manual_seed reproduces it. On

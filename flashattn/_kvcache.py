@@ -32,7 +32,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
                             block_table=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
-                            alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+                            alibi_slopes=None, num_splits=0, return_softmax_lse=False,
+                            q_descale=None, k_descale=None, v_descale=None):
     """Attention of q over a KV cache, after appending k and v to it in place.
 
     Args:
@@ -61,6 +62,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             merged exactly (1: no split; 0: chosen from the work and the threads / SMs). For a
             fixed value the result is bitwise reproducible; different values agree to rounding.
         return_softmax_lse: also return the LSE, (batch, nheads, seqlen_q) float32.
+        q_descale, k_descale, v_descale: FA3's FP8 decode: with q, k_cache and v_cache (and k,
+            v) all torch.float8_e4m3fn, float32 (batch, nheads_k) factors (None: 1) that the
+            logits (q k^T) * q_descale * k_descale * softmax_scale and out (P v) * v_descale
+            take, per sequence and kv head; out is then bfloat16. Runs the sm_90a FP8 forward
+            (H100 / H200, FLASHATTN_CUDA_HOPPER=1) at head dim 128, over a dense cache (no
+            block_table, cache_batch_idx, cache_leftpad or rotary), with num_splits as above.
 
     Returns:
         out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse).
@@ -81,7 +88,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         softmax_scale=_optional_real(fn, "softmax_scale", softmax_scale), causal=bool(causal),
         window_left=left, window_right=right, softcap=_real(fn, "softcap", softcap),
         rotary_interleaved=bool(rotary_interleaved), alibi_slopes=alibi_slopes,
-        num_splits=num_splits)
+        num_splits=num_splits, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     if out.requires_grad:
         out, lse = _ForwardOnly.apply(out, lse)
     return (out, lse) if return_softmax_lse else out

@@ -80,7 +80,10 @@ def _fwd_kvcache_fake(q, k_cache, v_cache, *args, **kwargs):
     _check_same_device(q, bind_arguments(_FWD_KVCACHE, (q, k_cache, v_cache, *args), kwargs))
     batch, seqlen_q, heads, _ = q.shape
     out_shape = (batch, seqlen_q, heads, v_cache.shape[-1])  # v_cache's head dim (MLA)
-    return q.new_empty(out_shape), q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
+    # FP8 (float8_e4m3fn) q and caches: out in bfloat16, as fwd's (csrc/fp8_args.h).
+    out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+    return (q.new_empty(out_shape, dtype=out_dtype),
+            q.new_empty((batch, heads, seqlen_q), dtype=torch.float32))
 
 
 @torch.library.register_fake("flashattn::dropout_rng_state")

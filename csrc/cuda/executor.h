@@ -141,8 +141,13 @@ struct CudaExecutor {
   }
 
   // flash_attn_with_kvcache's append and rotary embedding, before run_fwd on the same stream.
+  // FP8 caches take the e4m3 row copy (no rotary: kvcache_args.cpp).
   static void run_kv_append(const at::Tensor& q, const KvAppendParams& p) {
     const typename Device::Guard guard(q.device());
+    if (q.scalar_type() == at::kFloat8_e4m3fn) {
+      launch_kv_append_e4m3(p, Device::stream(q), &Device::check_launch);
+      return;
+    }
     launch_kv_append(p, element_type(q.scalar_type()), Device::stream(q), &Device::check_launch);
   }
 

@@ -197,6 +197,9 @@ KERNELS = (
     # Not per head dim: one kernel per element type.
     + [Kernel(family, None, dtype, "sm80") for family in ("split_merge", "kv_append")
        for dtype in ("fp16", "bf16", "fp32")]
+    # flash_attn_with_kvcache's append into an FP8 cache: the row copy of one-byte elements
+    # (no rotary for FP8, csrc/kvcache_args.cpp).
+    + [Kernel("kv_append", None, "e4m3", "sm80")]
 )
 
 

@@ -8,6 +8,8 @@
 // many warps and SMs. Positions outside the cache or the rotary tables are skipped or clamped
 // there: nothing checks cache_seqlens on the host for a device.
 #pragma once
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 #include "../kv_append.h"
@@ -39,7 +41,8 @@ inline dim3 kv_append_grid(const KvAppendParams& p) {
   return dim3(static_cast<unsigned>(blocks < 65535 ? blocks : 65535));
 }
 
-// Launches kv_append_kernel for Element (__half, __nv_bfloat16 or float).
+// Launches kv_append_kernel for Element (__half, __nv_bfloat16 or float; __nv_fp8_e4m3 for an
+// FP8 cache, whose rows are only copied: kvcache_args.cpp refuses rotary there).
 template <typename Element>
 void run_kv_append(const KvAppendParams& p, cudaStream_t stream, LaunchCheck after_launch) {
   if (append_rows(p) + query_rows(p) == 0) return;

@@ -137,4 +137,11 @@ inline void launch_kv_append(const KvAppendParams& p, ElementType type, cudaStre
   });
 }
 
+// Appends e4m3 rows to an FP8 KV cache (kv_append_kernel.cuh): a copy of each row's bytes;
+// rotary is refused for FP8 (kvcache_args.cpp), so no element is converted.
+inline void launch_kv_append_e4m3(const KvAppendParams& p, cudaStream_t stream,
+                                  LaunchCheck after_launch) {
+  run_kv_append<__nv_fp8_e4m3>(p, stream, after_launch);
+}
+
 }  // namespace flashattn::cuda

@@ -61,5 +61,6 @@ template void run_split_merge<float>(const AttnParams&, const float*, cudaStream
 template void run_kv_append<__half>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 template void run_kv_append<__nv_bfloat16>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 template void run_kv_append<float>(const KvAppendParams&, cudaStream_t, LaunchCheck);
+template void run_kv_append<__nv_fp8_e4m3>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 
 }  // namespace flashattn::cuda

@@ -213,7 +213,8 @@ void plan_bwd_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 // torch.ops.flashattn_sim.fwd_split: fwd with num_splits (fwd_kvcache's argument; fwd itself
-// has none), so that the tests run split-KV on calls fwd_kvcache does not take (the FP8 forward).
+// has none), so that the tests run split-KV on calls fwd_kvcache does not take (varlen batches,
+// attn_mask, top-left alignment; the FP8 forward's among them).
 void fwd_split_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpArguments args(op, stack);
   AttnInputs in = read_attn_inputs(args);

@@ -6,4 +6,5 @@ namespace flashattn::cuda {
 template void run_kv_append<__half>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 template void run_kv_append<__nv_bfloat16>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 template void run_kv_append<float>(const KvAppendParams&, cudaStream_t, LaunchCheck);
+template void run_kv_append<__nv_fp8_e4m3>(const KvAppendParams&, cudaStream_t, LaunchCheck);
 }  // namespace flashattn::cuda
