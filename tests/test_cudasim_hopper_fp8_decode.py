@@ -3,8 +3,9 @@ split-KV (the e4m3 loops write each split's fp32 O / l and LSE, split_merge_kern
 bfloat16 out) and packed GQA heads (a decode's query heads of one kv head as the rows of one
 tile, gqa_decode.h), both planned by cuda/plan_fwd_fp8.h as the 16-bit sm_90a plan decides them.
 
-fwd takes no num_splits (fwd_kvcache does, and refuses FP8 inputs), so the split tests call
-torch.ops.flashattn_sim.fwd_split: fwd's arguments and op glue with num_splits added. The packed
+fwd takes no num_splits (fwd_kvcache does, over a dense cache: test_cudasim_hopper_fp8_kvcache.py),
+so the split tests call torch.ops.flashattn_sim.fwd_split: fwd's arguments and op glue with
+num_splits added, for what fwd_kvcache does not take (top-left, varlen, prefill shapes). The packed
 tests call flash_attn_func, whose decoding calls the plan packs by itself.
 
 The reference is test_cudasim_hopper_fp8_call_path.py's (float64 attention of the dequantized

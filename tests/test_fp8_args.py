@@ -64,10 +64,29 @@ def test_sdpa_front_end_refuses_fp8():
         flashattn.scaled_dot_product_attention(q, k, v)
 
 
-def test_fwd_kvcache_refuses_fp8():
-    q, k, v = qkv(sq=1)
-    with pytest.raises(RuntimeError, match="flash_attn_with_kvcache does not support float8_e4m3fn"):
-        flashattn.flash_attn_with_kvcache(q, k, v)
+def test_cpu_executor_refuses_an_fp8_kvcache_before_writing_it():
+    """The CPU executor has no FP8 forward: flash_attn_with_kvcache refuses FP8 with fwd's
+    message, before the append writes the caches."""
+    q, k_cache, v_cache = qkv(sq=1)
+    k_new, v_new = fp8(1, 1, 1, 128), fp8(1, 1, 1, 128)
+    before = k_cache.view(torch.uint8).clone(), v_cache.view(torch.uint8).clone()
+    with pytest.raises(RuntimeError, match=r"float8_e4m3fn \(FP8\) inputs run on CUDA only.*"
+                                           r"the CPU executor has no FP8 kernels"):
+        flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=3,
+                                          q_descale=torch.ones(1, 1))
+    assert torch.equal(k_cache.view(torch.uint8), before[0])
+    assert torch.equal(v_cache.view(torch.uint8), before[1])
+
+
+def test_kvcache_takes_fa3s_keywords():
+    import inspect
+    params = inspect.signature(flashattn.flash_attn_with_kvcache).parameters
+    for name in ("q_descale", "k_descale", "v_descale"):
+        assert params[name].default is None
+    q, k, v = (t.to("meta") for t in qkv(sq=1))
+    out, lse = torch.ops.flashattn.fwd_kvcache(q, k, v, q_descale=torch.ones(1, 1, device="meta"))
+    assert out.dtype == torch.bfloat16 and out.shape == (1, 1, 2, 128)
+    assert lse.dtype == torch.float32 and lse.shape == (1, 2, 1)
 
 
 def test_backward_refuses_fp8():
@@ -274,3 +293,81 @@ def test_fp8_takes_softcap_and_windows(h100, extra, local):
 def test_fp8_softcap_and_window_arguments_checked(h100, extra, message):
     with pytest.raises(RuntimeError, match=message):
         h100.fwd(*qkv(), **extra)
+
+
+# flash_attn_with_kvcache with FP8 (fwd_kvcache, csrc/kvcache_args.cpp check_fp8_cache) on the
+# shim's H100: what the e4m3 kernel cannot read is refused by name, before the caches are written.
+def kvcache_fp8(b=2, s_cache=32, hq=2, hkv=1, d=128):
+    return fp8(b, 1, hq, d), fp8(b, s_cache, hkv, d), fp8(b, s_cache, hkv, d)
+
+
+@pytest.mark.parametrize("odd", ["q", "k_cache", "v_cache"])
+def test_fp8_kvcache_all_three_or_none(h100, odd):
+    tensors = dict(zip(("q", "k_cache", "v_cache"), kvcache_fp8()))
+    tensors[odd] = tensors[odd].to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"needs q, k_cache and v_cache all float8_e4m3fn; got "
+                                           r"q .*, k_cache .*, v_cache .*"):
+        h100.fwd_kvcache(tensors["q"], tensors["k_cache"], tensors["v_cache"])
+
+
+def page_table():
+    return torch.zeros(2, 1, dtype=torch.int32)
+
+
+def rotary():
+    return dict(rotary_cos=torch.ones(40, 64).to(FP8), rotary_sin=torch.zeros(40, 64).to(FP8))
+
+
+# (arguments, what the error names), each with otherwise acceptable FP8 inputs and an append.
+KVCACHE_REFUSED = [
+    (lambda: dict(block_table=page_table()), "block_table"),
+    (lambda: dict(cache_batch_idx=torch.tensor([1, 0], dtype=torch.int32)), "cache_batch_idx"),
+    (lambda: dict(cache_leftpad=torch.tensor([1, 0], dtype=torch.int32)), "cache_leftpad"),
+    (rotary, "rotary_cos / rotary_sin"),
+]
+
+
+@pytest.mark.parametrize("extra, named", KVCACHE_REFUSED, ids=[r[1] for r in KVCACHE_REFUSED])
+def test_fp8_kvcache_refuses_what_its_kernel_lacks(h100, extra, named):
+    q, k_cache, v_cache = kvcache_fp8()
+    before = k_cache.view(torch.uint8).clone()
+    with pytest.raises(RuntimeError, match=f"flash_attn_with_kvcache with float8_e4m3fn .* does "
+                                           f"not support {named}: "):
+        h100.fwd_kvcache(q, k_cache, v_cache, fp8(2, 1, 1, 128), fp8(2, 1, 1, 128),
+                         cache_seqlens=torch.tensor([3, 5], dtype=torch.int32), **extra())
+    assert torch.equal(k_cache.view(torch.uint8), before)
+
+
+@pytest.mark.parametrize("name", ["k", "v"])
+def test_fp8_kvcache_appends_e4m3_only(h100, name):
+    q, k_cache, v_cache = kvcache_fp8()
+    new = dict(k=fp8(2, 1, 1, 128), v=fp8(2, 1, 1, 128))
+    new[name] = new[name].to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match=f"{name} must have q's dtype Float8_e4m3fn, got BFloat16"):
+        h100.fwd_kvcache(q, k_cache, v_cache, cache_seqlens=torch.tensor([3, 5], dtype=torch.int32),
+                         **new)
+
+
+@pytest.mark.parametrize("name", ["q_descale", "k_descale", "v_descale"])
+def test_fp8_kvcache_checks_descale_shapes(h100, name):
+    """(batch, num_kv_heads): q's batch, k_cache's kv heads."""
+    with pytest.raises(RuntimeError, match=rf"{name} must have shape \(batch, num_kv_heads\) = "
+                                           rf"\(2, 1\), got \[2, 2\]"):
+        h100.fwd_kvcache(*kvcache_fp8(), **{name: torch.ones(2, 2)})
+
+
+def test_fp8_kvcache_head_dim_128_only(h100):
+    with pytest.raises(RuntimeError, match="FP8 .* supports head dim 128 only, got head_dim = 64"):
+        h100.fwd_kvcache(*kvcache_fp8(d=64))
+
+
+def test_kvcache_descales_only_with_fp8(h100):
+    q, k, v = (t.to(torch.bfloat16) for t in kvcache_fp8())
+    with pytest.raises(RuntimeError, match="apply to float8_e4m3fn .* got q, k, v of dtype BFloat16"):
+        h100.fwd_kvcache(q, k, v, k_descale=torch.ones(2, 1))
+
+
+def test_fp8_kvcache_off_hopper_is_refused(sim):
+    """An A100 (the shim's default device): the FP8 plan's refusal, as for fwd."""
+    with pytest.raises(RuntimeError, match="needs a compute capability 9.0 GPU"):
+        sim.ops.fwd_kvcache(*kvcache_fp8())
