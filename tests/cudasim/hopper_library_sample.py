@@ -10,7 +10,8 @@ that the Hopper kernel ran (fwd_sm90_kernel), or, for a call it does not take (a
 scale <= 0), that the sm_80 kernel did; split-KV decodes (fwd_kvcache) also run the
 split merge; paged and indexed KV caches run the gathering producer (test_kvcache.Case), and
 GQA decodes run packed (the query heads of a kv head as one CTA's rows), FP8 ones too; the FP8
-loops run windows, softcap, ALiBi and attn_mask (tests/fp8_reference.py on the CPU). Then
+loops run windows, softcap, ALiBi and attn_mask (tests/fp8_reference.py on the CPU), and FP8
+decodes through flash_attn_with_kvcache append e4m3 rows and split the keys (num_splits). Then
 the library's forward TFLOP/s at B·N = 16k, hidden 2048, d = 128, N = 4096, causal and not.
 Exits 1 on any failure; on a GPU other than compute capability 9.0, prints SKIP and exits 0.
 """
@@ -85,6 +86,7 @@ def check_cases(tally):
     check_packed_cases(tally)
     check_fp8_packed_cases(tally)
     check_fp8_feature_cases(tally)
+    check_fp8_kvcache_cases(tally)
 
 
 # attn_mask (the kAttnMask main loops): (dtype, d, kind, mask shape, causal, B, Sq, Sk, Hq, Hkv);
@@ -224,7 +226,7 @@ def check_packed_cases(tally):
 # (plan_fwd_fp8.h): (causal, B, Hq, Hkv, Sq, Sk); g = 4, 8, 3 (Q in two boxes a CTA). Checked as
 # hopper_fp8_fwd.py checks the kernel: against float64 on the dequantized inputs within the bound
 # e4m3 rounding of P allows (FP8 wgmma's accumulation is not IEEE f32), the LSE within 1e-3.
-# (FP8 split-KV has no front end on a GPU: fwd takes no num_splits; the shim's fwd_split runs it.)
+# (FP8 split-KV: FP8_KVCACHE_CASES below, through flash_attn_with_kvcache.)
 FP8_PACKED_CASES = [
     (False, 2, 32, 8, 1, 8000),
     (True, 1, 8, 1, 7, 3000),
@@ -313,6 +315,66 @@ def check_fp8_feature_cases(tally):
                 finite = want_lse.isfinite()
                 assert (lse[i][~finite] == float("-inf")).all(), f"sequence {i}: lse of empty rows"
                 assert ((lse[i].double() - want_lse).abs()[finite] <= 1e-3).all(), f"sequence {i}: lse"
+
+
+# FP8 (e4m3) decodes through flash_attn_with_kvcache: (causal, B, Hq, Hkv, Sq, cache rows,
+# cache_seqlens, seqlen_new, num_splits); new e4m3 rows appended in place (kv_append_kernel), the
+# FP8 plan's split-KV (0: its own count; n > 1 runs the split merge), packed GQA heads. Checked
+# per sequence over its cache_seqlens + seqlen_new keys as check_fp8_feature_cases checks, against
+# tests/fp8_reference.py's unrounded attention (e4m3's bound holds for any split: a part's running
+# max is at most the row's), the appended rows byte for byte.
+FP8_KVCACHE_CASES = [
+    (True, 3, 32, 8, 1, 4096, [4000, 0, 1000], 1, 0),
+    (False, 2, 8, 1, 1, 3000, [2999, 129], 0, 4),
+    (True, 1, 6, 2, 5, 2048, [1500], 5, 3),
+]
+
+
+def check_fp8_kvcache_cases(tally):
+    import flashattn
+    from fp8_reference import reference
+
+    fp8 = torch.float8_e4m3fn
+    for causal, b, hq, hkv, sq, rows, seqlens, s_new, splits in FP8_KVCACHE_CASES:
+        name = (f"FP8 kvcache decode causal={causal} B={b} Hq={hq} Hkv={hkv} Sq={sq} "
+                f"seqlens={seqlens} new={s_new} num_splits={splits}")
+        q = torch.randn(b, sq, hq, 128, device="cuda").to(fp8)
+        k_cache, v_cache = (torch.randn(b, rows, hkv, 128, device="cuda").to(fp8)
+                            for _ in range(2))
+        k_new, v_new = ((torch.randn(b, s_new, hkv, 128, device="cuda").to(fp8)
+                         for _ in range(2)) if s_new else (None, None))
+        qd, kd, vd = (torch.rand(b, hkv, device="cuda") + 0.5 for _ in range(3))
+        used = torch.tensor(seqlens, dtype=torch.int32, device="cuda")
+        result = []
+        with tally.case(name):
+            names = kernels_run(lambda: result.append(flashattn.flash_attn_with_kvcache(
+                q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=used, causal=causal,
+                num_splits=splits, return_softmax_lse=True, q_descale=qd, k_descale=kd,
+                v_descale=vd)))
+            assert_ran(names, "fwd_sm90_kernel<__nv_fp8_e4m3", "Hopper FP8 kernel")
+            if splits > 1:
+                assert_ran(names, "split_merge", "split merge")
+            out, lse = (t.cpu() for t in result[0])
+            assert out.dtype == torch.bfloat16
+            kc, vc = k_cache.cpu(), v_cache.cpu()
+            for i, n in enumerate(seqlens):
+                if s_new:  # the appended rows, byte for byte
+                    for cache, new, what in ((kc, k_new, "k"), (vc, v_new, "v")):
+                        assert torch.equal(cache[i, n:n + s_new].view(torch.uint8),
+                                           new[i].cpu().view(torch.uint8)), f"{what}[{i}] appended"
+                length = n + s_new
+                _, want_exact, bound, want_lse, _ = reference(
+                    q[i].cpu(), kc[i, :length], vc[i, :length], (-1, 0) if causal else (-1, -1),
+                    True, 128 ** -0.5, qd[i].cpu(), kd[i].cpu(), vd[i].cpu())
+                got = out[i].double()
+                assert not got.isnan().any(), f"sequence {i}: unwritten (poisoned) rows in out"
+                excess = (got - want_exact).abs() / (bound + 2 ** -8 * want_exact.abs() + 1e-3)
+                assert excess.max().item() <= 1, \
+                    f"sequence {i}: out past e4m3's bound: {excess.max().item():.3g}"
+                finite = want_lse.isfinite()
+                assert (lse[i][~finite] == float("-inf")).all(), f"sequence {i}: lse of empty rows"
+                assert ((lse[i].double() - want_lse).abs()[finite] <= 1e-3).all(), \
+                    f"sequence {i}: lse"
 
 
 def forward_tflops(causal, d=128, seqlen=4096, tokens=16384, hidden=2048, iters=20):
