@@ -9,7 +9,7 @@ torch.ops.flashattn_sim.fwd_kvcache (the same schema, op glue, checks and plan a
 flash_attn_with_kvcache's own argument handling runs. Outputs are poisoned before the kernels
 write them (FLASHATTN_POISON_OUTPUTS, conftest.py).
 
-The reference is test_cudasim_hopper_fp8_call_path.py's (float64 attention of the dequantized
+The reference is tests/fp8_reference.py's (float64 attention of the dequantized
 inputs times the descales, P rounded to e4m3 relative to the kernel's running max), over each
 sequence's cache_seqlens[b] + seqlen_new keys of the cache as the append leaves it, with the
 running max starting anew in each split's part (test_cudasim_hopper_fp8_decode.py split_parts)
@@ -21,8 +21,9 @@ import torch
 
 import flashattn
 from hopper_sim import schedule_fixture
-from test_cudasim_hopper_fp8_call_path import (CAUSAL, D, FP8, NO_MASK, check_sequence, descales,
-                                               fp8, reference, run_counted)
+from fp8_reference import reference
+from test_cudasim_hopper_fp8_call_path import (CAUSAL, D, NO_MASK, check_sequence, descales, fp8,
+                                               run_counted)
 from test_cudasim_hopper_fp8_decode import MERGE, cta_tokens, loop_name, plan_of, split_parts
 
 schedule = schedule_fixture([("forward", "lazy"), ("reverse", "eager"), ("random:47", "random")])
