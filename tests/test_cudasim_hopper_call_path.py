@@ -82,6 +82,29 @@ def test_hopper_forward_walks_on_one_cta_per_sm(hopper, d, mask, walks):
     assert counters["launches"][0]["grid"] == ([2, 1, 1] if walks else [3, 2, 2])
 
 
+# The walk against the SM count (CUDASIM_SM_COUNT = 4): tiles 3, 4 (the grid covers them: no
+# counter allocated, so a launch that read one would fail), 5 and 19 (the places past the grid's
+# from the counter, one atomicAdd each plus each CTA's last look: `tiles` in all).
+WALK_SMS = 4
+
+
+@pytest.mark.parametrize("tiles", [WALK_SMS - 1, WALK_SMS, WALK_SMS + 1, 4 * WALK_SMS + 3])
+@pytest.mark.parametrize("dtype, d, mask", [(torch.bfloat16, 64, "causal"), (torch.float16, 128, "none")],
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_hopper_walk_takes_the_counter_only_past_the_grid(schedule, hopper, monkeypatch, dtype, d, mask, tiles):
+    """The executor gives a walking call a tile counter only where its tiles outnumber the SMs
+    (hopper::fwd_sm90_walk_counts, on the launch's own SM count): below that every CTA runs its
+    own place (blockIdx.x) and no CTA touches a counter (no atomics; the launch refuses a walk
+    that needs one and has none). One query block per (batch, head), Sq 65 against Sk 129."""
+    monkeypatch.setenv("CUDASIM_SM_COUNT", str(WALK_SMS))
+    q, k, v = qkv(1, 65, 129, tiles, 1, d, dtype)
+    (out, lse), counters = hopper.counted(lambda: check_forward(hopper, q, k, v, MASKS[mask]))
+    launch = counters["launches"][0]
+    assert len(counters["launches"]) == 1 and "fwd_sm90_kernel<" in launch["kernel"], launched(counters)
+    assert launch["grid"] == [min(tiles, WALK_SMS), 1, 1]
+    assert launch["counters"]["atomics"]["ops"] == (tiles if tiles > WALK_SMS else 0)
+
+
 @pytest.mark.parametrize("dtype, d, mask", [(torch.bfloat16, 64, "causal"),
                                             (torch.float16, 128, "none"),
                                             (torch.bfloat16, 128, "causal_top_left"),

@@ -2,7 +2,8 @@
 FlashAttention tolerance of a float64 reference (selftest/hopper_fwd_test.cpp) for bf16 and f16,
 d = 64, 128 and 256, causal (bottom-right and top-left) and not, local windows, softcap, ALiBi, awkward
 Sq / Sk both ways, GQA, batch > 1 and two K/V layouts, under every schedule and copy
-completion; the dense kernels' dynamic tile walk at 1, 2 and 3 SMs; the key-tile ranges against
+completion; the dense kernels' dynamic tile walk at 1, 2 and 3 SMs and at SMs - 1, SMs, SMs + 1 and
+4 SMs + 3 tiles (the counter read only past the grid); the key-tile ranges against
 brute force. Its GPU side (tests/cudasim/hopper_fwd.py)
 must keep compiling for sm_90a with no spills."""
 import os
@@ -42,12 +43,28 @@ WALK_CASES = ["walk_bf16_d64_causal", "walk_f16_d64_local", "walk_bf16_d128"]
 def test_walk_matches_float64(monkeypatch, case, sms, schedule, completion):
     """The dense kernels' dynamic walk (hopper/fwd_sm90_walk.h; d = 64 no mask, causal and local,
     d = 128 no mask and causal) at 1, 2 and 3 SMs: min(tiles, SMs)
-    CTAs, each taking places from the launch's counter until it is spent. The shim runs blocks one
-    after another, so the first CTA of the schedule takes every tile: up to 18 tiles of 0-3 key
-    tiles each through one CTA's barriers. (The matrix above runs at the shim's default 2 SMs.)"""
+    CTAs, each taking its own place (blockIdx.x) and then places past the grid's from the
+    launch's counter until it is spent (read only when the tiles outnumber the SMs; its final
+    count checked). The shim runs blocks one after another, so block 0 takes every place past
+    the grid: up to 17 tiles of 0-3 key tiles each through one CTA's barriers. (The matrix above
+    runs at the shim's default 2 SMs.)"""
     monkeypatch.setenv("CUDASIM_SM_COUNT", str(sms))
     out = run(program("hopper_fwd_test"), case, schedule=schedule, completion=completion)
     assert_every_line_ok(out)
+
+
+@pytest.mark.parametrize("completion", COMPLETIONS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("sms", [1, 2, 5])
+def test_walk_tiles_against_sms(monkeypatch, sms, schedule, completion):
+    """The walk at SMs - 1, SMs, SMs + 1 and 4 SMs + 3 tiles (d = 64 causal, d = 128 no mask):
+    each CTA's first tile is its own place, the counter is read (`tiles` atomic adds, its final
+    value) only when the tiles outnumber the SMs and is never given otherwise; a launch without
+    a counter runs where the grid covers every tile and names what it needs where not."""
+    monkeypatch.setenv("CUDASIM_SM_COUNT", str(sms))
+    out = run(program("hopper_fwd_test"), "walk_tiles_vs_sms", schedule=schedule, completion=completion)
+    assert_every_line_ok(out)
+    assert out.stdout.count("without a tile counter") == 2, out.stdout
 
 
 def test_key_tile_ranges_match_brute_force():

@@ -47,6 +47,21 @@ def sim():
     return make_executor("sim")
 
 
+@pytest.mark.parametrize("sm_count, counter", [(25, False), (24, False), (23, True), (1, True)])
+@pytest.mark.parametrize("d, kwargs, walks", [(64, dict(causal=True), True), (128, {}, True),
+                                              (128, dict(window_left=37, window_right=5), False),
+                                              (256, dict(causal=True), False), (64, dict(softcap=2.0), False)])
+def test_hopper_tile_counter_only_past_the_grid(sim, d, kwargs, walks, sm_count, counter):
+    """The executor's rule (plan_fwd.h fwd_plan_takes_tile_counter, as executor.h asks it): a call
+    gets its own tile counter only where its kernel walks (hopper/fwd_sm90_walk.h) and its 24
+    tiles (grid (2, 4, 3)) outnumber the SMs: at 24 or more SMs every CTA runs its own one."""
+    plan = plan_fwd(sim, *qkv(3, 200, 300, 4, 2, d), **kwargs, device=dict(HOPPER, sm_count=sm_count))
+    assert plan["arch"] == "sm90" and plan["grid"] == [2, 4, 3] and plan["num_splits"] == 1
+    assert plan["tile_counter"] == (walks and counter)
+    # The sm_80 plan of the same call never has one.
+    assert not plan_fwd(sim, *qkv(3, 200, 300, 4, 2, d), **kwargs, device=dict(SM90, sm_count=sm_count))["tile_counter"]
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])

@@ -17,6 +17,7 @@
 
 #include "../attn_args.h"
 #include "../mask.h"
+#include "hopper/fwd_sm90_sms.h"
 #include "launch_plan.h"
 #include "plan_bwd.h"
 #include "plan_fwd.h"
@@ -93,9 +94,12 @@ struct CudaExecutor {
     at::Tensor split_scratch = split_scratch_of(plan, q);
     // A walking sm_90a kernel's place counter (hopper/fwd_sm90_walk.h): the call's own, from the
     // caching allocator on q's device, so that launches on concurrent streams never share one;
-    // the launch zeroes it on its stream. Calls whose kernel does not walk allocate nothing.
+    // the launch zeroes it on its stream. Calls whose kernel does not walk, or whose tiles are
+    // no more than the SMs (one each, none from the counter), allocate nothing. The SM count is
+    // the launch's own (the shim's plan device has 8 SMs, its launches cudasim::sm_count()).
     at::Tensor tile_counter;
-    if (plan.kernels.arch == Arch::kSm90 && sm90_fwd_walks(plan.params))
+    if (plan.kernels.arch == Arch::kSm90 && sm90_fwd_walks(plan.params) &&
+        fwd_plan_takes_tile_counter(plan, hopper::fwd_sm90_sm_count()))
       tile_counter = at::empty({1}, q.options().dtype(at::kInt));
     unsigned* counter = tile_counter.defined() ? reinterpret_cast<unsigned*>(tile_counter.data_ptr<int>()) : nullptr;
     launch_fwd(plan, scratch_ptr(split_scratch), counter, Device::stream(q), &Device::check_launch);

@@ -16,7 +16,8 @@ void run_fwd_16bit(const AttnParams& p, float* split_scratch, cudaStream_t strea
 
 // The sm_90a forward (launch_fwd_sm90.cuh): compiled for sm_90a only, in builds whose
 // architecture list holds 90 (kSm90KernelsBuilt). tile_counter: the call's own 4 bytes of device
-// memory, the walking kernels' place counter (hopper/fwd_sm90_walk.h).
+// memory, the walking kernels' place counter (hopper/fwd_sm90_walk.h), where the plan needs one
+// (plan_fwd.h fwd_plan_takes_tile_counter); else null.
 template <typename Element, int kHeadDim>
 void run_fwd_sm90(const AttnParams& p, float* split_scratch, unsigned* tile_counter, cudaStream_t stream,
                   LaunchCheck after_launch);

@@ -175,8 +175,8 @@ std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopp
 // p as planned (plan_fwd_sm90.h: sm90_fwd_unsupported(p) is nullptr). With p.num_splits > 1 it
 // writes the splits' parts to split_scratch (mask.h's layout; plan.split_scratch_floats) for the
 // merge the caller runs next, as run_fwd_16bit does. tile_counter: 4 bytes of device memory of
-// this call's own (the walking kernels', hopper/fwd_sm90_walk.h). Calls after_launch() right
-// after the launch.
+// this call's own where the walk needs one (plan_fwd.h fwd_plan_takes_tile_counter), else null.
+// Calls after_launch() right after the launch.
 template <typename Element, int kHeadDim>
 void run_fwd_sm90(const AttnParams& p, float* split_scratch, unsigned* tile_counter, cudaStream_t stream,
                   LaunchCheck after_launch) {
@@ -199,7 +199,7 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, unsigned* tile_coun
     throw std::runtime_error("flashattn: the sm_90a forward's tensor maps: " + maps_error);
   }
   hopper::FwdSm90Params hp = detail::sm90_params(p, split_scratch);
-  hp.tile_counter = tile_counter;  // zeroed by the launch of a walking kernel
+  hp.tile_counter = tile_counter;  // zeroed by the launch where the walk reads it
   const std::string launch_error = launch_fwd_sm90_features<Element, kHeadDim>(
       maps, hp, stream, p.softcap > 0.f, p.alibi.ptr != nullptr, p.mask.ptr != nullptr,
       sm90_fwd_mask(p), sm90_fwd_gathers_kv(p), p.dropout.on());

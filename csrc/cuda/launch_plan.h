@@ -76,7 +76,8 @@ inline void launch_fwd_fp8(const FwdPlan& plan, const Fp8Descales& descales, flo
 
 // Runs a forward plan that is not empty on `stream`, then its split merge if it has one.
 // split_scratch: plan.split_scratch_floats floats (null when 0). tile_counter: 4 bytes of device
-// memory of this call's own where the plan's kernel walks (plan_fwd_sm90.h sm90_fwd_walks); else null.
+// memory of this call's own where the plan's kernel walks past its grid (plan_fwd.h
+// fwd_plan_takes_tile_counter); else null.
 inline void launch_fwd(const FwdPlan& plan, float* split_scratch, unsigned* tile_counter, cudaStream_t stream,
                        LaunchCheck after_launch) {
   if (plan.kernels.arch == Arch::kSm90) {

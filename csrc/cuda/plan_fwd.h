@@ -401,4 +401,13 @@ inline FwdPlan plan_fwd(const AttnParams& params, ElementType type, const Device
   return plan;
 }
 
+// Whether the call of a plan needs its own tile counter: its 16-bit sm_90a kernel walks tiles
+// (sm90_fwd_walks; the FP8 kernel never does) and they outnumber the sm_count SMs its launch sizes the grid by
+// (hopper::fwd_sm90_walk_counts, the launch's own rule). The executor passes the launch's SM count
+// (hopper/fwd_sm90_sms.h), so that the two agree; a call that needs none allocates nothing.
+inline bool fwd_plan_takes_tile_counter(const FwdPlan& plan, int sm_count) {
+  if (plan.empty || plan.fp8 || plan.kernels.arch != Arch::kSm90 || !sm90_fwd_walks(plan.params)) return false;
+  return hopper::fwd_sm90_walk_counts(plan.grid.x * plan.grid.y * plan.grid.z, sm_count);
+}
+
 }  // namespace flashattn::cuda

@@ -89,7 +89,8 @@ inline bool sm90_fwd_gathers_kv(const AttnParams& p) {
 }
 
 // Whether the 16-bit sm_90a forward's kernel for p (its features as launch_fwd_sm90.cuh
-// run_fwd_sm90 picks the kernel by) walks tiles, and so needs the call's tile counter.
+// run_fwd_sm90 picks the kernel by) walks tiles, and so may need the call's tile counter
+// (plan_fwd.h fwd_plan_takes_tile_counter).
 inline bool sm90_fwd_walks(const AttnParams& p) {
   return hopper::fwd_sm90_walks(p.head_dim, sm90_fwd_mask(p) == Sm90FwdMask::kLocal, p.softcap > 0.f,
                                 p.alibi.ptr != nullptr, p.mask.ptr != nullptr, sm90_fwd_gathers_kv(p),

@@ -178,7 +178,8 @@ void plan_fwd_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       ", \"smem_bytes\": " + std::to_string(plan.shape.smem_bytes) +
       ", \"split_scratch_floats\": " + std::to_string(plan.split_scratch_floats) +
       ", \"fill_split_scratch\": " + json_bool(plan.fill_split_scratch) +
-      ", \"merges\": " + json_bool(plan.merges()) + "}";
+      ", \"merges\": " + json_bool(plan.merges()) +
+      ", \"tile_counter\": " + json_bool(fwd_plan_takes_tile_counter(plan, device.sm_count)) + "}";
   args.set_results(json);
 }
 

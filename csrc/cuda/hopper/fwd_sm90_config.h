@@ -29,12 +29,27 @@ namespace flashattn::hopper {
 
 // Whether the sm_90a forward's kernel of these features walks tiles (fwd_sm90_walk.h says which
 // and why): a constant of the kernel's template arguments there, and the plan's question at run
-// time (plan_fwd_sm90.h sm90_fwd_walks: only a walking call gets a tile counter), so one rule.
+// time (plan_fwd_sm90.h sm90_fwd_walks: only a walking call may get a tile counter), so one rule.
 FLASHATTN_HOST_DEVICE constexpr bool fwd_sm90_walks(int head_dim, bool local, bool softcap, bool alibi,
                                                     bool attn_mask, bool gather_kv, bool dropout,
                                                     bool fp8) {
   const bool dense = !(softcap || alibi || attn_mask || gather_kv || dropout || fp8);
   return dense && (head_dim == 64 || (head_dim == 128 && !local));
+}
+
+// A walking launch of `places` tiles runs one CTA per SM, at most one per place (sms > 0: the
+// launch refuses an unknown SM count).
+FLASHATTN_HOST_DEVICE constexpr unsigned fwd_sm90_walk_ctas(unsigned places, int sms) {
+  return places < static_cast<unsigned>(sms) ? places : static_cast<unsigned>(sms);
+}
+
+// Whether that launch reads the call's tile counter: each CTA's first tile is its own place
+// (blockIdx.x), so only places beyond the grid come from the counter (fwd_sm90_walk.h). A call whose
+// grid covers every place needs none: no allocation, no memset. The executor (plan_fwd.h
+// fwd_plan_takes_tile_counter) and the launch (fwd_sm90_launch.h) both ask this, on the same SM
+// count (fwd_sm90_sms.h), so that they agree.
+FLASHATTN_HOST_DEVICE constexpr bool fwd_sm90_walk_counts(unsigned places, int sms) {
+  return places > fwd_sm90_walk_ctas(places, sms);
 }
 
 constexpr uint32_t kSwizzleRowBytes = 128;  // one 128-byte swizzle row: 64 16-bit elements

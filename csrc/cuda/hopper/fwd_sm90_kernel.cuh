@@ -721,11 +721,9 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
       setmaxnreg_dec<kWalkProducerRegisters>();
       if (tid != 0) return;
       FwdSm90Walk<true> walk;
-      for (;;) {
-        const unsigned place = fwd_sm90_next_place(p.tile_counter);
-        if (place >= places) break;
+      // The first gridDim.x places (the heaviest) go one to each CTA without the counter.
+      for (unsigned place = blockIdx.x; place < places; place = fwd_sm90_next_place(p.tile_counter, places))  // SITE:first_place
         run_tile(fwd_sm90_tile_at(order, place), walk);  // an idle tile hands nothing out
-      }
       walk.hand_out(q_full, q_empty, tile_slot, FwdSm90Walk<true>::end(), false);
       return;
     }

@@ -6,33 +6,13 @@
 #include <string>
 
 #include "cuda/hopper/fwd_sm90_kernel.cuh"
+#include "cuda/hopper/fwd_sm90_sms.h"
 
 #if !(defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__))
 #include <cuda_runtime.h>
-
-#include <atomic>
 #endif
 
 namespace flashattn::hopper {
-
-// The SMs of the current device (cudaDevAttrMultiProcessorCount, cached per device), which a
-// walking launch runs one CTA on each of; the shim's cudasim::sm_count(). 0 if unknown.
-inline int fwd_sm90_sm_count() {
-#if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
-  return ::cudasim::sm_count();
-#else
-  constexpr int kDevices = 64;
-  static std::atomic<int> counts[kDevices];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  int count = device < kDevices ? counts[device].load(std::memory_order_relaxed) : 0;
-  if (count == 0) {
-    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
-    if (device < kDevices) counts[device].store(count, std::memory_order_relaxed);
-  }
-  return count;
-#endif
-}
 
 template <int kHeadDim>
 dim3 fwd_sm90_grid(const FwdSm90Params& p) {
@@ -49,19 +29,24 @@ std::string launch_fwd_sm90(const FwdSm90Maps& maps, const FwdSm90Params& p, voi
   auto kernel = fwd_sm90_kernel<Elem, kHeadDim, kCausal, kSoftcap, kLocal, kAlibi, kAttnMask, kGatherKv, kDropout>;
   dim3 grid = fwd_sm90_grid<kHeadDim>(p);
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return "";
-  // A walking kernel (fwd_sm90_walk.h): one CTA per SM, at most one per tile, the places counted
-  // from 0 in the call's own counter.
+  // A walking kernel (fwd_sm90_walk.h): one CTA per SM, at most one per tile; the places past
+  // the grid's from the call's counter, zeroed here, which a grid covering every place never
+  // reads (fwd_sm90_walk_counts, the executor's rule too): such a call allocates and zeroes nothing.
   constexpr bool kWalks = fwd_sm90_walks(kHeadDim, kLocal, kSoftcap, kAlibi, kAttnMask, kGatherKv, kDropout, Cfg::kTransposeV);
+  [[maybe_unused]] bool counts = false;
   if constexpr (kWalks) {
-    if (p.tile_counter == nullptr) return "a walking kernel needs FwdSm90Params::tile_counter (4 bytes of device memory)";
     const unsigned tiles = grid.x * grid.y * grid.z;  // < 2^32: the plan's limits (plan_fwd_sm90.h)
     const int sms = fwd_sm90_sm_count();
     if (sms <= 0) return "the device's SM count is unknown";
-    grid = dim3(tiles < static_cast<unsigned>(sms) ? tiles : static_cast<unsigned>(sms), 1, 1);
+    counts = fwd_sm90_walk_counts(tiles, sms);
+    if (counts && p.tile_counter == nullptr)
+      return "a walking kernel of " + std::to_string(tiles) + " tiles on " + std::to_string(sms) +
+             " SMs needs FwdSm90Params::tile_counter (4 bytes of device memory), got none";
+    grid = dim3(fwd_sm90_walk_ctas(tiles, sms), 1, 1);
   }
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
   (void)stream;
-  if constexpr (kWalks) *p.tile_counter = 0;
+  if (counts) *p.tile_counter = 0;  // cudaMemsetAsync's stand-in
   ::cudasim::set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
   ::cudasim::launch(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, maps.q, maps.k, maps.v, maps.o, p);
   return "";
@@ -69,7 +54,7 @@ std::string launch_fwd_sm90(const FwdSm90Maps& maps, const FwdSm90Params& p, voi
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Cfg::kSmemBytes));
   if (status != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(status);
-  if constexpr (kWalks) {
+  if (counts) {
     status = cudaMemsetAsync(p.tile_counter, 0, sizeof(unsigned), static_cast<cudaStream_t>(stream));
     if (status != cudaSuccess) return std::string("cudaMemsetAsync (the tile counter): ") + cudaGetErrorString(status);
   }

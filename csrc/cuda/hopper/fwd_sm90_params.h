@@ -101,7 +101,8 @@ struct FwdSm90Params {
   int64_t v_descale_batch_stride = 0, v_descale_head_stride = 1;
   // The walking kernels (fwd_sm90_walk.h): the call's place counter, 4 bytes of device memory
   // of its own (never shared with a concurrent launch), which launch_fwd_sm90 zeroes on the
-  // launch's stream. Unused by the other kernels.
+  // launch's stream; needed only when the tiles outnumber the SMs (fwd_sm90_walk_counts), else
+  // null or ignored. Unused by the other kernels.
   unsigned* tile_counter = nullptr;
 };
 

@@ -1,17 +1,20 @@
 // The sm_90a forward's dynamic tile walk (issue 31, stage 4): a walking kernel runs one CTA per SM
-// (min(tiles, SMs), fwd_sm90_launch.h), and each CTA takes tile after tile, the next place of the
-// launch order from a counter in the call's workspace (FwdSm90Params::tile_counter, zeroed before
-// the launch), so that the tiles go out in the grid's heavy-first order to whichever CTA is free,
-// as the hardware hands out a full grid's CTAs (a static walk balances causal work worse:
-// docs/lab/2026-12-03-hopper-persistent.md, section 3).
+// (min(tiles, SMs), fwd_sm90_launch.h), and each CTA takes tile after tile: first its own place
+// of the launch order, blockIdx.x, then gridDim.x + the next count of the call's counter
+// (FwdSm90Params::tile_counter, zeroed before the launch), so that the tiles go out in the grid's
+// heavy-first order (the first gridDim.x places, the heaviest, one to each CTA) to whichever CTA
+// is free, as the hardware hands out a full grid's CTAs (a static walk balances causal work worse:
+// docs/lab/2026-12-03-hopper-persistent.md, section 3). A call whose grid covers every place
+// (tiles <= SMs, fwd_sm90_walk_counts) never reads the counter, so it gets none: no allocation
+// and no memset, the small calls' cost as before the walk (docs/lab/2026-12-04-hopper-walk-part-2.md).
 //
-// The producer's thread 0 takes the places (one atomicAdd per tile) and hands each busy tile to
-// the consumers through tile_slot (16 bytes), guarded by q_full (written before q_full's arrival) and
-// q_empty (every consumer thread arrives once its epilogue is done with the tile's Q rows: the S
-// MMAs, O staged there and the TMA store's reads of it). A tile without key tiles still goes
-// through q_full (an arrival without Q) so that the consumers write its zeros. Idle tiles (past
-// their sequence's queries) are skipped by the producer and never handed out. The end is a
-// tile of m_block -1 (end()), handed out like a tile.
+// The producer's thread 0 takes the places (one atomicAdd per tile past its first, and one that
+// finds the places spent) and hands each busy tile to the consumers through tile_slot (16 bytes),
+// guarded by q_full (written before q_full's arrival) and q_empty (every consumer thread arrives
+// once its epilogue is done with the tile's Q rows: the S MMAs, O staged there and the TMA store's
+// reads of it). A tile without key tiles still goes through q_full (an arrival without Q) so that
+// the consumers write its zeros. Idle tiles (past their sequence's queries) are skipped by the
+// producer and never handed out. The end is a tile of m_block -1 (end()), handed out like a tile.
 //
 // Across tiles: the K / V ring's stage and phase come from the running count of key tiles
 // (kv_base + the tile's own index), which producer and consumers keep alike; v_tail_ready
@@ -51,8 +54,15 @@ struct FwdSm90OneTile {
 };
 
 #if defined(__CUDACC__) || defined(FLASHATTN_CUDASIM)
-// The next place of the launch order (past the last: the walk is over).
-__device__ __forceinline__ unsigned fwd_sm90_next_place(unsigned* counter) { return atomicAdd(counter, 1u); }
+// A CTA's place after its first (blockIdx.x): the grid's places are taken, so the next one past
+// them from the call's counter (zeroed by the launch), or `places` (the walk is over). A grid
+// covering every place (fwd_sm90_walk_counts false) never reads the counter, which such a call
+// does not have. Compared before the add, so that no sum wraps.
+__device__ __forceinline__ unsigned fwd_sm90_next_place(unsigned* counter, unsigned places) {
+  if (gridDim.x >= places) return places;
+  const unsigned taken = atomicAdd(counter, 1u);  // SITE:next_place
+  return taken < places - gridDim.x ? gridDim.x + taken : places;
+}
 
 // One role's state across the tiles of a walking CTA: the producer's thread 0 (kProducer) or a
 // consumer thread.

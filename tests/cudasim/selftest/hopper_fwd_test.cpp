@@ -39,6 +39,7 @@ struct Shape {
   bool kv_heads_outer;  // K, V as [B, Hkv, Sk, D] (else [B, Sk, Hkv, D], like Q)
   bool top_left = false;  // causal / local: SDPA's top-left alignment (else FA2's bottom-right)
   int window_left = -1, window_right = -1;  // local cases only
+  bool no_counter = false;  // launch without a tile counter: must fail exactly when the walk needs one
 };
 
 template <typename Elem, int kHeadDim, bool kCausal, bool kSoftcap, bool kLocal, bool kAlibi>
@@ -95,14 +96,32 @@ int run_shape(const Shape& sh, unsigned seed) {
     const double x = round_to<Elem>(round_to<Elem>(dot) * scale);
     return kSoftcap ? round_to<Elem>(cap * round_to<Elem>(std::tanh(round_to<Elem>(x / cap)))) : x;
   };
-  // The walking kernels' place counter, poisoned: the launch zeroes it.
+  // The walking kernels' place counter, poisoned: the launch zeroes it where the tiles outnumber
+  // the SMs, and a grid covering every tile gets none, as the executor gives it (executor.h).
+  // Every other kernel ignores it.
+  constexpr bool kWalks = flashattn::hopper::fwd_sm90_walks(D, kLocal, kSoftcap, kAlibi, false, false, false, false);
+  const dim3 grid = flashattn::hopper::fwd_sm90_grid<D>(p);
+  const unsigned tiles = grid.x * grid.y * grid.z;
+  const int sms = flashattn::hopper::fwd_sm90_sm_count();
+  const bool counts = kWalks && flashattn::hopper::fwd_sm90_walk_counts(tiles, sms);
   unsigned tile_counter = 0xdeadbeefu;
-  p.tile_counter = &tile_counter;
+  p.tile_counter = (!kWalks || counts) && !sh.no_counter ? &tile_counter : nullptr;
   const std::string launch = flashattn::hopper::launch_fwd_sm90<Elem, D, kCausal, kSoftcap, kLocal, kAlibi>(maps, p, nullptr);
+  if (sh.no_counter && counts) {
+    const bool said = launch.find("walking kernel of " + std::to_string(tiles) + " tiles on " + std::to_string(sms) +
+                                  " SMs needs FwdSm90Params::tile_counter") != std::string::npos;
+    std::printf("%s %u tiles on %d SMs without a tile counter: '%s'\n", said ? "ok:" : "WRONG:", tiles, sms,
+                launch.c_str());
+    return said ? 0 : 1;
+  }
   if (!launch.empty()) {
     std::printf("launch: %s\n", launch.c_str());
     return 2;
   }
+  // Every CTA's first tile is its place (no atomic); each later one takes one atomicAdd, and
+  // so does each CTA's last look: `tiles` adds in all, none when the grid covers every tile.
+  const unsigned counter_expected = counts ? tiles : 0xdeadbeefu;
+  const bool counter_ok = tile_counter == counter_expected;
 
   // float64 reference and the 16-bit emulation, row by row.
   double err = 0, err_emulated = 0, lse_err = 0;
@@ -163,10 +182,14 @@ int run_shape(const Shape& sh, unsigned seed) {
   int guard = 0;
   for (int i = 0; i < kGuard; ++i) guard += o[o_elems + i] != 0xFFFF;
   for (int i = 0; i < kGuard; ++i) guard += !std::isnan(lse[lse.size() - kGuard + i]);
-  const bool ok = nonfinite == 0 && err <= 2 * err_emulated + 1e-5 && lse_bad == 0 && guard == 0;
+  const bool ok = nonfinite == 0 && err <= 2 * err_emulated + 1e-5 && lse_bad == 0 && guard == 0 && counter_ok;
   std::string tags = sh.kv_heads_outer ? " kv[B,H,S,D]" : "";
   if ((kCausal || kLocal) && sh.top_left) tags += " top-left";
   if (kLocal) tags += " window (" + std::to_string(sh.window_left) + ", " + std::to_string(sh.window_right) + ")";
+  if (kWalks)
+    tags += " walk: " + std::to_string(tiles) + " tiles on " + std::to_string(sms) + " SMs, counter " +
+            (counts ? std::to_string(tile_counter) + " (expected " + std::to_string(counter_expected) + ")"
+                    : std::string(counter_ok ? "untouched" : "TOUCHED"));
   std::printf("%s B=%d Hq=%d Hkv=%d Sq=%d Sk=%d%s: O err %.3g (emulated %.3g, ratio %.2f), LSE err %.3g "
               "(%d bad), %d non-finite, %d guard writes\n",
               ok ? "ok:" : "WRONG:", sh.batch, sh.heads_q, sh.heads_kv, sh.seqlen_q, sh.seqlen_k,
@@ -325,6 +348,24 @@ const selftest::NamedCases kCases = {
     {"walk_bf16_d128", [] { return run<bf16, 128, true>({{1, 2, 1, 257, 129, false},
                                                         {1, 1, 1, 129, 257, false, true}}) |
                                    run<bf16, 128, false>({{2, 1, 1, 385, 65, true}}); }},
+    // The walk's grid against the SM count (CUDASIM_SM_COUNT): one tile per (batch, head), Sq 65
+    // and 63 (one query block), so that the tiles are SMs - 1, SMs, SMs + 1 and 4 SMs + 3: a grid
+    // covering every tile (no counter given, none read) and one whose CTAs take the places past
+    // the grid's from the counter. Then the launch without a counter: it runs where the grid
+    // covers the tiles, and says what it needs where not.
+    {"walk_tiles_vs_sms", [] {
+       const int sms = flashattn::hopper::fwd_sm90_sm_count();
+       std::vector<Shape> causal, plain, no_counter;
+       for (const int tiles : {sms - 1, sms, sms + 1, 4 * sms + 3}) {
+         if (tiles < 1) continue;
+         causal.push_back({1, tiles, 1, 65, 129, false});
+         plain.push_back({tiles, 1, 1, 63, 7, true});
+         Shape bare{1, tiles, 1, 7, 65, false};
+         bare.no_counter = true;
+         no_counter.push_back(bare);
+       }
+       return run<bf16, 64, true>(causal) | run<f16, 128, false>(plain) | run<bf16, 64, false>(no_counter);
+     }},
     // Not in the test matrix: the shim's counters of one CTA-row of a 256 x 512 d = 128 head
     // (2 x 4 key tiles per CTA), for the lab notes and the performance model.
     {"counters_bf16_d128", [] {
