@@ -347,12 +347,20 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     }
     // Thread 0 issues the TMA loads. With e4m3 inputs the whole warpgroup then transposes each V
     // tile into V^T (fwd_sm90_transpose_v.cuh), zeroing its keys past seqlen_k on the way.
-    // A walk hands the tile to the consumers first (through tile_slot, once they are done with
-    // the last tile's Q rows); a tile without key tiles then completes q_full without Q.
+    // A walk hands the tile to the consumers (through tile_slot, once they are done with the
+    // last tile's Q rows) and loads its Q only after issuing its first `early` K / V tiles: the
+    // consumers released the last tile's stages before its epilogue, so those loads overlap it
+    // (fwd_sm90_walk.h). One while the V tail is to be zeroed, which waits for the hand-out (the
+    // last tile's v_tail_ready phase may be awaited until q_empty). A tile without key tiles
+    // completes q_full without Q.
     const bool issuer = tid == 0;
-    if constexpr (Walk::kOn) walk.hand_out(q_full, q_empty, tile_slot, tile, tiles.n_blocks > 0);
+    [[maybe_unused]] const int early =
+        zero_v_tail ? 1 : (tiles.n_blocks < kStages ? tiles.n_blocks : kStages);  // SITE:early
+    if constexpr (Walk::kOn) {
+      if (tiles.n_blocks == 0) walk.hand_out(q_full, q_empty, tile_slot, tile, false);
+    }
     if ((issuer || Cfg::kTransposeV) && tiles.n_blocks > 0) {
-      if (issuer) load_q();
+      if (!Walk::kOn && issuer) load_q();
       for (int it = 0; it < tiles.n_blocks; ++it) {
         // kv: the key tile's number in the CTA's life (its ring stage and phase)
         const int n_block = tiles.n_end - 1 - it, kv = walk.kv_base + it, s = kv % kStages;
@@ -370,6 +378,12 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
           for (int c = 0; c < Cfg::kChunks; ++c)
             tma_load_4d(v_tile + c * Cfg::kKvChunkBytes, &map_v, &v_full[s], Cfg::kRowElems * c,
                         static_cast<int>(k_row0) + n_block * kBlockN, kv_head, map_batch);  // SITE:load_v
+        }
+        if constexpr (Walk::kOn) {
+          if (it + 1 == early) {
+            walk.hand_out(q_full, q_empty, tile_slot, tile, true);  // SITE:late_hand_out
+            load_q();
+          }
         }
         if constexpr (Cfg::kTransposeV) {
           mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(kv / kStages) & 1);

@@ -19,11 +19,15 @@
 // Across tiles: the K / V ring's stage and phase come from the running count of key tiles
 // (kv_base + the tile's own index), which producer and consumers keep alike; v_tail_ready
 // completes one phase per tile whose V tail is zeroed, its parity carried by the consumers. The
-// producer hands a tile out only after q_empty, when every consumer thread has finished the last
-// tile: its key tiles released and any v_tail_ready phase waited for, so the next phase cannot
-// overrun one still awaited (and no stage of the ring is busy; the next tile's first K and V wait
-// for the epilogue, which a later step may overlap). The pingpong's named barriers balance within
-// each tile (fwd_sm90_kernel.cuh), so nothing of them carries over.
+// consumers release a tile's last stage before its epilogue, so the producer issues the next
+// tile's first K / V tiles (up to kStages, each after its kv_empty wait) while they still store
+// the last tile's O; only then does it wait for q_empty (every consumer thread done with the last
+// tile) to hand the tile out and load its Q into Q's rows, which held that O. A tile whose V tail
+// is to be zeroed issues one K / V tile early, not kStages: the zeroing and its v_tail_ready
+// arrival wait for the hand-out, since the next tile's first stage may have been released two
+// key tiles back, before the consumers waited the last tile's v_tail_ready phase (a second
+// arrival then would complete a phase not yet awaited). The pingpong's named barriers balance
+// within each tile (fwd_sm90_kernel.cuh), so nothing of them carries over.
 //
 // Which kernels walk is a compile-time property (fwd_sm90_walks): the dense 16-bit kernels
 // without softcap, ALiBi, attn_mask, dropout or a gathered KV cache whose walk passes the strict
