@@ -54,8 +54,9 @@ SM90A_KERNEL = re.compile(r"[fb]wd_sm90_kernel")
 FWD_SM90_MAIN_LOOPS = {64: 18, 128: 18, 256: 18}
 # The FP8 (e4m3) forward's file (kernel_list.py fwd_sm90_fp8): no mask, causal or a local
 # window, each with softcap or not; ALiBi with each of the three (softcap at run time);
-# attn_mask with each of the three (softcap and ALiBi at run time).
-FWD_SM90_FP8_MAIN_LOOPS = {128: 12}
+# attn_mask with each of the three (softcap and ALiBi at run time); a gathered (paged or
+# indexed) cache with each of the three.
+FWD_SM90_FP8_MAIN_LOOPS = {128: 15}
 FWD_SM90_NAME = re.compile(r"fwd_sm90_kernel<([^,<>]+), (\d+),")
 
 

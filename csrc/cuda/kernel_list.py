@@ -162,12 +162,13 @@ HEAD_DIMS_SIMT = (64, 128, 256)  # fp32 SIMT kernels
 HEAD_DIMS_SM90 = (64, 128)
 HEAD_DIMS_SM90_FWD = HEAD_DIMS_SM90 + (256,)
 # The sm_90a FP8 (e4m3) forward (fwd_sm90_fp8, launch_fwd_sm90.cuh run_fwd_sm90_fp8): d = 128 only
-# (FwdSm90Config's one-byte case), twelve main loops: no mask, causal or a local window, each with
+# (FwdSm90Config's one-byte case), fifteen main loops: no mask, causal or a local window, each with
 # softcap or not; ALiBi with each of the three, softcap at run time; attn_mask with each of the
-# three, softcap and ALiBi at run time; every other feature is refused (csrc/fp8_args.cpp). Two
+# three, softcap and ALiBi at run time; a gathered (paged, indexed or left-padded) cache with each
+# of the three, nothing else; every other feature is refused (csrc/fp8_args.cpp). Two
 # loops compiled in about 30 s (docs/lab/2026-12-04-hopper-fp8-forward.md), the six in
 # docs/lab/2026-12-04-hopper-fp8-window-softcap.md, the nine and twelve in
-# docs/lab/2026-12-04-hopper-fp8-decode.md.
+# docs/lab/2026-12-04-hopper-fp8-decode.md, the fifteen in docs/lab/2026-12-04-hopper-fp8-paged.md.
 HEAD_DIMS_SM90_FP8 = (128,)
 
 

@@ -125,6 +125,22 @@ std::string launch_fwd_sm90_attn_mask(Sm90FwdMask mask, const hopper::FwdSm90Map
   }
   return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, true>(maps, hp, stream);
 }
+
+// A gathered (paged, indexed or left-padded) KV cache's loops, for any Element: causal, a local
+// window or no mask, without softcap, ALiBi or attn_mask (the masks a decode takes).
+template <typename Element, int kHeadDim>
+std::string launch_fwd_sm90_gather(Sm90FwdMask mask, const hopper::FwdSm90Maps& maps,
+                                   const hopper::FwdSm90Params& hp, void* stream) {
+  switch (mask) {
+    case Sm90FwdMask::kCausal:
+      return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, false, true>(maps, hp, stream);
+    case Sm90FwdMask::kLocal:
+      return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, false, true>(maps, hp, stream);
+    case Sm90FwdMask::kNone:
+      break;
+  }
+  return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, false, true>(maps, hp, stream);
+}
 }  // namespace detail
 
 // The main loops built for each (head dim, dtype), kernel_list.py (HEAD_DIMS_SM90_FWD): causal,
@@ -156,15 +172,7 @@ std::string launch_fwd_sm90_features(const hopper::FwdSm90Maps& maps, const hopp
   if (gather_kv) {
     if (softcap || alibi || attn_mask)
       return "a gathered KV cache with softcap, ALiBi or attn_mask is not built (the plan's mistake)";
-    switch (mask) {
-      case Sm90FwdMask::kCausal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, true, false, false, false, false, true>(maps, hp, stream);
-      case Sm90FwdMask::kLocal:
-        return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, true, false, false, true>(maps, hp, stream);
-      case Sm90FwdMask::kNone:
-        break;
-    }
-    return hopper::launch_fwd_sm90<Element, kHeadDim, false, false, false, false, false, true>(maps, hp, stream);
+    return detail::launch_fwd_sm90_gather<Element, kHeadDim>(mask, maps, hp, stream);
   }
   if (attn_mask) return detail::launch_fwd_sm90_attn_mask<Element, kHeadDim>(mask, maps, hp, stream);
   if (alibi) return detail::launch_fwd_sm90_alibi<Element, kHeadDim>(mask, maps, hp, stream);
@@ -211,7 +219,8 @@ void run_fwd_sm90(const AttnParams& p, float* split_scratch, unsigned* tile_coun
 
 // Runs the FP8 (e4m3) sm_90a forward (Element __nv_fp8_e4m3, kHeadDim 128: kernel_list.py
 // fwd_sm90_fp8) on p as planned (plan_fwd_fp8.h: no mask, causal or a local window, softcap or
-// not, ALiBi or not, attn_mask or not; GQA heads packed or not; split or not):
+// not, ALiBi or not, attn_mask or not; or a paged / indexed / left-padded cache with a mask alone;
+// GQA heads packed or not; split or not):
 // q, k, v float8_e4m3fn, out bfloat16, the descales per (sequence, kv head) (params.h
 // Fp8Descales; null: 1). With p.num_splits > 1 it writes the splits' fp32 parts to split_scratch
 // (as run_fwd_sm90) for the merge the caller runs next. Calls after_launch() right after the launch.
@@ -226,11 +235,13 @@ void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, float* s
   // TMA's 16 bytes: 16 e4m3 elements, 8 of O's bfloat16.
   constexpr int64_t kFp8Aligned = 16;
   hopper::FwdSm90Maps maps;
+  // A paged or indexed cache: K and V gathered by cp.async (their maps are Q's, never read).
+  const bool gather_kv = sm90_fwd_gathers_kv(p);
+  const hopper::FwdSm90Input q_input = detail::sm90_input(p.q, b, extents.rows_q, extents.heads_q, kFp8Aligned);
   const std::string maps_error = hopper::make_fwd_sm90_maps(
-      maps, TensorMapDtype::UInt8, kHeadDim, b,
-      detail::sm90_input(p.q, b, extents.rows_q, extents.heads_q, kFp8Aligned),
-      detail::sm90_input(p.k, b, extents.rows_k, p.heads_kv, kFp8Aligned),
-      detail::sm90_input(p.v, b, extents.rows_k, p.heads_kv, kFp8Aligned),
+      maps, TensorMapDtype::UInt8, kHeadDim, b, q_input,
+      gather_kv ? q_input : detail::sm90_input(p.k, b, extents.rows_k, p.heads_kv, kFp8Aligned),
+      gather_kv ? q_input : detail::sm90_input(p.v, b, extents.rows_k, p.heads_kv, kFp8Aligned),
       detail::sm90_input(p.o, b, extents.rows_q, extents.heads_q), Config::kBlockM, Config::kBlockN,
       p.packed_heads, TensorMapDtype::BFloat16);
   if (!maps_error.empty()) {
@@ -246,11 +257,16 @@ void run_fwd_sm90_fp8(const AttnParams& p, const Fp8Descales& descales, float* s
   hp.v_descale = static_cast<const float*>(descales.v.ptr);
   hp.v_descale_batch_stride = descales.v.batch_stride;
   hp.v_descale_head_stride = descales.v.head_stride;
-  // Twelve loops: no mask, causal or a local window, each with softcap or without; ALiBi's three
-  // (softcap at run time); attn_mask's three (softcap and ALiBi at run time).
+  // Fifteen loops: no mask, causal or a local window, each with softcap or without; ALiBi's three
+  // (softcap at run time); attn_mask's three (softcap and ALiBi at run time); a gathered cache's
+  // three, without softcap, ALiBi or attn_mask (fp8_fwd_refusal refuses those).
   const Sm90FwdMask mask = sm90_fwd_mask(p);
   const std::string launch_error =
-      p.mask.ptr != nullptr
+      gather_kv ? (p.softcap > 0.f || p.alibi.ptr != nullptr || p.mask.ptr != nullptr
+                       ? std::string("a gathered FP8 KV cache with softcap, ALiBi or attn_mask is not "
+                                     "built (the plan's mistake)")
+                       : detail::launch_fwd_sm90_gather<Element, kHeadDim>(mask, maps, hp, stream))
+      : p.mask.ptr != nullptr
           ? detail::launch_fwd_sm90_attn_mask<Element, kHeadDim>(mask, maps, hp, stream)
       : p.alibi.ptr != nullptr
           ? detail::launch_fwd_sm90_alibi<Element, kHeadDim>(mask, maps, hp, stream)

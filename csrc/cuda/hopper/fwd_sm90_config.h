@@ -93,8 +93,9 @@ struct FwdSm90Config {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "the sm_90a forward takes d = 64, 128 or 256");
   static constexpr int kElemBytes = kElemBytes_;
-  static_assert(kElemBytes == 2 || (kElemBytes == 1 && kHeadDim == 128 && !kGatherKv_),
-                "the FP8 forward is built at d = 128 with TMA-loaded K and V only");
+  // (A gathered e4m3 cache: 3 stages of K, V and V^T, 176 KB with Q's region.)
+  static_assert(kElemBytes == 2 || (kElemBytes == 1 && kHeadDim == 128),
+                "the FP8 forward is built at d = 128");
   static constexpr bool kTransposeV = kElemBytes == 1;
   static constexpr int kRowElems = static_cast<int>(kSwizzleRowBytes) / kElemBytes;  // per swizzle row
   static constexpr int kMmaK = 32 / kElemBytes;  // keys (P V) or head dims (Q K^T) per wgmma

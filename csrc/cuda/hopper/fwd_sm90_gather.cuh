@@ -9,6 +9,8 @@
 // stage's full barrier, whose count is the producer's 128 threads (kGatherThreads). K and V of a
 // tile are one cp.async group each; the kernel announces a tile only after issuing the next one
 // (announce_gathered_tile), so two tiles' copies are in flight while it waits for a free stage.
+// The FP8 (e4m3) kernel gathers the same way, one 128-byte row per key at d = 128, and then
+// transposes each announced V tile into V^T (fwd_sm90_kernel.cuh transpose_gathered_v).
 #pragma once
 #include <cstdint>
 
@@ -47,16 +49,19 @@ __device__ __forceinline__ Sequence cache_sequence(const FwdSm90Params& p, int b
   return s;
 }
 
-// Key tile n_block of `view` (K or V) into `tile` (kHeadDim / 64 chunks of kBlockN swizzled
-// 128-byte rows), issued by producer thread `thread` (0..127) as part of one cp.async group the
-// caller commits. Warp w takes the tile's rows [w * kBlockN / 4, (w + 1) * kBlockN / 4); its lane
+// Key tile n_block of `view` (K or V) into `tile` (kHeadDim * sizeof(Word) / 128 chunks of kBlockN
+// swizzled 128-byte rows), issued by producer thread `thread` (0..127) as part of one cp.async
+// group the caller commits. Word is an element's size as an integer type: uint16_t (f16, bf16:
+// two 64-element chunks at d = 128), uint8_t (e4m3: one 128-element chunk at d = 128, the layout
+// e4m3's TMA box leaves, which S and the V^T transpose read). Warp w takes the tile's rows [w * kBlockN / 4, (w + 1) * kBlockN / 4); its lane
 // l looks up row l of them once, and the copies take that address by shuffle. Consecutive lanes
 // copy consecutive 16-byte pieces of a row, so a warp reads whole rows.
-template <int kHeadDim, int kBlockN>
+template <int kHeadDim, int kBlockN, typename Word = uint16_t>
 __device__ __forceinline__ void gather_kv_tile(unsigned char* tile, const TensorView& view,
                                                const KvCache& cache, const Sequence& seq,
                                                int head_kv, int n_block, int thread) {
-  constexpr int kPiecesPerRow = kHeadDim / 8;  // 16-byte pieces
+  constexpr int kPieceElems = 16 / static_cast<int>(sizeof(Word));
+  constexpr int kPiecesPerRow = kHeadDim / kPieceElems;  // 16-byte pieces
   constexpr int kRowsPerWarp = kBlockN / (kGatherThreads / 32);
   constexpr int kRowsPerPass = 32 / kPiecesPerRow;
   static_assert(kRowsPerWarp <= 32 && 32 % kPiecesPerRow == 0 && kRowsPerWarp % kRowsPerPass == 0,
@@ -65,9 +70,9 @@ __device__ __forceinline__ void gather_kv_tile(unsigned char* tile, const Tensor
   const int lane = thread % 32, first_row = (thread / 32) * kRowsPerWarp;
   const int tile_key0 = n_block * kBlockN + first_row;
   const int my_key = tile_key0 + lane;
-  const uint16_t* my_row = static_cast<const uint16_t*>(view.ptr);  // read by no copy unless valid
+  const Word* my_row = static_cast<const Word*>(view.ptr);  // read by no copy unless valid
   if (lane < kRowsPerWarp && my_key < seq.seqlen_k)
-    my_row = key_row<const uint16_t>(view, cache, seq, head_kv, my_key);
+    my_row = key_row<const Word>(view, cache, seq, head_kv, my_key);
   const uint64_t my_address = reinterpret_cast<uint64_t>(my_row);
   const int piece = lane % kPiecesPerRow, chunk = piece / 8;
   // Rolled: the producer keeps 24 registers (setmaxnreg), and two passes at once spilled.
@@ -76,12 +81,12 @@ __device__ __forceinline__ void gather_kv_tile(unsigned char* tile, const Tensor
     const int r = pass * kRowsPerPass + lane / kPiecesPerRow;  // of the warp's rows
     const uint32_t lo = __shfl_sync(0xffffffffu, static_cast<uint32_t>(my_address), r);
     const uint32_t hi = __shfl_sync(0xffffffffu, static_cast<uint32_t>(my_address >> 32), r);
-    const uint16_t* row = reinterpret_cast<const uint16_t*>((static_cast<uint64_t>(hi) << 32) | lo);
+    const Word* row = reinterpret_cast<const Word*>((static_cast<uint64_t>(hi) << 32) | lo);
     const int row_in_tile = first_row + r;
     // The 128-byte swizzle: 16-byte piece j of row r lands at j ^ (r % 8) within the row.
     unsigned char* dst = tile + chunk * kChunkBytes + row_in_tile * kSwizzleRowBytes +
                          16 * ((piece % 8) ^ (row_in_tile % 8));
-    ptx::cp_async_16(dst, row + 8 * piece, tile_key0 + r < seq.seqlen_k ? 16 : 0);  // SITE:gather_kv
+    ptx::cp_async_16(dst, row + kPieceElems * piece, tile_key0 + r < seq.seqlen_k ? 16 : 0);  // SITE:gather_kv
   }
 }
 

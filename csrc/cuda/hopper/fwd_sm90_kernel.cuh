@@ -32,6 +32,8 @@
 //   warpgroup transposes each V tile into V^T after its load (fwd_sm90_transpose_v.cuh,
 //   vt_full[s]) and P V reads V^T; P is rounded to e4m3 in registers; Q's and K's descales fold
 //   into the exp2 scale (with softcap into its tanh's factor), V's into 1 / l; O is bf16.
+//   A paged or indexed e4m3 cache (kGatherKv, with a mask alone) is gathered as the 16-bit one,
+//   each announced V tile then transposed by the same warpgroup.
 //
 // Lines marked "// SITE:name" are named by tests/test_cudasim_hopper_fwd.py.
 #pragma once
@@ -322,25 +324,41 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
         // consumers release stage j-1 only after K_j arrived; fwd_sm90_gather_stages).
         constexpr int kLag = kStages - 2;
         static_assert(kLag == 0 || kLag == 1, "the gathering producer runs two or three stages");
+        using GatherWord = std::conditional_t<Cfg::kTransposeV, uint8_t, uint16_t>;  // an element
+        // e4m3: V^T of announced tile `it` (its stage's V rows came from every producer thread's
+        // copies, so each waits for v_full, the 128 arrivals, before reading the tile), as the
+        // TMA producer does; the gathered rows past seqlen_k are zeros already.
+        auto transpose_gathered_v = [&](int it) {
+          if constexpr (Cfg::kTransposeV) {
+            const int s = it % kStages;
+            mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(it / kStages) & 1);
+            transpose_v_tile<kBlockN, kHeadDim>(smem + Cfg::kVOffset + s * Cfg::kKvBytes,
+                                                smem + Cfg::kVtOffset + s * Cfg::kVtBytes, kBlockN, tid);
+            fence_proxy_async_shared_cta();  // the consumers' wgmma reads V^T through the async proxy
+            mbarrier_arrive(&vt_full[s]);    // SITE:gathered_vt_full
+          }
+        };
         for (int it = 0; it < tiles.n_blocks; ++it) {
           const int n_block = tiles.n_end - 1 - it, s = it % kStages;
           mbarrier_wait_parity(&kv_empty[s], ((it / kStages) & 1) ^ 1);  // passes at once in round 0
           // Looked up per tile (a few cached loads) rather than held: the producer has 24 registers.
           const Sequence cache_seq = cache_sequence(p, batch);
-          gather_kv_tile<kHeadDim, kBlockN>(smem + Cfg::kKOffset + s * Cfg::kKvBytes, p.k_cache, p.kv_cache,
-                                            cache_seq, kv_head, n_block, tid);
+          gather_kv_tile<kHeadDim, kBlockN, GatherWord>(smem + Cfg::kKOffset + s * Cfg::kKvBytes, p.k_cache,
+                                                        p.kv_cache, cache_seq, kv_head, n_block, tid);
           cp_async_commit();
-          gather_kv_tile<kHeadDim, kBlockN>(smem + Cfg::kVOffset + s * Cfg::kKvBytes, p.v_cache, p.kv_cache,
-                                            cache_seq, kv_head, n_block, tid);
+          gather_kv_tile<kHeadDim, kBlockN, GatherWord>(smem + Cfg::kVOffset + s * Cfg::kKvBytes, p.v_cache,
+                                                        p.kv_cache, cache_seq, kv_head, n_block, tid);
           cp_async_commit();
           if (it >= kLag) {
             const int older = (it - kLag) % kStages;  // K and V of `it` stay in flight
             announce_gathered_tile<2 * kLag>(&k_full[older], &v_full[older]);
+            transpose_gathered_v(it - kLag);
           }
         }
         if constexpr (kLag == 1) {
           const int last = (tiles.n_blocks - 1) % kStages;
           announce_gathered_tile<0>(&k_full[last], &v_full[last]);
+          transpose_gathered_v(tiles.n_blocks - 1);
         }
       }
       return;
