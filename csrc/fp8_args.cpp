@@ -81,8 +81,14 @@ void check_fp8_fwd(const AttnInputs& in) {
               "flashattn: with float8_e4m3fn (FP8) inputs attn_mask must be bool or float32, got ",
               in.attn_mask ? in.attn_mask->scalar_type() : at::kBool);
   refuse(in.dropout_p > 0.0, "dropout");
-  refuse(in.kv_cache(), "a paged or indexed KV cache (block_table, cache_batch_idx, "
-         "cache_leftpad)");
+  // A paged, indexed or left-padded cache: the e4m3 kernel's gathering loops (no mask, causal or
+  // a window; cuda/plan_fwd_fp8.h), without the features their three loops lack.
+  refuse(in.kv_cache() && in.softcap > 0.0, "softcap with a paged or indexed KV cache "
+         "(block_table, cache_batch_idx, cache_leftpad)");
+  refuse(in.kv_cache() && in.alibi_slopes.has_value(), "alibi_slopes with a paged or indexed KV "
+         "cache (block_table, cache_batch_idx, cache_leftpad)");
+  refuse(in.kv_cache() && in.attn_mask.has_value(), "attn_mask with a paged or indexed KV cache "
+         "(block_table, cache_batch_idx, cache_leftpad)");
   refuse(in.block_offsets.has_value(), "block_offsets (flashattn.distributed)");
   refuse(in.out_fp32, "out_fp32 (its out is bfloat16)");
   const int64_t batch = in.varlen() ? in.cu_seqlens_q->size(0) - 1 : in.q.size(0);

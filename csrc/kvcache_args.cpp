@@ -267,9 +267,10 @@ void check_append_targets(const KvcacheInputs& in) {
 
 // An FP8 call over a cache (fp8_args.h): q, k_cache and v_cache all float8_e4m3fn, on an
 // executor with the FP8 forward (refused here, before anything is written, as fwd refuses it).
-// The e4m3 kernel reads K and V by TMA from sequence b's own rows of a dense cache; a paged,
-// indexed or left-padded cache needs the gathering producer, which only the 16-bit sm_90a loops
-// have (plan_fwd_sm90.h sm90_fwd_gathers_kv), so those are refused by name. The append is the
+// A dense cache is read by TMA in place; a paged (block_table), indexed (cache_batch_idx) or
+// left-padded (cache_leftpad) one by the e4m3 kernel's gathering producer, whose loops take no
+// softcap, ALiBi or attn_mask (check_fp8_fwd refuses those by name). The descales stay per
+// (sequence b of q, kv head), also with cache_batch_idx (FA3's too). The append is the
 // row copy of kv_append.h (k, v must then be e4m3 too: check_new_rows), but rotary is not: it
 // would rotate values already rounded to e4m3.
 void check_fp8_cache(const KvcacheInputs& in, const ExecutorLimits& limits) {
@@ -286,12 +287,6 @@ void check_fp8_cache(const KvcacheInputs& in, const ExecutorLimits& limits) {
     TORCH_CHECK(!given, "flashattn: flash_attn_with_kvcache with float8_e4m3fn (FP8) tensors "
                 "does not support ", what, ": ", why);
   };
-  const char* dense = "the e4m3 kernel reads a dense cache in place, sequence b's keys from "
-                      "rows [0, cache_seqlens[b]) of k_cache[b] (a paged or indexed cache needs "
-                      "a gathering producer it lacks)";
-  refuse(attn.block_table.has_value(), "block_table", dense);
-  refuse(attn.cache_batch_idx.has_value(), "cache_batch_idx", dense);
-  refuse(attn.cache_leftpad.has_value(), "cache_leftpad", dense);
   refuse(in.rotary_cos.has_value() || in.rotary_sin.has_value(), "rotary_cos / rotary_sin",
          "rotating float8_e4m3fn values would round them again; rotate q and k in 16 bits "
          "before quantizing them");

@@ -74,8 +74,9 @@ inline constexpr const char* kBwdSchema =
 // [num_blocks, page_size, Hkv, D] with block_table. cache_seqlens, cache_batch_idx,
 // cache_leftpad: int32 [B]. num_splits: split-KV parts (0: the executor chooses, 1: none).
 // q_descale, k_descale, v_descale: fwd's (FA3's FP8 forward), for float8_e4m3fn q, k_cache,
-// v_cache (all three, and k, v if given); out is then bfloat16. An FP8 cache is dense, read
-// in place: no block_table, cache_batch_idx, cache_leftpad or rotary (kvcache_args.cpp).
+// v_cache (all three, and k, v if given); out is then bfloat16, the descales per (sequence b
+// of q, kv head) with cache_batch_idx too. An FP8 cache may be paged, indexed or left-padded,
+// but takes no rotary, and with those three no softcap, ALiBi or attn_mask (kvcache_args.cpp).
 // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq].
 inline constexpr const char* kFwdKvcacheSchema =
     "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k=None, "

@@ -65,9 +65,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         q_descale, k_descale, v_descale: FA3's FP8 decode: with q, k_cache and v_cache (and k,
             v) all torch.float8_e4m3fn, float32 (batch, nheads_k) factors (None: 1) that the
             logits (q k^T) * q_descale * k_descale * softmax_scale and out (P v) * v_descale
-            take, per sequence and kv head; out is then bfloat16. Runs the sm_90a FP8 forward
-            (H100 / H200, FLASHATTN_CUDA_HOPPER=1) at head dim 128, over a dense cache (no
-            block_table, cache_batch_idx, cache_leftpad or rotary), with num_splits as above.
+            take, per sequence and kv head; out is then bfloat16. Row b of a descale is
+            sequence b of q, also with cache_batch_idx (not cache entry cache_batch_idx[b]; as
+            FA3 indexes them). Runs the sm_90a FP8 forward (H100 / H200,
+            FLASHATTN_CUDA_HOPPER=1) at head dim 128, over a dense, paged (block_table), indexed
+            (cache_batch_idx) or left-padded (cache_leftpad) cache, with num_splits as above; no
+            rotary, and with a paged, indexed or left-padded cache no softcap, alibi_slopes or
+            attn_mask.
 
     Returns:
         out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse).

@@ -18,6 +18,8 @@ namespace flashattn::cuda {
 // The head dims the FP8 kernel is compiled for (kernel_list.py HEAD_DIMS_SM90_FP8).
 using Sm90FwdFp8HeadDims = HeadDimTilesOf<kSm90aFwdSm90Fp8HeadDims>;
 using Fp8FwdConfig = hopper::FwdSm90Config<128, /*kGatherKv=*/false, /*kElemBytes=*/1>;
+// A paged, indexed or left-padded cache's (sm90_fwd_gathers_kv): the gathering ring's 3 stages.
+using Fp8GatherFwdConfig = hopper::FwdSm90Config<128, /*kGatherKv=*/true, /*kElemBytes=*/1>;
 
 namespace detail {
 // TMA reads e4m3 rows through 16-byte aligned addresses and strides: multiples of 16 elements.
@@ -50,9 +52,22 @@ inline std::string fp8_fwd_refusal(const AttnParams& p, const DeviceProps& devic
   if (p.heads_q > 65535 || p.batch > 65535)
     return who + "which takes at most 65535 heads and batches";
   const Sm90MapExtents maps = sm90_map_extents(p);
+  const bool gathers = sm90_fwd_gathers_kv(p);
+  // A paged, indexed or left-padded cache: the gathering loops take a mask alone (fp8_args.cpp
+  // refuses the rest by name first; this is the plan's own guard).
+  if (gathers && (p.softcap > 0.f || p.alibi.ptr != nullptr || p.mask.ptr != nullptr))
+    return who + "whose paged or indexed KV cache loops take no softcap, ALiBi or attn_mask";
+  // Its 16-byte cp.async reads 16 e4m3 elements from 16-byte aligned rows.
+  const auto cp_async_ok = [](const TensorView& view) {
+    return detail::cp_async_view_ok(view) && view.batch_stride % 16 == 0 && view.row_stride % 16 == 0 &&
+           view.head_stride % 16 == 0;
+  };
+  if (gathers && (!cp_async_ok(p.k) || !cp_async_ok(p.v)))
+    return who + "whose paged or indexed KV cache reads need k_cache and v_cache 16-byte aligned, "
+           "with strides (of their pages or entries, rows and heads) that are multiples of 16 elements";
   if (!detail::fp8_tma_view_ok(p.q, maps.batch, maps.rows_q, maps.heads_q) ||
-      !detail::fp8_tma_view_ok(p.k, maps.batch, maps.rows_k, p.heads_kv) ||
-      !detail::fp8_tma_view_ok(p.v, maps.batch, maps.rows_k, p.heads_kv))
+      (!gathers && (!detail::fp8_tma_view_ok(p.k, maps.batch, maps.rows_k, p.heads_kv) ||
+                    !detail::fp8_tma_view_ok(p.v, maps.batch, maps.rows_k, p.heads_kv))))
     return who + "whose TMA loads need q, k and v 16-byte aligned, with strides (of their "
            "rows, heads and batches) that are multiples of 16 elements";
   if (!detail::tma_view_ok(p.o, maps.batch, maps.rows_q, maps.heads_q) || p.lse.row_stride != 1)
@@ -79,7 +94,8 @@ inline FwdPlan plan_fwd_fp8(const AttnParams& params, const DeviceProps& device)
   const AttnParams packed = pack_gqa_decode(params);
   if (sm90_fwd_takes_packed_heads(packed)) plan.params = packed;
   plan_sm90_fwd_launch<Fp8FwdConfig>(plan, params.num_splits, device.sm_count,
-                                     Fp8FwdConfig::kSmemBytes);
+                                     sm90_fwd_gathers_kv(params) ? Fp8GatherFwdConfig::kSmemBytes
+                                                                 : Fp8FwdConfig::kSmemBytes);
   plan_split_scratch(plan);
   return plan;
 }
