@@ -318,16 +318,27 @@ def check_fp8_feature_cases(tally):
 
 
 # FP8 (e4m3) decodes through flash_attn_with_kvcache: (causal, B, Hq, Hkv, Sq, cache rows,
-# cache_seqlens, seqlen_new, num_splits); new e4m3 rows appended in place (kv_append_kernel), the
-# FP8 plan's split-KV (0: its own count; n > 1 runs the split merge), packed GQA heads. Checked
-# per sequence over its cache_seqlens + seqlen_new keys as check_fp8_feature_cases checks, against
-# tests/fp8_reference.py's unrounded attention (e4m3's bound holds for any split: a part's running
-# max is at most the row's), the appended rows byte for byte.
+# cache_seqlens, seqlen_new, num_splits, page size (0: a dense cache)); new e4m3 rows appended in
+# place (kv_append_kernel), the FP8 plan's split-KV (0: its own count; n > 1 runs the split
+# merge), packed GQA heads; a paged cache's pages in a shuffled block table (the e4m3 kernel's
+# gathering producer). Checked per sequence over its cache_seqlens + seqlen_new keys as
+# check_fp8_feature_cases checks, against tests/fp8_reference.py's unrounded attention (e4m3's
+# bound holds for any split: a part's running max is at most the row's), the appended rows byte
+# for byte.
 FP8_KVCACHE_CASES = [
-    (True, 3, 32, 8, 1, 4096, [4000, 0, 1000], 1, 0),
-    (False, 2, 8, 1, 1, 3000, [2999, 129], 0, 4),
-    (True, 1, 6, 2, 5, 2048, [1500], 5, 3),
+    (True, 3, 32, 8, 1, 4096, [4000, 0, 1000], 1, 0, 0),
+    (False, 2, 8, 1, 1, 3000, [2999, 129], 0, 4, 0),
+    (True, 1, 6, 2, 5, 2048, [1500], 5, 3, 0),
+    (True, 2, 16, 2, 1, 4096, [3001, 77], 1, 0, 16),
 ]
+
+
+def fp8_pages(cache, page_size, order):
+    """A dense cache [B, rows, H, D] (rows a multiple of page_size) as pages [B rows / page_size,
+    page_size, H, D], block j of the cache (in sequence-major order) in page order[j]."""
+    pages = torch.empty_like(cache).view(-1, page_size, *cache.shape[2:])
+    pages[order] = cache.reshape(-1, page_size, *cache.shape[2:])
+    return pages
 
 
 def check_fp8_kvcache_cases(tally):
@@ -335,12 +346,21 @@ def check_fp8_kvcache_cases(tally):
     from fp8_reference import reference
 
     fp8 = torch.float8_e4m3fn
-    for causal, b, hq, hkv, sq, rows, seqlens, s_new, splits in FP8_KVCACHE_CASES:
+    for causal, b, hq, hkv, sq, rows, seqlens, s_new, splits, page in FP8_KVCACHE_CASES:
         name = (f"FP8 kvcache decode causal={causal} B={b} Hq={hq} Hkv={hkv} Sq={sq} "
-                f"seqlens={seqlens} new={s_new} num_splits={splits}")
+                f"seqlens={seqlens} new={s_new} num_splits={splits} page_size={page}")
         q = torch.randn(b, sq, hq, 128, device="cuda").to(fp8)
         k_cache, v_cache = (torch.randn(b, rows, hkv, 128, device="cuda").to(fp8)
                             for _ in range(2))
+        layout = {}
+        if page:  # the block table: a shuffle of the pages
+            order = torch.randperm(b * rows // page, device="cuda")
+            k_cache, v_cache = fp8_pages(k_cache, page, order), fp8_pages(v_cache, page, order)
+            table = order.to(torch.int32).view(b, rows // page)
+            layout["block_table"] = table
+
+        def dense(cache, i):  # sequence i's rows, in order, from either layout
+            return cache[table[i].long()].flatten(0, 1) if page else cache[i]
         k_new, v_new = ((torch.randn(b, s_new, hkv, 128, device="cuda").to(fp8)
                          for _ in range(2)) if s_new else (None, None))
         qd, kd, vd = (torch.rand(b, hkv, device="cuda") + 0.5 for _ in range(3))
@@ -350,21 +370,21 @@ def check_fp8_kvcache_cases(tally):
             names = kernels_run(lambda: result.append(flashattn.flash_attn_with_kvcache(
                 q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=used, causal=causal,
                 num_splits=splits, return_softmax_lse=True, q_descale=qd, k_descale=kd,
-                v_descale=vd)))
+                v_descale=vd, **layout)))
             assert_ran(names, "fwd_sm90_kernel<__nv_fp8_e4m3", "Hopper FP8 kernel")
             if splits > 1:
                 assert_ran(names, "split_merge", "split merge")
             out, lse = (t.cpu() for t in result[0])
             assert out.dtype == torch.bfloat16
-            kc, vc = k_cache.cpu(), v_cache.cpu()
             for i, n in enumerate(seqlens):
+                kc, vc = dense(k_cache, i).cpu(), dense(v_cache, i).cpu()
                 if s_new:  # the appended rows, byte for byte
                     for cache, new, what in ((kc, k_new, "k"), (vc, v_new, "v")):
-                        assert torch.equal(cache[i, n:n + s_new].view(torch.uint8),
+                        assert torch.equal(cache[n:n + s_new].view(torch.uint8),
                                            new[i].cpu().view(torch.uint8)), f"{what}[{i}] appended"
                 length = n + s_new
                 _, want_exact, bound, want_lse, _ = reference(
-                    q[i].cpu(), kc[i, :length], vc[i, :length], (-1, 0) if causal else (-1, -1),
+                    q[i].cpu(), kc[:length], vc[:length], (-1, 0) if causal else (-1, -1),
                     True, 128 ** -0.5, qd[i].cpu(), kd[i].cpu(), vd[i].cpu())
                 got = out[i].double()
                 assert not got.isnan().any(), f"sequence {i}: unwritten (poisoned) rows in out"
