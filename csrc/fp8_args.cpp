@@ -23,7 +23,8 @@ void refuse(bool given, const char* what) {
               " yet; it runs head dim 128 with no mask, causal or a sliding window (either "
               "alignment), softcap or not, ALiBi or not, attn_mask or not, GQA (packed for "
               "decoding), split-KV, "
-              "seqused_q / seqused_k and varlen batches");
+              "seqused_q / seqused_k, varlen batches and paged or indexed KV caches (with a "
+              "mask alone)");
 }
 
 // fp32 [batch, heads_kv] on q's device, any strides.

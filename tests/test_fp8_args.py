@@ -135,13 +135,16 @@ def test_fp8_refuses_what_its_kernel_lacks(h100, name, value, named):
         h100.fwd(*qkv(), **extra)
 
 
-def test_fp8_refuses_a_paged_cache(h100):
+@pytest.mark.parametrize("name, value", [("softcap", 5.0), ("alibi_slopes", torch.full((2,), 0.1))])
+def test_fp8_refuses_softcap_and_alibi_with_a_paged_cache(h100, name, value):
+    """A paged cache runs the gathered e4m3 loops, which take a mask alone."""
     q = fp8(5, 2, 128)
     k, v = fp8(4, 16, 1, 128), fp8(4, 16, 1, 128)
     cu = torch.tensor([0, 5], dtype=torch.int32)
-    with pytest.raises(RuntimeError, match="FP8 .* does not support a paged or indexed KV cache"):
+    with pytest.raises(RuntimeError, match=f"FP8 .* does not support {name} with a paged or "
+                                           "indexed KV cache"):
         flashattn_sim_varlen(h100, q, k, v, cu, torch.tensor([0, 20], dtype=torch.int32),
-                             block_table=torch.tensor([[0, 1]], dtype=torch.int32))
+                             block_table=torch.tensor([[0, 1]], dtype=torch.int32), **{name: value})
 
 
 def flashattn_sim_varlen(ops, q, k, v, cu_q, cu_k, **kwargs):
@@ -310,19 +313,13 @@ def test_fp8_kvcache_all_three_or_none(h100, odd):
         h100.fwd_kvcache(tensors["q"], tensors["k_cache"], tensors["v_cache"])
 
 
-def page_table():
-    return torch.zeros(2, 1, dtype=torch.int32)
-
-
 def rotary():
     return dict(rotary_cos=torch.ones(40, 64).to(FP8), rotary_sin=torch.zeros(40, 64).to(FP8))
 
 
 # (arguments, what the error names), each with otherwise acceptable FP8 inputs and an append.
+# (A paged, indexed or left-padded FP8 cache runs: tests/test_cudasim_hopper_fp8_paged.py.)
 KVCACHE_REFUSED = [
-    (lambda: dict(block_table=page_table()), "block_table"),
-    (lambda: dict(cache_batch_idx=torch.tensor([1, 0], dtype=torch.int32)), "cache_batch_idx"),
-    (lambda: dict(cache_leftpad=torch.tensor([1, 0], dtype=torch.int32)), "cache_leftpad"),
     (rotary, "rotary_cos / rotary_sin"),
 ]
 
