@@ -23,12 +23,14 @@ import torch
 import flashattn
 from fp8_reference import FP8, reference
 from hopper_sim import schedule_fixture
-from test_cudasim_hopper_fp8_call_path import CAUSAL, D, NO_MASK, check_sequence, descales, fp8, run_counted
+from test_cudasim_hopper_fp8_call_path import (CAUSAL, D, NO_MASK, check_sequence, descales, fp8,
+                                               run_counted)
 from test_cudasim_hopper_fp8_decode import MERGE, cta_tokens, plan_of, split_parts
 from test_cudasim_hopper_fp8_kvcache import APPEND, kvcache_front_end  # noqa: F401 (fixture)
 
 schedule = schedule_fixture([("forward", "lazy"), ("reverse", "eager"), ("random:47", "random")])
-GATHERED = "fwd_sm90_kernel<__nv_fp8_e4m3, 128, {causal}, false, {local}, false, false, true, false>"
+GATHERED = ("fwd_sm90_kernel<__nv_fp8_e4m3, 128, {causal}, false, {local}, false, false, true, "
+            "false>")
 NAN = 0x7F  # an e4m3fn NaN byte
 
 
@@ -223,7 +225,8 @@ def test_fp8_fwd_with_a_block_table(schedule, kvcache_front_end, page_size):
     args = dict(causal=True, seqused_k=used, q_descale=qd, k_descale=kd, v_descale=vd)
     (out, lse), kernels = run_counted(sim, lambda: sim.ops.fwd(q, k_cache, v_cache,
                                                                block_table=layout.table, **args))
-    assert len(kernels) == 1 and GATHERED.format(causal="true", local="false") in kernels[0], kernels
+    loop = GATHERED.format(causal="true", local="false")
+    assert len(kernels) == 1 and loop in kernels[0], kernels
     out2, lse2 = sim.ops.fwd(q, dense_k, dense_v, **args)
     assert torch.equal(out.view(torch.int16), out2.view(torch.int16)) and torch.equal(lse, lse2)
     for i, n in enumerate(lengths):
