@@ -11,12 +11,15 @@
 // bytes; every tile below starts on a multiple of 1024):
 //   Q        kChunks chunks of [kBlockM rows x 128 bytes] (64 columns of d per chunk, 128 with
 //            e4m3, as the TMA box brings them, 128-byte swizzled); O's staging in the epilogue
-//            (kHeadDim / 64 chunks of 16-bit O: twice Q's bytes with e4m3 inputs).
+//            of a kernel that does not walk (kHeadDim / 64 chunks of 16-bit O: twice Q's bytes
+//            with e4m3 inputs).
 //   K[s]     kStages x kChunks chunks of [kBlockN x 128 bytes]
 //   V[s]     the same
 //   V^T[s]   e4m3 only: kStages x [kHeadDim rows x kBlockN keys], 128-byte swizzled
 //   barriers q_full, k_full[s], v_full[s], kv_empty[s], v_tail_ready, vt_full[s] (e4m3 only),
 //            q_empty and the tile slot (a walking kernel's: fwd_sm90_walk.h)
+//   O        a walking kernel's only: kOChunks chunks of [kBlockM x 128 bytes], O's staging
+//            (fwd_sm90_walk.h: Q's rows take the next tile's Q while the store reads O)
 //   + 1024 bytes of slack: nvcc promises 128-byte alignment of dynamic smem only, so the
 //   kernel rounds its base up.
 #pragma once
@@ -145,6 +148,16 @@ struct FwdSm90Config {
   static constexpr int kBarriers = 1 + 3 * kStages + 1 + (kTransposeV ? kStages : 0) + 3;
   static constexpr size_t kSmemBytes = kBarrierOffset + kBarriers * 8 + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic shared memory above the 227 KB opt-in limit");
+  // A walking kernel's O staging (fwd_sm90_walk.h): a buffer of its own after the barriers, on
+  // a 1024-byte boundary, so that the next tile's Q may land in Q's rows while the TMA store
+  // still reads the last tile's O. The walking configs only (d = 64: 16 KB, 100 352 bytes in all;
+  // d = 128: 32 KB, 198 656 bytes); the kernel's walking branch asserts the 227 KB.
+  static constexpr uint32_t kOBytes = kOChunks * kQChunkBytes;
+  static constexpr uint32_t kOOffset =
+      (kBarrierOffset + kBarriers * 8 + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
+  static constexpr size_t kWalkSmemBytes = kOOffset + kOBytes + kSwizzleAtomBytes;
+  // The dynamic shared memory of a kernel that walks (`walks`: fwd_sm90_walks) or not.
+  static constexpr size_t smem_bytes(bool walks) { return walks ? kWalkSmemBytes : kSmemBytes; }
 
   // setmaxnreg: the producer keeps 24 registers, each consumer thread gets 240 (FA3's split for
   // two consumer warpgroups): 128 * (24 + 2 * 240) = 64512 <= 65536.

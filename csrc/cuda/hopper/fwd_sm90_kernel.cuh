@@ -18,9 +18,9 @@
 //   tiles that need it, the online softmax (fwd_sm90_softmax.cuh), P rounded into wgmma
 //   A-fragments in registers, O += P V (wgmma m64nDk16, A from registers, V MN-major), then
 //   the stage is released.
-// - Epilogue: O / l rounded and stored by stmatrix into the consumer's (now free) Q rows, then
-//   one TMA store per 64 columns (rows beyond Sq are skipped by the store); the LSE stored
-//   straight from registers.
+// - Epilogue: O / l rounded and stored by stmatrix into the consumer's (now free) Q rows (a
+//   walking kernel's: into an O buffer of its own, fwd_sm90_walk.h), then one TMA store per 64
+//   columns (rows beyond Sq are skipped by the store); the LSE stored straight from registers.
 // - Packed GQA heads (a decode, FwdSm90Params::packed_heads = g): the CTA of kv head h takes the g
 //   query heads of h as rows, token-major, floor(64 / g) tokens per consumer, so each K/V tile
 //   crosses from memory once per kv head. Q and O move as TMA boxes of (d, g heads, tokens); the
@@ -365,12 +365,12 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     }
     // Thread 0 issues the TMA loads. With e4m3 inputs the whole warpgroup then transposes each V
     // tile into V^T (fwd_sm90_transpose_v.cuh), zeroing its keys past seqlen_k on the way.
-    // A walk hands the tile to the consumers (through tile_slot, once they are done with the
-    // last tile's Q rows) and loads its Q only after issuing its first `early` K / V tiles: the
-    // consumers released the last tile's stages before its epilogue, so those loads overlap it
-    // (fwd_sm90_walk.h). One while the V tail is to be zeroed, which waits for the hand-out (the
-    // last tile's v_tail_ready phase may be awaited until q_empty). A tile without key tiles
-    // completes q_full without Q.
+    // A walk hands the tile to the consumers (through tile_slot, once the last tile's S MMAs
+    // have retired: q_empty) and loads its Q only after issuing its first `early` K / V tiles:
+    // the consumers released the last tile's stages before its epilogue, and stage O in a
+    // buffer of their own, so those loads and Q's overlap it (fwd_sm90_walk.h). One while the V
+    // tail is to be zeroed, which waits for the hand-out (the last tile's v_tail_ready phase may
+    // be awaited until q_empty). A tile without key tiles completes q_full without Q.
     const bool issuer = tid == 0;
     [[maybe_unused]] const int early =
         zero_v_tail ? 1 : (tiles.n_blocks < kStages ? tiles.n_blocks : kStages);  // SITE:early
@@ -631,7 +631,12 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     wgmma_fence_operand(o);
     release(n_blocks - 1);
   }
-  if constexpr (Walk::kOn) walk.end_consumer_tile(n_blocks, zero_v_tail);
+  if constexpr (Walk::kOn) {
+    walk.end_consumer_tile(n_blocks, zero_v_tail);
+    // Every S MMA of the tile has retired (wait_o_last): Q's rows may take the next tile's Q
+    // while this epilogue stages O in a buffer of its own (fwd_sm90_walk.h).
+    mbarrier_arrive(q_empty);  // SITE:q_empty_arrive
+  }
 
   // ---- Epilogue: O / l -> stmatrix into this consumer's Q rows -> TMA store; LSE direct ----
   // This consumer's S MMAs have all retired, so its 64 rows of Q are free and hold O in the
@@ -691,7 +696,13 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
             cuda::pack_rn<OutElem>(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);  // SITE:store_o_rows
     }
   } else {
-    unsigned char* o_tile = smem + Cfg::kQOffset + consumer * 64 * kSwizzleRowBytes;
+    // A walk stages O in its own buffer (Q's rows may hold the next tile's Q by now), which the
+    // last tile's store may still read: its issuer waits for that read, and the warpgroup for it.
+    unsigned char* o_tile = smem + (Walk::kOn ? Cfg::kOOffset : Cfg::kQOffset) + consumer * 64 * kSwizzleRowBytes;
+    if constexpr (Walk::kOn) {
+      if (t == 0) bulk_wait_group_read<0>();  // SITE:o_read_wait
+      named_barrier_sync(kEpilogueBarrier + consumer, 128);  // SITE:o_free
+    }
 #pragma unroll
     for (int j = 0; j < kHeadDim / 8; j += 2) {
       const int m = lane / 8, row = 16 * warp + lane % 8 + 8 * (m % 2), col = 8 * (j + m / 2);
@@ -710,7 +721,9 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
       for (int c = 0; c < Cfg::kOChunks; ++c)
         tma_store_4d(&map_o, o_tile + c * Cfg::kQChunkBytes, 64 * c, head * packed, consumer_token0, batch);  // SITE:store_o
       bulk_commit_group();
-      bulk_wait_group_read<0>();  // the smem must stay until read; the grid's end completes the writes
+      // The smem must stay until read; the grid's end completes the writes. A walk waits for the
+      // read before its next staging of O, or at its end.
+      if constexpr (!Walk::kOn) bulk_wait_group_read<0>();
     }
   }
 #pragma unroll
@@ -732,6 +745,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     constexpr int kWalkConsumerRegisters = kFwdSm90WalkConsumerRegisters;
     static_assert(128 * (kWalkProducerRegisters + Cfg::kConsumers * kWalkConsumerRegisters) <= 65536,
                   "setmaxnreg counts must fit the register file");
+    static_assert(Cfg::kWalkSmemBytes <= 227 * 1024, "a walk's O buffer above the 227 KB opt-in limit");
     if (tid == 0) {
       tma_prefetch_descriptor(&map_q);
       tma_prefetch_descriptor(&map_k);
@@ -744,7 +758,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
         mbarrier_init(&kv_empty[s], Cfg::kConsumers);
       }
       mbarrier_init(v_tail_ready, 1);
-      mbarrier_init(q_empty, 128 * Cfg::kConsumers);  // every consumer thread, after its epilogue
+      mbarrier_init(q_empty, 128 * Cfg::kConsumers);  // every consumer thread, after its S MMAs
       fence_mbarrier_init();
     }
     __syncthreads();
@@ -764,9 +778,10 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     for (;;) {
       const FwdSm90Tile tile = walk.take(q_full, tile_slot);
       if (tile.m_block < 0) break;  // the end
-      run_tile(tile, walk);
-      mbarrier_arrive(q_empty);  // this thread is done with the tile's Q rows and O staging
+      run_tile(tile, walk);  // arrives at q_empty once its S MMAs have retired
     }
+    // The last store's read of O, before the CTA's shared memory goes (its issuer's bulk group).
+    if (tid % 128 == 0) bulk_wait_group_read<0>();  // SITE:o_read_wait_end
   }
 }
 

@@ -47,18 +47,18 @@ std::string launch_fwd_sm90(const FwdSm90Maps& maps, const FwdSm90Params& p, voi
 #if defined(FLASHATTN_CUDASIM) && !defined(__CUDACC__)
   (void)stream;
   if (counts) *p.tile_counter = 0;  // cudaMemsetAsync's stand-in
-  ::cudasim::set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
-  ::cudasim::launch(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, maps.q, maps.k, maps.v, maps.o, p);
+  ::cudasim::set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::smem_bytes(kWalks));
+  ::cudasim::launch(kernel, grid, dim3(Cfg::kThreads), Cfg::smem_bytes(kWalks), maps.q, maps.k, maps.v, maps.o, p);
   return "";
 #else
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(Cfg::kSmemBytes));
+                                            static_cast<int>(Cfg::smem_bytes(kWalks)));
   if (status != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(status);
   if (counts) {
     status = cudaMemsetAsync(p.tile_counter, 0, sizeof(unsigned), static_cast<cudaStream_t>(stream));
     if (status != cudaSuccess) return std::string("cudaMemsetAsync (the tile counter): ") + cudaGetErrorString(status);
   }
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(maps.q, maps.k, maps.v, maps.o, p);
+  kernel<<<grid, Cfg::kThreads, Cfg::smem_bytes(kWalks), static_cast<cudaStream_t>(stream)>>>(maps.q, maps.k, maps.v, maps.o, p);
   status = cudaGetLastError();
   if (status != cudaSuccess) return std::string("launch: ") + cudaGetErrorString(status);
   return "";

@@ -11,9 +11,17 @@
 // The producer's thread 0 takes the places (one atomicAdd per tile past its first, and one that
 // finds the places spent) and hands each busy tile to the consumers through tile_slot (16 bytes),
 // guarded by q_full (written before q_full's arrival) and q_empty (every consumer thread arrives
-// once its epilogue is done with the tile's Q rows: the S MMAs, O staged there and the TMA store's
-// reads of it). A tile without key tiles still goes through q_full (an arrival without Q) so that
-// the consumers write its zeros. Idle tiles (past their sequence's queries) are skipped by the
+// once the tile's S MMAs, the only readers of its Q rows, have retired: after its main loop, before
+// its epilogue). A tile without key tiles still goes through q_full (an arrival without Q) so that
+// the consumers write its zeros.
+//
+// O's staging: a walking kernel's epilogue stages O in a shared-memory buffer of its own
+// (FwdSm90Config::kOOffset, after the barriers: 16 KB at d = 64, 32 KB at d = 128; 100 352 and
+// 198 656 bytes in all), not in Q's rows as a lone tile does, so that the next tile's Q may land
+// while the TMA store still reads the last tile's O. The store's issuer (each consumer's thread 0)
+// waits for that read (bulk_wait_group_read) only at its next epilogue, before the warpgroup's
+// named barrier that lets its threads stage O again, and once more when the walk ends, before the
+// CTA's shared memory goes; so the read overlaps the next tile's main loop. Idle tiles (past their sequence's queries) are skipped by the
 // producer and never handed out. The end is a tile of m_block -1 (end()), handed out like a tile.
 //
 // Across tiles: the K / V ring's stage and phase come from the running count of key tiles
@@ -21,8 +29,9 @@
 // completes one phase per tile whose V tail is zeroed, its parity carried by the consumers. The
 // consumers release a tile's last stage before its epilogue, so the producer issues the next
 // tile's first K / V tiles (up to kStages, each after its kv_empty wait) while they still store
-// the last tile's O; only then does it wait for q_empty (every consumer thread done with the last
-// tile) to hand the tile out and load its Q into Q's rows, which held that O. A tile whose V tail
+// the last tile's O; only then does it wait for q_empty (every consumer thread past the last
+// tile's S MMAs) to hand the tile out and load its Q into Q's rows, also while the epilogue runs
+// (docs/lab/2026-12-04-hopper-walk-part-3.md). A tile whose V tail
 // is to be zeroed issues one K / V tile early, not kStages: the zeroing and its v_tail_ready
 // arrival wait for the hand-out, since the next tile's first stage may have been released two
 // key tiles back, before the consumers waited the last tile's v_tail_ready phase (a second
