@@ -368,12 +368,11 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
     // A walk hands the tile to the consumers (through tile_slot, once the last tile's S MMAs
     // have retired: q_empty) and loads its Q only after issuing its first `early` K / V tiles:
     // the consumers released the last tile's stages before its epilogue, and stage O in a
-    // buffer of their own, so those loads and Q's overlap it (fwd_sm90_walk.h). One while the V
-    // tail is to be zeroed, which waits for the hand-out (the last tile's v_tail_ready phase may
-    // be awaited until q_empty). A tile without key tiles completes q_full without Q.
+    // buffer of their own, so those loads and Q's overlap it (fwd_sm90_walk.h). A V tail is
+    // zeroed only after the hand-out (the last tile's v_tail_ready phase may be awaited until
+    // q_empty). A tile without key tiles completes q_full without Q.
     const bool issuer = tid == 0;
-    [[maybe_unused]] const int early =
-        zero_v_tail ? 1 : (tiles.n_blocks < kStages ? tiles.n_blocks : kStages);  // SITE:early
+    [[maybe_unused]] const int early = tiles.n_blocks < kStages ? tiles.n_blocks : kStages;  // SITE:early
     if constexpr (Walk::kOn) {
       if (tiles.n_blocks == 0) walk.hand_out(q_full, q_empty, tile_slot, tile, false);
     }
@@ -409,12 +408,17 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
                                               it == 0 && zero_v_tail ? v_tail_row : kBlockN, tid);
           fence_proxy_async_shared_cta();  // the consumers' wgmma reads V^T through the async proxy
           mbarrier_arrive(&vt_full[s]);    // SITE:vt_full
-        } else if (it == 0 && zero_v_tail) {
+        } else if ((Walk::kOn ? it + 1 == early : it == 0) && zero_v_tail) {
+          // The tile's first V (it == 0). A walk zeroes it after the hand-out (it + 1 == early),
+          // so that its v_tail_ready arrival cannot complete a phase the consumers have not yet
+          // awaited (they await the last tile's in its main loop, before q_empty).
+          const int tail_kv = Walk::kOn ? walk.kv_base : kv, tail_s = Walk::kOn ? walk.kv_base % kStages : s;
+          unsigned char* tail_tile = Walk::kOn ? smem + Cfg::kVOffset + tail_s * Cfg::kKvBytes : v_tile;
           // Whole 128-byte rows, so the swizzle (which permutes 16-byte chunks within a row) does
           // not matter. Once per CTA, and only with seqused_k.
-          mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(kv / kStages) & 1);
+          mbarrier_wait_parity(&v_full[tail_s], static_cast<uint32_t>(tail_kv / kStages) & 1);
           for (int c = 0; c < Cfg::kChunks; ++c) {
-            uint4* rows = reinterpret_cast<uint4*>(v_tile + c * Cfg::kKvChunkBytes + v_tail_row * kSwizzleRowBytes);
+            uint4* rows = reinterpret_cast<uint4*>(tail_tile + c * Cfg::kKvChunkBytes + v_tail_row * kSwizzleRowBytes);
             for (int i = 0; i < (kBlockN - v_tail_row) * static_cast<int>(kSwizzleRowBytes / 16); ++i)
               FLASHATTN_SMEM(rows)[i] = make_uint4(0, 0, 0, 0);  // SITE:zero_v_tail
           }
