@@ -31,11 +31,12 @@
 // tile's first K / V tiles (up to kStages, each after its kv_empty wait) while they still store
 // the last tile's O; only then does it wait for q_empty (every consumer thread past the last
 // tile's S MMAs) to hand the tile out and load its Q into Q's rows, also while the epilogue runs
-// (docs/lab/2026-12-04-hopper-walk-part-3.md). A tile whose V tail
-// is to be zeroed issues one K / V tile early, not kStages: the zeroing and its v_tail_ready
-// arrival wait for the hand-out, since the next tile's first stage may have been released two
-// key tiles back, before the consumers waited the last tile's v_tail_ready phase (a second
-// arrival then would complete a phase not yet awaited). The pingpong's named barriers balance
+// (docs/lab/2026-12-04-hopper-walk-part-3.md). A tile whose V tail is to be zeroed issues its
+// early K / V tiles alike, but zeroes the tail of its first and makes its v_tail_ready arrival
+// only after the hand-out: the next tile's first stage may have been released two key tiles
+// back, before the consumers waited the last tile's v_tail_ready phase (a second arrival then
+// would complete a phase not yet awaited); q_empty comes after that wait, in their main loop,
+// so the hand-out orders it. The pingpong's named barriers balance
 // within each tile (fwd_sm90_kernel.cuh), so nothing of them carries over.
 //
 // Which kernels walk is a compile-time property (fwd_sm90_walks): the dense 16-bit kernels
