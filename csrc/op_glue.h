@@ -4,6 +4,8 @@
 // with
 //   static const ExecutorLimits& limits();
 //   static void run_fwd(const at::Tensor& q, const AttnParams& p, const Fp8Descales& fp8);
+//   static void check_fwd_runs(const at::Tensor& q, const AttnParams& p);  // refusals run_fwd
+//                                      // would make, asked before a KV cache is written
 //   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& dk,
 //                       at::Tensor& dv);
 //   static void run_kv_append(const at::Tensor& q, const KvAppendParams& p);
@@ -123,6 +125,10 @@ void fwd_kvcache_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   KvcacheInputs in = read_kvcache_inputs(args);
   check_kvcache_append(in, Executor::limits());
   auto [out, lse] = check_and_alloc_fwd(in.attn, Executor::limits());
+  // The executor's own refusals of an FP8 call (one its kernel cannot run, e.g. a TMA-unaligned
+  // layout) before the append, which they would otherwise follow; 16-bit calls always run.
+  if (is_fp8(in.attn))
+    Executor::check_fwd_runs(in.attn.q, make_fwd_params(in.attn, out, lse, at::Tensor()));
   if (in.seqlen_new() > 0 || in.rotary()) {
     const at::Tensor q_rotated = in.rotary() ? at::empty_like(in.attn.q) : at::Tensor();
     Executor::run_kv_append(in.attn.q, make_append_params(in, q_rotated));

@@ -205,6 +205,22 @@ def test_what_the_gathered_fp8_loops_lack_is_refused(kvcache_front_end, what, ex
     assert same_bytes(k_cache, before)
 
 
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_an_unaligned_fp8_cache_is_refused_before_the_append(kvcache_front_end, page_size):
+    """A cache whose heads are 136 elements apart (a view of wider rows: shared checks pass, the
+    e4m3 kernel's 16-byte TMA / cp.async reads do not) is refused by the FP8 plan, and the
+    refusal comes before the append: the cache keeps its bytes."""
+    layout = Layout(1, 2, 256, page_size=page_size)
+    wide = layout.shape[:-1] + (D + 8,)
+    k_cache, v_cache = (fp8(*wide)[..., :D] for _ in range(2))
+    k_before, v_before = k_cache.clone(), v_cache.clone()
+    k_new, v_new = fp8(1, 1, 2, D), fp8(1, 1, 2, D)
+    with pytest.raises(RuntimeError, match="16-byte aligned"):
+        flashattn.flash_attn_with_kvcache(fp8(1, 1, 4, D), k_cache, v_cache, k=k_new, v=v_new,
+                                          causal=True, **layout.kwargs([100]))
+    assert same_bytes(k_cache.contiguous(), k_before) and same_bytes(v_cache.contiguous(), v_before)
+
+
 @pytest.mark.parametrize("page_size", [16, 48])
 def test_fp8_fwd_with_a_block_table(schedule, kvcache_front_end, page_size):
     """torch.ops.flashattn.fwd (flash_attn_func's op) with a block_table and seqused_k: the gathered

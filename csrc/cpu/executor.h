@@ -21,6 +21,8 @@ struct CpuExecutor {
   static void run_fwd(const at::Tensor& q, const AttnParams& p, const Fp8Descales& /*fp8*/) {
     cpu::run_fwd(p, q.scalar_type());
   }
+  // Nothing of its own to refuse: every call that passed the shared checks runs here.
+  static void check_fwd_runs(const at::Tensor& /*q*/, const AttnParams& /*p*/) {}
   static void run_bwd(const at::Tensor& q, const AttnBwdParams& p, at::Tensor& /*dk*/,
                       at::Tensor& /*dv*/) {
     cpu::run_bwd(p, q.scalar_type());

@@ -134,14 +134,27 @@ struct CudaExecutor {
                           const Fp8Descales& descales) {
     const typename Device::Guard guard(q.device());
     const DeviceProps device = Device::props(q);
-    const std::string refusal = fp8_fwd_refusal(params, device);
-    TORCH_CHECK(refusal.empty(), refusal);
+    check_fp8_runs(params, device);
     const FwdPlan plan = plan_fwd_fp8(params, device);
     if (plan.empty) return;
     check_smem_fits(plan.shape.smem_bytes, plan.smem_limit_bytes);
     at::Tensor split_scratch = split_scratch_of(plan, q);
     launch_fwd_fp8(plan, descales, scratch_ptr(split_scratch), Device::stream(q),
                    &Device::check_launch);
+  }
+
+  // The FP8 forward's refusal of p on this device (plan_fwd_fp8.h fp8_fwd_refusal), if any.
+  static void check_fp8_runs(const AttnParams& params, const DeviceProps& device) {
+    const std::string refusal = fp8_fwd_refusal(params, device);
+    TORCH_CHECK(refusal.empty(), refusal);
+  }
+
+  // What run_fwd would refuse of a call, asked by fwd_kvcache before it writes the cache: the
+  // FP8 forward's refusals (its plan's; the 16-bit plans always have a kernel).
+  static void check_fwd_runs(const at::Tensor& q, const AttnParams& params) {
+    if (q.scalar_type() != at::kFloat8_e4m3fn) return;
+    const typename Device::Guard guard(q.device());
+    check_fp8_runs(params, Device::props(q));
   }
 
   // flash_attn_with_kvcache's append and rotary embedding, before run_fwd on the same stream.
