@@ -52,8 +52,8 @@ SAME_BITS_BROKEN = r"WRONG: .* \d+ O elements and \d+ LSE rows differ"
 PLANTED = {
     "ignores_the_block_table": (
         "cuda/hopper/fwd_sm90_gather.cuh",
-        "key_row<const uint16_t>(view, cache, seq, head_kv, my_key)",
-        "view.row<const uint16_t>(seq.kv_batch, head_kv, my_key)", SAME_BITS_BROKEN),
+        "key_row<const Word>(view, cache, seq, head_kv, my_key)",
+        "view.row<const Word>(seq.kv_batch, head_kv, my_key)", SAME_BITS_BROKEN),
     "off_by_one_page": (
         "kv_rows.h",
         "clamp_index(cache.block_table[s.batch * cache.block_table_stride + entry], cache.num_pages)",

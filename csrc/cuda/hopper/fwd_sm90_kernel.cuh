@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(FwdSm90Config<kHeadDim>::kThreads, 1)
             mbarrier_wait_parity(&v_full[s], static_cast<uint32_t>(it / kStages) & 1);
             transpose_v_tile<kBlockN, kHeadDim>(smem + Cfg::kVOffset + s * Cfg::kKvBytes,
                                                 smem + Cfg::kVtOffset + s * Cfg::kVtBytes, kBlockN, tid);
-            fence_proxy_async_shared_cta();  // the consumers' wgmma reads V^T through the async proxy
+            fence_proxy_async_shared_cta();  // V^T is read by the consumers' wgmma (the async proxy)
             mbarrier_arrive(&vt_full[s]);    // SITE:gathered_vt_full
           }
         };
